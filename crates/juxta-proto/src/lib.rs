@@ -1,0 +1,25 @@
+//! # juxta-proto: the sans-IO JXTA protocol core
+//!
+//! Everything here is a plain data transformation or state machine: bytes
+//! and events in, bytes and actions out, time passed in as an argument. There
+//! are no sockets, no clock reads, no threads and no tasks, so the same code
+//! runs under the tokio runtime (`juxta` crate), in unit tests, in fuzzers
+//! and in a deterministic simulator.
+//!
+//! The modules mirror the JXTA stack:
+//! - [`id`]: JXTA IDs (`urn:jxta:cbid-…`).
+//! - [`identity`]: a peer's RSA key and self-signed certificate, and the
+//!   `cbid` peer ID JXSE derives from it.
+//! - [`message`]: the binary message format v0 and the CBJX signature trailer.
+//! - [`wire`]: what travels on a TCP connection: the welcome line, JXTA
+//!   frames, Juxta's compact framing and the per-connection state machine.
+//! - [`endpoint`]: endpoint addresses, service-name mangling and the part of
+//!   the endpoint router (ERM) needed to talk to JXSE.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod endpoint;
+pub mod id;
+pub mod identity;
+pub mod message;
+pub mod wire;

@@ -1,0 +1,154 @@
+//! JXTA messages: an ordered list of named, typed elements.
+//!
+//! A message is what every JXTA layer exchanges; the binary wire format
+//! (`application/x-jxta-msg`, version 0, digest §2) lives in [`codec`], the
+//! CBJX signature trailer JXSE 2.7 appends to every message in [`cbjx`].
+//! Element payloads are [`Bytes`]: decoding slices the received buffer and
+//! encoding hands the payload buffers to the socket as they are, so a payload
+//! is never copied between the application and the wire.
+
+pub mod cbjx;
+pub mod codec;
+pub mod namespace_order;
+
+use bytes::Bytes;
+
+pub use codec::{decode_v0, encode_v0, DecodedMessage, EncodedMessage, MessageError};
+
+/// The MIME type JXSE gives a `StringMessageElement`.
+pub const MIME_TEXT_UTF8: &str = "text/plain;charset=UTF-8";
+/// The MIME type JXSE gives an XML document element.
+pub const MIME_XML_UTF8: &str = "text/xml;charset=UTF-8";
+/// The default type, never written on the wire.
+pub const MIME_OCTET_STREAM: &str = "application/octet-stream";
+/// The namespace of JXTA's own elements (namespace ID 1 on the wire).
+pub const NS_JXTA: &str = "jxta";
+
+/// One message element.
+///
+/// ```
+/// use juxta_proto::message::Element;
+/// let e = Element::text("jxta", "EndpointSourceAddress", "jxta://cbid-0003");
+/// assert_eq!(e.mime(), "text/plain;charset=UTF-8");
+/// assert_eq!(&e.data[..], b"jxta://cbid-0003");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Element {
+    /// Namespace (`""`, `jxta`, or a custom one such as `JXTASOC`).
+    pub namespace: String,
+    /// Element name.
+    pub name: String,
+    /// MIME type; `None` means `application/octet-stream` (written as no type).
+    pub mime: Option<String>,
+    /// The payload.
+    pub data: Bytes,
+    /// An optional signature element attached to this element.
+    pub signature: Option<Box<Element>>,
+}
+
+impl Element {
+    /// An untyped (`application/octet-stream`) element.
+    pub fn bytes(namespace: &str, name: &str, data: impl Into<Bytes>) -> Element {
+        Element {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            mime: None,
+            data: data.into(),
+            signature: None,
+        }
+    }
+
+    /// A `text/plain;charset=UTF-8` element, as JXSE's `StringMessageElement`.
+    pub fn text(namespace: &str, name: &str, text: &str) -> Element {
+        Element {
+            mime: Some(MIME_TEXT_UTF8.to_string()),
+            ..Element::bytes(namespace, name, Bytes::copy_from_slice(text.as_bytes()))
+        }
+    }
+
+    /// A `text/xml;charset=UTF-8` element.
+    pub fn xml(namespace: &str, name: &str, xml: String) -> Element {
+        Element {
+            mime: Some(MIME_XML_UTF8.to_string()),
+            ..Element::bytes(namespace, name, Bytes::from(xml))
+        }
+    }
+
+    /// An element with an explicit MIME type (normalised: octet-stream is dropped).
+    pub fn typed(namespace: &str, name: &str, mime: &str, data: impl Into<Bytes>) -> Element {
+        Element {
+            mime: (mime != MIME_OCTET_STREAM).then(|| mime.to_string()),
+            ..Element::bytes(namespace, name, data)
+        }
+    }
+
+    /// The MIME type, with the default filled in.
+    pub fn mime(&self) -> &str {
+        self.mime.as_deref().unwrap_or(MIME_OCTET_STREAM)
+    }
+
+    /// The payload as UTF-8 text, if it is valid UTF-8.
+    pub fn as_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.data).ok()
+    }
+}
+
+/// A JXTA message: elements in order; duplicate names are allowed.
+///
+/// ```
+/// use juxta_proto::message::{Element, Message};
+/// let mut m = Message::new();
+/// m.push(Element::bytes("bench", "data", &b"a"[..]));
+/// assert_eq!(m.get("bench", "data").unwrap().data.len(), 1);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Message {
+    /// The elements, in wire order.
+    pub elements: Vec<Element>,
+}
+
+impl Message {
+    /// An empty message.
+    pub fn new() -> Message {
+        Message::default()
+    }
+
+    /// Appends an element.
+    pub fn push(&mut self, e: Element) -> &mut Message {
+        self.elements.push(e);
+        self
+    }
+
+    /// Builder form of [`Message::push`].
+    pub fn with(mut self, e: Element) -> Message {
+        self.elements.push(e);
+        self
+    }
+
+    /// The first element with that namespace and name.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<&Element> {
+        self.elements
+            .iter()
+            .find(|e| e.namespace == namespace && e.name == name)
+    }
+
+    /// Removes and returns the first element with that namespace and name.
+    pub fn take(&mut self, namespace: &str, name: &str) -> Option<Element> {
+        let i = self
+            .elements
+            .iter()
+            .position(|e| e.namespace == namespace && e.name == name)?;
+        Some(self.elements.remove(i))
+    }
+
+    /// Removes every element with that namespace and name.
+    pub fn remove_all(&mut self, namespace: &str, name: &str) {
+        self.elements
+            .retain(|e| !(e.namespace == namespace && e.name == name));
+    }
+
+    /// Total payload bytes of all elements.
+    pub fn payload_len(&self) -> usize {
+        self.elements.iter().map(|e| e.data.len()).sum()
+    }
+}

@@ -1,0 +1,1 @@
+//! What travels on a TCP connection between two peers.

@@ -1,0 +1,496 @@
+package org.juxta.harness;
+
+import java.io.BufferedReader;
+import java.io.File;
+import java.io.FileDescriptor;
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.Comparator;
+import java.util.HexFormat;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.logging.Handler;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+import java.util.stream.Stream;
+
+import net.jxta.endpoint.ByteArrayMessageElement;
+import net.jxta.endpoint.EndpointAddress;
+import net.jxta.endpoint.EndpointListener;
+import net.jxta.endpoint.EndpointService;
+import net.jxta.endpoint.Message;
+import net.jxta.endpoint.MessageElement;
+import net.jxta.endpoint.Messenger;
+import net.jxta.endpoint.OutgoingMessageEvent;
+import net.jxta.endpoint.OutgoingMessageEventListener;
+import net.jxta.peergroup.PeerGroup;
+import net.jxta.platform.NetworkConfigurator;
+import net.jxta.platform.NetworkManager;
+
+/**
+ * A JXSE 2.7 peer driven by a line protocol on stdin/stdout (see README.md).
+ *
+ * stdout carries protocol lines only; everything else (JXSE logging, our own
+ * diagnostics, anything written to System.out by libraries) goes to stderr.
+ */
+public final class Main {
+
+    static final String SERVICE = "JuxtaTest";
+    static final String NS = "juxta";
+    static final String PAYLOAD = "payload";
+    static final String ACK = "ack";
+
+    /** Timeout for resolving a messenger and for a synchronous send (ms). */
+    static final long SEND_TIMEOUT_MS = Long.getLong("juxta.harness.sendTimeoutMs", 20_000L);
+
+    private static final Logger LOG = Logger.getLogger(Main.class.getName());
+    private static final Object OUT_LOCK = new Object();
+    private static PrintStream proto;
+
+    private NetworkManager manager;
+    private PeerGroup netGroup;
+    private EndpointService endpoint;
+    private String peerId;
+    private int port;
+
+    /** Replies (echo, ack) run here, off JXSE's delivery threads, in arrival order. */
+    private final ExecutorService replies = Executors.newSingleThreadExecutor(r -> {
+        Thread t = new Thread(r, "juxta-harness-replies");
+        t.setDaemon(true);
+        return t;
+    });
+    /** Reply messengers, kept strongly referenced (JXSE only caches them weakly). */
+    private final Map<EndpointAddress, Messenger> replyMessengers = new ConcurrentHashMap<>();
+    private final AtomicLong acksSent = new AtomicLong();
+    private final AtomicLong ackRepliesSeen = new AtomicLong();
+
+    public static void main(String[] args) {
+        // Keep the real stdout for protocol lines; route System.out to stderr.
+        proto = new PrintStream(new FileOutputStream(FileDescriptor.out), false, StandardCharsets.UTF_8);
+        System.setOut(System.err);
+        quietLogging();
+
+        int port = -1;
+        String home = null;
+        String name = "juxta-harness";
+        for (int i = 0; i < args.length; i++) {
+            String a = args[i];
+            String v = (i + 1 < args.length) ? args[i + 1] : null;
+            switch (a) {
+                case "--port": port = Integer.parseInt(require(a, v)); i++; break;
+                case "--home": home = require(a, v); i++; break;
+                case "--name": name = require(a, v); i++; break;
+                case "-h":
+                case "--help":
+                    System.err.println("usage: Main --port P [--home DIR] [--name NAME]");
+                    System.exit(0);
+                    return;
+                default:
+                    System.err.println("unknown argument: " + a);
+                    System.exit(2);
+                    return;
+            }
+        }
+        if (port <= 0 || port > 65535) {
+            System.err.println("usage: Main --port P [--home DIR] [--name NAME]  (--port is required)");
+            System.exit(2);
+            return;
+        }
+
+        Main main = new Main();
+        int rc;
+        try {
+            rc = main.run(port, home, name);
+        } catch (Throwable t) {
+            t.printStackTrace(System.err);
+            out("ERROR startup failed: " + oneLine(t));
+            rc = 1;
+        }
+        System.exit(rc);
+    }
+
+    private static String require(String flag, String value) {
+        if (value == null) {
+            System.err.println("missing value for " + flag);
+            System.exit(2);
+        }
+        return value;
+    }
+
+    /** JXSE reads net.jxta.logging.Logging once, when net.jxta.logging.Logging loads. */
+    private static void quietLogging() {
+        String level = System.getProperty("net.jxta.logging.Logging");
+        if (level == null) {
+            level = "WARNING";
+            System.setProperty("net.jxta.logging.Logging", level);
+        }
+        Level jul;
+        try {
+            jul = Level.parse(level);
+        } catch (IllegalArgumentException bad) {
+            jul = Level.WARNING;
+        }
+        Logger root = Logger.getLogger("");
+        root.setLevel(jul);
+        for (Handler h : root.getHandlers()) {
+            h.setLevel(jul);
+        }
+    }
+
+    static void out(String line) {
+        synchronized (OUT_LOCK) {
+            proto.print(line);
+            proto.print('\n');
+            proto.flush();
+        }
+    }
+
+    private int run(int port, String homeArg, String name) throws Exception {
+        this.port = port;
+        Path home;
+        boolean tempHome = false;
+        if (homeArg == null) {
+            home = Files.createTempDirectory("jxse-harness-");
+            tempHome = true;
+        } else {
+            home = Path.of(homeArg).toAbsolutePath();
+            Files.createDirectories(home);
+        }
+
+        long t0 = System.nanoTime();
+        manager = new NetworkManager(NetworkManager.ConfigMode.ADHOC, name, home.toUri());
+        configure(manager.getConfigurator(), port);
+        netGroup = manager.startNetwork();
+        endpoint = netGroup.getEndpointService();
+        peerId = netGroup.getPeerID().toString();
+
+        endpoint.addIncomingMessageListener(this::onSink, SERVICE, "sink");
+        endpoint.addIncomingMessageListener(this::onSink, SERVICE, "echo-reply");
+        endpoint.addIncomingMessageListener(this::onEcho, SERVICE, "echo");
+        endpoint.addIncomingMessageListener(this::onAck, SERVICE, "ack");
+        endpoint.addIncomingMessageListener((m, s, d) -> ackRepliesSeen.incrementAndGet(), SERVICE, "ack-reply");
+
+        System.err.printf("juxta-harness: %s started in %d ms, home %s, CBJX %s%n", peerId,
+                TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0), home,
+                Boolean.getBoolean("net.jxta.endpoint.WireFormatMessageFactory.CBJX_DISABLE") ? "off" : "on");
+        out("READY " + peerId + " tcp://127.0.0.1:" + port);
+
+        try {
+            commandLoop();
+        } finally {
+            shutdown(home, tempHome);
+        }
+        return 0;
+    }
+
+    /** ADHOC, TCP only on 127.0.0.1:port, everything else off, no seeds. */
+    private static void configure(NetworkConfigurator c, int port) {
+        c.setMode(NetworkConfigurator.ADHOC_NODE);
+
+        c.setTcpEnabled(true);
+        c.setTcpIncoming(true);
+        c.setTcpOutgoing(true);
+        c.setTcpInterfaceAddress("127.0.0.1");
+        c.setTcpPort(port);
+        c.setTcpStartPort(port);   // range [port, port]: fail rather than bind elsewhere
+        c.setTcpEndPort(port);
+        c.setTcpPublicAddress("127.0.0.1:" + port, true);
+
+        c.setHttpEnabled(false);
+        c.setHttpIncoming(false);
+        c.setHttpOutgoing(false);
+        // NB: in 2.7 setHttp2Enabled(true) is what clears the flags; set them directly.
+        c.setHttp2Enabled(false);
+        c.setHttp2Incoming(false);
+        c.setHttp2Outgoing(false);
+        c.setUseMulticast(false);
+
+        c.clearRendezvousSeeds();
+        c.clearRendezvousSeedingURIs();
+        c.clearRelaySeeds();
+        c.clearRelaySeedingURIs();
+        c.setUseOnlyRendezvousSeeds(true);
+        c.setUseOnlyRelaySeeds(true);
+        // Peer ID deliberately not set: JXSE derives a cbid from its own certificate.
+    }
+
+    private void commandLoop() throws IOException {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            line = line.trim();
+            if (line.isEmpty()) {
+                continue;
+            }
+            String[] parts = line.split("\\s+");
+            String cmd = parts[0].toUpperCase();
+            try {
+                switch (cmd) {
+                    case "SEND":
+                        out(send(parts));
+                        break;
+                    case "PEERID":
+                        out("PEERID " + peerId);
+                        break;
+                    case "QUIT":
+                        out("BYE");
+                        return;
+                    default:
+                        out("ERROR unknown command: " + parts[0]);
+                }
+            } catch (Throwable t) {
+                LOG.log(Level.WARNING, "command failed: " + line, t);
+                out("ERROR " + oneLine(t));
+            }
+        }
+        // EOF behaves like QUIT.
+        out("BYE");
+    }
+
+    private String send(String[] parts) {
+        if (parts.length != 3) {
+            return "ERROR usage: SEND <endpoint address> <size>";
+        }
+        EndpointAddress addr;
+        int size;
+        try {
+            addr = new EndpointAddress(parts[1]);
+            size = Integer.parseInt(parts[2]);
+            if (size < 0) {
+                throw new NumberFormatException("negative size");
+            }
+        } catch (RuntimeException bad) {
+            return "ERROR bad arguments: " + oneLine(bad);
+        }
+        byte[] payload = pattern(size);
+        Message msg = new Message();
+        msg.addMessageElement(NS, new ByteArrayMessageElement(PAYLOAD, null, payload, null));
+        String err = sendSync(addr, msg);
+        if (err != null) {
+            return "ERROR " + err;
+        }
+        return "SENT " + size + " " + sha256(payload);
+    }
+
+    /** Byte i = (i * 31 + 7) & 0xff. */
+    static byte[] pattern(int size) {
+        byte[] b = new byte[size];
+        for (int i = 0; i < size; i++) {
+            b[i] = (byte) ((i * 31 + 7) & 0xff);
+        }
+        return b;
+    }
+
+    /** Resolve a messenger and send, waiting for JXSE's success/failure report. Null on success. */
+    private String sendSync(EndpointAddress addr, Message msg) {
+        Messenger messenger;
+        try {
+            messenger = resolve(addr);
+        } catch (InterruptedException ie) {
+            Thread.currentThread().interrupt();
+            return "interrupted while resolving " + addr;
+        }
+        if (messenger == null) {
+            return "no messenger for " + addr + " (unresolvable or unsupported within " + SEND_TIMEOUT_MS + " ms)";
+        }
+        CountDownLatch done = new CountDownLatch(1);
+        AtomicReference<String> failure = new AtomicReference<>();
+        OutgoingMessageEventListener listener = new OutgoingMessageEventListener() {
+            public void messageSendFailed(OutgoingMessageEvent event) {
+                Throwable t = event.getFailure();
+                failure.set(t == null ? "send failed (queue overflow)" : "send failed: " + oneLine(t));
+                done.countDown();
+            }
+
+            public void messageSendSucceeded(OutgoingMessageEvent event) {
+                done.countDown();
+            }
+        };
+        try {
+            messenger.sendMessage(msg, null, null, listener);
+        } catch (UnsupportedOperationException legacy) {
+            // Not a channel messenger from the endpoint service: fall back to a blocking send.
+            try {
+                messenger.sendMessageB(msg, null, null);
+                return null;
+            } catch (IOException ioe) {
+                return "send failed: " + oneLine(ioe);
+            }
+        }
+        try {
+            if (!done.await(SEND_TIMEOUT_MS, TimeUnit.MILLISECONDS)) {
+                return "send not confirmed within " + SEND_TIMEOUT_MS + " ms";
+            }
+        } catch (InterruptedException ie) {
+            Thread.currentThread().interrupt();
+            return "interrupted while sending";
+        }
+        return failure.get();
+    }
+
+    private Messenger resolve(EndpointAddress addr) throws InterruptedException {
+        Messenger m = endpoint.getMessengerImmediate(addr, null);
+        if (m == null) {
+            return null;
+        }
+        m.resolve();
+        m.waitState(Messenger.RESOLVED | Messenger.TERMINAL, SEND_TIMEOUT_MS);
+        int state = m.getState();
+        if ((state & Messenger.TERMINAL) != 0 || (state & Messenger.RESOLVED) == 0) {
+            return null;
+        }
+        return m;
+    }
+
+    private Messenger replyMessenger(EndpointAddress addr) throws InterruptedException {
+        Messenger m = replyMessengers.get(addr);
+        if (m != null && (m.getState() & Messenger.USABLE) != 0) {
+            return m;
+        }
+        m = resolve(addr);
+        if (m != null) {
+            replyMessengers.put(addr, m);
+        } else {
+            replyMessengers.remove(addr);
+        }
+        return m;
+    }
+
+    /** Reply address: same peer / physical address as the source, our service and param. */
+    private static EndpointAddress replyTo(EndpointAddress src, String param) {
+        return new EndpointAddress(src, SERVICE, param);
+    }
+
+    // ---------------------------------------------------------------- listeners
+
+    private byte[] recvLine(Message message, EndpointAddress src, EndpointAddress dst) {
+        MessageElement el = message.getMessageElement(NS, PAYLOAD);
+        if (el == null) {
+            out("RECV " + src + " " + dst + " -1 -");
+            return null;
+        }
+        byte[] bytes = el.getBytes(false);
+        out("RECV " + src + " " + dst + " " + bytes.length + " " + sha256(bytes));
+        return bytes;
+    }
+
+    private void onSink(Message message, EndpointAddress src, EndpointAddress dst) {
+        recvLine(message, src, dst);
+    }
+
+    private void onEcho(Message message, EndpointAddress src, EndpointAddress dst) {
+        byte[] bytes = recvLine(message, src, dst);
+        if (bytes == null) {
+            out("ERROR echo: message has no juxta:payload element");
+            return;
+        }
+        if (src == null) {
+            out("ERROR echo: no source address");
+            return;
+        }
+        EndpointAddress to = replyTo(src, "echo-reply");
+        replies.execute(() -> {
+            Message reply = new Message();
+            reply.addMessageElement(NS, new ByteArrayMessageElement(PAYLOAD, null, bytes, null));
+            String err = sendSync(to, reply);
+            out(err == null ? "ECHOED " + bytes.length : "ERROR echo to " + to + ": " + err);
+        });
+    }
+
+    private static final byte[] ACK_BYTE = {1};
+
+    private void onAck(Message message, EndpointAddress src, EndpointAddress dst) {
+        if (src == null) {
+            return;
+        }
+        EndpointAddress to = replyTo(src, "ack-reply");
+        replies.execute(() -> {
+            try {
+                Messenger m = replyMessenger(to);
+                if (m == null) {
+                    System.err.println("juxta-harness: ack: no messenger for " + to);
+                    return;
+                }
+                Message reply = new Message();
+                reply.addMessageElement(NS, new ByteArrayMessageElement(ACK, null, ACK_BYTE, null));
+                m.sendMessageB(reply, null, null);
+                acksSent.incrementAndGet();
+            } catch (InterruptedException ie) {
+                Thread.currentThread().interrupt();
+            } catch (IOException | RuntimeException e) {
+                System.err.println("juxta-harness: ack to " + to + " failed: " + oneLine(e));
+                replyMessengers.remove(to);
+            }
+        });
+    }
+
+    // ---------------------------------------------------------------- helpers
+
+    static String sha256(byte[] data) {
+        try {
+            return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(data));
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    static String oneLine(Throwable t) {
+        String s = t.getClass().getSimpleName() + (t.getMessage() == null ? "" : ": " + t.getMessage());
+        return s.replaceAll("[\\r\\n]+", " ");
+    }
+
+    private void shutdown(Path home, boolean tempHome) {
+        // Never hang on exit: stopNetwork() has been seen to take a while.
+        Thread watchdog = new Thread(() -> {
+            try {
+                Thread.sleep(15_000);
+            } catch (InterruptedException ignored) {
+                return;
+            }
+            System.err.println("juxta-harness: shutdown took too long, halting");
+            Runtime.getRuntime().halt(0);
+        }, "juxta-harness-exit-watchdog");
+        watchdog.setDaemon(true);
+        watchdog.start();
+
+        replies.shutdownNow();
+        for (Messenger m : replyMessengers.values()) {
+            try {
+                m.close();
+            } catch (RuntimeException ignored) {
+                // best effort
+            }
+        }
+        try {
+            manager.stopNetwork();
+        } catch (RuntimeException e) {
+            System.err.println("juxta-harness: stopNetwork failed: " + oneLine(e));
+        }
+        System.err.printf("juxta-harness: stopped (acks sent %d, ack-replies seen %d)%n",
+                acksSent.get(), ackRepliesSeen.get());
+        if (tempHome) {
+            deleteTree(home);
+        }
+    }
+
+    private static void deleteTree(Path root) {
+        try (Stream<Path> walk = Files.walk(root)) {
+            walk.sorted(Comparator.reverseOrder()).map(Path::toFile).forEach(File::delete);
+        } catch (IOException ignored) {
+            // temp dir, best effort
+        }
+    }
+}
