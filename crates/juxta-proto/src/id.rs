@@ -270,7 +270,10 @@ impl JxtaId {
         if found == ty {
             Ok(self)
         } else {
-            Err(IdError::WrongType { expected: ty, found })
+            Err(IdError::WrongType {
+                expected: ty,
+                found,
+            })
         }
     }
 }
@@ -438,11 +441,16 @@ mod tests {
         let s = "urn:jxta:cbid-59616261646162614A78746150325033D9D9238EC0EEFCB122CB5D3DFE39A9CC03";
         let id: JxtaId = s.parse().unwrap();
         assert_eq!(id.to_string(), s);
-        let lower: JxtaId = s.to_lowercase().replace("URN:JXTA", "urn:jxta").parse().unwrap();
-        assert_eq!(lower, id);
-        let mixed: JxtaId = "URN:Jxta:cbid-59616261646162614a78746150325033d9d9238ec0eefcb122cb5d3dfe39a9cc03"
+        let lower: JxtaId = s
+            .to_lowercase()
+            .replace("URN:JXTA", "urn:jxta")
             .parse()
             .unwrap();
+        assert_eq!(lower, id);
+        let mixed: JxtaId =
+            "URN:Jxta:cbid-59616261646162614a78746150325033d9d9238ec0eefcb122cb5d3dfe39a9cc03"
+                .parse()
+                .unwrap();
         assert_eq!(mixed.to_string(), s);
         let peer: PeerId = s.parse().unwrap();
         assert_eq!(peer.id().group_part(), Some(JxtaId::WORLD_GROUP));

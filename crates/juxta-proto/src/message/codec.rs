@@ -452,7 +452,9 @@ mod tests {
         let m = Message::new().with(Element::text("", "hello", "world"));
         let enc = encode_v0(&m, JavaHashOrder::Java8).unwrap().to_bytes();
         let mut expect = b"jxmg\x00\x00\x00\x00\x01".to_vec();
-        expect.extend_from_slice(b"jxel\x00\x01\x00\x05hello\x00\x18text/plain;charset=UTF-8\x00\x00\x00\x05world");
+        expect.extend_from_slice(
+            b"jxel\x00\x01\x00\x05hello\x00\x18text/plain;charset=UTF-8\x00\x00\x00\x05world",
+        );
         assert_eq!(&enc[..], &expect[..]);
     }
 

@@ -1,0 +1,468 @@
+//! Juxta's compact framing, used once two Juxta peers have agreed on it.
+//!
+//! The JXTA framing spends ~1 KB per message on a header block, two address
+//! elements with full peer IDs, repeated element names and a per-message
+//! RSA signature. Between two Juxta peers the connection already knows both
+//! ends (they authenticated once, see [`super::handshake`]), so a frame is:
+//!
+//! ```text
+//! frame   := varint bodyLen  body
+//! body    := define*  0x03 varint channel  varint count  { varint name  varint len  data }*
+//! define  := 0x01 varint id  str service  u8 hasParam  [str param]     ; a channel
+//!          | 0x02 varint id  str namespace  str name  str mime         ; an element name
+//! str     := varint len  utf8
+//! ```
+//! Channels (service/param) and element names are interned per connection
+//! and direction on first use; id 0 means "literal follows" once a table is
+//! full. A 1-byte payload costs 7 bytes on the wire.
+
+use std::collections::HashMap;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::endpoint::ServiceAddress;
+use crate::message::codec::EncodedMessage;
+use crate::message::{Element, Message};
+
+/// Most entries per intern table (channels, names), per direction.
+pub const MAX_TABLE: usize = 1024;
+/// Payloads up to this size are copied next to their header.
+const COALESCE_LIMIT: usize = 512;
+const TAG_CHANNEL: u8 = 0x01;
+const TAG_NAME: u8 = 0x02;
+const TAG_MESSAGE: u8 = 0x03;
+/// Longest string in a definition.
+const MAX_STR: usize = 32 * 1024;
+
+/// Errors from compact frames.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompactError {
+    /// A varint runs past 10 bytes or the frame.
+    #[error("malformed varint")]
+    BadVarint,
+    /// The frame is larger than allowed.
+    #[error("compact frame of {len} bytes exceeds the limit of {max}")]
+    TooLarge {
+        /// announced
+        len: u64,
+        /// limit
+        max: u64,
+    },
+    /// The frame ended early.
+    #[error("compact frame truncated")]
+    Truncated,
+    /// Unknown item tag.
+    #[error("unknown compact item tag {0:#x}")]
+    BadTag(u8),
+    /// An id that was never defined, or a definition out of sequence.
+    #[error("undefined or out-of-order compact id {0}")]
+    BadId(u64),
+    /// A string is not UTF-8 or too long.
+    #[error("bad string in compact frame")]
+    BadString,
+    /// Bytes after the message.
+    #[error("trailing bytes after compact message")]
+    Trailing,
+    /// A message with no element.
+    #[error("compact message without elements")]
+    Empty,
+}
+
+/// Appends a LEB128 varint.
+pub fn put_varint(buf: &mut BytesMut, mut v: u64) {
+    while v >= 0x80 {
+        buf.put_u8((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.put_u8(v as u8);
+}
+
+/// Reads a LEB128 varint from the start of `buf`: `Ok(None)` if incomplete,
+/// otherwise the value and its length.
+pub fn get_varint(buf: &[u8]) -> Result<Option<(u64, usize)>, CompactError> {
+    let mut v: u64 = 0;
+    for (i, &b) in buf.iter().enumerate().take(10) {
+        if i == 9 && b > 1 {
+            return Err(CompactError::BadVarint);
+        }
+        v |= ((b & 0x7f) as u64) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok(Some((v, i + 1)));
+        }
+    }
+    if buf.len() >= 10 {
+        Err(CompactError::BadVarint)
+    } else {
+        Ok(None)
+    }
+}
+
+fn put_str(buf: &mut BytesMut, s: &str) {
+    put_varint(buf, s.len() as u64);
+    buf.put_slice(s.as_bytes());
+}
+
+type NameKey = (String, String, Option<String>);
+
+/// Sending side of a compact connection direction.
+#[derive(Debug, Default)]
+pub struct CompactEncoder {
+    channels: HashMap<ServiceAddress, u64>,
+    names: HashMap<NameKey, u64>,
+}
+
+impl CompactEncoder {
+    /// A fresh encoder (empty tables).
+    pub fn new() -> CompactEncoder {
+        CompactEncoder::default()
+    }
+
+    /// Encodes one message for `to` into `out` (a length prefix, then the
+    /// body; large payloads stay the caller's buffers).
+    pub fn encode(&mut self, to: &ServiceAddress, msg: &Message, out: &mut EncodedMessage) {
+        let mut body = BytesMut::with_capacity(
+            16 + msg
+                .elements
+                .iter()
+                .map(|e| {
+                    8 + if e.data.len() <= COALESCE_LIMIT {
+                        e.data.len()
+                    } else {
+                        0
+                    }
+                })
+                .sum::<usize>(),
+        );
+        // Definitions first.
+        let channel = match self.channels.get(to) {
+            Some(&id) => id,
+            None if self.channels.len() < MAX_TABLE => {
+                let id = self.channels.len() as u64 + 1;
+                self.channels.insert(to.clone(), id);
+                body.put_u8(TAG_CHANNEL);
+                put_varint(&mut body, id);
+                put_channel(&mut body, to);
+                id
+            }
+            None => 0,
+        };
+        let mut name_ids = Vec::with_capacity(msg.elements.len());
+        for e in &msg.elements {
+            let key = (e.namespace.clone(), e.name.clone(), e.mime.clone());
+            let id = match self.names.get(&key) {
+                Some(&id) => id,
+                None if self.names.len() < MAX_TABLE => {
+                    let id = self.names.len() as u64 + 1;
+                    body.put_u8(TAG_NAME);
+                    put_varint(&mut body, id);
+                    put_name(&mut body, e);
+                    self.names.insert(key, id);
+                    id
+                }
+                None => 0,
+            };
+            name_ids.push(id);
+        }
+        body.put_u8(TAG_MESSAGE);
+        put_varint(&mut body, channel);
+        if channel == 0 {
+            put_channel(&mut body, to);
+        }
+        put_varint(&mut body, msg.elements.len() as u64);
+        let mut chunks: Vec<Bytes> = Vec::new();
+        for (e, id) in msg.elements.iter().zip(name_ids) {
+            put_varint(&mut body, id);
+            if id == 0 {
+                put_name(&mut body, e);
+            }
+            put_varint(&mut body, e.data.len() as u64);
+            if e.data.len() <= COALESCE_LIMIT {
+                body.put_slice(&e.data);
+            } else {
+                chunks.push(body.split().freeze());
+                chunks.push(e.data.clone());
+            }
+        }
+        chunks.push(body.freeze());
+        let total: usize = chunks.iter().map(|c| c.len()).sum();
+        let mut prefix = BytesMut::with_capacity(10);
+        put_varint(&mut prefix, total as u64);
+        // Put the prefix in front of the first chunk when it is small.
+        if chunks[0].len() <= COALESCE_LIMIT * 2 {
+            prefix.extend_from_slice(&chunks[0]);
+            chunks[0] = prefix.freeze();
+        } else {
+            chunks.insert(0, prefix.freeze());
+        }
+        for c in chunks {
+            out.push(c);
+        }
+    }
+}
+
+fn put_channel(body: &mut BytesMut, to: &ServiceAddress) {
+    put_str(body, &to.service);
+    match &to.param {
+        Some(p) => {
+            body.put_u8(1);
+            put_str(body, p);
+        }
+        None => body.put_u8(0),
+    }
+}
+
+fn put_name(body: &mut BytesMut, e: &Element) {
+    put_str(body, &e.namespace);
+    put_str(body, &e.name);
+    put_str(body, e.mime.as_deref().unwrap_or(""));
+}
+
+/// Receiving side of a compact connection direction.
+#[derive(Debug, Default)]
+pub struct CompactDecoder {
+    channels: Vec<ServiceAddress>,
+    names: Vec<NameKey>,
+}
+
+struct Cursor {
+    body: Bytes,
+}
+
+impl Cursor {
+    fn varint(&mut self) -> Result<u64, CompactError> {
+        match get_varint(&self.body)? {
+            Some((v, n)) => {
+                self.body.advance(n);
+                Ok(v)
+            }
+            None => Err(CompactError::Truncated),
+        }
+    }
+    fn u8(&mut self) -> Result<u8, CompactError> {
+        if self.body.is_empty() {
+            return Err(CompactError::Truncated);
+        }
+        Ok(self.body.get_u8())
+    }
+    fn bytes(&mut self, n: u64) -> Result<Bytes, CompactError> {
+        if n > self.body.len() as u64 {
+            return Err(CompactError::Truncated);
+        }
+        Ok(self.body.split_to(n as usize))
+    }
+    fn str(&mut self) -> Result<String, CompactError> {
+        let n = self.varint()?;
+        if n > MAX_STR as u64 {
+            return Err(CompactError::BadString);
+        }
+        let b = self.bytes(n)?;
+        String::from_utf8(b.to_vec()).map_err(|_| CompactError::BadString)
+    }
+    fn channel(&mut self) -> Result<ServiceAddress, CompactError> {
+        let service = self.str()?;
+        let param = match self.u8()? {
+            0 => None,
+            1 => Some(self.str()?),
+            t => return Err(CompactError::BadTag(t)),
+        };
+        Ok(ServiceAddress { service, param })
+    }
+    fn name(&mut self) -> Result<NameKey, CompactError> {
+        let ns = self.str()?;
+        let name = self.str()?;
+        let mime = self.str()?;
+        Ok((ns, name, (!mime.is_empty()).then_some(mime)))
+    }
+}
+
+impl CompactDecoder {
+    /// A fresh decoder.
+    pub fn new() -> CompactDecoder {
+        CompactDecoder::default()
+    }
+
+    /// Decodes one frame from the front of `rx`, if it is complete. On
+    /// `Ok(None)`, `rx` is untouched and more bytes are needed; the second
+    /// value is how many bytes the whole frame needs (to size reads).
+    pub fn decode(
+        &mut self,
+        rx: &mut BytesMut,
+        max: u64,
+    ) -> Result<Option<(ServiceAddress, Message, usize)>, CompactError> {
+        let Some((len, n)) = get_varint(rx)? else {
+            return Ok(None);
+        };
+        if len > max {
+            return Err(CompactError::TooLarge { len, max });
+        }
+        let total = n + len as usize;
+        if rx.len() < total {
+            if rx.capacity() < total {
+                rx.reserve(total - rx.len());
+            }
+            return Ok(None);
+        }
+        rx.advance(n);
+        let body = rx.split_to(len as usize).freeze();
+        let mut c = Cursor { body };
+        loop {
+            match c.u8()? {
+                TAG_CHANNEL => {
+                    let id = c.varint()?;
+                    if id != self.channels.len() as u64 + 1 || self.channels.len() >= MAX_TABLE {
+                        return Err(CompactError::BadId(id));
+                    }
+                    let ch = c.channel()?;
+                    self.channels.push(ch);
+                }
+                TAG_NAME => {
+                    let id = c.varint()?;
+                    if id != self.names.len() as u64 + 1 || self.names.len() >= MAX_TABLE {
+                        return Err(CompactError::BadId(id));
+                    }
+                    let nm = c.name()?;
+                    self.names.push(nm);
+                }
+                TAG_MESSAGE => break,
+                t => return Err(CompactError::BadTag(t)),
+            }
+        }
+        let ch = c.varint()?;
+        let to = if ch == 0 {
+            c.channel()?
+        } else {
+            self.channels
+                .get(ch as usize - 1)
+                .cloned()
+                .ok_or(CompactError::BadId(ch))?
+        };
+        let count = c.varint()?;
+        if count == 0 {
+            return Err(CompactError::Empty);
+        }
+        // Each element takes at least 2 bytes: bounds the allocation.
+        let mut elements = Vec::with_capacity((count as usize).min(c.body.len() / 2 + 1));
+        for _ in 0..count {
+            let id = c.varint()?;
+            let (namespace, name, mime) = if id == 0 {
+                c.name()?
+            } else {
+                self.names
+                    .get(id as usize - 1)
+                    .cloned()
+                    .ok_or(CompactError::BadId(id))?
+            };
+            let len = c.varint()?;
+            let data = c.bytes(len)?;
+            elements.push(Element {
+                namespace,
+                name,
+                mime,
+                data,
+                signature: None,
+            });
+        }
+        if !c.body.is_empty() {
+            return Err(CompactError::Trailing);
+        }
+        Ok(Some((to, Message { elements }, total)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(enc: &mut CompactEncoder, to: &ServiceAddress, m: &Message) -> BytesMut {
+        let mut out = EncodedMessage::default();
+        enc.encode(to, m, &mut out);
+        BytesMut::from(&out.to_bytes()[..])
+    }
+
+    #[test]
+    fn one_byte_payload_costs_seven_bytes_after_first() {
+        let mut enc = CompactEncoder::new();
+        let mut dec = CompactDecoder::new();
+        let to = ServiceAddress::new("BenchEP", Some("data"));
+        let m = Message::new().with(Element::bytes("bench", "data", &b"a"[..]));
+        let mut first = frame(&mut enc, &to, &m);
+        let (t, got, _) = dec.decode(&mut first, 1 << 20).unwrap().unwrap();
+        assert_eq!((t, got), (to.clone(), m.clone()));
+        assert!(first.is_empty());
+        let mut second = frame(&mut enc, &to, &m);
+        assert_eq!(second.len(), 7);
+        let (_, got, n) = dec.decode(&mut second, 1 << 20).unwrap().unwrap();
+        assert_eq!((got, n), (m, 7));
+    }
+
+    #[test]
+    fn large_payload_is_not_copied_and_partial_frames_wait() {
+        let mut enc = CompactEncoder::new();
+        let mut dec = CompactDecoder::new();
+        let to = ServiceAddress::new("S", None);
+        let big = Bytes::from(vec![9u8; 100_000]);
+        let m = Message::new().with(Element::bytes("", "x", big.clone()));
+        let mut out = EncodedMessage::default();
+        enc.encode(&to, &m, &mut out);
+        assert!(out.chunks.iter().any(|c| c.as_ptr() == big.as_ptr()));
+        let wire = out.to_bytes();
+        let mut rx = BytesMut::new();
+        for (i, b) in wire.iter().enumerate() {
+            rx.put_u8(*b);
+            let r = dec.decode(&mut rx, 1 << 20).unwrap();
+            if i + 1 < wire.len() {
+                assert!(r.is_none());
+            } else {
+                assert_eq!(r.unwrap().1, m);
+            }
+        }
+    }
+
+    #[test]
+    fn full_tables_fall_back_to_literals() {
+        let mut enc = CompactEncoder::new();
+        let mut dec = CompactDecoder::new();
+        for i in 0..MAX_TABLE + 5 {
+            let to = ServiceAddress::new("S", Some(&i.to_string()));
+            let m = Message::new().with(Element::bytes("", &format!("n{i}"), &b"z"[..]));
+            let mut f = frame(&mut enc, &to, &m);
+            let (t, got, _) = dec.decode(&mut f, 1 << 20).unwrap().unwrap();
+            assert_eq!((t, got), (to, m));
+        }
+    }
+
+    #[test]
+    fn bad_frames_are_typed_errors() {
+        let mut dec = CompactDecoder::new();
+        let mut huge = BytesMut::new();
+        put_varint(&mut huge, 1 << 62);
+        assert!(matches!(
+            dec.decode(&mut huge, 1 << 20),
+            Err(CompactError::TooLarge { .. })
+        ));
+        let mut undefined = BytesMut::from(&[4u8, TAG_MESSAGE, 7, 1, 1][..]);
+        assert_eq!(
+            dec.decode(&mut undefined, 100).unwrap_err(),
+            CompactError::BadId(7)
+        );
+        let mut badtag = BytesMut::from(&[1u8, 0x77][..]);
+        assert_eq!(
+            dec.decode(&mut badtag, 100).unwrap_err(),
+            CompactError::BadTag(0x77)
+        );
+        let mut varint = BytesMut::from(&[0xffu8; 12][..]);
+        assert_eq!(
+            dec.decode(&mut varint, 100).unwrap_err(),
+            CompactError::BadVarint
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decoder_never_panics(data in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            let mut dec = CompactDecoder::new();
+            let mut rx = BytesMut::from(&data[..]);
+            while let Ok(Some(_)) = dec.decode(&mut rx, 1 << 16) {}
+        }
+    }
+}

@@ -1,0 +1,508 @@
+//! The state of one TCP connection between two peers, without the socket.
+//!
+//! A connection has two halves that the runtime drives independently: the
+//! [`Inbound`] half turns received bytes into events (the remote welcome,
+//! messages, compact-handshake steps) and the [`Outbound`] half turns
+//! messages into the chunks of one vectored write. Reading and writing then
+//! never wait for each other; the only coupling is the compact handshake,
+//! where the reader hands each step to [`Outbound::handle_handshake`] and
+//! applies the returned switch before decoding the next frame.
+//!
+//! Both halves speak JXTA framing (welcome line, `content-length` frames,
+//! binary messages with the CBJX trailer) until the handshake switches a
+//! direction to [`super::compact`] framing.
+
+use std::sync::Arc;
+
+use bytes::{Buf, Bytes, BytesMut};
+use rand::RngCore;
+
+use super::compact::{CompactDecoder, CompactEncoder, CompactError};
+use super::frame::{self, FrameError};
+use super::handshake::{self, HandshakeError, HandshakeMsg, HANDSHAKE_SERVICE, NONCE_LEN};
+use super::welcome::{Welcome, WelcomeError};
+use crate::endpoint::address::EndpointAddress;
+use crate::endpoint::{demangle, mangle, ServiceAddress, ELEM_DEST_ADDRESS, ELEM_SOURCE_ADDRESS};
+use crate::id::PeerId;
+use crate::identity::{Identity, RemoteCert};
+use crate::message::cbjx::{self, CbjxError, CbjxVerifier};
+use crate::message::codec::{decode_v0, encode_v0, EncodedMessage, MessageError};
+use crate::message::namespace_order::JavaHashOrder;
+use crate::message::{Element, Message, NS_JXTA};
+
+/// Settings shared by both halves.
+#[derive(Debug, Clone)]
+pub struct ConnectionConfig {
+    /// Largest message body accepted (checked from the length field).
+    pub max_message: u64,
+    /// Sign outgoing JXTA messages with a CBJX trailer and require one on
+    /// incoming JXTA messages (JXSE 2.7's default).
+    pub cbjx: bool,
+    /// Offer (as initiator) and accept (as acceptor) compact framing.
+    pub compact: bool,
+    /// Namespace-table order of the JVM on the other side.
+    pub hash_order: JavaHashOrder,
+    /// Group the handshake is mangled into.
+    pub group_unique: String,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        ConnectionConfig {
+            max_message: frame::DEFAULT_MAX_MESSAGE,
+            cbjx: true,
+            compact: true,
+            hash_order: JavaHashOrder::Java8,
+            group_unique: crate::endpoint::NET_GROUP_UNIQUE.to_string(),
+        }
+    }
+}
+
+/// Which side opened the TCP connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// We dialled.
+    Initiator,
+    /// We accepted.
+    Acceptor,
+}
+
+/// Errors that close a connection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectionError {
+    /// Bad welcome line.
+    #[error("welcome: {0}")]
+    Welcome(#[from] WelcomeError),
+    /// Bad frame header.
+    #[error("frame: {0}")]
+    Frame(#[from] FrameError),
+    /// Bad binary message.
+    #[error("message: {0}")]
+    Message(#[from] MessageError),
+    /// Bad or missing CBJX trailer.
+    #[error("cbjx: {0}")]
+    Cbjx(#[from] CbjxError),
+    /// The CBJX trailer names another peer than the welcome line.
+    #[error("message signed by {signer} on the connection of {peer}")]
+    SpoofedSource {
+        /// who signed
+        signer: PeerId,
+        /// who the connection belongs to
+        peer: PeerId,
+    },
+    /// A JXTA message without a trailer while CBJX is required.
+    #[error("message without CBJX trailer")]
+    MissingTrailer,
+    /// A message without a usable destination address element.
+    #[error("message without a valid EndpointDestinationAddress")]
+    NoDestination,
+    /// Bad compact frame.
+    #[error("compact: {0}")]
+    Compact(#[from] CompactError),
+    /// Compact handshake failure.
+    #[error("handshake: {0}")]
+    Handshake(#[from] HandshakeError),
+    /// Sending before the remote welcome arrived.
+    #[error("connection not established yet")]
+    NotEstablished,
+}
+
+/// A message received on a connection.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// The service address on the wire (possibly mangled).
+    pub to: ServiceAddress,
+    /// `EndpointSourceAddress`, if present (JXTA framing only).
+    pub source: Option<String>,
+    /// The message, without the two address elements.
+    pub message: Message,
+    /// Bytes the frame occupied on the wire.
+    pub wire_len: usize,
+}
+
+/// What the inbound half produced.
+#[derive(Debug, Clone)]
+pub enum InboundEvent {
+    /// The remote welcome line arrived.
+    Welcome(Welcome),
+    /// A message.
+    Message(Received),
+    /// A compact-handshake step: pass it to [`Outbound::handle_handshake`].
+    Handshake(HandshakeMsg),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RxMode {
+    Welcome,
+    Jxta,
+    Compact,
+}
+
+/// The receiving half.
+pub struct Inbound {
+    cfg: ConnectionConfig,
+    mode: RxMode,
+    remote: Option<PeerId>,
+    compact: CompactDecoder,
+    verifier: CbjxVerifier,
+    received: u64,
+}
+
+impl Inbound {
+    /// A receiving half expecting the remote welcome first.
+    pub fn new(cfg: ConnectionConfig) -> Inbound {
+        Inbound {
+            cfg,
+            mode: RxMode::Welcome,
+            remote: None,
+            compact: CompactDecoder::new(),
+            verifier: CbjxVerifier::default(),
+            received: 0,
+        }
+    }
+
+    /// The remote peer, once its welcome arrived.
+    pub fn remote(&self) -> Option<PeerId> {
+        self.remote
+    }
+
+    /// Whether the receive direction speaks compact framing.
+    pub fn is_compact(&self) -> bool {
+        self.mode == RxMode::Compact
+    }
+
+    /// Messages received so far.
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// Switches the receive direction to compact framing (after the
+    /// handshake said so).
+    pub fn switch_to_compact(&mut self) {
+        self.mode = RxMode::Compact;
+    }
+
+    /// Decodes the next event from the front of `rx`. `Ok(None)`: need more
+    /// bytes (the buffer has been reserved for the whole pending frame, so
+    /// large messages are read straight into place). An error is fatal for
+    /// the connection.
+    pub fn poll(&mut self, rx: &mut BytesMut) -> Result<Option<InboundEvent>, ConnectionError> {
+        match self.mode {
+            RxMode::Welcome => {
+                let Some((w, used)) = Welcome::parse(rx)? else {
+                    return Ok(None);
+                };
+                rx.advance(used);
+                self.remote = Some(w.peer_id);
+                self.mode = RxMode::Jxta;
+                Ok(Some(InboundEvent::Welcome(w)))
+            }
+            RxMode::Compact => {
+                let Some((to, message, wire_len)) =
+                    self.compact.decode(rx, self.cfg.max_message)?
+                else {
+                    return Ok(None);
+                };
+                self.received += 1;
+                Ok(Some(InboundEvent::Message(Received {
+                    to,
+                    source: None,
+                    message,
+                    wire_len,
+                })))
+            }
+            RxMode::Jxta => self.poll_jxta(rx),
+        }
+    }
+
+    fn poll_jxta(&mut self, rx: &mut BytesMut) -> Result<Option<InboundEvent>, ConnectionError> {
+        let Some(h) = frame::parse_header(rx, self.cfg.max_message)? else {
+            return Ok(None);
+        };
+        let total = h.header_len + h.content_length as usize;
+        if rx.len() < total {
+            if rx.capacity() < total {
+                rx.reserve(total - rx.len());
+            }
+            return Ok(None);
+        }
+        rx.advance(h.header_len);
+        let body = rx.split_to(h.content_length as usize).freeze();
+        let decoded = decode_v0(body.clone())?;
+        let end = decoded.elements_end;
+        if end < body.len() {
+            let trailer = cbjx::parse_trailer(body.slice(end..))?;
+            let signer = self.verifier.verify(&[&body[..end]], &trailer)?.peer;
+            if let Some(peer) = self.remote {
+                if signer != peer {
+                    return Err(ConnectionError::SpoofedSource { signer, peer });
+                }
+            }
+        } else if self.cfg.cbjx {
+            return Err(ConnectionError::MissingTrailer);
+        }
+        let mut message = decoded.message;
+        let source = message
+            .take(NS_JXTA, ELEM_SOURCE_ADDRESS)
+            .and_then(|e| e.as_str().map(str::to_string));
+        let dest = message
+            .take(NS_JXTA, ELEM_DEST_ADDRESS)
+            .and_then(|e| e.as_str().and_then(|s| s.parse::<EndpointAddress>().ok()))
+            .ok_or(ConnectionError::NoDestination)?;
+        let to = ServiceAddress {
+            service: dest.service.ok_or(ConnectionError::NoDestination)?,
+            param: dest.param,
+        };
+        let (_, real) = demangle(to.clone());
+        if real.service == HANDSHAKE_SERVICE {
+            let param = real.param.as_deref().unwrap_or("");
+            return Ok(Some(InboundEvent::Handshake(HandshakeMsg::from_message(
+                param, &message,
+            )?)));
+        }
+        self.received += 1;
+        Ok(Some(InboundEvent::Message(Received {
+            to,
+            source,
+            message,
+            wire_len: total,
+        })))
+    }
+}
+
+enum HandshakeState {
+    Idle,
+    OfferSent {
+        nonce_a: Bytes,
+    },
+    AwaitConfirm {
+        nonce_a: Bytes,
+        nonce_b: Bytes,
+        cert_a: RemoteCert,
+    },
+    Done,
+}
+
+/// What the outbound half wants done after a handshake step.
+#[derive(Debug, Default)]
+pub struct HandshakeOutcome {
+    /// Write this (already framed) before anything else.
+    pub reply: Option<EncodedMessage>,
+    /// Switch the inbound half to compact now.
+    pub switch_inbound: bool,
+}
+
+/// The sending half.
+pub struct Outbound {
+    cfg: ConnectionConfig,
+    role: Role,
+    identity: Arc<Identity>,
+    remote: Option<Welcome>,
+    compact: Option<CompactEncoder>,
+    handshake: HandshakeState,
+    source_address: String,
+}
+
+impl Outbound {
+    /// A sending half for `identity`.
+    pub fn new(cfg: ConnectionConfig, role: Role, identity: Arc<Identity>) -> Outbound {
+        let source_address = identity.peer_id().endpoint_address();
+        Outbound {
+            cfg,
+            role,
+            identity,
+            remote: None,
+            compact: None,
+            handshake: HandshakeState::Idle,
+            source_address,
+        }
+    }
+
+    /// Our welcome line: `dest` is the address we talk to, `public` our own.
+    pub fn welcome(&self, dest: &str, public: &str) -> Bytes {
+        Bytes::from(
+            Welcome::new(
+                dest.to_string(),
+                public.to_string(),
+                *self.identity.peer_id(),
+            )
+            .to_line(),
+        )
+    }
+
+    /// Whether the send direction speaks compact framing.
+    pub fn is_compact(&self) -> bool {
+        self.compact.is_some()
+    }
+
+    /// Records the remote welcome; as initiator with compact enabled,
+    /// returns the offer to send.
+    pub fn on_remote_welcome(
+        &mut self,
+        w: Welcome,
+        rng: &mut dyn RngCore,
+    ) -> Result<Option<EncodedMessage>, ConnectionError> {
+        self.remote = Some(w);
+        if self.role == Role::Initiator && self.cfg.compact {
+            let mut nonce = vec![0u8; NONCE_LEN];
+            rng.fill_bytes(&mut nonce);
+            let nonce = Bytes::from(nonce);
+            let offer = HandshakeMsg::Offer {
+                nonce: nonce.clone(),
+                cert: self.identity.cert_der().clone(),
+            };
+            self.handshake = HandshakeState::OfferSent { nonce_a: nonce };
+            return Ok(Some(self.encode_handshake(&offer)?));
+        }
+        Ok(None)
+    }
+
+    fn encode_handshake(&mut self, m: &HandshakeMsg) -> Result<EncodedMessage, ConnectionError> {
+        let to = mangle(
+            &self.cfg.group_unique,
+            &ServiceAddress::new(HANDSHAKE_SERVICE, Some(m.param())),
+        );
+        self.encode_jxta(&to, m.to_message())
+    }
+
+    /// Applies a handshake step the inbound half received.
+    pub fn handle_handshake(
+        &mut self,
+        msg: HandshakeMsg,
+        rng: &mut dyn RngCore,
+    ) -> Result<HandshakeOutcome, ConnectionError> {
+        let remote = self
+            .remote
+            .as_ref()
+            .map(|w| w.peer_id)
+            .ok_or(ConnectionError::NotEstablished)?;
+        let me = *self.identity.peer_id();
+        let state = std::mem::replace(&mut self.handshake, HandshakeState::Idle);
+        match (self.role, state, msg) {
+            (Role::Acceptor, HandshakeState::Idle, HandshakeMsg::Offer { nonce, cert }) => {
+                if !self.cfg.compact {
+                    return Ok(HandshakeOutcome::default());
+                }
+                let cert_a = handshake::check_cert(cert, &remote)?;
+                let mut nb = vec![0u8; NONCE_LEN];
+                rng.fill_bytes(&mut nb);
+                let nonce_b = Bytes::from(nb);
+                let digest = handshake::transcript("accept", &nonce, &nonce_b, &remote, &me);
+                let accept = HandshakeMsg::Accept {
+                    nonce: nonce_b.clone(),
+                    cert: self.identity.cert_der().clone(),
+                    sig: handshake::sign(&self.identity, &digest),
+                };
+                let reply = self.encode_handshake(&accept)?;
+                self.compact = Some(CompactEncoder::new());
+                self.handshake = HandshakeState::AwaitConfirm {
+                    nonce_a: nonce,
+                    nonce_b,
+                    cert_a,
+                };
+                Ok(HandshakeOutcome {
+                    reply: Some(reply),
+                    switch_inbound: false,
+                })
+            }
+            (
+                Role::Acceptor,
+                HandshakeState::AwaitConfirm {
+                    nonce_a,
+                    nonce_b,
+                    cert_a,
+                },
+                HandshakeMsg::Confirm { sig },
+            ) => {
+                let digest = handshake::transcript("confirm", &nonce_a, &nonce_b, &remote, &me);
+                handshake::verify(&cert_a, &digest, &sig)?;
+                self.handshake = HandshakeState::Done;
+                Ok(HandshakeOutcome {
+                    reply: None,
+                    switch_inbound: true,
+                })
+            }
+            (
+                Role::Initiator,
+                HandshakeState::OfferSent { nonce_a },
+                HandshakeMsg::Accept { nonce, cert, sig },
+            ) => {
+                let cert_b = handshake::check_cert(cert, &remote)?;
+                let digest = handshake::transcript("accept", &nonce_a, &nonce, &me, &remote);
+                handshake::verify(&cert_b, &digest, &sig)?;
+                let digest = handshake::transcript("confirm", &nonce_a, &nonce, &me, &remote);
+                let confirm = HandshakeMsg::Confirm {
+                    sig: handshake::sign(&self.identity, &digest),
+                };
+                let reply = self.encode_handshake(&confirm)?;
+                self.compact = Some(CompactEncoder::new());
+                self.handshake = HandshakeState::Done;
+                Ok(HandshakeOutcome {
+                    reply: Some(reply),
+                    switch_inbound: true,
+                })
+            }
+            (_, _, m) => Err(HandshakeError::Unexpected(m.param()).into()),
+        }
+    }
+
+    /// Frames `msg` for the service address `to` (as it should appear on the
+    /// wire, i.e. already mangled). In JXTA framing the address elements and
+    /// (if enabled) the CBJX trailer are added; in compact framing the
+    /// address is interned.
+    pub fn encode(
+        &mut self,
+        to: &ServiceAddress,
+        msg: Message,
+    ) -> Result<EncodedMessage, ConnectionError> {
+        if self.remote.is_none() {
+            return Err(ConnectionError::NotEstablished);
+        }
+        if let Some(c) = &mut self.compact {
+            if msg.elements.is_empty() {
+                return Err(MessageError::Empty.into());
+            }
+            let mut out = EncodedMessage::default();
+            c.encode(to, &msg, &mut out);
+            return Ok(out);
+        }
+        self.encode_jxta(to, msg)
+    }
+
+    fn encode_jxta(
+        &mut self,
+        to: &ServiceAddress,
+        mut msg: Message,
+    ) -> Result<EncodedMessage, ConnectionError> {
+        let base = self
+            .remote
+            .as_ref()
+            .map(|w| w.public_addr.as_str())
+            .ok_or(ConnectionError::NotEstablished)?;
+        let dest = match &to.param {
+            Some(p) => format!("{base}/{}/{p}", to.service),
+            None => format!("{base}/{}", to.service),
+        };
+        msg.push(Element::text(
+            NS_JXTA,
+            ELEM_SOURCE_ADDRESS,
+            &self.source_address,
+        ));
+        msg.push(Element::text(NS_JXTA, ELEM_DEST_ADDRESS, &dest));
+        let body = encode_v0(&msg, self.cfg.hash_order)?;
+        let trailer = self
+            .cfg
+            .cbjx
+            .then(|| cbjx::trailer_for(&self.identity, &body.chunks));
+        let len = body.len + trailer.as_ref().map_or(0, |t| t.len());
+        let mut out = EncodedMessage::default();
+        out.push(frame::encode_header(len as u64));
+        for c in body.chunks {
+            out.push(c);
+        }
+        if let Some(t) = trailer {
+            out.push(t);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,164 @@
+//! The endpoint service's public face: listeners that receive messages for
+//! a service address, and messengers that send to a connected peer.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use juxta_proto::endpoint::{self, mangle, Delivery, ServiceAddress};
+use juxta_proto::id::PeerId;
+use juxta_proto::message::Message;
+use juxta_proto::wire::connection::ConnectionError;
+use tokio::sync::mpsc;
+
+use crate::peer::Inner;
+use crate::transport::tcp::Connection;
+
+/// Errors sending a message.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The message could not be framed (empty, too large a name, ...).
+    #[error("cannot frame message: {0}")]
+    Frame(#[from] ConnectionError),
+    /// The socket failed; the connection is gone.
+    #[error("connection to {peer} failed: {source}")]
+    Io {
+        /// remote peer
+        peer: PeerId,
+        /// the error
+        #[source]
+        source: std::io::Error,
+    },
+    /// The connection has closed.
+    #[error("connection to {0} is closed")]
+    Closed(PeerId),
+}
+
+/// Receives the messages addressed to one service address. Dropping it
+/// unregisters the service. The queue is bounded: while it is full, the
+/// connections delivering to it stop reading (back-pressure).
+pub struct Listener {
+    to: ServiceAddress,
+    rx: mpsc::Receiver<Delivery>,
+    peer: Weak<Inner>,
+}
+
+impl Listener {
+    pub(crate) fn new(to: ServiceAddress, rx: mpsc::Receiver<Delivery>, peer: Weak<Inner>) -> Self {
+        Listener { to, rx, peer }
+    }
+
+    /// The next message; `None` once the peer is gone.
+    pub async fn recv(&mut self) -> Option<Delivery> {
+        self.rx.recv().await
+    }
+
+    /// The service address this listener serves.
+    pub fn address(&self) -> &ServiceAddress {
+        &self.to
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(p) = self.peer.upgrade() {
+            p.remove_listener(&self.to);
+        }
+    }
+}
+
+/// Sends messages to one connected peer.
+#[derive(Clone)]
+pub struct Messenger {
+    conn: Arc<Connection>,
+    inner: Arc<Inner>,
+}
+
+impl Messenger {
+    pub(crate) fn new(conn: Arc<Connection>, inner: Arc<Inner>) -> Messenger {
+        Messenger { conn, inner }
+    }
+
+    /// The remote peer.
+    pub fn remote(&self) -> PeerId {
+        self.conn.remote
+    }
+
+    /// The underlying connection (counters, state).
+    pub fn connection(&self) -> &Arc<Connection> {
+        &self.conn
+    }
+
+    /// Whether both directions already use compact framing.
+    pub fn is_compact(&self) -> bool {
+        self.conn.is_compact()
+    }
+
+    /// Waits until compact framing is on (both ends are Juxta peers with it
+    /// enabled) or `timeout` passes; returns whether it is on.
+    pub async fn wait_compact(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.conn.compact_ready.notified();
+            if self.conn.is_compact() {
+                return true;
+            }
+            if self.conn.is_closed() || tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.conn.is_compact();
+            }
+        }
+    }
+
+    /// Sends `msg` directly to `service`/`param` at the remote peer (in the
+    /// Net peer group). Returns the bytes it took on the wire.
+    pub async fn send(
+        &self,
+        service: &str,
+        param: Option<&str>,
+        msg: Message,
+    ) -> Result<usize, SendError> {
+        let to = mangle(
+            &self.inner.cfg.connection.group_unique,
+            &ServiceAddress::new(service, param),
+        );
+        self.send_raw(&to, msg).await
+    }
+
+    /// Sends `msg` to `service`/`param` through the remote peer's endpoint
+    /// router (an `EndpointRouterMsg` header), the way JXSE itself reaches
+    /// `jxta://` destinations. Over compact framing this is a direct send.
+    pub async fn send_routed(
+        &self,
+        service: &str,
+        param: Option<&str>,
+        mut msg: Message,
+    ) -> Result<usize, SendError> {
+        if self.conn.compact_tx.load(Ordering::Acquire) {
+            return self.send(service, param, msg).await;
+        }
+        let to = endpoint::wrap_routed(
+            &self.inner.cfg.connection.group_unique,
+            self.inner.identity.peer_id(),
+            &self.conn.remote,
+            &ServiceAddress::new(service, param),
+            &mut msg,
+        );
+        self.send_raw(&to, msg).await
+    }
+
+    async fn send_raw(&self, to: &ServiceAddress, msg: Message) -> Result<usize, SendError> {
+        if self.conn.is_closed() {
+            return Err(SendError::Closed(self.conn.remote));
+        }
+        let mut w = self.conn.writer.lock().await;
+        let enc = w.out.encode(to, msg)?;
+        w.write(&enc).await.map_err(|source| SendError::Io {
+            peer: self.conn.remote,
+            source,
+        })?;
+        self.conn
+            .bytes_out
+            .fetch_add(enc.len as u64, Ordering::Relaxed);
+        Ok(enc.len)
+    }
+}

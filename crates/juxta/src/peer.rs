@@ -1,0 +1,411 @@
+//! A running peer: its identity, its TCP listener, its connections and the
+//! endpoint listeners messages are dispatched to.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use juxta_proto::endpoint::{self, Delivery, ServiceAddress};
+use juxta_proto::id::PeerId;
+use juxta_proto::identity::{Identity, IdentityError};
+use juxta_proto::wire::connection::Role;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::endpoint::{Listener, Messenger};
+use crate::transport::tcp::{self, Connection, Incoming};
+use crate::PeerConfig;
+
+/// Errors starting or using a peer.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// File or socket error, with what was being done.
+    #[error("{what}: {source}")]
+    Io {
+        /// what failed
+        what: String,
+        /// the error
+        #[source]
+        source: std::io::Error,
+    },
+    /// The identity files are unreadable or inconsistent.
+    #[error("identity in {path}: {source} (delete identity.key and identity.crt to create a new identity)")]
+    Identity {
+        /// home directory
+        path: String,
+        /// the error
+        #[source]
+        source: IdentityError,
+    },
+    /// Connecting took longer than allowed.
+    #[error("connecting to {0} timed out")]
+    ConnectTimeout(SocketAddr),
+    /// The connection failed before it was established.
+    #[error("connection to {addr} failed: {reason}")]
+    ConnectFailed {
+        /// address dialled
+        addr: SocketAddr,
+        /// why
+        reason: String,
+    },
+    /// All connection slots are in use.
+    #[error("connection limit of {0} reached")]
+    TooManyConnections(usize),
+    /// A listener for that service address exists already.
+    #[error("a listener for {0:?} exists already")]
+    ListenerExists(ServiceAddress),
+    /// No connection to that peer.
+    #[error("not connected to {0}")]
+    NotConnected(PeerId),
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> PeerError {
+    let what = what.into();
+    move |source| PeerError::Io { what, source }
+}
+
+/// Counters a peer keeps.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Messages received for which no listener exists.
+    pub unroutable: AtomicU64,
+    /// Messages that could not be delivered (bad router header, ...).
+    pub undeliverable: AtomicU64,
+    /// Connections closed because of an error.
+    pub connections_failed: AtomicU64,
+    /// Connections refused at the limit.
+    pub connections_refused: AtomicU64,
+}
+
+pub(crate) struct Inner {
+    pub(crate) cfg: PeerConfig,
+    pub(crate) identity: Arc<Identity>,
+    pub(crate) public_addr: String,
+    pub(crate) stats: Stats,
+    pub(crate) next_conn_id: AtomicU64,
+    pub(crate) slots: Arc<Semaphore>,
+    connections: RwLock<HashMap<PeerId, Arc<Connection>>>,
+    by_addr: RwLock<HashMap<SocketAddr, PeerId>>,
+    listeners: RwLock<HashMap<ServiceAddress, mpsc::Sender<Delivery>>>,
+    self_ref: Weak<Inner>,
+}
+
+impl Inner {
+    pub(crate) fn register(&self, conn: &Arc<Connection>) {
+        self.connections
+            .write()
+            .expect("connections lock")
+            .entry(conn.remote)
+            .or_insert_with(|| conn.clone());
+    }
+
+    pub(crate) fn unregister(&self, conn: &Arc<Connection>) {
+        let mut map = self.connections.write().expect("connections lock");
+        if map.get(&conn.remote).map(|c| c.id) == Some(conn.id) {
+            map.remove(&conn.remote);
+        }
+    }
+
+    pub(crate) async fn dispatch(&self, conn: &Arc<Connection>, m: Incoming) {
+        let from = Some(conn.remote);
+        let d = match endpoint::deliver(self.identity.peer_id(), m.to, from, m.message) {
+            Ok(d) => d,
+            Err(e) => {
+                self.stats.undeliverable.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(remote = %conn.remote, error = %e, "message dropped");
+                return;
+            }
+        };
+        let tx = {
+            let l = self.listeners.read().expect("listeners lock");
+            l.get(&d.to)
+                .or_else(|| {
+                    l.get(&ServiceAddress {
+                        service: d.to.service.clone(),
+                        param: None,
+                    })
+                })
+                .cloned()
+        };
+        match tx {
+            // A full queue makes this connection stop reading: back-pressure
+            // to the sender, nothing dropped.
+            Some(tx) => {
+                let to = d.to.clone();
+                if tx.send(d).await.is_err() {
+                    self.stats.unroutable.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(?to, "listener gone; message dropped");
+                }
+            }
+            None => {
+                self.stats.unroutable.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(remote = %conn.remote, to = ?d.to, "no listener; message dropped");
+            }
+        }
+    }
+
+    pub(crate) fn remove_listener(&self, to: &ServiceAddress) {
+        self.listeners.write().expect("listeners lock").remove(to);
+    }
+}
+
+/// A JXTA peer.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use juxta::{Peer, PeerConfig};
+/// use juxta_proto::message::{Element, Message};
+/// let a = Peer::start(PeerConfig::new("/tmp/a").listen("127.0.0.1:0".parse()?)).await?;
+/// let b = Peer::start(PeerConfig::new("/tmp/b")).await?;
+/// let mut inbox = a.listen("chat", None)?;
+/// let to_a = b.connect(a.local_addr().unwrap()).await?;
+/// to_a.send("chat", None, Message::new().with(Element::text("", "text", "hi"))).await?;
+/// let got = inbox.recv().await.unwrap();
+/// assert_eq!(got.message.get("", "text").unwrap().as_str(), Some("hi"));
+/// # Ok(()) }
+/// ```
+pub struct Peer {
+    inner: Arc<Inner>,
+    local_addr: Option<SocketAddr>,
+    accept_task: Option<JoinHandle<()>>,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Some(t) = self.accept_task.take() {
+            t.abort();
+        }
+    }
+}
+
+fn load_or_create_identity(cfg: &PeerConfig) -> Result<Identity, PeerError> {
+    let home = &cfg.home;
+    std::fs::create_dir_all(home).map_err(io_err(format!("creating {}", home.display())))?;
+    let key_path = home.join("identity.key");
+    let crt_path = home.join("identity.crt");
+    let id_err = |source| PeerError::Identity {
+        path: home.display().to_string(),
+        source,
+    };
+    if key_path.exists() && crt_path.exists() {
+        let key = std::fs::read_to_string(&key_path)
+            .map_err(io_err(format!("reading {}", key_path.display())))?;
+        let crt = std::fs::read_to_string(&crt_path)
+            .map_err(io_err(format!("reading {}", crt_path.display())))?;
+        return Identity::from_pem(&key, &crt).map_err(id_err);
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs();
+    let id = Identity::generate(&mut rand::thread_rng(), cfg.key_bits, &cfg.name, now)
+        .map_err(id_err)?;
+    let (key, crt) = id.to_pem().map_err(id_err)?;
+    write_private(&key_path, &key)?;
+    std::fs::write(&crt_path, crt).map_err(io_err(format!("writing {}", crt_path.display())))?;
+    tracing::info!(peer = %id.peer_id(), home = %home.display(), "created a new identity");
+    Ok(id)
+}
+
+fn write_private(path: &Path, text: &str) -> Result<(), PeerError> {
+    use std::io::Write;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts
+        .open(path)
+        .map_err(io_err(format!("writing {}", path.display())))?;
+    f.write_all(text.as_bytes())
+        .map_err(io_err(format!("writing {}", path.display())))
+}
+
+impl Peer {
+    /// Starts a peer: loads (or creates) its identity in the home directory
+    /// and, if configured, listens for TCP connections.
+    pub async fn start(cfg: PeerConfig) -> Result<Peer, PeerError> {
+        let identity = Arc::new(load_or_create_identity(&cfg)?);
+        let listener = match cfg.listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(io_err(format!("listening on {addr}")))?,
+            ),
+            None => None,
+        };
+        let local_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
+        let public_addr = match local_addr {
+            Some(a) => format!("tcp://{a}"),
+            None => "tcp://127.0.0.1:0".to_string(),
+        };
+        let inner = Arc::new_cyclic(|w| Inner {
+            slots: Arc::new(Semaphore::new(cfg.max_connections)),
+            cfg,
+            identity,
+            public_addr,
+            stats: Stats::default(),
+            next_conn_id: AtomicU64::new(1),
+            connections: RwLock::new(HashMap::new()),
+            by_addr: RwLock::new(HashMap::new()),
+            listeners: RwLock::new(HashMap::new()),
+            self_ref: w.clone(),
+        });
+        let accept_task = listener.map(|l| tokio::spawn(accept_loop(inner.clone(), l)));
+        tracing::info!(peer = %inner.identity.peer_id(), listen = ?local_addr, "peer started");
+        Ok(Peer {
+            inner,
+            local_addr,
+            accept_task,
+        })
+    }
+
+    /// This peer's ID.
+    pub fn peer_id(&self) -> PeerId {
+        *self.inner.identity.peer_id()
+    }
+
+    /// This peer's identity.
+    pub fn identity(&self) -> &Arc<Identity> {
+        &self.inner.identity
+    }
+
+    /// The address the peer listens on.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local_addr
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.inner.stats
+    }
+
+    /// Number of open connections.
+    pub fn connection_count(&self) -> usize {
+        self.inner
+            .connections
+            .read()
+            .expect("connections lock")
+            .len()
+    }
+
+    /// Registers a listener for `service`/`param` in the Net peer group.
+    /// Messages whose param has no listener of its own go to the listener
+    /// registered with `param = None`.
+    pub fn listen(&self, service: &str, param: Option<&str>) -> Result<Listener, PeerError> {
+        let to = ServiceAddress::new(service, param);
+        let mut l = self.inner.listeners.write().expect("listeners lock");
+        if l.contains_key(&to) {
+            return Err(PeerError::ListenerExists(to));
+        }
+        let (tx, rx) = mpsc::channel(self.inner.cfg.listener_queue);
+        l.insert(to.clone(), tx);
+        Ok(Listener::new(to, rx, self.inner.self_ref.clone()))
+    }
+
+    /// A messenger over an existing connection to `peer`.
+    pub fn messenger(&self, peer: &PeerId) -> Result<Messenger, PeerError> {
+        let c = self
+            .inner
+            .connections
+            .read()
+            .expect("connections lock")
+            .get(peer)
+            .cloned()
+            .ok_or(PeerError::NotConnected(*peer))?;
+        Ok(Messenger::new(c, self.inner.clone()))
+    }
+
+    /// Connects to the peer at `addr` (reusing a live connection to it) and
+    /// returns a messenger once both welcome lines are exchanged.
+    pub async fn connect(&self, addr: SocketAddr) -> Result<Messenger, PeerError> {
+        let known = self
+            .inner
+            .by_addr
+            .read()
+            .expect("by_addr lock")
+            .get(&addr)
+            .copied();
+        if let Some(m) = known.and_then(|p| self.messenger(&p).ok()) {
+            if !m.connection().is_closed() {
+                return Ok(m);
+            }
+        }
+        let permit = self
+            .inner
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| PeerError::TooManyConnections(self.inner.cfg.max_connections))?;
+        let timeout = self.inner.cfg.connect_timeout;
+        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| PeerError::ConnectTimeout(addr))?
+            .map_err(io_err(format!("connecting to {addr}")))?;
+        tcp::configure(&stream, self.inner.cfg.socket_buffer)
+            .map_err(io_err("setting socket options"))?;
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(tcp::run_connection(
+            self.inner.clone(),
+            stream,
+            Role::Initiator,
+            format!("tcp://{addr}"),
+            Some(tx),
+            permit,
+        ));
+        let conn = tokio::time::timeout(timeout, rx)
+            .await
+            .map_err(|_| PeerError::ConnectTimeout(addr))?
+            .map_err(|_| PeerError::ConnectFailed {
+                addr,
+                reason: "connection task ended".into(),
+            })?
+            .map_err(|reason| PeerError::ConnectFailed { addr, reason })?;
+        self.inner
+            .by_addr
+            .write()
+            .expect("by_addr lock")
+            .insert(addr, conn.remote);
+        Ok(Messenger::new(conn, self.inner.clone()))
+    }
+}
+
+async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
+    loop {
+        let (stream, addr) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = inner.slots.clone().try_acquire_owned() else {
+            inner
+                .stats
+                .connections_refused
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%addr, limit = inner.cfg.max_connections, "connection refused: limit reached");
+            continue;
+        };
+        if let Err(e) = tcp::configure(&stream, inner.cfg.socket_buffer) {
+            tracing::warn!(%addr, error = %e, "socket options failed");
+            continue;
+        }
+        tracing::debug!(%addr, "accepted connection");
+        tokio::spawn(tcp::run_connection(
+            inner.clone(),
+            stream,
+            Role::Acceptor,
+            format!("tcp://{addr}"),
+            None,
+            permit,
+        ));
+    }
+}

@@ -1,0 +1,3 @@
+//! Transports: the sockets under the endpoint service.
+
+pub mod tcp;

@@ -1,0 +1,323 @@
+//! The TCP transport: socket options, one vectored write per message, and
+//! the per-connection reader task that drives the sans-IO
+//! [`juxta_proto::wire::connection`] halves.
+
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use juxta_proto::id::PeerId;
+use juxta_proto::message::codec::EncodedMessage;
+use juxta_proto::wire::connection::{
+    ConnectionError, Inbound, InboundEvent, Outbound, Received, Role,
+};
+use juxta_proto::wire::welcome::Welcome;
+use socket2::{SockRef, TcpKeepalive};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, Mutex};
+
+use crate::peer::Inner;
+
+/// Smallest free space kept in the receive buffer before a read.
+const READ_RESERVE: usize = 64 * 1024;
+/// Most slices handed to one `writev`.
+const MAX_IOV: usize = 64;
+
+/// Applies the socket options every connection gets: no Nagle delay,
+/// keepalive, and (only if configured) fixed buffer sizes.
+pub(crate) fn configure(stream: &TcpStream, buffer: Option<usize>) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    let sock = SockRef::from(stream);
+    sock.set_tcp_keepalive(
+        &TcpKeepalive::new()
+            .with_time(Duration::from_secs(30))
+            .with_interval(Duration::from_secs(10))
+            .with_retries(3),
+    )?;
+    if let Some(b) = buffer {
+        sock.set_send_buffer_size(b)?;
+        sock.set_recv_buffer_size(b)?;
+    }
+    Ok(())
+}
+
+/// Writes all chunks with as few `writev` calls as the kernel allows.
+pub(crate) async fn write_chunks(w: &mut OwnedWriteHalf, chunks: &[Bytes]) -> io::Result<()> {
+    let mut idx = 0;
+    let mut off = 0;
+    while idx < chunks.len() {
+        let n = {
+            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity((chunks.len() - idx).min(MAX_IOV));
+            iov.push(IoSlice::new(&chunks[idx][off..]));
+            for c in chunks[idx + 1..].iter().take(MAX_IOV - 1) {
+                iov.push(IoSlice::new(c));
+            }
+            w.write_vectored(&iov).await?
+        };
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let mut left = n;
+        while left > 0 && idx < chunks.len() {
+            let avail = chunks[idx].len() - off;
+            if left >= avail {
+                left -= avail;
+                idx += 1;
+                off = 0;
+            } else {
+                off += left;
+                left = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The sending side of a connection, behind one lock so that encoding
+/// (which may intern names or switch framing) and writing stay in order.
+pub(crate) struct WriterSide {
+    pub(crate) half: OwnedWriteHalf,
+    pub(crate) out: Outbound,
+}
+
+impl WriterSide {
+    pub(crate) async fn write(&mut self, enc: &EncodedMessage) -> io::Result<()> {
+        write_chunks(&mut self.half, &enc.chunks).await
+    }
+}
+
+/// A live connection to a remote peer.
+pub struct Connection {
+    pub(crate) id: u64,
+    pub(crate) remote: PeerId,
+    pub(crate) remote_welcome: Welcome,
+    pub(crate) peer_addr: SocketAddr,
+    pub(crate) writer: Mutex<WriterSide>,
+    pub(crate) bytes_out: AtomicU64,
+    pub(crate) bytes_in: AtomicU64,
+    pub(crate) compact_rx: AtomicBool,
+    pub(crate) compact_tx: AtomicBool,
+    pub(crate) closed: AtomicBool,
+    pub(crate) compact_ready: tokio::sync::Notify,
+}
+
+impl Connection {
+    /// The remote peer's ID.
+    pub fn remote(&self) -> PeerId {
+        self.remote
+    }
+    /// Whether both directions use compact framing.
+    pub fn is_compact(&self) -> bool {
+        self.compact_rx.load(Ordering::Acquire) && self.compact_tx.load(Ordering::Acquire)
+    }
+    /// Bytes written to the socket so far.
+    pub fn bytes_out(&self) -> u64 {
+        self.bytes_out.load(Ordering::Relaxed)
+    }
+    /// Bytes read from the socket so far.
+    pub fn bytes_in(&self) -> u64 {
+        self.bytes_in.load(Ordering::Relaxed)
+    }
+    /// The remote's socket address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer_addr
+    }
+    /// Whether the connection has closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+    /// The remote's welcome line.
+    pub fn remote_welcome(&self) -> &Welcome {
+        &self.remote_welcome
+    }
+}
+
+/// Why a connection ended.
+#[derive(Debug, thiserror::Error)]
+pub enum CloseReason {
+    /// Protocol violation (logged with its type).
+    #[error(transparent)]
+    Protocol(#[from] ConnectionError),
+    /// Socket error.
+    #[error("io: {0}")]
+    Io(#[from] io::Error),
+    /// No welcome line in time.
+    #[error("no welcome line within {0:?}")]
+    WelcomeTimeout(Duration),
+    /// The remote closed the socket.
+    #[error("closed by remote")]
+    Eof,
+}
+
+/// Runs a connection from its first byte to its end: sends our welcome,
+/// waits (bounded) for the remote's, registers the connection, then reads
+/// and dispatches until the socket closes or the remote misbehaves.
+pub(crate) async fn run_connection(
+    inner: Arc<Inner>,
+    stream: TcpStream,
+    role: Role,
+    dest_addr: String,
+    ready: Option<oneshot::Sender<Result<Arc<Connection>, String>>>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let _permit = permit;
+    let peer_addr = match stream.peer_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            if let Some(r) = ready {
+                let _ = r.send(Err(e.to_string()));
+            }
+            return;
+        }
+    };
+    let (mut read, write) = stream.into_split();
+    let out = Outbound::new(inner.cfg.connection.clone(), role, inner.identity.clone());
+    let welcome = out.welcome(&dest_addr, &inner.public_addr);
+    let mut writer = WriterSide { half: write, out };
+    let mut inbound = Inbound::new(inner.cfg.connection.clone());
+    let mut rx = BytesMut::with_capacity(READ_RESERVE);
+
+    // Phase 1: welcome lines, bounded in time.
+    let timeout = inner.cfg.welcome_timeout;
+    let established = async {
+        writer.half.write_all(&welcome).await?;
+        let w = tokio::time::timeout(timeout, read_welcome(&mut inbound, &mut rx, &mut read))
+            .await
+            .map_err(|_| CloseReason::WelcomeTimeout(timeout))??;
+        let offer = writer
+            .out
+            .on_remote_welcome(w.clone(), &mut rand::thread_rng())?;
+        if let Some(offer) = offer {
+            writer.write(&offer).await?;
+        }
+        Ok::<Welcome, CloseReason>(w)
+    }
+    .await;
+    let w = match established {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(%peer_addr, error = %e, "connection closed before it was established");
+            inner
+                .stats
+                .connections_failed
+                .fetch_add(1, Ordering::Relaxed);
+            if let Some(r) = ready {
+                let _ = r.send(Err(e.to_string()));
+            }
+            return;
+        }
+    };
+    let conn = Arc::new(Connection {
+        id: inner.next_conn_id.fetch_add(1, Ordering::Relaxed),
+        remote: w.peer_id,
+        remote_welcome: w,
+        peer_addr,
+        writer: Mutex::new(writer),
+        bytes_out: AtomicU64::new(0),
+        bytes_in: AtomicU64::new(0),
+        compact_rx: AtomicBool::new(false),
+        compact_tx: AtomicBool::new(false),
+        closed: AtomicBool::new(false),
+        compact_ready: tokio::sync::Notify::new(),
+    });
+    inner.register(&conn);
+    tracing::info!(remote = %conn.remote, %peer_addr, ?role, "connection established");
+    if let Some(r) = ready {
+        let _ = r.send(Ok(conn.clone()));
+    }
+
+    // Phase 2: read, decode, dispatch.
+    let end = read_loop(&inner, &conn, &mut inbound, &mut rx, &mut read).await;
+    conn.closed.store(true, Ordering::Release);
+    conn.compact_ready.notify_waiters();
+    inner.unregister(&conn);
+    match end {
+        CloseReason::Eof => {
+            tracing::info!(remote = %conn.remote, %peer_addr, "connection closed by remote")
+        }
+        e => {
+            inner
+                .stats
+                .connections_failed
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(remote = %conn.remote, %peer_addr, error = %e, "connection closed")
+        }
+    }
+    let mut w = conn.writer.lock().await;
+    let _ = w.half.shutdown().await;
+}
+
+async fn read_welcome(
+    inbound: &mut Inbound,
+    rx: &mut BytesMut,
+    read: &mut OwnedReadHalf,
+) -> Result<Welcome, CloseReason> {
+    loop {
+        if let Some(InboundEvent::Welcome(w)) = inbound.poll(rx)? {
+            return Ok(w);
+        }
+        if read.read_buf(rx).await? == 0 {
+            return Err(CloseReason::Eof);
+        }
+    }
+}
+
+async fn read_loop(
+    inner: &Arc<Inner>,
+    conn: &Arc<Connection>,
+    inbound: &mut Inbound,
+    rx: &mut BytesMut,
+    read: &mut OwnedReadHalf,
+) -> CloseReason {
+    loop {
+        match inbound.poll(rx) {
+            Ok(Some(InboundEvent::Message(m))) => {
+                conn.bytes_in
+                    .fetch_add(m.wire_len as u64, Ordering::Relaxed);
+                inner.dispatch(conn, m).await;
+            }
+            Ok(Some(InboundEvent::Handshake(h))) => {
+                let mut w = conn.writer.lock().await;
+                let outcome = match w.out.handle_handshake(h, &mut rand::thread_rng()) {
+                    Ok(o) => o,
+                    Err(e) => return e.into(),
+                };
+                if let Some(reply) = outcome.reply {
+                    if let Err(e) = w.write(&reply).await {
+                        return e.into();
+                    }
+                }
+                conn.compact_tx.store(w.out.is_compact(), Ordering::Release);
+                drop(w);
+                if outcome.switch_inbound {
+                    inbound.switch_to_compact();
+                    conn.compact_rx.store(true, Ordering::Release);
+                }
+                if conn.is_compact() {
+                    tracing::debug!(remote = %conn.remote, "compact framing on");
+                    conn.compact_ready.notify_waiters();
+                }
+            }
+            Ok(Some(InboundEvent::Welcome(_))) => {}
+            Ok(None) => {
+                if rx.capacity() - rx.len() < READ_RESERVE / 4 {
+                    rx.reserve(READ_RESERVE);
+                }
+                match read.read_buf(rx).await {
+                    Ok(0) => return CloseReason::Eof,
+                    Ok(_) => {}
+                    Err(e) => return e.into(),
+                }
+            }
+            Err(e) => return e.into(),
+        }
+    }
+}
+
+/// Dispatch target for a received message.
+pub(crate) type Incoming = Received;
