@@ -1,0 +1,118 @@
+//! Two Juxta peers on loopback: connection setup, compact negotiation and
+//! messages in both directions, in compact mode and in JXTA+CBJX mode.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use juxta::{Peer, PeerConfig};
+use juxta_proto::message::{Element, Message};
+
+fn payload(n: usize) -> Bytes {
+    Bytes::from((0..n).map(|i| (i * 31 + 7) as u8).collect::<Vec<u8>>())
+}
+
+async fn pair(compact: bool) -> (Peer, Peer, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ca = PeerConfig::new(dir.path().join("a")).listen("127.0.0.1:0".parse().unwrap());
+    ca.key_bits = 1024;
+    ca.connection.compact = compact;
+    let mut cb = PeerConfig::new(dir.path().join("b"));
+    cb.key_bits = 1024;
+    cb.connection.compact = compact;
+    let a = Peer::start(ca).await.unwrap();
+    let b = Peer::start(cb).await.unwrap();
+    (a, b, dir)
+}
+
+async fn exchange(compact: bool) {
+    let (a, b, _dir) = pair(compact).await;
+    let mut a_in = a.listen("test", Some("in")).unwrap();
+    let mut b_in = b.listen("test", Some("back")).unwrap();
+    let to_a = b.connect(a.local_addr().unwrap()).await.unwrap();
+    assert_eq!(to_a.remote(), a.peer_id());
+    assert_eq!(to_a.wait_compact(Duration::from_secs(5)).await, compact);
+    for size in [1usize, 65536, 1 << 20] {
+        let p = payload(size);
+        to_a.send(
+            "test",
+            Some("in"),
+            Message::new().with(Element::bytes("juxta", "payload", p.clone())),
+        )
+        .await
+        .unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), a_in.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.from, Some(b.peer_id()));
+        assert_eq!(got.message.get("juxta", "payload").unwrap().data, p);
+        // Reply over the same connection, from the accepting side.
+        let to_b = a.messenger(&b.peer_id()).unwrap();
+        to_b.send(
+            "test",
+            Some("back"),
+            Message::new().with(Element::bytes("juxta", "payload", p.clone())),
+        )
+        .await
+        .unwrap();
+        let back = tokio::time::timeout(Duration::from_secs(10), b_in.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(back.message.get("juxta", "payload").unwrap().data, p);
+    }
+    assert_eq!(a.connection_count(), 1);
+    assert_eq!(b.connection_count(), 1);
+}
+
+#[tokio::test]
+async fn compact_mode_both_directions() {
+    exchange(true).await;
+}
+
+#[tokio::test]
+async fn jxta_cbjx_mode_both_directions() {
+    exchange(false).await;
+}
+
+#[tokio::test]
+async fn compact_one_byte_message_is_small_on_the_wire() {
+    let (a, b, _dir) = pair(true).await;
+    let mut a_in = a.listen("bench", Some("data")).unwrap();
+    let to_a = b.connect(a.local_addr().unwrap()).await.unwrap();
+    assert!(to_a.wait_compact(Duration::from_secs(5)).await);
+    let msg = || Message::new().with(Element::bytes("bench", "data", &b"a"[..]));
+    to_a.send("bench", Some("data"), msg()).await.unwrap();
+    a_in.recv().await.unwrap();
+    let n = to_a.send("bench", Some("data"), msg()).await.unwrap();
+    assert!(n <= 33, "1-byte payload took {n} bytes");
+    a_in.recv().await.unwrap();
+}
+
+#[tokio::test]
+async fn routed_send_is_delivered_to_the_router_destination() {
+    let (a, b, _dir) = pair(false).await;
+    let mut a_in = a.listen("svc", Some("p")).unwrap();
+    let to_a = b.connect(a.local_addr().unwrap()).await.unwrap();
+    to_a.send_routed(
+        "svc",
+        Some("p"),
+        Message::new().with(Element::bytes("x", "y", &b"routed"[..])),
+    )
+    .await
+    .unwrap();
+    let got = a_in.recv().await.unwrap();
+    assert!(got.routed);
+    assert_eq!(got.from, Some(b.peer_id()));
+    assert_eq!(&got.message.get("x", "y").unwrap().data[..], b"routed");
+}
+
+#[tokio::test]
+async fn identity_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = PeerConfig::new(dir.path());
+    cfg.key_bits = 1024;
+    let first = Peer::start(cfg.clone()).await.unwrap().peer_id();
+    let second = Peer::start(cfg).await.unwrap().peer_id();
+    assert_eq!(first, second);
+}
