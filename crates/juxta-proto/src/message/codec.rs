@@ -147,7 +147,7 @@ pub fn encode_v0(msg: &Message, order: JavaHashOrder) -> Result<EncodedMessage, 
     let mut first_use: Vec<&str> = Vec::new();
     for e in &msg.elements {
         let ns = e.namespace.as_str();
-        if ns != "" && ns != NS_JXTA && !first_use.contains(&ns) {
+        if !ns.is_empty() && ns != NS_JXTA && !first_use.contains(&ns) {
             first_use.push(ns);
         }
     }

@@ -86,9 +86,9 @@ pub enum ConnectionError {
     #[error("message signed by {signer} on the connection of {peer}")]
     SpoofedSource {
         /// who signed
-        signer: PeerId,
+        signer: Box<PeerId>,
         /// who the connection belongs to
-        peer: PeerId,
+        peer: Box<PeerId>,
     },
     /// A JXTA message without a trailer while CBJX is required.
     #[error("message without CBJX trailer")]
@@ -235,7 +235,10 @@ impl Inbound {
             let signer = self.verifier.verify(&[&body[..end]], &trailer)?.peer;
             if let Some(peer) = self.remote {
                 if signer != peer {
-                    return Err(ConnectionError::SpoofedSource { signer, peer });
+                    return Err(ConnectionError::SpoofedSource {
+                        signer: Box::new(signer),
+                        peer: Box::new(peer),
+                    });
                 }
             }
         } else if self.cfg.cbjx {
@@ -278,7 +281,7 @@ enum HandshakeState {
     AwaitConfirm {
         nonce_a: Bytes,
         nonce_b: Bytes,
-        cert_a: RemoteCert,
+        cert_a: Box<RemoteCert>,
     },
     Done,
 }
@@ -398,7 +401,7 @@ impl Outbound {
                 self.handshake = HandshakeState::AwaitConfirm {
                     nonce_a: nonce,
                     nonce_b,
-                    cert_a,
+                    cert_a: Box::new(cert_a),
                 };
                 Ok(HandshakeOutcome {
                     reply: Some(reply),

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs every test: unit, integration, fuzz-corpus replay and the interop
+# tests against a live JXSE 2.7 peer (built from interop/jxse with Maven).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v cargo >/dev/null 2>&1 || { echo "cargo not found: install Rust with rustup (https://rustup.rs)" >&2; exit 1; }
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "installing ${need_apt[*]} with apt-get" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
+fi
+if [ ! -d ../shared/vectors ]; then
+  echo "warning: ../shared/vectors not found; vector tests will fail" >&2
+fi
+
+echo "== building the JXSE 2.7 interop harness (Maven Central) =="
+bash interop/jxse/build.sh
+
+echo "== cargo fmt / clippy =="
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --release -- -D warnings
+
+echo "== cargo test =="
+cargo test --workspace --release
