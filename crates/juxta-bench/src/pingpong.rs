@@ -348,19 +348,25 @@ pub async fn run_responder(layer: Layer, key_bits: usize) -> Result<(), BenchErr
                 })?;
                 let _ = s.set_nodelay(true);
                 tokio::spawn(async move {
-                    let mut buf = vec![0u8; 1 << 16];
+                    // Read like the layers do: into a buffer reserved for the
+                    // whole message, in as few reads as the kernel allows.
+                    let mut buf = bytes::BytesMut::with_capacity(1 << 16);
                     loop {
-                        let mut hdr = [0u8; 4];
-                        if s.read_exact(&mut hdr).await.is_err() {
-                            return;
+                        while buf.len() < 4 {
+                            if matches!(s.read_buf(&mut buf).await, Ok(0) | Err(_)) {
+                                return;
+                            }
                         }
-                        let n = u32::from_be_bytes(hdr) as usize;
-                        if buf.len() < n {
-                            buf.resize(n, 0);
+                        let n = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+                        if buf.capacity() < 4 + n {
+                            buf.reserve(4 + n - buf.len());
                         }
-                        if s.read_exact(&mut buf[..n]).await.is_err() {
-                            return;
+                        while buf.len() < 4 + n {
+                            if matches!(s.read_buf(&mut buf).await, Ok(0) | Err(_)) {
+                                return;
+                            }
                         }
+                        let _ = buf.split_to(4 + n);
                         if s.write_all(&[1]).await.is_err() {
                             return;
                         }

@@ -509,3 +509,388 @@ impl Outbound {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! An initiator and an acceptor driven against each other in memory:
+    //! each side's bytes are handed to the other side's [`Inbound`], and the
+    //! events are applied exactly as the runtime does.
+
+    use std::sync::OnceLock;
+
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    use super::*;
+    use crate::endpoint::NET_GROUP_UNIQUE;
+
+    /// Two peers and a third key that must not be accepted for either.
+    fn identities() -> &'static [Arc<Identity>; 3] {
+        static IDS: OnceLock<[Arc<Identity>; 3]> = OnceLock::new();
+        IDS.get_or_init(|| {
+            let mut rng = StdRng::seed_from_u64(0xC0FFEE);
+            let mut gen =
+                |n| Arc::new(Identity::generate(&mut rng, 1024, n, 1_700_000_000).unwrap());
+            [gen("Initiator"), gen("Acceptor"), gen("Mallory")]
+        })
+    }
+
+    struct Side {
+        inb: Inbound,
+        out: Outbound,
+        /// Bytes received, not yet decoded.
+        rx: BytesMut,
+        /// Bytes this side wrote, not yet delivered.
+        tx: Vec<u8>,
+        got: Vec<Received>,
+        rng: StdRng,
+    }
+
+    impl Side {
+        fn new(cfg: ConnectionConfig, role: Role, id: &Arc<Identity>, seed: u64) -> Side {
+            Side {
+                inb: Inbound::new(cfg.clone()),
+                out: Outbound::new(cfg, role, id.clone()),
+                rx: BytesMut::new(),
+                tx: Vec::new(),
+                got: Vec::new(),
+                rng: StdRng::seed_from_u64(seed),
+            }
+        }
+
+        fn write(&mut self, e: &EncodedMessage) {
+            self.tx.extend_from_slice(&e.to_bytes());
+        }
+
+        /// Takes `bytes` off the wire in `chunk`-sized reads and applies
+        /// every event, as the runtime's reader task does.
+        fn receive(&mut self, bytes: &[u8], chunk: usize) -> Result<(), ConnectionError> {
+            for piece in bytes.chunks(chunk.max(1)) {
+                self.rx.extend_from_slice(piece);
+                while let Some(ev) = self.inb.poll(&mut self.rx)? {
+                    match ev {
+                        InboundEvent::Welcome(w) => {
+                            if let Some(offer) = self.out.on_remote_welcome(w, &mut self.rng)? {
+                                self.write(&offer);
+                            }
+                        }
+                        InboundEvent::Handshake(h) => {
+                            let o = self.out.handle_handshake(h, &mut self.rng)?;
+                            if let Some(r) = o.reply {
+                                self.write(&r);
+                            }
+                            if o.switch_inbound {
+                                self.inb.switch_to_compact();
+                            }
+                        }
+                        InboundEvent::Message(m) => self.got.push(m),
+                    }
+                }
+            }
+            Ok(())
+        }
+
+        fn is_compact(&self) -> bool {
+            self.inb.is_compact() && self.out.is_compact()
+        }
+    }
+
+    struct Pair {
+        i: Side,
+        a: Side,
+        chunk: usize,
+    }
+
+    impl Pair {
+        fn new(icfg: ConnectionConfig, acfg: ConnectionConfig, chunk: usize) -> Pair {
+            let [ia, ib, _] = identities();
+            let mut i = Side::new(icfg, Role::Initiator, ia, 1);
+            let mut a = Side::new(acfg, Role::Acceptor, ib, 2);
+            i.tx = i
+                .out
+                .welcome("tcp://127.0.0.1:9701", "tcp://127.0.0.1:9702")
+                .to_vec();
+            a.tx = a
+                .out
+                .welcome("tcp://127.0.0.1:9702", "tcp://127.0.0.1:9701")
+                .to_vec();
+            Pair { i, a, chunk }
+        }
+
+        /// Moves bytes both ways until neither side has anything to say.
+        fn pump(&mut self) -> Result<(), ConnectionError> {
+            while !self.i.tx.is_empty() || !self.a.tx.is_empty() {
+                let to_a = std::mem::take(&mut self.i.tx);
+                self.a.receive(&to_a, self.chunk)?;
+                let to_i = std::mem::take(&mut self.a.tx);
+                self.i.receive(&to_i, self.chunk)?;
+            }
+            Ok(())
+        }
+
+        /// Sends `m` from the initiator (or the acceptor) to the other side
+        /// and returns what arrived and the bytes it took.
+        fn send(
+            &mut self,
+            from_initiator: bool,
+            to: &ServiceAddress,
+            m: Message,
+        ) -> (Received, usize) {
+            let chunk = self.chunk;
+            let (src, dst) = if from_initiator {
+                (&mut self.i, &mut self.a)
+            } else {
+                (&mut self.a, &mut self.i)
+            };
+            let enc = src.out.encode(to, m).unwrap();
+            let wire = enc.to_bytes();
+            assert_eq!(wire.len(), enc.len);
+            dst.receive(&wire, chunk).unwrap();
+            assert_eq!(dst.got.len(), 1, "exactly one message arrives");
+            assert!(dst.rx.is_empty());
+            (dst.got.pop().unwrap(), wire.len())
+        }
+    }
+
+    fn cfg(compact: bool) -> ConnectionConfig {
+        ConnectionConfig {
+            compact,
+            ..ConnectionConfig::default()
+        }
+    }
+
+    fn to() -> ServiceAddress {
+        mangle(NET_GROUP_UNIQUE, &ServiceAddress::new("test", Some("in")))
+    }
+
+    fn payload_message(n: usize) -> Message {
+        let data: Vec<u8> = (0..n).map(|i| (i * 31 + 7) as u8).collect();
+        Message::new()
+            .with(Element::bytes("juxta", "payload", data))
+            .with(Element::text("app", "note", "hello"))
+    }
+
+    /// Messages of several sizes both ways; checks content and destination.
+    fn exchange(p: &mut Pair) -> Vec<usize> {
+        let mut sizes = Vec::new();
+        for n in [1usize, 600, 70_000] {
+            for from_initiator in [true, false] {
+                let m = payload_message(n);
+                let (got, len) = p.send(from_initiator, &to(), m.clone());
+                assert_eq!(got.message, m);
+                assert_eq!(got.to, to());
+                assert_eq!(got.wire_len, len);
+                sizes.push(len);
+            }
+        }
+        sizes
+    }
+
+    #[test]
+    fn welcome_exchange_names_both_peers() {
+        let [ia, ib, _] = identities();
+        let mut p = Pair::new(cfg(false), cfg(false), usize::MAX);
+        assert!(matches!(
+            p.i.out.encode(&to(), payload_message(1)),
+            Err(ConnectionError::NotEstablished)
+        ));
+        p.pump().unwrap();
+        assert_eq!(p.a.inb.remote(), Some(*ia.peer_id()));
+        assert_eq!(p.i.inb.remote(), Some(*ib.peer_id()));
+        assert!(!p.i.is_compact() && !p.a.is_compact());
+    }
+
+    #[test]
+    fn compact_handshake_completes_and_messages_flow_both_ways() {
+        // Whole writes, then byte-at-a-time reads.
+        for chunk in [usize::MAX, 1] {
+            let mut p = Pair::new(cfg(true), cfg(true), chunk);
+            p.pump().unwrap();
+            assert!(p.i.is_compact(), "initiator compact (chunk {chunk})");
+            assert!(p.a.is_compact(), "acceptor compact (chunk {chunk})");
+            assert!(matches!(p.i.out.handshake, HandshakeState::Done));
+            assert!(matches!(p.a.out.handshake, HandshakeState::Done));
+            exchange(&mut p);
+            // Compact frames carry no source address.
+            let (got, _) = p.send(true, &to(), payload_message(3));
+            assert_eq!(got.source, None);
+            assert_eq!(p.a.inb.received(), 4);
+            assert_eq!(p.i.inb.received(), 3);
+        }
+    }
+
+    #[test]
+    fn one_byte_message_in_compact_mode_is_at_most_33_bytes() {
+        let mut p = Pair::new(cfg(true), cfg(true), usize::MAX);
+        p.pump().unwrap();
+        assert!(p.i.is_compact() && p.a.is_compact());
+        let to = mangle(
+            NET_GROUP_UNIQUE,
+            &ServiceAddress::new("BenchEP", Some("data")),
+        );
+        let one = || Message::new().with(Element::bytes("bench", "data", &b"a"[..]));
+        for from_initiator in [true, false] {
+            // The first message defines the channel and the name…
+            let (got, _) = p.send(from_initiator, &to, one());
+            assert_eq!(got.message, one());
+            // …after that a 1-byte payload is a handful of bytes.
+            for _ in 0..3 {
+                let (got, len) = p.send(from_initiator, &to, one());
+                assert_eq!(got.message, one());
+                assert!(len <= 33, "1-byte message took {len} bytes");
+            }
+        }
+    }
+
+    #[test]
+    fn jxta_mode_messages_flow_both_ways_with_cbjx() {
+        let [ia, ib, _] = identities();
+        let mut p = Pair::new(cfg(false), cfg(false), usize::MAX);
+        p.pump().unwrap();
+        let sizes = exchange(&mut p);
+        // JXTA framing: header block, addresses and a CBJX trailer each time.
+        assert!(sizes.iter().all(|&n| n > 200), "{sizes:?}");
+        let (got, _) = p.send(true, &to(), payload_message(1));
+        assert_eq!(got.source, Some(ia.peer_id().endpoint_address()));
+        let (got, _) = p.send(false, &to(), payload_message(1));
+        assert_eq!(got.source, Some(ib.peer_id().endpoint_address()));
+    }
+
+    #[test]
+    fn compact_disabled_on_acceptor_keeps_jxta_framing() {
+        let mut p = Pair::new(cfg(true), cfg(false), usize::MAX);
+        p.pump().unwrap();
+        // The offer went out and was ignored: nothing switched.
+        assert!(matches!(
+            p.i.out.handshake,
+            HandshakeState::OfferSent { .. }
+        ));
+        assert!(!p.i.inb.is_compact() && !p.i.out.is_compact());
+        assert!(!p.a.inb.is_compact() && !p.a.out.is_compact());
+        let sizes = exchange(&mut p);
+        assert!(sizes.iter().all(|&n| n > 200), "{sizes:?}");
+        let (got, _) = p.send(true, &to(), payload_message(1));
+        assert!(
+            got.source.is_some(),
+            "JXTA framing carries the source address"
+        );
+    }
+
+    /// Runs the handshake up to the acceptor's `accept`, replaces that
+    /// accept by `forge(nonce_a, real accept)` (still CBJX-signed by the
+    /// acceptor, so only the handshake check can refuse it) and returns
+    /// what the initiator makes of it.
+    fn forged_accept(
+        forge: impl FnOnce(&Bytes, HandshakeMsg) -> HandshakeMsg,
+    ) -> Result<(), ConnectionError> {
+        let mut p = Pair::new(cfg(true), cfg(true), usize::MAX);
+        // Welcomes; the initiator answers the acceptor's welcome with its offer.
+        let w_i = std::mem::take(&mut p.i.tx);
+        p.a.receive(&w_i, usize::MAX).unwrap();
+        let w_a = std::mem::take(&mut p.a.tx);
+        p.i.receive(&w_a, usize::MAX).unwrap();
+        let offer = std::mem::take(&mut p.i.tx);
+        assert!(!offer.is_empty(), "initiator sent an offer");
+        p.a.receive(&offer, usize::MAX).unwrap();
+        let real = std::mem::take(&mut p.a.tx);
+        let nonce_a = match &p.a.out.handshake {
+            HandshakeState::AwaitConfirm { nonce_a, .. } => nonce_a.clone(),
+            _ => panic!("acceptor is not waiting for a confirm"),
+        };
+        // Read the real accept with a scratch receiver to get its fields.
+        let mut scratch = Inbound::new(cfg(true));
+        let mut rx = BytesMut::from(&w_a[..]);
+        scratch.poll(&mut rx).unwrap().unwrap();
+        rx.extend_from_slice(&real);
+        let Some(InboundEvent::Handshake(accept)) = scratch.poll(&mut rx).unwrap() else {
+            panic!("acceptor did not answer with a handshake message");
+        };
+        let forged = p.a.out.encode_handshake(&forge(&nonce_a, accept)).unwrap();
+        let r = p.i.receive(&forged.to_bytes(), usize::MAX);
+        assert!(!p.i.is_compact(), "a refused accept switches nothing");
+        r
+    }
+
+    #[test]
+    fn accept_signed_by_the_wrong_key_is_refused() {
+        let [ia, ib, mallory] = identities();
+        // The acceptor's certificate, but Mallory's signature over the
+        // right transcript.
+        let r = forged_accept(|nonce_a, accept| {
+            let HandshakeMsg::Accept { nonce, cert, .. } = accept else {
+                panic!("not an accept");
+            };
+            let digest =
+                handshake::transcript("accept", nonce_a, &nonce, ia.peer_id(), ib.peer_id());
+            HandshakeMsg::Accept {
+                nonce,
+                cert,
+                sig: handshake::sign(mallory, &digest),
+            }
+        });
+        assert_eq!(
+            r.unwrap_err(),
+            ConnectionError::Handshake(HandshakeError::BadSignature)
+        );
+        // Mallory's certificate and signature: not the acceptor's key.
+        let r = forged_accept(|nonce_a, accept| {
+            let HandshakeMsg::Accept { nonce, .. } = accept else {
+                panic!("not an accept");
+            };
+            let digest =
+                handshake::transcript("accept", nonce_a, &nonce, ia.peer_id(), ib.peer_id());
+            HandshakeMsg::Accept {
+                nonce,
+                cert: mallory.cert_der().clone(),
+                sig: handshake::sign(mallory, &digest),
+            }
+        });
+        assert!(
+            matches!(
+                r,
+                Err(ConnectionError::Handshake(HandshakeError::WrongPeer(p))) if p == *ib.peer_id()
+            ),
+            "{r:?}"
+        );
+        // The acceptor's own key, but over another transcript (a replay).
+        let r = forged_accept(|_, accept| {
+            let HandshakeMsg::Accept { nonce, cert, .. } = accept else {
+                panic!("not an accept");
+            };
+            let digest =
+                handshake::transcript("accept", &[0u8; 32], &nonce, ia.peer_id(), ib.peer_id());
+            HandshakeMsg::Accept {
+                nonce,
+                cert,
+                sig: handshake::sign(ib, &digest),
+            }
+        });
+        assert_eq!(
+            r.unwrap_err(),
+            ConnectionError::Handshake(HandshakeError::BadSignature)
+        );
+    }
+
+    #[test]
+    fn message_signed_by_another_peer_is_spoofed() {
+        let [_, ib, mallory] = identities();
+        let mut p = Pair::new(cfg(false), cfg(false), usize::MAX);
+        p.pump().unwrap();
+        // Mallory frames a message on the acceptor's connection.
+        let mut fake = Outbound::new(cfg(false), Role::Acceptor, mallory.clone());
+        let w = p.i.out.welcome("tcp://x:1", "tcp://127.0.0.1:9702");
+        let (w, _) = Welcome::parse(&w).unwrap().unwrap();
+        fake.on_remote_welcome(w, &mut StdRng::seed_from_u64(3))
+            .unwrap();
+        let enc = fake.encode(&to(), payload_message(1)).unwrap();
+        let r = p.i.receive(&enc.to_bytes(), usize::MAX);
+        assert!(
+            matches!(
+                &r,
+                Err(ConnectionError::SpoofedSource { signer, peer })
+                    if **signer == *mallory.peer_id() && **peer == *ib.peer_id()
+            ),
+            "{r:?}"
+        );
+    }
+}
