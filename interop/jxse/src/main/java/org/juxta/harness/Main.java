@@ -7,6 +7,10 @@ import java.io.FileOutputStream;
 import java.io.IOException;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.net.URI;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -15,6 +19,7 @@ import java.security.NoSuchAlgorithmException;
 import java.util.Comparator;
 import java.util.HexFormat;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
@@ -36,6 +41,12 @@ import net.jxta.endpoint.MessageElement;
 import net.jxta.endpoint.Messenger;
 import net.jxta.endpoint.OutgoingMessageEvent;
 import net.jxta.endpoint.OutgoingMessageEventListener;
+import net.jxta.endpoint.router.EndpointRoutingTransport;
+import net.jxta.endpoint.router.RouteController;
+import net.jxta.document.AdvertisementFactory;
+import net.jxta.id.IDFactory;
+import net.jxta.peer.PeerID;
+import net.jxta.protocol.RouteAdvertisement;
 import net.jxta.peergroup.PeerGroup;
 import net.jxta.platform.NetworkConfigurator;
 import net.jxta.platform.NetworkManager;
@@ -53,6 +64,17 @@ public final class Main {
     static final String PAYLOAD = "payload";
     static final String ACK = "ack";
 
+    /**
+     * After a successful SEND to a physical address (tcp://...), tell the router that the
+     * peer at the other end (as named in its welcome line) is reachable there, so that later
+     * jxta://<peer> sends work. JXSE does not do this by itself for connections it opens
+     * (it only learns routes from incoming connections and from route discovery, which has
+     * nothing to talk to on an isolated loopback setup). -Djuxta.harness.learnRoutes=false
+     * turns it off; the ROUTE command does the same thing explicitly.
+     */
+    static final boolean LEARN_ROUTES =
+            Boolean.parseBoolean(System.getProperty("juxta.harness.learnRoutes", "true"));
+
     /** Timeout for resolving a messenger and for a synchronous send (ms). */
     static final long SEND_TIMEOUT_MS = Long.getLong("juxta.harness.sendTimeoutMs", 20_000L);
 
@@ -64,7 +86,6 @@ public final class Main {
     private PeerGroup netGroup;
     private EndpointService endpoint;
     private String peerId;
-    private int port;
 
     /** Replies (echo, ack) run here, off JXSE's delivery threads, in arrival order. */
     private final ExecutorService replies = Executors.newSingleThreadExecutor(r -> {
@@ -74,6 +95,7 @@ public final class Main {
     });
     /** Reply messengers, kept strongly referenced (JXSE only caches them weakly). */
     private final Map<EndpointAddress, Messenger> replyMessengers = new ConcurrentHashMap<>();
+    private final Set<String> learnedRoutes = ConcurrentHashMap.newKeySet();
     private final AtomicLong acksSent = new AtomicLong();
     private final AtomicLong ackRepliesSeen = new AtomicLong();
 
@@ -159,12 +181,14 @@ public final class Main {
     }
 
     private int run(int port, String homeArg, String name) throws Exception {
-        this.port = port;
+        checkPortFree(port);
         Path home;
         boolean tempHome = false;
         if (homeArg == null) {
             home = Files.createTempDirectory("jxse-harness-");
             tempHome = true;
+            Path doomed = home;   // also clean up when killed with SIGTERM/SIGINT
+            Runtime.getRuntime().addShutdownHook(new Thread(() -> deleteTree(doomed), "juxta-harness-rm-home"));
         } else {
             home = Path.of(homeArg).toAbsolutePath();
             Files.createDirectories(home);
@@ -196,6 +220,15 @@ public final class Main {
         return 0;
     }
 
+    private static void checkPortFree(int port) throws IOException {
+        try (ServerSocket probe = new ServerSocket()) {
+            probe.setReuseAddress(true);
+            probe.bind(new InetSocketAddress(InetAddress.getByName("127.0.0.1"), port));
+        } catch (IOException busy) {
+            throw new IOException("127.0.0.1:" + port + " is not available: " + busy.getMessage(), busy);
+        }
+    }
+
     /** ADHOC, TCP only on 127.0.0.1:port, everything else off, no seeds. */
     private static void configure(NetworkConfigurator c, int port) {
         c.setMode(NetworkConfigurator.ADHOC_NODE);
@@ -205,8 +238,12 @@ public final class Main {
         c.setTcpOutgoing(true);
         c.setTcpInterfaceAddress("127.0.0.1");
         c.setTcpPort(port);
-        c.setTcpStartPort(port);   // range [port, port]: fail rather than bind elsewhere
-        c.setTcpEndPort(port);
+        // JXSE refuses a port range together with a public address (TCPAdv: "Dynamic ports
+        // not supported with public address port forwarding"), so the range stays at -1. If
+        // the port were busy, Netty would then fall back to 7901-7998 while still announcing
+        // 127.0.0.1:port; checkPortFree() refuses to start in that case instead.
+        c.setTcpStartPort(-1);
+        c.setTcpEndPort(-1);
         c.setTcpPublicAddress("127.0.0.1:" + port, true);
 
         c.setHttpEnabled(false);
@@ -241,6 +278,9 @@ public final class Main {
                 switch (cmd) {
                     case "SEND":
                         out(send(parts));
+                        break;
+                    case "ROUTE":
+                        out(route(parts));
                         break;
                     case "PEERID":
                         out("PEERID " + peerId);
@@ -278,11 +318,86 @@ public final class Main {
         byte[] payload = pattern(size);
         Message msg = new Message();
         msg.addMessageElement(NS, new ByteArrayMessageElement(PAYLOAD, null, payload, null));
-        String err = sendSync(addr, msg);
+        AtomicReference<Messenger> used = new AtomicReference<>();
+        String err = sendSync(addr, msg, used);
         if (err != null) {
             return "ERROR " + err;
         }
+        if (LEARN_ROUTES && used.get() != null) {
+            learnRoute(addr, used.get());
+        }
         return "SENT " + size + " " + sha256(payload);
+    }
+
+    /** ROUTE <peer URN | jxta://unique> <physical address>: add a direct route to the router. */
+    private String route(String[] parts) {
+        if (parts.length != 3) {
+            return "ERROR usage: ROUTE <peer URN or jxta://unique> <physical address>";
+        }
+        String peer = parts[1];
+        if (peer.startsWith("jxta://")) {
+            peer = "urn:jxta:" + peer.substring("jxta://".length());
+        }
+        int slash = peer.indexOf('/');
+        if (slash >= 0) {
+            peer = peer.substring(0, slash);
+        }
+        EndpointAddress physical;
+        try {
+            physical = new EndpointAddress(new EndpointAddress(parts[2]), null, null);
+        } catch (RuntimeException bad) {
+            return "ERROR bad address: " + oneLine(bad);
+        }
+        return "ROUTED " + addDirectRoute(peer, physical);
+    }
+
+    private void learnRoute(EndpointAddress dialled, Messenger m) {
+        if ("jxta".equalsIgnoreCase(dialled.getProtocolName())) {
+            return;
+        }
+        EndpointAddress logical;
+        try {
+            logical = m.getLogicalDestinationAddress();
+        } catch (RuntimeException unsupported) {
+            return;
+        }
+        if (logical == null || !"jxta".equalsIgnoreCase(logical.getProtocolName())) {
+            return;
+        }
+        String peer = "urn:jxta:" + logical.getProtocolAddress();
+        EndpointAddress physical = new EndpointAddress(dialled, null, null);
+        if (peer.equals(peerId) || !learnedRoutes.add(peer + " " + physical)) {
+            return;
+        }
+        String result = addDirectRoute(peer, physical);
+        System.err.println("juxta-harness: learned route " + peer + " -> " + physical + ": " + result);
+    }
+
+    /** Returns OK, ALREADY_EXIST, FAILED, ... or "ERROR-..." text. */
+    private String addDirectRoute(String peerUrn, EndpointAddress physical) {
+        try {
+            PeerID pid = (PeerID) IDFactory.fromURI(URI.create(peerUrn));
+            EndpointRoutingTransport router = endpoint.getEndpointRouter();
+            if (router == null) {
+                return "FAILED no-router";
+            }
+            RouteController rc = router.getRouteController();
+            RouteAdvertisement ra = (RouteAdvertisement)
+                    AdvertisementFactory.newAdvertisement(RouteAdvertisement.getAdvertisementType());
+            ra.setDestPeerID(pid);
+            ra.addDestEndpointAddress(physical);
+            int code = rc.addRoute(ra);
+            switch (code) {
+                case RouteController.OK: return "OK";
+                case RouteController.ALREADY_EXIST: return "ALREADY_EXIST";
+                case RouteController.FAILED: return "FAILED";
+                case RouteController.DIRECT_ROUTE: return "DIRECT_ROUTE";
+                case RouteController.INVALID_ROUTE: return "INVALID_ROUTE";
+                default: return "CODE_" + code;
+            }
+        } catch (Exception | LinkageError e) {
+            return "FAILED " + oneLine(e).replace(' ', '_');
+        }
     }
 
     /** Byte i = (i * 31 + 7) & 0xff. */
@@ -296,6 +411,10 @@ public final class Main {
 
     /** Resolve a messenger and send, waiting for JXSE's success/failure report. Null on success. */
     private String sendSync(EndpointAddress addr, Message msg) {
+        return sendSync(addr, msg, null);
+    }
+
+    private String sendSync(EndpointAddress addr, Message msg, AtomicReference<Messenger> used) {
         Messenger messenger;
         try {
             messenger = resolve(addr);
@@ -305,6 +424,9 @@ public final class Main {
         }
         if (messenger == null) {
             return "no messenger for " + addr + " (unresolvable or unsupported within " + SEND_TIMEOUT_MS + " ms)";
+        }
+        if (used != null) {
+            used.set(messenger);
         }
         CountDownLatch done = new CountDownLatch(1);
         AtomicReference<String> failure = new AtomicReference<>();
