@@ -1,0 +1,203 @@
+//! The bodies of the fuzz targets, shared by the libFuzzer binaries in
+//! `fuzz_targets/` and by the stable-Rust corpus replay
+//! (`crates/juxta-proto/tests/fuzz_corpus_replay.rs`, which includes this
+//! file with `#[path]`). Each function must never panic on any input;
+//! the `assert!`s are the round-trip properties.
+//!
+//! This file only depends on `juxta_proto` and `bytes`.
+
+use bytes::{Bytes, BytesMut};
+use juxta_proto::endpoint::ServiceAddress;
+use juxta_proto::id::JxtaId;
+use juxta_proto::message::codec::{decode_v0, encode_v0, EncodedMessage};
+use juxta_proto::message::namespace_order::JavaHashOrder;
+use juxta_proto::message::{cbjx, Element, Message};
+use juxta_proto::wire::compact::{CompactDecoder, CompactEncoder};
+use juxta_proto::wire::connection::{ConnectionConfig, Inbound, InboundEvent};
+use juxta_proto::wire::frame;
+use juxta_proto::wire::welcome::Welcome;
+
+/// Body limit used by the targets: small, so that the "length larger than
+/// allowed" paths are reachable with short inputs.
+pub const FUZZ_MAX_MESSAGE: u64 = 1 << 20;
+
+/// `Welcome::parse`; a parsed welcome re-encodes to a line that parses to
+/// the same welcome.
+pub fn welcome(data: &[u8]) {
+    if let Ok(Some((w, used))) = Welcome::parse(data) {
+        assert!(used <= data.len());
+        let line = w.to_line();
+        let (again, used2) = Welcome::parse(line.as_bytes())
+            .expect("re-encoded welcome parses")
+            .expect("re-encoded welcome is complete");
+        assert_eq!(again, w);
+        assert_eq!(used2, line.len());
+    }
+}
+
+/// `frame::parse_header` with two limits; a parsed header is within the
+/// input and the limit, and its length survives `encode_header`.
+pub fn frame_header(data: &[u8]) {
+    for max in [FUZZ_MAX_MESSAGE, u64::MAX] {
+        if let Ok(Some(h)) = frame::parse_header(data, max) {
+            assert!(h.header_len <= data.len());
+            assert!(h.content_length <= max);
+            let enc = frame::encode_header(h.content_length);
+            let back = frame::parse_header(&enc, max)
+                .expect("encoded header parses")
+                .expect("encoded header is complete");
+            assert_eq!(back.content_length, h.content_length);
+            assert_eq!(back.header_len, enc.len());
+        }
+    }
+}
+
+/// `decode_v0`; a decoded message re-encodes (both namespace orders) and
+/// decodes to an equal message, up to one documented normalisation: like
+/// JXSE, the encoder writes a signature element with its parent's
+/// namespace ID (protocol digest §2.5, item 3), whatever ID it arrived with.
+pub fn message(data: &[u8]) {
+    let Ok(d) = decode_v0(Bytes::copy_from_slice(data)) else {
+        return;
+    };
+    assert!(d.elements_end <= data.len());
+    let mut expected = d.message.clone();
+    for e in &mut expected.elements {
+        signature_in_parent_namespace(e);
+    }
+    for order in [JavaHashOrder::Java8, JavaHashOrder::Java6] {
+        let enc = encode_v0(&d.message, order).expect("a decoded message re-encodes");
+        let back = decode_v0(enc.to_bytes()).expect("a re-encoded message decodes");
+        assert_eq!(back.elements_end, enc.len);
+        assert_eq!(back.message, expected);
+        // The normalised form is a fixed point.
+        let again = encode_v0(&back.message, order).expect("re-encodes again");
+        assert_eq!(again.to_bytes(), enc.to_bytes());
+    }
+}
+
+fn signature_in_parent_namespace(e: &mut Element) {
+    let ns = e.namespace.clone();
+    if let Some(sig) = &mut e.signature {
+        sig.namespace = ns;
+        signature_in_parent_namespace(sig);
+    }
+}
+
+/// `CompactDecoder::decode` in a loop over one receive buffer; every
+/// decoded frame re-encodes (fresh tables) and decodes to an equal message.
+pub fn compact(data: &[u8]) {
+    let mut dec = CompactDecoder::new();
+    let mut rx = BytesMut::from(data);
+    for _ in 0..=data.len() {
+        let before = rx.len();
+        match dec.decode(&mut rx, FUZZ_MAX_MESSAGE) {
+            Ok(Some((to, msg, used))) => {
+                assert_eq!(before - rx.len(), used);
+                check_compact_round_trip(&to, &msg);
+            }
+            Ok(None) => {
+                assert_eq!(rx.len(), before, "Ok(None) must leave the buffer alone");
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+}
+
+fn check_compact_round_trip(to: &ServiceAddress, msg: &Message) {
+    let mut enc = CompactEncoder::new();
+    let mut dec = CompactDecoder::new();
+    // Twice: once with definitions, once with interned ids.
+    for _ in 0..2 {
+        let mut out = EncodedMessage::default();
+        enc.encode(to, msg, &mut out);
+        let wire = out.to_bytes();
+        let mut rx = BytesMut::from(&wire[..]);
+        let (t, m, used) = dec
+            .decode(&mut rx, u64::MAX)
+            .expect("re-encoded compact frame decodes")
+            .expect("re-encoded compact frame is complete");
+        assert_eq!(&t, to);
+        assert_eq!(&m, msg);
+        assert_eq!(used, wire.len());
+        assert!(rx.is_empty());
+    }
+}
+
+/// `JxtaId` parsing; a parsed ID prints canonically and parses back equal,
+/// and its canonical text is a fixed point.
+pub fn id(data: &[u8]) {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(id) = s.parse::<JxtaId>() else {
+        return;
+    };
+    let text = id.to_string();
+    let back: JxtaId = text.parse().expect("canonical ID text parses");
+    assert_eq!(back, id);
+    assert_eq!(back.to_string(), text);
+    let uv = id.unique_value();
+    assert_eq!(
+        JxtaId::from_unique_value(&uv).expect("unique value parses"),
+        id
+    );
+}
+
+/// `cbjx::parse_trailer`; a parsed trailer re-encodes to exactly its input.
+pub fn cbjx_trailer(data: &[u8]) {
+    if let Ok(t) = cbjx::parse_trailer(Bytes::copy_from_slice(data)) {
+        assert_eq!(t.encoded_len(), data.len());
+        assert_eq!(&t.encode()[..], data);
+    }
+}
+
+/// A fresh `Inbound` fed the input, polled until it needs more bytes or
+/// fails. The first byte picks the configuration: bit 0 turns CBJX off,
+/// bit 1 switches the receive side to compact right after the welcome,
+/// bit 2 feeds the rest in 7-byte pieces instead of all at once.
+pub fn inbound(data: &[u8]) {
+    let Some((&mode, data)) = data.split_first() else {
+        return;
+    };
+    let cfg = ConnectionConfig {
+        max_message: FUZZ_MAX_MESSAGE,
+        cbjx: mode & 1 == 0,
+        ..ConnectionConfig::default()
+    };
+    let mut inb = Inbound::new(cfg);
+    let mut rx = BytesMut::new();
+    let piece = if mode & 4 != 0 { 7 } else { data.len().max(1) };
+    for chunk in data.chunks(piece) {
+        rx.extend_from_slice(chunk);
+        loop {
+            match inb.poll(&mut rx) {
+                Ok(Some(InboundEvent::Welcome(_))) => {
+                    assert!(inb.remote().is_some());
+                    if mode & 2 != 0 {
+                        inb.switch_to_compact();
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// A target body.
+pub type Target = fn(&[u8]);
+
+/// Every target, by name (the `fuzz_targets/` binaries and the seed
+/// directories use these names).
+pub const TARGETS: &[(&str, Target)] = &[
+    ("welcome", welcome),
+    ("frame_header", frame_header),
+    ("message", message),
+    ("compact", compact),
+    ("id", id),
+    ("cbjx_trailer", cbjx_trailer),
+    ("inbound", inbound),
+];
