@@ -237,7 +237,7 @@ impl Client {
             Client::Tcp { stream } => {
                 let hdr = (payload.len() as u32).to_be_bytes();
                 let total = 4 + payload.len();
-                write_all_vectored(stream, &[&hdr, payload])
+                juxta::transport::tcp::write_all_vectored(stream, &[&hdr[..], &payload[..]])
                     .await
                     .map_err(|source| BenchError::Io {
                         what: "tcp write".into(),
@@ -533,37 +533,4 @@ pub async fn run(
         let _ = r.child.kill().await;
     }
     Ok(rows)
-}
-
-/// Writes all slices with vectored writes (the baseline's framing: one
-/// `writev` of header and payload, as the layers do).
-async fn write_all_vectored(stream: &mut TcpStream, parts: &[&[u8]]) -> std::io::Result<()> {
-    let mut idx = 0;
-    let mut off = 0;
-    while idx < parts.len() {
-        let iov: Vec<std::io::IoSlice<'_>> = std::iter::once(&parts[idx][off..])
-            .chain(parts[idx + 1..].iter().copied())
-            .map(std::io::IoSlice::new)
-            .collect();
-        let mut n = stream.write_vectored(&iov).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        while n > 0 && idx < parts.len() {
-            let avail = parts[idx].len() - off;
-            if n >= avail {
-                n -= avail;
-                idx += 1;
-                off = 0;
-            } else {
-                off += n;
-                n = 0;
-            }
-        }
-        while idx < parts.len() && parts[idx].len() == off {
-            idx += 1;
-            off = 0;
-        }
-    }
-    Ok(())
 }

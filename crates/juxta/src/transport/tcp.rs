@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use juxta_proto::id::PeerId;
 use juxta_proto::message::codec::EncodedMessage;
 use juxta_proto::wire::connection::{
@@ -46,16 +46,22 @@ pub(crate) fn configure(stream: &TcpStream, buffer: Option<usize>) -> io::Result
     Ok(())
 }
 
-/// Writes all chunks with as few `writev` calls as the kernel allows.
-pub(crate) async fn write_chunks(w: &mut OwnedWriteHalf, chunks: &[Bytes]) -> io::Result<()> {
+/// Writes all chunks with as few `writev` calls as the kernel allows (one,
+/// unless the socket buffer fills). Shared with the benchmark's TCP baseline
+/// so both time the same write path.
+pub async fn write_all_vectored<W, B>(w: &mut W, chunks: &[B]) -> io::Result<()>
+where
+    W: tokio::io::AsyncWrite + Unpin,
+    B: AsRef<[u8]>,
+{
     let mut idx = 0;
     let mut off = 0;
     while idx < chunks.len() {
         let n = {
             let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity((chunks.len() - idx).min(MAX_IOV));
-            iov.push(IoSlice::new(&chunks[idx][off..]));
+            iov.push(IoSlice::new(&chunks[idx].as_ref()[off..]));
             for c in chunks[idx + 1..].iter().take(MAX_IOV - 1) {
-                iov.push(IoSlice::new(c));
+                iov.push(IoSlice::new(c.as_ref()));
             }
             w.write_vectored(&iov).await?
         };
@@ -64,7 +70,7 @@ pub(crate) async fn write_chunks(w: &mut OwnedWriteHalf, chunks: &[Bytes]) -> io
         }
         let mut left = n;
         while left > 0 && idx < chunks.len() {
-            let avail = chunks[idx].len() - off;
+            let avail = chunks[idx].as_ref().len() - off;
             if left >= avail {
                 left -= avail;
                 idx += 1;
@@ -87,7 +93,7 @@ pub(crate) struct WriterSide {
 
 impl WriterSide {
     pub(crate) async fn write(&mut self, enc: &EncodedMessage) -> io::Result<()> {
-        write_chunks(&mut self.half, &enc.chunks).await
+        write_all_vectored(&mut self.half, &enc.chunks).await
     }
 }
 
