@@ -95,12 +95,16 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// Makes `conn` the connection used for its peer, unless a live one is
+    /// registered already (a closed one is replaced).
     pub(crate) fn register(&self, conn: &Arc<Connection>) {
-        self.connections
-            .write()
-            .expect("connections lock")
-            .entry(conn.remote)
-            .or_insert_with(|| conn.clone());
+        let mut map = self.connections.write().expect("connections lock");
+        match map.get(&conn.remote) {
+            Some(existing) if !existing.is_closed() => {}
+            _ => {
+                map.insert(conn.remote, conn.clone());
+            }
+        }
     }
 
     pub(crate) fn unregister(&self, conn: &Arc<Connection>) {

@@ -116,3 +116,52 @@ async fn identity_survives_restart() {
     let second = Peer::start(cfg).await.unwrap().peer_id();
     assert_eq!(first, second);
 }
+
+#[tokio::test]
+async fn an_unproven_welcome_does_not_capture_a_peer_id() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let (a, b, _dir) = pair(true).await;
+    // An impostor claims B's peer ID in its welcome line and then stays quiet.
+    let impostor = tokio::net::TcpStream::connect(a.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (r, mut w) = impostor.into_split();
+    let line = juxta_proto::wire::welcome::Welcome::new(
+        format!("tcp://{}", a.local_addr().unwrap()),
+        "tcp://127.0.0.1:1".into(),
+        b.peer_id(),
+    )
+    .to_line();
+    w.write_all(line.as_bytes()).await.unwrap();
+    let mut a_welcome = String::new();
+    BufReader::new(r).read_line(&mut a_welcome).await.unwrap();
+    assert!(a_welcome.starts_with("JXTAHELLO"));
+    // The real B connects and proves its identity by talking.
+    let mut a_in = a.listen("t", None).unwrap();
+    let mut b_in = b.listen("t", None).unwrap();
+    let to_a = b.connect(a.local_addr().unwrap()).await.unwrap();
+    to_a.send(
+        "t",
+        None,
+        Message::new().with(Element::bytes("", "x", &b"1"[..])),
+    )
+    .await
+    .unwrap();
+    a_in.recv().await.unwrap();
+    // A's messenger for B must reach the real B, not the impostor.
+    a.messenger(&b.peer_id())
+        .unwrap()
+        .send(
+            "t",
+            None,
+            Message::new().with(Element::bytes("", "x", &b"2"[..])),
+        )
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), b_in.recv())
+        .await
+        .expect("the real B did not get the reply")
+        .unwrap();
+    assert_eq!(&got.message.get("", "x").unwrap().data[..], b"2");
+    drop(w);
+}

@@ -231,14 +231,29 @@ pub(crate) async fn run_connection(
         closed: AtomicBool::new(false),
         compact_ready: tokio::sync::Notify::new(),
     });
-    inner.register(&conn);
+    // A connection we dialled is registered at once (we chose the address).
+    // One that dialled us is registered under its claimed peer ID only once
+    // that claim is proven: its first CBJX-verified message (the signer must
+    // be the welcome's peer) or a completed compact handshake.
+    let mut registered = role == Role::Initiator;
+    if registered {
+        inner.register(&conn);
+    }
     tracing::info!(remote = %conn.remote, %peer_addr, ?role, "connection established");
     if let Some(r) = ready {
         let _ = r.send(Ok(conn.clone()));
     }
 
     // Phase 2: read, decode, dispatch.
-    let end = read_loop(&inner, &conn, &mut inbound, &mut rx, &mut read).await;
+    let end = read_loop(
+        &inner,
+        &conn,
+        &mut inbound,
+        &mut rx,
+        &mut read,
+        &mut registered,
+    )
+    .await;
     conn.closed.store(true, Ordering::Release);
     conn.compact_ready.notify_waiters();
     inner.unregister(&conn);
@@ -279,10 +294,15 @@ async fn read_loop(
     inbound: &mut Inbound,
     rx: &mut BytesMut,
     read: &mut OwnedReadHalf,
+    registered: &mut bool,
 ) -> CloseReason {
     loop {
         match inbound.poll(rx) {
             Ok(Some(InboundEvent::Message(m))) => {
+                if !*registered && (inner.cfg.connection.cbjx || inbound.is_compact()) {
+                    inner.register(conn);
+                    *registered = true;
+                }
                 conn.bytes_in
                     .fetch_add(m.wire_len as u64, Ordering::Relaxed);
                 inner.dispatch(conn, m).await;
@@ -303,6 +323,10 @@ async fn read_loop(
                 if outcome.switch_inbound {
                     inbound.switch_to_compact();
                     conn.compact_rx.store(true, Ordering::Release);
+                    if !*registered {
+                        inner.register(conn);
+                        *registered = true;
+                    }
                 }
                 if conn.is_compact() {
                     tracing::debug!(remote = %conn.remote, "compact framing on");
