@@ -108,7 +108,10 @@ type NameKey = (String, String, Option<String>);
 #[derive(Debug, Default)]
 pub struct CompactEncoder {
     channels: HashMap<ServiceAddress, u64>,
-    names: HashMap<NameKey, u64>,
+    /// Keyed by `namespace \0 name \0 mime`, built in `scratch` so a
+    /// lookup allocates nothing once a name is interned.
+    names: HashMap<String, u64>,
+    scratch: String,
 }
 
 impl CompactEncoder {
@@ -148,15 +151,20 @@ impl CompactEncoder {
         };
         let mut name_ids = Vec::with_capacity(msg.elements.len());
         for e in &msg.elements {
-            let key = (e.namespace.clone(), e.name.clone(), e.mime.clone());
-            let id = match self.names.get(&key) {
+            self.scratch.clear();
+            self.scratch.push_str(&e.namespace);
+            self.scratch.push('\0');
+            self.scratch.push_str(&e.name);
+            self.scratch.push('\0');
+            self.scratch.push_str(e.mime.as_deref().unwrap_or(""));
+            let id = match self.names.get(self.scratch.as_str()) {
                 Some(&id) => id,
                 None if self.names.len() < MAX_TABLE => {
                     let id = self.names.len() as u64 + 1;
                     body.put_u8(TAG_NAME);
                     put_varint(&mut body, id);
                     put_name(&mut body, e);
-                    self.names.insert(key, id);
+                    self.names.insert(self.scratch.clone(), id);
                     id
                 }
                 None => 0,
