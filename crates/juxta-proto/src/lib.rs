@@ -18,8 +18,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod advertisement;
 pub mod endpoint;
 pub mod id;
 pub mod identity;
 pub mod message;
+pub mod pipe;
+pub mod resolver;
+pub mod socket;
 pub mod wire;

@@ -13,6 +13,8 @@
 pub mod config;
 pub mod endpoint;
 pub mod peer;
+pub mod pipe;
+pub mod socket;
 pub mod transport;
 
 pub use config::PeerConfig;

@@ -1,0 +1,2 @@
+//! Pipes: pipe types, the Pipe Binding Protocol messages and the
+//! propagate-pipe wire header.

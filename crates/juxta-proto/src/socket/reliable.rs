@@ -1,0 +1,1 @@
+//! Reliable stream engine (placeholder).

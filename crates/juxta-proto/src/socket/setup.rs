@@ -1,0 +1,1 @@
+//! Socket and bidi-pipe connection set-up (placeholder).

@@ -1,0 +1,1 @@
+//! TLS 1.3 for secure pipes (placeholder).

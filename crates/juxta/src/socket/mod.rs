@@ -1,0 +1,1 @@
+//! JXTA sockets (placeholder).
