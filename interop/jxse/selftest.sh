@@ -73,7 +73,9 @@ start_peer() {  # name port fd
 }
 
 [[ -f $DIR/target/lib/jxse-2.7.jar ]] || fail "not built: run $DIR/build.sh"
-( sleep "$OVERALL_TIMEOUT"; kill -TERM $$ 2>/dev/null ) &
+# Watchdog: its sleep must not outlive us (nor hold our stdout open), hence the trap and redirect.
+( trap 'kill "$sp" 2>/dev/null; wait "$sp"; exit 0' TERM
+  sleep "$OVERALL_TIMEOUT" & sp=$!; wait "$sp" && kill -TERM $$ 2>/dev/null ) >/dev/null 2>&1 &
 WATCHDOG=$!
 
 T0=$SECONDS

@@ -14,6 +14,7 @@ pub mod config;
 pub mod endpoint;
 pub mod peer;
 pub mod pipe;
+mod resolver;
 pub mod socket;
 pub mod transport;
 

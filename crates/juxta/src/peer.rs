@@ -79,6 +79,10 @@ pub struct Stats {
     pub connections_failed: AtomicU64,
     /// Connections refused at the limit.
     pub connections_refused: AtomicU64,
+    /// Messages for a pipe with no input pipe here (dropped).
+    pub unknown_pipe: AtomicU64,
+    /// Resolver messages that could not be parsed or answered.
+    pub resolver_errors: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -91,7 +95,9 @@ pub(crate) struct Inner {
     connections: RwLock<HashMap<PeerId, Arc<Connection>>>,
     by_addr: RwLock<HashMap<SocketAddr, PeerId>>,
     listeners: RwLock<HashMap<ServiceAddress, mpsc::Sender<Delivery>>>,
-    self_ref: Weak<Inner>,
+    pub(crate) pipes: crate::pipe::registry::PipeRegistry,
+    pub(crate) secure: crate::pipe::secure::Sessions,
+    pub(crate) self_ref: Weak<Inner>,
 }
 
 impl Inner {
@@ -145,11 +151,61 @@ impl Inner {
                     tracing::debug!(?to, "listener gone; message dropped");
                 }
             }
+            None if d.to.service == crate::pipe::PIPE_SERVICE => {
+                let n = self.stats.unknown_pipe.fetch_add(1, Ordering::Relaxed) + 1;
+                // Logged at info for the 1st, 2nd, 4th, 8th, ... so a flood
+                // cannot flood the log; the counter has the exact number.
+                if n.is_power_of_two() {
+                    tracing::info!(remote = %conn.remote, pipe = ?d.to.param, dropped = n, "message for an unknown pipe dropped");
+                } else {
+                    tracing::debug!(remote = %conn.remote, pipe = ?d.to.param, "message for an unknown pipe dropped");
+                }
+            }
             None => {
                 self.stats.unroutable.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(remote = %conn.remote, to = ?d.to, "no listener; message dropped");
             }
         }
+    }
+
+    /// Registers a listener for `to` (not mangled).
+    pub(crate) fn add_listener(&self, to: ServiceAddress) -> Result<Listener, PeerError> {
+        let mut l = self.listeners.write().expect("listeners lock");
+        if l.contains_key(&to) {
+            return Err(PeerError::ListenerExists(to));
+        }
+        let (tx, rx) = mpsc::channel(self.cfg.listener_queue);
+        l.insert(to.clone(), tx);
+        Ok(Listener::new(to, rx, self.self_ref.clone()))
+    }
+
+    /// A messenger over the live connection to `peer`, if there is one.
+    pub(crate) fn messenger(&self, peer: &PeerId) -> Option<Messenger> {
+        let c = self
+            .connections
+            .read()
+            .expect("connections lock")
+            .get(peer)
+            .filter(|c| !c.is_closed())
+            .cloned()?;
+        let me = self.self_ref.upgrade()?;
+        Some(Messenger::new(c, me))
+    }
+
+    /// Peers with a live connection.
+    pub(crate) fn connected_peers(&self) -> Vec<PeerId> {
+        self.connections
+            .read()
+            .expect("connections lock")
+            .iter()
+            .filter(|(_, c)| !c.is_closed())
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
+    /// The group this peer's traffic is addressed in (`jxta-NetGroup`).
+    pub(crate) fn group_unique(&self) -> &str {
+        &self.cfg.connection.group_unique
     }
 
     pub(crate) fn remove_listener(&self, to: &ServiceAddress) {
@@ -173,14 +229,18 @@ impl Inner {
 /// # Ok(()) }
 /// ```
 pub struct Peer {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     local_addr: Option<SocketAddr>,
     accept_task: Option<JoinHandle<()>>,
+    service_tasks: Vec<JoinHandle<()>>,
 }
 
 impl Drop for Peer {
     fn drop(&mut self) {
         if let Some(t) = self.accept_task.take() {
+            t.abort();
+        }
+        for t in self.service_tasks.drain(..) {
             t.abort();
         }
     }
@@ -259,14 +319,21 @@ impl Peer {
             connections: RwLock::new(HashMap::new()),
             by_addr: RwLock::new(HashMap::new()),
             listeners: RwLock::new(HashMap::new()),
+            pipes: crate::pipe::registry::PipeRegistry::new(),
+            secure: Default::default(),
             self_ref: w.clone(),
         });
         let accept_task = listener.map(|l| tokio::spawn(accept_loop(inner.clone(), l)));
+        let service_tasks = vec![
+            crate::resolver::spawn(&inner)?,
+            crate::pipe::secure::spawn(&inner)?,
+        ];
         tracing::info!(peer = %inner.identity.peer_id(), listen = ?local_addr, "peer started");
         Ok(Peer {
             inner,
             local_addr,
             accept_task,
+            service_tasks,
         })
     }
 
@@ -303,14 +370,7 @@ impl Peer {
     /// Messages whose param has no listener of its own go to the listener
     /// registered with `param = None`.
     pub fn listen(&self, service: &str, param: Option<&str>) -> Result<Listener, PeerError> {
-        let to = ServiceAddress::new(service, param);
-        let mut l = self.inner.listeners.write().expect("listeners lock");
-        if l.contains_key(&to) {
-            return Err(PeerError::ListenerExists(to));
-        }
-        let (tx, rx) = mpsc::channel(self.inner.cfg.listener_queue);
-        l.insert(to.clone(), tx);
-        Ok(Listener::new(to, rx, self.inner.self_ref.clone()))
+        self.inner.add_listener(ServiceAddress::new(service, param))
     }
 
     /// A messenger over an existing connection to `peer`.

@@ -1,2 +1,475 @@
 //! Advertisements: the XML documents JXTA peers publish about themselves
 //! and their resources (pipes, peers, ...), byte-compatible with JXSE 2.7.
+//!
+//! Only what Juxta needs to talk to JXSE is modelled:
+//! - [`PipeAdvertisement`] (`jxta:PipeAdvertisement`, digest §6.1), written
+//!   byte for byte as JXSE writes it;
+//! - [`PeerAdvertisement`] (`jxta:PA`, digest §8.2), a minimal `PID`/`GID`/
+//!   `Name`/`Desc` document that JXSE accepts, and a parser that reads JXSE's
+//!   full (possibly signed) peer advertisement and ignores the rest.
+//!
+//! This module also holds the small bounded XML reader and the two JXSE
+//! writer styles that the resolver, pipe-binding and socket set-up modules
+//! share (crate-private).
+
+pub mod peer;
+pub mod pipe;
+
+use std::borrow::Cow;
+use std::fmt;
+use std::str::FromStr;
+
+use quick_xml::events::Event;
+use quick_xml::Reader;
+
+use crate::id::IdError;
+
+pub use peer::PeerAdvertisement;
+pub use pipe::PipeAdvertisement;
+
+/// Largest XML document any parser in this crate accepts (64 KiB).
+pub const MAX_XML_LEN: usize = 64 * 1024;
+/// Deepest element nesting accepted.
+pub const MAX_XML_DEPTH: usize = 32;
+/// Most elements accepted in one document.
+pub const MAX_XML_ELEMENTS: usize = 4096;
+/// The namespace declaration JXSE puts on every root element.
+pub(crate) const JXTA_XMLNS: &str = "xmlns:jxta=\"http://jxta.org\"";
+/// The XML declaration JXSE writes first.
+pub(crate) const XML_DECL: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+/// Longest foreign string quoted back in an error.
+const MAX_ERR_QUOTE: usize = 64;
+
+/// Errors from reading an XML document.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum XmlError {
+    /// The document is larger than [`MAX_XML_LEN`].
+    #[error("XML document of {0} bytes exceeds the limit of {MAX_XML_LEN} bytes")]
+    TooLarge(usize),
+    /// The document is not well-formed.
+    #[error("malformed XML: {0}")]
+    Malformed(String),
+    /// Elements are nested deeper than [`MAX_XML_DEPTH`].
+    #[error("XML nested deeper than {MAX_XML_DEPTH} levels")]
+    TooDeep,
+    /// More than [`MAX_XML_ELEMENTS`] elements.
+    #[error("XML document with more than {MAX_XML_ELEMENTS} elements")]
+    TooManyElements,
+    /// There is no root element.
+    #[error("XML document without a root element")]
+    NoRoot,
+    /// The root element is not the expected one.
+    #[error("expected root element <{expected}>, found <{found}>")]
+    WrongRoot {
+        /// The root the parser wanted.
+        expected: &'static str,
+        /// The root found (truncated).
+        found: String,
+    },
+}
+
+/// A pipe type string that is none of the three JXTA pipe types.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown pipe type {0:?}")]
+pub struct UnknownPipeType(pub String);
+
+/// Errors from parsing an advertisement.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdvError {
+    /// The XML is too large, malformed or has the wrong root.
+    #[error(transparent)]
+    Xml(#[from] XmlError),
+    /// A required child element is missing.
+    #[error("advertisement without <{0}>")]
+    Missing(&'static str),
+    /// An ID field does not hold an ID of the right type.
+    #[error("bad ID in <{field}>: {source}")]
+    BadId {
+        /// The element holding the ID.
+        field: &'static str,
+        /// Why it did not parse.
+        source: IdError,
+    },
+    /// The pipe `Type` is unknown.
+    #[error(transparent)]
+    PipeType(#[from] UnknownPipeType),
+}
+
+/// The type of a pipe (`Type` in a pipe advertisement, digest §6.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PipeType {
+    /// `JxtaUnicast`: unreliable point-to-point.
+    Unicast,
+    /// `JxtaUnicastSecure`: point-to-point over the TLS transport.
+    UnicastSecure,
+    /// `JxtaPropagate`: one-to-many.
+    Propagate,
+}
+
+impl PipeType {
+    /// The name JXSE writes (`JxtaUnicast`, `JxtaUnicastSecure`, `JxtaPropagate`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PipeType::Unicast => "JxtaUnicast",
+            PipeType::UnicastSecure => "JxtaUnicastSecure",
+            PipeType::Propagate => "JxtaPropagate",
+        }
+    }
+}
+
+impl fmt::Display for PipeType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for PipeType {
+    type Err = UnknownPipeType;
+    /// Parses a pipe type name; surrounding whitespace is ignored.
+    ///
+    /// ```
+    /// use juxta_proto::advertisement::PipeType;
+    /// assert_eq!(" JxtaPropagate\n".parse::<PipeType>().unwrap(), PipeType::Propagate);
+    /// assert!("JxtaMulticast".parse::<PipeType>().is_err());
+    /// ```
+    fn from_str(s: &str) -> Result<PipeType, UnknownPipeType> {
+        match s.trim() {
+            "JxtaUnicast" => Ok(PipeType::Unicast),
+            "JxtaUnicastSecure" => Ok(PipeType::UnicastSecure),
+            "JxtaPropagate" => Ok(PipeType::Propagate),
+            other => Err(UnknownPipeType(truncate(other))),
+        }
+    }
+}
+
+/// Cuts a foreign string for quoting in an error.
+pub(crate) fn truncate(s: &str) -> String {
+    s.chars().take(MAX_ERR_QUOTE).collect()
+}
+
+// ---------------------------------------------------------------------------
+// A small bounded XML tree reader.
+// ---------------------------------------------------------------------------
+
+/// One element of a parsed document: qualified name, its own text (the
+/// concatenated, unescaped text and CDATA directly inside it) and children.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct XmlNode {
+    pub(crate) name: String,
+    pub(crate) text: String,
+    pub(crate) children: Vec<XmlNode>,
+}
+
+impl XmlNode {
+    /// The first child with that qualified name.
+    pub(crate) fn child(&self, name: &str) -> Option<&XmlNode> {
+        self.children.iter().find(|c| c.name == name)
+    }
+
+    /// All children with that qualified name.
+    pub(crate) fn children_named<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Iterator<Item = &'a XmlNode> + 'a {
+        self.children.iter().filter(move |c| c.name == name)
+    }
+
+    /// The element's text, trimmed as JXSE's `getTextValue()` does.
+    pub(crate) fn value(&self) -> &str {
+        self.text.trim()
+    }
+
+    /// The trimmed text of the first child with that name.
+    pub(crate) fn child_value(&self, name: &str) -> Option<&str> {
+        self.child(name).map(XmlNode::value)
+    }
+
+    /// Checks the root element's name.
+    pub(crate) fn expect_root(self, expected: &'static str) -> Result<XmlNode, XmlError> {
+        if self.name == expected {
+            Ok(self)
+        } else {
+            Err(XmlError::WrongRoot {
+                expected,
+                found: truncate(&self.name),
+            })
+        }
+    }
+}
+
+fn malformed(e: impl fmt::Display) -> XmlError {
+    XmlError::Malformed(truncate(&e.to_string()))
+}
+
+/// Parses a whole document into a tree, within the size, depth and element
+/// limits. Declarations, DOCTYPE, comments and processing instructions are
+/// skipped; attributes are not kept.
+pub(crate) fn parse_xml(xml: &str) -> Result<XmlNode, XmlError> {
+    if xml.len() > MAX_XML_LEN {
+        return Err(XmlError::TooLarge(xml.len()));
+    }
+    let mut reader = Reader::from_str(xml);
+    let mut stack: Vec<XmlNode> = Vec::new();
+    let mut root: Option<XmlNode> = None;
+    let mut elements = 0usize;
+    loop {
+        let ev = reader.read_event().map_err(malformed)?;
+        let (start, empty) = match &ev {
+            Event::Start(s) => (Some(s), false),
+            Event::Empty(s) => (Some(s), true),
+            _ => (None, false),
+        };
+        if let Some(s) = start {
+            if root.is_some() {
+                return Err(XmlError::Malformed("more than one root element".into()));
+            }
+            elements += 1;
+            if elements > MAX_XML_ELEMENTS {
+                return Err(XmlError::TooManyElements);
+            }
+            if stack.len() >= MAX_XML_DEPTH {
+                return Err(XmlError::TooDeep);
+            }
+            let name = std::str::from_utf8(s.name().as_ref())
+                .map_err(malformed)?
+                .to_string();
+            let node = XmlNode {
+                name,
+                ..XmlNode::default()
+            };
+            if empty {
+                close(&mut stack, &mut root, node);
+            } else {
+                stack.push(node);
+            }
+            continue;
+        }
+        match ev {
+            Event::End(_) => {
+                let node = stack
+                    .pop()
+                    .ok_or_else(|| XmlError::Malformed("unbalanced end tag".into()))?;
+                close(&mut stack, &mut root, node);
+            }
+            Event::Text(t) => {
+                if let Some(top) = stack.last_mut() {
+                    top.text.push_str(&t.unescape().map_err(malformed)?);
+                }
+            }
+            Event::CData(c) => {
+                if let Some(top) = stack.last_mut() {
+                    top.text
+                        .push_str(std::str::from_utf8(&c).map_err(malformed)?);
+                }
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+    }
+    if !stack.is_empty() {
+        return Err(XmlError::Malformed("unclosed element".into()));
+    }
+    root.ok_or(XmlError::NoRoot)
+}
+
+fn close(stack: &mut [XmlNode], root: &mut Option<XmlNode>, node: XmlNode) {
+    match stack.last_mut() {
+        Some(parent) => parent.children.push(node),
+        None => *root = Some(node),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// JXSE's two XML writer styles.
+// ---------------------------------------------------------------------------
+
+/// Escapes element text as JXSE's `LiteXMLElement` does (`&` and `<` only),
+/// plus the `>` of a `]]>` sequence, which XML forbids in text.
+pub(crate) fn escape_text(s: &str) -> Cow<'_, str> {
+    if !s.contains(['&', '<']) && !s.contains("]]>") {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for (i, c) in s.char_indices() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' if s[..i].ends_with("]]") => out.push_str("&gt;"),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A document in JXSE's "pretty" style: the one used for protocol messages
+/// whose root has no `xml:space="preserve"` (resolver queries, pipe
+/// resolver messages, wire headers). Every text child is written as
+/// `\t<Name>\n\t\tvalue\n\t</Name>\n`.
+pub(crate) struct PrettyDoc {
+    buf: String,
+    root: &'static str,
+}
+
+impl PrettyDoc {
+    /// Starts a document with that root element.
+    pub(crate) fn new(root: &'static str) -> PrettyDoc {
+        let mut buf = String::with_capacity(512);
+        buf.push_str(XML_DECL);
+        buf.push_str("<!DOCTYPE ");
+        buf.push_str(root);
+        buf.push_str(">\n<");
+        buf.push_str(root);
+        buf.push(' ');
+        buf.push_str(JXTA_XMLNS);
+        buf.push_str(">\n\t\n");
+        PrettyDoc { buf, root }
+    }
+
+    /// Appends a text child. Like JXSE's pretty printer, the value is
+    /// written trimmed.
+    pub(crate) fn field(&mut self, name: &str, value: &str) -> &mut PrettyDoc {
+        let value = value.trim();
+        self.buf.push('\t');
+        self.buf.push('<');
+        self.buf.push_str(name);
+        self.buf.push_str(">\n\t\t");
+        self.buf.push_str(&escape_text(value));
+        self.buf.push_str("\n\t</");
+        self.buf.push_str(name);
+        self.buf.push_str(">\n");
+        self
+    }
+
+    /// Closes the root; JXSE ends a document with a newline.
+    pub(crate) fn finish(mut self) -> String {
+        self.buf.push_str("</");
+        self.buf.push_str(self.root);
+        self.buf.push_str(">\n");
+        self.buf
+    }
+}
+
+/// A document in JXSE's advertisement style: the root carries
+/// `xml:space="preserve"`, so children are written without indentation
+/// after a lone `\n\t\n`.
+pub(crate) struct AdvDoc {
+    buf: String,
+    root: &'static str,
+}
+
+impl AdvDoc {
+    /// Starts an advertisement with that root element.
+    pub(crate) fn new(root: &'static str) -> AdvDoc {
+        let mut buf = String::with_capacity(320);
+        buf.push_str(XML_DECL);
+        buf.push_str("<!DOCTYPE ");
+        buf.push_str(root);
+        buf.push_str(">\n<");
+        buf.push_str(root);
+        buf.push_str(" xml:space=\"preserve\" ");
+        buf.push_str(JXTA_XMLNS);
+        buf.push_str(">\n\t\n");
+        AdvDoc { buf, root }
+    }
+
+    /// Appends a text child.
+    pub(crate) fn field(&mut self, name: &str, value: &str) -> &mut AdvDoc {
+        self.buf.push('<');
+        self.buf.push_str(name);
+        self.buf.push('>');
+        self.buf.push_str(&escape_text(value));
+        self.buf.push_str("</");
+        self.buf.push_str(name);
+        self.buf.push('>');
+        self
+    }
+
+    /// Closes the root, with JXSE's final newline.
+    pub(crate) fn finish(mut self) -> String {
+        self.buf.push_str("</");
+        self.buf.push_str(self.root);
+        self.buf.push_str(">\n");
+        self.buf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pipe_type_names() {
+        for t in [
+            PipeType::Unicast,
+            PipeType::UnicastSecure,
+            PipeType::Propagate,
+        ] {
+            assert_eq!(t.as_str().parse::<PipeType>().unwrap(), t);
+            assert_eq!(t.to_string(), t.as_str());
+        }
+        let e = "x".repeat(1000).parse::<PipeType>().unwrap_err();
+        assert_eq!(e.0.len(), MAX_ERR_QUOTE);
+    }
+
+    #[test]
+    fn tree_reader_basics() {
+        let doc = "<?xml version=\"1.0\"?>\n<!DOCTYPE r>\n<!-- c --><r a=\"1\">\n\t<A>\n\t\tx &amp;lt; y\n\t</A><B/><A><![CDATA[<z>]]></A><C><D>deep</D>t</C></r>\n";
+        let r = parse_xml(doc).unwrap().expect_root("r").unwrap();
+        assert_eq!(r.child_value("A"), Some("x &lt; y"));
+        assert_eq!(r.children_named("A").nth(1).unwrap().value(), "<z>");
+        assert_eq!(r.child_value("B"), Some(""));
+        assert_eq!(r.child_value("C"), Some("t"));
+        assert_eq!(r.child("C").unwrap().child_value("D"), Some("deep"));
+        assert_eq!(r.child("Q"), None);
+    }
+
+    #[test]
+    fn tree_reader_rejects_bad_input() {
+        assert!(matches!(parse_xml(""), Err(XmlError::NoRoot)));
+        assert!(matches!(
+            parse_xml("<a><b></a>"),
+            Err(XmlError::Malformed(_))
+        ));
+        assert!(matches!(parse_xml("<a>"), Err(XmlError::Malformed(_))));
+        assert!(matches!(parse_xml("<a/><b/>"), Err(XmlError::Malformed(_))));
+        assert!(matches!(
+            parse_xml("<a>&bogus;</a>"),
+            Err(XmlError::Malformed(_))
+        ));
+        let big = format!("<a>{}</a>", " ".repeat(MAX_XML_LEN));
+        assert!(matches!(parse_xml(&big), Err(XmlError::TooLarge(_))));
+        let deep = "<a>".repeat(MAX_XML_DEPTH + 1);
+        assert!(matches!(parse_xml(&deep), Err(XmlError::TooDeep)));
+        let many = format!("<a>{}</a>", "<b/>".repeat(MAX_XML_ELEMENTS));
+        assert!(matches!(parse_xml(&many), Err(XmlError::TooManyElements)));
+        assert!(matches!(
+            parse_xml("<a/>").unwrap().expect_root("b"),
+            Err(XmlError::WrongRoot { expected: "b", .. })
+        ));
+    }
+
+    #[test]
+    fn escaping_matches_jxse() {
+        assert_eq!(escape_text("a>b\"c'"), "a>b\"c'");
+        assert_eq!(escape_text("<a & b>"), "&lt;a &amp; b>");
+        assert_eq!(escape_text("x]]>y"), "x]]&gt;y");
+        let doc = format!("<r>{}</r>", escape_text("<&]]>>"));
+        assert_eq!(parse_xml(&doc).unwrap().value(), "<&]]>>");
+    }
+
+    #[test]
+    fn writer_styles() {
+        let mut p = PrettyDoc::new("jxta:X");
+        p.field("A", "1");
+        assert_eq!(
+            p.finish(),
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<!DOCTYPE jxta:X>\n<jxta:X xmlns:jxta=\"http://jxta.org\">\n\t\n\t<A>\n\t\t1\n\t</A>\n</jxta:X>\n"
+        );
+        let mut a = AdvDoc::new("jxta:Y");
+        a.field("B", "2");
+        assert_eq!(
+            a.finish(),
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<!DOCTYPE jxta:Y>\n<jxta:Y xml:space=\"preserve\" xmlns:jxta=\"http://jxta.org\">\n\t\n<B>2</B></jxta:Y>\n"
+        );
+    }
+}

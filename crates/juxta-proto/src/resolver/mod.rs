@@ -1,2 +1,363 @@
 //! The Peer Resolver Protocol (PRP): the query/response envelope that
-//! carries the pipe binding, discovery and route protocols.
+//! carries the pipe binding, discovery and route protocols (digest §7.1).
+//!
+//! A query travels to the endpoint service [`RESOLVER_SERVICE`] with param
+//! [`query_queue`] (`<group>ORes`), as one `jxta` element of that same name
+//! holding a `jxta:ResolverQuery` document; responses use
+//! [`response_queue`] (`<group>IRes`) and `jxta:ResolverResponse`. The
+//! handler's own document travels as escaped text inside `Query` or
+//! `Response`.
+//!
+//! Documents are written in JXSE's pretty-printed style (without the
+//! optional `jxta:Cred` and `SrcPeerRoute`); parsing trims text values and
+//! ignores `jxta:Cred`, `SrcPeerRoute` and unknown children.
+
+use crate::advertisement::{parse_xml, truncate, PrettyDoc, XmlError, XmlNode};
+use crate::id::{IdError, PeerId};
+use crate::message::{Element, Message, NS_JXTA};
+
+/// The resolver's endpoint service name: its module class ID URN.
+pub const RESOLVER_SERVICE: &str = "urn:jxta:uuid-DEADBEEFDEAFBABAFEEDBABE0000000205";
+/// Root element of a resolver query.
+pub const QUERY_ROOT: &str = "jxta:ResolverQuery";
+/// Root element of a resolver response.
+pub const RESPONSE_ROOT: &str = "jxta:ResolverResponse";
+
+/// The queue (endpoint param and element name) for queries in a group,
+/// e.g. `jxta-NetGroupORes`.
+///
+/// ```
+/// assert_eq!(juxta_proto::resolver::query_queue("jxta-NetGroup"), "jxta-NetGroupORes");
+/// ```
+pub fn query_queue(group_unique: &str) -> String {
+    format!("{group_unique}ORes")
+}
+
+/// The queue (endpoint param and element name) for responses in a group,
+/// e.g. `jxta-NetGroupIRes`.
+///
+/// ```
+/// assert_eq!(juxta_proto::resolver::response_queue("jxta-NetGroup"), "jxta-NetGroupIRes");
+/// ```
+pub fn response_queue(group_unique: &str) -> String {
+    format!("{group_unique}IRes")
+}
+
+/// The queue for SRDI messages in a group, e.g. `jxta-NetGroupSrdi`.
+pub fn srdi_queue(group_unique: &str) -> String {
+    format!("{group_unique}Srdi")
+}
+
+/// Errors from a resolver message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolverError {
+    /// The document is too large, malformed or has the wrong root.
+    #[error(transparent)]
+    Xml(#[from] XmlError),
+    /// The message has no element for the expected queue.
+    #[error("message has no jxta:{0} element")]
+    NoElement(String),
+    /// The element is not UTF-8.
+    #[error("resolver element is not valid UTF-8")]
+    NotUtf8,
+    /// A required child is missing.
+    #[error("resolver document without <{0}>")]
+    Missing(&'static str),
+    /// A number field does not parse or is out of range.
+    #[error("bad <{field}> value {value:?}")]
+    BadNumber {
+        /// The element.
+        field: &'static str,
+        /// Its text (truncated).
+        value: String,
+    },
+    /// The source peer ID is malformed.
+    #[error("bad source peer ID: {0}")]
+    BadPeerId(#[from] IdError),
+}
+
+fn number<T: std::str::FromStr>(
+    root: &XmlNode,
+    field: &'static str,
+) -> Result<Option<T>, ResolverError> {
+    root.child_value(field)
+        .map(|v| {
+            v.parse().map_err(|_| ResolverError::BadNumber {
+                field,
+                value: truncate(v),
+            })
+        })
+        .transpose()
+}
+
+fn element_text<'m>(msg: &'m Message, queue: &str) -> Result<&'m str, ResolverError> {
+    msg.get(NS_JXTA, queue)
+        .ok_or_else(|| ResolverError::NoElement(queue.to_string()))?
+        .as_str()
+        .ok_or(ResolverError::NotUtf8)
+}
+
+/// A resolver query (`jxta:ResolverQuery`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolverQuery {
+    /// The handler the query is for (`HandlerName`), e.g. `JxtaPipeResolver`.
+    pub handler: String,
+    /// The query ID chosen by the sender (`QueryID`); the response echoes it.
+    pub query_id: i32,
+    /// Hops so far (`HC`), 0 initially.
+    pub hop_count: u32,
+    /// The peer that issued the query (`SrcPeerID`); responses go there.
+    pub src_peer: PeerId,
+    /// The handler's document (`Query`), unescaped.
+    pub query: String,
+}
+
+impl ResolverQuery {
+    /// The document in JXSE's pretty-printed style.
+    pub fn to_xml(&self) -> String {
+        let mut d = PrettyDoc::new(QUERY_ROOT);
+        d.field("HandlerName", &self.handler)
+            .field("QueryID", &self.query_id.to_string())
+            .field("HC", &self.hop_count.to_string())
+            .field("SrcPeerID", &self.src_peer.to_string())
+            .field("Query", &self.query);
+        d.finish()
+    }
+
+    /// Parses a query document. `HandlerName`, `QueryID`, `Query` and the
+    /// source peer are required; the source is `SrcPeerID`, or else the
+    /// `DstPID` of the `SrcPeerRoute` route advertisement. `HC` defaults to 0.
+    pub fn parse(xml: &str) -> Result<ResolverQuery, ResolverError> {
+        let root = parse_xml(xml)?.expect_root(QUERY_ROOT)?;
+        let handler = root
+            .child_value("HandlerName")
+            .ok_or(ResolverError::Missing("HandlerName"))?
+            .to_string();
+        let query_id = number(&root, "QueryID")?.ok_or(ResolverError::Missing("QueryID"))?;
+        let hop_count = number(&root, "HC")?.unwrap_or(0);
+        let src = root
+            .child_value("SrcPeerID")
+            .filter(|s| !s.is_empty())
+            .or_else(|| {
+                root.child("SrcPeerRoute")?
+                    .child("jxta:RA")?
+                    .child_value("DstPID")
+            })
+            .ok_or(ResolverError::Missing("SrcPeerID"))?;
+        let src_peer = src.parse()?;
+        let query = root
+            .child_value("Query")
+            .ok_or(ResolverError::Missing("Query"))?
+            .to_string();
+        Ok(ResolverQuery {
+            handler,
+            query_id,
+            hop_count,
+            src_peer,
+            query,
+        })
+    }
+
+    /// The message element: namespace `jxta`, named after the group's query
+    /// queue, typed `text/xml;charset=UTF-8`.
+    pub fn to_element(&self, group_unique: &str) -> Element {
+        Element::xml(NS_JXTA, &query_queue(group_unique), self.to_xml())
+    }
+
+    /// Finds and parses the query element of a message for that group.
+    pub fn from_message(msg: &Message, group_unique: &str) -> Result<ResolverQuery, ResolverError> {
+        ResolverQuery::parse(element_text(msg, &query_queue(group_unique))?)
+    }
+
+    /// A response to this query: same handler and query ID.
+    pub fn response(&self, response: String) -> ResolverResponse {
+        ResolverResponse {
+            handler: self.handler.clone(),
+            query_id: self.query_id,
+            response,
+        }
+    }
+}
+
+/// A resolver response (`jxta:ResolverResponse`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolverResponse {
+    /// The handler (`HandlerName`), as in the query.
+    pub handler: String,
+    /// The query ID being answered (`QueryID`).
+    pub query_id: i32,
+    /// The handler's document (`Response`), unescaped.
+    pub response: String,
+}
+
+impl ResolverResponse {
+    /// The document in JXSE's pretty-printed style.
+    pub fn to_xml(&self) -> String {
+        let mut d = PrettyDoc::new(RESPONSE_ROOT);
+        d.field("HandlerName", &self.handler)
+            .field("QueryID", &self.query_id.to_string())
+            .field("Response", &self.response);
+        d.finish()
+    }
+
+    /// Parses a response document; `HandlerName`, `QueryID` and `Response`
+    /// are required.
+    pub fn parse(xml: &str) -> Result<ResolverResponse, ResolverError> {
+        let root = parse_xml(xml)?.expect_root(RESPONSE_ROOT)?;
+        let handler = root
+            .child_value("HandlerName")
+            .ok_or(ResolverError::Missing("HandlerName"))?
+            .to_string();
+        let query_id = number(&root, "QueryID")?.ok_or(ResolverError::Missing("QueryID"))?;
+        let response = root
+            .child_value("Response")
+            .ok_or(ResolverError::Missing("Response"))?
+            .to_string();
+        Ok(ResolverResponse {
+            handler,
+            query_id,
+            response,
+        })
+    }
+
+    /// The message element: namespace `jxta`, named after the group's
+    /// response queue, typed `text/xml;charset=UTF-8`.
+    pub fn to_element(&self, group_unique: &str) -> Element {
+        Element::xml(NS_JXTA, &response_queue(group_unique), self.to_xml())
+    }
+
+    /// Finds and parses the response element of a message for that group.
+    pub fn from_message(
+        msg: &Message,
+        group_unique: &str,
+    ) -> Result<ResolverResponse, ResolverError> {
+        ResolverResponse::parse(element_text(msg, &response_queue(group_unique))?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::MIME_XML_UTF8;
+    use proptest::prelude::*;
+
+    const SRC: &str =
+        "urn:jxta:cbid-59616261646162614A78746150325033D9D9238EC0EEFCB122CB5D3DFE39A9CC03";
+
+    fn sample() -> ResolverQuery {
+        ResolverQuery {
+            handler: "JxtaPipeResolver".into(),
+            query_id: 7,
+            hop_count: 0,
+            src_peer: SRC.parse().unwrap(),
+            query: "<?xml version=\"1.0\"?>\n<jxta:PipeResolver>&amp;</jxta:PipeResolver>".into(),
+        }
+    }
+
+    #[test]
+    fn query_layout_and_round_trip() {
+        let q = sample();
+        let xml = q.to_xml();
+        assert!(xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<!DOCTYPE jxta:ResolverQuery>\n<jxta:ResolverQuery xmlns:jxta=\"http://jxta.org\">\n\t\n\t<HandlerName>\n\t\tJxtaPipeResolver\n\t</HandlerName>\n\t<QueryID>\n\t\t7\n\t</QueryID>\n"));
+        assert!(xml.contains("\t<Query>\n\t\t&lt;?xml version=\"1.0\"?>\n&lt;jxta:PipeResolver>&amp;amp;&lt;/jxta:PipeResolver>\n\t</Query>\n</jxta:ResolverQuery>\n"));
+        assert_eq!(ResolverQuery::parse(&xml).unwrap(), q);
+        let e = q.to_element("jxta-NetGroup");
+        assert_eq!(
+            (e.namespace.as_str(), e.name.as_str()),
+            ("jxta", "jxta-NetGroupORes")
+        );
+        assert_eq!(e.mime(), MIME_XML_UTF8);
+        let m = Message::new().with(e);
+        assert_eq!(ResolverQuery::from_message(&m, "jxta-NetGroup").unwrap(), q);
+        assert_eq!(
+            ResolverQuery::from_message(&m, "other"),
+            Err(ResolverError::NoElement("otherORes".into()))
+        );
+    }
+
+    #[test]
+    fn src_from_route_and_ignored_parts() {
+        let xml = format!(
+            "<jxta:ResolverQuery><HandlerName>h</HandlerName><jxta:Cred type=\"jxta:PSECred\"><PeerID>x</PeerID></jxta:Cred><QueryID>-3</QueryID><SrcPeerRoute><jxta:RA><DstPID>{SRC}</DstPID></jxta:RA></SrcPeerRoute><Query>q</Query><Extra/></jxta:ResolverQuery>"
+        );
+        let q = ResolverQuery::parse(&xml).unwrap();
+        assert_eq!(q.src_peer.to_string(), SRC);
+        assert_eq!((q.query_id, q.hop_count, q.query.as_str()), (-3, 0, "q"));
+    }
+
+    #[test]
+    fn bad_queries() {
+        let base = |body: &str| format!("<jxta:ResolverQuery>{body}</jxta:ResolverQuery>");
+        let ok = format!("<HandlerName>h</HandlerName><QueryID>1</QueryID><SrcPeerID>{SRC}</SrcPeerID><Query>q</Query>");
+        assert!(ResolverQuery::parse(&base(&ok)).is_ok());
+        for (cut, missing) in [
+            ("<HandlerName>h</HandlerName>", "HandlerName"),
+            ("<QueryID>1</QueryID>", "QueryID"),
+            (&format!("<SrcPeerID>{SRC}</SrcPeerID>")[..], "SrcPeerID"),
+            ("<Query>q</Query>", "Query"),
+        ] {
+            assert_eq!(
+                ResolverQuery::parse(&base(&ok.replace(cut, ""))),
+                Err(ResolverError::Missing(missing))
+            );
+        }
+        assert!(matches!(
+            ResolverQuery::parse(&base(&ok.replace("<QueryID>1<", "<QueryID>99999999999<"))),
+            Err(ResolverError::BadNumber {
+                field: "QueryID",
+                ..
+            })
+        ));
+        assert!(matches!(
+            ResolverQuery::parse(&base(&format!("{ok}<HC>-1</HC>"))),
+            Err(ResolverError::BadNumber { field: "HC", .. })
+        ));
+        assert!(matches!(
+            ResolverQuery::parse(&base(&ok.replace(SRC, "urn:jxta:bogus"))),
+            Err(ResolverError::BadPeerId(_))
+        ));
+        let m = Message::new().with(Element::typed(
+            "jxta",
+            "gORes",
+            MIME_XML_UTF8,
+            &[0xffu8, 0xfe][..],
+        ));
+        assert_eq!(
+            ResolverQuery::from_message(&m, "g"),
+            Err(ResolverError::NotUtf8)
+        );
+    }
+
+    #[test]
+    fn response_round_trip() {
+        let r = sample().response("<a>x</a>".into());
+        assert_eq!(r.query_id, 7);
+        assert_eq!(ResolverResponse::parse(&r.to_xml()).unwrap(), r);
+        let m = Message::new().with(r.to_element("g"));
+        assert_eq!(m.elements[0].name, "gIRes");
+        assert_eq!(ResolverResponse::from_message(&m, "g").unwrap(), r);
+        assert_eq!(
+            ResolverResponse::parse("<jxta:ResolverResponse><HandlerName>h</HandlerName><QueryID>1</QueryID></jxta:ResolverResponse>"),
+            Err(ResolverError::Missing("Response"))
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn query_round_trip(
+            handler in "[a-zA-Z0-9:._-]{1,40}",
+            query_id in any::<i32>(),
+            hop_count in any::<u32>(),
+            query in "[ -~\n\t]{0,200}",
+        ) {
+            let q = ResolverQuery {
+                handler,
+                query_id,
+                hop_count,
+                src_peer: SRC.parse().unwrap(),
+                query: query.trim().to_string(),
+            };
+            prop_assert_eq!(ResolverQuery::parse(&q.to_xml()).unwrap(), q);
+        }
+    }
+}

@@ -1,4 +1,168 @@
 //! The pipe service: input and output pipes (unicast, propagate, secure),
-//! their binding through the resolver, and bidirectional pipes.
+//! their binding through the resolver (the Pipe Binding Protocol), and
+//! bidirectional pipes.
+//!
+//! A pipe is named by a pipe advertisement; an input pipe listens on the
+//! endpoint address `PipeService/<pipe URN>`, an output pipe first asks the
+//! resolver which peer holds the input pipe (JXSE does the same, and only
+//! sends after an answer), then sends straight to that address. Between two
+//! Juxta peers the compact framing interns that address per connection, so a
+//! pipe message is addressed by a small number, not by XML.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use juxta::{Peer, PeerConfig};
+//! use juxta::proto::advertisement::{PipeAdvertisement, PipeType};
+//! use juxta::proto::id::PipeId;
+//! use juxta::proto::message::{Element, Message};
+//! let a = Peer::start(PeerConfig::new("/tmp/pa").listen("127.0.0.1:0".parse()?)).await?;
+//! let b = Peer::start(PeerConfig::new("/tmp/pb")).await?;
+//! let adv = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+//! let mut input = a.pipes().create_input_pipe(&adv)?;
+//! b.connect(a.local_addr().unwrap()).await?;
+//! let out = b.pipes().create_output_pipe(&adv, &[a.peer_id()], Duration::from_secs(5)).await?;
+//! out.send(Message::new().with(Element::text("", "text", "hi"))).await?;
+//! let got = input.recv().await.unwrap();
+//! assert_eq!(got.message.get("", "text").unwrap().as_str(), Some("hi"));
+//! # Ok(()) }
+//! ```
 
+pub mod bidi;
+mod input;
+mod output;
+pub(crate) mod registry;
+pub mod secure;
 pub mod tls;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
+use juxta_proto::id::PeerId;
+use juxta_proto::message::Message;
+
+pub use input::InputPipe;
+pub use output::OutputPipe;
+
+use crate::peer::Inner;
+use crate::SendError;
+
+/// The endpoint service input pipes listen on.
+pub const PIPE_SERVICE: &str = "PipeService";
+
+/// Errors from the pipe service.
+#[derive(Debug, thiserror::Error)]
+pub enum PipeError {
+    /// An input pipe with this ID is open here already.
+    #[error("an input pipe for {0} is open already")]
+    AlreadyOpen(String),
+    /// No peer answered that it holds the input pipe in time.
+    #[error("no peer answered for pipe {pipe} within {timeout:?}")]
+    ResolveTimeout {
+        /// pipe URN
+        pipe: String,
+        /// how long we waited
+        timeout: Duration,
+    },
+    /// Every peer asked answered that it does not hold the pipe.
+    #[error("no peer holds pipe {0}")]
+    NotFound(String),
+    /// No connection to any peer to ask, or to the peer named.
+    #[error("not connected to {0}")]
+    NotConnected(String),
+    /// Too many resolutions are in progress at once.
+    #[error("too many pipe resolutions in progress (limit {0})")]
+    TooManyBinds(usize),
+    /// This operation needs a different pipe type.
+    #[error("pipe type {got} cannot be used here (need {need})")]
+    WrongType {
+        /// the advertisement's type
+        got: &'static str,
+        /// what the operation needs
+        need: &'static str,
+    },
+    /// Sending failed.
+    #[error(transparent)]
+    Send(#[from] SendError),
+    /// The TLS session of a secure pipe failed.
+    #[error("secure pipe: {0}")]
+    Tls(#[from] tls::TlsError),
+    /// The peer is shutting down.
+    #[error("the peer has stopped")]
+    Stopped,
+    /// A listener could not be registered.
+    #[error(transparent)]
+    Peer(#[from] Box<crate::PeerError>),
+}
+
+impl From<crate::PeerError> for PipeError {
+    fn from(e: crate::PeerError) -> Self {
+        PipeError::Peer(Box::new(e))
+    }
+}
+
+/// A message received on an input pipe.
+#[derive(Debug, Clone)]
+pub struct PipeMessage {
+    /// The application's elements.
+    pub message: Message,
+    /// The sending peer, when known. On a secure pipe it is the peer ID
+    /// proven by the TLS certificate.
+    pub from: Option<PeerId>,
+}
+
+/// Opens pipes on a [`crate::Peer`]; get one with [`crate::Peer::pipes`].
+#[derive(Clone)]
+pub struct PipeService {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl crate::Peer {
+    /// The pipe service of this peer.
+    pub fn pipes(&self) -> PipeService {
+        PipeService {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl PipeService {
+    /// Opens an input pipe for `adv`: messages sent to the pipe by any
+    /// number of peers arrive on it, and this peer answers resolver queries
+    /// for it. Closing (dropping) the pipe stops both.
+    pub fn create_input_pipe(&self, adv: &PipeAdvertisement) -> Result<InputPipe, PipeError> {
+        InputPipe::open(&self.inner, adv)
+    }
+
+    /// Opens an output pipe for `adv`. For a unicast or secure pipe, asks
+    /// `peers` (every connected peer if empty) which one holds the input
+    /// pipe, and binds to the first that answers, within `timeout`. For a
+    /// propagate pipe, sends to every peer in `peers` (every connected peer
+    /// if empty) with no resolution.
+    pub async fn create_output_pipe(
+        &self,
+        adv: &PipeAdvertisement,
+        peers: &[PeerId],
+        timeout: Duration,
+    ) -> Result<OutputPipe, PipeError> {
+        match adv.pipe_type {
+            PipeType::Propagate => OutputPipe::propagate(&self.inner, adv, peers),
+            PipeType::Unicast | PipeType::UnicastSecure => {
+                let peer = self.resolve(adv, peers, timeout).await?;
+                OutputPipe::unicast(&self.inner, adv, peer, timeout).await
+            }
+        }
+    }
+
+    /// Asks `peers` (all connected peers if empty) which one holds the input
+    /// pipe of `adv`; returns the first that answers "found".
+    pub async fn resolve(
+        &self,
+        adv: &PipeAdvertisement,
+        peers: &[PeerId],
+        timeout: Duration,
+    ) -> Result<PeerId, PipeError> {
+        registry::resolve(&self.inner, adv, peers, timeout).await
+    }
+}

@@ -1,1 +1,679 @@
-//! JXTA sockets (placeholder).
+//! JXTA sockets: a reliable, ordered byte stream between two peers over
+//! pipes, wire-compatible with JXSE's `JxtaSocket`/`JxtaServerSocket`.
+//!
+//! Set-up follows JXSE: the client opens an ephemeral input pipe, resolves
+//! the server's pipe, and sends a `JXTASOC` request naming its pipe; the
+//! server answers from an ephemeral pipe of its own; data then flows pipe to
+//! pipe in `jxtarel` blocks, acknowledged cumulatively with selective acks,
+//! driven by the sans-IO [`juxta_proto::socket::reliable`] engine. The
+//! window grows with the acks (it is not fixed at JXSE's 20 x 64 KB), so a
+//! socket keeps up with the link without tuning.
+//!
+//! [`JxtaSocket`] implements tokio's `AsyncRead` and `AsyncWrite`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use juxta::{Peer, PeerConfig};
+//! use juxta::proto::advertisement::{PipeAdvertisement, PipeType};
+//! use juxta::proto::id::PipeId;
+//! use juxta::socket::{JxtaServerSocket, JxtaSocket, SocketConfig};
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//! let a = Peer::start(PeerConfig::new("/tmp/sa").listen("127.0.0.1:0".parse()?)).await?;
+//! let b = Peer::start(PeerConfig::new("/tmp/sb")).await?;
+//! let adv = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+//! let mut server = JxtaServerSocket::bind(&a, &adv, SocketConfig::default())?;
+//! b.connect(a.local_addr().unwrap()).await?;
+//! let client = tokio::spawn({
+//!     let adv = adv.clone();
+//!     let (peer, a_id) = (b.pipes(), a.peer_id());
+//!     async move {
+//!         let mut s = JxtaSocket::connect(&peer, &adv, a_id, SocketConfig::default()).await?;
+//!         s.write_all(b"hello").await?;
+//!         s.shutdown().await?;
+//!         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
+//!     }
+//! });
+//! let mut s = server.accept().await?;
+//! let mut got = Vec::new();
+//! s.read_to_end(&mut got).await?;
+//! assert_eq!(got, b"hello");
+//! # client.await.unwrap().unwrap();
+//! # Ok(()) }
+//! ```
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use juxta_proto::advertisement::{PeerAdvertisement, PipeAdvertisement, PipeType};
+use juxta_proto::id::{PeerGroupId, PeerId, PipeId};
+use juxta_proto::message::Message;
+use juxta_proto::socket::reliable::{
+    self, Incoming, ReliableConfig, ReliableStream, Transmit,
+};
+use juxta_proto::socket::setup::{
+    classify, CloseSignal, ConnectRequest, ConnectResponse, SetupKind, SetupMessage,
+};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::endpoint::Messenger;
+use crate::peer::Inner;
+use crate::pipe::{InputPipe, PipeError, PipeService, PIPE_SERVICE};
+use crate::Peer;
+
+/// Socket settings. The defaults need no tuning: the window adapts to the
+/// link.
+#[derive(Debug, Clone)]
+pub struct SocketConfig {
+    /// How long `connect` may take, pipe resolution included (JXSE: 15 s).
+    pub connect_timeout: Duration,
+    /// A socket whose peer stops answering fails its reads and writes after
+    /// this long.
+    pub dead_peer_timeout: Duration,
+    /// How long `shutdown` waits for the peer to acknowledge the close.
+    pub close_timeout: Duration,
+    /// Engine settings (block size, window bounds, timers). The block size
+    /// and window are set per peer at connect time unless changed here.
+    pub reliable: Option<ReliableConfig>,
+}
+
+impl Default for SocketConfig {
+    fn default() -> Self {
+        SocketConfig {
+            connect_timeout: Duration::from_secs(15),
+            dead_peer_timeout: Duration::from_secs(10),
+            close_timeout: Duration::from_secs(15),
+            reliable: None,
+        }
+    }
+}
+
+/// Errors opening or accepting sockets.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    /// Pipe set-up failed (resolution, listener, send).
+    #[error(transparent)]
+    Pipe(#[from] PipeError),
+    /// The server did not answer the connection request in time.
+    #[error("no answer to the connection request within {0:?}")]
+    ConnectTimeout(Duration),
+    /// The server answered from a different peer than the one asked.
+    #[error("answer came from {got}, expected {expected}")]
+    WrongPeer {
+        /// peer asked
+        expected: PeerId,
+        /// peer that answered
+        got: PeerId,
+    },
+    /// The server's answer could not be used.
+    #[error("unusable connection answer: {0}")]
+    BadAnswer(#[from] juxta_proto::socket::setup::SetupError),
+    /// The server asked for JXSE's DESede encryption, which is unsupported.
+    #[error("the server requires JXSE socket encryption (unsupported)")]
+    EncryptionUnsupported,
+    /// The server socket is closed.
+    #[error("server socket closed")]
+    Closed,
+}
+
+fn my_adv(inner: &Inner) -> PeerAdvertisement {
+    PeerAdvertisement {
+        peer_id: *inner.identity.peer_id(),
+        group_id: PeerGroupId::NET,
+        name: inner.cfg.name.clone(),
+        desc: None,
+    }
+}
+
+fn ephemeral(inner: &Inner, server: &PipeAdvertisement, suffix: &str) -> PipeAdvertisement {
+    let _ = inner;
+    let mut adv = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+    adv.name = Some(format!("{}{suffix}", server.name.as_deref().unwrap_or("")));
+    adv
+}
+
+/// A JXTA server socket (`JxtaServerSocket`): accepts socket connections
+/// on a pipe. Requests queue in the pipe's bounded buffer.
+pub struct JxtaServerSocket {
+    inner: Arc<Inner>,
+    adv: PipeAdvertisement,
+    input: InputPipe,
+    cfg: SocketConfig,
+}
+
+impl JxtaServerSocket {
+    /// Binds a server socket to the unicast pipe `adv` on `peer`.
+    pub fn bind(
+        peer: &Peer,
+        adv: &PipeAdvertisement,
+        cfg: SocketConfig,
+    ) -> Result<JxtaServerSocket, SocketError> {
+        let input = peer.pipes().create_input_pipe(adv)?;
+        Ok(JxtaServerSocket {
+            inner: peer.inner.clone(),
+            adv: adv.clone(),
+            input,
+            cfg,
+        })
+    }
+
+    /// The server pipe's advertisement.
+    pub fn advertisement(&self) -> &PipeAdvertisement {
+        &self.adv
+    }
+
+    /// Waits for the next connection request and answers it. Requests
+    /// that cannot be parsed or answered are logged and skipped.
+    pub async fn accept(&mut self) -> Result<JxtaSocket, SocketError> {
+        loop {
+            let m = self.input.recv().await.ok_or(SocketError::Closed)?;
+            let req = match ConnectRequest::from_message(&m.message) {
+                Ok(r) if r.kind == SetupKind::Socket => r,
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::info!(from = ?m.from, error = %e, "bad socket connection request ignored");
+                    continue;
+                }
+            };
+            let client = req.rem_peer.peer_id;
+            let Some(messenger) = self
+                .inner
+                .messenger(&client)
+                .or_else(|| m.from.and_then(|p| self.inner.messenger(&p)))
+            else {
+                tracing::info!(%client, "socket request from a peer with no connection ignored");
+                continue;
+            };
+            if !req.reliable {
+                tracing::info!(%client, "unreliable (stream=false) socket request refused: unsupported");
+                continue;
+            }
+            let local = ephemeral(&self.inner, &self.adv, "");
+            let input = InputPipe::open(&self.inner, &local)?;
+            let resp = ConnectResponse {
+                kind: SetupKind::Socket,
+                rem_pipe: local,
+                rem_peer: my_adv(&self.inner),
+                reliable: Some(true),
+                encrypt: Some(false),
+            };
+            let remote_pipe = req.req_pipe.id.to_string();
+            if let Err(e) = messenger
+                .send(PIPE_SERVICE, Some(&remote_pipe), resp.to_message())
+                .await
+            {
+                tracing::info!(%client, error = %e, "socket answer not sent");
+                continue;
+            }
+            return Ok(JxtaSocket::start(
+                &self.inner,
+                messenger,
+                remote_pipe,
+                input,
+                &self.cfg,
+            ));
+        }
+    }
+}
+
+struct State {
+    engine: ReliableStream,
+    read_waker: Option<Waker>,
+    write_waker: Option<Waker>,
+    close_waker: Option<Waker>,
+    /// The application asked to close; the driver closes once all is acked.
+    closing: bool,
+    /// Our close was acknowledged (or the stream is finished otherwise).
+    closed: bool,
+    /// The peer closed its side: reads end once the buffer is drained.
+    remote_closed: bool,
+    error: Option<io::ErrorKind>,
+    error_text: String,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    wake_driver: Notify,
+}
+
+/// A connected JXTA socket: a reliable byte stream implementing
+/// `AsyncRead` and `AsyncWrite`. `shutdown` performs JXTA's close
+/// handshake; dropping the socket closes it in the background.
+pub struct JxtaSocket {
+    shared: Arc<Shared>,
+    remote: PeerId,
+    driver: Option<JoinHandle<()>>,
+}
+
+impl Drop for JxtaSocket {
+    fn drop(&mut self) {
+        let mut st = self.shared.state.lock().expect("socket lock");
+        if !st.closed {
+            st.engine.flush();
+            st.closing = true;
+        }
+        drop(st);
+        self.shared.wake_driver.notify_one();
+        // The driver finishes the close handshake (bounded by the close
+        // timeout) on its own.
+        self.driver.take();
+    }
+}
+
+impl JxtaSocket {
+    /// Connects to the server socket on pipe `adv` held by `peer` (which
+    /// must be connected), as JXSE's `new JxtaSocket(group, peer, adv, ...)`.
+    pub async fn connect(
+        pipes: &PipeService,
+        adv: &PipeAdvertisement,
+        peer: PeerId,
+        cfg: SocketConfig,
+    ) -> Result<JxtaSocket, SocketError> {
+        let inner = pipes.inner.clone();
+        let deadline = tokio::time::Instant::now() + cfg.connect_timeout;
+        let local = ephemeral(&inner, adv, ".remote");
+        let mut input = InputPipe::open(&inner, &local)?;
+        let bound = pipes.resolve(adv, &[peer], cfg.connect_timeout).await?;
+        let messenger = inner
+            .messenger(&bound)
+            .ok_or_else(|| PipeError::NotConnected(bound.to_string()))?;
+        let req = ConnectRequest {
+            kind: SetupKind::Socket,
+            req_pipe: local.clone(),
+            rem_peer: my_adv(&inner),
+            reliable: true,
+            connection_properties: None,
+        };
+        let server_pipe = adv.id.to_string();
+        messenger
+            .send(PIPE_SERVICE, Some(&server_pipe), req.to_message())
+            .await
+            .map_err(PipeError::from)?;
+        let resp = loop {
+            let m = tokio::time::timeout_at(deadline, input.recv())
+                .await
+                .map_err(|_| SocketError::ConnectTimeout(cfg.connect_timeout))?
+                .ok_or(SocketError::Closed)?;
+            match classify(&m.message) {
+                Some(SetupMessage::Response) => {
+                    break ConnectResponse::from_message(&m.message)?;
+                }
+                _ => continue,
+            }
+        };
+        if resp.rem_peer.peer_id != bound {
+            return Err(SocketError::WrongPeer {
+                expected: bound,
+                got: resp.rem_peer.peer_id,
+            });
+        }
+        if resp.encrypt == Some(true) {
+            return Err(SocketError::EncryptionUnsupported);
+        }
+        Ok(JxtaSocket::start(
+            &inner,
+            messenger,
+            resp.rem_pipe.id.to_string(),
+            input,
+            &cfg,
+        ))
+    }
+
+    /// The peer at the other end.
+    pub fn remote(&self) -> PeerId {
+        self.remote
+    }
+
+    /// Engine counters (blocks, retransmissions, RTT estimate).
+    pub fn stats(&self) -> reliable::ReliableStats {
+        self.shared
+            .state
+            .lock()
+            .expect("socket lock")
+            .engine
+            .stats()
+            .clone()
+    }
+
+    fn start(
+        inner: &Arc<Inner>,
+        messenger: Messenger,
+        remote_pipe: String,
+        input: InputPipe,
+        cfg: &SocketConfig,
+    ) -> JxtaSocket {
+        let rcfg = cfg.reliable.clone().unwrap_or_else(|| {
+            let mut r = ReliableConfig::default();
+            r.dead_peer_timeout = cfg.dead_peer_timeout;
+            if !messenger.is_compact() {
+                // JXSE's receive queue and window: stay within them.
+                r.block_size = 64 * 1024;
+                r.max_window = 20;
+            }
+            r
+        });
+        let remote = messenger.remote();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                engine: ReliableStream::new(rcfg, Instant::now()),
+                read_waker: None,
+                write_waker: None,
+                close_waker: None,
+                closing: false,
+                closed: false,
+                remote_closed: false,
+                error: None,
+                error_text: String::new(),
+            }),
+            wake_driver: Notify::new(),
+        });
+        let _ = inner;
+        let driver = tokio::spawn(drive(
+            shared.clone(),
+            messenger,
+            remote_pipe,
+            input,
+            cfg.close_timeout,
+        ));
+        JxtaSocket {
+            shared,
+            remote,
+            driver: Some(driver),
+        }
+    }
+}
+
+fn fail(st: &mut State, kind: io::ErrorKind, why: String) {
+    if st.error.is_none() {
+        st.error = Some(kind);
+        st.error_text = why;
+    }
+    for w in [
+        st.read_waker.take(),
+        st.write_waker.take(),
+        st.close_waker.take(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        w.wake();
+    }
+}
+
+fn wake_all(st: &mut State) {
+    for w in [
+        st.read_waker.take(),
+        st.write_waker.take(),
+        st.close_waker.take(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        w.wake();
+    }
+}
+
+/// The socket's driver task: moves messages between the connection and the
+/// engine, runs its timers, and performs the close handshake.
+async fn drive(
+    shared: Arc<Shared>,
+    messenger: Messenger,
+    remote_pipe: String,
+    mut input: InputPipe,
+    close_timeout: Duration,
+) {
+    let conn = messenger.connection().clone();
+    let mut close_sent: Option<tokio::time::Instant> = None;
+    let mut close_deadline: Option<tokio::time::Instant> = None;
+    loop {
+        // 1. Collect what the engine wants to send.
+        let (out, next_timer, send_close, send_close_ack, done) = {
+            let mut st = shared.state.lock().expect("socket lock");
+            let now = Instant::now();
+            let mut out = Vec::new();
+            while let Some(t) = st.engine.poll_transmit(now) {
+                out.push(t);
+                if out.len() >= 64 {
+                    break;
+                }
+            }
+            if let Some(e) = st.engine.error() {
+                let why = e.to_string();
+                fail(&mut st, io::ErrorKind::TimedOut, why);
+            }
+            let all_acked = st.engine.all_acked();
+            let send_close = st.closing && !st.closed && all_acked && close_sent.is_none();
+            let send_close_ack = st.remote_closed && all_acked && !st.closed && !st.closing;
+            if st.engine.writable() > 0 {
+                if let Some(w) = st.write_waker.take() {
+                    w.wake();
+                }
+            }
+            if st.engine.readable() > 0 || st.remote_closed {
+                if let Some(w) = st.read_waker.take() {
+                    w.wake();
+                }
+            }
+            let done = st.error.is_some() || st.closed;
+            (out, st.engine.poll_timeout(), send_close, send_close_ack, done)
+        };
+        let more = out.len() >= 64;
+        for t in out {
+            let msg = match t {
+                Transmit::Block { seq, data, retry } => {
+                    let mut m = Message::new().with(reliable::block_element(seq, data));
+                    if retry {
+                        m.push(reliable::retry_element());
+                    }
+                    m
+                }
+                Transmit::Ack {
+                    cumulative,
+                    sacks,
+                    keepalive,
+                } => {
+                    let mut m = Message::new().with(reliable::ack_element(cumulative, &sacks));
+                    if keepalive {
+                        m.push(reliable::keepalive_element());
+                    }
+                    m
+                }
+            };
+            if let Err(e) = messenger.send(PIPE_SERVICE, Some(&remote_pipe), msg).await {
+                let mut st = shared.state.lock().expect("socket lock");
+                fail(&mut st, io::ErrorKind::ConnectionReset, e.to_string());
+                break;
+            }
+        }
+        if send_close || send_close_ack {
+            let sig = if send_close {
+                CloseSignal::Close
+            } else {
+                CloseSignal::CloseAck
+            };
+            let _ = messenger
+                .send(PIPE_SERVICE, Some(&remote_pipe), sig.to_message(SetupKind::Socket))
+                .await;
+            if send_close {
+                let now = tokio::time::Instant::now();
+                close_sent = Some(now);
+                close_deadline = Some(now + close_timeout);
+            } else {
+                // We acknowledged the peer's close: both directions are done.
+                let mut st = shared.state.lock().expect("socket lock");
+                st.closed = true;
+                wake_all(&mut st);
+            }
+        }
+        if done {
+            let st = shared.state.lock().expect("socket lock");
+            // Linger for buffered reads; the task ends with nothing to send.
+            if st.closed || st.error.is_some() {
+                return;
+            }
+        }
+        if more {
+            continue;
+        }
+        // 2. Wait for something to happen.
+        let timer = next_timer.map(tokio::time::Instant::from_std);
+        let resend_close = close_sent.map(|t| t + Duration::from_secs(5));
+        let wake_at = [timer, resend_close, close_deadline]
+            .into_iter()
+            .flatten()
+            .min();
+        let sleep = async {
+            match wake_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            m = input.recv() => {
+                let Some(m) = m else { return };
+                let mut st = shared.state.lock().expect("socket lock");
+                let now = Instant::now();
+                match classify(&m.message) {
+                    Some(SetupMessage::Close(CloseSignal::Close)) => {
+                        st.remote_closed = true;
+                        if st.closing && close_sent.is_some() {
+                            // Both closed at once: treat theirs as our ack.
+                            st.closed = true;
+                        }
+                        wake_all(&mut st);
+                    }
+                    Some(SetupMessage::Close(CloseSignal::CloseAck)) => {
+                        st.closed = true;
+                        st.remote_closed = true;
+                        wake_all(&mut st);
+                    }
+                    Some(_) => {}
+                    None => match reliable::parse(&m.message) {
+                        Ok(items) => {
+                            for it in items {
+                                match it {
+                                    Incoming::Block { seq, data, retry } => st.engine.handle_block(now, seq, data, retry),
+                                    Incoming::Ack { cumulative, sacks } => st.engine.handle_ack(now, cumulative, &sacks),
+                                }
+                            }
+                            if reliable::is_keepalive(&m.message) {
+                                st.engine.handle_keepalive(now);
+                            }
+                        }
+                        Err(e) => tracing::debug!(error = %e, "bad socket message ignored"),
+                    },
+                }
+            }
+            _ = shared.wake_driver.notified() => {}
+            _ = conn.closed() => {
+                let mut st = shared.state.lock().expect("socket lock");
+                if !st.closed {
+                    fail(&mut st, io::ErrorKind::ConnectionReset, "connection to the peer closed".into());
+                }
+                return;
+            }
+            _ = sleep => {
+                let now = tokio::time::Instant::now();
+                let mut st = shared.state.lock().expect("socket lock");
+                st.engine.handle_timeout(Instant::now());
+                if close_deadline.is_some_and(|d| now >= d) {
+                    fail(&mut st, io::ErrorKind::TimedOut, "close not acknowledged".into());
+                } else if close_sent.is_some_and(|t| now >= t + Duration::from_secs(5)) {
+                    close_sent = None; // re-send the close
+                }
+            }
+        }
+    }
+}
+
+fn err(st: &State) -> io::Error {
+    io::Error::new(
+        st.error.unwrap_or(io::ErrorKind::Other),
+        st.error_text.clone(),
+    )
+}
+
+impl AsyncRead for JxtaSocket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let mut st = self.shared.state.lock().expect("socket lock");
+        let n = st.engine.read(buf.initialize_unfilled());
+        if n > 0 {
+            buf.advance(n);
+            drop(st);
+            self.shared.wake_driver.notify_one();
+            return Poll::Ready(Ok(()));
+        }
+        if st.error.is_some() {
+            return Poll::Ready(Err(err(&st)));
+        }
+        if st.remote_closed || st.closed {
+            return Poll::Ready(Ok(()));
+        }
+        st.read_waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl AsyncWrite for JxtaSocket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let mut st = self.shared.state.lock().expect("socket lock");
+        if st.error.is_some() {
+            return Poll::Ready(Err(err(&st)));
+        }
+        if st.closing || st.closed {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "socket is closed for writing",
+            )));
+        }
+        let n = st.engine.write(data);
+        if n == 0 && !data.is_empty() {
+            st.write_waker = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        drop(st);
+        self.shared.wake_driver.notify_one();
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut st = self.shared.state.lock().expect("socket lock");
+        if st.error.is_some() {
+            return Poll::Ready(Err(err(&st)));
+        }
+        st.engine.flush();
+        drop(st);
+        self.shared.wake_driver.notify_one();
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut st = self.shared.state.lock().expect("socket lock");
+        if st.closed {
+            return Poll::Ready(Ok(()));
+        }
+        if st.error.is_some() {
+            return Poll::Ready(Err(err(&st)));
+        }
+        if !st.closing {
+            st.engine.flush();
+            st.closing = true;
+        }
+        st.close_waker = Some(cx.waker().clone());
+        drop(st);
+        self.shared.wake_driver.notify_one();
+        Poll::Pending
+    }
+}

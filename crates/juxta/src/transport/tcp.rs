@@ -110,6 +110,8 @@ pub struct Connection {
     pub(crate) compact_tx: AtomicBool,
     pub(crate) closed: AtomicBool,
     pub(crate) compact_ready: tokio::sync::Notify,
+    /// Woken (all waiters) when the connection closes.
+    pub(crate) closed_notify: tokio::sync::Notify,
 }
 
 impl Connection {
@@ -136,6 +138,17 @@ impl Connection {
     /// Whether the connection has closed.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Waits until the connection has closed.
+    pub async fn closed(&self) {
+        loop {
+            let n = self.closed_notify.notified();
+            if self.is_closed() {
+                return;
+            }
+            n.await;
+        }
     }
     /// The remote's welcome line.
     pub fn remote_welcome(&self) -> &Welcome {
@@ -229,6 +242,7 @@ pub(crate) async fn run_connection(
         compact_rx: AtomicBool::new(false),
         compact_tx: AtomicBool::new(false),
         closed: AtomicBool::new(false),
+        closed_notify: tokio::sync::Notify::new(),
         compact_ready: tokio::sync::Notify::new(),
     });
     // A connection we dialled is registered at once (we chose the address).
@@ -255,6 +269,7 @@ pub(crate) async fn run_connection(
     )
     .await;
     conn.closed.store(true, Ordering::Release);
+    conn.closed_notify.notify_waiters();
     conn.compact_ready.notify_waiters();
     inner.unregister(&conn);
     match end {

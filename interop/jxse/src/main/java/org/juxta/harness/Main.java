@@ -86,6 +86,7 @@ public final class Main {
     private PeerGroup netGroup;
     private EndpointService endpoint;
     private String peerId;
+    private Pipes pipes;
 
     /** Replies (echo, ack) run here, off JXSE's delivery threads, in arrival order. */
     private final ExecutorService replies = Executors.newSingleThreadExecutor(r -> {
@@ -173,6 +174,8 @@ public final class Main {
     }
 
     static void out(String line) {
+        // One protocol line per call, whatever the text (exception messages, JXSE toString()s).
+        line = line.replaceAll("[\\r\\n]+", " ");
         synchronized (OUT_LOCK) {
             proto.print(line);
             proto.print('\n');
@@ -206,6 +209,10 @@ public final class Main {
         endpoint.addIncomingMessageListener(this::onEcho, SERVICE, "echo");
         endpoint.addIncomingMessageListener(this::onAck, SERVICE, "ack");
         endpoint.addIncomingMessageListener((m, s, d) -> ackRepliesSeen.incrementAndGet(), SERVICE, "ack-reply");
+        pipes = new Pipes(netGroup);
+        if (Boolean.getBoolean("juxta.harness.trace")) {
+            Trace.install(endpoint);
+        }
 
         System.err.printf("juxta-harness: %s started in %d ms, home %s, CBJX %s%n", peerId,
                 TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0), home,
@@ -289,7 +296,12 @@ public final class Main {
                         out("BYE");
                         return;
                     default:
-                        out("ERROR unknown command: " + parts[0]);
+                        String answer = pipes.dispatch(cmd, parts);
+                        if (answer == null) {
+                            out("ERROR unknown command: " + parts[0]);
+                        } else if (!answer.isEmpty()) {   // empty: a worker prints the answer later
+                            out(answer);
+                        }
                 }
             } catch (Throwable t) {
                 LOG.log(Level.WARNING, "command failed: " + line, t);
@@ -589,6 +601,9 @@ public final class Main {
         watchdog.start();
 
         replies.shutdownNow();
+        if (pipes != null) {
+            pipes.shutdown();
+        }
         for (Messenger m : replyMessengers.values()) {
             try {
                 m.close();

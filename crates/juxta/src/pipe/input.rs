@@ -1,0 +1,98 @@
+//! Input pipes: the receiving end of a pipe, fed by the endpoint listener
+//! for `PipeService/<pipe URN>` (unicast, propagate) or by the TLS sessions
+//! of a secure pipe.
+
+use std::sync::Arc;
+
+use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
+use juxta_proto::endpoint::{Delivery, ServiceAddress};
+use juxta_proto::pipe::wire_header::DuplicateFilter;
+use tokio::sync::mpsc;
+
+use super::registry::Registration;
+use super::{PipeError, PipeMessage, PIPE_SERVICE};
+use crate::endpoint::Listener;
+use crate::peer::Inner;
+
+enum Source {
+    Endpoint(Listener),
+    Secure(mpsc::Receiver<Delivery>),
+}
+
+/// The receiving end of a pipe. Messages queue in a bounded buffer
+/// ([`crate::PeerConfig::listener_queue`]); while it is full the senders'
+/// connections stop being read (back-pressure), nothing is dropped.
+/// Dropping the input pipe closes it.
+pub struct InputPipe {
+    adv: PipeAdvertisement,
+    source: Source,
+    dedup: Option<DuplicateFilter>,
+    _registration: Registration,
+}
+
+impl InputPipe {
+    pub(crate) fn open(inner: &Arc<Inner>, adv: &PipeAdvertisement) -> Result<InputPipe, PipeError> {
+        let registration = inner.pipes.register_input(inner, adv)?;
+        let source = match adv.pipe_type {
+            PipeType::UnicastSecure => {
+                let (tx, rx) = mpsc::channel(inner.cfg.listener_queue);
+                inner.pipes.set_secure_sink(&adv.id, tx);
+                Source::Secure(rx)
+            }
+            PipeType::Unicast | PipeType::Propagate => {
+                let urn = adv.id.to_string();
+                Source::Endpoint(
+                    inner.add_listener(ServiceAddress::new(PIPE_SERVICE, Some(&urn)))?,
+                )
+            }
+        };
+        let dedup = (adv.pipe_type == PipeType::Propagate).then(DuplicateFilter::default);
+        Ok(InputPipe {
+            adv: adv.clone(),
+            source,
+            dedup,
+            _registration: registration,
+        })
+    }
+
+    /// The pipe's advertisement.
+    pub fn advertisement(&self) -> &PipeAdvertisement {
+        &self.adv
+    }
+
+    /// The next message; `None` once the peer has stopped.
+    pub async fn recv(&mut self) -> Option<PipeMessage> {
+        loop {
+            let d = match &mut self.source {
+                Source::Endpoint(l) => l.recv().await?,
+                Source::Secure(rx) => rx.recv().await?,
+            };
+            let mut message = d.message;
+            if let Some(filter) = &mut self.dedup {
+                // A propagated message can reach us along several paths;
+                // deliver it once.
+                match super::output::take_propagate_id(&mut message) {
+                    Some(id) if !filter.first_time(&id) => continue,
+                    _ => {}
+                }
+            }
+            return Some(PipeMessage {
+                message,
+                from: d.from,
+            });
+        }
+    }
+
+    /// Hands every message to `handler` on a task of its own (the JXTA
+    /// "pipe listener" style) until the peer stops; returns the task.
+    pub fn spawn_listener<F>(mut self, mut handler: F) -> tokio::task::JoinHandle<()>
+    where
+        F: FnMut(PipeMessage) + Send + 'static,
+    {
+        tokio::spawn(async move {
+            while let Some(m) = self.recv().await {
+                handler(m);
+            }
+        })
+    }
+}

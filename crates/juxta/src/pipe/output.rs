@@ -1,0 +1,163 @@
+//! Output pipes: the sending end. A unicast pipe sends straight to the
+//! bound peer's `PipeService/<pipe URN>` (no router header on a direct
+//! link); a secure pipe sends through a TLS 1.3 session with that peer; a
+//! propagate pipe fans out to every target peer, tagging each message with
+//! an ID so receivers reached twice deliver once.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
+use juxta_proto::id::PeerId;
+use juxta_proto::message::{Element, Message, NS_JXTA};
+use juxta_proto::pipe::wire_header::JxtaWireHeader;
+
+use super::secure::SecureSession;
+use super::{PipeError, PIPE_SERVICE};
+use crate::endpoint::Messenger;
+use crate::peer::Inner;
+
+/// Namespace of Juxta's own elements.
+pub(crate) const NS_JUXTA: &str = "juxta";
+/// Element carrying a propagated message's 16-byte ID.
+const ELEM_PROPAGATE_ID: &str = "PropagateId";
+/// JXSE's propagate header element (`jxta:JxtaWireHeader`).
+const ELEM_WIRE_HEADER: &str = "JxtaWireHeader";
+
+enum Kind {
+    Unicast { messenger: Messenger },
+    Secure { session: Arc<SecureSession> },
+    Propagate { targets: Vec<PeerId>, tag: u64, next: AtomicU64 },
+}
+
+/// The sending end of a pipe; cheap to share behind an `Arc`, and every
+/// send is one vectored write on the connection.
+pub struct OutputPipe {
+    adv: PipeAdvertisement,
+    urn: String,
+    inner: Arc<Inner>,
+    kind: Kind,
+}
+
+impl OutputPipe {
+    pub(crate) async fn unicast(
+        inner: &Arc<Inner>,
+        adv: &PipeAdvertisement,
+        peer: PeerId,
+        timeout: Duration,
+    ) -> Result<OutputPipe, PipeError> {
+        let kind = match adv.pipe_type {
+            PipeType::UnicastSecure => Kind::Secure {
+                session: SecureSession::connect(inner, adv, peer, timeout).await?,
+            },
+            _ => Kind::Unicast {
+                messenger: inner
+                    .messenger(&peer)
+                    .ok_or_else(|| PipeError::NotConnected(peer.to_string()))?,
+            },
+        };
+        Ok(OutputPipe {
+            adv: adv.clone(),
+            urn: adv.id.to_string(),
+            inner: inner.clone(),
+            kind,
+        })
+    }
+
+    pub(crate) fn propagate(
+        inner: &Arc<Inner>,
+        adv: &PipeAdvertisement,
+        peers: &[PeerId],
+    ) -> Result<OutputPipe, PipeError> {
+        Ok(OutputPipe {
+            adv: adv.clone(),
+            urn: adv.id.to_string(),
+            inner: inner.clone(),
+            kind: Kind::Propagate {
+                targets: peers.to_vec(),
+                tag: rand::random(),
+                next: AtomicU64::new(0),
+            },
+        })
+    }
+
+    /// The pipe's advertisement.
+    pub fn advertisement(&self) -> &PipeAdvertisement {
+        &self.adv
+    }
+
+    /// The peer a unicast or secure pipe is bound to.
+    pub fn remote(&self) -> Option<PeerId> {
+        match &self.kind {
+            Kind::Unicast { messenger } => Some(messenger.remote()),
+            Kind::Secure { session } => Some(session.remote()),
+            Kind::Propagate { .. } => None,
+        }
+    }
+
+    /// Whether messages travel in compact framing (unicast pipes only).
+    pub fn is_compact(&self) -> bool {
+        matches!(&self.kind, Kind::Unicast { messenger } if messenger.is_compact())
+    }
+
+    /// Sends `msg`; returns the bytes it took on the wire (for a propagate
+    /// pipe, summed over the peers reached). A propagate pipe with no peer
+    /// reachable returns [`PipeError::NotConnected`].
+    pub async fn send(&self, msg: Message) -> Result<usize, PipeError> {
+        match &self.kind {
+            Kind::Unicast { messenger } => Ok(messenger
+                .send(PIPE_SERVICE, Some(&self.urn), msg)
+                .await?),
+            Kind::Secure { session } => session.send(msg).await,
+            Kind::Propagate { targets, tag, next } => {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                let mut id = BytesMut::with_capacity(16);
+                id.put_u64(*tag);
+                id.put_u64(n);
+                let mut msg = msg;
+                msg.push(Element::bytes(NS_JUXTA, ELEM_PROPAGATE_ID, id.freeze()));
+                let all;
+                let to: &[PeerId] = if targets.is_empty() {
+                    all = self.inner.connected_peers();
+                    &all
+                } else {
+                    targets
+                };
+                let mut total = 0;
+                let mut reached = 0;
+                let mut last_err = None;
+                for p in to {
+                    let Some(m) = self.inner.messenger(p) else {
+                        continue;
+                    };
+                    match m.send(PIPE_SERVICE, Some(&self.urn), msg.clone()).await {
+                        Ok(n) => {
+                            total += n;
+                            reached += 1;
+                        }
+                        Err(e) => last_err = Some(e),
+                    }
+                }
+                match (reached, last_err) {
+                    (0, Some(e)) => Err(e.into()),
+                    (0, None) => Err(PipeError::NotConnected("any propagate target".into())),
+                    _ => Ok(total),
+                }
+            }
+        }
+    }
+}
+
+/// Removes the propagate ID from a received message: Juxta's 16-byte
+/// element, or the `MsgId` of JXSE's `JxtaWireHeader`.
+pub(crate) fn take_propagate_id(msg: &mut Message) -> Option<Bytes> {
+    if let Some(e) = msg.take(NS_JUXTA, ELEM_PROPAGATE_ID) {
+        return Some(e.data);
+    }
+    let e = msg.take(NS_JXTA, ELEM_WIRE_HEADER)?;
+    let text = std::str::from_utf8(&e.data).ok()?;
+    let h = JxtaWireHeader::parse(text).ok()?;
+    Some(Bytes::from(h.msg_id.into_bytes()))
+}

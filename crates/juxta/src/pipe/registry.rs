@@ -1,0 +1,219 @@
+//! What the pipe service keeps per peer: the input pipes open here (so the
+//! resolver can answer binding queries), the sinks of secure input pipes,
+//! and the output-pipe resolutions in progress, driven through the sans-IO
+//! [`Binder`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
+use juxta_proto::endpoint::Delivery;
+use juxta_proto::id::{PeerId, PipeId};
+use juxta_proto::message::Message;
+use juxta_proto::pipe::binding::{
+    BindEvent, BindId, Binder, BinderAction, OutgoingQuery, PipeResolverMsg, PIPE_RESOLVER_HANDLER,
+};
+use juxta_proto::resolver::{query_queue, ResolverQuery, RESOLVER_SERVICE};
+use tokio::sync::{mpsc, oneshot};
+
+use super::PipeError;
+use crate::peer::Inner;
+
+/// Most resolutions in progress at once.
+pub(crate) const MAX_BINDS: usize = 1024;
+
+pub(crate) struct PipeRegistry {
+    inputs: RwLock<HashMap<PipeId, PipeType>>,
+    secure_sinks: RwLock<HashMap<PipeId, mpsc::Sender<Delivery>>>,
+    binds: Mutex<Binds>,
+}
+
+struct Binds {
+    binder: Binder,
+    waiting: HashMap<BindId, oneshot::Sender<BindEvent>>,
+}
+
+/// Keeps an input pipe registered; dropping it unregisters the pipe.
+pub(crate) struct Registration {
+    inner: Weak<Inner>,
+    id: PipeId,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner.pipes.inputs.write().expect("pipes lock").remove(&self.id);
+            inner
+                .pipes
+                .secure_sinks
+                .write()
+                .expect("pipes lock")
+                .remove(&self.id);
+        }
+    }
+}
+
+impl PipeRegistry {
+    pub(crate) fn new() -> PipeRegistry {
+        PipeRegistry {
+            inputs: RwLock::new(HashMap::new()),
+            secure_sinks: RwLock::new(HashMap::new()),
+            binds: Mutex::new(Binds {
+                binder: Binder::new(rand::random::<u16>() as i32 + 1, MAX_BINDS),
+                waiting: HashMap::new(),
+            }),
+        }
+    }
+
+    pub(crate) fn register_input(
+        &self,
+        inner: &Arc<Inner>,
+        adv: &PipeAdvertisement,
+    ) -> Result<Registration, PipeError> {
+        let mut m = self.inputs.write().expect("pipes lock");
+        if m.contains_key(&adv.id) {
+            return Err(PipeError::AlreadyOpen(adv.id.to_string()));
+        }
+        m.insert(adv.id, adv.pipe_type);
+        Ok(Registration {
+            inner: Arc::downgrade(inner),
+            id: adv.id,
+        })
+    }
+
+    pub(crate) fn has_input(&self, id: &PipeId, ty: PipeType) -> bool {
+        self.inputs.read().expect("pipes lock").get(id) == Some(&ty)
+    }
+
+    pub(crate) fn set_secure_sink(&self, id: &PipeId, tx: mpsc::Sender<Delivery>) {
+        self.secure_sinks
+            .write()
+            .expect("pipes lock")
+            .insert(*id, tx);
+    }
+
+    pub(crate) fn secure_sink(&self, id: &PipeId) -> Option<mpsc::Sender<Delivery>> {
+        self.secure_sinks.read().expect("pipes lock").get(id).cloned()
+    }
+
+    /// A binding answer arrived from the resolver.
+    pub(crate) fn on_answer(&self, query_id: i32, msg: PipeResolverMsg, from: Option<PeerId>) {
+        let mut b = self.binds.lock().expect("binds lock");
+        let Some(from) = from else { return };
+        if let Some(ev) = b.binder.handle_answer(Instant::now(), query_id, msg, from) {
+            let id = ev.bind();
+            if let Some(tx) = b.waiting.remove(&id) {
+                let _ = tx.send(ev);
+            }
+        }
+    }
+}
+
+/// Resolves which peer holds the input pipe of `adv`.
+pub(crate) async fn resolve(
+    inner: &Arc<Inner>,
+    adv: &PipeAdvertisement,
+    peers: &[PeerId],
+    timeout: Duration,
+) -> Result<PeerId, PipeError> {
+    let candidates = if peers.is_empty() {
+        inner.connected_peers()
+    } else {
+        peers.to_vec()
+    };
+    if candidates.is_empty() {
+        return Err(PipeError::NotConnected("any peer".into()));
+    }
+    let (tx, mut rx) = oneshot::channel();
+    let (bind, first) = {
+        let mut b = inner.pipes.binds.lock().expect("binds lock");
+        let (bind, q) = b
+            .binder
+            .start(Instant::now(), adv.id, adv.pipe_type, candidates, timeout)
+            .map_err(|_| PipeError::TooManyBinds(MAX_BINDS))?;
+        b.waiting.insert(bind, tx);
+        (bind, q)
+    };
+    // Removes the waiter and the binder entry however this future ends.
+    let _guard = CancelOnDrop { inner, bind };
+    send_query(inner, &first).await;
+    loop {
+        let next = inner.pipes.binds.lock().expect("binds lock").binder.poll_timeout();
+        let sleep = async {
+            match next {
+                Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            ev = &mut rx => {
+                return match ev {
+                    Ok(BindEvent::Bound { peer, .. }) => Ok(peer),
+                    Ok(BindEvent::NotFound { .. }) => Err(PipeError::NotFound(adv.id.to_string())),
+                    Ok(BindEvent::TimedOut { .. }) | Err(_) => Err(PipeError::ResolveTimeout { pipe: adv.id.to_string(), timeout }),
+                };
+            }
+            _ = sleep => {
+                let actions = {
+                    let mut b = inner.pipes.binds.lock().expect("binds lock");
+                    let actions = b.binder.handle_timeout(Instant::now());
+                    let mut resend = Vec::new();
+                    for a in actions {
+                        match a {
+                            BinderAction::Send(q) => resend.push(q),
+                            BinderAction::Event(ev) => {
+                                if let Some(tx) = b.waiting.remove(&ev.bind()) {
+                                    let _ = tx.send(ev);
+                                }
+                            }
+                        }
+                    }
+                    resend
+                };
+                for q in &actions {
+                    send_query(inner, q).await;
+                }
+            }
+        }
+    }
+}
+
+struct CancelOnDrop<'a> {
+    inner: &'a Arc<Inner>,
+    bind: BindId,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        let mut b = self.inner.pipes.binds.lock().expect("binds lock");
+        b.waiting.remove(&self.bind);
+        b.binder.cancel(self.bind);
+    }
+}
+
+/// Sends one binding query to each of its peers (through the router, as JXSE
+/// expects; a direct send on compact connections).
+async fn send_query(inner: &Arc<Inner>, q: &OutgoingQuery) {
+    let g = inner.group_unique().to_string();
+    for peer in &q.peers {
+        let Some(m) = inner.messenger(peer) else {
+            tracing::debug!(%peer, "no connection for a pipe binding query");
+            continue;
+        };
+        let doc = ResolverQuery {
+            handler: PIPE_RESOLVER_HANDLER.to_string(),
+            query_id: q.query_id,
+            hop_count: 0,
+            src_peer: *inner.identity.peer_id(),
+            query: q.msg.to_xml(),
+        };
+        let msg = Message::new().with(doc.to_element(&g));
+        if let Err(e) = m
+            .send_routed(RESOLVER_SERVICE, Some(&query_queue(&g)), msg)
+            .await
+        {
+            tracing::debug!(%peer, error = %e, "pipe binding query not sent");
+        }
+    }
+}

@@ -1,0 +1,392 @@
+//! Secure pipes (`JxtaUnicastSecure`): a TLS 1.3 session (rustls) between
+//! the output pipe's peer and the input pipe's peer, its records carried as
+//! ordinary messages to the `JuxtaTls` service over the existing connection
+//! (which is already reliable and ordered). Each side proves its peer ID
+//! with its own certificate, so a message on a secure input pipe comes from
+//! the peer ID it names, checked cryptographically.
+//!
+//! Session messages: `JuxtaTls/<session id>` with element `juxta:tls`
+//! (TLS bytes); the client's first message also names the pipe
+//! (`juxta:pipe`). Inside the session, each application message is a
+//! 4-byte big-endian length and the message in binary format v0.
+//!
+//! JXSE 2.7's secure pipes run its own TLS transport (JSSE TLSv1 over its
+//! reliable stream, `jxtatls://` addresses); rustls has no TLS 1.0, so the
+//! two do not interoperate (see `docs/interop.md`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use juxta_proto::advertisement::PipeAdvertisement;
+use juxta_proto::endpoint::{Delivery, ServiceAddress};
+use juxta_proto::id::{PeerId, PipeId};
+use juxta_proto::message::namespace_order::JavaHashOrder;
+use juxta_proto::message::{decode_v0, encode_v0, Element, Message};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::output::NS_JUXTA;
+use super::tls::{self, SecureChannel, TlsError};
+use super::{PipeError, PIPE_SERVICE};
+use crate::endpoint::Messenger;
+use crate::peer::{Inner, PeerError};
+
+/// Endpoint service carrying TLS records.
+pub const TLS_SERVICE: &str = "JuxtaTls";
+const ELEM_TLS: &str = "tls";
+const ELEM_PIPE: &str = "pipe";
+/// Plaintext accepted into a session before its records are sent.
+const CHUNK: usize = 256 * 1024;
+/// Largest application message inside a session.
+const MAX_INNER: usize = 64 * 1024 * 1024;
+/// Most TLS sessions a peer keeps.
+const MAX_SESSIONS: usize = 1024;
+
+/// Session table key: the remote peer and the client-chosen session id.
+type Key = (PeerId, u64);
+
+enum Role {
+    Client { ready: Arc<Notify> },
+    Server { pipe: PipeId, plain: BytesMut },
+}
+
+struct Session {
+    chan: SecureChannel,
+    role: Role,
+    failed: Option<String>,
+}
+
+/// The per-peer table of TLS sessions and the task that feeds them.
+#[derive(Default)]
+pub(crate) struct Sessions {
+    map: Mutex<HashMap<Key, Arc<Mutex<Session>>>>,
+}
+
+fn client_cfg(inner: &Inner) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    static CACHE: OnceLock<Mutex<HashMap<PeerId, Arc<rustls::ClientConfig>>>> = OnceLock::new();
+    let me = *inner.identity.peer_id();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(c) = cache.lock().expect("tls cache").get(&me) {
+        return Ok(c.clone());
+    }
+    let c = tls::client_config(&inner.identity)?;
+    cache.lock().expect("tls cache").insert(me, c.clone());
+    Ok(c)
+}
+
+fn server_cfg(inner: &Inner) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    static CACHE: OnceLock<Mutex<HashMap<PeerId, Arc<rustls::ServerConfig>>>> = OnceLock::new();
+    let me = *inner.identity.peer_id();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(c) = cache.lock().expect("tls cache").get(&me) {
+        return Ok(c.clone());
+    }
+    let c = tls::server_config(&inner.identity)?;
+    cache.lock().expect("tls cache").insert(me, c.clone());
+    Ok(c)
+}
+
+/// The sending side of a secure pipe: a TLS client session to the peer
+/// holding the input pipe.
+pub struct SecureSession {
+    inner: Arc<Inner>,
+    key: Key,
+    session: Arc<Mutex<Session>>,
+    messenger: Messenger,
+    param: String,
+    send_lock: tokio::sync::Mutex<()>,
+}
+
+impl Drop for SecureSession {
+    fn drop(&mut self) {
+        self.inner
+            .secure
+            .map
+            .lock()
+            .expect("sessions lock")
+            .remove(&self.key);
+    }
+}
+
+impl SecureSession {
+    pub(crate) async fn connect(
+        inner: &Arc<Inner>,
+        adv: &PipeAdvertisement,
+        peer: PeerId,
+        timeout: Duration,
+    ) -> Result<Arc<SecureSession>, PipeError> {
+        let messenger = inner
+            .messenger(&peer)
+            .ok_or_else(|| PipeError::NotConnected(peer.to_string()))?;
+        let chan = SecureChannel::client(client_cfg(inner)?, peer)?;
+        let ready = Arc::new(Notify::new());
+        let id: u64 = rand::random();
+        let key = (peer, id);
+        let session = Arc::new(Mutex::new(Session {
+            chan,
+            role: Role::Client {
+                ready: ready.clone(),
+            },
+            failed: None,
+        }));
+        {
+            let mut m = inner.secure.map.lock().expect("sessions lock");
+            if m.len() >= MAX_SESSIONS {
+                return Err(PipeError::Tls(TlsError::TooManySessions(MAX_SESSIONS)));
+            }
+            m.insert(key, session.clone());
+        }
+        let s = Arc::new(SecureSession {
+            inner: inner.clone(),
+            key,
+            session,
+            messenger,
+            param: format!("{id:016x}"),
+            send_lock: tokio::sync::Mutex::new(()),
+        });
+        let hello = s.take_outgoing()?;
+        let mut first = Message::new();
+        first.push(Element::text(NS_JUXTA, ELEM_PIPE, &adv.id.to_string()));
+        for b in hello {
+            first.push(Element::bytes(NS_JUXTA, ELEM_TLS, b));
+        }
+        s.messenger
+            .send(TLS_SERVICE, Some(&s.param), first)
+            .await?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = ready.notified();
+            {
+                let g = s.session.lock().expect("session lock");
+                if let Some(f) = &g.failed {
+                    return Err(PipeError::Tls(TlsError::Failed(f.clone())));
+                }
+                if !g.chan.is_handshaking() {
+                    break;
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(PipeError::ResolveTimeout {
+                    pipe: adv.id.to_string(),
+                    timeout,
+                });
+            }
+        }
+        Ok(s)
+    }
+
+    /// The peer at the other end, proven by its certificate.
+    pub fn remote(&self) -> PeerId {
+        self.key.0
+    }
+
+    fn take_outgoing(&self) -> Result<Vec<Bytes>, TlsError> {
+        let mut g = self.session.lock().expect("session lock");
+        let mut out = Vec::new();
+        while let Some(b) = g.chan.take_tls(CHUNK * 2) {
+            out.push(Bytes::from(b));
+        }
+        Ok(out)
+    }
+
+    /// Encrypts and sends one message.
+    pub(crate) async fn send(&self, msg: Message) -> Result<usize, PipeError> {
+        let enc = encode_v0(&msg, JavaHashOrder::Java8).map_err(|e| {
+            PipeError::Tls(TlsError::Failed(format!("cannot encode message: {e}")))
+        })?;
+        if enc.len > MAX_INNER {
+            return Err(PipeError::Tls(TlsError::Failed(format!(
+                "message of {} bytes exceeds {MAX_INNER}",
+                enc.len
+            ))));
+        }
+        let _order = self.send_lock.lock().await;
+        let mut len = [0u8; 4];
+        (&mut len[..]).put_u32(enc.len as u32);
+        let mut pieces: Vec<Bytes> = Vec::with_capacity(enc.chunks.len() + 1);
+        pieces.push(Bytes::copy_from_slice(&len));
+        pieces.extend(enc.chunks.iter().cloned());
+        let mut wire = 0;
+        for mut p in pieces {
+            while !p.is_empty() {
+                let records = {
+                    let mut g = self.session.lock().expect("session lock");
+                    if let Some(f) = &g.failed {
+                        return Err(PipeError::Tls(TlsError::Failed(f.clone())));
+                    }
+                    let n = g.chan.write_plaintext(&p)?;
+                    p.advance(n);
+                    let mut out = Vec::new();
+                    if n == 0 || g.chan.pending_tls() >= CHUNK {
+                        while let Some(b) = g.chan.take_tls(CHUNK * 2) {
+                            out.push(Bytes::from(b));
+                        }
+                    }
+                    out
+                };
+                wire += self.send_records(records).await?;
+            }
+        }
+        let rest = self.take_outgoing()?;
+        wire += self.send_records(rest).await?;
+        Ok(wire)
+    }
+
+    async fn send_records(&self, records: Vec<Bytes>) -> Result<usize, PipeError> {
+        if records.is_empty() {
+            return Ok(0);
+        }
+        let mut m = Message::new();
+        for b in records {
+            m.push(Element::bytes(NS_JUXTA, ELEM_TLS, b));
+        }
+        Ok(self.messenger.send(TLS_SERVICE, Some(&self.param), m).await?)
+    }
+}
+
+/// Starts the task that receives TLS records for every session of a peer.
+pub(crate) fn spawn(inner: &Arc<Inner>) -> Result<JoinHandle<()>, PeerError> {
+    let mut l = inner.add_listener(ServiceAddress::new(TLS_SERVICE, None))?;
+    let weak = Arc::downgrade(inner);
+    Ok(tokio::spawn(async move {
+        while let Some(d) = l.recv().await {
+            let Some(inner) = weak.upgrade() else { return };
+            if let Err(e) = on_records(&inner, d).await {
+                tracing::debug!(error = %e, "secure pipe records dropped");
+            }
+        }
+    }))
+}
+
+async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
+    let from = d.from.ok_or(TlsError::Failed("records from an unknown peer".into()))?;
+    let sid = d
+        .to
+        .param
+        .as_deref()
+        .and_then(|p| u64::from_str_radix(p, 16).ok())
+        .ok_or(TlsError::Failed("records without a session id".into()))?;
+    let key = (from, sid);
+    let existing = inner.secure.map.lock().expect("sessions lock").get(&key).cloned();
+    let session = match existing {
+        Some(s) => s,
+        None => {
+            // A new session: only for a secure input pipe open here.
+            let pipe: PipeId = d
+                .message
+                .get(NS_JUXTA, ELEM_PIPE)
+                .and_then(|e| e.as_str())
+                .and_then(|s| s.parse().ok())
+                .ok_or(TlsError::Failed("new session without a pipe".into()))?;
+            if inner.pipes.secure_sink(&pipe).is_none() {
+                return Err(TlsError::Failed(format!("no secure input pipe {pipe}")));
+            }
+            let s = Arc::new(Mutex::new(Session {
+                chan: SecureChannel::server(server_cfg(inner)?)?,
+                role: Role::Server {
+                    pipe,
+                    plain: BytesMut::new(),
+                },
+                failed: None,
+            }));
+            let mut m = inner.secure.map.lock().expect("sessions lock");
+            if m.len() >= MAX_SESSIONS {
+                return Err(TlsError::TooManySessions(MAX_SESSIONS));
+            }
+            m.insert(key, s.clone());
+            s
+        }
+    };
+    let (replies, messages, pipe) = {
+        let mut g = session.lock().expect("session lock");
+        let mut res = Ok(());
+        for e in d.message.elements.iter().filter(|e| e.name == ELEM_TLS && e.namespace == NS_JUXTA) {
+            res = g.chan.read_tls(&e.data);
+            if res.is_err() {
+                break;
+            }
+        }
+        if let Err(e) = res {
+            g.failed = Some(e.to_string());
+            if let Role::Client { ready } = &g.role {
+                ready.notify_waiters();
+            }
+            drop(g);
+            inner.secure.map.lock().expect("sessions lock").remove(&key);
+            return Err(e);
+        }
+        let mut replies = Vec::new();
+        while let Some(b) = g.chan.take_tls(CHUNK * 2) {
+            replies.push(Bytes::from(b));
+        }
+        let handshaking = g.chan.is_handshaking();
+        let peer = g.chan.peer_id();
+        let Session { chan, role, .. } = &mut *g;
+        let mut messages = Vec::new();
+        let mut pipe = None;
+        match role {
+            Role::Client { ready } => {
+                if !handshaking {
+                    ready.notify_waiters();
+                }
+                // Nothing travels server → client but handshake data.
+                let mut sink = BytesMut::new();
+                let _ = chan.read_plaintext(&mut sink);
+            }
+            Role::Server { pipe: p, plain } => {
+                chan.read_plaintext(plain)?;
+                while plain.len() >= 4 {
+                    let n = u32::from_be_bytes([plain[0], plain[1], plain[2], plain[3]]) as usize;
+                    if n > MAX_INNER {
+                        return Err(TlsError::Failed(format!("inner message of {n} bytes")));
+                    }
+                    if plain.len() < 4 + n {
+                        plain.reserve(4 + n - plain.len());
+                        break;
+                    }
+                    plain.advance(4);
+                    let body = plain.split_to(n).freeze();
+                    let m = decode_v0(body)
+                        .map_err(|e| TlsError::Failed(format!("bad inner message: {e}")))?;
+                    messages.push(m.message);
+                }
+                pipe = Some((*p, peer));
+            }
+        }
+        (replies, messages, pipe)
+    };
+    if !replies.is_empty() {
+        if let Some(m) = inner.messenger(&from) {
+            let mut msg = Message::new();
+            for b in replies {
+                msg.push(Element::bytes(NS_JUXTA, ELEM_TLS, b));
+            }
+            let _ = m.send(TLS_SERVICE, Some(&format!("{sid:016x}")), msg).await;
+        }
+    }
+    if let Some((pipe, peer)) = pipe {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let sink = inner
+            .pipes
+            .secure_sink(&pipe)
+            .ok_or(TlsError::Failed(format!("secure input pipe {pipe} closed")))?;
+        let urn = pipe.to_string();
+        for message in messages {
+            let d = Delivery {
+                group: None,
+                to: ServiceAddress::new(PIPE_SERVICE, Some(&urn)),
+                from: peer,
+                message,
+                routed: false,
+            };
+            if sink.send(d).await.is_err() {
+                break;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,274 @@
+//! Pipes between Juxta peers on loopback: unicast (compact and JXTA
+//! framing), many senders into one input pipe, propagate fan-out, secure
+//! pipes, bidirectional pipes, and bad input (unknown pipe, unanswerable
+//! resolution, malformed resolver traffic).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use juxta::pipe::PipeError;
+use juxta::{Peer, PeerConfig};
+use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
+use juxta_proto::id::PipeId;
+use juxta_proto::message::{Element, Message};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn payload(n: usize) -> Bytes {
+    Bytes::from((0..n).map(|i| (i * 31 + 7) as u8).collect::<Vec<u8>>())
+}
+
+fn adv(ty: PipeType) -> PipeAdvertisement {
+    let mut a = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), ty);
+    a.name = Some("test-pipe".into());
+    a
+}
+
+async fn peer(dir: &tempfile::TempDir, name: &str, listen: bool, compact: bool) -> Peer {
+    let mut c = PeerConfig::new(dir.path().join(name));
+    if listen {
+        c = c.listen("127.0.0.1:0".parse().unwrap());
+    }
+    c.connection.compact = compact;
+    Peer::start(c).await.unwrap()
+}
+
+fn data_msg(p: &Bytes) -> Message {
+    Message::new().with(Element::bytes("test", "data", p.clone()))
+}
+
+async fn unicast(compact: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let a = peer(&dir, "a", true, compact).await;
+    let b = peer(&dir, "b", false, compact).await;
+    let ad = adv(PipeType::Unicast);
+    let mut input = a.pipes().create_input_pipe(&ad).unwrap();
+    let m = b.connect(a.local_addr().unwrap()).await.unwrap();
+    m.wait_compact(Duration::from_secs(5)).await;
+    let out = b
+        .pipes()
+        .create_output_pipe(&ad, &[a.peer_id()], WAIT)
+        .await
+        .unwrap();
+    assert_eq!(out.remote(), Some(a.peer_id()));
+    assert_eq!(out.is_compact(), compact);
+    for size in [1usize, 65536, 1 << 20] {
+        let p = payload(size);
+        let wire = out.send(data_msg(&p)).await.unwrap();
+        if compact && size == 1 {
+            // The first message defines the pipe's channel number and the
+            // element name on this connection; later ones only refer to them.
+            let got = tokio::time::timeout(WAIT, input.recv()).await.unwrap().unwrap();
+            assert_eq!(got.message.get("test", "data").unwrap().data, p);
+            let again = out.send(data_msg(&p)).await.unwrap();
+            assert!(again < wire);
+            assert!(again <= 48, "1-byte pipe message took {again} bytes");
+        }
+        let got = tokio::time::timeout(WAIT, input.recv()).await.unwrap().unwrap();
+        assert_eq!(got.from, Some(b.peer_id()));
+        assert_eq!(got.message.get("test", "data").unwrap().data, p);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unicast_pipe_compact() {
+    unicast(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unicast_pipe_jxta_framing() {
+    unicast(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_senders_into_one_input_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = peer(&dir, "a", true, true).await;
+    let ad = adv(PipeType::Unicast);
+    let mut input = a.pipes().create_input_pipe(&ad).unwrap();
+    let mut senders = Vec::new();
+    for i in 0..4 {
+        let s = peer(&dir, &format!("s{i}"), false, true).await;
+        s.connect(a.local_addr().unwrap()).await.unwrap();
+        senders.push(s);
+    }
+    let mut tasks = Vec::new();
+    for (i, s) in senders.iter().enumerate() {
+        let out = s
+            .pipes()
+            .create_output_pipe(&ad, &[], WAIT)
+            .await
+            .unwrap();
+        tasks.push(tokio::spawn(async move {
+            for n in 0..50u32 {
+                let m = Message::new().with(Element::bytes(
+                    "test",
+                    "n",
+                    Bytes::from(format!("{i}:{n}")),
+                ));
+                out.send(m).await.unwrap();
+            }
+        }));
+    }
+    let mut seen = std::collections::HashSet::new();
+    while seen.len() < 200 {
+        let m = tokio::time::timeout(WAIT, input.recv()).await.unwrap().unwrap();
+        let v = m.message.get("test", "n").unwrap().as_str().unwrap().to_string();
+        assert!(seen.insert(v), "duplicate delivery");
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn propagate_reaches_every_listener_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let sender = peer(&dir, "s", true, true).await;
+    let ad = adv(PipeType::Propagate);
+    let mut receivers = Vec::new();
+    for i in 0..3 {
+        let r = peer(&dir, &format!("r{i}"), false, true).await;
+        let input = r.pipes().create_input_pipe(&ad).unwrap();
+        r.connect(sender.local_addr().unwrap()).await.unwrap();
+        receivers.push((r, input));
+    }
+    // The sender learns its peers from the incoming connections once they
+    // are proven (compact handshake).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while sender.connection_count() < 3 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let out = sender
+        .pipes()
+        .create_output_pipe(&ad, &[], WAIT)
+        .await
+        .unwrap();
+    for n in 0..10u8 {
+        out.send(data_msg(&Bytes::from(vec![n]))).await.unwrap();
+    }
+    for (_, input) in &mut receivers {
+        for n in 0..10u8 {
+            let m = tokio::time::timeout(WAIT, input.recv()).await.unwrap().unwrap();
+            assert_eq!(m.message.get("test", "data").unwrap().data[..], [n]);
+            assert!(m.message.get("juxta", "PropagateId").is_none());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secure_pipe_proves_the_sender() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = peer(&dir, "a", true, true).await;
+    let b = peer(&dir, "b", false, true).await;
+    let ad = adv(PipeType::UnicastSecure);
+    let mut input = a.pipes().create_input_pipe(&ad).unwrap();
+    b.connect(a.local_addr().unwrap()).await.unwrap();
+    let out = b
+        .pipes()
+        .create_output_pipe(&ad, &[a.peer_id()], WAIT)
+        .await
+        .unwrap();
+    for size in [1usize, 100_000, 1 << 20] {
+        let p = payload(size);
+        out.send(data_msg(&p)).await.unwrap();
+        let got = tokio::time::timeout(WAIT, input.recv()).await.unwrap().unwrap();
+        assert_eq!(got.from, Some(b.peer_id()));
+        assert_eq!(got.message.get("test", "data").unwrap().data, p);
+    }
+    // A plain (unencrypted) message to the secure pipe's endpoint address is
+    // not delivered to it.
+    let m = b.messenger(&a.peer_id()).unwrap();
+    m.send("PipeService", Some(&ad.id.to_string()), data_msg(&payload(3)))
+        .await
+        .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), input.recv())
+            .await
+            .is_err(),
+        "plain message reached a secure input pipe"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bidi_pipe_echo() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = peer(&dir, "a", true, true).await;
+    let b = peer(&dir, "b", false, true).await;
+    let ad = adv(PipeType::Unicast);
+    let mut listener = a.pipes().bind_bidi(&ad).unwrap();
+    b.connect(a.local_addr().unwrap()).await.unwrap();
+    let server = tokio::spawn(async move {
+        let mut p = listener.accept().await.unwrap();
+        while let Some(m) = p.recv().await {
+            p.send(m.message).await.unwrap();
+        }
+    });
+    let mut c = b
+        .pipes()
+        .connect_bidi(&ad, a.peer_id(), WAIT)
+        .await
+        .unwrap();
+    assert_eq!(c.remote(), a.peer_id());
+    for size in [1usize, 4096, 1 << 20] {
+        let p = payload(size);
+        c.send(data_msg(&p)).await.unwrap();
+        let got = tokio::time::timeout(WAIT, c.recv()).await.unwrap().unwrap();
+        assert_eq!(got.message.get("test", "data").unwrap().data, p);
+    }
+    c.close().await.unwrap();
+    tokio::time::timeout(WAIT, server).await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_pipe_and_missing_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = peer(&dir, "a", true, true).await;
+    let b = peer(&dir, "b", false, true).await;
+    let ad = adv(PipeType::Unicast);
+    b.connect(a.local_addr().unwrap()).await.unwrap();
+    // Resolution directed at a peer without the pipe: it answers "not
+    // found" and the output pipe fails at once rather than waiting.
+    let r = b
+        .pipes()
+        .create_output_pipe(&ad, &[a.peer_id()], WAIT)
+        .await;
+    assert!(matches!(r, Err(PipeError::NotFound(_))), "{:?}", r.err());
+    // A message to a pipe nobody holds is counted and dropped.
+    let m = b.messenger(&a.peer_id()).unwrap();
+    m.send("PipeService", Some(&ad.id.to_string()), data_msg(&payload(1)))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while a.stats().unknown_pipe.load(Ordering::Relaxed) == 0 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Malformed resolver traffic is counted, and the peer keeps serving.
+    m.send(
+        "urn:jxta:uuid-DEADBEEFDEAFBABAFEEDBABE0000000205",
+        Some("jxta-NetGroupORes"),
+        Message::new().with(Element::xml("jxta", "jxta-NetGroupORes", "<not a query".into())),
+    )
+    .await
+    .unwrap();
+    while a.stats().resolver_errors.load(Ordering::Relaxed) == 0 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut input = a.pipes().create_input_pipe(&ad).unwrap();
+    let out = b
+        .pipes()
+        .create_output_pipe(&ad, &[a.peer_id()], WAIT)
+        .await
+        .unwrap();
+    out.send(data_msg(&payload(5))).await.unwrap();
+    assert!(tokio::time::timeout(WAIT, input.recv()).await.unwrap().is_some());
+    // A second input pipe with the same ID is refused.
+    assert!(matches!(
+        a.pipes().create_input_pipe(&ad),
+        Err(PipeError::AlreadyOpen(_))
+    ));
+}
