@@ -19,10 +19,14 @@ use crate::peer::{Inner, PeerError};
 /// Starts the resolver task of a peer.
 pub(crate) fn spawn(inner: &Arc<Inner>) -> Result<JoinHandle<()>, PeerError> {
     let g = inner.group_unique().to_string();
-    let mut queries =
-        inner.add_listener(ServiceAddress::new(RESOLVER_SERVICE, Some(&query_queue(&g))))?;
-    let mut responses =
-        inner.add_listener(ServiceAddress::new(RESOLVER_SERVICE, Some(&response_queue(&g))))?;
+    let mut queries = inner.add_listener(ServiceAddress::new(
+        RESOLVER_SERVICE,
+        Some(&query_queue(&g)),
+    ))?;
+    let mut responses = inner.add_listener(ServiceAddress::new(
+        RESOLVER_SERVICE,
+        Some(&response_queue(&g)),
+    ))?;
     let weak = Arc::downgrade(inner);
     Ok(tokio::spawn(async move {
         loop {

@@ -59,13 +59,19 @@ async fn unicast(compact: bool) {
         if compact && size == 1 {
             // The first message defines the pipe's channel number and the
             // element name on this connection; later ones only refer to them.
-            let got = tokio::time::timeout(WAIT, input.recv()).await.unwrap().unwrap();
+            let got = tokio::time::timeout(WAIT, input.recv())
+                .await
+                .unwrap()
+                .unwrap();
             assert_eq!(got.message.get("test", "data").unwrap().data, p);
             let again = out.send(data_msg(&p)).await.unwrap();
             assert!(again < wire);
             assert!(again <= 48, "1-byte pipe message took {again} bytes");
         }
-        let got = tokio::time::timeout(WAIT, input.recv()).await.unwrap().unwrap();
+        let got = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(got.from, Some(b.peer_id()));
         assert_eq!(got.message.get("test", "data").unwrap().data, p);
     }
@@ -95,11 +101,7 @@ async fn many_senders_into_one_input_pipe() {
     }
     let mut tasks = Vec::new();
     for (i, s) in senders.iter().enumerate() {
-        let out = s
-            .pipes()
-            .create_output_pipe(&ad, &[], WAIT)
-            .await
-            .unwrap();
+        let out = s.pipes().create_output_pipe(&ad, &[], WAIT).await.unwrap();
         tasks.push(tokio::spawn(async move {
             for n in 0..50u32 {
                 let m = Message::new().with(Element::bytes(
@@ -113,8 +115,17 @@ async fn many_senders_into_one_input_pipe() {
     }
     let mut seen = std::collections::HashSet::new();
     while seen.len() < 200 {
-        let m = tokio::time::timeout(WAIT, input.recv()).await.unwrap().unwrap();
-        let v = m.message.get("test", "n").unwrap().as_str().unwrap().to_string();
+        let m = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let v = m
+            .message
+            .get("test", "n")
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string();
         assert!(seen.insert(v), "duplicate delivery");
     }
     for t in tasks {
@@ -151,7 +162,10 @@ async fn propagate_reaches_every_listener_once() {
     }
     for (_, input) in &mut receivers {
         for n in 0..10u8 {
-            let m = tokio::time::timeout(WAIT, input.recv()).await.unwrap().unwrap();
+            let m = tokio::time::timeout(WAIT, input.recv())
+                .await
+                .unwrap()
+                .unwrap();
             assert_eq!(m.message.get("test", "data").unwrap().data[..], [n]);
             assert!(m.message.get("juxta", "PropagateId").is_none());
         }
@@ -174,16 +188,23 @@ async fn secure_pipe_proves_the_sender() {
     for size in [1usize, 100_000, 1 << 20] {
         let p = payload(size);
         out.send(data_msg(&p)).await.unwrap();
-        let got = tokio::time::timeout(WAIT, input.recv()).await.unwrap().unwrap();
+        let got = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(got.from, Some(b.peer_id()));
         assert_eq!(got.message.get("test", "data").unwrap().data, p);
     }
     // A plain (unencrypted) message to the secure pipe's endpoint address is
     // not delivered to it.
     let m = b.messenger(&a.peer_id()).unwrap();
-    m.send("PipeService", Some(&ad.id.to_string()), data_msg(&payload(3)))
-        .await
-        .unwrap();
+    m.send(
+        "PipeService",
+        Some(&ad.id.to_string()),
+        data_msg(&payload(3)),
+    )
+    .await
+    .unwrap();
     assert!(
         tokio::time::timeout(Duration::from_millis(300), input.recv())
             .await
@@ -238,9 +259,13 @@ async fn unknown_pipe_and_missing_pipe() {
     assert!(matches!(r, Err(PipeError::NotFound(_))), "{:?}", r.err());
     // A message to a pipe nobody holds is counted and dropped.
     let m = b.messenger(&a.peer_id()).unwrap();
-    m.send("PipeService", Some(&ad.id.to_string()), data_msg(&payload(1)))
-        .await
-        .unwrap();
+    m.send(
+        "PipeService",
+        Some(&ad.id.to_string()),
+        data_msg(&payload(1)),
+    )
+    .await
+    .unwrap();
     let deadline = tokio::time::Instant::now() + WAIT;
     while a.stats().unknown_pipe.load(Ordering::Relaxed) == 0 {
         assert!(tokio::time::Instant::now() < deadline);
@@ -250,7 +275,11 @@ async fn unknown_pipe_and_missing_pipe() {
     m.send(
         "urn:jxta:uuid-DEADBEEFDEAFBABAFEEDBABE0000000205",
         Some("jxta-NetGroupORes"),
-        Message::new().with(Element::xml("jxta", "jxta-NetGroupORes", "<not a query".into())),
+        Message::new().with(Element::xml(
+            "jxta",
+            "jxta-NetGroupORes",
+            "<not a query".into(),
+        )),
     )
     .await
     .unwrap();
@@ -265,7 +294,10 @@ async fn unknown_pipe_and_missing_pipe() {
         .await
         .unwrap();
     out.send(data_msg(&payload(5))).await.unwrap();
-    assert!(tokio::time::timeout(WAIT, input.recv()).await.unwrap().is_some());
+    assert!(tokio::time::timeout(WAIT, input.recv())
+        .await
+        .unwrap()
+        .is_some());
     // A second input pipe with the same ID is refused.
     assert!(matches!(
         a.pipes().create_input_pipe(&ad),

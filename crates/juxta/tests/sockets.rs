@@ -40,7 +40,14 @@ async fn peer(dir: &tempfile::TempDir, name: &str, listen: bool, compact: bool) 
 
 /// Client writes `up` bytes then reads `down` bytes; server reads `up`,
 /// writes `down`; both check content and close cleanly.
-async fn transfer(a: &Peer, b: &Peer, connect_to: std::net::SocketAddr, up: usize, down: usize, cfg: SocketConfig) {
+async fn transfer(
+    a: &Peer,
+    b: &Peer,
+    connect_to: std::net::SocketAddr,
+    up: usize,
+    down: usize,
+    cfg: SocketConfig,
+) {
     let ad = adv();
     let mut server = JxtaServerSocket::bind(a, &ad, cfg.clone()).unwrap();
     b.connect(connect_to).await.unwrap();
@@ -79,9 +86,12 @@ async fn ten_megabytes_each_way_compact() {
     let a = peer(&dir, "a", true, true).await;
     let b = peer(&dir, "b", false, true).await;
     let addr = a.local_addr().unwrap();
-    tokio::time::timeout(WAIT, transfer(&a, &b, addr, 10 << 20, 10 << 20, SocketConfig::default()))
-        .await
-        .unwrap();
+    tokio::time::timeout(
+        WAIT,
+        transfer(&a, &b, addr, 10 << 20, 10 << 20, SocketConfig::default()),
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,15 +100,22 @@ async fn ten_megabytes_each_way_jxta_framing() {
     let a = peer(&dir, "a", true, false).await;
     let b = peer(&dir, "b", false, false).await;
     let addr = a.local_addr().unwrap();
-    tokio::time::timeout(WAIT, transfer(&a, &b, addr, 10 << 20, 10 << 20, SocketConfig::default()))
-        .await
-        .unwrap();
+    tokio::time::timeout(
+        WAIT,
+        transfer(&a, &b, addr, 10 << 20, 10 << 20, SocketConfig::default()),
+    )
+    .await
+    .unwrap();
 }
 
 /// Forwards a JXTA-framed TCP connection (compact framing off), dropping
 /// each frame that carries reliable-stream data or acks with probability
 /// `loss`, or everything once `blackhole` is set.
-async fn forwarder(target: std::net::SocketAddr, loss: f64, blackhole: Arc<AtomicBool>) -> std::net::SocketAddr {
+async fn forwarder(
+    target: std::net::SocketAddr,
+    loss: f64,
+    blackhole: Arc<AtomicBool>,
+) -> std::net::SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
@@ -131,7 +148,9 @@ async fn pump(
         buf.extend_from_slice(&tmp[..n]);
         loop {
             if !welcome_done {
-                let Some(i) = buf.windows(2).position(|w| w == b"\r\n") else { break };
+                let Some(i) = buf.windows(2).position(|w| w == b"\r\n") else {
+                    break;
+                };
                 let line: Vec<u8> = buf.drain(..i + 2).collect();
                 if w.write_all(&line).await.is_err() {
                     return;
@@ -139,14 +158,17 @@ async fn pump(
                 welcome_done = true;
                 continue;
             }
-            let Ok(Some(h)) = parse_header(&buf, u64::MAX) else { break };
+            let Ok(Some(h)) = parse_header(&buf, u64::MAX) else {
+                break;
+            };
             let total = h.header_len + h.content_length as usize;
             if buf.len() < total {
                 break;
             }
             let frame: Vec<u8> = buf.drain(..total).collect();
             let reliable = frame.windows(7).any(|w| w == b"jxtarel");
-            let drop_it = blackhole.load(Ordering::Relaxed) || (reliable && rng.gen::<f64>() < loss);
+            let drop_it =
+                blackhole.load(Ordering::Relaxed) || (reliable && rng.gen::<f64>() < loss);
             if !drop_it && w.write_all(&frame).await.is_err() {
                 return;
             }
@@ -159,10 +181,18 @@ async fn lossy_link_delivers_every_byte_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let a = peer(&dir, "a", true, false).await;
     let b = peer(&dir, "b", false, false).await;
-    let via = forwarder(a.local_addr().unwrap(), 0.01, Arc::new(AtomicBool::new(false))).await;
-    tokio::time::timeout(WAIT, transfer(&a, &b, via, 4 << 20, 4 << 20, SocketConfig::default()))
-        .await
-        .unwrap();
+    let via = forwarder(
+        a.local_addr().unwrap(),
+        0.01,
+        Arc::new(AtomicBool::new(false)),
+    )
+    .await;
+    tokio::time::timeout(
+        WAIT,
+        transfer(&a, &b, via, 4 << 20, 4 << 20, SocketConfig::default()),
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,7 +221,9 @@ async fn silent_peer_fails_reads_and_writes_in_bounded_time() {
             }
         }
     });
-    let mut c = JxtaSocket::connect(&b.pipes(), &ad, a.peer_id(), cfg).await.unwrap();
+    let mut c = JxtaSocket::connect(&b.pipes(), &ad, a.peer_id(), cfg)
+        .await
+        .unwrap();
     c.write_all(b"hello").await.unwrap();
     c.flush().await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -29,7 +29,8 @@ fn my_adv(inner: &Inner) -> PeerAdvertisement {
 }
 
 fn ephemeral(server: &PipeAdvertisement) -> PipeAdvertisement {
-    let mut adv = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+    let mut adv =
+        PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
     adv.name = server.name.clone();
     adv
 }

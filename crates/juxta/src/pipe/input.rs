@@ -31,7 +31,10 @@ pub struct InputPipe {
 }
 
 impl InputPipe {
-    pub(crate) fn open(inner: &Arc<Inner>, adv: &PipeAdvertisement) -> Result<InputPipe, PipeError> {
+    pub(crate) fn open(
+        inner: &Arc<Inner>,
+        adv: &PipeAdvertisement,
+    ) -> Result<InputPipe, PipeError> {
         let registration = inner.pipes.register_input(inner, adv)?;
         let source = match adv.pipe_type {
             PipeType::UnicastSecure => {
@@ -41,9 +44,7 @@ impl InputPipe {
             }
             PipeType::Unicast | PipeType::Propagate => {
                 let urn = adv.id.to_string();
-                Source::Endpoint(
-                    inner.add_listener(ServiceAddress::new(PIPE_SERVICE, Some(&urn)))?,
-                )
+                Source::Endpoint(inner.add_listener(ServiceAddress::new(PIPE_SERVICE, Some(&urn)))?)
             }
         };
         let dedup = (adv.pipe_type == PipeType::Propagate).then(DuplicateFilter::default);

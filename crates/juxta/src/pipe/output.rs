@@ -27,9 +27,17 @@ const ELEM_PROPAGATE_ID: &str = "PropagateId";
 const ELEM_WIRE_HEADER: &str = "JxtaWireHeader";
 
 enum Kind {
-    Unicast { messenger: Messenger },
-    Secure { session: Arc<SecureSession> },
-    Propagate { targets: Vec<PeerId>, tag: u64, next: AtomicU64 },
+    Unicast {
+        messenger: Messenger,
+    },
+    Secure {
+        session: Arc<SecureSession>,
+    },
+    Propagate {
+        targets: Vec<PeerId>,
+        tag: u64,
+        next: AtomicU64,
+    },
 }
 
 /// The sending end of a pipe; cheap to share behind an `Arc`, and every
@@ -107,9 +115,9 @@ impl OutputPipe {
     /// reachable returns [`PipeError::NotConnected`].
     pub async fn send(&self, msg: Message) -> Result<usize, PipeError> {
         match &self.kind {
-            Kind::Unicast { messenger } => Ok(messenger
-                .send(PIPE_SERVICE, Some(&self.urn), msg)
-                .await?),
+            Kind::Unicast { messenger } => {
+                Ok(messenger.send(PIPE_SERVICE, Some(&self.urn), msg).await?)
+            }
             Kind::Secure { session } => session.send(msg).await,
             Kind::Propagate { targets, tag, next } => {
                 let n = next.fetch_add(1, Ordering::Relaxed);

@@ -43,7 +43,12 @@ pub(crate) struct Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         if let Some(inner) = self.inner.upgrade() {
-            inner.pipes.inputs.write().expect("pipes lock").remove(&self.id);
+            inner
+                .pipes
+                .inputs
+                .write()
+                .expect("pipes lock")
+                .remove(&self.id);
             inner
                 .pipes
                 .secure_sinks
@@ -94,7 +99,11 @@ impl PipeRegistry {
     }
 
     pub(crate) fn secure_sink(&self, id: &PipeId) -> Option<mpsc::Sender<Delivery>> {
-        self.secure_sinks.read().expect("pipes lock").get(id).cloned()
+        self.secure_sinks
+            .read()
+            .expect("pipes lock")
+            .get(id)
+            .cloned()
     }
 
     /// A binding answer arrived from the resolver.
@@ -139,7 +148,13 @@ pub(crate) async fn resolve(
     let _guard = CancelOnDrop { inner, bind };
     send_query(inner, &first).await;
     loop {
-        let next = inner.pipes.binds.lock().expect("binds lock").binder.poll_timeout();
+        let next = inner
+            .pipes
+            .binds
+            .lock()
+            .expect("binds lock")
+            .binder
+            .poll_timeout();
         let sleep = async {
             match next {
                 Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,

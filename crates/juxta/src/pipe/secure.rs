@@ -152,9 +152,7 @@ impl SecureSession {
         for b in hello {
             first.push(Element::bytes(NS_JUXTA, ELEM_TLS, b));
         }
-        s.messenger
-            .send(TLS_SERVICE, Some(&s.param), first)
-            .await?;
+        s.messenger.send(TLS_SERVICE, Some(&s.param), first).await?;
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let notified = ready.notified();
@@ -193,9 +191,8 @@ impl SecureSession {
 
     /// Encrypts and sends one message.
     pub(crate) async fn send(&self, msg: Message) -> Result<usize, PipeError> {
-        let enc = encode_v0(&msg, JavaHashOrder::Java8).map_err(|e| {
-            PipeError::Tls(TlsError::Failed(format!("cannot encode message: {e}")))
-        })?;
+        let enc = encode_v0(&msg, JavaHashOrder::Java8)
+            .map_err(|e| PipeError::Tls(TlsError::Failed(format!("cannot encode message: {e}"))))?;
         if enc.len > MAX_INNER {
             return Err(PipeError::Tls(TlsError::Failed(format!(
                 "message of {} bytes exceeds {MAX_INNER}",
@@ -242,7 +239,10 @@ impl SecureSession {
         for b in records {
             m.push(Element::bytes(NS_JUXTA, ELEM_TLS, b));
         }
-        Ok(self.messenger.send(TLS_SERVICE, Some(&self.param), m).await?)
+        Ok(self
+            .messenger
+            .send(TLS_SERVICE, Some(&self.param), m)
+            .await?)
     }
 }
 
@@ -261,15 +261,22 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> Result<JoinHandle<()>, PeerError> {
 }
 
 async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
-    let from = d.from.ok_or(TlsError::Failed("records from an unknown peer".into()))?;
-    let sid = d
-        .to
-        .param
-        .as_deref()
-        .and_then(|p| u64::from_str_radix(p, 16).ok())
-        .ok_or(TlsError::Failed("records without a session id".into()))?;
+    let from = d
+        .from
+        .ok_or(TlsError::Failed("records from an unknown peer".into()))?;
+    let sid =
+        d.to.param
+            .as_deref()
+            .and_then(|p| u64::from_str_radix(p, 16).ok())
+            .ok_or(TlsError::Failed("records without a session id".into()))?;
     let key = (from, sid);
-    let existing = inner.secure.map.lock().expect("sessions lock").get(&key).cloned();
+    let existing = inner
+        .secure
+        .map
+        .lock()
+        .expect("sessions lock")
+        .get(&key)
+        .cloned();
     let session = match existing {
         Some(s) => s,
         None => {
@@ -302,7 +309,12 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
     let (replies, messages, pipe) = {
         let mut g = session.lock().expect("session lock");
         let mut res = Ok(());
-        for e in d.message.elements.iter().filter(|e| e.name == ELEM_TLS && e.namespace == NS_JUXTA) {
+        for e in d
+            .message
+            .elements
+            .iter()
+            .filter(|e| e.name == ELEM_TLS && e.namespace == NS_JUXTA)
+        {
             res = g.chan.read_tls(&e.data);
             if res.is_err() {
                 break;

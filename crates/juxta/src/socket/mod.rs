@@ -50,9 +50,7 @@ use std::time::{Duration, Instant};
 use juxta_proto::advertisement::{PeerAdvertisement, PipeAdvertisement, PipeType};
 use juxta_proto::id::{PeerGroupId, PeerId, PipeId};
 use juxta_proto::message::Message;
-use juxta_proto::socket::reliable::{
-    self, Incoming, ReliableConfig, ReliableStream, Transmit,
-};
+use juxta_proto::socket::reliable::{self, Incoming, ReliableConfig, ReliableStream, Transmit};
 use juxta_proto::socket::setup::{
     classify, CloseSignal, ConnectRequest, ConnectResponse, SetupKind, SetupMessage,
 };
@@ -131,7 +129,8 @@ fn my_adv(inner: &Inner) -> PeerAdvertisement {
 
 fn ephemeral(inner: &Inner, server: &PipeAdvertisement, suffix: &str) -> PipeAdvertisement {
     let _ = inner;
-    let mut adv = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+    let mut adv =
+        PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
     adv.name = Some(format!("{}{suffix}", server.name.as_deref().unwrap_or("")));
     adv
 }
@@ -347,13 +346,13 @@ impl JxtaSocket {
         cfg: &SocketConfig,
     ) -> JxtaSocket {
         let rcfg = cfg.reliable.clone().unwrap_or_else(|| {
-            let mut r = ReliableConfig::default();
+            let mut r = if messenger.is_compact() {
+                ReliableConfig::default()
+            } else {
+                // Possibly a JXSE peer: stay within its window and queue.
+                ReliableConfig::jxse_peer()
+            };
             r.dead_peer_timeout = cfg.dead_peer_timeout;
-            if !messenger.is_compact() {
-                // JXSE's receive queue and window: stay within them.
-                r.block_size = 64 * 1024;
-                r.max_window = 20;
-            }
             r
         });
         let remote = messenger.remote();
@@ -429,6 +428,10 @@ async fn drive(
     let conn = messenger.connection().clone();
     let mut close_sent: Option<tokio::time::Instant> = None;
     let mut close_deadline: Option<tokio::time::Instant> = None;
+    // The first message we send, and every ack, carries the keepalive
+    // marker: it tells a Juxta peer that we send keepalives, so it may
+    // declare us dead after a silence (JXSE ignores the element).
+    let mut marked = false;
     loop {
         // 1. Collect what the engine wants to send.
         let (out, next_timer, send_close, send_close_ack, done) = {
@@ -459,7 +462,13 @@ async fn drive(
                 }
             }
             let done = st.error.is_some() || st.closed;
-            (out, st.engine.poll_timeout(), send_close, send_close_ack, done)
+            (
+                out,
+                st.engine.poll_timeout(),
+                send_close,
+                send_close_ack,
+                done,
+            )
         };
         let more = out.len() >= 64;
         for t in out {
@@ -469,18 +478,19 @@ async fn drive(
                     if retry {
                         m.push(reliable::retry_element());
                     }
+                    if !marked {
+                        m.push(reliable::keepalive_element());
+                        marked = true;
+                    }
                     m
                 }
                 Transmit::Ack {
-                    cumulative,
-                    sacks,
-                    keepalive,
+                    cumulative, sacks, ..
                 } => {
-                    let mut m = Message::new().with(reliable::ack_element(cumulative, &sacks));
-                    if keepalive {
-                        m.push(reliable::keepalive_element());
-                    }
-                    m
+                    marked = true;
+                    Message::new()
+                        .with(reliable::ack_element(cumulative, &sacks))
+                        .with(reliable::keepalive_element())
                 }
             };
             if let Err(e) = messenger.send(PIPE_SERVICE, Some(&remote_pipe), msg).await {
@@ -496,7 +506,11 @@ async fn drive(
                 CloseSignal::CloseAck
             };
             let _ = messenger
-                .send(PIPE_SERVICE, Some(&remote_pipe), sig.to_message(SetupKind::Socket))
+                .send(
+                    PIPE_SERVICE,
+                    Some(&remote_pipe),
+                    sig.to_message(SetupKind::Socket),
+                )
                 .await;
             if send_close {
                 let now = tokio::time::Instant::now();

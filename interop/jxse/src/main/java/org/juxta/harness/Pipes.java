@@ -64,6 +64,7 @@ final class Pipes {
      * JxtaSocket read timeout (setSoTimeout on both ends). JXSE's own default is 100 ms, which
      * its reliable input stream turns into "Read timeout reached" after about 1 s of silence.
      * In 2.7 setSoTimeout also sets the close timeout (close waits max(15 s, this)).
+     * A negative value leaves JXSE's default alone.
      */
     static final int SOCKET_TIMEOUT_MS = Integer.getInteger("juxta.harness.socketTimeoutMs", 60_000);
     /** How long BIDI_CONNECT waits for the echoes (after the last send). */
@@ -539,7 +540,7 @@ final class Pipes {
         String result;
         long t0 = System.nanoTime();
         try {
-            s.setSoTimeout(SOCKET_TIMEOUT_MS);
+            setSoTimeout(s);
             out("SOCKET_ACCEPTED " + key + " " + remotePeer(s));
             DataInputStream in = new DataInputStream(s.getInputStream());
             long n = in.readLong();
@@ -607,7 +608,7 @@ final class Pipes {
         try {
             // Resolves the server pipe (PBP query to `peer`), then the JXTASOC handshake.
             s = new JxtaSocket(group, peer, pipeAdv(id, PipeService.UnicastType), CONNECT_TIMEOUT_MS, true);
-            s.setSoTimeout(SOCKET_TIMEOUT_MS);
+            setSoTimeout(s);
             accepted.add(s);
             long t1 = System.nanoTime();
             stage = "send";
@@ -712,6 +713,12 @@ final class Pipes {
                 }
             });
         });
+    }
+
+    private static void setSoTimeout(Socket s) throws IOException {
+        if (SOCKET_TIMEOUT_MS >= 0) {
+            s.setSoTimeout(SOCKET_TIMEOUT_MS);
+        }
     }
 
     /** JxtaSocketAddress.toString() is a multi-line dump: print just the peer ID. */
