@@ -67,6 +67,14 @@ final class Pipes {
      * A negative value leaves JXSE's default alone.
      */
     static final int SOCKET_TIMEOUT_MS = Integer.getInteger("juxta.harness.socketTimeoutMs", 60_000);
+    /**
+     * SOCKET_CONNECT pauses this long between reading the last reply byte and close(). JXSE's
+     * server answers a close with closeACK only if its retransmit queue is already empty, i.e.
+     * only if it has processed the ACK for our last consumed block; the ACK and the close are
+     * sent back to back and the receiver may handle them out of order, in which case no
+     * closeACK ever comes (close fails after max(15 s, soTimeout)). 0 turns the pause off.
+     */
+    static final long CLOSE_DELAY_MS = Long.getLong("juxta.harness.closeDelayMs", 250L);
     /** How long BIDI_CONNECT waits for the echoes (after the last send). */
     static final long ECHO_TIMEOUT_MS = Long.getLong("juxta.harness.echoTimeoutMs", 30_000L);
     /** How long to retry a send that JXSE refused because its queue was full. */
@@ -624,11 +632,15 @@ final class Pipes {
             readExactly(s.getInputStream(), expect, rmd);
             long t3 = System.nanoTime();
             stage = "close";
+            if (CLOSE_DELAY_MS > 0) {
+                Thread.sleep(CLOSE_DELAY_MS);
+            }
+            long t3b = System.nanoTime();
             s.close();
             long t4 = System.nanoTime();
             System.err.printf("juxta-harness: SOCKET_CONNECT %s @ %s: connect %d ms, send %d B %d ms,"
-                    + " reply %d B %d ms, close %d ms%n", id, peer, ms(t1 - t0), size, ms(t2 - t1), expect,
-                    ms(t3 - t2), ms(t4 - t3));
+                    + " reply %d B %d ms, close %d ms (after a %d ms pause)%n", id, peer, ms(t1 - t0), size,
+                    ms(t2 - t1), expect, ms(t3 - t2), ms(t4 - t3b), ms(t3b - t3));
             return "SOCKET_DONE " + expect + " " + hex(rmd);
         } catch (Exception e) {
             LOG.log(Level.FINE, "SOCKET_CONNECT failed", e);

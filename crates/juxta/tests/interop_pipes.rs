@@ -1,0 +1,244 @@
+//! Pipes, JXTA sockets and bidi pipes against a real JXSE 2.7 peer (the
+//! harness in `interop/jxse`, CBJX on as shipped):
+//! - unicast pipe messages both ways, each side resolving the other's input
+//!   pipe through the Pipe Binding Protocol (JXSE asks, Juxta answers, and
+//!   the reverse);
+//! - JxtaSocket, Juxta client → JXSE server and JXSE client → Juxta server,
+//!   10 MB each way, intact and closed cleanly;
+//! - JxtaBiDiPipe echo both ways.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{juxta_peer, payload, sha, Jxse, WAIT};
+use juxta::socket::{JxtaServerSocket, JxtaSocket, SocketConfig};
+use juxta::Peer;
+use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
+use juxta_proto::id::PipeId;
+use juxta_proto::message::{Element, Message};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const TEN_MB: usize = 10 << 20;
+
+fn unicast_adv(urn: &str) -> PipeAdvertisement {
+    let mut a = PipeAdvertisement::new(urn.parse().unwrap(), PipeType::Unicast);
+    a.name = Some("interop".into());
+    a
+}
+
+fn new_adv() -> PipeAdvertisement {
+    let mut a = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+    a.name = Some("interop".into());
+    a
+}
+
+/// The payload element of a harness message (the first one outside the
+/// `jxta` namespace).
+fn harness_payload(m: &Message) -> Bytes {
+    m.elements
+        .iter()
+        .find(|e| e.namespace != "jxta" && !e.data.is_empty())
+        .map(|e| e.data.clone())
+        .expect("no payload element")
+}
+
+async fn connected(jxse: &Jxse, dir: &tempfile::TempDir) -> Peer {
+    let a = juxta_peer(dir.path(), "a", true).await;
+    let m = a
+        .connect(format!("127.0.0.1:{}", jxse.port).parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(m.remote(), jxse.peer_id);
+    a
+}
+
+fn block<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unicast_pipes_both_ways() {
+    let mut jxse = block(Jxse::start);
+    let dir = tempfile::tempdir().unwrap();
+    let a = connected(&jxse, &dir).await;
+
+    // JXSE output pipe -> Juxta input pipe: JXSE resolves it by asking us.
+    let mine = new_adv();
+    let mut input = a.pipes().create_input_pipe(&mine).unwrap();
+    jxse.command(&format!("PIPE_SEND {} {} 1024 3", mine.id, a.peer_id()));
+    let sent = block(|| jxse.expect("PIPE_SENT"));
+    for _ in 0..3 {
+        let m = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .expect("no pipe message from JXSE")
+            .unwrap();
+        assert_eq!(m.from, Some(jxse.peer_id));
+        let p = harness_payload(&m.message);
+        assert_eq!(p.len(), 1024);
+        assert_eq!(sha(&p), sent[3]);
+    }
+
+    // Juxta output pipe -> JXSE input pipe: we ask, JXSE answers.
+    jxse.command("PIPE_NEW");
+    let urn = block(|| jxse.expect("PIPE"))[1].clone();
+    jxse.command(&format!("PIPE_LISTEN {urn}"));
+    block(|| jxse.expect("PIPE_LISTENING"));
+    let out = a
+        .pipes()
+        .create_output_pipe(&unicast_adv(&urn), &[jxse.peer_id], WAIT)
+        .await
+        .unwrap();
+    assert_eq!(out.remote(), Some(jxse.peer_id));
+    for n in [1usize, 65536, 1 << 20] {
+        let p = payload(n);
+        out.send(Message::new().with(Element::bytes("juxta", "payload", p.clone())))
+            .await
+            .unwrap();
+        let r = block(|| jxse.expect("PIPE_RECV"));
+        assert_eq!(r[1], urn);
+        assert_eq!(r[2], n.to_string());
+        assert_eq!(r[3], sha(&p));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jxta_socket_juxta_client_jxse_server() {
+    let mut jxse = block(Jxse::start);
+    let dir = tempfile::tempdir().unwrap();
+    let a = connected(&jxse, &dir).await;
+    jxse.command("PIPE_NEW");
+    let urn = block(|| jxse.expect("PIPE"))[1].clone();
+    jxse.command(&format!("SOCKET_SERVE {urn} {TEN_MB}"));
+    block(|| jxse.expect("SOCKET_SERVING"));
+
+    let mut s = JxtaSocket::connect(
+        &a.pipes(),
+        &unicast_adv(&urn),
+        jxse.peer_id,
+        SocketConfig::default(),
+    )
+    .await
+    .unwrap();
+    let up = payload(TEN_MB);
+    let io = async {
+        s.write_all(&(TEN_MB as u64).to_be_bytes()).await.unwrap();
+        s.write_all(&up).await.unwrap();
+        s.flush().await.unwrap();
+        let mut back = vec![0u8; TEN_MB];
+        s.read_exact(&mut back).await.unwrap();
+        back
+    };
+    let back = tokio::time::timeout(Duration::from_secs(300), io)
+        .await
+        .expect("socket transfer with JXSE hung");
+    assert_eq!(
+        sha(&back),
+        sha(&payload(TEN_MB)),
+        "reply from JXSE corrupted"
+    );
+    let r = block(|| jxse.expect("SOCKET_RECV"));
+    assert_eq!(r[1], TEN_MB.to_string());
+    assert_eq!(r[2], sha(&up));
+    tokio::time::timeout(WAIT, s.shutdown())
+        .await
+        .expect("close handshake hung")
+        .unwrap();
+    let c = block(|| jxse.expect("SOCKET_CLOSED"));
+    assert_eq!(c[1], "ok", "JXSE: {c:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jxta_socket_jxse_client_juxta_server() {
+    let mut jxse = block(Jxse::start);
+    let dir = tempfile::tempdir().unwrap();
+    let a = connected(&jxse, &dir).await;
+    let adv = new_adv();
+    let mut server = JxtaServerSocket::bind(&a, &adv, SocketConfig::default()).unwrap();
+    jxse.command(&format!(
+        "SOCKET_CONNECT {} {} {TEN_MB} {TEN_MB}",
+        adv.id,
+        a.peer_id()
+    ));
+    let serve = async {
+        let mut s = server.accept().await.unwrap();
+        assert_eq!(s.remote(), jxse.peer_id);
+        let mut len = [0u8; 8];
+        s.read_exact(&mut len).await.unwrap();
+        let n = u64::from_be_bytes(len) as usize;
+        assert_eq!(n, TEN_MB);
+        let mut got = vec![0u8; n];
+        s.read_exact(&mut got).await.unwrap();
+        s.write_all(&payload(TEN_MB)).await.unwrap();
+        s.flush().await.unwrap();
+        // JXSE closes after reading the reply: we see the end of stream.
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        s.shutdown().await.unwrap();
+        got
+    };
+    let got = tokio::time::timeout(Duration::from_secs(300), serve)
+        .await
+        .expect("socket transfer from JXSE hung");
+    let sent = block(|| jxse.expect("SOCKET_SENT"));
+    assert_eq!(sha(&got), sent[2], "data from JXSE corrupted");
+    let done = block(|| jxse.expect("SOCKET_DONE"));
+    assert_eq!(done[1], TEN_MB.to_string());
+    assert_eq!(done[2], sha(&payload(TEN_MB)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bidi_pipes_both_ways() {
+    let mut jxse = block(Jxse::start);
+    let dir = tempfile::tempdir().unwrap();
+    let a = connected(&jxse, &dir).await;
+
+    // Juxta connects to a JXSE JxtaServerPipe, which echoes.
+    jxse.command("PIPE_NEW");
+    let urn = block(|| jxse.expect("PIPE"))[1].clone();
+    jxse.command(&format!("BIDI_SERVE {urn}"));
+    block(|| jxse.expect("BIDI_SERVING"));
+    let mut p = a
+        .pipes()
+        .connect_bidi(&unicast_adv(&urn), jxse.peer_id, WAIT)
+        .await
+        .unwrap();
+    for n in [1usize, 4096, 100_000] {
+        let data = payload(n);
+        p.send(Message::new().with(Element::bytes("juxta", "payload", data.clone())))
+            .await
+            .unwrap();
+        let echo = tokio::time::timeout(WAIT, p.recv())
+            .await
+            .expect("no echo from JXSE")
+            .unwrap();
+        assert_eq!(harness_payload(&echo.message), data);
+    }
+    p.close().await.unwrap();
+
+    // JXSE connects to a Juxta listener, which echoes.
+    let adv = new_adv();
+    let mut l = a.pipes().bind_bidi(&adv).unwrap();
+    jxse.command(&format!(
+        "BIDI_CONNECT {} {} 4096 5 unreliable",
+        adv.id,
+        a.peer_id()
+    ));
+    let server = async {
+        let mut p = l.accept().await.unwrap();
+        let mut n = 0;
+        while let Some(m) = p.recv().await {
+            p.send(m.message).await.unwrap();
+            n += 1;
+        }
+        n
+    };
+    let n = tokio::time::timeout(WAIT, server)
+        .await
+        .expect("bidi from JXSE hung");
+    assert_eq!(n, 5);
+    let done = block(|| jxse.expect("BIDI_DONE"));
+    assert_eq!(done[1], "5");
+}
