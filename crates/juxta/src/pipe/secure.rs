@@ -37,6 +37,9 @@ use crate::peer::{Inner, PeerError};
 pub const TLS_SERVICE: &str = "JuxtaTls";
 const ELEM_TLS: &str = "tls";
 const ELEM_PIPE: &str = "pipe";
+/// Sent by the client when its output pipe closes: the server forgets the
+/// session.
+const ELEM_CLOSE: &str = "close";
 /// Plaintext accepted into a session before its records are sent.
 const CHUNK: usize = 256 * 1024;
 /// Largest application message inside a session.
@@ -107,6 +110,31 @@ impl Drop for SecureSession {
             .lock()
             .expect("sessions lock")
             .remove(&self.key);
+        let m = self.messenger.clone();
+        let param = self.param.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let bye = Message::new().with(Element::text(NS_JUXTA, ELEM_CLOSE, "close"));
+                let _ = m.send(TLS_SERVICE, Some(&param), bye).await;
+            });
+        }
+    }
+}
+
+impl Sessions {
+    /// Makes room for a new session: forgets sessions whose peer is no
+    /// longer connected; fails if the table is still full.
+    fn insert(&self, inner: &Inner, key: Key, s: Arc<Mutex<Session>>) -> Result<(), TlsError> {
+        let mut m = self.map.lock().expect("sessions lock");
+        if m.len() >= MAX_SESSIONS {
+            let live = inner.connected_peers();
+            m.retain(|(peer, _), _| live.contains(peer));
+        }
+        if m.len() >= MAX_SESSIONS {
+            return Err(TlsError::TooManySessions(MAX_SESSIONS));
+        }
+        m.insert(key, s);
+        Ok(())
     }
 }
 
@@ -131,13 +159,7 @@ impl SecureSession {
             },
             failed: None,
         }));
-        {
-            let mut m = inner.secure.map.lock().expect("sessions lock");
-            if m.len() >= MAX_SESSIONS {
-                return Err(PipeError::Tls(TlsError::TooManySessions(MAX_SESSIONS)));
-            }
-            m.insert(key, session.clone());
-        }
+        inner.secure.insert(inner, key, session.clone())?;
         let s = Arc::new(SecureSession {
             inner: inner.clone(),
             key,
@@ -270,6 +292,10 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
             .and_then(|p| u64::from_str_radix(p, 16).ok())
             .ok_or(TlsError::Failed("records without a session id".into()))?;
     let key = (from, sid);
+    if d.message.get(NS_JUXTA, ELEM_CLOSE).is_some() {
+        inner.secure.map.lock().expect("sessions lock").remove(&key);
+        return Ok(());
+    }
     let existing = inner
         .secure
         .map
@@ -298,11 +324,7 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
                 },
                 failed: None,
             }));
-            let mut m = inner.secure.map.lock().expect("sessions lock");
-            if m.len() >= MAX_SESSIONS {
-                return Err(TlsError::TooManySessions(MAX_SESSIONS));
-            }
-            m.insert(key, s.clone());
+            inner.secure.insert(inner, key, s.clone())?;
             s
         }
     };
