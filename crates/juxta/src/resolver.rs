@@ -6,6 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use juxta_proto::advertisement::PipeType;
 use juxta_proto::endpoint::{Delivery, ServiceAddress};
 use juxta_proto::id::PeerId;
 use juxta_proto::pipe::binding::{PipeResolverMsg, PIPE_RESOLVER_HANDLER};
@@ -59,8 +60,15 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), String
     let msg = PipeResolverMsg::parse(&q.query).map_err(|e| e.to_string())?;
     let me = *inner.identity.peer_id();
     let directed = matches!(&msg, PipeResolverMsg::Query { peers, .. } if peers.contains(&me));
+    // Secure pipes speak TLS 1.3 to Juxta peers only (JXSE's secure pipes
+    // use TLS 1.0 over its own transport): a peer on a connection in JXTA
+    // framing is not told we hold one.
+    let juxta_peer = d
+        .from
+        .and_then(|p| inner.messenger(&p))
+        .is_some_and(|m| m.is_compact());
     let Some(answer) = juxta_proto::pipe::binding::answer_query(&me, &msg, directed, |id, ty| {
-        inner.pipes.has_input(id, ty)
+        (ty != PipeType::UnicastSecure || juxta_peer) && inner.pipes.has_input(id, ty)
     }) else {
         return Ok(());
     };

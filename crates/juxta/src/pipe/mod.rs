@@ -149,6 +149,16 @@ impl PipeService {
         match adv.pipe_type {
             PipeType::Propagate => OutputPipe::propagate(&self.inner, adv, peers),
             PipeType::Unicast | PipeType::UnicastSecure => {
+                if adv.pipe_type == PipeType::UnicastSecure {
+                    // Secure pipes are answered only over compact (Juxta)
+                    // connections: let a fresh connection finish its
+                    // handshake before asking.
+                    for p in peers {
+                        if let Some(m) = self.inner.messenger(p) {
+                            m.wait_compact(timeout).await;
+                        }
+                    }
+                }
                 let peer = self.resolve(adv, peers, timeout).await?;
                 OutputPipe::unicast(&self.inner, adv, peer, timeout).await
             }
