@@ -99,14 +99,10 @@ pub enum SocketError {
     /// The server did not answer the connection request in time.
     #[error("no answer to the connection request within {0:?}")]
     ConnectTimeout(Duration),
-    /// The server answered from a different peer than the one asked.
-    #[error("answer came from {got}, expected {expected}")]
-    WrongPeer {
-        /// peer asked
-        expected: PeerId,
-        /// peer that answered
-        got: PeerId,
-    },
+    /// The server answered from a different peer (second) than the one
+    /// asked (first).
+    #[error("answer came from {}, expected {}", .0.1, .0.0)]
+    WrongPeer(Box<(PeerId, PeerId)>),
     /// The server's answer could not be used.
     #[error("unusable connection answer: {0}")]
     BadAnswer(#[from] juxta_proto::socket::setup::SetupError),
@@ -305,10 +301,7 @@ impl JxtaSocket {
             }
         };
         if resp.rem_peer.peer_id != bound {
-            return Err(SocketError::WrongPeer {
-                expected: bound,
-                got: resp.rem_peer.peer_id,
-            });
+            return Err(SocketError::WrongPeer(Box::new((bound, resp.rem_peer.peer_id))));
         }
         if resp.encrypt == Some(true) {
             return Err(SocketError::EncryptionUnsupported);
