@@ -5,16 +5,37 @@
 //! message/ack ping-pong, warm-up, 5 timed runs of 100 pairs, median).
 //! Peers run in separate processes: the `juxta` binary re-executes itself
 //! as a responder (`juxta bench-responder`).
+//!
+//! Scenarios: [`pingpong`] (RTT and bandwidth per layer and size, including
+//! propagate fan-out to 1..n receivers), [`throughput`] (one-way messages/s,
+//! smooth and bursty, with loss counted by message id), [`composition`]
+//! (one 20 KB message split into 1..20 elements) and [`senders`] (1..n
+//! sender peers into one input pipe).
 
+pub mod composition;
+pub mod layers;
 pub mod machine;
 pub mod pingpong;
+pub mod senders;
+pub mod throughput;
+pub mod util;
 
 /// Errors from a benchmark run.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     /// A layer name that does not exist.
-    #[error("unknown layer {0:?} (known: tcp, endpoint, endpoint-compat)")]
+    #[error("unknown layer {0:?} (known: tcp, endpoint, endpoint-compat, unicast-pipe, secure-pipe, bidi-pipe, socket, propagate)")]
     UnknownLayer(String),
+    /// A layer the scenario does not measure.
+    #[error("layer {layer} is not measured by {scenario} (choose from: {allowed})")]
+    Unsupported {
+        /// the layer
+        layer: String,
+        /// the scenario
+        scenario: String,
+        /// the layers it supports
+        allowed: String,
+    },
     /// Bad option value.
     #[error("bad option: {0}")]
     BadOption(String),
@@ -41,4 +62,10 @@ pub enum BenchError {
     /// Send error.
     #[error(transparent)]
     Send(#[from] juxta::SendError),
+    /// Pipe error.
+    #[error(transparent)]
+    Pipe(#[from] juxta::pipe::PipeError),
+    /// Socket set-up error.
+    #[error(transparent)]
+    Socket(#[from] juxta::socket::SocketError),
 }

@@ -6,104 +6,23 @@
 //! this process, the responder another process (`juxta bench-responder`);
 //! layers are measured interleaved (tcp, layer, tcp, layer, ...) so drift
 //! hits the baseline and the layer alike.
+//!
+//! Propagate is measured once per receiver count (1 sender, n receivers in
+//! one responder process): the RTT ends when every receiver's ack is back.
 
-use std::net::SocketAddr;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::collections::HashMap;
+use std::time::Instant;
 
-use bytes::Bytes;
-use juxta::{Listener, Messenger, Peer, PeerConfig};
-use juxta_proto::message::{Element, Message};
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::process::{Child, Command};
 
+pub use crate::layers::{run_responder, Layer, BENCH_SERVICE};
+use crate::layers::{spawn_responder, Client, Host, Ping, Responder, ResponderSpec};
+pub use crate::util::{pin_current, Pin};
+use crate::util::percentile;
 use crate::BenchError;
 
-/// Service the responder listens on.
-pub const BENCH_SERVICE: &str = "JuxtaBench";
-
-/// A layer the ping-pong can measure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Layer {
-    /// Plain TCP: 4-byte length + payload, 1-byte ack. The bound.
-    Tcp,
-    /// Juxta endpoint messages, compact framing between Juxta peers.
-    Endpoint,
-    /// Juxta endpoint messages in JXTA framing with CBJX, as JXSE speaks.
-    EndpointCompat,
-}
-
-impl Layer {
-    /// Parses a layer name.
-    pub fn parse(s: &str) -> Result<Layer, BenchError> {
-        match s {
-            "tcp" => Ok(Layer::Tcp),
-            "endpoint" => Ok(Layer::Endpoint),
-            "endpoint-compat" => Ok(Layer::EndpointCompat),
-            _ => Err(BenchError::UnknownLayer(s.to_string())),
-        }
-    }
-    /// The layer's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Layer::Tcp => "tcp",
-            Layer::Endpoint => "endpoint",
-            Layer::EndpointCompat => "endpoint-compat",
-        }
-    }
-}
-
-/// CPU placement of the two processes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Pin {
-    /// Both on CPU 0.
-    Same,
-    /// Client on CPU 0, responder on CPU 1.
-    Split,
-    /// No affinity.
-    None,
-}
-
-impl Pin {
-    /// Parses `same|split|none`.
-    pub fn parse(s: &str) -> Result<Pin, BenchError> {
-        match s {
-            "same" => Ok(Pin::Same),
-            "split" => Ok(Pin::Split),
-            "none" => Ok(Pin::None),
-            _ => Err(BenchError::BadOption(format!(
-                "--pin {s:?} (expected same, split or none)"
-            ))),
-        }
-    }
-    fn client_core(self) -> Option<usize> {
-        match self {
-            Pin::None => None,
-            _ => Some(0),
-        }
-    }
-    fn responder_core(self) -> Option<usize> {
-        match self {
-            Pin::None => None,
-            Pin::Same => Some(0),
-            Pin::Split => Some(1),
-        }
-    }
-}
-
-/// Pins the calling thread (and threads it creates later) to `core`.
-pub fn pin_current(core: Option<usize>) {
-    if let Some(c) = core {
-        let ids = core_affinity::get_core_ids().unwrap_or_default();
-        if let Some(id) = ids.into_iter().find(|i| i.id == c) {
-            core_affinity::set_for_current(id);
-        }
-    }
-}
+/// Layers the ping-pong measures.
+pub const LAYERS: [Layer; 8] = Layer::ALL;
 
 /// Options of a ping-pong run.
 #[derive(Debug, Clone, Serialize)]
@@ -112,6 +31,8 @@ pub struct PingPongOptions {
     pub layers: Vec<Layer>,
     /// Payload sizes in bytes.
     pub sizes: Vec<usize>,
+    /// Receiver counts of the propagate layer.
+    pub receivers: Vec<usize>,
     /// CPU placement.
     pub pin: Pin,
     /// Warm-up pairs (capped at 256 MiB of payload per layer and size).
@@ -120,7 +41,7 @@ pub struct PingPongOptions {
     pub runs: usize,
     /// Pairs per timed run.
     pub pairs: usize,
-    /// RSA key size of the bench peers.
+    /// RSA key size of the bench peers (secure pipes use at least 2048).
     pub key_bits: usize,
 }
 
@@ -129,6 +50,7 @@ impl Default for PingPongOptions {
         PingPongOptions {
             layers: vec![Layer::Endpoint, Layer::EndpointCompat],
             sizes: vec![1, 1024, 16384, 65536, 262_144, 1_048_576, 4_194_304],
+            receivers: vec![1, 2, 4, 8],
             pin: Pin::Same,
             warmup: 1000,
             runs: 5,
@@ -150,13 +72,18 @@ pub struct PingPongRow {
     pub layer: &'static str,
     /// Payload bytes.
     pub size: usize,
+    /// Receivers (propagate rows only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receivers: Option<usize>,
     /// Median RTT (µs).
     pub rtt_us_median: f64,
     /// 99th percentile RTT (µs).
     pub rtt_us_p99: f64,
     /// size / median RTT, 10^6 bytes/s.
     pub bandwidth_mb_s: f64,
-    /// Bytes one message of this payload occupies on the socket.
+    /// Bytes one message of this payload occupies on the socket, in steady
+    /// state (propagate: per receiver connection; socket: bytes the client
+    /// wrote per ping, data blocks and its acks).
     pub wire_bytes: u64,
     /// Median RTT over the tcp median of the same size (1.0 for tcp).
     pub rtt_ratio_vs_tcp: f64,
@@ -170,268 +97,66 @@ pub struct PingPongRow {
     pub samples: usize,
 }
 
-/// The client side of one layer.
-enum Client {
-    Tcp {
-        stream: TcpStream,
-    },
-    Endpoint {
-        messenger: Messenger,
-        acks: Listener,
-        _peer: Peer,
-        _home: tempfile::TempDir,
-    },
+/// One measured lane: a layer (and receiver count) with its client.
+pub(crate) struct Lane {
+    pub layer: Layer,
+    pub receivers: Option<usize>,
+    pub client: Client,
 }
 
-impl Client {
-    async fn connect(
-        layer: Layer,
-        addr: SocketAddr,
-        key_bits: usize,
-    ) -> Result<Client, BenchError> {
-        match layer {
-            Layer::Tcp => {
-                let stream = TcpStream::connect(addr)
-                    .await
-                    .map_err(|source| BenchError::Io {
-                        what: format!("connecting to tcp responder {addr}"),
-                        source,
-                    })?;
-                stream.set_nodelay(true).map_err(|source| BenchError::Io {
-                    what: "set_nodelay".into(),
-                    source,
-                })?;
-                Ok(Client::Tcp { stream })
-            }
-            Layer::Endpoint | Layer::EndpointCompat => {
-                let home = tempfile::tempdir().map_err(|source| BenchError::Io {
-                    what: "creating a temporary home".into(),
-                    source,
-                })?;
-                let mut cfg = PeerConfig::new(home.path()).compact(layer == Layer::Endpoint);
-                cfg.key_bits = key_bits;
-                let peer = Peer::start(cfg).await?;
-                let acks = peer.listen(BENCH_SERVICE, Some("ack"))?;
-                let messenger = peer.connect(addr).await?;
-                if layer == Layer::Endpoint
-                    && !messenger.wait_compact(Duration::from_secs(10)).await
-                {
-                    return Err(BenchError::Responder {
-                        layer: layer.name().into(),
-                        reason: "compact framing was not agreed".into(),
-                    });
-                }
-                Ok(Client::Endpoint {
-                    messenger,
-                    acks,
-                    _peer: peer,
-                    _home: home,
-                })
-            }
-        }
-    }
-
-    /// One message/ack pair; returns the bytes the message took on the wire.
-    async fn pair(&mut self, payload: &Bytes) -> Result<u64, BenchError> {
-        match self {
-            Client::Tcp { stream } => {
-                let hdr = (payload.len() as u32).to_be_bytes();
-                let total = 4 + payload.len();
-                juxta::transport::tcp::write_all_vectored(stream, &[&hdr[..], &payload[..]])
-                    .await
-                    .map_err(|source| BenchError::Io {
-                        what: "tcp write".into(),
-                        source,
-                    })?;
-                let mut ack = [0u8; 1];
-                stream
-                    .read_exact(&mut ack)
-                    .await
-                    .map_err(|source| BenchError::Io {
-                        what: "tcp ack".into(),
-                        source,
-                    })?;
-                Ok(total as u64)
-            }
-            Client::Endpoint {
-                messenger, acks, ..
-            } => {
-                let n = messenger
-                    .send(
-                        BENCH_SERVICE,
-                        Some("ping"),
-                        Message::new().with(Element::bytes("bench", "data", payload.clone())),
-                    )
-                    .await?;
-                acks.recv().await.ok_or_else(|| BenchError::Responder {
-                    layer: "endpoint".into(),
-                    reason: "ack listener closed".into(),
-                })?;
-                Ok(n as u64)
-            }
+impl Lane {
+    pub(crate) fn label(&self) -> String {
+        match self.receivers {
+            Some(r) => format!("{} x{r}", self.layer.name()),
+            None => self.layer.name().to_string(),
         }
     }
 }
 
-/// A responder child process.
-struct Responder {
-    child: Child,
-    addr: SocketAddr,
+/// Timed samples of one lane.
+#[derive(Debug, Default)]
+pub(crate) struct Samples {
+    /// Every timed RTT (µs), sorted once measuring ends.
+    pub all: Vec<f64>,
+    /// Median of each timed run.
+    pub run_medians: Vec<f64>,
+    /// Wire bytes of one message in steady state.
+    pub wire: u64,
 }
 
-async fn spawn_responder(
-    exe: &std::path::Path,
-    layer: Layer,
-    opts: &PingPongOptions,
-) -> Result<Responder, BenchError> {
-    let mut cmd = Command::new(exe);
-    cmd.arg("bench-responder")
-        .arg("--layer")
-        .arg(layer.name())
-        .arg("--key-bits")
-        .arg(opts.key_bits.to_string())
-        .stdout(Stdio::piped())
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    if let Some(c) = opts.pin.responder_core() {
-        cmd.arg("--core").arg(c.to_string());
+impl Samples {
+    pub(crate) fn median(&self) -> f64 {
+        percentile(&self.all, 0.5)
     }
-    let mut child = cmd.spawn().map_err(|source| BenchError::Io {
-        what: format!("starting responder {}", exe.display()),
-        source,
-    })?;
-    let stdout = child.stdout.take().ok_or_else(|| BenchError::Responder {
-        layer: layer.name().into(),
-        reason: "no stdout".into(),
-    })?;
-    let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .map_err(|_| BenchError::Responder {
-            layer: layer.name().into(),
-            reason: "no READY line within 30 s".into(),
-        })?
-        .map_err(|source| BenchError::Io {
-            what: "reading responder output".into(),
-            source,
-        })?
-        .ok_or_else(|| BenchError::Responder {
-            layer: layer.name().into(),
-            reason: "exited before READY".into(),
-        })?;
-    let addr = line
-        .strip_prefix("READY ")
-        .and_then(|a| a.trim().parse().ok())
-        .ok_or_else(|| BenchError::Responder {
-            layer: layer.name().into(),
-            reason: format!("unexpected output {line:?}"),
-        })?;
-    Ok(Responder { child, addr })
-}
-
-/// Runs the responder side of `layer` until the parent closes its stdin or
-/// kills it: prints `READY <addr>` once listening.
-pub async fn run_responder(layer: Layer, key_bits: usize) -> Result<(), BenchError> {
-    match layer {
-        Layer::Tcp => {
-            let l = TcpListener::bind("127.0.0.1:0")
-                .await
-                .map_err(|source| BenchError::Io {
-                    what: "binding tcp responder".into(),
-                    source,
-                })?;
-            println!("READY {}", l.local_addr().expect("bound"));
-            loop {
-                let (mut s, _) = l.accept().await.map_err(|source| BenchError::Io {
-                    what: "accept".into(),
-                    source,
-                })?;
-                let _ = s.set_nodelay(true);
-                tokio::spawn(async move {
-                    // Read like the layers do: into a buffer reserved for the
-                    // whole message, in as few reads as the kernel allows.
-                    let mut buf = bytes::BytesMut::with_capacity(1 << 16);
-                    loop {
-                        while buf.len() < 4 {
-                            if matches!(s.read_buf(&mut buf).await, Ok(0) | Err(_)) {
-                                return;
-                            }
-                        }
-                        let n = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-                        if buf.capacity() < 4 + n {
-                            buf.reserve(4 + n - buf.len());
-                        }
-                        while buf.len() < 4 + n {
-                            if matches!(s.read_buf(&mut buf).await, Ok(0) | Err(_)) {
-                                return;
-                            }
-                        }
-                        let _ = buf.split_to(4 + n);
-                        if s.write_all(&[1]).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        }
-        Layer::Endpoint | Layer::EndpointCompat => {
-            let home = tempfile::tempdir().map_err(|source| BenchError::Io {
-                what: "creating a temporary home".into(),
-                source,
-            })?;
-            let mut cfg = PeerConfig::new(home.path())
-                .listen("127.0.0.1:0".parse().expect("literal"))
-                .compact(layer == Layer::Endpoint);
-            cfg.key_bits = key_bits;
-            let peer = Peer::start(cfg).await?;
-            let mut pings = peer.listen(BENCH_SERVICE, Some("ping"))?;
-            println!("READY {}", peer.local_addr().expect("listening"));
-            let ack = Bytes::from_static(b"\x01");
-            let mut back: Option<Messenger> = None;
-            while let Some(d) = pings.recv().await {
-                let Some(from) = d.from else { continue };
-                if back.as_ref().map(|m| m.remote()) != Some(from) {
-                    back = Some(peer.messenger(&from)?);
-                }
-                if let Some(m) = &back {
-                    m.send(
-                        BENCH_SERVICE,
-                        Some("ack"),
-                        Message::new().with(Element::bytes("bench", "ack", ack.clone())),
-                    )
-                    .await?;
-                }
-            }
-            Ok(())
+    pub(crate) fn spread(&self) -> f64 {
+        let m = self.median();
+        let (lo, hi) = self
+            .run_medians
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+        if m > 0.0 && hi >= lo {
+            (hi - lo) / m
+        } else {
+            0.0
         }
     }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
-
-struct Samples {
-    all: Vec<f64>,
-    run_medians: Vec<f64>,
-    wire: u64,
 }
 
 async fn timed_run(
     client: &mut Client,
-    payload: &Bytes,
+    ping: &Ping,
     pairs: usize,
     s: &mut Samples,
 ) -> Result<(), BenchError> {
     let mut run = Vec::with_capacity(pairs);
+    let before = client.wire_counter();
     for _ in 0..pairs {
         let t = Instant::now();
-        s.wire = client.pair(payload).await?;
+        s.wire = client.pair(ping).await?;
         run.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    if let (Some(b), Some(a)) = (before, client.wire_counter()) {
+        s.wire = (a - b + pairs as u64 / 2) / pairs as u64;
     }
     s.all.extend_from_slice(&run);
     run.sort_by(f64::total_cmp);
@@ -439,98 +164,246 @@ async fn timed_run(
     Ok(())
 }
 
-/// Runs the ping-pong: spawns one responder per layer (re-executing `exe`),
-/// measures every size interleaved with the tcp baseline, and returns one
-/// row per (layer, size). `progress` is called with a line per step.
-pub async fn run(
-    exe: &std::path::Path,
-    opts: &PingPongOptions,
-    mut progress: impl FnMut(&str),
-) -> Result<Vec<PingPongRow>, BenchError> {
-    pin_current(opts.pin.client_core());
-    let mut layers = vec![Layer::Tcp];
-    for l in &opts.layers {
-        if !layers.contains(l) {
-            layers.push(*l);
+/// Warms up every lane, then runs `runs` timed runs of `pairs` pairs,
+/// interleaved tcp (lane 0), lane 1, tcp, lane 2, ...; returns the samples
+/// of each lane (sorted).
+pub(crate) async fn measure(
+    lanes: &mut [Lane],
+    ping: &Ping,
+    warmup: usize,
+    runs: usize,
+    pairs: usize,
+    what: &str,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Samples>, BenchError> {
+    let warmup = warmup.min((256 << 20) / ping.len().max(1)).max(10);
+    for lane in lanes.iter_mut() {
+        progress(&format!("{what}: warm-up {} ({warmup} pairs)", lane.label()));
+        for _ in 0..warmup {
+            lane.client.pair(ping).await?;
         }
     }
-    let mut responders = Vec::new();
-    let mut clients = Vec::new();
-    for &l in &layers {
-        let r = spawn_responder(exe, l, opts).await?;
-        clients.push(Client::connect(l, r.addr, opts.key_bits).await?);
-        responders.push(r);
+    let mut samples: Vec<Samples> = lanes.iter().map(|_| Samples::default()).collect();
+    for run in 0..runs {
+        progress(&format!("{what}: timed run {}/{runs}", run + 1));
+        if lanes.len() == 1 {
+            timed_run(&mut lanes[0].client, ping, pairs, &mut samples[0]).await?;
+        }
+        for i in 1..lanes.len() {
+            let (tcp, rest) = lanes.split_at_mut(1);
+            timed_run(&mut tcp[0].client, ping, pairs, &mut samples[0]).await?;
+            timed_run(&mut rest[i - 1].client, ping, pairs, &mut samples[i]).await?;
+        }
     }
-    let mut rows = Vec::new();
-    for &size in &opts.sizes {
-        let payload = Bytes::from((0..size).map(|i| (i * 31 + 7) as u8).collect::<Vec<u8>>());
-        let warmup = opts.warmup.min((256 << 20) / size.max(1)).max(10);
-        for (i, c) in clients.iter_mut().enumerate() {
-            progress(&format!(
-                "size {size}: warm-up {} ({warmup} pairs)",
-                layers[i].name()
-            ));
-            for _ in 0..warmup {
-                c.pair(&payload).await?;
+    for s in &mut samples {
+        s.all.sort_by(f64::total_cmp);
+    }
+    Ok(samples)
+}
+
+/// The lanes of a ping-pong: tcp first, then each layer, propagate once per
+/// receiver count.
+pub(crate) fn lanes_of(layers: &[Layer], receivers: &[usize]) -> Vec<(Layer, Option<usize>)> {
+    let mut out = vec![(Layer::Tcp, None)];
+    for &l in layers {
+        if l == Layer::Tcp || out.iter().any(|(x, _)| *x == l) {
+            continue;
+        }
+        if l == Layer::Propagate {
+            for &r in receivers {
+                if !out.contains(&(l, Some(r))) {
+                    out.push((l, Some(r)));
+                }
             }
+        } else {
+            out.push((l, None));
         }
-        let mut samples: Vec<Samples> = layers
+    }
+    out
+}
+
+/// Starts one responder per layer of `lanes` and connects a client per
+/// lane. Propagate receivers all live in one responder process.
+pub(crate) async fn connect_lanes(
+    host: &Host,
+    lanes: &[(Layer, Option<usize>)],
+    key_bits: usize,
+    pin: Pin,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(Vec<Lane>, Vec<Responder>), BenchError> {
+    let mut responders: HashMap<Layer, Responder> = HashMap::new();
+    let mut order = Vec::new();
+    for &(layer, _) in lanes {
+        if responders.contains_key(&layer) {
+            continue;
+        }
+        let receivers = lanes
             .iter()
-            .map(|_| Samples {
-                all: Vec::new(),
-                run_medians: Vec::new(),
-                wire: 0,
-            })
-            .collect();
-        for run in 0..opts.runs {
-            progress(&format!("size {size}: timed run {}/{}", run + 1, opts.runs));
-            // Interleaved: tcp, layer, tcp, layer, ...
-            if clients.len() == 1 {
-                timed_run(&mut clients[0], &payload, opts.pairs, &mut samples[0]).await?;
-            }
-            for i in 1..clients.len() {
-                let (tcp, rest) = clients.split_at_mut(1);
-                timed_run(&mut tcp[0], &payload, opts.pairs, &mut samples[0]).await?;
-                timed_run(&mut rest[i - 1], &payload, opts.pairs, &mut samples[i]).await?;
-            }
-        }
-        let mut tcp_median = 0.0;
-        let mut tcp_bw = 0.0;
-        for (i, s) in samples.iter_mut().enumerate() {
-            s.all.sort_by(f64::total_cmp);
-            let median = percentile(&s.all, 0.5);
+            .filter(|(l, _)| *l == layer)
+            .filter_map(|(_, r)| *r)
+            .max()
+            .unwrap_or(1);
+        progress(&format!("starting the {} responder", layer.name()));
+        let spec = ResponderSpec {
+            layer,
+            key_bits,
+            receivers,
+        };
+        responders.insert(layer, spawn_responder(host, &spec, pin.responder_core()).await?);
+        order.push(layer);
+    }
+    let mut out = Vec::new();
+    for &(layer, receivers) in lanes {
+        let ready = &responders[&layer].ready;
+        let client = Client::connect(layer, ready, key_bits, receivers.unwrap_or(1)).await?;
+        out.push(Lane {
+            layer,
+            receivers,
+            client,
+        });
+    }
+    let rs = order
+        .into_iter()
+        .map(|l| responders.remove(&l).expect("started"))
+        .collect();
+    Ok((out, rs))
+}
+
+/// Builds the rows of one size from the lanes' samples (lane 0 is tcp).
+pub(crate) fn rows_of(
+    lanes: &[(Layer, Option<usize>)],
+    samples: &[Samples],
+    size: usize,
+    pin: Pin,
+) -> Vec<PingPongRow> {
+    let tcp_median = samples[0].median();
+    let tcp_bw = size as f64 / tcp_median;
+    lanes
+        .iter()
+        .zip(samples)
+        .map(|(&(layer, receivers), s)| {
+            let median = s.median();
             let bw = size as f64 / median;
-            if i == 0 {
-                tcp_median = median;
-                tcp_bw = bw;
-            }
-            let (lo, hi) = s
-                .run_medians
-                .iter()
-                .fold((f64::MAX, f64::MIN), |(a, b), &m| (a.min(m), b.max(m)));
-            rows.push(PingPongRow {
+            PingPongRow {
                 scenario: "pingpong",
-                implementation: if i == 0 { "tcp" } else { "juxta" },
-                layer: layers[i].name(),
+                implementation: if layer == Layer::Tcp { "tcp" } else { "juxta" },
+                layer: layer.name(),
                 size,
+                receivers,
                 rtt_us_median: median,
                 rtt_us_p99: percentile(&s.all, 0.99),
                 bandwidth_mb_s: bw,
                 wire_bytes: s.wire,
-                rtt_ratio_vs_tcp: median / tcp_median,
-                bandwidth_ratio_vs_tcp: if tcp_bw > 0.0 { bw / tcp_bw } else { 0.0 },
-                run_spread: if median > 0.0 {
-                    (hi - lo) / median
+                rtt_ratio_vs_tcp: if tcp_median > 0.0 {
+                    median / tcp_median
                 } else {
                     0.0
                 },
-                pin: opts.pin,
+                bandwidth_ratio_vs_tcp: if tcp_bw > 0.0 { bw / tcp_bw } else { 0.0 },
+                run_spread: s.spread(),
+                pin,
                 samples: s.all.len(),
-            });
-        }
+            }
+        })
+        .collect()
+}
+
+/// Runs the ping-pong: starts one responder per layer on `host`, measures
+/// every size interleaved with the tcp baseline, and returns one row per
+/// (layer, receivers, size). `progress` is called with a line per step.
+pub async fn run(
+    host: &Host,
+    opts: &PingPongOptions,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<PingPongRow>, BenchError> {
+    pin_current(opts.pin.client_core());
+    let lanes = lanes_of(&opts.layers, &opts.receivers);
+    let (mut clients, responders) =
+        connect_lanes(host, &lanes, opts.key_bits, opts.pin, &mut progress).await?;
+    let mut rows = Vec::new();
+    for &size in &opts.sizes {
+        let ping = Ping::single(size);
+        let samples = measure(
+            &mut clients,
+            &ping,
+            opts.warmup,
+            opts.runs,
+            opts.pairs,
+            &format!("size {size}"),
+            &mut progress,
+        )
+        .await?;
+        rows.extend(rows_of(&lanes, &samples, size, opts.pin));
     }
-    for mut r in responders {
-        let _ = r.child.kill().await;
+    drop(clients);
+    for r in responders {
+        r.stop().await;
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_put_tcp_first_and_expand_propagate() {
+        let l = lanes_of(
+            &[Layer::UnicastPipe, Layer::Propagate, Layer::Tcp, Layer::UnicastPipe],
+            &[1, 2, 2, 8],
+        );
+        assert_eq!(
+            l,
+            vec![
+                (Layer::Tcp, None),
+                (Layer::UnicastPipe, None),
+                (Layer::Propagate, Some(1)),
+                (Layer::Propagate, Some(2)),
+                (Layer::Propagate, Some(8)),
+            ]
+        );
+    }
+
+    #[test]
+    fn rows_carry_ratios_and_receivers() {
+        let lanes = vec![(Layer::Tcp, None), (Layer::Propagate, Some(4))];
+        let mk = |v: Vec<f64>, wire| Samples {
+            run_medians: vec![v[0], v[v.len() - 1]],
+            all: v,
+            wire,
+        };
+        let samples = vec![mk(vec![10.0, 10.0, 10.0], 5), mk(vec![20.0, 20.0, 30.0], 9)];
+        let rows = rows_of(&lanes, &samples, 1000, Pin::Same);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].implementation, "tcp");
+        assert_eq!(rows[0].rtt_ratio_vs_tcp, 1.0);
+        assert_eq!(rows[1].receivers, Some(4));
+        assert_eq!(rows[1].rtt_ratio_vs_tcp, 2.0);
+        assert_eq!(rows[1].bandwidth_ratio_vs_tcp, 0.5);
+        assert_eq!(rows[1].bandwidth_mb_s, 50.0);
+        assert_eq!(rows[1].wire_bytes, 9);
+        assert_eq!(rows[1].run_spread, 0.5);
+        let j = serde_json::to_value(&rows).unwrap();
+        assert!(j[0].get("receivers").is_none());
+        assert_eq!(j[1]["receivers"], 4);
+        assert_eq!(j[1]["layer"], "propagate");
+        assert_eq!(j[1]["impl"], "juxta");
+        for k in [
+            "scenario",
+            "impl",
+            "layer",
+            "size",
+            "rtt_us_median",
+            "rtt_us_p99",
+            "bandwidth_mb_s",
+            "wire_bytes",
+            "rtt_ratio_vs_tcp",
+            "bandwidth_ratio_vs_tcp",
+            "run_spread",
+            "pin",
+            "samples",
+        ] {
+            assert!(j[1].get(k).is_some(), "missing {k}");
+        }
+    }
 }

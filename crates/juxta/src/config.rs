@@ -1,7 +1,7 @@
 //! Peer settings: where the peer keeps its identity, where it listens, and
 //! the bounds it enforces.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -38,6 +38,77 @@ pub struct PeerConfig {
     pub max_connections: usize,
     /// How long `connect` waits for the TCP connection and the welcome.
     pub connect_timeout: Duration,
+    /// IP multicast on the LAN (JXSE's `McastTransport`); `None` (the
+    /// default): no multicast socket, nothing sent or received by multicast.
+    pub multicast: Option<MulticastConfig>,
+}
+
+/// Settings of the IP multicast transport: propagate pipes also send each
+/// message as one UDP datagram to `group`, and every message received
+/// there is dispatched like one received on a connection.
+///
+/// ```
+/// use std::net::Ipv4Addr;
+/// use juxta::config::MulticastConfig;
+/// let m = MulticastConfig::new(Ipv4Addr::new(10, 77, 0, 1)).ttl(2);
+/// assert_eq!(m.group.to_string(), "224.0.1.85:1234");
+/// let cfg = juxta::PeerConfig::new("/tmp/juxta-doc-mcast").multicast(m);
+/// assert_eq!(cfg.multicast.unwrap().ttl, 2);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MulticastConfig {
+    /// Group address and port; JXSE's default is `224.0.1.85:1234`.
+    pub group: SocketAddrV4,
+    /// Address of the local interface to join the group on and send from
+    /// (`IP_MULTICAST_IF`); `0.0.0.0` lets the kernel pick by route.
+    pub interface: Ipv4Addr,
+    /// Time to live of sent datagrams (`IP_MULTICAST_TTL`); 1 keeps them on
+    /// the local link.
+    pub ttl: u32,
+    /// Whether sent datagrams also reach sockets on this host
+    /// (`IP_MULTICAST_LOOP`), e.g. other peers on the same machine. A peer
+    /// ignores its own datagrams either way.
+    pub loopback: bool,
+}
+
+impl Default for MulticastConfig {
+    fn default() -> Self {
+        MulticastConfig {
+            group: SocketAddrV4::new(Ipv4Addr::new(224, 0, 1, 85), 1234),
+            interface: Ipv4Addr::UNSPECIFIED,
+            ttl: 1,
+            loopback: false,
+        }
+    }
+}
+
+impl MulticastConfig {
+    /// Defaults (JXSE's group, TTL 1, no loopback) on the interface with
+    /// address `interface`.
+    pub fn new(interface: Ipv4Addr) -> MulticastConfig {
+        MulticastConfig {
+            interface,
+            ..MulticastConfig::default()
+        }
+    }
+
+    /// Sets the group address and port.
+    pub fn group(mut self, group: SocketAddrV4) -> MulticastConfig {
+        self.group = group;
+        self
+    }
+
+    /// Sets the TTL of sent datagrams.
+    pub fn ttl(mut self, ttl: u32) -> MulticastConfig {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Sets whether sent datagrams loop back to sockets on this host.
+    pub fn loopback(mut self, on: bool) -> MulticastConfig {
+        self.loopback = on;
+        self
+    }
 }
 
 impl PeerConfig {
@@ -54,6 +125,7 @@ impl PeerConfig {
             listener_queue: 1024,
             max_connections: 1024,
             connect_timeout: Duration::from_secs(10),
+            multicast: None,
         }
     }
 
@@ -66,6 +138,12 @@ impl PeerConfig {
     /// Enables or disables compact framing between Juxta peers.
     pub fn compact(mut self, on: bool) -> PeerConfig {
         self.connection.compact = on;
+        self
+    }
+
+    /// Enables IP multicast with these settings.
+    pub fn multicast(mut self, m: MulticastConfig) -> PeerConfig {
+        self.multicast = Some(m);
         self
     }
 

@@ -83,6 +83,8 @@ pub struct Stats {
     pub unknown_pipe: AtomicU64,
     /// Resolver messages that could not be parsed or answered.
     pub resolver_errors: AtomicU64,
+    /// Multicast datagrams dropped as malformed, unsigned or unverifiable.
+    pub bad_datagrams: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -98,6 +100,8 @@ pub(crate) struct Inner {
     pub(crate) pipes: crate::pipe::registry::PipeRegistry,
     pub(crate) secure: crate::pipe::secure::Sessions,
     pub(crate) self_ref: Weak<Inner>,
+    /// The multicast transport, when configured.
+    pub(crate) multicast: Option<Arc<crate::transport::multicast::Multicast>>,
 }
 
 impl Inner {
@@ -121,12 +125,23 @@ impl Inner {
     }
 
     pub(crate) async fn dispatch(&self, conn: &Arc<Connection>, m: Incoming) {
-        let from = Some(conn.remote);
-        let d = match endpoint::deliver(self.identity.peer_id(), m.to, from, m.message) {
+        self.dispatch_from(conn.remote, m.to, m.message).await
+    }
+
+    /// Delivers a message from `remote` (a connection's peer, or a
+    /// multicast datagram's verified source) addressed to `to` (as on the
+    /// wire) to its listener.
+    pub(crate) async fn dispatch_from(
+        &self,
+        remote: PeerId,
+        to: ServiceAddress,
+        message: juxta_proto::message::Message,
+    ) {
+        let d = match endpoint::deliver(self.identity.peer_id(), to, Some(remote), message) {
             Ok(d) => d,
             Err(e) => {
                 self.stats.undeliverable.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(remote = %conn.remote, error = %e, "message dropped");
+                tracing::debug!(%remote, error = %e, "message dropped");
                 return;
             }
         };
@@ -156,14 +171,14 @@ impl Inner {
                 // Logged at info for the 1st, 2nd, 4th, 8th, ... so a flood
                 // cannot flood the log; the counter has the exact number.
                 if n.is_power_of_two() {
-                    tracing::info!(remote = %conn.remote, pipe = ?d.to.param, dropped = n, "message for an unknown pipe dropped");
+                    tracing::info!(%remote, pipe = ?d.to.param, dropped = n, "message for an unknown pipe dropped");
                 } else {
-                    tracing::debug!(remote = %conn.remote, pipe = ?d.to.param, "message for an unknown pipe dropped");
+                    tracing::debug!(%remote, pipe = ?d.to.param, "message for an unknown pipe dropped");
                 }
             }
             None => {
                 self.stats.unroutable.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(remote = %conn.remote, to = ?d.to, "no listener; message dropped");
+                tracing::debug!(%remote, to = ?d.to, "no listener; message dropped");
             }
         }
     }
@@ -296,6 +311,7 @@ impl Peer {
     /// and, if configured, listens for TCP connections.
     pub async fn start(cfg: PeerConfig) -> Result<Peer, PeerError> {
         let identity = Arc::new(load_or_create_identity(&cfg)?);
+        let multicast = crate::transport::multicast::Multicast::open(&cfg, &identity)?;
         let listener = match cfg.listen {
             Some(addr) => Some(
                 TcpListener::bind(addr)
@@ -322,12 +338,14 @@ impl Peer {
             pipes: crate::pipe::registry::PipeRegistry::new(),
             secure: Default::default(),
             self_ref: w.clone(),
+            multicast,
         });
         let accept_task = listener.map(|l| tokio::spawn(accept_loop(inner.clone(), l)));
-        let service_tasks = vec![
+        let mut service_tasks = vec![
             crate::resolver::spawn(&inner)?,
             crate::pipe::secure::spawn(&inner)?,
         ];
+        service_tasks.extend(crate::transport::multicast::spawn(&inner));
         tracing::info!(peer = %inner.identity.peer_id(), listen = ?local_addr, "peer started");
         Ok(Peer {
             inner,

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
+use juxta_proto::endpoint::ServiceAddress;
 use juxta_proto::id::PeerId;
 use juxta_proto::message::{Element, Message, NS_JXTA};
 use juxta_proto::pipe::wire_header::JxtaWireHeader;
@@ -111,8 +112,11 @@ impl OutputPipe {
     }
 
     /// Sends `msg`; returns the bytes it took on the wire (for a propagate
-    /// pipe, summed over the peers reached). A propagate pipe with no peer
-    /// reachable returns [`PipeError::NotConnected`].
+    /// pipe, summed over the peers reached, plus the multicast datagram: a
+    /// propagate pipe opened with no target list also sends each message
+    /// once by IP multicast when the peer has multicast configured). A
+    /// propagate pipe with no peer reachable and no multicast datagram sent
+    /// returns [`PipeError::NotConnected`].
     pub async fn send(&self, msg: Message) -> Result<usize, PipeError> {
         match &self.kind {
             Kind::Unicast { messenger } => {
@@ -136,6 +140,24 @@ impl OutputPipe {
                 let mut total = 0;
                 let mut reached = 0;
                 let mut last_err = None;
+                // Sent to everyone (no target list, as JXSE propagates):
+                // once by IP multicast to the LAN as well, which reaches
+                // peers we hold no connection to. A message too large for a
+                // datagram goes only over the connections.
+                let mut mcast_err = None;
+                if let Some(mc) = self.inner.multicast.as_ref().filter(|_| targets.is_empty()) {
+                    let at = ServiceAddress::new(PIPE_SERVICE, Some(&self.urn));
+                    match mc.send(&at, msg.clone()).await {
+                        Ok(n) => {
+                            total += n;
+                            reached += 1;
+                        }
+                        Err(e) => {
+                            tracing::debug!(pipe = %self.urn, error = %e, "propagate by multicast failed");
+                            mcast_err = Some(e);
+                        }
+                    }
+                }
                 for p in to {
                     let Some(m) = self.inner.messenger(p) else {
                         continue;
@@ -150,7 +172,10 @@ impl OutputPipe {
                 }
                 match (reached, last_err) {
                     (0, Some(e)) => Err(e.into()),
-                    (0, None) => Err(PipeError::NotConnected("any propagate target".into())),
+                    (0, None) => Err(PipeError::NotConnected(match mcast_err {
+                        Some(e) => format!("any propagate target (multicast: {e})"),
+                        None => "any propagate target".into(),
+                    })),
                     _ => Ok(total),
                 }
             }

@@ -357,6 +357,16 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
         }
         let handshaking = g.chan.is_handshaking();
         let peer = g.chan.peer_id();
+        // The session must be with the peer at the other end of the
+        // connection it arrived on (no tunnelling another identity).
+        if let Some(p) = peer.filter(|p| *p != from) {
+            drop(g);
+            inner.secure.map.lock().expect("sessions lock").remove(&key);
+            return Err(TlsError::PeerMismatch {
+                expected: Box::new(from),
+                presented: Box::new(p),
+            });
+        }
         let Session { chan, role, .. } = &mut *g;
         let mut messages = Vec::new();
         let mut pipe = None;

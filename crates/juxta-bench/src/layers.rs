@@ -1,0 +1,1335 @@
+//! The layers the scenarios drive: the responder that serves each of them
+//! (a child process, `juxta bench-responder`, or a thread in tests), and
+//! the client side of each.
+//!
+//! One responder serves every scenario of its layer. Message layers tell
+//! the kinds of traffic apart by element name: a message with a `bench:tput`
+//! element is one-way data (counted by the id in its payload, no reply), one
+//! with `bench:ctl` is a control message (begin a run, sync, end a run), and
+//! anything else is a ping, answered by a 1-byte `bench:ack`. Byte streams
+//! (plain TCP, JXTA sockets in framed mode) use a 4-byte header whose two top
+//! bits say the same (see [`Frame`]). A JXTA socket starts with a 4-byte
+//! preamble: a ping size (every ping is exactly that many bytes, answered by
+//! one byte) or [`SOCKET_FRAMED`] for the framed protocol.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use juxta::pipe::bidi::BidiPipe;
+use juxta::pipe::{InputPipe, OutputPipe};
+use juxta::socket::{JxtaServerSocket, JxtaSocket, SocketConfig};
+use juxta::{Listener, Messenger, Peer, PeerConfig};
+use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
+use juxta_proto::id::{PeerId, PipeId};
+use juxta_proto::message::{Element, Message};
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::{Child, Command};
+
+use crate::util::{pattern, Report, SeqCounter};
+use crate::BenchError;
+
+/// Service the endpoint responder listens on (`ping`) and the client's acks
+/// arrive at (`ack`).
+pub const BENCH_SERVICE: &str = "JuxtaBench";
+/// Namespace of the bench's elements.
+pub const NS: &str = "bench";
+const ELEM_DATA: &str = "data";
+const ELEM_TPUT: &str = "tput";
+const ELEM_CTL: &str = "ctl";
+const ELEM_ACK: &str = "ack";
+const ELEM_REP: &str = "rep";
+/// How long set-up steps (connect, resolve, handshakes) may take.
+const SETUP_WAIT: Duration = Duration::from_secs(30);
+/// How long a control reply (sync, end-of-run report) may take.
+const REPLY_WAIT: Duration = Duration::from_secs(120);
+
+/// Stream header bit: one-way data, counted, not answered.
+const HDR_COUNTED: u32 = 0x4000_0000;
+/// Stream header bit: a control frame (kind in the low byte, 8-byte argument).
+const HDR_CONTROL: u32 = 0x8000_0000;
+const LEN_MASK: u32 = 0x3FFF_FFFF;
+/// Socket preamble selecting the framed protocol.
+pub const SOCKET_FRAMED: u32 = 0xFFFF_FFFF;
+
+/// A layer a scenario can measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layer {
+    /// Plain TCP: 4-byte length + payload, 1-byte ack. The bound.
+    Tcp,
+    /// Juxta endpoint messages, compact framing between Juxta peers.
+    Endpoint,
+    /// Juxta endpoint messages in JXTA framing with CBJX, as JXSE speaks.
+    EndpointCompat,
+    /// A unicast pipe; the ack comes back on a second unicast pipe.
+    UnicastPipe,
+    /// A secure (TLS 1.3) pipe; the ack comes back on a second secure pipe.
+    SecurePipe,
+    /// A bidirectional pipe; the ack comes back on the same pipe.
+    BidiPipe,
+    /// A JXTA socket; the ack is one byte written back.
+    Socket,
+    /// A propagate pipe to 1..n receivers, each acking on a unicast pipe.
+    Propagate,
+}
+
+impl Layer {
+    /// Every layer, in report order.
+    pub const ALL: [Layer; 8] = [
+        Layer::Tcp,
+        Layer::Endpoint,
+        Layer::EndpointCompat,
+        Layer::UnicastPipe,
+        Layer::SecurePipe,
+        Layer::BidiPipe,
+        Layer::Socket,
+        Layer::Propagate,
+    ];
+
+    /// Parses a layer name.
+    pub fn parse(s: &str) -> Result<Layer, BenchError> {
+        Layer::ALL
+            .into_iter()
+            .find(|l| l.name() == s)
+            .ok_or_else(|| BenchError::UnknownLayer(s.to_string()))
+    }
+
+    /// The layer's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layer::Tcp => "tcp",
+            Layer::Endpoint => "endpoint",
+            Layer::EndpointCompat => "endpoint-compat",
+            Layer::UnicastPipe => "unicast-pipe",
+            Layer::SecurePipe => "secure-pipe",
+            Layer::BidiPipe => "bidi-pipe",
+            Layer::Socket => "socket",
+            Layer::Propagate => "propagate",
+        }
+    }
+
+    /// The RSA key size the layer's peers use: secure pipes need 2048 bits
+    /// (rustls refuses smaller keys), the rest keep the bench's setting.
+    pub fn key_bits(self, base: usize) -> usize {
+        match self {
+            Layer::SecurePipe => base.max(2048),
+            _ => base,
+        }
+    }
+
+    fn compact(self) -> bool {
+        self != Layer::EndpointCompat
+    }
+
+    /// Checks that `layer` is one of `allowed` for `scenario`.
+    pub fn check(self, scenario: &str, allowed: &[Layer]) -> Result<Layer, BenchError> {
+        if allowed.contains(&self) {
+            Ok(self)
+        } else {
+            Err(BenchError::Unsupported {
+                layer: self.name().into(),
+                scenario: scenario.into(),
+                allowed: allowed.iter().map(|l| l.name()).collect::<Vec<_>>().join(", "),
+            })
+        }
+    }
+}
+
+/// Parses a comma-separated layer list, always putting `tcp` first (the
+/// baseline) and dropping duplicates.
+pub fn parse_layers(s: &str, scenario: &str, allowed: &[Layer]) -> Result<Vec<Layer>, BenchError> {
+    let mut out = vec![Layer::Tcp];
+    for l in crate::util::parse_list(s, Layer::parse)? {
+        let l = l.check(scenario, allowed)?;
+        if !out.contains(&l) {
+            out.push(l);
+        }
+    }
+    Ok(out)
+}
+
+/// What a responder announces once it serves: `READY <addr>[,<addr>...]
+/// [<pipe URN>...]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ready {
+    /// Listening addresses (one per receiver peer).
+    pub addrs: Vec<SocketAddr>,
+    /// Pipe IDs: the pipe pinged (or bound), then the ack pipe if any.
+    pub pipes: Vec<PipeId>,
+}
+
+impl Ready {
+    /// The announcement line.
+    pub fn to_line(&self) -> String {
+        let addrs: Vec<String> = self.addrs.iter().map(|a| a.to_string()).collect();
+        let mut s = format!("READY {}", addrs.join(","));
+        for p in &self.pipes {
+            s.push(' ');
+            s.push_str(&p.to_string());
+        }
+        s
+    }
+
+    /// Parses [`Ready::to_line`].
+    pub fn parse(line: &str) -> Option<Ready> {
+        let mut it = line.trim().strip_prefix("READY ")?.split_whitespace();
+        let addrs = it
+            .next()?
+            .split(',')
+            .map(|a| a.parse().ok())
+            .collect::<Option<Vec<SocketAddr>>>()?;
+        let pipes = it.map(|p| p.parse().ok()).collect::<Option<Vec<PipeId>>>()?;
+        (!addrs.is_empty()).then_some(Ready { addrs, pipes })
+    }
+
+    fn pipe(&self, i: usize, layer: Layer) -> Result<PipeId, BenchError> {
+        self.pipes.get(i).copied().ok_or_else(|| BenchError::Responder {
+            layer: layer.name().into(),
+            reason: format!("READY line names no pipe #{i}"),
+        })
+    }
+}
+
+/// What a responder serves.
+#[derive(Debug, Clone)]
+pub struct ResponderSpec {
+    /// The layer.
+    pub layer: Layer,
+    /// RSA key size of its peers (before [`Layer::key_bits`]).
+    pub key_bits: usize,
+    /// Receiver peers (propagate only).
+    pub receivers: usize,
+}
+
+/// Where responders run.
+#[derive(Debug, Clone)]
+pub enum Host {
+    /// A child process: `<exe> bench-responder ...` (the `juxta` binary).
+    Process(PathBuf),
+    /// A thread of this process with its own runtime (tests).
+    Thread,
+}
+
+/// A running responder; dropping it stops it.
+pub struct Responder {
+    /// What it announced.
+    pub ready: Ready,
+    child: Option<Child>,
+    _stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Responder {
+    /// Stops the responder (kills the child process).
+    pub async fn stop(mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+        }
+    }
+}
+
+/// Starts a responder for `spec` on `host`, pinned to `core` (processes).
+pub async fn spawn_responder(
+    host: &Host,
+    spec: &ResponderSpec,
+    core: Option<usize>,
+) -> Result<Responder, BenchError> {
+    let layer = spec.layer.name();
+    match host {
+        Host::Process(exe) => {
+            let mut cmd = Command::new(exe);
+            cmd.arg("bench-responder")
+                .arg("--layer")
+                .arg(layer)
+                .arg("--key-bits")
+                .arg(spec.key_bits.to_string())
+                .arg("--receivers")
+                .arg(spec.receivers.to_string())
+                .stdout(Stdio::piped())
+                .stdin(Stdio::null())
+                .kill_on_drop(true);
+            if let Some(c) = core {
+                cmd.arg("--core").arg(c.to_string());
+            }
+            let mut child = cmd.spawn().map_err(|source| BenchError::Io {
+                what: format!("starting responder {}", exe.display()),
+                source,
+            })?;
+            let stdout = child.stdout.take().ok_or_else(|| BenchError::Responder {
+                layer: layer.into(),
+                reason: "no stdout".into(),
+            })?;
+            let mut lines = BufReader::new(stdout).lines();
+            let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+                .await
+                .map_err(|_| BenchError::Responder {
+                    layer: layer.into(),
+                    reason: "no READY line within 60 s".into(),
+                })?
+                .map_err(|source| BenchError::Io {
+                    what: "reading responder output".into(),
+                    source,
+                })?
+                .ok_or_else(|| BenchError::Responder {
+                    layer: layer.into(),
+                    reason: "exited before READY".into(),
+                })?;
+            let ready = Ready::parse(&line).ok_or_else(|| BenchError::Responder {
+                layer: layer.into(),
+                reason: format!("unexpected output {line:?}"),
+            })?;
+            Ok(Responder {
+                ready,
+                child: Some(child),
+                _stop: None,
+            })
+        }
+        Host::Thread => {
+            let (ready_tx, mut ready_rx) =
+                tokio::sync::mpsc::unbounded_channel::<Result<Ready, String>>();
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let spec = spec.clone();
+            std::thread::Builder::new()
+                .name(format!("responder-{layer}"))
+                .spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("tokio runtime");
+                    rt.block_on(async move {
+                        let tx = ready_tx.clone();
+                        let serve = run_responder(&spec, move |r| {
+                            let _ = tx.send(Ok(r.clone()));
+                        });
+                        tokio::select! {
+                            r = serve => {
+                                if let Err(e) = r {
+                                    let _ = ready_tx.send(Err(e.to_string()));
+                                }
+                            }
+                            _ = stop_rx => {}
+                        }
+                    });
+                })
+                .map_err(|source| BenchError::Io {
+                    what: "starting a responder thread".into(),
+                    source,
+                })?;
+            let got = tokio::time::timeout(Duration::from_secs(60), ready_rx.recv())
+                .await
+                .map_err(|_| BenchError::Responder {
+                    layer: layer.into(),
+                    reason: "not ready within 60 s".into(),
+                })?;
+            match got {
+                Some(Ok(ready)) => Ok(Responder {
+                    ready,
+                    child: None,
+                    _stop: Some(stop_tx),
+                }),
+                Some(Err(reason)) => Err(BenchError::Responder {
+                    layer: layer.into(),
+                    reason,
+                }),
+                None => Err(BenchError::Responder {
+                    layer: layer.into(),
+                    reason: "ended before READY".into(),
+                }),
+            }
+        }
+    }
+}
+
+/// A peer with its temporary home (removed when dropped).
+struct Hold {
+    peer: Peer,
+    _home: tempfile::TempDir,
+}
+
+async fn start_peer(key_bits: usize, compact: bool, listen: bool) -> Result<Hold, BenchError> {
+    let home = tempfile::tempdir().map_err(|source| BenchError::Io {
+        what: "creating a temporary home".into(),
+        source,
+    })?;
+    let mut cfg = PeerConfig::new(home.path()).compact(compact);
+    if listen {
+        cfg = cfg.listen("127.0.0.1:0".parse().expect("literal"));
+    }
+    cfg.key_bits = key_bits;
+    let peer = Peer::start(cfg).await?;
+    Ok(Hold { peer, _home: home })
+}
+
+fn adv(id: PipeId, ty: PipeType) -> PipeAdvertisement {
+    let mut a = PipeAdvertisement::new(id, ty);
+    a.name = Some("juxta-bench".into());
+    a
+}
+
+fn ack_message() -> Message {
+    Message::new().with(Element::bytes(NS, ELEM_ACK, Bytes::from_static(b"\x01")))
+}
+
+/// A control message kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ctl {
+    /// Start a run: the receiver resets its counters.
+    Begin = 0,
+    /// The receiver answers (1-byte ack) once everything before has arrived.
+    Sync = 1,
+    /// End a run: the receiver answers with its [`Report`].
+    End = 2,
+}
+
+impl Ctl {
+    fn from_u8(b: u8) -> Option<Ctl> {
+        match b {
+            0 => Some(Ctl::Begin),
+            1 => Some(Ctl::Sync),
+            2 => Some(Ctl::End),
+            _ => None,
+        }
+    }
+}
+
+/// What the responder answers to a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// Nothing (one-way data, begin).
+    Nothing,
+    /// A 1-byte ack (ping, sync).
+    Ack,
+    /// The end-of-run report.
+    Report([u8; 24]),
+}
+
+impl Reply {
+    fn message(&self) -> Option<Message> {
+        match self {
+            Reply::Nothing => None,
+            Reply::Ack => Some(ack_message()),
+            Reply::Report(r) => {
+                Some(Message::new().with(Element::bytes(NS, ELEM_REP, Bytes::copy_from_slice(r))))
+            }
+        }
+    }
+}
+
+fn control(sink: &mut SeqCounter, kind: Option<Ctl>) -> Reply {
+    match kind {
+        Some(Ctl::Begin) => {
+            sink.reset();
+            Reply::Nothing
+        }
+        Some(Ctl::Sync) => Reply::Ack,
+        Some(Ctl::End) => Reply::Report(sink.report()),
+        None => Reply::Nothing,
+    }
+}
+
+/// The responder's handling of one message (see the module docs).
+pub fn handle_message(sink: &mut SeqCounter, m: &Message) -> Reply {
+    if let Some(e) = m.get(NS, ELEM_TPUT) {
+        sink.observe(&e.data);
+        return Reply::Nothing;
+    }
+    if let Some(e) = m.get(NS, ELEM_CTL) {
+        return control(sink, e.data.first().and_then(|&b| Ctl::from_u8(b)));
+    }
+    Reply::Ack
+}
+
+fn ctl_message(kind: Ctl, arg: u64) -> Message {
+    let mut b = Vec::with_capacity(9);
+    b.push(kind as u8);
+    b.extend_from_slice(&arg.to_be_bytes());
+    Message::new().with(Element::bytes(NS, ELEM_CTL, b))
+}
+
+/// A stream frame, from its 4-byte header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frame {
+    /// A ping of this many bytes: answer one byte.
+    Ping(usize),
+    /// One-way data of this many bytes: count it.
+    Counted(usize),
+    /// A control frame (8-byte argument follows).
+    Control(Option<Ctl>),
+}
+
+impl Frame {
+    /// Decodes a header.
+    pub fn decode(h: u32) -> Frame {
+        if h & HDR_CONTROL != 0 {
+            Frame::Control(Ctl::from_u8((h & 0xff) as u8))
+        } else if h & HDR_COUNTED != 0 {
+            Frame::Counted((h & LEN_MASK) as usize)
+        } else {
+            Frame::Ping(h as usize)
+        }
+    }
+
+    /// Encodes the header.
+    pub fn header(self) -> [u8; 4] {
+        let h = match self {
+            Frame::Ping(n) => n as u32 & LEN_MASK,
+            Frame::Counted(n) => HDR_COUNTED | (n as u32 & LEN_MASK),
+            Frame::Control(k) => HDR_CONTROL | k.map(|k| k as u32).unwrap_or(0xff),
+        };
+        h.to_be_bytes()
+    }
+
+    /// Bytes following the header.
+    pub fn body_len(self) -> usize {
+        match self {
+            Frame::Ping(n) | Frame::Counted(n) => n,
+            Frame::Control(_) => 8,
+        }
+    }
+}
+
+fn control_frame(kind: Ctl, arg: u64) -> [u8; 12] {
+    let mut f = [0u8; 12];
+    f[..4].copy_from_slice(&Frame::Control(Some(kind)).header());
+    f[4..].copy_from_slice(&arg.to_be_bytes());
+    f
+}
+
+/// Reads until `buf` holds `n` bytes; false at end of stream.
+async fn fill<S: AsyncRead + Unpin>(s: &mut S, buf: &mut BytesMut, n: usize) -> io::Result<bool> {
+    if buf.capacity() < n {
+        buf.reserve(n - buf.len());
+    }
+    while buf.len() < n {
+        if s.read_buf(buf).await? == 0 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Serves the framed stream protocol on `s` until it ends.
+async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> io::Result<()> {
+    // Read like the layers do: into a buffer reserved for the whole
+    // message, in as few reads as the kernel allows.
+    let mut buf = BytesMut::with_capacity(1 << 16);
+    let mut sink = SeqCounter::default();
+    loop {
+        if !fill(s, &mut buf, 4).await? {
+            return Ok(());
+        }
+        let frame = Frame::decode(u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]));
+        let total = 4 + frame.body_len();
+        if !fill(s, &mut buf, total).await? {
+            return Ok(());
+        }
+        let body = buf.split_to(total).split_off(4);
+        let reply = match frame {
+            Frame::Ping(_) => Reply::Ack,
+            Frame::Counted(_) => {
+                sink.observe(&body);
+                Reply::Nothing
+            }
+            Frame::Control(k) => control(&mut sink, k),
+        };
+        match reply {
+            Reply::Nothing => continue,
+            Reply::Ack => s.write_all(&[1]).await?,
+            Reply::Report(r) => s.write_all(&r).await?,
+        }
+        s.flush().await?;
+    }
+}
+
+/// Serves one JXTA socket: its preamble picks fixed-size pings or framing.
+async fn serve_socket(mut s: JxtaSocket) -> io::Result<()> {
+    let mut pre = [0u8; 4];
+    s.read_exact(&mut pre).await?;
+    let v = u32::from_be_bytes(pre);
+    if v == SOCKET_FRAMED {
+        return serve_stream(&mut s).await;
+    }
+    let mut buf = vec![0u8; v as usize];
+    loop {
+        match s.read_exact(&mut buf).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        s.write_all(&[1]).await?;
+        s.flush().await?;
+    }
+}
+
+/// Serves pings/one-way data on a pipe, answering each sender on the ack
+/// pipe it holds (one output pipe per sender peer, bound on first contact).
+async fn serve_pipe(peer: &Peer, mut input: InputPipe, ack: PipeAdvertisement) {
+    let mut back: HashMap<PeerId, (OutputPipe, SeqCounter)> = HashMap::new();
+    while let Some(m) = input.recv().await {
+        let Some(from) = m.from else { continue };
+        if !back.contains_key(&from) {
+            match peer
+                .pipes()
+                .create_output_pipe(&ack, &[from], SETUP_WAIT)
+                .await
+            {
+                Ok(o) => {
+                    back.insert(from, (o, SeqCounter::default()));
+                }
+                Err(e) => {
+                    tracing::warn!(%from, error = %e, "cannot bind the ack pipe");
+                    continue;
+                }
+            }
+        }
+        let (out, sink) = back.get_mut(&from).expect("inserted");
+        if let Some(r) = handle_message(sink, &m.message).message() {
+            if let Err(e) = out.send(r).await {
+                tracing::warn!(%from, error = %e, "ack failed");
+                back.remove(&from);
+            }
+        }
+    }
+}
+
+/// Runs the responder side of `spec` until killed (or the future is
+/// dropped); calls `on_ready` once it serves.
+pub async fn run_responder(
+    spec: &ResponderSpec,
+    on_ready: impl FnOnce(&Ready),
+) -> Result<(), BenchError> {
+    let layer = spec.layer;
+    let key_bits = layer.key_bits(spec.key_bits);
+    match layer {
+        Layer::Tcp => {
+            let l = TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(|source| BenchError::Io {
+                    what: "binding tcp responder".into(),
+                    source,
+                })?;
+            on_ready(&Ready {
+                addrs: vec![l.local_addr().expect("bound")],
+                pipes: vec![],
+            });
+            loop {
+                let (mut s, _) = l.accept().await.map_err(|source| BenchError::Io {
+                    what: "accept".into(),
+                    source,
+                })?;
+                let _ = s.set_nodelay(true);
+                tokio::spawn(async move {
+                    let _ = serve_stream(&mut s).await;
+                });
+            }
+        }
+        Layer::Endpoint | Layer::EndpointCompat => {
+            let h = start_peer(key_bits, layer.compact(), true).await?;
+            let mut pings = h.peer.listen(BENCH_SERVICE, Some("ping"))?;
+            on_ready(&Ready {
+                addrs: vec![h.peer.local_addr().expect("listening")],
+                pipes: vec![],
+            });
+            let mut back: HashMap<PeerId, (Messenger, SeqCounter)> = HashMap::new();
+            while let Some(d) = pings.recv().await {
+                let Some(from) = d.from else { continue };
+                if !back.contains_key(&from) {
+                    match h.peer.messenger(&from) {
+                        Ok(m) => {
+                            back.insert(from, (m, SeqCounter::default()));
+                        }
+                        Err(e) => {
+                            tracing::warn!(%from, error = %e, "no messenger back");
+                            continue;
+                        }
+                    }
+                }
+                let (m, sink) = back.get_mut(&from).expect("inserted");
+                if let Some(r) = handle_message(sink, &d.message).message() {
+                    if let Err(e) = m.send(BENCH_SERVICE, Some("ack"), r).await {
+                        tracing::warn!(%from, error = %e, "ack failed");
+                        back.remove(&from);
+                    }
+                }
+            }
+            Ok(())
+        }
+        Layer::UnicastPipe | Layer::SecurePipe => {
+            let ty = if layer == Layer::SecurePipe {
+                PipeType::UnicastSecure
+            } else {
+                PipeType::Unicast
+            };
+            let h = start_peer(key_bits, true, true).await?;
+            let ping = adv(crate::util::random_pipe_id(), ty);
+            let ack = adv(crate::util::random_pipe_id(), ty);
+            let input = h.peer.pipes().create_input_pipe(&ping)?;
+            on_ready(&Ready {
+                addrs: vec![h.peer.local_addr().expect("listening")],
+                pipes: vec![ping.id, ack.id],
+            });
+            serve_pipe(&h.peer, input, ack).await;
+            Ok(())
+        }
+        Layer::BidiPipe => {
+            let h = start_peer(key_bits, true, true).await?;
+            let a = adv(crate::util::random_pipe_id(), PipeType::Unicast);
+            let mut l = h.peer.pipes().bind_bidi(&a)?;
+            on_ready(&Ready {
+                addrs: vec![h.peer.local_addr().expect("listening")],
+                pipes: vec![a.id],
+            });
+            loop {
+                let mut p = l.accept().await?;
+                tokio::spawn(async move {
+                    let mut sink = SeqCounter::default();
+                    while let Some(m) = p.recv().await {
+                        if let Some(r) = handle_message(&mut sink, &m.message).message() {
+                            if p.send(r).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        }
+        Layer::Socket => {
+            let h = start_peer(key_bits, true, true).await?;
+            let a = adv(crate::util::random_pipe_id(), PipeType::Unicast);
+            let mut server = JxtaServerSocket::bind(&h.peer, &a, SocketConfig::default())?;
+            on_ready(&Ready {
+                addrs: vec![h.peer.local_addr().expect("listening")],
+                pipes: vec![a.id],
+            });
+            loop {
+                let s = server.accept().await?;
+                tokio::spawn(async move {
+                    if let Err(e) = serve_socket(s).await {
+                        tracing::debug!(error = %e, "bench socket ended");
+                    }
+                });
+            }
+        }
+        Layer::Propagate => {
+            let ping = adv(crate::util::random_pipe_id(), PipeType::Propagate);
+            let ack = adv(crate::util::random_pipe_id(), PipeType::Unicast);
+            let mut addrs = Vec::new();
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..spec.receivers.max(1) {
+                let h = start_peer(key_bits, true, true).await?;
+                let input = h.peer.pipes().create_input_pipe(&ping)?;
+                addrs.push(h.peer.local_addr().expect("listening"));
+                let ack = ack.clone();
+                tasks.spawn(async move {
+                    serve_pipe(&h.peer, input, ack).await;
+                    drop(h);
+                });
+            }
+            on_ready(&Ready {
+                addrs,
+                pipes: vec![ping.id, ack.id],
+            });
+            while tasks.join_next().await.is_some() {}
+            Ok(())
+        }
+    }
+}
+
+/// A ping: one or more elements (all named `bench:data…`), and the same
+/// bytes in one piece for the byte-stream layers.
+#[derive(Debug, Clone)]
+pub struct Ping {
+    parts: Vec<(String, Bytes)>,
+    flat: Bytes,
+}
+
+impl Ping {
+    /// One element of `size` bytes.
+    pub fn single(size: usize) -> Ping {
+        Ping::composed(1, size)
+    }
+
+    /// `elements` elements of `each` bytes (slices of one buffer).
+    pub fn composed(elements: usize, each: usize) -> Ping {
+        let elements = elements.max(1);
+        let flat = Bytes::from(pattern(elements * each));
+        let parts = (0..elements)
+            .map(|i| {
+                let name = if i == 0 {
+                    ELEM_DATA.to_string()
+                } else {
+                    format!("{ELEM_DATA}{i}")
+                };
+                (name, flat.slice(i * each..(i + 1) * each))
+            })
+            .collect();
+        Ping { parts, flat }
+    }
+
+    /// Payload bytes.
+    pub fn len(&self) -> usize {
+        self.flat.len()
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.flat.is_empty()
+    }
+
+    /// Elements in the message.
+    pub fn elements(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// The message form.
+    pub fn message(&self) -> Message {
+        let mut m = Message::new();
+        for (name, b) in &self.parts {
+            m.push(Element::bytes(NS, name, b.clone()));
+        }
+        m
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SockMode {
+    Fixed(usize),
+    Framed,
+}
+
+enum Kind {
+    Tcp {
+        stream: TcpStream,
+    },
+    Endpoint {
+        messenger: Messenger,
+        acks: Listener,
+    },
+    Pipe {
+        out: OutputPipe,
+        acks: InputPipe,
+    },
+    Bidi {
+        pipe: BidiPipe,
+    },
+    Socket {
+        sock: Option<JxtaSocket>,
+        mode: Option<SockMode>,
+        conn: Messenger,
+        adv: PipeAdvertisement,
+    },
+    Propagate {
+        out: OutputPipe,
+        acks: InputPipe,
+        receivers: usize,
+    },
+}
+
+/// The client side of one layer (one peer with its own connection, or a
+/// TCP connection).
+pub struct Client {
+    layer: Layer,
+    kind: Kind,
+    // Dropped after `kind`: pipes and sockets go before their peer.
+    _hold: Option<Hold>,
+}
+
+fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> BenchError {
+    move |source| BenchError::Io {
+        what: what.into(),
+        source,
+    }
+}
+
+impl Client {
+    /// Connects to the responder that announced `ready`. `receivers` is the
+    /// number of receivers a propagate client sends to (the first ones).
+    pub async fn connect(
+        layer: Layer,
+        ready: &Ready,
+        key_bits: usize,
+        receivers: usize,
+    ) -> Result<Client, BenchError> {
+        let key_bits = layer.key_bits(key_bits);
+        let addr = ready.addrs[0];
+        if layer == Layer::Tcp {
+            let stream = TcpStream::connect(addr).await.map_err(|source| BenchError::Io {
+                what: format!("connecting to tcp responder {addr}"),
+                source,
+            })?;
+            stream.set_nodelay(true).map_err(io_err("set_nodelay"))?;
+            return Ok(Client {
+                layer,
+                kind: Kind::Tcp { stream },
+                _hold: None,
+            });
+        }
+        let h = start_peer(key_bits, layer.compact(), false).await?;
+        let link = |m: Messenger| async move {
+            if layer.compact() && !m.wait_compact(Duration::from_secs(10)).await {
+                return Err(BenchError::Responder {
+                    layer: layer.name().into(),
+                    reason: "compact framing was not agreed".into(),
+                });
+            }
+            Ok(m)
+        };
+        let kind = match layer {
+            Layer::Tcp => unreachable!("handled above"),
+            Layer::Endpoint | Layer::EndpointCompat => {
+                let acks = h.peer.listen(BENCH_SERVICE, Some("ack"))?;
+                let messenger = link(h.peer.connect(addr).await?).await?;
+                Kind::Endpoint { messenger, acks }
+            }
+            Layer::UnicastPipe | Layer::SecurePipe => {
+                let ty = if layer == Layer::SecurePipe {
+                    PipeType::UnicastSecure
+                } else {
+                    PipeType::Unicast
+                };
+                let m = link(h.peer.connect(addr).await?).await?;
+                let acks = h
+                    .peer
+                    .pipes()
+                    .create_input_pipe(&adv(ready.pipe(1, layer)?, ty))?;
+                let out = h
+                    .peer
+                    .pipes()
+                    .create_output_pipe(&adv(ready.pipe(0, layer)?, ty), &[m.remote()], SETUP_WAIT)
+                    .await?;
+                if layer == Layer::UnicastPipe && !out.is_compact() {
+                    return Err(BenchError::Responder {
+                        layer: layer.name().into(),
+                        reason: "the output pipe is not in compact framing".into(),
+                    });
+                }
+                Kind::Pipe { out, acks }
+            }
+            Layer::BidiPipe => {
+                let m = link(h.peer.connect(addr).await?).await?;
+                let pipe = h
+                    .peer
+                    .pipes()
+                    .connect_bidi(
+                        &adv(ready.pipe(0, layer)?, PipeType::Unicast),
+                        m.remote(),
+                        SETUP_WAIT,
+                    )
+                    .await?;
+                Kind::Bidi { pipe }
+            }
+            Layer::Socket => {
+                let conn = link(h.peer.connect(addr).await?).await?;
+                Kind::Socket {
+                    sock: None,
+                    mode: None,
+                    conn,
+                    adv: adv(ready.pipe(0, layer)?, PipeType::Unicast),
+                }
+            }
+            Layer::Propagate => {
+                if receivers == 0 || receivers > ready.addrs.len() {
+                    return Err(BenchError::BadOption(format!(
+                        "{receivers} receivers asked, the responder has {}",
+                        ready.addrs.len()
+                    )));
+                }
+                let mut targets = Vec::new();
+                for a in &ready.addrs[..receivers] {
+                    targets.push(link(h.peer.connect(*a).await?).await?.remote());
+                }
+                let acks = h
+                    .peer
+                    .pipes()
+                    .create_input_pipe(&adv(ready.pipe(1, layer)?, PipeType::Unicast))?;
+                let out = h
+                    .peer
+                    .pipes()
+                    .create_output_pipe(
+                        &adv(ready.pipe(0, layer)?, PipeType::Propagate),
+                        &targets,
+                        SETUP_WAIT,
+                    )
+                    .await?;
+                Kind::Propagate {
+                    out,
+                    acks,
+                    receivers,
+                }
+            }
+        };
+        Ok(Client {
+            layer,
+            kind,
+            _hold: Some(h),
+        })
+    }
+
+    /// The layer.
+    pub fn layer(&self) -> Layer {
+        self.layer
+    }
+
+    fn closed(&self, what: &str) -> BenchError {
+        BenchError::Responder {
+            layer: self.layer.name().into(),
+            reason: format!("{what} closed"),
+        }
+    }
+
+    /// Opens a fresh socket in `mode` unless the current one is in it.
+    async fn socket_mode(&mut self, want: SockMode) -> Result<(), BenchError> {
+        let Some(h) = &self._hold else { return Ok(()) };
+        let Kind::Socket {
+            sock,
+            mode,
+            conn,
+            adv,
+        } = &mut self.kind
+        else {
+            return Ok(());
+        };
+        if *mode == Some(want) && sock.is_some() {
+            return Ok(());
+        }
+        // The previous socket closes in the background.
+        *sock = None;
+        let mut s =
+            JxtaSocket::connect(&h.peer.pipes(), adv, conn.remote(), SocketConfig::default())
+                .await?;
+        let pre = match want {
+            SockMode::Fixed(n) => n as u32,
+            SockMode::Framed => SOCKET_FRAMED,
+        };
+        s.write_all(&pre.to_be_bytes())
+            .await
+            .map_err(io_err("socket preamble"))?;
+        s.flush().await.map_err(io_err("socket preamble"))?;
+        *sock = Some(s);
+        *mode = Some(want);
+        Ok(())
+    }
+
+    /// A counter of bytes this client has put on its connection, for
+    /// layers whose per-message wire size is not returned by a send (the
+    /// socket: data blocks and the acks it sends).
+    pub fn wire_counter(&self) -> Option<u64> {
+        match &self.kind {
+            Kind::Socket { conn, .. } => Some(conn.connection().bytes_out()),
+            _ => None,
+        }
+    }
+
+    /// One message/ack pair; returns the bytes the message took on the
+    /// wire (propagate: per receiver connection).
+    pub async fn pair(&mut self, ping: &Ping) -> Result<u64, BenchError> {
+        if matches!(self.kind, Kind::Socket { .. }) {
+            self.socket_mode(SockMode::Fixed(ping.len())).await?;
+        }
+        match &mut self.kind {
+            Kind::Tcp { stream } => {
+                let hdr = Frame::Ping(ping.len()).header();
+                juxta::transport::tcp::write_all_vectored(stream, &[&hdr[..], &ping.flat[..]])
+                    .await
+                    .map_err(io_err("tcp write"))?;
+                let mut ack = [0u8; 1];
+                stream
+                    .read_exact(&mut ack)
+                    .await
+                    .map_err(io_err("tcp ack"))?;
+                Ok(4 + ping.len() as u64)
+            }
+            Kind::Endpoint { messenger, acks } => {
+                let n = messenger
+                    .send(BENCH_SERVICE, Some("ping"), ping.message())
+                    .await?;
+                if acks.recv().await.is_none() {
+                    return Err(self.closed("ack listener"));
+                }
+                Ok(n as u64)
+            }
+            Kind::Pipe { out, acks } => {
+                let n = out.send(ping.message()).await?;
+                if acks.recv().await.is_none() {
+                    return Err(self.closed("ack pipe"));
+                }
+                Ok(n as u64)
+            }
+            Kind::Bidi { pipe } => {
+                let n = pipe.send(ping.message()).await?;
+                if pipe.recv().await.is_none() {
+                    return Err(self.closed("bidi pipe"));
+                }
+                Ok(n as u64)
+            }
+            Kind::Socket { sock, .. } => {
+                let s = sock.as_mut().expect("opened above");
+                s.write_all(&ping.flat).await.map_err(io_err("socket write"))?;
+                s.flush().await.map_err(io_err("socket flush"))?;
+                let mut ack = [0u8; 1];
+                s.read_exact(&mut ack).await.map_err(io_err("socket ack"))?;
+                Ok(0)
+            }
+            Kind::Propagate {
+                out,
+                acks,
+                receivers,
+            } => {
+                let n = out.send(ping.message()).await?;
+                for _ in 0..*receivers {
+                    if acks.recv().await.is_none() {
+                        return Err(self.closed("ack pipe"));
+                    }
+                }
+                Ok((n / *receivers) as u64)
+            }
+        }
+    }
+
+    /// Sends one-way data (counted by the receiver, not answered).
+    pub async fn send_counted(&mut self, payload: &Bytes) -> Result<(), BenchError> {
+        if matches!(self.kind, Kind::Socket { .. }) {
+            self.socket_mode(SockMode::Framed).await?;
+        }
+        let msg = || Message::new().with(Element::bytes(NS, ELEM_TPUT, payload.clone()));
+        match &mut self.kind {
+            Kind::Tcp { stream } => {
+                let hdr = Frame::Counted(payload.len()).header();
+                juxta::transport::tcp::write_all_vectored(stream, &[&hdr[..], &payload[..]])
+                    .await
+                    .map_err(io_err("tcp write"))?;
+            }
+            Kind::Endpoint { messenger, .. } => {
+                messenger.send(BENCH_SERVICE, Some("ping"), msg()).await?;
+            }
+            Kind::Pipe { out, .. } => {
+                out.send(msg()).await?;
+            }
+            Kind::Bidi { pipe } => {
+                pipe.send(msg()).await?;
+            }
+            Kind::Socket { sock, .. } => {
+                let s = sock.as_mut().expect("opened above");
+                let hdr = Frame::Counted(payload.len()).header();
+                s.write_all(&hdr).await.map_err(io_err("socket write"))?;
+                s.write_all(payload).await.map_err(io_err("socket write"))?;
+                s.flush().await.map_err(io_err("socket flush"))?;
+            }
+            Kind::Propagate { .. } => {
+                return Err(BenchError::Unsupported {
+                    layer: self.layer.name().into(),
+                    scenario: "one-way sends".into(),
+                    allowed: "every other layer".into(),
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a control message on the data channel (so it arrives after
+    /// everything sent before) and waits for its answer: `Sync` returns
+    /// `None` once acked, `End` the receiver's report.
+    pub async fn control(&mut self, kind: Ctl, arg: u64) -> Result<Option<Report>, BenchError> {
+        if matches!(self.kind, Kind::Socket { .. }) {
+            self.socket_mode(SockMode::Framed).await?;
+        }
+        let layer = self.layer;
+        let answer = async {
+            match &mut self.kind {
+                Kind::Tcp { stream } => {
+                    stream
+                        .write_all(&control_frame(kind, arg))
+                        .await
+                        .map_err(io_err("tcp write"))?;
+                    read_stream_answer(stream, kind).await
+                }
+                Kind::Socket { sock, .. } => {
+                    let s = sock.as_mut().expect("opened above");
+                    s.write_all(&control_frame(kind, arg))
+                        .await
+                        .map_err(io_err("socket write"))?;
+                    s.flush().await.map_err(io_err("socket flush"))?;
+                    read_stream_answer(s, kind).await
+                }
+                Kind::Endpoint { messenger, acks } => {
+                    messenger
+                        .send(BENCH_SERVICE, Some("ping"), ctl_message(kind, arg))
+                        .await?;
+                    if kind == Ctl::Begin {
+                        return Ok(None);
+                    }
+                    let m = acks.recv().await.map(|d| d.message);
+                    message_answer(layer, kind, m)
+                }
+                Kind::Pipe { out, acks } => {
+                    out.send(ctl_message(kind, arg)).await?;
+                    if kind == Ctl::Begin {
+                        return Ok(None);
+                    }
+                    let m = acks.recv().await.map(|d| d.message);
+                    message_answer(layer, kind, m)
+                }
+                Kind::Bidi { pipe } => {
+                    pipe.send(ctl_message(kind, arg)).await?;
+                    if kind == Ctl::Begin {
+                        return Ok(None);
+                    }
+                    let m = pipe.recv().await.map(|d| d.message);
+                    message_answer(layer, kind, m)
+                }
+                Kind::Propagate { .. } => Err(BenchError::Unsupported {
+                    layer: layer.name().into(),
+                    scenario: "one-way sends".into(),
+                    allowed: "every other layer".into(),
+                }),
+            }
+        };
+        tokio::time::timeout(REPLY_WAIT, answer)
+            .await
+            .map_err(|_| BenchError::Responder {
+                layer: layer.name().into(),
+                reason: format!("no answer to {kind:?} within {REPLY_WAIT:?}"),
+            })?
+    }
+}
+
+async fn read_stream_answer<S: AsyncRead + Unpin>(
+    s: &mut S,
+    kind: Ctl,
+) -> Result<Option<Report>, BenchError> {
+    match kind {
+        Ctl::Begin => Ok(None),
+        Ctl::Sync => {
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b).await.map_err(io_err("sync answer"))?;
+            Ok(None)
+        }
+        Ctl::End => {
+            let mut b = [0u8; 24];
+            s.read_exact(&mut b).await.map_err(io_err("end report"))?;
+            Ok(Report::parse(&b))
+        }
+    }
+}
+
+fn message_answer(layer: Layer, kind: Ctl, m: Option<Message>) -> Result<Option<Report>, BenchError> {
+    let m = m.ok_or_else(|| BenchError::Responder {
+        layer: layer.name().into(),
+        reason: "reply channel closed".into(),
+    })?;
+    match kind {
+        Ctl::Begin | Ctl::Sync => Ok(None),
+        Ctl::End => m
+            .get(NS, ELEM_REP)
+            .and_then(|e| Report::parse(&e.data))
+            .map(Some)
+            .ok_or_else(|| BenchError::Responder {
+                layer: layer.name().into(),
+                reason: "end of run answered without a report".into(),
+            }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_parse_and_name() {
+        for l in Layer::ALL {
+            assert_eq!(Layer::parse(l.name()).unwrap(), l);
+        }
+        assert!(Layer::parse("udp").is_err());
+        assert_eq!(Layer::SecurePipe.key_bits(1024), 2048);
+        assert_eq!(Layer::UnicastPipe.key_bits(1024), 1024);
+        let v = parse_layers("unicast-pipe,tcp,unicast-pipe,socket", "x", &Layer::ALL).unwrap();
+        assert_eq!(v, vec![Layer::Tcp, Layer::UnicastPipe, Layer::Socket]);
+        assert!(parse_layers("propagate", "composition", &[Layer::Tcp, Layer::Endpoint]).is_err());
+        assert_eq!(
+            serde_json::to_string(&Layer::BidiPipe).unwrap(),
+            "\"bidi-pipe\""
+        );
+    }
+
+    #[test]
+    fn ready_lines_round_trip() {
+        let r = Ready {
+            addrs: vec!["127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap()],
+            pipes: vec![crate::util::random_pipe_id(), crate::util::random_pipe_id()],
+        };
+        assert_eq!(Ready::parse(&r.to_line()).unwrap(), r);
+        let plain = Ready::parse("READY 127.0.0.1:9\n").unwrap();
+        assert_eq!(plain.addrs.len(), 1);
+        assert!(plain.pipes.is_empty());
+        assert!(Ready::parse("READY").is_none());
+        assert!(Ready::parse("READY nonsense").is_none());
+        assert!(Ready::parse("READY 127.0.0.1:9 urn:jxta:bad").is_none());
+    }
+
+    #[test]
+    fn stream_frames_round_trip() {
+        for f in [
+            Frame::Ping(0),
+            Frame::Ping(1),
+            Frame::Ping(crate::util::MAX_SIZE),
+            Frame::Counted(1),
+            Frame::Counted(1 << 20),
+            Frame::Control(Some(Ctl::Begin)),
+            Frame::Control(Some(Ctl::Sync)),
+            Frame::Control(Some(Ctl::End)),
+        ] {
+            assert_eq!(Frame::decode(u32::from_be_bytes(f.header())), f);
+        }
+        // The ping header is the plain length the tcp baseline always used.
+        assert_eq!(Frame::Ping(1024).header(), 1024u32.to_be_bytes());
+        assert_eq!(Frame::Control(None).body_len(), 8);
+        let c = control_frame(Ctl::End, 7);
+        assert_eq!(
+            Frame::decode(u32::from_be_bytes(c[..4].try_into().unwrap())),
+            Frame::Control(Some(Ctl::End))
+        );
+        assert_eq!(u64::from_be_bytes(c[4..].try_into().unwrap()), 7);
+    }
+
+    #[test]
+    fn responder_handles_pings_data_and_control() {
+        let mut sink = SeqCounter::default();
+        let ping = Ping::composed(5, 4096);
+        assert_eq!(ping.elements(), 5);
+        assert_eq!(ping.len(), 20480);
+        assert_eq!(handle_message(&mut sink, &ping.message()), Reply::Ack);
+        let data = |id: u64| {
+            let mut b = vec![0u8; 16];
+            crate::util::put_id(&mut b, id);
+            Message::new().with(Element::bytes(NS, ELEM_TPUT, b))
+        };
+        assert_eq!(handle_message(&mut sink, &data(0)), Reply::Nothing);
+        assert_eq!(handle_message(&mut sink, &data(1)), Reply::Nothing);
+        assert_eq!(handle_message(&mut sink, &ctl_message(Ctl::Sync, 0)), Reply::Ack);
+        let Reply::Report(r) = handle_message(&mut sink, &ctl_message(Ctl::End, 2)) else {
+            panic!("no report");
+        };
+        let r = Report::parse(&r).unwrap();
+        assert_eq!((r.received, r.unique, r.bytes), (2, 2, 32));
+        assert_eq!(handle_message(&mut sink, &ctl_message(Ctl::Begin, 0)), Reply::Nothing);
+        assert_eq!(sink, SeqCounter::default());
+        // The answers are what the client expects.
+        let rep = Reply::Report(sink.report()).message();
+        assert_eq!(
+            message_answer(Layer::Endpoint, Ctl::End, rep).unwrap(),
+            Some(Report {
+                received: 0,
+                unique: 0,
+                bytes: 0
+            })
+        );
+        assert!(message_answer(Layer::Endpoint, Ctl::End, Some(ack_message())).is_err());
+        assert!(message_answer(Layer::Endpoint, Ctl::Sync, None).is_err());
+    }
+}
