@@ -12,6 +12,7 @@
 //! preamble: a ping size (every ping is exactly that many bytes, answered by
 //! one byte) or [`SOCKET_FRAMED`] for the framed protocol.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -136,7 +137,11 @@ impl Layer {
             Err(BenchError::Unsupported {
                 layer: self.name().into(),
                 scenario: scenario.into(),
-                allowed: allowed.iter().map(|l| l.name()).collect::<Vec<_>>().join(", "),
+                allowed: allowed
+                    .iter()
+                    .map(|l| l.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             })
         }
     }
@@ -185,15 +190,20 @@ impl Ready {
             .split(',')
             .map(|a| a.parse().ok())
             .collect::<Option<Vec<SocketAddr>>>()?;
-        let pipes = it.map(|p| p.parse().ok()).collect::<Option<Vec<PipeId>>>()?;
+        let pipes = it
+            .map(|p| p.parse().ok())
+            .collect::<Option<Vec<PipeId>>>()?;
         (!addrs.is_empty()).then_some(Ready { addrs, pipes })
     }
 
     fn pipe(&self, i: usize, layer: Layer) -> Result<PipeId, BenchError> {
-        self.pipes.get(i).copied().ok_or_else(|| BenchError::Responder {
-            layer: layer.name().into(),
-            reason: format!("READY line names no pipe #{i}"),
-        })
+        self.pipes
+            .get(i)
+            .copied()
+            .ok_or_else(|| BenchError::Responder {
+                layer: layer.name().into(),
+                reason: format!("READY line names no pipe #{i}"),
+            })
     }
 }
 
@@ -573,22 +583,22 @@ async fn serve_pipe(peer: &Peer, mut input: InputPipe, ack: PipeAdvertisement) {
     let mut back: HashMap<PeerId, (OutputPipe, SeqCounter)> = HashMap::new();
     while let Some(m) = input.recv().await {
         let Some(from) = m.from else { continue };
-        if !back.contains_key(&from) {
-            match peer
-                .pipes()
-                .create_output_pipe(&ack, &[from], SETUP_WAIT)
-                .await
-            {
-                Ok(o) => {
-                    back.insert(from, (o, SeqCounter::default()));
-                }
-                Err(e) => {
-                    tracing::warn!(%from, error = %e, "cannot bind the ack pipe");
-                    continue;
+        let (out, sink) = match back.entry(from) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(v) => {
+                match peer
+                    .pipes()
+                    .create_output_pipe(&ack, &[from], SETUP_WAIT)
+                    .await
+                {
+                    Ok(o) => v.insert((o, SeqCounter::default())),
+                    Err(e) => {
+                        tracing::warn!(%from, error = %e, "cannot bind the ack pipe");
+                        continue;
+                    }
                 }
             }
-        }
-        let (out, sink) = back.get_mut(&from).expect("inserted");
+        };
         if let Some(r) = handle_message(sink, &m.message).message() {
             if let Err(e) = out.send(r).await {
                 tracing::warn!(%from, error = %e, "ack failed");
@@ -639,18 +649,16 @@ pub async fn run_responder(
             let mut back: HashMap<PeerId, (Messenger, SeqCounter)> = HashMap::new();
             while let Some(d) = pings.recv().await {
                 let Some(from) = d.from else { continue };
-                if !back.contains_key(&from) {
-                    match h.peer.messenger(&from) {
-                        Ok(m) => {
-                            back.insert(from, (m, SeqCounter::default()));
-                        }
+                let (m, sink) = match back.entry(from) {
+                    Entry::Occupied(e) => e.into_mut(),
+                    Entry::Vacant(v) => match h.peer.messenger(&from) {
+                        Ok(m) => v.insert((m, SeqCounter::default())),
                         Err(e) => {
                             tracing::warn!(%from, error = %e, "no messenger back");
                             continue;
                         }
-                    }
-                }
-                let (m, sink) = back.get_mut(&from).expect("inserted");
+                    },
+                };
                 if let Some(r) = handle_message(sink, &d.message).message() {
                     if let Err(e) = m.send(BENCH_SERVICE, Some("ack"), r).await {
                         tracing::warn!(%from, error = %e, "ack failed");
@@ -859,10 +867,12 @@ impl Client {
         let key_bits = layer.key_bits(key_bits);
         let addr = ready.addrs[0];
         if layer == Layer::Tcp {
-            let stream = TcpStream::connect(addr).await.map_err(|source| BenchError::Io {
-                what: format!("connecting to tcp responder {addr}"),
-                source,
-            })?;
+            let stream = TcpStream::connect(addr)
+                .await
+                .map_err(|source| BenchError::Io {
+                    what: format!("connecting to tcp responder {addr}"),
+                    source,
+                })?;
             stream.set_nodelay(true).map_err(io_err("set_nodelay"))?;
             return Ok(Client {
                 layer,
@@ -1070,7 +1080,9 @@ impl Client {
             }
             Kind::Socket { sock, .. } => {
                 let s = sock.as_mut().expect("opened above");
-                s.write_all(&ping.flat).await.map_err(io_err("socket write"))?;
+                s.write_all(&ping.flat)
+                    .await
+                    .map_err(io_err("socket write"))?;
                 s.flush().await.map_err(io_err("socket flush"))?;
                 let mut ack = [0u8; 1];
                 s.read_exact(&mut ack).await.map_err(io_err("socket ack"))?;
@@ -1218,7 +1230,11 @@ async fn read_stream_answer<S: AsyncRead + Unpin>(
     }
 }
 
-fn message_answer(layer: Layer, kind: Ctl, m: Option<Message>) -> Result<Option<Report>, BenchError> {
+fn message_answer(
+    layer: Layer,
+    kind: Ctl,
+    m: Option<Message>,
+) -> Result<Option<Report>, BenchError> {
     let m = m.ok_or_else(|| BenchError::Responder {
         layer: layer.name().into(),
         reason: "reply channel closed".into(),
@@ -1260,7 +1276,10 @@ mod tests {
     #[test]
     fn ready_lines_round_trip() {
         let r = Ready {
-            addrs: vec!["127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap()],
+            addrs: vec![
+                "127.0.0.1:1".parse().unwrap(),
+                "127.0.0.1:2".parse().unwrap(),
+            ],
             pipes: vec![crate::util::random_pipe_id(), crate::util::random_pipe_id()],
         };
         assert_eq!(Ready::parse(&r.to_line()).unwrap(), r);
@@ -1311,13 +1330,19 @@ mod tests {
         };
         assert_eq!(handle_message(&mut sink, &data(0)), Reply::Nothing);
         assert_eq!(handle_message(&mut sink, &data(1)), Reply::Nothing);
-        assert_eq!(handle_message(&mut sink, &ctl_message(Ctl::Sync, 0)), Reply::Ack);
+        assert_eq!(
+            handle_message(&mut sink, &ctl_message(Ctl::Sync, 0)),
+            Reply::Ack
+        );
         let Reply::Report(r) = handle_message(&mut sink, &ctl_message(Ctl::End, 2)) else {
             panic!("no report");
         };
         let r = Report::parse(&r).unwrap();
         assert_eq!((r.received, r.unique, r.bytes), (2, 2, 32));
-        assert_eq!(handle_message(&mut sink, &ctl_message(Ctl::Begin, 0)), Reply::Nothing);
+        assert_eq!(
+            handle_message(&mut sink, &ctl_message(Ctl::Begin, 0)),
+            Reply::Nothing
+        );
         assert_eq!(sink, SeqCounter::default());
         // The answers are what the client expects.
         let rep = Reply::Report(sink.report()).message();

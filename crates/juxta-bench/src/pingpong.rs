@@ -17,8 +17,8 @@ use serde::Serialize;
 
 pub use crate::layers::{run_responder, Layer, BENCH_SERVICE};
 use crate::layers::{spawn_responder, Client, Host, Ping, Responder, ResponderSpec};
-pub use crate::util::{pin_current, Pin};
 use crate::util::percentile;
+pub use crate::util::{pin_current, Pin};
 use crate::BenchError;
 
 /// Layers the ping-pong measures.
@@ -178,7 +178,10 @@ pub(crate) async fn measure(
 ) -> Result<Vec<Samples>, BenchError> {
     let warmup = warmup.min((256 << 20) / ping.len().max(1)).max(10);
     for lane in lanes.iter_mut() {
-        progress(&format!("{what}: warm-up {} ({warmup} pairs)", lane.label()));
+        progress(&format!(
+            "{what}: warm-up {} ({warmup} pairs)",
+            lane.label()
+        ));
         for _ in 0..warmup {
             lane.client.pair(ping).await?;
         }
@@ -249,7 +252,10 @@ pub(crate) async fn connect_lanes(
             key_bits,
             receivers,
         };
-        responders.insert(layer, spawn_responder(host, &spec, pin.responder_core()).await?);
+        responders.insert(
+            layer,
+            spawn_responder(host, &spec, pin.responder_core()).await?,
+        );
         order.push(layer);
     }
     let mut out = Vec::new();
@@ -349,7 +355,12 @@ mod tests {
     #[test]
     fn lanes_put_tcp_first_and_expand_propagate() {
         let l = lanes_of(
-            &[Layer::UnicastPipe, Layer::Propagate, Layer::Tcp, Layer::UnicastPipe],
+            &[
+                Layer::UnicastPipe,
+                Layer::Propagate,
+                Layer::Tcp,
+                Layer::UnicastPipe,
+            ],
             &[1, 2, 2, 8],
         );
         assert_eq!(

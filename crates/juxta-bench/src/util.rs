@@ -122,10 +122,9 @@ pub fn parse_sizes(s: &str) -> Result<Vec<usize>, BenchError> {
 /// Parses a list of positive counts (`1,2,4,8`).
 pub fn parse_counts(s: &str, what: &str) -> Result<Vec<usize>, BenchError> {
     let v = parse_list(s, |x| {
-        x.parse::<usize>()
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| BenchError::BadOption(format!("{what} {x:?} (expected a positive integer)")))
+        x.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
+            BenchError::BadOption(format!("{what} {x:?} (expected a positive integer)"))
+        })
     })?;
     if v.is_empty() {
         return Err(BenchError::BadOption(format!("empty {what} list {s:?}")));
@@ -369,7 +368,10 @@ mod tests {
 
     #[test]
     fn counts_parse_positive() {
-        assert_eq!(parse_counts("1,2,4,8", "receivers").unwrap(), vec![1, 2, 4, 8]);
+        assert_eq!(
+            parse_counts("1,2,4,8", "receivers").unwrap(),
+            vec![1, 2, 4, 8]
+        );
         assert!(parse_counts("0", "receivers").is_err());
         assert!(parse_counts("a", "receivers").is_err());
     }
@@ -400,7 +402,11 @@ mod tests {
             let mut b = pattern(size);
             put_id(&mut b, 0x0102_0304_0506_0708);
             let w = id_width(size);
-            let mask = if w == 8 { u64::MAX } else { (1u64 << (8 * w)) - 1 };
+            let mask = if w == 8 {
+                u64::MAX
+            } else {
+                (1u64 << (8 * w)) - 1
+            };
             assert_eq!(get_id(&b), 0x0102_0304_0506_0708 & mask);
             // The rest of the payload is untouched.
             assert_eq!(b[w..], pattern(size)[w..]);

@@ -6,7 +6,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use juxta::{Messenger, Peer, PeerConfig};
-use juxta_bench::pingpong::{self, Layer, Pin, PingPongOptions, BENCH_SERVICE};
+use juxta_bench::composition::{self, CompositionOptions};
+use juxta_bench::layers::{self, Host, Layer, ResponderSpec, BENCH_SERVICE};
+use juxta_bench::pingpong::{self, PingPongOptions};
+use juxta_bench::senders::{self, SendersOptions};
+use juxta_bench::throughput::{self, Pattern, ThroughputOptions};
+use juxta_bench::util::{parse_counts, parse_sizes, pin_current, Pin};
 use juxta_proto::message::{Element, Message};
 
 #[derive(Parser)]
@@ -58,6 +63,9 @@ enum Cmd {
         core: Option<usize>,
         #[arg(long, default_value_t = 1024)]
         key_bits: usize,
+        /// Receiver peers to host (propagate).
+        #[arg(long, default_value_t = 1)]
+        receivers: usize,
     },
 }
 
@@ -65,16 +73,28 @@ enum Cmd {
 enum BenchCmd {
     /// Message/ack ping-pong per layer against plain TCP.
     Pingpong(PingPongArgs),
+    /// One-way messages/s and MB/s per layer and size, smooth and bursty,
+    /// with loss counted by message id at the receiver.
+    Throughput(ThroughputArgs),
+    /// One 20 KB message as 1x20 KB, 5x4 KB, 10x2 KB, 20x1 KB elements:
+    /// ping-pong RTT per layer against plain TCP with the same bytes.
+    Composition(CompositionArgs),
+    /// 1, 2, 4, 8 sender peers ping-ponging into one input pipe.
+    Senders(SendersArgs),
 }
 
 #[derive(clap::Args, Clone)]
 struct PingPongArgs {
-    /// Layers (tcp is always measured): tcp, endpoint, endpoint-compat.
+    /// Layers (tcp is always measured): tcp, endpoint, endpoint-compat,
+    /// unicast-pipe, secure-pipe, bidi-pipe, socket, propagate.
     #[arg(long, default_value = "tcp,endpoint,endpoint-compat")]
     layers: String,
-    /// Payload sizes in bytes.
+    /// Payload sizes in bytes (suffixes K and M allowed).
     #[arg(long, default_value = "1,1024,16384,65536,262144,1048576,4194304")]
     sizes: String,
+    /// Receiver counts of the propagate layer (1 sender to n receivers).
+    #[arg(long, default_value = "1,2,4,8")]
+    receivers: String,
     /// CPU placement of the two processes: same, split or none.
     #[arg(long, default_value = "same")]
     pin: String,
@@ -100,6 +120,7 @@ impl Default for PingPongArgs {
         PingPongArgs {
             layers: "tcp,endpoint,endpoint-compat".into(),
             sizes: "1,1024,16384,65536,262144,1048576,4194304".into(),
+            receivers: "1,2,4,8".into(),
             pin: "same".into(),
             warmup: 1000,
             runs: 5,
@@ -108,6 +129,106 @@ impl Default for PingPongArgs {
             json: None,
         }
     }
+}
+
+#[derive(clap::Args, Clone)]
+struct ThroughputArgs {
+    /// Layers: tcp, endpoint, endpoint-compat, unicast-pipe, secure-pipe,
+    /// bidi-pipe, socket.
+    #[arg(
+        long,
+        default_value = "tcp,endpoint,unicast-pipe,secure-pipe,bidi-pipe,socket"
+    )]
+    layers: String,
+    /// Payload sizes in bytes (suffixes K and M allowed).
+    #[arg(long, default_value = "1,1K,64K,1M")]
+    sizes: String,
+    /// Sending patterns: smooth, bursty.
+    #[arg(long, default_value = "smooth,bursty")]
+    patterns: String,
+    /// Smooth: how long each (layer, size) sends, in ms.
+    #[arg(long, default_value_t = 500)]
+    duration_ms: u64,
+    /// Smooth: send exactly this many messages instead of for a time.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Bursty: number of bursts.
+    #[arg(long, default_value_t = 3)]
+    bursts: usize,
+    /// Bursty: messages per burst.
+    #[arg(long, default_value_t = 50)]
+    burst_len: usize,
+    /// Bursty: idle time between bursts, in ms.
+    #[arg(long, default_value_t = 500)]
+    idle_ms: u64,
+    /// Warm-up messages per layer and size (capped at 32 MiB of payload).
+    #[arg(long, default_value_t = 2000)]
+    warmup: u64,
+    /// CPU placement of the two processes: same, split or none.
+    #[arg(long, default_value = "same")]
+    pin: String,
+    /// RSA key size of the bench peers (secure pipes use at least 2048).
+    #[arg(long, default_value_t = 1024)]
+    key_bits: usize,
+    /// Write {"results": [...]} here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Clone)]
+struct CompositionArgs {
+    /// Layers (tcp is always measured): endpoint, endpoint-compat, unicast-pipe.
+    #[arg(long, default_value = "tcp,endpoint,unicast-pipe")]
+    layers: String,
+    /// Compositions, elements x element size.
+    #[arg(long, default_value = "1x20K,5x4K,10x2K,20x1K")]
+    compositions: String,
+    /// CPU placement of the two processes: same, split or none.
+    #[arg(long, default_value = "same")]
+    pin: String,
+    /// Warm-up pairs per layer and composition.
+    #[arg(long, default_value_t = 1000)]
+    warmup: usize,
+    /// Timed runs.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Pairs per timed run.
+    #[arg(long, default_value_t = 100)]
+    pairs: usize,
+    /// RSA key size of the bench peers.
+    #[arg(long, default_value_t = 1024)]
+    key_bits: usize,
+    /// Write {"results": [...]} here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Clone)]
+struct SendersArgs {
+    /// Layers: tcp, endpoint, unicast-pipe, secure-pipe, bidi-pipe.
+    #[arg(long, default_value = "tcp,unicast-pipe")]
+    layers: String,
+    /// Sender counts.
+    #[arg(long, default_value = "1,2,4,8")]
+    senders: String,
+    /// Payload sizes in bytes (suffixes K and M allowed).
+    #[arg(long, default_value = "1")]
+    sizes: String,
+    /// Timed ping-pong per (layer, senders, size), in ms.
+    #[arg(long, default_value_t = 1000)]
+    duration_ms: u64,
+    /// Warm-up pairs per sender before each timed period.
+    #[arg(long, default_value_t = 200)]
+    warmup: usize,
+    /// CPU placement of the two processes: same, split or none.
+    #[arg(long, default_value = "same")]
+    pin: String,
+    /// RSA key size of the bench peers (secure pipes use at least 2048).
+    #[arg(long, default_value_t = 1024)]
+    key_bits: usize,
+    /// Write {"results": [...]} here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -145,25 +266,36 @@ fn main() -> ExitCode {
             layer,
             core,
             key_bits,
+            receivers,
         } => {
-            pingpong::pin_current(core);
+            pin_current(core);
             match Layer::parse(&layer) {
-                Ok(l) => current_thread()
-                    .block_on(pingpong::run_responder(l, key_bits))
-                    .map_err(CliError::from),
+                Ok(layer) => {
+                    let spec = ResponderSpec {
+                        layer,
+                        key_bits,
+                        receivers: receivers.max(1),
+                    };
+                    current_thread()
+                        .block_on(layers::run_responder(&spec, |ready| {
+                            // Line-buffered: the parent reads it at once.
+                            println!("{}", ready.to_line());
+                        }))
+                        .map_err(CliError::from)
+                }
                 Err(e) => Err(e.into()),
             }
         }
-        Cmd::Bench { scenario, out } => {
-            let (args, default_run) = match scenario {
-                Some(BenchCmd::Pingpong(a)) => (a, false),
-                None => (PingPongArgs::default(), true),
-            };
-            run_pingpong(
-                args,
-                default_run.then(|| out.unwrap_or_else(default_out_dir)),
-            )
-        }
+        Cmd::Bench { scenario, out } => match scenario {
+            Some(BenchCmd::Pingpong(a)) => run_pingpong(a, None),
+            Some(BenchCmd::Throughput(a)) => run_throughput(a),
+            Some(BenchCmd::Composition(a)) => run_composition(a),
+            Some(BenchCmd::Senders(a)) => run_senders(a),
+            None => run_pingpong(
+                PingPongArgs::default(),
+                Some(out.unwrap_or_else(default_out_dir)),
+            ),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -240,32 +372,63 @@ async fn run_peer(
     Ok(())
 }
 
-fn parse_list<T>(
-    s: &str,
-    f: impl Fn(&str) -> Result<T, juxta_bench::BenchError>,
-) -> Result<Vec<T>, CliError> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|x| !x.is_empty())
-        .map(|x| f(x).map_err(CliError::from))
-        .collect()
+fn host() -> Result<Host, CliError> {
+    std::env::current_exe()
+        .map(Host::Process)
+        .map_err(|e| CliError::Msg(format!("cannot find the juxta executable: {e}")))
+}
+
+fn prepare_json(p: &std::path::Path) -> Result<(), CliError> {
+    if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            CliError::Msg(format!(
+                "cannot create output directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// Writes `{"command", "machine", "options", "results"}`.
+fn write_json(
+    p: &std::path::Path,
+    opts: serde_json::Value,
+    rows: serde_json::Value,
+) -> Result<(), CliError> {
+    let doc = serde_json::json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "machine": juxta_bench::machine::facts(),
+        "options": opts,
+        "results": rows,
+    });
+    std::fs::write(p, serde_json::to_string_pretty(&doc).expect("json"))
+        .map_err(|e| CliError::Msg(format!("cannot write {}: {e}", p.display())))?;
+    eprintln!("wrote {}", p.display());
+    Ok(())
+}
+
+/// Runs a scenario future on a current-thread runtime, logging progress
+/// lines with the elapsed time on stderr.
+fn drive<T, F>(f: impl FnOnce(Box<dyn FnMut(&str)>) -> F) -> Result<T, CliError>
+where
+    F: std::future::Future<Output = Result<T, juxta_bench::BenchError>>,
+{
+    let started = std::time::Instant::now();
+    let progress: Box<dyn FnMut(&str)> =
+        Box::new(move |line: &str| eprintln!("[{:>6.1}s] {line}", started.elapsed().as_secs_f64()));
+    Ok(current_thread().block_on(f(progress))?)
 }
 
 fn run_pingpong(args: PingPongArgs, out_dir: Option<PathBuf>) -> Result<(), CliError> {
-    let layers: Vec<Layer> = parse_list(&args.layers, Layer::parse)?
+    let layers: Vec<Layer> = layers::parse_layers(&args.layers, "pingpong", &pingpong::LAYERS)?
         .into_iter()
         .filter(|l| *l != Layer::Tcp)
         .collect();
-    let sizes: Vec<usize> = parse_list(&args.sizes, |s| {
-        s.parse()
-            .map_err(|_| juxta_bench::BenchError::BadOption(format!("size {s:?}")))
-    })?;
-    if sizes.iter().any(|&s| s > (1 << 30)) {
-        return Err(CliError::Msg("sizes above 1 GiB are not supported".into()));
-    }
     let opts = PingPongOptions {
         layers,
-        sizes,
+        sizes: parse_sizes(&args.sizes)?,
+        receivers: parse_counts(&args.receivers, "receivers")?,
         pin: Pin::parse(&args.pin)?,
         warmup: args.warmup,
         runs: args.runs.max(1),
@@ -278,29 +441,27 @@ fn run_pingpong(args: PingPongArgs, out_dir: Option<PathBuf>) -> Result<(), CliE
         (None, None) => None,
     };
     if let Some(p) = &json_path {
-        if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                CliError::Msg(format!(
-                    "cannot create output directory {}: {e}",
-                    dir.display()
-                ))
-            })?;
-        }
+        prepare_json(p)?;
     }
-    let exe = std::env::current_exe()
-        .map_err(|e| CliError::Msg(format!("cannot find the juxta executable: {e}")))?;
-    let started = std::time::Instant::now();
-    let rows = current_thread().block_on(pingpong::run(&exe, &opts, |line| {
-        eprintln!("[{:>6.1}s] {line}", started.elapsed().as_secs_f64())
-    }))?;
+    let host = host()?;
+    let rows = drive(|progress| pingpong::run(&host, &opts, progress))?;
     println!(
-        "{:<16} {:>9} {:>12} {:>11} {:>12} {:>10} {:>9} {:>8}",
-        "layer", "size", "rtt_med_us", "rtt_p99_us", "bw_MB_s", "wire_B", "rtt/tcp", "bw/tcp"
+        "{:<16} {:>4} {:>9} {:>12} {:>11} {:>12} {:>10} {:>9} {:>8}",
+        "layer",
+        "rcv",
+        "size",
+        "rtt_med_us",
+        "rtt_p99_us",
+        "bw_MB_s",
+        "wire_B",
+        "rtt/tcp",
+        "bw/tcp"
     );
     for r in &rows {
         println!(
-            "{:<16} {:>9} {:>12.1} {:>11.1} {:>12.1} {:>10} {:>9.2} {:>8.2}",
+            "{:<16} {:>4} {:>9} {:>12.1} {:>11.1} {:>12.1} {:>10} {:>9.2} {:>8.2}",
             r.layer,
+            r.receivers.map(|n| n.to_string()).unwrap_or_default(),
             r.size,
             r.rtt_us_median,
             r.rtt_us_p99,
@@ -311,15 +472,166 @@ fn run_pingpong(args: PingPongArgs, out_dir: Option<PathBuf>) -> Result<(), CliE
         );
     }
     if let Some(p) = json_path {
-        let doc = serde_json::json!({
-            "command": std::env::args().collect::<Vec<_>>().join(" "),
-            "machine": juxta_bench::machine::facts(),
-            "options": opts,
-            "results": rows,
-        });
-        std::fs::write(&p, serde_json::to_string_pretty(&doc).expect("json"))
-            .map_err(|e| CliError::Msg(format!("cannot write {}: {e}", p.display())))?;
-        eprintln!("wrote {}", p.display());
+        write_json(
+            &p,
+            serde_json::to_value(&opts).expect("json"),
+            serde_json::to_value(&rows).expect("json"),
+        )?;
+    }
+    Ok(())
+}
+
+fn run_throughput(args: ThroughputArgs) -> Result<(), CliError> {
+    let mut layers = Vec::new();
+    for l in juxta_bench::util::parse_list(&args.layers, Layer::parse)? {
+        let l = l.check("throughput", &throughput::LAYERS)?;
+        if !layers.contains(&l) {
+            layers.push(l);
+        }
+    }
+    let patterns = juxta_bench::util::parse_list(&args.patterns, Pattern::parse)?;
+    if layers.is_empty() || patterns.is_empty() {
+        return Err(CliError::Msg("no layer or no pattern to measure".into()));
+    }
+    let opts = ThroughputOptions {
+        layers,
+        sizes: parse_sizes(&args.sizes)?,
+        patterns,
+        duration_ms: args.duration_ms,
+        count: args.count.filter(|&c| c > 0),
+        bursts: args.bursts.max(1),
+        burst_len: args.burst_len.max(1),
+        idle_ms: args.idle_ms,
+        warmup: args.warmup,
+        pin: Pin::parse(&args.pin)?,
+        key_bits: args.key_bits,
+    };
+    if let Some(p) = &args.json {
+        prepare_json(p)?;
+    }
+    let host = host()?;
+    let rows = drive(|progress| throughput::run(&host, &opts, progress))?;
+    println!(
+        "{:<16} {:>9} {:>8} {:>12} {:>12} {:>8}",
+        "layer", "size", "pattern", "msgs_per_s", "bw_MB_s", "loss_%"
+    );
+    for r in &rows {
+        println!(
+            "{:<16} {:>9} {:>8} {:>12.0} {:>12.1} {:>8.2}",
+            r.layer,
+            r.size,
+            r.pattern.name(),
+            r.msgs_per_s,
+            r.bandwidth_mb_s,
+            r.loss_pct
+        );
+    }
+    if let Some(p) = &args.json {
+        write_json(
+            p,
+            serde_json::to_value(&opts).expect("json"),
+            serde_json::to_value(&rows).expect("json"),
+        )?;
+    }
+    Ok(())
+}
+
+fn run_composition(args: CompositionArgs) -> Result<(), CliError> {
+    let layers: Vec<Layer> =
+        layers::parse_layers(&args.layers, "composition", &composition::LAYERS)?
+            .into_iter()
+            .filter(|l| *l != Layer::Tcp)
+            .collect();
+    let opts = CompositionOptions {
+        layers,
+        compositions: composition::parse_compositions(&args.compositions)?,
+        pin: Pin::parse(&args.pin)?,
+        warmup: args.warmup,
+        runs: args.runs.max(1),
+        pairs: args.pairs.max(1),
+        key_bits: args.key_bits,
+    };
+    if let Some(p) = &args.json {
+        prepare_json(p)?;
+    }
+    let host = host()?;
+    let rows = drive(|progress| composition::run(&host, &opts, progress))?;
+    println!(
+        "{:<16} {:>8} {:>12} {:>12} {:>8}",
+        "layer", "elements", "element_B", "rtt_med_us", "rtt/tcp"
+    );
+    for r in &rows {
+        let tcp = rows
+            .iter()
+            .find(|t| {
+                t.layer == "tcp" && t.elements == r.elements && t.element_size == r.element_size
+            })
+            .map(|t| t.rtt_us_median)
+            .unwrap_or(0.0);
+        println!(
+            "{:<16} {:>8} {:>12} {:>12.1} {:>8.2}",
+            r.layer,
+            r.elements,
+            r.element_size,
+            r.rtt_us_median,
+            if tcp > 0.0 {
+                r.rtt_us_median / tcp
+            } else {
+                0.0
+            }
+        );
+    }
+    if let Some(p) = &args.json {
+        write_json(
+            p,
+            serde_json::to_value(&opts).expect("json"),
+            serde_json::to_value(&rows).expect("json"),
+        )?;
+    }
+    Ok(())
+}
+
+fn run_senders(args: SendersArgs) -> Result<(), CliError> {
+    let mut layers = Vec::new();
+    for l in juxta_bench::util::parse_list(&args.layers, Layer::parse)? {
+        let l = l.check("senders", &senders::LAYERS)?;
+        if !layers.contains(&l) {
+            layers.push(l);
+        }
+    }
+    if layers.is_empty() {
+        return Err(CliError::Msg("no layer to measure".into()));
+    }
+    let opts = SendersOptions {
+        layers,
+        senders: parse_counts(&args.senders, "senders")?,
+        sizes: parse_sizes(&args.sizes)?,
+        duration_ms: args.duration_ms.max(1),
+        warmup: args.warmup,
+        pin: Pin::parse(&args.pin)?,
+        key_bits: args.key_bits,
+    };
+    if let Some(p) = &args.json {
+        prepare_json(p)?;
+    }
+    let host = host()?;
+    let rows = drive(|progress| senders::run(&host, &opts, progress))?;
+    println!(
+        "{:<16} {:>8} {:>9} {:>12} {:>12}",
+        "layer", "senders", "size", "msgs_per_s", "rtt_med_us"
+    );
+    for r in &rows {
+        println!(
+            "{:<16} {:>8} {:>9} {:>12.0} {:>12.1}",
+            r.layer, r.senders, r.size, r.msgs_per_s, r.rtt_us_median
+        );
+    }
+    if let Some(p) = &args.json {
+        write_json(
+            p,
+            serde_json::to_value(&opts).expect("json"),
+            serde_json::to_value(&rows).expect("json"),
+        )?;
     }
     Ok(())
 }

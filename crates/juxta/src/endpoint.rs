@@ -53,6 +53,11 @@ impl Listener {
         self.rx.recv().await
     }
 
+    /// A message already queued, without waiting.
+    pub(crate) fn try_recv(&mut self) -> Option<Delivery> {
+        self.rx.try_recv().ok()
+    }
+
     /// The service address this listener serves.
     pub fn address(&self) -> &ServiceAddress {
         &self.to
@@ -144,6 +149,50 @@ impl Messenger {
             &mut msg,
         );
         self.send_raw(&to, msg).await
+    }
+
+    /// Sends `msg` to `service`/`param` without waiting, for callers in
+    /// synchronous code (`poll_write`): if another send holds the
+    /// connection, the message is handed back (`Ok(Err(msg))`). If the
+    /// socket takes only part of the frame, the rest is finished by a task.
+    pub(crate) fn try_send(
+        &self,
+        service: &str,
+        param: Option<&str>,
+        msg: Message,
+    ) -> Result<Result<usize, Message>, SendError> {
+        if self.conn.is_closed() {
+            return Err(SendError::Closed(self.conn.remote));
+        }
+        let Ok(mut w) = self.conn.writer.try_lock() else {
+            return Ok(Err(msg));
+        };
+        if !w.backlog.is_empty() {
+            return Ok(Err(msg));
+        }
+        let to = mangle(
+            &self.inner.cfg.connection.group_unique,
+            &ServiceAddress::new(service, param),
+        );
+        let enc = w.out.encode(&to, msg)?;
+        let whole = w.try_write_now(&enc).map_err(|source| SendError::Io {
+            peer: self.conn.remote,
+            source,
+        })?;
+        drop(w);
+        if !whole {
+            let conn = self.conn.clone();
+            tokio::spawn(async move {
+                let mut w = conn.writer.lock().await;
+                if let Err(e) = w.drain_backlog().await {
+                    tracing::debug!(remote = %conn.remote, error = %e, "write failed");
+                }
+            });
+        }
+        self.conn
+            .bytes_out
+            .fetch_add(enc.len as u64, Ordering::Relaxed);
+        Ok(Ok(enc.len))
     }
 
     async fn send_raw(&self, to: &ServiceAddress, msg: Message) -> Result<usize, SendError> {

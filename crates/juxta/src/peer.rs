@@ -99,6 +99,7 @@ pub(crate) struct Inner {
     listeners: RwLock<HashMap<ServiceAddress, mpsc::Sender<Delivery>>>,
     pub(crate) pipes: crate::pipe::registry::PipeRegistry,
     pub(crate) secure: crate::pipe::secure::Sessions,
+    pub(crate) direct: RwLock<HashMap<String, Arc<dyn crate::pipe::DirectSink>>>,
     pub(crate) self_ref: Weak<Inner>,
     /// The multicast transport, when configured.
     pub(crate) multicast: Option<Arc<crate::transport::multicast::Multicast>>,
@@ -145,6 +146,18 @@ impl Inner {
                 return;
             }
         };
+        if d.to.service == crate::pipe::PIPE_SERVICE {
+            // Sockets take their messages straight from the connection's
+            // reader: no queue and no task switch on the data path.
+            let sink =
+                d.to.param
+                    .as_ref()
+                    .and_then(|p| self.direct.read().expect("direct lock").get(p).cloned());
+            if let Some(sink) = sink {
+                sink.deliver(d);
+                return;
+            }
+        }
         let tx = {
             let l = self.listeners.read().expect("listeners lock");
             l.get(&d.to)
@@ -337,6 +350,7 @@ impl Peer {
             listeners: RwLock::new(HashMap::new()),
             pipes: crate::pipe::registry::PipeRegistry::new(),
             secure: Default::default(),
+            direct: RwLock::new(HashMap::new()),
             self_ref: w.clone(),
             multicast,
         });

@@ -84,6 +84,17 @@ impl InputPipe {
         }
     }
 
+    /// A message already queued (unicast pipes), without waiting.
+    pub(crate) fn try_recv(&mut self) -> Option<PipeMessage> {
+        match &mut self.source {
+            Source::Endpoint(l) => l.try_recv().map(|d| PipeMessage {
+                message: d.message,
+                from: d.from,
+            }),
+            Source::Secure(_) => None,
+        }
+    }
+
     /// Hands every message to `handler` on a task of its own (the JXTA
     /// "pipe listener" style) until the peer stops; returns the task.
     pub fn spawn_listener<F>(mut self, mut handler: F) -> tokio::task::JoinHandle<()>

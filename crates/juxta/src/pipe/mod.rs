@@ -102,6 +102,12 @@ impl From<crate::PeerError> for PipeError {
     }
 }
 
+/// Receives the messages of one pipe synchronously on the connection's
+/// reader task (used by sockets, whose engine takes them without a queue).
+pub(crate) trait DirectSink: Send + Sync {
+    fn deliver(&self, d: juxta_proto::endpoint::Delivery);
+}
+
 /// A message received on an input pipe.
 #[derive(Debug, Clone)]
 pub struct PipeMessage {

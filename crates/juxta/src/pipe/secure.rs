@@ -59,6 +59,8 @@ struct Session {
     chan: SecureChannel,
     role: Role,
     failed: Option<String>,
+    /// Client: the handshake is done and our last flight has been sent.
+    established: bool,
 }
 
 /// The per-peer table of TLS sessions and the task that feeds them.
@@ -158,6 +160,7 @@ impl SecureSession {
                 ready: ready.clone(),
             },
             failed: None,
+            established: false,
         }));
         inner.secure.insert(inner, key, session.clone())?;
         let s = Arc::new(SecureSession {
@@ -183,7 +186,7 @@ impl SecureSession {
                 if let Some(f) = &g.failed {
                     return Err(PipeError::Tls(TlsError::Failed(f.clone())));
                 }
-                if !g.chan.is_handshaking() {
+                if g.established {
                     break;
                 }
             }
@@ -323,12 +326,13 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
                     plain: BytesMut::new(),
                 },
                 failed: None,
+                established: false,
             }));
             inner.secure.insert(inner, key, s.clone())?;
             s
         }
     };
-    let (replies, messages, pipe) = {
+    let (replies, messages, pipe, notify) = {
         let mut g = session.lock().expect("session lock");
         let mut res = Ok(());
         for e in d
@@ -370,10 +374,13 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
         let Session { chan, role, .. } = &mut *g;
         let mut messages = Vec::new();
         let mut pipe = None;
+        let mut notify = None;
         match role {
             Role::Client { ready } => {
                 if !handshaking {
-                    ready.notify_waiters();
+                    // Woken after our last handshake flight is on the wire:
+                    // application records must not overtake it.
+                    notify = Some(ready.clone());
                 }
                 // Nothing travels server → client but handshake data.
                 let mut sink = BytesMut::new();
@@ -399,7 +406,7 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
                 pipe = Some((*p, peer));
             }
         }
-        (replies, messages, pipe)
+        (replies, messages, pipe, notify)
     };
     if !replies.is_empty() {
         if let Some(m) = inner.messenger(&from) {
@@ -409,6 +416,10 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
             }
             let _ = m.send(TLS_SERVICE, Some(&format!("{sid:016x}")), msg).await;
         }
+    }
+    if let Some(ready) = notify {
+        session.lock().expect("session lock").established = true;
+        ready.notify_waiters();
     }
     if let Some((pipe, peer)) = pipe {
         if messages.is_empty() {

@@ -41,6 +41,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -56,7 +57,6 @@ use juxta_proto::socket::setup::{
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 
 use crate::endpoint::Messenger;
 use crate::peer::Inner;
@@ -191,12 +191,21 @@ impl JxtaServerSocket {
             let input = InputPipe::open(&self.inner, &local)?;
             let resp = ConnectResponse {
                 kind: SetupKind::Socket,
-                rem_pipe: local,
+                rem_pipe: local.clone(),
                 rem_peer: my_adv(&self.inner),
                 reliable: Some(true),
                 encrypt: Some(false),
             };
             let remote_pipe = req.req_pipe.id.to_string();
+            // Ready to receive before the client hears of our pipe.
+            let socket = JxtaSocket::start(
+                &self.inner,
+                messenger.clone(),
+                remote_pipe.clone(),
+                &local,
+                input,
+                &self.cfg,
+            );
             if let Err(e) = messenger
                 .send(PIPE_SERVICE, Some(&remote_pipe), resp.to_message())
                 .await
@@ -204,13 +213,7 @@ impl JxtaServerSocket {
                 tracing::info!(%client, error = %e, "socket answer not sent");
                 continue;
             }
-            return Ok(JxtaSocket::start(
-                &self.inner,
-                messenger,
-                remote_pipe,
-                input,
-                &self.cfg,
-            ));
+            return Ok(socket);
         }
     }
 }
@@ -228,11 +231,241 @@ struct State {
     remote_closed: bool,
     error: Option<io::ErrorKind>,
     error_text: String,
+    /// The keepalive marker went out with our first message.
+    marked: bool,
+}
+
+/// Messages that could not be written at once, in order; the driver
+/// writes them. While it does, every sender queues behind it so the
+/// stream stays in order on the wire.
+#[derive(Default)]
+struct SendQueue {
+    deferred: VecDeque<Message>,
+    driver_draining: bool,
 }
 
 struct Shared {
     state: Mutex<State>,
     wake_driver: Notify,
+    messenger: Messenger,
+    remote_pipe: String,
+    /// Ack and block may share a message (between Juxta peers only; JXSE
+    /// gets them separately, as it sends them).
+    combine: bool,
+    sendq: Mutex<SendQueue>,
+}
+
+impl Shared {
+    /// Takes up to `max` transmits from the engine as messages.
+    fn take_messages(&self, max: usize) -> Vec<Message> {
+        let mut st = self.state.lock().expect("socket lock");
+        let now = Instant::now();
+        let mut out: Vec<Message> = Vec::new();
+        let mut pending_ack: Option<Message> = None;
+        while out.len() < max {
+            let Some(t) = st.engine.poll_transmit(now) else {
+                break;
+            };
+            match t {
+                Transmit::Block { seq, data, retry } => {
+                    let mut m = pending_ack
+                        .take()
+                        .filter(|_| self.combine)
+                        .unwrap_or_default();
+                    m.push(reliable::block_element(seq, data));
+                    if retry {
+                        m.push(reliable::retry_element());
+                    }
+                    if !st.marked {
+                        m.push(reliable::keepalive_element());
+                        st.marked = true;
+                    }
+                    if let Some(a) = pending_ack.take() {
+                        out.push(a);
+                    }
+                    out.push(m);
+                }
+                Transmit::Ack {
+                    cumulative, sacks, ..
+                } => {
+                    if let Some(a) = pending_ack.take() {
+                        out.push(a);
+                    }
+                    st.marked = true;
+                    // Every ack carries the keepalive marker: it tells a
+                    // Juxta peer that we send keepalives, so it may declare
+                    // us dead after a silence (JXSE ignores the element).
+                    pending_ack = Some(
+                        Message::new()
+                            .with(reliable::ack_element(cumulative, &sacks))
+                            .with(reliable::keepalive_element()),
+                    );
+                }
+            }
+        }
+        if let Some(a) = pending_ack {
+            out.push(a);
+        }
+        if let Some(e) = st.engine.error() {
+            let why = e.to_string();
+            fail(&mut st, io::ErrorKind::TimedOut, why);
+        }
+        out
+    }
+
+    /// Sends what the engine has ready from the calling (synchronous)
+    /// context, without waiting: the application's task in `poll_write`,
+    /// or the connection's reader. Whatever cannot be written now is left
+    /// to the driver.
+    fn pump_now(&self) {
+        let mut q = self.sendq.lock().expect("send queue lock");
+        if q.driver_draining || !q.deferred.is_empty() {
+            drop(q);
+            self.wake_driver.notify_one();
+            return;
+        }
+        loop {
+            let msgs = self.take_messages(16);
+            if msgs.is_empty() {
+                return;
+            }
+            let mut it = msgs.into_iter();
+            while let Some(m) = it.next() {
+                match self
+                    .messenger
+                    .try_send(PIPE_SERVICE, Some(&self.remote_pipe), m)
+                {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(m)) => {
+                        q.deferred.push_back(m);
+                        q.deferred.extend(it);
+                        drop(q);
+                        self.wake_driver.notify_one();
+                        return;
+                    }
+                    Err(e) => {
+                        let mut st = self.state.lock().expect("socket lock");
+                        fail(&mut st, io::ErrorKind::ConnectionReset, e.to_string());
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The driver's way to send: deferred messages first, then the engine's,
+    /// waiting for the connection as needed.
+    async fn pump_async(&self) {
+        loop {
+            let next = {
+                let mut q = self.sendq.lock().expect("send queue lock");
+                q.driver_draining = true;
+                q.deferred.pop_front()
+            };
+            let batch = match next {
+                Some(m) => vec![m],
+                None => self.take_messages(64),
+            };
+            if batch.is_empty() {
+                let mut q = self.sendq.lock().expect("send queue lock");
+                if q.deferred.is_empty() {
+                    q.driver_draining = false;
+                    return;
+                }
+                continue;
+            }
+            for m in batch {
+                if let Err(e) = self
+                    .messenger
+                    .send(PIPE_SERVICE, Some(&self.remote_pipe), m)
+                    .await
+                {
+                    let mut st = self.state.lock().expect("socket lock");
+                    fail(&mut st, io::ErrorKind::ConnectionReset, e.to_string());
+                    let mut q = self.sendq.lock().expect("send queue lock");
+                    q.deferred.clear();
+                    q.driver_draining = false;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Handles one message of the socket's pipe.
+    fn on_message(&self, message: &Message) {
+        {
+            let mut st = self.state.lock().expect("socket lock");
+            let now = Instant::now();
+            match classify(message) {
+                Some(SetupMessage::Close(CloseSignal::Close)) => {
+                    st.remote_closed = true;
+                    if st.closing {
+                        // Both closed at once: theirs acknowledges ours.
+                        st.closed = true;
+                    }
+                    wake_all(&mut st);
+                    drop(st);
+                    self.wake_driver.notify_one();
+                    return;
+                }
+                Some(SetupMessage::Close(CloseSignal::CloseAck)) => {
+                    st.closed = true;
+                    st.remote_closed = true;
+                    wake_all(&mut st);
+                    drop(st);
+                    self.wake_driver.notify_one();
+                    return;
+                }
+                Some(_) => return,
+                None => {}
+            }
+            match reliable::parse(message) {
+                Ok(items) => {
+                    for it in items {
+                        match it {
+                            Incoming::Block { seq, data, retry } => {
+                                st.engine.handle_block(now, seq, data, retry)
+                            }
+                            Incoming::Ack { cumulative, sacks } => {
+                                st.engine.handle_ack(now, cumulative, &sacks)
+                            }
+                        }
+                    }
+                    if reliable::is_keepalive(message) {
+                        st.engine.handle_keepalive(now);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "bad socket message ignored");
+                    return;
+                }
+            }
+            if st.engine.readable() > 0 {
+                if let Some(w) = st.read_waker.take() {
+                    w.wake();
+                }
+            }
+            if st.engine.writable() > 0 {
+                if let Some(w) = st.write_waker.take() {
+                    w.wake();
+                }
+            }
+            if st.closing && st.engine.all_acked() {
+                drop(st);
+                self.wake_driver.notify_one();
+            }
+        }
+        // Acks open the window: send what it now allows, from here.
+        self.pump_now();
+    }
+}
+
+struct Sink(Arc<Shared>);
+
+impl crate::pipe::DirectSink for Sink {
+    fn deliver(&self, d: juxta_proto::endpoint::Delivery) {
+        self.0.on_message(&d.message);
+    }
 }
 
 /// A connected JXTA socket: a reliable byte stream implementing
@@ -241,7 +474,6 @@ struct Shared {
 pub struct JxtaSocket {
     shared: Arc<Shared>,
     remote: PeerId,
-    driver: Option<JoinHandle<()>>,
 }
 
 impl Drop for JxtaSocket {
@@ -252,10 +484,9 @@ impl Drop for JxtaSocket {
             st.closing = true;
         }
         drop(st);
+        // The driver sends what is left and finishes the close handshake
+        // (bounded by the close timeout) on its own.
         self.shared.wake_driver.notify_one();
-        // The driver finishes the close handshake (bounded by the close
-        // timeout) on its own.
-        self.driver.take();
     }
 }
 
@@ -301,7 +532,10 @@ impl JxtaSocket {
             }
         };
         if resp.rem_peer.peer_id != bound {
-            return Err(SocketError::WrongPeer(Box::new((bound, resp.rem_peer.peer_id))));
+            return Err(SocketError::WrongPeer(Box::new((
+                bound,
+                resp.rem_peer.peer_id,
+            ))));
         }
         if resp.encrypt == Some(true) {
             return Err(SocketError::EncryptionUnsupported);
@@ -310,6 +544,7 @@ impl JxtaSocket {
             &inner,
             messenger,
             resp.rem_pipe.id.to_string(),
+            &local,
             input,
             &cfg,
         ))
@@ -335,11 +570,13 @@ impl JxtaSocket {
         inner: &Arc<Inner>,
         messenger: Messenger,
         remote_pipe: String,
-        input: InputPipe,
+        local: &PipeAdvertisement,
+        mut input: InputPipe,
         cfg: &SocketConfig,
     ) -> JxtaSocket {
+        let compact = messenger.is_compact();
         let rcfg = cfg.reliable.clone().unwrap_or_else(|| {
-            let mut r = if messenger.is_compact() {
+            let mut r = if compact {
                 ReliableConfig::default()
             } else {
                 // Possibly a JXSE peer: stay within its window and queue.
@@ -360,22 +597,33 @@ impl JxtaSocket {
                 remote_closed: false,
                 error: None,
                 error_text: String::new(),
+                marked: false,
             }),
             wake_driver: Notify::new(),
-        });
-        let _ = inner;
-        let driver = tokio::spawn(drive(
-            shared.clone(),
             messenger,
             remote_pipe,
+            combine: compact,
+            sendq: Mutex::new(SendQueue::default()),
+        });
+        // From now on the connection's reader hands this pipe's messages
+        // straight to the engine; take over any that queued before.
+        let urn = local.id.to_string();
+        inner
+            .direct
+            .write()
+            .expect("direct lock")
+            .insert(urn.clone(), Arc::new(Sink(shared.clone())));
+        while let Some(m) = input.try_recv() {
+            shared.on_message(&m.message);
+        }
+        tokio::spawn(drive(
+            Arc::downgrade(inner),
+            shared.clone(),
+            urn,
             input,
             cfg.close_timeout,
         ));
-        JxtaSocket {
-            shared,
-            remote,
-            driver: Some(driver),
-        }
+        JxtaSocket { shared, remote }
     }
 }
 
@@ -384,16 +632,7 @@ fn fail(st: &mut State, kind: io::ErrorKind, why: String) {
         st.error = Some(kind);
         st.error_text = why;
     }
-    for w in [
-        st.read_waker.take(),
-        st.write_waker.take(),
-        st.close_waker.take(),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        w.wake();
-    }
+    wake_all(st);
 }
 
 fn wake_all(st: &mut State) {
@@ -409,34 +648,27 @@ fn wake_all(st: &mut State) {
     }
 }
 
-/// The socket's driver task: moves messages between the connection and the
-/// engine, runs its timers, and performs the close handshake.
+/// How often the driver looks at the engine's timers while data is in
+/// flight (the engine's own deadlines are honoured exactly otherwise).
+const TICK: Duration = Duration::from_millis(20);
+
+/// The socket's driver task: sends what could not be sent at once, runs
+/// the engine's timers (retransmission, keepalive, dead peer), and performs
+/// the close handshake. Data normally bypasses it.
 async fn drive(
+    inner: std::sync::Weak<Inner>,
     shared: Arc<Shared>,
-    messenger: Messenger,
-    remote_pipe: String,
-    mut input: InputPipe,
+    urn: String,
+    _input: InputPipe,
     close_timeout: Duration,
 ) {
-    let conn = messenger.connection().clone();
+    let conn = shared.messenger.connection().clone();
     let mut close_sent: Option<tokio::time::Instant> = None;
     let mut close_deadline: Option<tokio::time::Instant> = None;
-    // The first message we send, and every ack, carries the keepalive
-    // marker: it tells a Juxta peer that we send keepalives, so it may
-    // declare us dead after a silence (JXSE ignores the element).
-    let mut marked = false;
     loop {
-        // 1. Collect what the engine wants to send.
-        let (out, next_timer, send_close, send_close_ack, done) = {
+        shared.pump_async().await;
+        let (send_close, send_close_ack, done, next_timer, busy) = {
             let mut st = shared.state.lock().expect("socket lock");
-            let now = Instant::now();
-            let mut out = Vec::new();
-            while let Some(t) = st.engine.poll_transmit(now) {
-                out.push(t);
-                if out.len() >= 64 {
-                    break;
-                }
-            }
             if let Some(e) = st.engine.error() {
                 let why = e.to_string();
                 fail(&mut st, io::ErrorKind::TimedOut, why);
@@ -456,52 +688,24 @@ async fn drive(
             }
             let done = st.error.is_some() || st.closed;
             (
-                out,
-                st.engine.poll_timeout(),
                 send_close,
                 send_close_ack,
                 done,
+                st.engine.poll_timeout(),
+                !all_acked,
             )
         };
-        let more = out.len() >= 64;
-        for t in out {
-            let msg = match t {
-                Transmit::Block { seq, data, retry } => {
-                    let mut m = Message::new().with(reliable::block_element(seq, data));
-                    if retry {
-                        m.push(reliable::retry_element());
-                    }
-                    if !marked {
-                        m.push(reliable::keepalive_element());
-                        marked = true;
-                    }
-                    m
-                }
-                Transmit::Ack {
-                    cumulative, sacks, ..
-                } => {
-                    marked = true;
-                    Message::new()
-                        .with(reliable::ack_element(cumulative, &sacks))
-                        .with(reliable::keepalive_element())
-                }
-            };
-            if let Err(e) = messenger.send(PIPE_SERVICE, Some(&remote_pipe), msg).await {
-                let mut st = shared.state.lock().expect("socket lock");
-                fail(&mut st, io::ErrorKind::ConnectionReset, e.to_string());
-                break;
-            }
-        }
         if send_close || send_close_ack {
             let sig = if send_close {
                 CloseSignal::Close
             } else {
                 CloseSignal::CloseAck
             };
-            let _ = messenger
+            let _ = shared
+                .messenger
                 .send(
                     PIPE_SERVICE,
-                    Some(&remote_pipe),
+                    Some(&shared.remote_pipe),
                     sig.to_message(SetupKind::Socket),
                 )
                 .await;
@@ -517,19 +721,16 @@ async fn drive(
             }
         }
         if done {
-            let st = shared.state.lock().expect("socket lock");
-            // Linger for buffered reads; the task ends with nothing to send.
-            if st.closed || st.error.is_some() {
-                return;
+            if let Some(inner) = inner.upgrade() {
+                inner.direct.write().expect("direct lock").remove(&urn);
             }
+            return;
         }
-        if more {
-            continue;
-        }
-        // 2. Wait for something to happen.
+        let now = tokio::time::Instant::now();
         let timer = next_timer.map(tokio::time::Instant::from_std);
+        let tick = busy.then_some(now + TICK);
         let resend_close = close_sent.map(|t| t + Duration::from_secs(5));
-        let wake_at = [timer, resend_close, close_deadline]
+        let wake_at = [timer, tick, resend_close, close_deadline]
             .into_iter()
             .flatten()
             .min();
@@ -540,46 +741,15 @@ async fn drive(
             }
         };
         tokio::select! {
-            m = input.recv() => {
-                let Some(m) = m else { return };
-                let mut st = shared.state.lock().expect("socket lock");
-                let now = Instant::now();
-                match classify(&m.message) {
-                    Some(SetupMessage::Close(CloseSignal::Close)) => {
-                        st.remote_closed = true;
-                        if st.closing && close_sent.is_some() {
-                            // Both closed at once: treat theirs as our ack.
-                            st.closed = true;
-                        }
-                        wake_all(&mut st);
-                    }
-                    Some(SetupMessage::Close(CloseSignal::CloseAck)) => {
-                        st.closed = true;
-                        st.remote_closed = true;
-                        wake_all(&mut st);
-                    }
-                    Some(_) => {}
-                    None => match reliable::parse(&m.message) {
-                        Ok(items) => {
-                            for it in items {
-                                match it {
-                                    Incoming::Block { seq, data, retry } => st.engine.handle_block(now, seq, data, retry),
-                                    Incoming::Ack { cumulative, sacks } => st.engine.handle_ack(now, cumulative, &sacks),
-                                }
-                            }
-                            if reliable::is_keepalive(&m.message) {
-                                st.engine.handle_keepalive(now);
-                            }
-                        }
-                        Err(e) => tracing::debug!(error = %e, "bad socket message ignored"),
-                    },
-                }
-            }
             _ = shared.wake_driver.notified() => {}
             _ = conn.closed() => {
                 let mut st = shared.state.lock().expect("socket lock");
                 if !st.closed {
                     fail(&mut st, io::ErrorKind::ConnectionReset, "connection to the peer closed".into());
+                }
+                drop(st);
+                if let Some(inner) = inner.upgrade() {
+                    inner.direct.write().expect("direct lock").remove(&urn);
                 }
                 return;
             }
@@ -624,7 +794,8 @@ impl AsyncRead for JxtaSocket {
         if n > 0 {
             buf.advance(n);
             drop(st);
-            self.shared.wake_driver.notify_one();
+            // Consuming a block makes an ack due: send it from here.
+            self.shared.pump_now();
             return Poll::Ready(Ok(()));
         }
         if st.error.is_some() {
@@ -654,13 +825,18 @@ impl AsyncWrite for JxtaSocket {
                 "socket is closed for writing",
             )));
         }
+        let idle = st.engine.all_acked();
         let n = st.engine.write(data);
         if n == 0 && !data.is_empty() {
             st.write_waker = Some(cx.waker().clone());
             return Poll::Pending;
         }
         drop(st);
-        self.shared.wake_driver.notify_one();
+        self.shared.pump_now();
+        if idle {
+            // Data in flight: the driver starts watching the timers.
+            self.shared.wake_driver.notify_one();
+        }
         Poll::Ready(Ok(n))
     }
 
@@ -669,9 +845,13 @@ impl AsyncWrite for JxtaSocket {
         if st.error.is_some() {
             return Poll::Ready(Err(err(&st)));
         }
+        let idle = st.engine.all_acked();
         st.engine.flush();
         drop(st);
-        self.shared.wake_driver.notify_one();
+        self.shared.pump_now();
+        if idle {
+            self.shared.wake_driver.notify_one();
+        }
         Poll::Ready(Ok(()))
     }
 

@@ -89,11 +89,66 @@ where
 pub(crate) struct WriterSide {
     pub(crate) half: OwnedWriteHalf,
     pub(crate) out: Outbound,
+    /// The unwritten end of a frame that [`WriterSide::try_write_now`]
+    /// could not finish; written before anything else.
+    pub(crate) backlog: Vec<bytes::Bytes>,
 }
 
 impl WriterSide {
     pub(crate) async fn write(&mut self, enc: &EncodedMessage) -> io::Result<()> {
+        self.drain_backlog().await?;
         write_all_vectored(&mut self.half, &enc.chunks).await
+    }
+
+    pub(crate) async fn drain_backlog(&mut self) -> io::Result<()> {
+        if !self.backlog.is_empty() {
+            let rest = std::mem::take(&mut self.backlog);
+            write_all_vectored(&mut self.half, &rest).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes what the socket accepts without waiting; the rest of the
+    /// frame goes to the backlog. Returns whether the frame was written
+    /// whole. The backlog must be empty.
+    pub(crate) fn try_write_now(&mut self, enc: &EncodedMessage) -> io::Result<bool> {
+        debug_assert!(self.backlog.is_empty());
+        let mut idx = 0;
+        let mut off = 0;
+        while idx < enc.chunks.len() {
+            let r = {
+                let mut iov: Vec<IoSlice<'_>> =
+                    Vec::with_capacity((enc.chunks.len() - idx).min(MAX_IOV));
+                iov.push(IoSlice::new(&enc.chunks[idx][off..]));
+                for c in enc.chunks[idx + 1..].iter().take(MAX_IOV - 1) {
+                    iov.push(IoSlice::new(c));
+                }
+                self.half.try_write_vectored(&iov)
+            };
+            let n = match r {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.backlog.push(enc.chunks[idx].slice(off..));
+                    self.backlog.extend(enc.chunks[idx + 1..].iter().cloned());
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            };
+            let mut left = n;
+            while left > 0 && idx < enc.chunks.len() {
+                let avail = enc.chunks[idx].len() - off;
+                if left >= avail {
+                    left -= avail;
+                    idx += 1;
+                    off = 0;
+                } else {
+                    off += left;
+                    left = 0;
+                }
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -197,7 +252,11 @@ pub(crate) async fn run_connection(
     let (mut read, write) = stream.into_split();
     let out = Outbound::new(inner.cfg.connection.clone(), role, inner.identity.clone());
     let welcome = out.welcome(&dest_addr, &inner.public_addr);
-    let mut writer = WriterSide { half: write, out };
+    let mut writer = WriterSide {
+        half: write,
+        out,
+        backlog: Vec::new(),
+    };
     let mut inbound = Inbound::new(inner.cfg.connection.clone());
     let mut rx = BytesMut::with_capacity(READ_RESERVE);
 

@@ -1,0 +1,363 @@
+//! The throughput scenario: one-way messages per second and MB/s per layer
+//! and size, sending `smooth` (as fast as the layer accepts, for a fixed
+//! time or count) or `bursty` (bursts of 50 messages, then 500 ms idle).
+//!
+//! Every payload carries an 8-byte message id (its low bytes when the
+//! payload is shorter); the receiver counts distinct ids in order and
+//! reports at the end of the run, giving the loss. Rates are the
+//! receiver's: a run is timed from the first send until the end-of-run
+//! report is back (so everything sent was also received and counted).
+//! Bursty runs are timed per burst, from its first send until a sync
+//! message sent after it is answered; the idle time is excluded.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::layers::{spawn_responder, Client, Ctl, Host, Layer, Responder, ResponderSpec};
+use crate::util::{loss_pct, pin_current, CountedPayload, Pin};
+use crate::BenchError;
+
+/// Layers the throughput scenario measures.
+pub const LAYERS: [Layer; 7] = [
+    Layer::Tcp,
+    Layer::Endpoint,
+    Layer::EndpointCompat,
+    Layer::UnicastPipe,
+    Layer::SecurePipe,
+    Layer::BidiPipe,
+    Layer::Socket,
+];
+
+/// How messages are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pattern {
+    /// Back to back for the whole run.
+    Smooth,
+    /// Bursts of messages separated by idle time.
+    Bursty,
+}
+
+impl Pattern {
+    /// Parses `smooth|bursty`.
+    pub fn parse(s: &str) -> Result<Pattern, BenchError> {
+        match s {
+            "smooth" => Ok(Pattern::Smooth),
+            "bursty" => Ok(Pattern::Bursty),
+            _ => Err(BenchError::BadOption(format!(
+                "pattern {s:?} (expected smooth or bursty)"
+            ))),
+        }
+    }
+    /// The pattern's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::Smooth => "smooth",
+            Pattern::Bursty => "bursty",
+        }
+    }
+}
+
+/// Options of a throughput run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputOptions {
+    /// Layers (tcp first).
+    pub layers: Vec<Layer>,
+    /// Payload sizes in bytes.
+    pub sizes: Vec<usize>,
+    /// Sending patterns.
+    pub patterns: Vec<Pattern>,
+    /// Smooth: how long to send (ms), unless `count` is set.
+    pub duration_ms: u64,
+    /// Smooth: send exactly this many messages instead.
+    pub count: Option<u64>,
+    /// Bursty: number of bursts.
+    pub bursts: usize,
+    /// Bursty: messages per burst.
+    pub burst_len: usize,
+    /// Bursty: idle time after each burst but the last (ms).
+    pub idle_ms: u64,
+    /// Warm-up: messages sent (and counted, then discarded) per layer and
+    /// size before the timed runs, capped at 32 MiB of payload.
+    pub warmup: u64,
+    /// CPU placement.
+    pub pin: Pin,
+    /// RSA key size of the bench peers (secure pipes use at least 2048).
+    pub key_bits: usize,
+}
+
+impl Default for ThroughputOptions {
+    fn default() -> Self {
+        ThroughputOptions {
+            layers: LAYERS
+                .into_iter()
+                .filter(|l| *l != Layer::EndpointCompat)
+                .collect(),
+            sizes: vec![1, 1024, 65536, 1_048_576],
+            patterns: vec![Pattern::Smooth, Pattern::Bursty],
+            duration_ms: 500,
+            count: None,
+            bursts: 3,
+            burst_len: 50,
+            idle_ms: 500,
+            warmup: 2000,
+            pin: Pin::Same,
+            key_bits: 1024,
+        }
+    }
+}
+
+/// One result row.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputRow {
+    /// Always `throughput`.
+    pub scenario: &'static str,
+    /// Layer name.
+    pub layer: &'static str,
+    /// Payload bytes per message.
+    pub size: usize,
+    /// Sending pattern.
+    pub pattern: Pattern,
+    /// Messages received per second.
+    pub msgs_per_s: f64,
+    /// Payload received, 10^6 bytes/s.
+    pub bandwidth_mb_s: f64,
+    /// Messages sent and not received, in percent.
+    pub loss_pct: f64,
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunResult {
+    /// Messages sent.
+    pub sent: u64,
+    /// Distinct messages the receiver counted.
+    pub delivered: u64,
+    /// Time the rate is computed over.
+    pub elapsed: Duration,
+}
+
+impl RunResult {
+    /// The row of this run.
+    pub fn row(&self, layer: Layer, size: usize, pattern: Pattern) -> ThroughputRow {
+        let secs = self.elapsed.as_secs_f64();
+        let rate = if secs > 0.0 {
+            self.delivered as f64 / secs
+        } else {
+            0.0
+        };
+        ThroughputRow {
+            scenario: "throughput",
+            layer: layer.name(),
+            size,
+            pattern,
+            msgs_per_s: rate,
+            bandwidth_mb_s: rate * size as f64 / 1e6,
+            loss_pct: loss_pct(self.sent, self.delivered),
+        }
+    }
+}
+
+async fn end_run(client: &mut Client, sent: u64) -> Result<u64, BenchError> {
+    let r = client
+        .control(Ctl::End, sent)
+        .await?
+        .ok_or_else(|| BenchError::Responder {
+            layer: client.layer().name().into(),
+            reason: "no end-of-run report".into(),
+        })?;
+    Ok(r.unique)
+}
+
+/// Sends `size`-byte messages back to back for `duration`, or `count`
+/// messages if given.
+async fn smooth(
+    client: &mut Client,
+    size: usize,
+    duration: Duration,
+    count: Option<u64>,
+) -> Result<RunResult, BenchError> {
+    client.control(Ctl::Begin, size as u64).await?;
+    let mut payload = CountedPayload::new(size);
+    let t0 = Instant::now();
+    let deadline = t0.checked_add(duration);
+    let mut sent = 0u64;
+    loop {
+        let b = payload.get(sent);
+        client.send_counted(&b).await?;
+        payload.put_back(b);
+        sent += 1;
+        match count {
+            Some(c) if sent >= c => break,
+            Some(_) => {}
+            None if deadline.is_some_and(|d| Instant::now() >= d) => break,
+            None => {}
+        }
+    }
+    let delivered = end_run(client, sent).await?;
+    Ok(RunResult {
+        sent,
+        delivered,
+        elapsed: t0.elapsed(),
+    })
+}
+
+async fn bursty(
+    client: &mut Client,
+    size: usize,
+    bursts: usize,
+    burst_len: usize,
+    idle: Duration,
+) -> Result<RunResult, BenchError> {
+    client.control(Ctl::Begin, size as u64).await?;
+    let mut payload = CountedPayload::new(size);
+    let mut sent = 0u64;
+    let mut active = Duration::ZERO;
+    for b in 0..bursts {
+        let t = Instant::now();
+        for _ in 0..burst_len {
+            let p = payload.get(sent);
+            client.send_counted(&p).await?;
+            payload.put_back(p);
+            sent += 1;
+        }
+        client.control(Ctl::Sync, sent).await?;
+        active += t.elapsed();
+        if b + 1 < bursts {
+            tokio::time::sleep(idle).await;
+        }
+    }
+    let delivered = end_run(client, sent).await?;
+    Ok(RunResult {
+        sent,
+        delivered,
+        elapsed: active,
+    })
+}
+
+/// Runs the scenario: one responder per layer on `host`; for each size and
+/// pattern, every layer in turn. Returns one row per (layer, size, pattern).
+pub async fn run(
+    host: &Host,
+    opts: &ThroughputOptions,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<ThroughputRow>, BenchError> {
+    pin_current(opts.pin.client_core());
+    let mut layers: Vec<Layer> = Vec::new();
+    for &l in &opts.layers {
+        l.check("throughput", &LAYERS)?;
+        if !layers.contains(&l) {
+            layers.push(l);
+        }
+    }
+    if opts.sizes.contains(&0) {
+        return Err(BenchError::BadOption(
+            "throughput messages need at least 1 byte (the message id)".into(),
+        ));
+    }
+    let mut responders: Vec<Responder> = Vec::new();
+    let mut clients = Vec::new();
+    for &l in &layers {
+        progress(&format!("starting the {} responder", l.name()));
+        let spec = ResponderSpec {
+            layer: l,
+            key_bits: opts.key_bits,
+            receivers: 1,
+        };
+        let r = spawn_responder(host, &spec, opts.pin.responder_core()).await?;
+        clients.push(Client::connect(l, &r.ready, opts.key_bits, 1).await?);
+        responders.push(r);
+    }
+    let duration = Duration::from_millis(opts.duration_ms);
+    let idle = Duration::from_millis(opts.idle_ms);
+    let mut rows = Vec::new();
+    for &size in &opts.sizes {
+        let warm = opts.warmup.min((32u64 << 20) / size as u64).max(1);
+        for c in clients.iter_mut() {
+            progress(&format!(
+                "size {size}: warm-up {} ({warm} messages)",
+                c.layer().name()
+            ));
+            smooth(c, size, Duration::MAX, Some(warm)).await?;
+        }
+        for &pattern in &opts.patterns {
+            for c in clients.iter_mut() {
+                progress(&format!(
+                    "size {size}: {} {}",
+                    pattern.name(),
+                    c.layer().name()
+                ));
+                let r = match pattern {
+                    Pattern::Smooth => smooth(c, size, duration, opts.count).await?,
+                    Pattern::Bursty => {
+                        bursty(c, size, opts.bursts.max(1), opts.burst_len.max(1), idle).await?
+                    }
+                };
+                rows.push(r.row(c.layer(), size, pattern));
+            }
+        }
+    }
+    drop(clients);
+    for r in responders {
+        r.stop().await;
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_parse() {
+        assert_eq!(Pattern::parse("smooth").unwrap(), Pattern::Smooth);
+        assert_eq!(Pattern::parse("bursty").unwrap(), Pattern::Bursty);
+        assert!(Pattern::parse("steady").is_err());
+    }
+
+    #[test]
+    fn rows_compute_rates_and_loss() {
+        let r = RunResult {
+            sent: 1000,
+            delivered: 990,
+            elapsed: Duration::from_millis(500),
+        };
+        let row = r.row(Layer::UnicastPipe, 1024, Pattern::Bursty);
+        assert_eq!(row.msgs_per_s, 1980.0);
+        assert!((row.bandwidth_mb_s - 1980.0 * 1024.0 / 1e6).abs() < 1e-9);
+        assert!((row.loss_pct - 1.0).abs() < 1e-9);
+        let j = serde_json::to_value(&row).unwrap();
+        assert_eq!(j["pattern"], "bursty");
+        assert_eq!(j["layer"], "unicast-pipe");
+        let mut keys: Vec<&str> = j.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "bandwidth_mb_s",
+                "layer",
+                "loss_pct",
+                "msgs_per_s",
+                "pattern",
+                "scenario",
+                "size"
+            ]
+        );
+        let zero = RunResult {
+            sent: 0,
+            delivered: 0,
+            elapsed: Duration::ZERO,
+        }
+        .row(Layer::Tcp, 1, Pattern::Smooth);
+        assert_eq!((zero.msgs_per_s, zero.loss_pct), (0.0, 0.0));
+    }
+
+    #[test]
+    fn default_layers_skip_compat() {
+        let o = ThroughputOptions::default();
+        assert_eq!(o.layers[0], Layer::Tcp);
+        assert!(!o.layers.contains(&Layer::EndpointCompat));
+        assert_eq!(o.layers.len(), 6);
+    }
+}

@@ -1,0 +1,153 @@
+//! End-to-end smoke tests: every scenario with tiny parameters, responders
+//! on threads of the test process. They check that rows come out with sane
+//! fields (no timing thresholds: this is not a performance test).
+
+use juxta_bench::composition::{self, CompositionOptions};
+use juxta_bench::layers::{Host, Layer};
+use juxta_bench::pingpong::{self, PingPongOptions};
+use juxta_bench::senders::{self, SendersOptions};
+use juxta_bench::throughput::{self, Pattern, ThroughputOptions};
+use juxta_bench::util::Pin;
+
+fn quiet(_: &str) {}
+
+#[tokio::test]
+async fn pingpong_new_layers() {
+    let opts = PingPongOptions {
+        layers: vec![
+            Layer::UnicastPipe,
+            Layer::SecurePipe,
+            Layer::BidiPipe,
+            Layer::Socket,
+            Layer::Propagate,
+        ],
+        sizes: vec![1, 5000],
+        receivers: vec![1, 3],
+        pin: Pin::None,
+        warmup: 10,
+        runs: 2,
+        pairs: 5,
+        key_bits: 1024,
+    };
+    let rows = pingpong::run(&Host::Thread, &opts, quiet).await.unwrap();
+    // tcp + 4 layers + propagate x2, per size.
+    assert_eq!(rows.len(), 7 * 2);
+    for r in &rows {
+        assert_eq!(r.scenario, "pingpong");
+        assert!(
+            r.rtt_us_median > 0.0 && r.rtt_us_p99 >= r.rtt_us_median,
+            "{r:?}"
+        );
+        assert!(r.bandwidth_mb_s > 0.0 && r.rtt_ratio_vs_tcp > 0.0, "{r:?}");
+        assert!(r.wire_bytes as usize >= r.size, "{r:?}");
+        // tcp is timed before each of the 6 other lanes in every run.
+        let runs = if r.layer == "tcp" { 2 * 6 } else { 2 };
+        assert_eq!(r.samples, runs * 5, "{r:?}");
+        assert_eq!(r.receivers.is_some(), r.layer == "propagate", "{r:?}");
+    }
+    let get = |layer: &str, size: usize| {
+        rows.iter()
+            .find(|r| r.layer == layer && r.size == size)
+            .unwrap()
+    };
+    assert_eq!(get("tcp", 1).rtt_ratio_vs_tcp, 1.0);
+    assert_eq!(get("tcp", 1).implementation, "tcp");
+    assert_eq!(get("unicast-pipe", 1).implementation, "juxta");
+    // Steady state on a compact connection: the pipe is a small number.
+    assert!(get("unicast-pipe", 1).wire_bytes < 100);
+    let prop: Vec<_> = rows
+        .iter()
+        .filter(|r| r.layer == "propagate" && r.size == 1)
+        .map(|r| r.receivers.unwrap())
+        .collect();
+    assert_eq!(prop, vec![1, 3]);
+}
+
+#[tokio::test]
+async fn throughput_every_layer() {
+    let opts = ThroughputOptions {
+        layers: throughput::LAYERS.to_vec(),
+        sizes: vec![1, 3000],
+        patterns: vec![Pattern::Smooth, Pattern::Bursty],
+        duration_ms: 50,
+        count: Some(300),
+        bursts: 2,
+        burst_len: 20,
+        idle_ms: 20,
+        warmup: 20,
+        pin: Pin::None,
+        key_bits: 1024,
+    };
+    let rows = throughput::run(&Host::Thread, &opts, quiet).await.unwrap();
+    assert_eq!(rows.len(), throughput::LAYERS.len() * 2 * 2);
+    for r in &rows {
+        assert_eq!(r.scenario, "throughput");
+        assert!(r.msgs_per_s > 0.0 && r.bandwidth_mb_s > 0.0, "{r:?}");
+        // Every layer is reliable over loopback TCP.
+        assert_eq!(r.loss_pct, 0.0, "{r:?}");
+    }
+    for l in throughput::LAYERS {
+        for p in [Pattern::Smooth, Pattern::Bursty] {
+            assert!(
+                rows.iter()
+                    .any(|r| r.layer == l.name() && r.pattern == p && r.size == 3000),
+                "no row for {} {p:?}",
+                l.name()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn composition_rows() {
+    let opts = CompositionOptions {
+        layers: vec![Layer::Endpoint, Layer::UnicastPipe],
+        compositions: vec![(1, 2048), (4, 512)],
+        pin: Pin::None,
+        warmup: 10,
+        runs: 1,
+        pairs: 5,
+        key_bits: 1024,
+    };
+    let rows = composition::run(&Host::Thread, &opts, quiet).await.unwrap();
+    assert_eq!(rows.len(), 3 * 2);
+    for r in &rows {
+        assert_eq!(r.scenario, "composition");
+        assert!(r.rtt_us_median > 0.0, "{r:?}");
+        assert_eq!(r.elements * r.element_size, 2048);
+    }
+    let layers: Vec<&str> = rows.iter().take(3).map(|r| r.layer).collect();
+    assert_eq!(layers, ["tcp", "endpoint", "unicast-pipe"]);
+    assert!(composition::run(
+        &Host::Thread,
+        &CompositionOptions {
+            layers: vec![Layer::Socket],
+            ..opts
+        },
+        quiet
+    )
+    .await
+    .is_err());
+}
+
+#[tokio::test]
+async fn senders_rows() {
+    let opts = SendersOptions {
+        layers: vec![Layer::Tcp, Layer::Endpoint, Layer::UnicastPipe],
+        senders: vec![1, 3],
+        sizes: vec![1, 100],
+        duration_ms: 60,
+        warmup: 5,
+        pin: Pin::None,
+        key_bits: 1024,
+    };
+    let rows = senders::run(&Host::Thread, &opts, quiet).await.unwrap();
+    assert_eq!(rows.len(), 3 * 2 * 2);
+    for r in &rows {
+        assert_eq!(r.scenario, "senders");
+        assert!(r.msgs_per_s > 0.0 && r.rtt_us_median > 0.0, "{r:?}");
+    }
+    assert!(rows
+        .iter()
+        .any(|r| r.layer == "unicast-pipe" && r.senders == 3 && r.size == 100));
+}

@@ -1,0 +1,441 @@
+//! Propagate pipes over IP multicast between peers that hold no connection
+//! to each other, on a LAN built from network namespaces.
+//!
+//! The parent test builds three namespaces: `S` holds a bridge
+//! (10.77.0.1/24) with two veth ports leading to `A` (10.77.0.2/24) and `B`
+//! (10.77.0.3/24). Sockets cannot be moved between namespaces, so the peers
+//! run as child processes: the test binary re-executes itself through
+//! `ip netns exec <ns>`, running one of the `#[ignore]`d child tests below
+//! with its role in environment variables. Two receivers share namespace
+//! `A` (and the group's port, through `SO_REUSEPORT`), one is in `B`; the
+//! sender in `S` first sends a few bad datagrams to the group, then 20
+//! messages on a propagate output pipe, with no TCP connection anywhere.
+//! Each receiver must get all 20 exactly once, from the sender, and count
+//! the bad datagrams; the sender must not hear itself although its own
+//! datagrams loop back to it.
+//!
+//! Without root (no `ip netns`), the test says why and passes.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use juxta::config::MulticastConfig;
+use juxta::pipe::PipeError;
+use juxta::{Peer, PeerConfig};
+use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
+use juxta_proto::endpoint::{mangle, ServiceAddress};
+use juxta_proto::id::PipeId;
+use juxta_proto::message::namespace_order::JavaHashOrder;
+use juxta_proto::message::{Element, Message};
+
+const ENV_ROLE: &str = "JUXTA_MCAST_ROLE";
+const ENV_NAME: &str = "JUXTA_MCAST_NAME";
+const ENV_PIPE: &str = "JUXTA_MCAST_PIPE";
+const ENV_IFACE: &str = "JUXTA_MCAST_IFACE";
+const MESSAGES: usize = 20;
+/// Bad datagrams the sender puts on the group before the messages.
+const BAD_DATAGRAMS: usize = 4;
+const GROUP: &str = "224.0.1.85:1234";
+/// Lines the children print for the parent start with this.
+const TAG: &str = "MCAST ";
+
+// ---------------------------------------------------------------- parent
+
+/// The namespaces and child processes of one run; dropping it (also on a
+/// failed assertion) kills the children and deletes the namespaces.
+struct Lab {
+    namespaces: Vec<String>,
+    children: Vec<(String, Child)>,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in self.namespaces.iter().rev() {
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+impl Lab {
+    /// Creates a namespace (with loopback up) and records it for deletion.
+    fn add_ns(&mut self, name: &str) -> Result<(), String> {
+        let out = Command::new("ip")
+            .args(["netns", "add", name])
+            .output()
+            .map_err(|e| format!("cannot run `ip`: {e}"))?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        }
+        self.namespaces.push(name.to_string());
+        ip(&["-n", name, "link", "set", "lo", "up"]);
+        Ok(())
+    }
+
+    /// Starts `child_test` inside `ns`; its tagged stdout lines go to `tx`.
+    fn spawn(
+        &mut self,
+        ns: &str,
+        child_test: &str,
+        env: &[(&str, String)],
+        tx: &mpsc::Sender<(String, String)>,
+    ) {
+        let exe = std::env::current_exe().expect("test binary path");
+        let name = env
+            .iter()
+            .find(|(k, _)| *k == ENV_NAME)
+            .map(|(_, v)| v.clone())
+            .expect("child name");
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns])
+            .arg(&exe)
+            .args(["--exact", child_test, "--nocapture", "--ignored"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawning a child peer");
+        let stdout = child.stdout.take().expect("child stdout");
+        let tx = tx.clone();
+        let tag = name.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                eprintln!("[{tag}] {line}");
+                if let Some(rest) = line.strip_prefix(TAG) {
+                    let _ = tx.send((tag.clone(), rest.to_string()));
+                }
+            }
+        });
+        self.children.push((name, child));
+    }
+
+    /// Waits (bounded) until every child has exited; asserts success.
+    fn wait_all(&mut self, deadline: Instant) {
+        for (name, c) in &mut self.children {
+            loop {
+                if let Some(st) = c.try_wait().expect("try_wait") {
+                    assert!(st.success(), "child {name} failed: {st}");
+                    break;
+                }
+                assert!(Instant::now() < deadline, "child {name} did not finish");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// Runs `ip <args>`; panics with its error output on failure.
+fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("cannot run `ip`");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+}
+
+/// Waits for the next tagged line of `who` (lines of others are kept).
+fn expect_line(
+    rx: &mpsc::Receiver<(String, String)>,
+    pending: &mut Vec<(String, String)>,
+    who: &str,
+    starts: &str,
+    deadline: Instant,
+) -> String {
+    loop {
+        if let Some(i) = pending
+            .iter()
+            .position(|(n, l)| n == who && l.starts_with(starts))
+        {
+            return pending.remove(i).1;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(x) => pending.push(x),
+            Err(_) => panic!("no {starts:?} line from {who} in time (have {pending:?})"),
+        }
+    }
+}
+
+/// `key=value` fields of a line.
+fn fields(line: &str) -> HashMap<&str, &str> {
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .collect()
+}
+
+#[test]
+fn propagate_pipe_reaches_lan_peers_by_multicast() {
+    if std::env::var_os(ENV_ROLE).is_some() {
+        return;
+    }
+    let start = Instant::now();
+    let id = std::process::id();
+    let (ns_s, ns_a, ns_b) = (
+        format!("jxmc{id}s"),
+        format!("jxmc{id}a"),
+        format!("jxmc{id}b"),
+    );
+    let mut lab = Lab {
+        namespaces: Vec::new(),
+        children: Vec::new(),
+    };
+    if let Err(e) = lab.add_ns(&ns_s) {
+        eprintln!("skipping the multicast test: network namespaces unavailable ({e}); it needs root and iproute2");
+        return;
+    }
+    lab.add_ns(&ns_a).expect("second namespace");
+    lab.add_ns(&ns_b).expect("third namespace");
+
+    // S: bridge br0 = 10.77.0.1, ports va -> A:eth0, vb -> B:eth0.
+    // Snooping off: the bridge floods the group to every port.
+    ip(&[
+        "-n",
+        &ns_s,
+        "link",
+        "add",
+        "br0",
+        "type",
+        "bridge",
+        "mcast_snooping",
+        "0",
+    ]);
+    ip(&["-n", &ns_s, "addr", "add", "10.77.0.1/24", "dev", "br0"]);
+    ip(&["-n", &ns_s, "link", "set", "br0", "up"]);
+    ip(&["-n", &ns_s, "route", "add", "224.0.0.0/4", "dev", "br0"]);
+    for (port, ns, addr) in [("va", &ns_a, "10.77.0.2/24"), ("vb", &ns_b, "10.77.0.3/24")] {
+        ip(&[
+            "-n", &ns_s, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns,
+        ]);
+        ip(&["-n", &ns_s, "link", "set", port, "master", "br0"]);
+        ip(&["-n", &ns_s, "link", "set", port, "up"]);
+        ip(&["-n", ns, "addr", "add", addr, "dev", "eth0"]);
+        ip(&["-n", ns, "link", "set", "eth0", "up"]);
+        ip(&["-n", ns, "route", "add", "224.0.0.0/4", "dev", "eth0"]);
+    }
+
+    let pipe = PipeId::random(&mut rand::thread_rng()).to_string();
+    let (tx, rx) = mpsc::channel();
+    let mut pending = Vec::new();
+    let receivers = [
+        ("a1", &ns_a, "10.77.0.2"),
+        ("a2", &ns_a, "10.77.0.2"),
+        ("b1", &ns_b, "10.77.0.3"),
+    ];
+    for (name, ns, iface) in receivers {
+        lab.spawn(
+            ns,
+            "child_receiver",
+            &[
+                (ENV_ROLE, "receiver".into()),
+                (ENV_NAME, name.into()),
+                (ENV_PIPE, pipe.clone()),
+                (ENV_IFACE, iface.into()),
+            ],
+            &tx,
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for (name, ..) in receivers {
+        expect_line(&rx, &mut pending, name, "READY", deadline);
+    }
+    lab.spawn(
+        &ns_s,
+        "child_sender",
+        &[
+            (ENV_ROLE, "sender".into()),
+            (ENV_NAME, "s".into()),
+            (ENV_PIPE, pipe.clone()),
+            (ENV_IFACE, "10.77.0.1".into()),
+        ],
+        &tx,
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let sender = expect_line(&rx, &mut pending, "s", "READY", deadline);
+    let sender_id = sender
+        .split_whitespace()
+        .nth(1)
+        .expect("sender id")
+        .to_string();
+    let big = expect_line(&rx, &mut pending, "s", "TOO-LARGE", deadline);
+    assert!(big.contains("refused"), "{big}");
+    let sent = expect_line(&rx, &mut pending, "s", "SENT", deadline);
+    let f = fields(&sent);
+    assert_eq!(f["count"], MESSAGES.to_string(), "{sent}");
+    assert_eq!(f["connections"], "0", "{sent}");
+    assert_eq!(f["self_rx"], "0", "the sender heard itself: {sent}");
+    for (name, ..) in receivers {
+        let got = expect_line(&rx, &mut pending, name, "RECEIVED", deadline);
+        let f = fields(&got);
+        assert_eq!(f["count"], MESSAGES.to_string(), "{name}: {got}");
+        assert_eq!(f["distinct"], MESSAGES.to_string(), "{name}: {got}");
+        assert_eq!(f["from"], sender_id, "{name}: {got}");
+        assert_eq!(f["connections"], "0", "{name}: {got}");
+        assert_eq!(f["bad"], BAD_DATAGRAMS.to_string(), "{name}: {got}");
+    }
+    lab.wait_all(Instant::now() + Duration::from_secs(5));
+    eprintln!("multicast netns test took {:?}", start.elapsed());
+}
+
+// ---------------------------------------------------------------- children
+
+fn init_log() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn env(k: &str) -> String {
+    std::env::var(k).unwrap_or_else(|_| panic!("{k} not set"))
+}
+
+async fn start_peer(
+    home: &tempfile::TempDir,
+    iface: Ipv4Addr,
+    loopback: bool,
+) -> (Peer, PipeAdvertisement) {
+    let mut cfg = PeerConfig::new(home.path().join("peer"))
+        .multicast(MulticastConfig::new(iface).loopback(loopback));
+    cfg.key_bits = 1024;
+    let peer = Peer::start(cfg).await.expect("peer start");
+    let pipe: PipeId = env(ENV_PIPE).parse().expect("pipe id");
+    (peer, PipeAdvertisement::new(pipe, PipeType::Propagate))
+}
+
+/// A receiver: opens the propagate input pipe, reports every message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by propagate_pipe_reaches_lan_peers_by_multicast inside a namespace"]
+async fn child_receiver() {
+    if std::env::var(ENV_ROLE).as_deref() != Ok("receiver") {
+        return;
+    }
+    init_log();
+    let home = tempfile::tempdir().unwrap();
+    let (peer, adv) = start_peer(&home, env(ENV_IFACE).parse().unwrap(), false).await;
+    let mut input = peer.pipes().create_input_pipe(&adv).unwrap();
+    println!("{TAG}READY {}", peer.peer_id());
+
+    let mut seqs = Vec::new();
+    let mut from = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(12);
+    loop {
+        // Until all arrived (or time is up), then a little longer: any
+        // duplicate would show up in the count.
+        let until = if seqs.len() >= MESSAGES {
+            tokio::time::Instant::now() + Duration::from_millis(300)
+        } else {
+            deadline
+        };
+        match tokio::time::timeout_at(until, input.recv()).await {
+            Ok(Some(m)) => {
+                let seq = m
+                    .message
+                    .get("test", "seq")
+                    .and_then(|e| e.as_str())
+                    .and_then(|s| s.parse::<usize>().ok())
+                    .expect("seq element");
+                seqs.push(seq);
+                from.insert(m.from.map_or("none".into(), |p| p.to_string()));
+            }
+            _ => break,
+        }
+    }
+    let distinct: BTreeSet<usize> = seqs.iter().copied().collect();
+    assert!(distinct.iter().all(|s| *s < MESSAGES));
+    println!(
+        "{TAG}RECEIVED count={} distinct={} from={} connections={} bad={}",
+        seqs.len(),
+        distinct.len(),
+        from.into_iter().collect::<Vec<_>>().join(","),
+        peer.connection_count(),
+        peer.stats()
+            .bad_datagrams
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
+}
+
+/// The sender: bad datagrams first, then the messages on the pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by propagate_pipe_reaches_lan_peers_by_multicast inside a namespace"]
+async fn child_sender() {
+    if std::env::var(ENV_ROLE).as_deref() != Ok("sender") {
+        return;
+    }
+    init_log();
+    let iface: Ipv4Addr = env(ENV_IFACE).parse().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    // Loopback on: its own datagrams come back to it and must be ignored.
+    let (peer, adv) = start_peer(&home, iface, true).await;
+    let mut own = peer.pipes().create_input_pipe(&adv).unwrap();
+    println!("{TAG}READY {}", peer.peer_id());
+    let group: SocketAddrV4 = GROUP.parse().unwrap();
+    assert_eq!(peer.multicast().expect("multicast on").group(), group);
+
+    // Bad datagrams: not JXTA, a broken header, a valid but unsigned
+    // message (CBJX is on), and one over the size limit.
+    let to = mangle(
+        "jxta-NetGroup",
+        &ServiceAddress::new("PipeService", Some(&adv.id.to_string())),
+    );
+    let unsigned = juxta::transport::multicast::encode_datagram(
+        peer.identity(),
+        group,
+        &to,
+        Message::new().with(Element::text("test", "seq", "0")),
+        false,
+        JavaHashOrder::Java8,
+    )
+    .unwrap();
+    let mut oversized = b"JXTA".to_vec();
+    oversized.resize(20_000, 0x55);
+    let bad: [&[u8]; BAD_DATAGRAMS] = [b"hello, group", b"JXTA\x05junk", &unsigned, &oversized];
+    let raw = std::net::UdpSocket::bind((iface, 0)).unwrap();
+    for d in bad {
+        raw.send_to(d, group).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let out = peer
+        .pipes()
+        .create_output_pipe(&adv, &[], Duration::from_secs(5))
+        .await
+        .unwrap();
+    for i in 0..MESSAGES {
+        let m = Message::new().with(Element::text("test", "seq", &i.to_string()));
+        out.send(m).await.expect("send by multicast alone");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Too large for a datagram, and no connection to carry it.
+    let big = Message::new().with(Element::bytes("test", "data", vec![0u8; 20_000]));
+    match out.send(big).await {
+        Err(PipeError::NotConnected(why)) if why.contains("exceeds") => {
+            println!("{TAG}TOO-LARGE refused ({why})")
+        }
+        other => panic!("an oversized propagate message went out: {other:?}"),
+    }
+    let self_rx = match tokio::time::timeout(Duration::from_millis(500), own.recv()).await {
+        Ok(Some(_)) => 1,
+        _ => 0,
+    };
+    println!(
+        "{TAG}SENT count={MESSAGES} connections={} self_rx={self_rx}",
+        peer.connection_count()
+    );
+}
