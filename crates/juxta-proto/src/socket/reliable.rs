@@ -253,9 +253,9 @@ pub struct ReliableConfig {
 impl Default for ReliableConfig {
     fn default() -> Self {
         ReliableConfig {
-            block_size: 64 * 1024,
+            block_size: 256 * 1024,
             initial_window: 4,
-            max_window: 256,
+            max_window: 64,
             recv_buffer_blocks: 256,
             min_rto: Duration::from_millis(200),
             max_rto: Duration::from_secs(10),
@@ -273,6 +273,7 @@ impl ReliableConfig {
     /// and hard-closes after 60 s without acks itself).
     pub fn jxse_peer() -> Self {
         ReliableConfig {
+            block_size: 64 * 1024,
             max_window: 20,
             dead_peer_timeout: Duration::from_secs(60),
             ..ReliableConfig::default()
@@ -1491,7 +1492,7 @@ mod tests {
     #[test]
     fn write_bytes_whole_block_is_zero_copy() {
         let now = Instant::now();
-        let mut s = ReliableStream::new(ReliableConfig::default(), now);
+        let mut s = ReliableStream::new(ReliableConfig::jxse_peer(), now);
         let data = Bytes::from(vec![7u8; 64 * 1024 * 2 + 10]);
         let ptr = data.as_ptr();
         assert_eq!(s.write_bytes(data), Ok(()));
