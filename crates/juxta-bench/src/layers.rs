@@ -577,31 +577,43 @@ async fn serve_socket(mut s: JxtaSocket) -> io::Result<()> {
     }
 }
 
+/// One sender of a pipe responder: its reply pipe once bound, the replies
+/// waiting for it, and its one-way counters.
+struct PipeSender {
+    out: Option<OutputPipe>,
+    queued: Vec<Message>,
+    sink: SeqCounter,
+}
+
 /// Serves pings/one-way data on a pipe, answering each sender on the ack
-/// pipe it holds (one output pipe per sender peer, bound on first contact).
+/// pipe it holds (one output pipe per sender peer).
+///
+/// Binding that pipe (resolution, and for secure pipes a TLS handshake)
+/// runs on a task of its own while this loop keeps draining the input pipe:
+/// the answers it waits for arrive on the same connection as the sender's
+/// data, and a full input pipe stops that connection from being read, so
+/// waiting here while a sender streams would deadlock. Replies wait in a
+/// queue until the pipe is bound; from then on they are sent inline.
 async fn serve_pipe(peer: &Peer, mut input: InputPipe, ack: PipeAdvertisement) {
     let mut back: HashMap<PeerId, (OutputPipe, SeqCounter)> = HashMap::new();
     while let Some(m) = input.recv().await {
         let Some(from) = m.from else { continue };
         let (out, sink) = match back.entry(from) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(v) => {
-                match peer
-                    .pipes()
-                    .create_output_pipe(&ack, &[from], SETUP_WAIT)
-                    .await
-                {
-                    Ok(o) => v.insert((o, SeqCounter::default())),
-                    Err(e) => {
-                        tracing::warn!(%from, error = %e, "cannot bind the ack pipe");
-                        continue;
-                    }
+            Entry::Vacant(v) => match peer
+                .pipes()
+                .create_output_pipe(&ack, &[from], SETUP_WAIT)
+                .await
+            {
+                Ok(o) => v.insert((o, SeqCounter::default())),
+                Err(e) => {
+                    tracing::warn!(%from, error = %e, "cannot bind the ack pipe");
+                    continue;
                 }
-            }
+            },
         };
         if let Some(r) = handle_message(sink, &m.message).message() {
-            if let Err(e) = out.send(r).await {
-                tracing::warn!(%from, error = %e, "ack failed");
+            if out.send(r).await.is_err() {
                 back.remove(&from);
             }
         }

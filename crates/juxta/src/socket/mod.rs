@@ -44,6 +44,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -253,9 +254,19 @@ struct Shared {
     /// gets them separately, as it sends them).
     combine: bool,
     sendq: Mutex<SendQueue>,
+    /// The driver sleeps without watching the timers (the socket has been
+    /// idle a while): a write must wake it.
+    driver_parked: AtomicBool,
 }
 
 impl Shared {
+    /// Wakes the driver if it is parked (data is about to be in flight).
+    fn unpark_driver(&self) {
+        if self.driver_parked.swap(false, Ordering::AcqRel) {
+            self.wake_driver.notify_one();
+        }
+    }
+
     /// Takes up to `max` transmits from the engine as messages.
     fn take_messages(&self, max: usize) -> Vec<Message> {
         let mut st = self.state.lock().expect("socket lock");
@@ -604,6 +615,7 @@ impl JxtaSocket {
             remote_pipe,
             combine: compact,
             sendq: Mutex::new(SendQueue::default()),
+            driver_parked: AtomicBool::new(false),
         });
         // From now on the connection's reader hands this pipe's messages
         // straight to the engine; take over any that queued before.
@@ -651,6 +663,8 @@ fn wake_all(st: &mut State) {
 /// How often the driver looks at the engine's timers while data is in
 /// flight (the engine's own deadlines are honoured exactly otherwise).
 const TICK: Duration = Duration::from_millis(20);
+/// The driver parks after this long without data in flight.
+const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// The socket's driver task: sends what could not be sent at once, runs
 /// the engine's timers (retransmission, keepalive, dead peer), and performs
@@ -665,6 +679,7 @@ async fn drive(
     let conn = shared.messenger.connection().clone();
     let mut close_sent: Option<tokio::time::Instant> = None;
     let mut close_deadline: Option<tokio::time::Instant> = None;
+    let mut last_busy = tokio::time::Instant::now();
     loop {
         shared.pump_async().await;
         let (send_close, send_close_ack, done, next_timer, busy) = {
@@ -728,7 +743,19 @@ async fn drive(
         }
         let now = tokio::time::Instant::now();
         let timer = next_timer.map(tokio::time::Instant::from_std);
-        let tick = busy.then_some(now + TICK);
+        // Keep ticking for a while after the last activity, so a busy
+        // socket's writes need not wake the driver; park after that.
+        if busy {
+            last_busy = now;
+        }
+        let active = now.duration_since(last_busy) < PARK_AFTER;
+        let tick = active.then_some(now + TICK);
+        shared.driver_parked.store(!active, Ordering::Release);
+        if !active && !shared.state.lock().expect("socket lock").engine.all_acked() {
+            // Raced with a write: stay awake.
+            shared.driver_parked.store(false, Ordering::Release);
+            continue;
+        }
         let resend_close = close_sent.map(|t| t + Duration::from_secs(5));
         let wake_at = [timer, tick, resend_close, close_deadline]
             .into_iter()
@@ -834,8 +861,8 @@ impl AsyncWrite for JxtaSocket {
         drop(st);
         self.shared.pump_now();
         if idle {
-            // Data in flight: the driver starts watching the timers.
-            self.shared.wake_driver.notify_one();
+            // Data in flight: the driver must watch the timers.
+            self.shared.unpark_driver();
         }
         Poll::Ready(Ok(n))
     }
@@ -850,7 +877,7 @@ impl AsyncWrite for JxtaSocket {
         drop(st);
         self.shared.pump_now();
         if idle {
-            self.shared.wake_driver.notify_one();
+            self.shared.unpark_driver();
         }
         Poll::Ready(Ok(()))
     }
