@@ -600,22 +600,13 @@ async fn serve_pipe(peer: &Peer, mut input: InputPipe, ack: PipeAdvertisement) {
         let Some(from) = m.from else { continue };
         let (out, sink) = match back.entry(from) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(v) => match peer
-                .pipes()
-                .create_output_pipe(&ack, &[from], SETUP_WAIT)
-                .await
-            {
+            Entry::Vacant(v) => match peer.pipes().create_output_pipe(&ack, &[from], SETUP_WAIT).await {
                 Ok(o) => v.insert((o, SeqCounter::default())),
-                Err(e) => {
-                    tracing::warn!(%from, error = %e, "cannot bind the ack pipe");
-                    continue;
-                }
+                Err(e) => { tracing::warn!(%from, error = %e, "cannot bind the ack pipe"); continue; }
             },
         };
         if let Some(r) = handle_message(sink, &m.message).message() {
-            if out.send(r).await.is_err() {
-                back.remove(&from);
-            }
+            if out.send(r).await.is_err() { back.remove(&from); }
         }
     }
 }

@@ -151,3 +151,34 @@ async fn senders_rows() {
         .iter()
         .any(|r| r.layer == "unicast-pipe" && r.senders == 3 && r.size == 100));
 }
+
+/// A sender that streams more messages than an input pipe queues (1,024)
+/// before the responder has bound its reply pipe: binding (resolution, TLS
+/// handshake) needs answers on the same connection, which stops being read
+/// while the input pipe is full, so a responder that waited for the binding
+/// before draining its pipe deadlocked here.
+#[tokio::test]
+async fn reply_pipes_bind_while_a_sender_streams() {
+    let opts = ThroughputOptions {
+        layers: vec![Layer::SecurePipe, Layer::UnicastPipe],
+        sizes: vec![1],
+        patterns: vec![Pattern::Smooth],
+        duration_ms: 10,
+        count: Some(100),
+        bursts: 1,
+        burst_len: 1,
+        idle_ms: 0,
+        warmup: 5000,
+        pin: Pin::None,
+        key_bits: 1024,
+    };
+    let rows = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        throughput::run(&Host::Thread, &opts, quiet),
+    )
+    .await
+    .expect("deadlocked")
+    .unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r.loss_pct == 0.0 && r.msgs_per_s > 0.0));
+}

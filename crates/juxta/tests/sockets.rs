@@ -35,6 +35,7 @@ async fn peer(dir: &tempfile::TempDir, name: &str, listen: bool, compact: bool) 
         c = c.listen("127.0.0.1:0".parse().unwrap());
     }
     c.connection.compact = compact;
+    c.key_bits = 1024; // fast key generation; no TLS here
     Peer::start(c).await.unwrap()
 }
 
