@@ -595,18 +595,57 @@ struct PipeSender {
 /// waiting here while a sender streams would deadlock. Replies wait in a
 /// queue until the pipe is bound; from then on they are sent inline.
 async fn serve_pipe(peer: &Peer, mut input: InputPipe, ack: PipeAdvertisement) {
-    let mut back: HashMap<PeerId, (OutputPipe, SeqCounter)> = HashMap::new();
-    while let Some(m) = input.recv().await {
-        let Some(from) = m.from else { continue };
-        let (out, sink) = match back.entry(from) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(v) => match peer.pipes().create_output_pipe(&ack, &[from], SETUP_WAIT).await {
-                Ok(o) => v.insert((o, SeqCounter::default())),
-                Err(e) => { tracing::warn!(%from, error = %e, "cannot bind the ack pipe"); continue; }
-            },
-        };
-        if let Some(r) = handle_message(sink, &m.message).message() {
-            if out.send(r).await.is_err() { back.remove(&from); }
+    type Bound = (PeerId, Result<OutputPipe, String>);
+    let (bound_tx, mut bound_rx) = tokio::sync::mpsc::unbounded_channel::<Bound>();
+    let mut senders: HashMap<PeerId, PipeSender> = HashMap::new();
+    loop {
+        tokio::select! {
+            m = input.recv() => {
+                let Some(m) = m else { return };
+                let Some(from) = m.from else { continue };
+                let s = senders.entry(from).or_insert_with(|| {
+                    let (pipes, ack, tx) = (peer.pipes(), ack.clone(), bound_tx.clone());
+                    tokio::spawn(async move {
+                        let r = pipes
+                            .create_output_pipe(&ack, &[from], SETUP_WAIT)
+                            .await
+                            .map_err(|e| e.to_string());
+                        let _ = tx.send((from, r));
+                    });
+                    PipeSender { out: None, queued: Vec::new(), sink: SeqCounter::default() }
+                });
+                let Some(r) = handle_message(&mut s.sink, &m.message).message() else {
+                    continue;
+                };
+                match &s.out {
+                    Some(out) => {
+                        if let Err(e) = out.send(r).await {
+                            tracing::warn!(%from, error = %e, "ack failed");
+                            senders.remove(&from);
+                        }
+                    }
+                    None => s.queued.push(r),
+                }
+            }
+            Some((from, r)) = bound_rx.recv() => {
+                let Some(s) = senders.get_mut(&from) else { continue };
+                match r {
+                    Ok(out) => {
+                        for q in s.queued.drain(..) {
+                            if let Err(e) = out.send(q).await {
+                                tracing::warn!(%from, error = %e, "ack failed");
+                                break;
+                            }
+                        }
+                        s.out = Some(out);
+                    }
+                    Err(e) => {
+                        tracing::warn!(%from, error = %e, "cannot bind the ack pipe");
+                        // Forget the sender: its next message tries again.
+                        senders.remove(&from);
+                    }
+                }
+            }
         }
     }
 }

@@ -11,7 +11,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let n: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(10 << 20);
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10 << 20);
     let dir = tempfile::tempdir().unwrap();
     let mut ca = PeerConfig::new(dir.path().join("a")).listen("127.0.0.1:0".parse().unwrap());
     ca.key_bits = 1024;

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use juxta_proto::advertisement::{PeerAdvertisement, PipeAdvertisement, PipeType};
-use juxta_proto::id::{PeerGroupId, PeerId, PipeId};
+use juxta_proto::advertisement::PipeAdvertisement;
+use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
 use juxta_proto::socket::setup::{
     classify, CloseSignal, ConnectRequest, ConnectResponse, SetupKind, SetupMessage,
@@ -18,22 +18,6 @@ use juxta_proto::socket::setup::{
 use super::{InputPipe, PipeError, PipeMessage, PipeService, PIPE_SERVICE};
 use crate::endpoint::Messenger;
 use crate::peer::Inner;
-
-fn my_adv(inner: &Inner) -> PeerAdvertisement {
-    PeerAdvertisement {
-        peer_id: *inner.identity.peer_id(),
-        group_id: PeerGroupId::NET,
-        name: inner.cfg.name.clone(),
-        desc: None,
-    }
-}
-
-fn ephemeral(server: &PipeAdvertisement) -> PipeAdvertisement {
-    let mut adv =
-        PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
-    adv.name = server.name.clone();
-    adv
-}
 
 /// Accepts bidirectional pipes on a pipe (JXSE's `JxtaServerPipe`).
 pub struct BidiListener {
@@ -61,7 +45,7 @@ impl PipeService {
     ) -> Result<BidiPipe, PipeError> {
         let inner = &self.inner;
         let deadline = tokio::time::Instant::now() + timeout;
-        let local = ephemeral(adv);
+        let local = super::ephemeral_adv(adv, "");
         let mut input = InputPipe::open(inner, &local)?;
         let bound = self.resolve(adv, &[peer], timeout).await?;
         let messenger = inner
@@ -70,7 +54,7 @@ impl PipeService {
         let req = ConnectRequest {
             kind: SetupKind::BiDi,
             req_pipe: local,
-            rem_peer: my_adv(inner),
+            rem_peer: super::local_peer_adv(inner),
             reliable: false,
             connection_properties: None,
         };
@@ -109,33 +93,20 @@ impl BidiListener {
     /// Waits for the next connection request and answers it.
     pub async fn accept(&mut self) -> Result<BidiPipe, PipeError> {
         loop {
-            let m = self.input.recv().await.ok_or(PipeError::Stopped)?;
-            let req = match ConnectRequest::from_message(&m.message) {
-                Ok(r) if r.kind == SetupKind::BiDi => r,
-                Ok(_) => continue,
-                Err(e) => {
-                    tracing::info!(from = ?m.from, error = %e, "bad bidi pipe request ignored");
-                    continue;
-                }
-            };
+            let (req, messenger) =
+                super::next_setup_request(&self.inner, &mut self.input, SetupKind::BiDi)
+                    .await
+                    .ok_or(PipeError::Stopped)?;
             if req.reliable {
                 tracing::info!(peer = %req.rem_peer.peer_id, "reliable bidi pipe request refused: Juxta runs bidi pipes unreliable (over ordered connections)");
                 continue;
             }
-            let Some(messenger) = self
-                .inner
-                .messenger(&req.rem_peer.peer_id)
-                .or_else(|| m.from.and_then(|p| self.inner.messenger(&p)))
-            else {
-                tracing::info!(peer = %req.rem_peer.peer_id, "bidi request from a peer with no connection ignored");
-                continue;
-            };
-            let local = ephemeral(&self.adv);
+            let local = super::ephemeral_adv(&self.adv, "");
             let input = InputPipe::open(&self.inner, &local)?;
             let resp = ConnectResponse {
                 kind: SetupKind::BiDi,
                 rem_pipe: local,
-                rem_peer: my_adv(&self.inner),
+                rem_peer: super::local_peer_adv(&self.inner),
                 reliable: None,
                 encrypt: None,
             };

@@ -102,6 +102,59 @@ impl From<crate::PeerError> for PipeError {
     }
 }
 
+/// This peer's advertisement as sockets and bidi pipes send it (`remPeer`).
+pub(crate) fn local_peer_adv(inner: &Inner) -> juxta_proto::advertisement::PeerAdvertisement {
+    juxta_proto::advertisement::PeerAdvertisement {
+        peer_id: *inner.identity.peer_id(),
+        group_id: juxta_proto::id::PeerGroupId::NET,
+        name: inner.cfg.name.clone(),
+        desc: None,
+    }
+}
+
+/// A fresh unicast pipe for one end of a socket or bidi pipe, named after
+/// the server pipe (plus `suffix`, as JXSE names its client pipes).
+pub(crate) fn ephemeral_adv(server: &PipeAdvertisement, suffix: &str) -> PipeAdvertisement {
+    let mut adv = PipeAdvertisement::new(
+        juxta_proto::id::PipeId::random(&mut rand::thread_rng()),
+        PipeType::Unicast,
+    );
+    adv.name = Some(format!("{}{suffix}", server.name.as_deref().unwrap_or("")));
+    adv
+}
+
+/// The next set-up request of `kind` on a server pipe whose sender has a
+/// live connection, with a messenger back to it; other messages are logged
+/// and skipped. `None` once the peer stops.
+pub(crate) async fn next_setup_request(
+    inner: &Inner,
+    input: &mut InputPipe,
+    kind: juxta_proto::socket::setup::SetupKind,
+) -> Option<(juxta_proto::socket::setup::ConnectRequest, crate::Messenger)> {
+    use juxta_proto::socket::setup::ConnectRequest;
+    loop {
+        let m = input.recv().await?;
+        let req = match ConnectRequest::from_message(&m.message) {
+            Ok(r) if r.kind == kind => r,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::info!(from = ?m.from, error = %e, ?kind, "bad connection request ignored");
+                continue;
+            }
+        };
+        let client = req.rem_peer.peer_id;
+        match inner
+            .messenger(&client)
+            .or_else(|| m.from.and_then(|p| inner.messenger(&p)))
+        {
+            Some(messenger) => return Some((req, messenger)),
+            None => {
+                tracing::info!(%client, ?kind, "connection request from a peer with no connection ignored");
+            }
+        }
+    }
+}
+
 /// Receives the messages of one pipe synchronously on the connection's
 /// reader task (used by sockets, whose engine takes them without a queue).
 pub(crate) trait DirectSink: Send + Sync {

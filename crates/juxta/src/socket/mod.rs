@@ -49,8 +49,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use juxta_proto::advertisement::{PeerAdvertisement, PipeAdvertisement, PipeType};
-use juxta_proto::id::{PeerGroupId, PeerId, PipeId};
+use juxta_proto::advertisement::PipeAdvertisement;
+use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
 use juxta_proto::socket::reliable::{self, Incoming, ReliableConfig, ReliableStream, Transmit};
 use juxta_proto::socket::setup::{
@@ -115,23 +115,6 @@ pub enum SocketError {
     Closed,
 }
 
-fn my_adv(inner: &Inner) -> PeerAdvertisement {
-    PeerAdvertisement {
-        peer_id: *inner.identity.peer_id(),
-        group_id: PeerGroupId::NET,
-        name: inner.cfg.name.clone(),
-        desc: None,
-    }
-}
-
-fn ephemeral(inner: &Inner, server: &PipeAdvertisement, suffix: &str) -> PipeAdvertisement {
-    let _ = inner;
-    let mut adv =
-        PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
-    adv.name = Some(format!("{}{suffix}", server.name.as_deref().unwrap_or("")));
-    adv
-}
-
 /// A JXTA server socket (`JxtaServerSocket`): accepts socket connections
 /// on a pipe. Requests queue in the pipe's bounded buffer.
 pub struct JxtaServerSocket {
@@ -166,34 +149,21 @@ impl JxtaServerSocket {
     /// that cannot be parsed or answered are logged and skipped.
     pub async fn accept(&mut self) -> Result<JxtaSocket, SocketError> {
         loop {
-            let m = self.input.recv().await.ok_or(SocketError::Closed)?;
-            let req = match ConnectRequest::from_message(&m.message) {
-                Ok(r) if r.kind == SetupKind::Socket => r,
-                Ok(_) => continue,
-                Err(e) => {
-                    tracing::info!(from = ?m.from, error = %e, "bad socket connection request ignored");
-                    continue;
-                }
-            };
+            let (req, messenger) =
+                crate::pipe::next_setup_request(&self.inner, &mut self.input, SetupKind::Socket)
+                    .await
+                    .ok_or(SocketError::Closed)?;
             let client = req.rem_peer.peer_id;
-            let Some(messenger) = self
-                .inner
-                .messenger(&client)
-                .or_else(|| m.from.and_then(|p| self.inner.messenger(&p)))
-            else {
-                tracing::info!(%client, "socket request from a peer with no connection ignored");
-                continue;
-            };
             if !req.reliable {
                 tracing::info!(%client, "unreliable (stream=false) socket request refused: unsupported");
                 continue;
             }
-            let local = ephemeral(&self.inner, &self.adv, "");
+            let local = crate::pipe::ephemeral_adv(&self.adv, "");
             let input = InputPipe::open(&self.inner, &local)?;
             let resp = ConnectResponse {
                 kind: SetupKind::Socket,
                 rem_pipe: local.clone(),
-                rem_peer: my_adv(&self.inner),
+                rem_peer: crate::pipe::local_peer_adv(&self.inner),
                 reliable: Some(true),
                 encrypt: Some(false),
             };
@@ -512,7 +482,7 @@ impl JxtaSocket {
     ) -> Result<JxtaSocket, SocketError> {
         let inner = pipes.inner.clone();
         let deadline = tokio::time::Instant::now() + cfg.connect_timeout;
-        let local = ephemeral(&inner, adv, ".remote");
+        let local = crate::pipe::ephemeral_adv(adv, ".remote");
         let mut input = InputPipe::open(&inner, &local)?;
         let bound = pipes.resolve(adv, &[peer], cfg.connect_timeout).await?;
         let messenger = inner
@@ -521,7 +491,7 @@ impl JxtaSocket {
         let req = ConnectRequest {
             kind: SetupKind::Socket,
             req_pipe: local.clone(),
-            rem_peer: my_adv(&inner),
+            rem_peer: crate::pipe::local_peer_adv(&inner),
             reliable: true,
             connection_properties: None,
         };
