@@ -379,11 +379,10 @@ impl Shared {
             let now = Instant::now();
             match classify(message) {
                 Some(SetupMessage::Close(CloseSignal::Close)) => {
+                    // The driver answers with a closeACK (also when we are
+                    // closing too: both sides then finish on the other's
+                    // close and ack, whichever comes first).
                     st.remote_closed = true;
-                    if st.closing {
-                        // Both closed at once: theirs acknowledges ours.
-                        st.closed = true;
-                    }
                     wake_all(&mut st);
                     drop(st);
                     self.wake_driver.notify_one();
@@ -650,9 +649,10 @@ async fn drive(
     let mut close_sent: Option<tokio::time::Instant> = None;
     let mut close_deadline: Option<tokio::time::Instant> = None;
     let mut last_busy = tokio::time::Instant::now();
+    let mut close_ack_sent = false;
     loop {
         shared.pump_async().await;
-        let (send_close, send_close_ack, done, next_timer, busy) = {
+        let (mut send_close, send_close_ack, done, next_timer, busy) = {
             let mut st = shared.state.lock().expect("socket lock");
             if let Some(e) = st.engine.error() {
                 let why = e.to_string();
@@ -660,7 +660,7 @@ async fn drive(
             }
             let all_acked = st.engine.all_acked();
             let send_close = st.closing && !st.closed && all_acked && close_sent.is_none();
-            let send_close_ack = st.remote_closed && all_acked && !st.closed && !st.closing;
+            let send_close_ack = st.remote_closed && all_acked && !st.closed && !close_ack_sent;
             if st.engine.writable() > 0 {
                 if let Some(w) = st.write_waker.take() {
                     w.wake();
@@ -680,12 +680,17 @@ async fn drive(
                 !all_acked,
             )
         };
-        if send_close || send_close_ack {
-            let sig = if send_close {
-                CloseSignal::Close
-            } else {
-                CloseSignal::CloseAck
-            };
+        if send_close_ack {
+            // Our closeACK ends the socket; no separate close is needed.
+            send_close = false;
+        }
+        for (due, sig) in [
+            (send_close_ack, CloseSignal::CloseAck),
+            (send_close, CloseSignal::Close),
+        ] {
+            if !due {
+                continue;
+            }
             let _ = shared
                 .messenger
                 .send(
@@ -694,13 +699,20 @@ async fn drive(
                     sig.to_message(SetupKind::Socket),
                 )
                 .await;
-            if send_close {
+            if sig == CloseSignal::Close {
                 let now = tokio::time::Instant::now();
                 close_sent = Some(now);
                 close_deadline = Some(now + close_timeout);
             } else {
-                // We acknowledged the peer's close: both directions are done.
-                let mut st = shared.state.lock().expect("socket lock");
+                close_ack_sent = true;
+            }
+        }
+        if close_ack_sent {
+            let mut st = shared.state.lock().expect("socket lock");
+            // We acknowledged the peer's close. If we are not closing, both
+            // directions are done; if we are, the peer's close acknowledges
+            // ours (it has nothing more to send).
+            if !st.closed {
                 st.closed = true;
                 wake_all(&mut st);
             }
