@@ -253,9 +253,9 @@ pub struct ReliableConfig {
 impl Default for ReliableConfig {
     fn default() -> Self {
         ReliableConfig {
-            block_size: 256 * 1024,
+            block_size: 64 * 1024,
             initial_window: 4,
-            max_window: 64,
+            max_window: 256,
             recv_buffer_blocks: 256,
             min_rto: Duration::from_millis(200),
             max_rto: Duration::from_secs(10),
