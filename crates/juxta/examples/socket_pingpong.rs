@@ -10,9 +10,6 @@ use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
 use juxta_proto::id::PipeId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
