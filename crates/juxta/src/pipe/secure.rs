@@ -67,30 +67,25 @@ struct Session {
 #[derive(Default)]
 pub(crate) struct Sessions {
     map: Mutex<HashMap<Key, Arc<Mutex<Session>>>>,
+    /// This peer's TLS configurations, built on first use.
+    client_cfg: OnceLock<Arc<rustls::ClientConfig>>,
+    server_cfg: OnceLock<Arc<rustls::ServerConfig>>,
 }
 
 fn client_cfg(inner: &Inner) -> Result<Arc<rustls::ClientConfig>, TlsError> {
-    static CACHE: OnceLock<Mutex<HashMap<PeerId, Arc<rustls::ClientConfig>>>> = OnceLock::new();
-    let me = *inner.identity.peer_id();
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(c) = cache.lock().expect("tls cache").get(&me) {
+    if let Some(c) = inner.secure.client_cfg.get() {
         return Ok(c.clone());
     }
     let c = tls::client_config(&inner.identity)?;
-    cache.lock().expect("tls cache").insert(me, c.clone());
-    Ok(c)
+    Ok(inner.secure.client_cfg.get_or_init(|| c).clone())
 }
 
 fn server_cfg(inner: &Inner) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    static CACHE: OnceLock<Mutex<HashMap<PeerId, Arc<rustls::ServerConfig>>>> = OnceLock::new();
-    let me = *inner.identity.peer_id();
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(c) = cache.lock().expect("tls cache").get(&me) {
+    if let Some(c) = inner.secure.server_cfg.get() {
         return Ok(c.clone());
     }
     let c = tls::server_config(&inner.identity)?;
-    cache.lock().expect("tls cache").insert(me, c.clone());
-    Ok(c)
+    Ok(inner.secure.server_cfg.get_or_init(|| c).clone())
 }
 
 /// The sending side of a secure pipe: a TLS client session to the peer
