@@ -12,11 +12,17 @@
 //! (one 20 KB message split into 1..20 elements) and [`senders`] (1..n
 //! sender peers into one input pipe).
 
+pub mod compare;
 pub mod composition;
+pub mod csv_out;
+pub mod jxse;
 pub mod layers;
 pub mod machine;
+pub mod net;
 pub mod pingpong;
+pub mod report;
 pub mod senders;
+pub mod suite;
 pub mod throughput;
 pub mod util;
 
@@ -68,4 +74,13 @@ pub enum BenchError {
     /// Socket set-up error.
     #[error(transparent)]
     Socket(#[from] juxta::socket::SocketError),
+    /// Report error.
+    #[error(transparent)]
+    Report(#[from] report::ReportError),
+    /// JXSE side-by-side error.
+    #[error(transparent)]
+    Jxse(#[from] jxse::JxseError),
+    /// Network profile error.
+    #[error(transparent)]
+    Net(#[from] net::NetError),
 }

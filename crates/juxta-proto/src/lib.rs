@@ -19,11 +19,15 @@
 #![warn(missing_docs)]
 
 pub mod advertisement;
+pub mod discovery;
+pub mod group;
 pub mod endpoint;
 pub mod id;
 pub mod identity;
 pub mod message;
 pub mod pipe;
+pub mod rendezvous;
 pub mod resolver;
 pub mod socket;
+pub mod srdi;
 pub mod wire;

@@ -1,0 +1,1 @@
+//! (being written) The default run: every scenario in one command.
