@@ -113,6 +113,9 @@ impl Default for ThroughputOptions {
 pub struct ThroughputRow {
     /// Always `throughput`.
     pub scenario: &'static str,
+    /// `tcp` for the baseline, `juxta` or `jxse` otherwise.
+    #[serde(rename = "impl")]
+    pub implementation: &'static str,
     /// Layer name.
     pub layer: &'static str,
     /// Payload bytes per message.
@@ -149,6 +152,7 @@ impl RunResult {
         };
         ThroughputRow {
             scenario: "throughput",
+            implementation: if layer == Layer::Tcp { "tcp" } else { "juxta" },
             layer: layer.name(),
             size,
             pattern,
