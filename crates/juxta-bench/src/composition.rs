@@ -36,6 +36,8 @@ pub struct CompositionOptions {
     pub pairs: usize,
     /// RSA key size of the bench peers.
     pub key_bits: usize,
+    /// Where the two sides run (default: loopback, as before).
+    pub net: crate::net::Net,
 }
 
 impl Default for CompositionOptions {
@@ -48,6 +50,7 @@ impl Default for CompositionOptions {
             runs: 5,
             pairs: 100,
             key_bits: 1024,
+            net: crate::net::Net::default(),
         }
     }
 }
@@ -97,6 +100,14 @@ pub struct CompositionRow {
 pub async fn run(
     host: &Host,
     opts: &CompositionOptions,
+    progress: impl FnMut(&str),
+) -> Result<Vec<CompositionRow>, BenchError> {
+    crate::net::scoped(&opts.net, run_here(host, opts, progress)).await
+}
+
+async fn run_here(
+    host: &Host,
+    opts: &CompositionOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<CompositionRow>, BenchError> {
     pin_current(opts.pin.client_core());
@@ -104,8 +115,15 @@ pub async fn run(
         l.check("composition", &LAYERS)?;
     }
     let lanes = lanes_of(&opts.layers, &[]);
-    let (mut clients, responders) =
-        connect_lanes(host, &lanes, opts.key_bits, opts.pin, &mut progress).await?;
+    let (mut clients, responders) = connect_lanes(
+        host,
+        &lanes,
+        opts.key_bits,
+        opts.pin,
+        &opts.net,
+        &mut progress,
+    )
+    .await?;
     let mut rows = Vec::new();
     for &(elements, each) in &opts.compositions {
         let ping = Ping::composed(elements, each);

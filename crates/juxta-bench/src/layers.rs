@@ -15,7 +15,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -216,6 +216,30 @@ pub struct ResponderSpec {
     pub key_bits: usize,
     /// Receiver peers (propagate only).
     pub receivers: usize,
+    /// Address it binds (127.0.0.1 unless a network profile says).
+    pub bind: IpAddr,
+    /// Network namespace it runs in (`None`: the caller's).
+    pub netns: Option<String>,
+}
+
+impl ResponderSpec {
+    /// A responder for `layer` on 127.0.0.1 in this namespace.
+    pub fn new(layer: Layer, key_bits: usize, receivers: usize) -> ResponderSpec {
+        ResponderSpec {
+            layer,
+            key_bits,
+            receivers,
+            bind: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            netns: None,
+        }
+    }
+
+    /// Placed as `net` says (address and namespace of the responder side).
+    pub fn on(mut self, net: &crate::net::Net) -> ResponderSpec {
+        self.bind = net.responder_ip;
+        self.netns = net.responder_ns.clone();
+        self
+    }
 }
 
 /// Where responders run.
@@ -267,6 +291,12 @@ pub async fn spawn_responder(
             if let Some(c) = core {
                 cmd.arg("--core").arg(c.to_string());
             }
+            if !spec.bind.is_loopback() {
+                cmd.arg("--bind").arg(spec.bind.to_string());
+            }
+            if let Some(ns) = &spec.netns {
+                cmd.arg("--netns").arg(ns);
+            }
             let mut child = cmd.spawn().map_err(|source| BenchError::Io {
                 what: format!("starting responder {}", exe.display()),
                 source,
@@ -308,6 +338,12 @@ pub async fn spawn_responder(
             std::thread::Builder::new()
                 .name(format!("responder-{layer}"))
                 .spawn(move || {
+                    if let Some(ns) = &spec.netns {
+                        if let Err(e) = crate::net::enter_for_good(ns) {
+                            let _ = ready_tx.send(Err(e.to_string()));
+                            return;
+                        }
+                    }
                     let rt = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()
@@ -362,14 +398,18 @@ struct Hold {
     _home: tempfile::TempDir,
 }
 
-async fn start_peer(key_bits: usize, compact: bool, listen: bool) -> Result<Hold, BenchError> {
+async fn start_peer(
+    key_bits: usize,
+    compact: bool,
+    listen: Option<IpAddr>,
+) -> Result<Hold, BenchError> {
     let home = tempfile::tempdir().map_err(|source| BenchError::Io {
         what: "creating a temporary home".into(),
         source,
     })?;
     let mut cfg = PeerConfig::new(home.path()).compact(compact);
-    if listen {
-        cfg = cfg.listen("127.0.0.1:0".parse().expect("literal"));
+    if let Some(ip) = listen {
+        cfg = cfg.listen(SocketAddr::new(ip, 0));
     }
     cfg.key_bits = key_bits;
     let peer = Peer::start(cfg).await?;
@@ -660,7 +700,7 @@ pub async fn run_responder(
     let key_bits = layer.key_bits(spec.key_bits);
     match layer {
         Layer::Tcp => {
-            let l = TcpListener::bind("127.0.0.1:0")
+            let l = TcpListener::bind(SocketAddr::new(spec.bind, 0))
                 .await
                 .map_err(|source| BenchError::Io {
                     what: "binding tcp responder".into(),
@@ -682,7 +722,7 @@ pub async fn run_responder(
             }
         }
         Layer::Endpoint | Layer::EndpointCompat => {
-            let h = start_peer(key_bits, layer.compact(), true).await?;
+            let h = start_peer(key_bits, layer.compact(), Some(spec.bind)).await?;
             let mut pings = h.peer.listen(BENCH_SERVICE, Some("ping"))?;
             on_ready(&Ready {
                 addrs: vec![h.peer.local_addr().expect("listening")],
@@ -716,7 +756,7 @@ pub async fn run_responder(
             } else {
                 PipeType::Unicast
             };
-            let h = start_peer(key_bits, true, true).await?;
+            let h = start_peer(key_bits, true, Some(spec.bind)).await?;
             let ping = adv(crate::util::random_pipe_id(), ty);
             let ack = adv(crate::util::random_pipe_id(), ty);
             let input = h.peer.pipes().create_input_pipe(&ping)?;
@@ -728,7 +768,7 @@ pub async fn run_responder(
             Ok(())
         }
         Layer::BidiPipe => {
-            let h = start_peer(key_bits, true, true).await?;
+            let h = start_peer(key_bits, true, Some(spec.bind)).await?;
             let a = adv(crate::util::random_pipe_id(), PipeType::Unicast);
             let mut l = h.peer.pipes().bind_bidi(&a)?;
             on_ready(&Ready {
@@ -750,7 +790,7 @@ pub async fn run_responder(
             }
         }
         Layer::Socket => {
-            let h = start_peer(key_bits, true, true).await?;
+            let h = start_peer(key_bits, true, Some(spec.bind)).await?;
             let a = adv(crate::util::random_pipe_id(), PipeType::Unicast);
             let mut server = JxtaServerSocket::bind(&h.peer, &a, SocketConfig::default())?;
             on_ready(&Ready {
@@ -772,7 +812,7 @@ pub async fn run_responder(
             let mut addrs = Vec::new();
             let mut tasks = tokio::task::JoinSet::new();
             for _ in 0..spec.receivers.max(1) {
-                let h = start_peer(key_bits, true, true).await?;
+                let h = start_peer(key_bits, true, Some(spec.bind)).await?;
                 let input = h.peer.pipes().create_input_pipe(&ping)?;
                 addrs.push(h.peer.local_addr().expect("listening"));
                 let ack = ack.clone();
@@ -922,7 +962,7 @@ impl Client {
                 _hold: None,
             });
         }
-        let h = start_peer(key_bits, layer.compact(), false).await?;
+        let h = start_peer(key_bits, layer.compact(), None).await?;
         let link = |m: Messenger| async move {
             if layer.compact() && !m.wait_compact(Duration::from_secs(10)).await {
                 return Err(BenchError::Responder {

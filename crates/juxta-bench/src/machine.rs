@@ -61,6 +61,22 @@ fn count_cpu_list(s: &str) -> Option<usize> {
     (n > 0).then_some(n)
 }
 
+/// The first line `cmd args` prints (on stdout or stderr: `java -version`
+/// writes to stderr), if the command runs.
+pub fn tool_version(cmd: &str, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new(cmd).args(args).output().ok()?;
+    let text = if out.stdout.is_empty() {
+        out.stderr
+    } else {
+        out.stdout
+    };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .next()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+}
+
 /// Collects the facts.
 pub fn facts() -> MachineFacts {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")

@@ -43,6 +43,8 @@ pub struct PingPongOptions {
     pub pairs: usize,
     /// RSA key size of the bench peers (secure pipes use at least 2048).
     pub key_bits: usize,
+    /// Where the two sides run (default: loopback, as before).
+    pub net: crate::net::Net,
 }
 
 impl Default for PingPongOptions {
@@ -56,6 +58,7 @@ impl Default for PingPongOptions {
             runs: 5,
             pairs: 100,
             key_bits: 1024,
+            net: crate::net::Net::default(),
         }
     }
 }
@@ -232,6 +235,7 @@ pub(crate) async fn connect_lanes(
     lanes: &[(Layer, Option<usize>)],
     key_bits: usize,
     pin: Pin,
+    net: &crate::net::Net,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(Vec<Lane>, Vec<Responder>), BenchError> {
     let mut responders: HashMap<Layer, Responder> = HashMap::new();
@@ -247,11 +251,7 @@ pub(crate) async fn connect_lanes(
             .max()
             .unwrap_or(1);
         progress(&format!("starting the {} responder", layer.name()));
-        let spec = ResponderSpec {
-            layer,
-            key_bits,
-            receivers,
-        };
+        let spec = ResponderSpec::new(layer, key_bits, receivers).on(net);
         responders.insert(
             layer,
             spawn_responder(host, &spec, pin.responder_core()).await?,
@@ -317,15 +317,32 @@ pub(crate) fn rows_of(
 /// Runs the ping-pong: starts one responder per layer on `host`, measures
 /// every size interleaved with the tcp baseline, and returns one row per
 /// (layer, receivers, size). `progress` is called with a line per step.
+/// With a namespaced `opts.net`, this side runs in the client namespace
+/// (a current-thread runtime is required) and the responders in theirs.
 pub async fn run(
+    host: &Host,
+    opts: &PingPongOptions,
+    progress: impl FnMut(&str),
+) -> Result<Vec<PingPongRow>, BenchError> {
+    crate::net::scoped(&opts.net, run_here(host, opts, progress)).await
+}
+
+async fn run_here(
     host: &Host,
     opts: &PingPongOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<PingPongRow>, BenchError> {
     pin_current(opts.pin.client_core());
     let lanes = lanes_of(&opts.layers, &opts.receivers);
-    let (mut clients, responders) =
-        connect_lanes(host, &lanes, opts.key_bits, opts.pin, &mut progress).await?;
+    let (mut clients, responders) = connect_lanes(
+        host,
+        &lanes,
+        opts.key_bits,
+        opts.pin,
+        &opts.net,
+        &mut progress,
+    )
+    .await?;
     let mut rows = Vec::new();
     for &size in &opts.sizes {
         let ping = Ping::single(size);

@@ -40,6 +40,8 @@ pub struct SendersOptions {
     pub pin: Pin,
     /// RSA key size of the bench peers.
     pub key_bits: usize,
+    /// Where the two sides run (default: loopback, as before).
+    pub net: crate::net::Net,
 }
 
 impl Default for SendersOptions {
@@ -52,6 +54,7 @@ impl Default for SendersOptions {
             warmup: 200,
             pin: Pin::Same,
             key_bits: 1024,
+            net: crate::net::Net::default(),
         }
     }
 }
@@ -168,6 +171,14 @@ async fn period(
 pub async fn run(
     host: &Host,
     opts: &SendersOptions,
+    progress: impl FnMut(&str),
+) -> Result<Vec<SendersRow>, BenchError> {
+    crate::net::scoped(&opts.net, run_here(host, opts, progress)).await
+}
+
+async fn run_here(
+    host: &Host,
+    opts: &SendersOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<SendersRow>, BenchError> {
     pin_current(opts.pin.client_core());
@@ -186,11 +197,7 @@ pub async fn run(
             "starting the {} responder and {most} sender peers",
             l.name()
         ));
-        let spec = ResponderSpec {
-            layer: l,
-            key_bits: opts.key_bits,
-            receivers: 1,
-        };
+        let spec = ResponderSpec::new(l, opts.key_bits, 1).on(&opts.net);
         let r = spawn_responder(host, &spec, opts.pin.responder_core()).await?;
         let mut pool = Vec::with_capacity(most);
         for _ in 0..most {

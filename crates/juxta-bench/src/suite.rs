@@ -1,1 +1,901 @@
-//! (being written) The default run: every scenario in one command.
+//! The default run: every scenario of the JXTA Performance Model in one
+//! command (`juxta bench` with no arguments).
+//!
+//! Why it exists: the studies' value was their tables and figures; ours
+//! must come from one reproducible command. The suite plans the run as a
+//! list of small *steps* (one layer of one scenario each, every step with
+//! its own plain-TCP lane interleaved, so the baseline is rerun between
+//! layers and its spread is the run's noise), runs them in order with a
+//! progress display, rewrites `results.json` after every step (a failure or
+//! an interrupt loses at most the step in flight), and at the end writes the
+//! CSV files and `report.html`.
+//!
+//! A step that fails is recorded in `errors` with what to do, and the run
+//! goes on with the next step.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), juxta_bench::BenchError> {
+//! use juxta_bench::layers::Host;
+//! use juxta_bench::suite::{self, LogProgress, SuiteOptions};
+//! let opts = SuiteOptions::quick("results/demo".into());
+//! let host = Host::Process(std::env::current_exe().unwrap());
+//! let outcome = suite::run(&host, &opts, &mut LogProgress::new()).await?;
+//! println!("{} rows, {} errors", outcome.rows, outcome.errors.len());
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::composition::{self, CompositionOptions};
+use crate::jxse::{self, JxseOptions, JXSE_LAYERS};
+use crate::layers::{Host, Layer};
+use crate::pingpong::{self, PingPongOptions, PingPongRow};
+use crate::senders::{self, SendersOptions};
+use crate::throughput::{self, Pattern, ThroughputOptions};
+use crate::util::Pin;
+use crate::BenchError;
+
+/// A scenario of the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// Message/ack ping-pong per layer and size (and propagate fan-out).
+    Pingpong,
+    /// One-way messages/s, smooth and bursty, with loss.
+    Throughput,
+    /// One 20 KB message split into 1..20 elements.
+    Composition,
+    /// 1..n senders into one input pipe.
+    Senders,
+}
+
+/// Scenarios of the model that are not built yet, with where they will
+/// come from.
+pub const NOT_YET: [(&str, &str); 4] = [
+    ("ops", "issue #4 (groups, discovery, rendezvous)"),
+    ("rendezvous", "issue #4 (groups, discovery, rendezvous)"),
+    ("recovery", "issue #4 (groups, discovery, rendezvous)"),
+    ("relay", "issue #5 (relays and routing)"),
+];
+
+impl Scenario {
+    /// Every scenario that exists, in run order.
+    pub const ALL: [Scenario; 4] = [
+        Scenario::Pingpong,
+        Scenario::Throughput,
+        Scenario::Composition,
+        Scenario::Senders,
+    ];
+
+    /// The scenario's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Pingpong => "pingpong",
+            Scenario::Throughput => "throughput",
+            Scenario::Composition => "composition",
+            Scenario::Senders => "senders",
+        }
+    }
+
+    /// Parses a name; unknown names and scenarios not built yet get an
+    /// error that says which names exist.
+    pub fn parse(s: &str) -> Result<Scenario, BenchError> {
+        if let Some(sc) = Scenario::ALL.iter().find(|sc| sc.name() == s) {
+            return Ok(*sc);
+        }
+        let known: Vec<&str> = Scenario::ALL.iter().map(|s| s.name()).collect();
+        match NOT_YET.iter().find(|(n, _)| *n == s) {
+            Some((n, why)) => Err(BenchError::BadOption(format!(
+                "scenario {n:?} is not implemented yet ({why}); available: {}",
+                known.join(", ")
+            ))),
+            None => Err(BenchError::BadOption(format!(
+                "unknown scenario {s:?} (available: {})",
+                known.join(", ")
+            ))),
+        }
+    }
+
+    /// Parses a comma-separated list, without duplicates, in run order.
+    pub fn parse_list(s: &str) -> Result<Vec<Scenario>, BenchError> {
+        let mut asked = Vec::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            asked.push(Scenario::parse(part)?);
+        }
+        if asked.is_empty() {
+            return Err(BenchError::BadOption("--scenarios is empty".into()));
+        }
+        Ok(Scenario::ALL
+            .iter()
+            .copied()
+            .filter(|s| asked.contains(s))
+            .collect())
+    }
+}
+
+/// What the default run measures.
+#[derive(Debug, Clone, Serialize)]
+pub struct SuiteOptions {
+    /// Scenarios, in run order.
+    pub scenarios: Vec<Scenario>,
+    /// The complete sweeps (the studies' sizes and repetitions) instead of
+    /// the short default budget.
+    pub full: bool,
+    /// Restrict every scenario to these layers (`None`: each scenario's
+    /// own list).
+    pub layers: Option<Vec<Layer>>,
+    /// CPU placement of the client and responder processes.
+    pub pin: Pin,
+    /// RSA key size of the bench peers.
+    pub key_bits: usize,
+    /// Also run the original JXSE 2.7 (two harness JVMs) on the endpoint,
+    /// unicast pipe and socket layers of pingpong and throughput.
+    pub jxse: bool,
+    /// Output directory.
+    pub out: PathBuf,
+}
+
+impl SuiteOptions {
+    /// The default run: every scenario, short budget, into `out`.
+    pub fn quick(out: PathBuf) -> SuiteOptions {
+        SuiteOptions {
+            scenarios: Scenario::ALL.to_vec(),
+            full: false,
+            layers: None,
+            pin: Pin::Same,
+            key_bits: 1024,
+            jxse: false,
+            out,
+        }
+    }
+}
+
+/// One unit of work: one scenario over one or a few layers.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Ping-pong of one layer (tcp interleaved).
+    Pingpong(PingPongOptions),
+    /// Throughput of one layer.
+    Throughput(ThroughputOptions),
+    /// Composition of the given layers (tcp interleaved).
+    Composition(CompositionOptions),
+    /// Senders of one layer.
+    Senders(SendersOptions),
+    /// Ping-pong of JXSE 2.7 (read against the tcp rows gathered so far).
+    JxsePingpong(JxseOptions),
+    /// Throughput of JXSE 2.7.
+    JxseThroughput(JxseOptions),
+}
+
+impl Step {
+    /// The scenario of the step.
+    pub fn scenario(&self) -> Scenario {
+        match self {
+            Step::Pingpong(_) => Scenario::Pingpong,
+            Step::Throughput(_) => Scenario::Throughput,
+            Step::Composition(_) => Scenario::Composition,
+            Step::Senders(_) => Scenario::Senders,
+            Step::JxsePingpong(_) => Scenario::Pingpong,
+            Step::JxseThroughput(_) => Scenario::Throughput,
+        }
+    }
+
+    /// A short label: `pingpong unicast-pipe`.
+    pub fn label(&self) -> String {
+        let layers = |ls: &[Layer]| ls.iter().map(|l| l.name()).collect::<Vec<_>>().join(",");
+        let what = match self {
+            Step::Pingpong(o) => layers(&o.layers),
+            Step::Throughput(o) => layers(&o.layers),
+            Step::Composition(o) => layers(&o.layers),
+            Step::Senders(o) => layers(&o.layers),
+            Step::JxsePingpong(o) | Step::JxseThroughput(o) => {
+                format!("JXSE 2.7 {}", layers(&o.layers))
+            }
+        };
+        format!("{} {what}", self.scenario().name())
+    }
+}
+
+/// The layers a scenario measures by default, tcp excluded (it is always
+/// measured).
+fn default_layers(s: Scenario) -> Vec<Layer> {
+    match s {
+        Scenario::Pingpong => vec![
+            Layer::Endpoint,
+            Layer::EndpointCompat,
+            Layer::UnicastPipe,
+            Layer::SecurePipe,
+            Layer::BidiPipe,
+            Layer::Socket,
+            Layer::Propagate,
+        ],
+        Scenario::Throughput => vec![
+            Layer::Endpoint,
+            Layer::EndpointCompat,
+            Layer::UnicastPipe,
+            Layer::SecurePipe,
+            Layer::BidiPipe,
+            Layer::Socket,
+        ],
+        Scenario::Composition => vec![Layer::Endpoint, Layer::UnicastPipe],
+        Scenario::Senders => vec![Layer::UnicastPipe],
+    }
+}
+
+fn allowed(s: Scenario) -> &'static [Layer] {
+    match s {
+        Scenario::Pingpong => &pingpong::LAYERS,
+        Scenario::Throughput => &throughput::LAYERS,
+        Scenario::Composition => &composition::LAYERS,
+        Scenario::Senders => &senders::LAYERS,
+    }
+}
+
+/// Plans the steps of a run.
+// The option structs grow fields (network profiles, implementations): the
+// `..Default::default()` keeps the plan valid when they do.
+#[allow(clippy::needless_update)]
+pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for &sc in &opts.scenarios {
+        let layers: Vec<Layer> = match &opts.layers {
+            Some(ls) => ls
+                .iter()
+                .copied()
+                .filter(|l| *l != Layer::Tcp && allowed(sc).contains(l))
+                .collect(),
+            None => default_layers(sc),
+        };
+        match sc {
+            Scenario::Pingpong => {
+                let sizes: Vec<usize> = if opts.full {
+                    // Powers of 4 from 1 B to 4 MiB: the studies' sweep.
+                    (0..12).map(|i| 1usize << (2 * i)).collect()
+                } else {
+                    vec![1, 1024, 16384, 65536, 262_144, 1 << 20, 4 << 20]
+                };
+                if opts.jxse {
+                    if let Some(j) = jxse_options(opts, &layers) {
+                        // JXSE first: its JVMs start while nothing else
+                        // runs, and its rows are read against the tcp
+                        // reruns of the whole scenario.
+                        steps.push(Step::JxsePingpong(j));
+                    }
+                }
+                for l in layers {
+                    steps.push(Step::Pingpong(PingPongOptions {
+                        layers: vec![l],
+                        sizes: if l == Layer::Propagate {
+                            vec![1, 65536]
+                        } else {
+                            sizes.clone()
+                        },
+                        receivers: if opts.full {
+                            vec![1, 2, 4, 8, 16]
+                        } else {
+                            vec![1, 2, 4, 8]
+                        },
+                        pin: opts.pin,
+                        warmup: if opts.full { 1000 } else { 500 },
+                        runs: 5,
+                        pairs: 100,
+                        key_bits: opts.key_bits,
+                        ..PingPongOptions::default()
+                    }));
+                }
+            }
+            Scenario::Throughput => {
+                let base = ThroughputOptions {
+                    sizes: if opts.full {
+                        vec![1, 64, 1024, 16384, 65536, 262_144, 1 << 20, 4 << 20]
+                    } else {
+                        vec![1, 1024, 65536, 1 << 20]
+                    },
+                    patterns: vec![Pattern::Smooth, Pattern::Bursty],
+                    duration_ms: if opts.full { 2000 } else { 400 },
+                    count: None,
+                    bursts: 3,
+                    burst_len: 50,
+                    idle_ms: if opts.full { 500 } else { 200 },
+                    warmup: if opts.full { 2000 } else { 1000 },
+                    pin: opts.pin,
+                    key_bits: opts.key_bits,
+                    ..ThroughputOptions::default()
+                };
+                // tcp first: the bound the other layers are read against.
+                for &l in std::iter::once(&Layer::Tcp).chain(&layers) {
+                    steps.push(Step::Throughput(ThroughputOptions {
+                        layers: vec![l],
+                        ..base.clone()
+                    }));
+                }
+                if opts.jxse {
+                    if let Some(j) = jxse_options(opts, &layers) {
+                        steps.push(Step::JxseThroughput(j));
+                    }
+                }
+            }
+            Scenario::Composition => {
+                if !layers.is_empty() {
+                    steps.push(Step::Composition(CompositionOptions {
+                        layers,
+                        compositions: vec![(1, 20480), (5, 4096), (10, 2048), (20, 1024)],
+                        pin: opts.pin,
+                        warmup: if opts.full { 1000 } else { 500 },
+                        runs: 5,
+                        pairs: 100,
+                        key_bits: opts.key_bits,
+                        ..CompositionOptions::default()
+                    }));
+                }
+            }
+            Scenario::Senders => {
+                for l in std::iter::once(Layer::Tcp).chain(layers) {
+                    steps.push(Step::Senders(SendersOptions {
+                        layers: vec![l],
+                        senders: vec![1, 2, 4, 8],
+                        sizes: vec![1],
+                        duration_ms: if opts.full { 2000 } else { 500 },
+                        warmup: if opts.full { 200 } else { 100 },
+                        pin: opts.pin,
+                        key_bits: opts.key_bits,
+                        ..SendersOptions::default()
+                    }));
+                }
+            }
+        }
+    }
+    steps
+}
+
+/// The JXSE side of a scenario: the layers JXSE can run among `layers`.
+fn jxse_options(opts: &SuiteOptions, layers: &[Layer]) -> Option<JxseOptions> {
+    let layers: Vec<Layer> = JXSE_LAYERS
+        .iter()
+        .copied()
+        .filter(|l| layers.contains(l))
+        .collect();
+    if layers.is_empty() {
+        return None;
+    }
+    let mut j = JxseOptions {
+        layers,
+        pin: opts.pin,
+        ..JxseOptions::default()
+    };
+    if opts.full {
+        j.sizes = vec![1, 1024, 16384, 65536, 262_144, 1 << 20];
+        j.budget_ms = 10_000;
+        j.throughput_duration_ms = 3000;
+    }
+    Some(j)
+}
+
+/// A step that failed.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepError {
+    /// The scenario.
+    pub scenario: &'static str,
+    /// The step's label.
+    pub step: String,
+    /// What happened and what to do.
+    pub message: String,
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct SuiteOutcome {
+    /// The results document (as written to `results.json`).
+    pub doc: Value,
+    /// Number of result rows.
+    pub rows: usize,
+    /// Steps that failed.
+    pub errors: Vec<StepError>,
+    /// Files written.
+    pub files: Vec<PathBuf>,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+}
+
+/// Receives the progress of a run.
+pub trait SuiteProgress {
+    /// A step starts (`index` counts from 0).
+    fn step_started(&mut self, index: usize, total: usize, label: &str);
+    /// A line of detail within the current step.
+    fn detail(&mut self, line: &str);
+    /// The step ended.
+    fn step_finished(&mut self, index: usize, error: Option<&str>);
+    /// The run ended.
+    fn finished(&mut self) {}
+}
+
+/// Progress as plain log lines on stderr (when stderr is not a terminal).
+pub struct LogProgress {
+    started: Instant,
+    total: usize,
+}
+
+impl LogProgress {
+    /// A new logger.
+    pub fn new() -> LogProgress {
+        LogProgress {
+            started: Instant::now(),
+            total: 0,
+        }
+    }
+}
+
+impl Default for LogProgress {
+    fn default() -> Self {
+        LogProgress::new()
+    }
+}
+
+impl SuiteProgress for LogProgress {
+    fn step_started(&mut self, index: usize, total: usize, label: &str) {
+        self.total = total;
+        eprintln!(
+            "[{:>6.1}s] step {}/{total}: {label}",
+            self.started.elapsed().as_secs_f64(),
+            index + 1
+        );
+    }
+    fn detail(&mut self, line: &str) {
+        eprintln!("[{:>6.1}s]   {line}", self.started.elapsed().as_secs_f64());
+    }
+    fn step_finished(&mut self, index: usize, error: Option<&str>) {
+        if let Some(e) = error {
+            eprintln!(
+                "[{:>6.1}s] step {}/{} FAILED: {e}",
+                self.started.elapsed().as_secs_f64(),
+                index + 1,
+                self.total
+            );
+        }
+    }
+}
+
+/// Progress bars on a terminal: one bar for the steps of the run, one
+/// spinner line for the current step's detail.
+pub struct BarProgress {
+    _multi: indicatif::MultiProgress,
+    steps: indicatif::ProgressBar,
+    detail: indicatif::ProgressBar,
+}
+
+impl BarProgress {
+    /// Bars on stderr.
+    pub fn new() -> BarProgress {
+        let multi = indicatif::MultiProgress::new();
+        let steps = multi.add(indicatif::ProgressBar::new(0));
+        steps.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{elapsed_precise:.dim} [{bar:30.cyan/blue}] {pos}/{len} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        let detail = multi.add(indicatif::ProgressBar::new_spinner());
+        detail.set_style(
+            indicatif::ProgressStyle::with_template("  {spinner} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        detail.enable_steady_tick(Duration::from_millis(120));
+        BarProgress {
+            _multi: multi,
+            steps,
+            detail,
+        }
+    }
+}
+
+impl Default for BarProgress {
+    fn default() -> Self {
+        BarProgress::new()
+    }
+}
+
+impl SuiteProgress for BarProgress {
+    fn step_started(&mut self, index: usize, total: usize, label: &str) {
+        self.steps.set_length(total as u64);
+        self.steps.set_position(index as u64);
+        self.steps.set_message(label.to_string());
+    }
+    fn detail(&mut self, line: &str) {
+        self.detail.set_message(line.to_string());
+    }
+    fn step_finished(&mut self, index: usize, error: Option<&str>) {
+        self.steps.set_position(index as u64 + 1);
+        if let Some(e) = error {
+            self.steps
+                .println(format!("step {} failed: {e}", index + 1));
+        }
+    }
+    fn finished(&mut self) {
+        self.detail.finish_and_clear();
+        self.steps.finish();
+    }
+}
+
+/// Bars when stderr is a terminal, log lines otherwise.
+pub fn auto_progress() -> Box<dyn SuiteProgress> {
+    if std::io::stderr().is_terminal() {
+        Box::new(BarProgress::new())
+    } else {
+        Box::new(LogProgress::new())
+    }
+}
+
+/// Checks that `dir` can be created and written, before anything runs.
+pub fn check_out_dir(dir: &Path) -> Result<(), BenchError> {
+    let advice = "choose a writable directory with --out DIR";
+    std::fs::create_dir_all(dir).map_err(|e| {
+        BenchError::BadOption(format!(
+            "cannot create the output directory {}: {e}; {advice}",
+            dir.display()
+        ))
+    })?;
+    let probe = dir.join(".juxta-write-test");
+    std::fs::write(&probe, b"ok").map_err(|e| {
+        BenchError::BadOption(format!(
+            "cannot write in the output directory {}: {e}; {advice}",
+            dir.display()
+        ))
+    })?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
+/// Everything gathered so far.
+#[derive(Default)]
+struct Gathered {
+    pingpong_tcp: BTreeMap<usize, Vec<PingPongRow>>,
+    rows: Vec<Value>,
+    errors: Vec<StepError>,
+}
+
+impl Gathered {
+    /// The tcp pingpong rows: per size the rerun with the median RTT; and
+    /// the noise: how the reruns spread.
+    fn tcp_and_noise(&self) -> (Vec<Value>, Value) {
+        let mut rows = Vec::new();
+        let mut per_size = Vec::new();
+        let mut worst: f64 = 0.0;
+        for (size, reruns) in &self.pingpong_tcp {
+            let mut sorted: Vec<&PingPongRow> = reruns.iter().collect();
+            sorted.sort_by(|a, b| a.rtt_us_median.total_cmp(&b.rtt_us_median));
+            let mid = sorted[sorted.len() / 2];
+            rows.push(serde_json::to_value(mid).unwrap_or(Value::Null));
+            let lo = sorted[0].rtt_us_median;
+            let hi = sorted[sorted.len() - 1].rtt_us_median;
+            let spread = if mid.rtt_us_median > 0.0 {
+                (hi - lo) / mid.rtt_us_median
+            } else {
+                0.0
+            };
+            let within: f64 = reruns.iter().map(|r| r.run_spread).fold(0.0, f64::max);
+            worst = worst.max(spread).max(within);
+            per_size.push(json!({
+                "size": size,
+                "reruns": reruns.len(),
+                "rtt_us_medians": reruns.iter().map(|r| r.rtt_us_median).collect::<Vec<_>>(),
+                "spread_between_reruns": spread,
+                "spread_within_rerun_max": within,
+            }));
+        }
+        let one_byte = self
+            .pingpong_tcp
+            .get(&1)
+            .map(|r| r.iter().map(|r| r.rtt_us_median).collect::<Vec<_>>())
+            .unwrap_or_default();
+        let noise = json!({
+            "what": "the plain-TCP ping-pong is rerun beside every layer; spread = (max - min) / median of its medians",
+            "baseline_rtt_us_1b": one_byte,
+            "spread": worst,
+            "per_size": per_size,
+        });
+        (rows, noise)
+    }
+
+    /// Per size, the tcp rerun with the median RTT.
+    fn tcp_rows(&self) -> Vec<PingPongRow> {
+        self.pingpong_tcp
+            .values()
+            .map(|reruns| {
+                let mut sorted: Vec<&PingPongRow> = reruns.iter().collect();
+                sorted.sort_by(|a, b| a.rtt_us_median.total_cmp(&b.rtt_us_median));
+                sorted[sorted.len() / 2].clone()
+            })
+            .collect()
+    }
+
+    fn all_rows(&self) -> (Vec<Value>, Value) {
+        let (mut tcp, noise) = self.tcp_and_noise();
+        tcp.extend(self.rows.iter().cloned());
+        (tcp, noise)
+    }
+}
+
+fn to_values<T: Serialize>(rows: &[T]) -> Vec<Value> {
+    rows.iter()
+        .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+        .collect()
+}
+
+/// What to do after a failed step, by error kind.
+fn advice(e: &BenchError) -> String {
+    match e {
+        BenchError::Responder { .. } => format!(
+            "{e} (the peer process failed: rerun with RUST_LOG=debug to see its log, or leave this layer out with --layers)"
+        ),
+        BenchError::Io { .. } => format!("{e} (check the machine's limits: open files, free ports)"),
+        _ => e.to_string(),
+    }
+}
+
+async fn run_step(
+    host: &Host,
+    step: &Step,
+    g: &mut Gathered,
+    progress: &mut dyn SuiteProgress,
+) -> Result<(), BenchError> {
+    let mut detail = |line: &str| progress.detail(line);
+    match step {
+        Step::Pingpong(o) => {
+            let rows = pingpong::run(host, o, &mut detail).await?;
+            for r in rows {
+                if r.layer == "tcp" {
+                    g.pingpong_tcp.entry(r.size).or_default().push(r);
+                } else {
+                    g.rows.push(serde_json::to_value(&r).unwrap_or(Value::Null));
+                }
+            }
+        }
+        Step::Throughput(o) => {
+            let rows = throughput::run(host, o, &mut detail).await?;
+            g.rows.extend(to_values(&rows));
+        }
+        Step::Composition(o) => {
+            let rows = composition::run(host, o, &mut detail).await?;
+            g.rows.extend(to_values(&rows));
+        }
+        Step::Senders(o) => {
+            let rows = senders::run(host, o, &mut detail).await?;
+            g.rows.extend(to_values(&rows));
+        }
+        Step::JxsePingpong(o) => {
+            // The juxta steps run later: measure the tcp bound now, in the
+            // same conditions, if nothing has yet.
+            if g.pingpong_tcp.is_empty() {
+                let tcp = PingPongOptions {
+                    layers: vec![],
+                    sizes: o.sizes.clone(),
+                    pin: o.pin,
+                    ..PingPongOptions::default()
+                };
+                for r in pingpong::run(host, &tcp, &mut detail).await? {
+                    g.pingpong_tcp.entry(r.size).or_default().push(r);
+                }
+            }
+            let tcp = g.tcp_rows();
+            let run = jxse::run_pingpong(o, &tcp, &mut detail).await;
+            g.rows.extend(to_values(&run.rows));
+            run.into_result()?;
+        }
+        Step::JxseThroughput(o) => {
+            let run = jxse::run_throughput(o, &mut detail).await;
+            g.rows.extend(to_values(&run.rows));
+            run.into_result()?;
+        }
+    }
+    Ok(())
+}
+
+/// The machine facts with the tool versions of this run.
+fn machine(jxse: bool) -> Value {
+    let mut m = serde_json::to_value(crate::machine::facts()).unwrap_or_else(|_| json!({}));
+    if let Some(obj) = m.as_object_mut() {
+        if let Some(v) = crate::machine::tool_version("rustc", &["--version"]) {
+            obj.insert("rustc".into(), Value::String(v));
+        }
+        if jxse {
+            if let Some(v) = crate::machine::tool_version("java", &["-version"]) {
+                obj.insert("java".into(), Value::String(v));
+            }
+        }
+    }
+    m
+}
+
+fn document(
+    opts: &SuiteOptions,
+    g: &Gathered,
+    started_unix: u64,
+    started: Instant,
+    machine: &Value,
+) -> (Value, usize) {
+    let (rows, noise) = g.all_rows();
+    let n = rows.len();
+    let doc = json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "machine": machine,
+        "net": "loopback",
+        "started_unix": started_unix,
+        "duration_s": started.elapsed().as_secs_f64(),
+        "noise": noise,
+        "options": opts,
+        "errors": g.errors,
+        "results": rows,
+    });
+    (doc, n)
+}
+
+fn write_json(path: &Path, doc: &Value) -> Result<(), BenchError> {
+    let text = serde_json::to_string_pretty(doc).unwrap_or_else(|_| "{}".into());
+    // Write then rename: a reader (or a crash) never sees half a file.
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .map_err(|e| BenchError::Io {
+            what: format!("writing {}", path.display()),
+            source: e,
+        })
+}
+
+/// Runs every planned step, writing `results.json` after each, then the
+/// CSV files and `report.html`. Fails only if nothing can be written; a
+/// failing step is recorded in the outcome's `errors`.
+pub async fn run(
+    host: &Host,
+    opts: &SuiteOptions,
+    progress: &mut dyn SuiteProgress,
+) -> Result<SuiteOutcome, BenchError> {
+    run_plan(host, opts, plan(opts), progress).await
+}
+
+/// Runs the given steps (a plan of [`plan`], or a smaller one of a test)
+/// the way [`run`] does.
+pub async fn run_plan(
+    host: &Host,
+    opts: &SuiteOptions,
+    steps: Vec<Step>,
+    progress: &mut dyn SuiteProgress,
+) -> Result<SuiteOutcome, BenchError> {
+    check_out_dir(&opts.out)?;
+    let started = Instant::now();
+    let started_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let machine = machine(opts.jxse);
+    let json_path = opts.out.join("results.json");
+    let mut g = Gathered::default();
+    for (i, step) in steps.iter().enumerate() {
+        let label = step.label();
+        progress.step_started(i, steps.len(), &label);
+        let result = run_step(host, step, &mut g, progress).await;
+        let err = result.err().map(|e| advice(&e));
+        progress.step_finished(i, err.as_deref());
+        if let Some(message) = err {
+            g.errors.push(StepError {
+                scenario: step.scenario().name(),
+                step: label,
+                message,
+            });
+        }
+        let (doc, _) = document(opts, &g, started_unix, started, &machine);
+        write_json(&json_path, &doc)?;
+    }
+    let (doc, rows) = document(opts, &g, started_unix, started, &machine);
+    write_json(&json_path, &doc)?;
+    let mut files = vec![json_path];
+    finish_files(&doc, &opts.out, &mut files, &mut g.errors);
+    progress.finished();
+    Ok(SuiteOutcome {
+        doc,
+        rows,
+        errors: g.errors,
+        files,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Writes the CSV files and the report of `doc` into `dir`; a failure is
+/// recorded, not fatal (results.json is already written).
+pub fn finish_files(
+    doc: &Value,
+    dir: &Path,
+    files: &mut Vec<PathBuf>,
+    errors: &mut Vec<StepError>,
+) {
+    match crate::csv_out::write_csvs(doc, dir) {
+        Ok(mut f) => files.append(&mut f),
+        Err(e) => errors.push(StepError {
+            scenario: "report",
+            step: "csv".into(),
+            message: e.to_string(),
+        }),
+    }
+    let html = dir.join("report.html");
+    match crate::report::write_report(doc, &html) {
+        Ok(_) => files.push(html),
+        Err(e) => errors.push(StepError {
+            scenario: "report",
+            step: "report.html".into(),
+            message: e.to_string(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scenario_names_parse_and_unknown_ones_say_what_exists() {
+        assert_eq!(Scenario::parse("pingpong").unwrap(), Scenario::Pingpong);
+        let e = Scenario::parse("bogus").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown scenario") && e.contains("pingpong"),
+            "{e}"
+        );
+        let e = Scenario::parse("relay").unwrap_err().to_string();
+        assert!(e.contains("not implemented yet") && e.contains("#5"), "{e}");
+        assert!(Scenario::parse_list(" ,").is_err());
+        assert_eq!(
+            Scenario::parse_list("senders,pingpong,senders").unwrap(),
+            vec![Scenario::Pingpong, Scenario::Senders]
+        );
+    }
+
+    #[test]
+    fn the_default_plan_covers_every_scenario_and_layer() {
+        let steps = plan(&SuiteOptions::quick("x".into()));
+        for sc in Scenario::ALL {
+            assert!(steps.iter().any(|s| s.scenario() == sc), "{sc:?}");
+        }
+        for l in default_layers(Scenario::Pingpong) {
+            assert!(steps
+                .iter()
+                .any(|s| matches!(s, Step::Pingpong(o) if o.layers == vec![l])));
+        }
+        // tcp throughput comes first: the bound.
+        let first_tp = steps
+            .iter()
+            .find_map(|s| match s {
+                Step::Throughput(o) => Some(o.layers.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(first_tp, vec![Layer::Tcp]);
+    }
+
+    #[test]
+    fn a_layer_filter_keeps_only_layers_a_scenario_measures() {
+        let mut o = SuiteOptions::quick("x".into());
+        o.layers = Some(vec![Layer::Propagate]);
+        let steps = plan(&o);
+        assert!(steps
+            .iter()
+            .all(|s| !matches!(s, Step::Throughput(o) if o.layers.contains(&Layer::Propagate))));
+        assert!(steps
+            .iter()
+            .any(|s| matches!(s, Step::Pingpong(o) if o.layers == vec![Layer::Propagate])));
+    }
+
+    #[test]
+    fn an_unwritable_out_dir_is_refused_before_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"x").unwrap();
+        let e = check_out_dir(&file.join("sub")).unwrap_err().to_string();
+        assert!(e.contains("--out"), "{e}");
+        check_out_dir(&dir.path().join("new/deeper")).unwrap();
+    }
+}

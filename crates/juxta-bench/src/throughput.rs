@@ -85,6 +85,8 @@ pub struct ThroughputOptions {
     pub pin: Pin,
     /// RSA key size of the bench peers (secure pipes use at least 2048).
     pub key_bits: usize,
+    /// Where the two sides run (default: loopback, as before).
+    pub net: crate::net::Net,
 }
 
 impl Default for ThroughputOptions {
@@ -104,6 +106,7 @@ impl Default for ThroughputOptions {
             warmup: 2000,
             pin: Pin::Same,
             key_bits: 1024,
+            net: crate::net::Net::default(),
         }
     }
 }
@@ -245,6 +248,14 @@ async fn bursty(
 pub async fn run(
     host: &Host,
     opts: &ThroughputOptions,
+    progress: impl FnMut(&str),
+) -> Result<Vec<ThroughputRow>, BenchError> {
+    crate::net::scoped(&opts.net, run_here(host, opts, progress)).await
+}
+
+async fn run_here(
+    host: &Host,
+    opts: &ThroughputOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<ThroughputRow>, BenchError> {
     pin_current(opts.pin.client_core());
@@ -264,11 +275,7 @@ pub async fn run(
     let mut clients = Vec::new();
     for &l in &layers {
         progress(&format!("starting the {} responder", l.name()));
-        let spec = ResponderSpec {
-            layer: l,
-            key_bits: opts.key_bits,
-            receivers: 1,
-        };
+        let spec = ResponderSpec::new(l, opts.key_bits, 1).on(&opts.net);
         let r = spawn_responder(host, &spec, opts.pin.responder_core()).await?;
         clients.push(Client::connect(l, &r.ready, opts.key_bits, 1).await?);
         responders.push(r);
@@ -340,6 +347,7 @@ mod tests {
             keys,
             [
                 "bandwidth_mb_s",
+                "impl",
                 "layer",
                 "loss_pct",
                 "msgs_per_s",

@@ -28,6 +28,7 @@ async fn pingpong_new_layers() {
         runs: 2,
         pairs: 5,
         key_bits: 1024,
+        net: Default::default(),
     };
     let rows = pingpong::run(&Host::Thread, &opts, quiet).await.unwrap();
     // tcp + 4 layers + propagate x2, per size.
@@ -77,6 +78,7 @@ async fn throughput_every_layer() {
         warmup: 20,
         pin: Pin::None,
         key_bits: 1024,
+        net: Default::default(),
     };
     let rows = throughput::run(&Host::Thread, &opts, quiet).await.unwrap();
     assert_eq!(rows.len(), throughput::LAYERS.len() * 2 * 2);
@@ -108,6 +110,7 @@ async fn composition_rows() {
         runs: 1,
         pairs: 5,
         key_bits: 1024,
+        net: Default::default(),
     };
     let rows = composition::run(&Host::Thread, &opts, quiet).await.unwrap();
     assert_eq!(rows.len(), 3 * 2);
@@ -140,6 +143,7 @@ async fn senders_rows() {
         warmup: 5,
         pin: Pin::None,
         key_bits: 1024,
+        net: Default::default(),
     };
     let rows = senders::run(&Host::Thread, &opts, quiet).await.unwrap();
     assert_eq!(rows.len(), 3 * 2 * 2);
@@ -171,6 +175,7 @@ async fn reply_pipes_bind_while_a_sender_streams() {
         warmup: 5000,
         pin: Pin::None,
         key_bits: 1024,
+        net: Default::default(),
     };
     let rows = tokio::time::timeout(
         std::time::Duration::from_secs(60),

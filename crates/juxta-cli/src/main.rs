@@ -46,13 +46,14 @@ enum Cmd {
         #[arg(long, default_value_t = 2048)]
         key_bits: usize,
     },
-    /// Run the benchmark suite (with no scenario: the default run).
+    /// Run the benchmark suite. With no scenario: the default run, every
+    /// scenario of the JXTA Performance Model in a short budget, written to
+    /// results/<timestamp>/ (results.json, CSV files, report.html).
     Bench {
         #[command(subcommand)]
         scenario: Option<BenchCmd>,
-        /// Output directory for the default run (default results/<timestamp>).
-        #[arg(long)]
-        out: Option<PathBuf>,
+        #[command(flatten)]
+        suite: SuiteArgs,
     },
     /// Internal: the responder process of a benchmark.
     #[command(hide = true)]
@@ -66,7 +67,61 @@ enum Cmd {
         /// Receiver peers to host (propagate).
         #[arg(long, default_value_t = 1)]
         receivers: usize,
+        /// Address to bind (network profiles).
+        #[arg(long, default_value = "127.0.0.1")]
+        bind: std::net::IpAddr,
+        /// Network namespace to enter first (network profiles).
+        #[arg(long)]
+        netns: Option<String>,
     },
+}
+
+#[derive(clap::Args, Clone)]
+struct SuiteArgs {
+    /// Output directory of the default run (default results/<timestamp>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// The complete sweeps (the studies' sizes and repetitions) instead of
+    /// the short default budget.
+    #[arg(long)]
+    full: bool,
+    /// Scenarios of the default run (default: all that exist): pingpong,
+    /// throughput, composition, senders.
+    #[arg(long)]
+    scenarios: Option<String>,
+    /// Restrict the default run to these layers (default: each scenario's
+    /// own list).
+    #[arg(long)]
+    layers: Option<String>,
+    /// CPU placement of the two processes: same, split or none.
+    #[arg(long, default_value = "same")]
+    pin: String,
+    /// RSA key size of the bench peers (JXSE uses 1024).
+    #[arg(long, default_value_t = 1024)]
+    key_bits: usize,
+    /// Implementations beside the tcp bound: juxta, or juxta,jxse (jxse:
+    /// the original JXSE 2.7 as two JVMs of interop/jxse, on the endpoint,
+    /// unicast-pipe and socket layers of pingpong and throughput; needs
+    /// Java 17 and Maven).
+    #[arg(long = "impl", default_value = "juxta")]
+    implementations: String,
+}
+
+/// Parses `--impl`: whether JXSE runs beside Juxta.
+fn parse_impls(s: &str) -> Result<bool, CliError> {
+    let mut jxse = false;
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part {
+            "juxta" => {}
+            "jxse" => jxse = true,
+            other => {
+                return Err(CliError::Msg(format!(
+                    "unknown implementation {other:?} for --impl (known: juxta, jxse)"
+                )))
+            }
+        }
+    }
+    Ok(jxse)
 }
 
 #[derive(Subcommand)]
@@ -81,6 +136,18 @@ enum BenchCmd {
     Composition(CompositionArgs),
     /// 1, 2, 4, 8 sender peers ping-ponging into one input pipe.
     Senders(SendersArgs),
+    /// Compare two result sets (a results directory or a results.json
+    /// each): prints B / A for every figure and writes an HTML page with
+    /// the ratios plotted.
+    Compare {
+        /// The reference result set.
+        a: PathBuf,
+        /// The result set compared with it.
+        b: PathBuf,
+        /// Where to write the HTML page (default: compare.html beside B).
+        #[arg(long)]
+        html: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Args, Clone)]
@@ -110,6 +177,10 @@ struct PingPongArgs {
     /// RSA key size of the bench peers (JXSE uses 1024).
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
+    /// Network profile: loopback, lan (100 Mb/s, 70 us), san (1 Gb/s,
+    /// 45 us) or wan (1 Gb/s, 11.2 ms); all but loopback need root.
+    #[arg(long, default_value = "loopback")]
+    net: String,
     /// Write {"results": [...]} here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -126,6 +197,7 @@ impl Default for PingPongArgs {
             runs: 5,
             pairs: 100,
             key_bits: 1024,
+            net: "loopback".into(),
             json: None,
         }
     }
@@ -170,6 +242,10 @@ struct ThroughputArgs {
     /// RSA key size of the bench peers (secure pipes use at least 2048).
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
+    /// Network profile: loopback, lan (100 Mb/s, 70 us), san (1 Gb/s,
+    /// 45 us) or wan (1 Gb/s, 11.2 ms); all but loopback need root.
+    #[arg(long, default_value = "loopback")]
+    net: String,
     /// Write {"results": [...]} here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -248,6 +324,10 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
                 match cli.command {
                     Cmd::Peer { .. } => "info".into(),
+                    // The default run shows progress bars: only errors
+                    // (responders killed at the end of a step reset their
+                    // connections, which would log warnings).
+                    Cmd::Bench { scenario: None, .. } => "error".into(),
                     _ => "warn".into(),
                 }
             }),
@@ -267,15 +347,20 @@ fn main() -> ExitCode {
             core,
             key_bits,
             receivers,
+            bind,
+            netns,
         } => {
             pin_current(core);
-            match Layer::parse(&layer) {
+            let entered = match &netns {
+                Some(ns) => juxta_bench::net::enter_for_good(ns)
+                    .map_err(|e| CliError::from(juxta_bench::BenchError::from(e))),
+                None => Ok(()),
+            };
+            match entered.and_then(|()| Ok(Layer::parse(&layer)?)) {
                 Ok(layer) => {
-                    let spec = ResponderSpec {
-                        layer,
-                        key_bits,
-                        receivers: receivers.max(1),
-                    };
+                    let mut spec = ResponderSpec::new(layer, key_bits, receivers.max(1));
+                    spec.bind = bind;
+                    spec.netns = netns;
                     current_thread()
                         .block_on(layers::run_responder(&spec, |ready| {
                             // Line-buffered: the parent reads it at once.
@@ -283,18 +368,19 @@ fn main() -> ExitCode {
                         }))
                         .map_err(CliError::from)
                 }
-                Err(e) => Err(e.into()),
+                Err(e) => Err(e),
             }
         }
-        Cmd::Bench { scenario, out } => match scenario {
-            Some(BenchCmd::Pingpong(a)) => run_pingpong(a, None),
+        Cmd::Bench { scenario, suite } => match scenario {
+            Some(BenchCmd::Pingpong(a)) => run_pingpong(a),
             Some(BenchCmd::Throughput(a)) => run_throughput(a),
             Some(BenchCmd::Composition(a)) => run_composition(a),
             Some(BenchCmd::Senders(a)) => run_senders(a),
-            None => run_pingpong(
-                PingPongArgs::default(),
-                Some(out.unwrap_or_else(default_out_dir)),
-            ),
+            Some(BenchCmd::Compare { a, b, html }) => run_compare(a, b, html),
+            None => match run_suite(suite) {
+                Ok(code) => return code,
+                Err(e) => Err(e),
+            },
         },
     };
     match result {
@@ -420,7 +506,84 @@ where
     Ok(current_thread().block_on(f(progress))?)
 }
 
-fn run_pingpong(args: PingPongArgs, out_dir: Option<PathBuf>) -> Result<(), CliError> {
+fn run_suite(args: SuiteArgs) -> Result<ExitCode, CliError> {
+    use juxta_bench::suite::{self, Scenario, SuiteOptions};
+    let out = args.out.unwrap_or_else(default_out_dir);
+    let mut opts = SuiteOptions::quick(out);
+    opts.full = args.full;
+    if let Some(s) = &args.scenarios {
+        opts.scenarios = Scenario::parse_list(s)?;
+    }
+    if let Some(l) = &args.layers {
+        opts.layers = Some(juxta_bench::util::parse_list(l, Layer::parse)?);
+    }
+    opts.pin = Pin::parse(&args.pin)?;
+    opts.key_bits = args.key_bits;
+    opts.jxse = parse_impls(&args.implementations)?;
+    if opts.jxse {
+        // Before anything runs: say what to install.
+        juxta_bench::jxse::preflight().map_err(juxta_bench::BenchError::from)?;
+    }
+    let host = host()?;
+    pin_current(opts.pin.client_core());
+    let mut progress = suite::auto_progress();
+    let outcome = current_thread().block_on(suite::run(&host, &opts, progress.as_mut()))?;
+    drop(progress);
+    eprintln!(
+        "{} rows in {:.0} s; wrote:",
+        outcome.rows,
+        outcome.elapsed.as_secs_f64()
+    );
+    for f in &outcome.files {
+        eprintln!("  {}", f.display());
+    }
+    if outcome.errors.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("{} step(s) failed (recorded in results.json):", outcome.errors.len());
+        for e in &outcome.errors {
+            eprintln!("  {}: {}", e.step, e.message);
+        }
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// The topology of a `--net` profile (empty for loopback).
+fn net_topology(name: &str) -> Result<juxta_bench::net::Topology, CliError> {
+    let t = juxta_bench::net::Profile::parse(name)
+        .and_then(juxta_bench::net::Topology::create)
+        .map_err(juxta_bench::BenchError::from)?;
+    if !t.namespaces().is_empty() {
+        eprintln!(
+            "network profile {}: namespaces {}",
+            t.profile(),
+            t.namespaces().join(", ")
+        );
+    }
+    Ok(t)
+}
+
+fn run_compare(a: PathBuf, b: PathBuf, html: Option<PathBuf>) -> Result<(), CliError> {
+    use juxta_bench::compare;
+    let left = compare::load(&a).map_err(juxta_bench::BenchError::from)?;
+    let right = compare::load(&b).map_err(juxta_bench::BenchError::from)?;
+    let c = compare::compare(&left, &right);
+    let mut out = std::io::stdout().lock();
+    c.print_table(&mut out)
+        .map_err(|e| CliError::Msg(format!("writing the table: {e}")))?;
+    let html = html.unwrap_or_else(|| {
+        if b.is_dir() {
+            b.join("compare.html")
+        } else {
+            b.with_file_name("compare.html")
+        }
+    });
+    compare::write_html(&c, &html).map_err(juxta_bench::BenchError::from)?;
+    eprintln!("wrote {}", html.display());
+    Ok(())
+}
+
+fn run_pingpong(args: PingPongArgs) -> Result<(), CliError> {
     let layers: Vec<Layer> = layers::parse_layers(&args.layers, "pingpong", &pingpong::LAYERS)?
         .into_iter()
         .filter(|l| *l != Layer::Tcp)
@@ -434,11 +597,14 @@ fn run_pingpong(args: PingPongArgs, out_dir: Option<PathBuf>) -> Result<(), CliE
         runs: args.runs.max(1),
         pairs: args.pairs.max(1),
         key_bits: args.key_bits,
+        net: Default::default(),
     };
-    let json_path = match (&args.json, &out_dir) {
-        (Some(p), _) => Some(p.clone()),
-        (None, Some(d)) => Some(d.join("results.json")),
-        (None, None) => None,
+    let json_path = args.json.clone();
+    // Removed (namespaces and all) when this function returns.
+    let topology = net_topology(&args.net)?;
+    let opts = PingPongOptions {
+        net: topology.net(),
+        ..opts
     };
     if let Some(p) = &json_path {
         prepare_json(p)?;
@@ -505,10 +671,17 @@ fn run_throughput(args: ThroughputArgs) -> Result<(), CliError> {
         warmup: args.warmup,
         pin: Pin::parse(&args.pin)?,
         key_bits: args.key_bits,
+        net: Default::default(),
     };
     if let Some(p) = &args.json {
         prepare_json(p)?;
     }
+    // Removed (namespaces and all) when this function returns.
+    let topology = net_topology(&args.net)?;
+    let opts = ThroughputOptions {
+        net: topology.net(),
+        ..opts
+    };
     let host = host()?;
     let rows = drive(|progress| throughput::run(&host, &opts, progress))?;
     println!(
@@ -550,6 +723,7 @@ fn run_composition(args: CompositionArgs) -> Result<(), CliError> {
         runs: args.runs.max(1),
         pairs: args.pairs.max(1),
         key_bits: args.key_bits,
+        net: Default::default(),
     };
     if let Some(p) = &args.json {
         prepare_json(p)?;
@@ -610,6 +784,7 @@ fn run_senders(args: SendersArgs) -> Result<(), CliError> {
         warmup: args.warmup,
         pin: Pin::parse(&args.pin)?,
         key_bits: args.key_bits,
+        net: Default::default(),
     };
     if let Some(p) = &args.json {
         prepare_json(p)?;

@@ -1,15 +1,331 @@
-//! (being written) The HTML report with SVG plots.
+//! The HTML report of a benchmark run.
+//!
+//! Reads a results document (docs/results-format.md) as a
+//! [`serde_json::Value`], leniently: any subset of rows, unknown fields and
+//! unknown scenarios are accepted. Writes one self-contained `report.html`
+//! with inline SVG plots in the style of the JXTA studies' figures and
+//! tables that put the published figures (as ratios to the study's socket
+//! bound, see [`published`]) beside ours (as ratios to our tcp bound).
+//!
+//! ```no_run
+//! let doc: serde_json::Value =
+//!     serde_json::from_str(&std::fs::read_to_string("results.json").unwrap()).unwrap();
+//! let summary = juxta_bench::report::write_report(&doc, std::path::Path::new("report.html")).unwrap();
+//! println!("{} plots, {} tables", summary.plots, summary.tables);
+//! ```
 
-/// Errors while writing the report.
+pub mod chart;
+pub mod html;
+pub mod plots;
+pub mod published;
+pub mod rows;
+pub mod tables;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use html::{Item, Section};
+use plots::Plot;
+use rows::{scenario_rows, Row};
+
+/// Errors while writing the report, CSV files or a comparison.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     /// Could not write a file.
     #[error("cannot write {path}: {source}")]
     Write {
         /// the file
-        path: std::path::PathBuf,
+        path: PathBuf,
         /// the error
         #[source]
         source: std::io::Error,
     },
+    /// Could not read a file.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// the file
+        path: PathBuf,
+        /// the error
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not JSON.
+    #[error("{path} is not a JSON results document: {source}")]
+    Json {
+        /// the file
+        path: PathBuf,
+        /// the error
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Writing a CSV file failed.
+    #[error("cannot write CSV {path}: {source}")]
+    Csv {
+        /// the file
+        path: PathBuf,
+        /// the error
+        #[source]
+        source: csv::Error,
+    },
+    /// Drawing a plot failed.
+    #[error("cannot draw plot {id}: {source}")]
+    Plot {
+        /// the plot id
+        id: String,
+        /// the plotters error
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// What a report contains.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReportSummary {
+    /// Number of plots (SVG figures).
+    pub plots: usize,
+    /// Number of tables (besides the run facts).
+    pub tables: usize,
+    /// Ids of the plots, in page order.
+    pub plot_ids: Vec<String>,
+    /// Ids of the tables, in page order.
+    pub table_ids: Vec<String>,
+    /// Sections with no rows in this run.
+    pub not_measured: Vec<String>,
+    /// Scenarios present in the document that the report does not know.
+    pub unknown_scenarios: Vec<String>,
+}
+
+/// The scenarios the report knows, in page order: (scenario, section id, title).
+pub const SECTIONS: &[(&str, &str, &str)] = &[
+    (
+        "pingpong",
+        "sec-pingpong",
+        "Messaging: RTT and bandwidth per layer",
+    ),
+    (
+        "propagate",
+        "sec-propagate",
+        "Messaging: propagate to 1..n receivers",
+    ),
+    (
+        "throughput",
+        "sec-throughput",
+        "Messaging: throughput and loss",
+    ),
+    (
+        "composition",
+        "sec-composition",
+        "Messaging: message composition",
+    ),
+    ("senders", "sec-senders", "Messaging: many-to-one senders"),
+    ("ops", "sec-ops", "Typical peer operations"),
+    (
+        "rendezvous",
+        "sec-rendezvous",
+        "Rendezvous: search under load",
+    ),
+    (
+        "recovery",
+        "sec-recovery",
+        "Rendezvous: recovery after failure",
+    ),
+    ("relay", "sec-relay", "Relays"),
+];
+
+type PlotFn = fn(&[Row<'_>]) -> Result<Option<Plot>, ReportError>;
+
+fn push_plots(items: &mut Vec<Item>, rows: &[Row<'_>], fns: &[PlotFn]) -> Result<(), ReportError> {
+    for f in fns {
+        if let Some(p) = f(rows)? {
+            items.push(Item::Plot(p));
+        }
+    }
+    Ok(())
+}
+
+fn push_table(items: &mut Vec<Item>, t: Option<html::Table>) {
+    if let Some(t) = t {
+        items.push(Item::Table(t));
+    }
+}
+
+/// Builds every section of the report from the document.
+pub fn sections(doc: &Value) -> Result<Vec<Section>, ReportError> {
+    let all = rows::rows(doc);
+    let mut out = Vec::new();
+    for (scenario, id, title) in SECTIONS {
+        let mut items = Vec::new();
+        match *scenario {
+            "pingpong" => {
+                let r = scenario_rows(&all, "pingpong");
+                push_plots(
+                    &mut items,
+                    &r,
+                    &[
+                        plots::pingpong_bandwidth,
+                        plots::pingpong_rtt,
+                        plots::pingpong_rtt_small,
+                    ],
+                )?;
+                push_table(&mut items, tables::pingpong_published(&r));
+                push_plots(
+                    &mut items,
+                    &r,
+                    &[plots::pingpong_wire, plots::pingpong_wire_overhead],
+                )?;
+                push_table(&mut items, tables::pingpong_wire(&r));
+            }
+            "propagate" => {
+                let r: Vec<Row<'_>> = scenario_rows(&all, "pingpong")
+                    .into_iter()
+                    .filter(|r| r.layer() == "propagate" && r.f("receivers").is_some())
+                    .collect();
+                push_plots(&mut items, &r, &[plots::propagate_receivers])?;
+                push_table(&mut items, tables::propagate_published(&r));
+            }
+            "throughput" => {
+                let r = scenario_rows(&all, "throughput");
+                push_plots(
+                    &mut items,
+                    &r,
+                    &[
+                        plots::throughput_msgs,
+                        plots::throughput_mbs,
+                        plots::throughput_loss,
+                    ],
+                )?;
+                push_table(&mut items, tables::throughput_published(&r));
+            }
+            "composition" => {
+                let r = scenario_rows(&all, "composition");
+                push_plots(&mut items, &r, &[plots::composition])?;
+                push_table(&mut items, tables::composition(&r));
+            }
+            "senders" => {
+                let r = scenario_rows(&all, "senders");
+                push_plots(&mut items, &r, &[plots::senders_msgs, plots::senders_rtt])?;
+            }
+            "ops" => {
+                let r = scenario_rows(&all, "ops");
+                push_plots(&mut items, &r, &[plots::ops])?;
+                push_table(&mut items, tables::ops(&r));
+            }
+            "rendezvous" => {
+                let r = scenario_rows(&all, "rendezvous");
+                push_plots(
+                    &mut items,
+                    &r,
+                    &[
+                        plots::rendezvous_response_qps,
+                        plots::rendezvous_loss_qps,
+                        plots::rendezvous_response_edges,
+                        plots::rendezvous_loss_edges,
+                    ],
+                )?;
+                push_table(&mut items, tables::rendezvous(&r));
+                if !items.is_empty() {
+                    items.push(Item::Note(tables::rendezvous_published_note()));
+                }
+            }
+            "recovery" => {
+                let r = scenario_rows(&all, "recovery");
+                push_plots(&mut items, &r, &[plots::recovery])?;
+                push_table(&mut items, tables::recovery(&r));
+            }
+            "relay" => {
+                let r = scenario_rows(&all, "relay");
+                push_plots(
+                    &mut items,
+                    &r,
+                    &[
+                        plots::relay_rtt,
+                        plots::relay_bandwidth,
+                        plots::relay_overload,
+                    ],
+                )?;
+                push_table(&mut items, tables::relay(&r));
+                if !items.is_empty() {
+                    items.push(Item::Note(format!(
+                        "Published (thesis, JXTA 2.0): {}.",
+                        published::RELAY_NOTES.join("; ")
+                    )));
+                }
+            }
+            _ => {}
+        }
+        out.push(Section {
+            id: id.to_string(),
+            title: title.to_string(),
+            items,
+        });
+    }
+    let unknown = unknown_scenarios(&all);
+    if !unknown.is_empty() {
+        let list = unknown
+            .iter()
+            .map(|(s, n)| format!("{s} ({n} rows)"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        out.push(Section {
+            id: "sec-other".into(),
+            title: "Other scenarios".into(),
+            items: vec![Item::Note(format!(
+                "Rows of scenarios this report does not know are kept in the CSV files only: {list}."
+            ))],
+        });
+    }
+    Ok(out)
+}
+
+/// Scenarios in the document the report does not know, with row counts.
+fn unknown_scenarios(all: &[Row<'_>]) -> Vec<(String, usize)> {
+    let mut v: Vec<(String, usize)> = Vec::new();
+    for r in all {
+        let s = r.scenario();
+        if SECTIONS.iter().any(|(k, _, _)| *k == s) {
+            continue;
+        }
+        let name = if s.is_empty() { "(none)" } else { s };
+        match v.iter_mut().find(|(n, _)| n == name) {
+            Some(e) => e.1 += 1,
+            None => v.push((name.to_string(), 1)),
+        }
+    }
+    v
+}
+
+/// Renders the report page to a string, with its summary.
+pub fn render_report(doc: &Value) -> Result<(String, ReportSummary), ReportError> {
+    let secs = sections(doc)?;
+    let mut summary = ReportSummary::default();
+    for s in &secs {
+        if s.items.is_empty() {
+            summary.not_measured.push(s.id.clone());
+        }
+        for it in &s.items {
+            match it {
+                Item::Plot(p) => summary.plot_ids.push(p.id.clone()),
+                Item::Table(t) => summary.table_ids.push(t.id.clone()),
+                Item::Note(_) => {}
+            }
+        }
+    }
+    summary.plots = summary.plot_ids.len();
+    summary.tables = summary.table_ids.len();
+    summary.unknown_scenarios = unknown_scenarios(&rows::rows(doc))
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    Ok((html::page(doc, &secs), summary))
+}
+
+/// Writes the self-contained report page to `path`.
+pub fn write_report(doc: &Value, path: &Path) -> Result<ReportSummary, ReportError> {
+    let (page, summary) = render_report(doc)?;
+    std::fs::write(path, page).map_err(|source| ReportError::Write {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(summary)
 }

@@ -1,19 +1,31 @@
 //! Advertisements: the XML documents JXTA peers publish about themselves
-//! and their resources (pipes, peers, ...), byte-compatible with JXSE 2.7.
+//! and their resources, byte-compatible with JXSE 2.7 (digest §8).
 //!
-//! Only what Juxta needs to talk to JXSE is modelled:
-//! - [`PipeAdvertisement`] (`jxta:PipeAdvertisement`, digest §6.1), written
-//!   byte for byte as JXSE writes it;
-//! - [`PeerAdvertisement`] (`jxta:PA`, digest §8.2), a minimal `PID`/`GID`/
-//!   `Name`/`Desc` document that JXSE accepts, and a parser that reads JXSE's
-//!   full (possibly signed) peer advertisement and ignores the rest.
+//! - [`PipeAdvertisement`] (`jxta:PipeAdvertisement`, §6.1) and
+//!   [`PeerAdvertisement`] (`jxta:PA`: a minimal `PID`/`GID`/`Name`/`Desc`
+//!   document that JXSE accepts; JXSE's `Svc` entries are ignored);
+//! - [`PeerGroupAdvertisement`] (`jxta:PGA`), the module class, spec and
+//!   impl advertisements ([`module`]), [`RouteAdvertisement`] and
+//!   [`AccessPointAdvertisement`] (`jxta:RA`/`jxta:APA`, §5.4) and
+//!   [`RdvAdvertisement`];
+//! - [`Advertisement`]: any of them, parsed by root element, with the
+//!   discovery type, cache key and indexed fields;
+//! - [`signed`]: JXSE's advertisement signatures (§8.3);
+//! - [`tree`]: the element tree both JXSE output styles are written from.
 //!
 //! This module also holds the small bounded XML reader and the two JXSE
 //! writer styles that the resolver, pipe-binding and socket set-up modules
 //! share (crate-private).
 
+pub mod any;
+pub mod group;
+pub mod module;
 pub mod peer;
 pub mod pipe;
+pub mod rdv;
+pub mod route;
+pub mod signed;
+pub mod tree;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -24,8 +36,15 @@ use quick_xml::Reader;
 
 use crate::id::IdError;
 
+pub use any::{AdvKind, Advertisement};
+pub use group::{PeerGroupAdvertisement, ServiceParam};
+pub use module::{ModuleClassAdvertisement, ModuleImplAdvertisement, ModuleSpecAdvertisement};
 pub use peer::PeerAdvertisement;
 pub use pipe::PipeAdvertisement;
+pub use rdv::RdvAdvertisement;
+pub use route::{AccessPointAdvertisement, RouteAdvertisement};
+pub use signed::{AdvSignature, SignatureError};
+pub use tree::XmlElement;
 
 /// Largest XML document any parser in this crate accepts (64 KiB).
 pub const MAX_XML_LEN: usize = 64 * 1024;
@@ -33,6 +52,8 @@ pub const MAX_XML_LEN: usize = 64 * 1024;
 pub const MAX_XML_DEPTH: usize = 32;
 /// Most elements accepted in one document.
 pub const MAX_XML_ELEMENTS: usize = 4096;
+/// Most attributes accepted on one element.
+pub const MAX_XML_ATTRIBUTES: usize = 16;
 /// The namespace declaration JXSE puts on every root element.
 pub(crate) const JXTA_XMLNS: &str = "xmlns:jxta=\"http://jxta.org\"";
 /// The XML declaration JXSE writes first.
@@ -58,6 +79,9 @@ pub enum XmlError {
     /// There is no root element.
     #[error("XML document without a root element")]
     NoRoot,
+    /// An element carries more than [`MAX_XML_ATTRIBUTES`] attributes.
+    #[error("XML element with more than {MAX_XML_ATTRIBUTES} attributes")]
+    TooManyAttributes,
     /// The root element is not the expected one.
     #[error("expected root element <{expected}>, found <{found}>")]
     WrongRoot {
@@ -93,6 +117,30 @@ pub enum AdvError {
     /// The pipe `Type` is unknown.
     #[error(transparent)]
     PipeType(#[from] UnknownPipeType),
+    /// A field holds a value outside what JXSE accepts (a number that
+    /// does not parse, a value too long, ...).
+    #[error("bad <{field}> value {value:?}")]
+    BadValue {
+        /// The element (or attribute) holding the value.
+        field: &'static str,
+        /// The value (truncated).
+        value: String,
+    },
+    /// More repeated children than this crate accepts.
+    #[error("more than {max} <{field}> entries")]
+    TooMany {
+        /// The repeated element.
+        field: &'static str,
+        /// The limit.
+        max: usize,
+    },
+    /// The root element names no advertisement type this crate knows.
+    #[error("unknown advertisement type <{0}>")]
+    UnknownType(String),
+    /// The document carries a JXSE signature (digest §8.3) that does not
+    /// verify, or is signed by another peer than the one it describes.
+    #[error(transparent)]
+    Signature(#[from] SignatureError),
 }
 
 /// The type of a pipe (`Type` in a pipe advertisement, digest §6.1).
@@ -156,6 +204,8 @@ pub(crate) fn truncate(s: &str) -> String {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct XmlNode {
     pub(crate) name: String,
+    /// Attributes, unescaped, in document order.
+    pub(crate) attrs: Vec<(String, String)>,
     pub(crate) text: String,
     pub(crate) children: Vec<XmlNode>,
 }
@@ -184,6 +234,14 @@ impl XmlNode {
         self.child(name).map(XmlNode::value)
     }
 
+    /// The value of an attribute.
+    pub(crate) fn attr(&self, name: &str) -> Option<&str> {
+        self.attrs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
     /// Checks the root element's name.
     pub(crate) fn expect_root(self, expected: &'static str) -> Result<XmlNode, XmlError> {
         if self.name == expected {
@@ -205,7 +263,13 @@ fn malformed(e: impl fmt::Display) -> XmlError {
 /// limits. Declarations, DOCTYPE, comments and processing instructions are
 /// skipped; attributes are not kept.
 pub(crate) fn parse_xml(xml: &str) -> Result<XmlNode, XmlError> {
-    if xml.len() > MAX_XML_LEN {
+    parse_xml_limited(xml, MAX_XML_LEN)
+}
+
+/// [`parse_xml`] with another document size limit (discovery responses
+/// carry up to 50 advertisements and may exceed [`MAX_XML_LEN`]).
+pub(crate) fn parse_xml_limited(xml: &str, max_len: usize) -> Result<XmlNode, XmlError> {
+    if xml.len() > max_len {
         return Err(XmlError::TooLarge(xml.len()));
     }
     let mut reader = Reader::from_str(xml);
@@ -233,8 +297,21 @@ pub(crate) fn parse_xml(xml: &str) -> Result<XmlNode, XmlError> {
             let name = std::str::from_utf8(s.name().as_ref())
                 .map_err(malformed)?
                 .to_string();
+            let mut attrs = Vec::new();
+            for a in s.attributes() {
+                let a = a.map_err(malformed)?;
+                if attrs.len() >= MAX_XML_ATTRIBUTES {
+                    return Err(XmlError::TooManyAttributes);
+                }
+                let key = std::str::from_utf8(a.key.as_ref())
+                    .map_err(malformed)?
+                    .to_string();
+                let value = a.unescape_value().map_err(malformed)?.into_owned();
+                attrs.push((key, value));
+            }
             let node = XmlNode {
                 name,
+                attrs,
                 ..XmlNode::default()
             };
             if empty {
@@ -276,6 +353,47 @@ fn close(stack: &mut [XmlNode], root: &mut Option<XmlNode>, node: XmlNode) {
     match stack.last_mut() {
         Some(parent) => parent.children.push(node),
         None => *root = Some(node),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Field helpers shared by the advertisement parsers.
+// ---------------------------------------------------------------------------
+
+/// Longest single text field (name, description, address, ...) accepted.
+pub const MAX_FIELD_LEN: usize = 4096;
+
+/// Parses a required ID child.
+pub(crate) fn req_id<T: FromStr<Err = IdError>>(
+    n: &XmlNode,
+    field: &'static str,
+) -> Result<T, AdvError> {
+    opt_id(n, field)?.ok_or(AdvError::Missing(field))
+}
+
+/// Parses an optional ID child (absent or empty reads as `None`).
+pub(crate) fn opt_id<T: FromStr<Err = IdError>>(
+    n: &XmlNode,
+    field: &'static str,
+) -> Result<Option<T>, AdvError> {
+    match n.child_value(field) {
+        None | Some("") => Ok(None),
+        Some(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|source| AdvError::BadId { field, source }),
+    }
+}
+
+/// An optional text child, bounded by [`MAX_FIELD_LEN`].
+pub(crate) fn opt_text(n: &XmlNode, field: &'static str) -> Result<Option<String>, AdvError> {
+    match n.child_value(field) {
+        None => Ok(None),
+        Some(v) if v.len() > MAX_FIELD_LEN => Err(AdvError::BadValue {
+            field,
+            value: truncate(v),
+        }),
+        Some(v) => Ok(Some(v.to_string())),
     }
 }
 

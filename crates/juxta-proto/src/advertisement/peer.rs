@@ -73,30 +73,34 @@ impl PeerAdvertisement {
     /// `Name` reads as empty; `Svc`, signature and unknown children are
     /// ignored. Text values are trimmed.
     pub fn parse(xml: &str) -> Result<PeerAdvertisement, AdvError> {
-        let root = parse_xml(xml)?.expect_root(PEER_ADV_ROOT)?;
-        let peer_id: PeerId = root
-            .child_value("PID")
-            .ok_or(AdvError::Missing("PID"))?
-            .parse()
-            .map_err(|source| AdvError::BadId {
-                field: "PID",
-                source,
-            })?;
-        let group_id: PeerGroupId = root
-            .child_value("GID")
-            .ok_or(AdvError::Missing("GID"))?
-            .parse()
-            .map_err(|source| AdvError::BadId {
-                field: "GID",
-                source,
-            })?;
-        Ok(PeerAdvertisement {
-            peer_id,
-            group_id,
-            name: root.child_value("Name").unwrap_or_default().to_string(),
-            desc: root.child_value("Desc").map(str::to_string),
-        })
+        from_node(&parse_xml(xml)?.expect_root(PEER_ADV_ROOT)?)
     }
+}
+
+/// Reads the children of a `jxta:PA` element.
+pub(crate) fn from_node(root: &super::XmlNode) -> Result<PeerAdvertisement, AdvError> {
+    let peer_id: PeerId = root
+        .child_value("PID")
+        .ok_or(AdvError::Missing("PID"))?
+        .parse()
+        .map_err(|source| AdvError::BadId {
+            field: "PID",
+            source,
+        })?;
+    let group_id: PeerGroupId = root
+        .child_value("GID")
+        .ok_or(AdvError::Missing("GID"))?
+        .parse()
+        .map_err(|source| AdvError::BadId {
+            field: "GID",
+            source,
+        })?;
+    Ok(PeerAdvertisement {
+        peer_id,
+        group_id,
+        name: root.child_value("Name").unwrap_or_default().to_string(),
+        desc: root.child_value("Desc").map(str::to_string),
+    })
 }
 
 #[cfg(test)]

@@ -70,23 +70,27 @@ impl PipeAdvertisement {
     /// Parses a pipe advertisement, pretty-printed or not. Unknown children
     /// are ignored; `Id` and `Type` are required. Text values are trimmed.
     pub fn parse(xml: &str) -> Result<PipeAdvertisement, AdvError> {
-        let root = parse_xml(xml)?.expect_root(PIPE_ADV_ROOT)?;
-        let id = root.child_value("Id").ok_or(AdvError::Missing("Id"))?;
-        let id: PipeId = id.parse().map_err(|source| AdvError::BadId {
-            field: "Id",
-            source,
-        })?;
-        let pipe_type: PipeType = root
-            .child_value("Type")
-            .ok_or(AdvError::Missing("Type"))?
-            .parse()?;
-        Ok(PipeAdvertisement {
-            id,
-            pipe_type,
-            name: root.child_value("Name").map(str::to_string),
-            desc: root.child_value("Desc").map(str::to_string),
-        })
+        from_node(&parse_xml(xml)?.expect_root(PIPE_ADV_ROOT)?)
     }
+}
+
+/// Reads the children of a `jxta:PipeAdvertisement` element.
+pub(crate) fn from_node(root: &super::XmlNode) -> Result<PipeAdvertisement, AdvError> {
+    let id = root.child_value("Id").ok_or(AdvError::Missing("Id"))?;
+    let id: PipeId = id.parse().map_err(|source| AdvError::BadId {
+        field: "Id",
+        source,
+    })?;
+    let pipe_type: PipeType = root
+        .child_value("Type")
+        .ok_or(AdvError::Missing("Type"))?
+        .parse()?;
+    Ok(PipeAdvertisement {
+        id,
+        pipe_type,
+        name: root.child_value("Name").map(str::to_string),
+        desc: root.child_value("Desc").map(str::to_string),
+    })
 }
 
 #[cfg(test)]

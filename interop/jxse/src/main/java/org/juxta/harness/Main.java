@@ -87,6 +87,7 @@ public final class Main {
     private EndpointService endpoint;
     private String peerId;
     private Pipes pipes;
+    private Bench bench;
 
     /** Replies (echo, ack) run here, off JXSE's delivery threads, in arrival order. */
     private final ExecutorService replies = Executors.newSingleThreadExecutor(r -> {
@@ -210,6 +211,7 @@ public final class Main {
         endpoint.addIncomingMessageListener(this::onAck, SERVICE, "ack");
         endpoint.addIncomingMessageListener((m, s, d) -> ackRepliesSeen.incrementAndGet(), SERVICE, "ack-reply");
         pipes = new Pipes(netGroup);
+        bench = new Bench(netGroup);
         if (Boolean.getBoolean("juxta.harness.trace")) {
             Trace.install(endpoint);
         }
@@ -297,6 +299,9 @@ public final class Main {
                         return;
                     default:
                         String answer = pipes.dispatch(cmd, parts);
+                        if (answer == null) {
+                            answer = bench.dispatch(cmd, parts);   // BENCH_* (Bench.java)
+                        }
                         if (answer == null) {
                             out("ERROR unknown command: " + parts[0]);
                         } else if (!answer.isEmpty()) {   // empty: a worker prints the answer later
@@ -603,6 +608,9 @@ public final class Main {
         replies.shutdownNow();
         if (pipes != null) {
             pipes.shutdown();
+        }
+        if (bench != null) {
+            bench.shutdown();
         }
         for (Messenger m : replyMessengers.values()) {
             try {

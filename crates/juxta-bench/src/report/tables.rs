@@ -1,0 +1,592 @@
+//! The report's tables: ours beside the published figures, and row tables
+//! for the scenarios whose results are best read as numbers.
+
+use super::html::Table;
+use super::plots::size_text;
+use super::published::{self, Metric};
+use super::rows::{impl_rank, layer_rank, Row};
+
+/// A number with about three significant digits.
+pub fn num(v: f64) -> String {
+    if !v.is_finite() {
+        return "n/a".into();
+    }
+    let a = v.abs();
+    if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.2}")
+    } else if a >= 0.01 || a == 0.0 {
+        format!("{v:.3}")
+    } else {
+        format!("{v:.2e}")
+    }
+}
+
+/// A duration in microseconds as `21.6 us` or `2.00 ms`.
+pub fn us_text(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{} ms", num(us / 1000.0))
+    } else {
+        format!("{} us", num(us))
+    }
+}
+
+fn one_to_one<'a>(rows: &[Row<'a>]) -> Vec<Row<'a>> {
+    rows.iter()
+        .copied()
+        .filter(|r| r.f("receivers").is_none_or(|n| n <= 1.0))
+        .collect()
+}
+
+/// The tcp row matching `r` (same size, and same pin/pattern when given).
+fn tcp_peer<'a>(rows: &[Row<'a>], r: &Row<'_>) -> Option<Row<'a>> {
+    rows.iter().copied().find(|t| {
+        t.imp() == "tcp"
+            && t.f("size") == r.f("size")
+            && t.s("pin") == r.s("pin")
+            && t.s("pattern") == r.s("pattern")
+    })
+}
+
+/// `field / tcp's field` for the same size: the row's own ratio field when present.
+fn ratio(rows: &[Row<'_>], r: &Row<'_>, ratio_field: &str, field: &str) -> Option<f64> {
+    r.f(ratio_field).or_else(|| {
+        let t = tcp_peer(rows, r)?;
+        let d = t.f(field).filter(|d| *d > 0.0)?;
+        Some(r.f(field)? / d)
+    })
+}
+
+/// Implementations measured for a layer, in order (tcp, juxta, jxse, ...).
+fn impls_of<'a>(rows: &[Row<'a>], layer: &str) -> Vec<&'a str> {
+    let mut v: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.layer() == layer)
+        .map(|r| r.imp())
+        .collect();
+    v.sort_by_key(|i| (impl_rank(i), i.to_string()));
+    v.dedup();
+    v
+}
+
+fn layers_of<'a>(rows: &[Row<'a>]) -> Vec<&'a str> {
+    let mut v: Vec<&str> = rows
+        .iter()
+        .map(|r| r.layer())
+        .filter(|l| !l.is_empty())
+        .collect();
+    v.sort_by_key(|l| (layer_rank(l), l.to_string()));
+    v.dedup();
+    v
+}
+
+/// Our figure for (layer, metric), one line per implementation.
+fn ours_line(rows: &[Row<'_>], layer: &str, metric: Metric) -> String {
+    let mut lines = Vec::new();
+    for imp in impls_of(rows, layer) {
+        let of: Vec<Row<'_>> = rows
+            .iter()
+            .copied()
+            .filter(|r| r.layer() == layer && r.imp() == imp)
+            .collect();
+        let pick = match metric {
+            Metric::LatencyUs => of
+                .iter()
+                .filter(|r| r.f("rtt_us_median").is_some())
+                .min_by(|a, b| size_key(a).total_cmp(&size_key(b))),
+            Metric::BandwidthMbS => of
+                .iter()
+                .filter(|r| r.f("bandwidth_mb_s").is_some())
+                .max_by(|a, b| size_key(a).total_cmp(&size_key(b))),
+        };
+        let Some(r) = pick else { continue };
+        let size = r.f("size").map(size_text).unwrap_or_else(|| "?".into());
+        let line = match metric {
+            Metric::LatencyUs => {
+                let v = r.f("rtt_us_median").unwrap_or(f64::NAN);
+                match ratio(rows, r, "rtt_ratio_vs_tcp", "rtt_us_median") {
+                    Some(q) => format!("{imp}: {} = {} x tcp ({size})", us_text(v), num(q)),
+                    None => format!("{imp}: {} ({size}, no tcp bound)", us_text(v)),
+                }
+            }
+            Metric::BandwidthMbS => {
+                let v = r.f("bandwidth_mb_s").unwrap_or(f64::NAN);
+                match ratio(rows, r, "bandwidth_ratio_vs_tcp", "bandwidth_mb_s") {
+                    Some(q) => format!("{imp}: {} MB/s = {} x tcp ({size})", num(v), num(q)),
+                    None => format!("{imp}: {} MB/s ({size}, no tcp bound)", num(v)),
+                }
+            }
+        };
+        lines.push(line);
+    }
+    if lines.is_empty() {
+        "not measured".into()
+    } else {
+        lines.join("\n")
+    }
+}
+
+fn size_key(r: &Row<'_>) -> f64 {
+    r.f("size").unwrap_or(0.0)
+}
+
+/// Published vs ours per layer: latency and bandwidth as ratios to each side's socket bound.
+pub fn pingpong_published(rows: &[Row<'_>]) -> Option<Table> {
+    let rows = one_to_one(rows);
+    if rows.is_empty() {
+        return None;
+    }
+    let mut layers: Vec<&str> = layers_of(&rows);
+    for f in published::LAYER_FIGURES {
+        if !layers.contains(&f.layer) {
+            layers.push(f.layer);
+        }
+    }
+    layers.retain(|l| *l != "tcp");
+    layers.sort_by_key(|l| (layer_rank(l), l.to_string()));
+    let mut out = Vec::new();
+    for layer in layers {
+        for (metric, name) in [
+            (Metric::LatencyUs, "latency (smallest message RTT)"),
+            (Metric::BandwidthMbS, "bandwidth (largest message)"),
+        ] {
+            let pubs: Vec<String> = published::LAYER_FIGURES
+                .iter()
+                .filter(|f| f.layer == layer && f.metric == metric)
+                .map(|f| {
+                    let (lo, hi) = f.ratio();
+                    let (v, r) = match (metric, f.value_hi, hi) {
+                        (Metric::LatencyUs, Some(vh), Some(rh)) => (
+                            format!("{}-{}", us_text(f.value), us_text(vh)),
+                            format!("{}-{}", num(lo), num(rh)),
+                        ),
+                        (Metric::LatencyUs, _, _) => (us_text(f.value), num(lo)),
+                        (Metric::BandwidthMbS, _, _) => (format!("{} MB/s", num(f.value)), num(lo)),
+                    };
+                    let note = if f.note.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", {}", f.note)
+                    };
+                    format!(
+                        "{} ({}{note}): {v} = {r} x socket",
+                        f.implementation, f.network.name
+                    )
+                })
+                .collect();
+            let ours = ours_line(&rows, layer, metric);
+            if pubs.is_empty() && ours == "not measured" {
+                continue;
+            }
+            out.push(vec![
+                layer.to_string(),
+                name.to_string(),
+                if pubs.is_empty() {
+                    "no published figure".into()
+                } else {
+                    pubs.join("\n")
+                },
+                ours,
+            ]);
+        }
+    }
+    Some(Table {
+        id: "table-pingpong-published".into(),
+        caption: "Published JuxTest figures (performance-model.md section 2) as a ratio to that study's socket bound (Fast Ethernet: 70 us, 11.2 MB/s; GigE: 45 us, 115 MB/s; Myrinet: 60 us, 155 MB/s), beside ours as a ratio to plain TCP measured in the same run. Lower RTT ratios and higher bandwidth ratios are better; 1 = the socket bound.".into(),
+        head: vec![
+            "layer".into(),
+            "figure".into(),
+            "published".into(),
+            "ours".into(),
+        ],
+        rows: out,
+    })
+    .filter(|t| !t.rows.is_empty())
+}
+
+/// Bytes on the wire for the smallest payload, ours beside the studies' 1-byte figures.
+pub fn pingpong_wire(rows: &[Row<'_>]) -> Option<Table> {
+    let rows = one_to_one(rows);
+    let smallest = rows
+        .iter()
+        .filter(|r| r.f("wire_bytes").is_some())
+        .filter_map(|r| r.f("size"))
+        .min_by(|a, b| a.total_cmp(b))?;
+    let mut out = Vec::new();
+    for layer in layers_of(&rows) {
+        let ours: Vec<String> = rows
+            .iter()
+            .filter(|r| r.layer() == layer && r.f("size") == Some(smallest))
+            .filter_map(|r| Some(format!("{}: {} B", r.imp(), num(r.f("wire_bytes")?))))
+            .collect();
+        if ours.is_empty() {
+            continue;
+        }
+        let pubd = published::WIRE_BYTES_1B
+            .iter()
+            .find(|(l, ..)| *l == layer)
+            .map(|(_, lo, hi, c)| {
+                let j = if lo == hi {
+                    format!("J2SE: {} B", num(*lo))
+                } else {
+                    format!("J2SE: {}-{} B", num(*lo), num(*hi))
+                };
+                match c {
+                    Some(c) => format!("{j}\nJXTA-C: {} B", num(*c)),
+                    None => j,
+                }
+            })
+            .unwrap_or_else(|| "no published figure".into());
+        out.push(vec![layer.to_string(), pubd, ours.join("\n")]);
+    }
+    (!out.is_empty()).then(|| Table {
+        id: "table-pingpong-wire".into(),
+        caption: format!("Bytes on the wire for one message: published for a 1-byte payload (section 2; the pipe's EndpointRouterMsg alone is 565 bytes), ours for a {} payload.", size_text(smallest)),
+        head: vec!["layer".into(), "published (1 B payload)".into(), "ours".into()],
+        rows: out,
+    })
+}
+
+/// Propagate RTT per receivers beside the published propagate rate.
+pub fn propagate_published(rows: &[Row<'_>]) -> Option<Table> {
+    let mut out = Vec::new();
+    let mut sorted: Vec<Row<'_>> = rows.to_vec();
+    sorted.sort_by(|a, b| {
+        (
+            impl_rank(a.imp()),
+            size_key(a),
+            a.f("receivers").unwrap_or(0.0),
+        )
+            .partial_cmp(&(
+                impl_rank(b.imp()),
+                size_key(b),
+                b.f("receivers").unwrap_or(0.0),
+            ))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    for r in sorted {
+        out.push(vec![
+            r.imp().to_string(),
+            r.f("size").map(size_text).unwrap_or_default(),
+            r.f("receivers").map(num).unwrap_or_default(),
+            r.f("rtt_us_median").map(us_text).unwrap_or_default(),
+            r.f("rtt_ratio_vs_tcp").map(num).unwrap_or_default(),
+        ]);
+    }
+    (!out.is_empty()).then(|| Table {
+        id: "table-propagate".into(),
+        caption: "Propagate pipe RTT per number of receivers. Published (thesis, JXTA 2.0): ~9-20 msg/s, stable from 1 to 8 receivers.".into(),
+        head: vec![
+            "impl".into(),
+            "size".into(),
+            "receivers".into(),
+            "RTT median".into(),
+            "x tcp (1 receiver)".into(),
+        ],
+        rows: out,
+    })
+}
+
+/// Our message rates beside the published pipe rates.
+pub fn throughput_published(rows: &[Row<'_>]) -> Option<Table> {
+    let mut out = Vec::new();
+    for layer in layers_of(rows) {
+        for pattern in ["smooth", "bursty"] {
+            let of: Vec<Row<'_>> = rows
+                .iter()
+                .copied()
+                .filter(|r| {
+                    r.layer() == layer
+                        && r.s("pattern").unwrap_or("smooth") == pattern
+                        && r.f("msgs_per_s").is_some()
+                })
+                .collect();
+            let Some(small) = of
+                .iter()
+                .filter_map(|r| r.f("size"))
+                .min_by(|a, b| a.total_cmp(b))
+            else {
+                continue;
+            };
+            let ours: Vec<String> = of
+                .iter()
+                .filter(|r| r.f("size") == Some(small))
+                .map(|r| {
+                    let v = r.f("msgs_per_s").unwrap_or(f64::NAN);
+                    match ratio(rows, r, "msgs_ratio_vs_tcp", "msgs_per_s") {
+                        Some(q) if r.imp() != "tcp" => {
+                            format!("{}: {} msg/s = {} x tcp", r.imp(), num(v), num(q))
+                        }
+                        _ => format!("{}: {} msg/s", r.imp(), num(v)),
+                    }
+                })
+                .collect();
+            let pubd: Vec<String> = published::PIPE_RATES
+                .iter()
+                .filter(|(l, p, ..)| *l == layer && *p == pattern)
+                .map(|(_, _, lo, hi, v)| {
+                    if lo == hi {
+                        format!("{} msg/s ({v})", num(*lo))
+                    } else {
+                        format!("{}-{} msg/s ({v})", num(*lo), num(*hi))
+                    }
+                })
+                .collect();
+            out.push(vec![
+                layer.to_string(),
+                pattern.to_string(),
+                size_text(small),
+                if pubd.is_empty() {
+                    "no published figure".into()
+                } else {
+                    pubd.join("\n")
+                },
+                ours.join("\n"),
+            ]);
+        }
+    }
+    (!out.is_empty()).then(|| Table {
+        id: "table-throughput-published".into(),
+        caption: "Message rate at the smallest size. Published rates (thesis, 100 Mb/s LAN, 800 MHz PCs, section 3) had no socket bound; ours are also given as a ratio to plain TCP in the same run.".into(),
+        head: vec![
+            "layer".into(),
+            "pattern".into(),
+            "size".into(),
+            "published".into(),
+            "ours".into(),
+        ],
+        rows: out,
+    })
+}
+
+/// Extra RTT of the most split composition over one element, per layer.
+pub fn composition(rows: &[Row<'_>]) -> Option<Table> {
+    let mut out = Vec::new();
+    for layer in layers_of(rows) {
+        for imp in impls_of(rows, layer) {
+            let of: Vec<Row<'_>> = rows
+                .iter()
+                .copied()
+                .filter(|r| r.layer() == layer && r.imp() == imp && r.f("rtt_us_median").is_some())
+                .collect();
+            let by = |pick_max: bool| {
+                of.iter()
+                    .filter(|r| r.f("elements").is_some())
+                    .max_by(|a, b| {
+                        let (x, y) = (
+                            a.f("elements").unwrap_or(0.0),
+                            b.f("elements").unwrap_or(0.0),
+                        );
+                        if pick_max {
+                            x.total_cmp(&y)
+                        } else {
+                            y.total_cmp(&x)
+                        }
+                    })
+                    .copied()
+            };
+            let (Some(one), Some(many)) = (by(false), by(true)) else {
+                continue;
+            };
+            let (a, b) = (
+                one.f("rtt_us_median").unwrap_or(f64::NAN),
+                many.f("rtt_us_median").unwrap_or(f64::NAN),
+            );
+            out.push(vec![
+                format!("{imp} {layer}"),
+                format!(
+                    "{} x {}",
+                    num(one.f("elements").unwrap_or(0.0)),
+                    one.f("element_size").map(size_text).unwrap_or_default()
+                ),
+                us_text(a),
+                format!(
+                    "{} x {}",
+                    num(many.f("elements").unwrap_or(0.0)),
+                    many.f("element_size").map(size_text).unwrap_or_default()
+                ),
+                us_text(b),
+                format!("{:+.1}%", (b / a - 1.0) * 100.0),
+            ]);
+        }
+    }
+    (!out.is_empty()).then(|| Table {
+        id: "table-composition".into(),
+        caption: format!(
+            "Cost of splitting a message into many elements. Published (thesis, section 3): 20 small elements cost {}-{}% more RTT than one large one in JXTA 1.0, little in 2.0.",
+            published::COMPOSITION_EXTRA_PCT.0, published::COMPOSITION_EXTRA_PCT.1
+        ),
+        head: vec![
+            "layer".into(),
+            "fewest elements".into(),
+            "RTT".into(),
+            "most elements".into(),
+            "RTT".into(),
+            "extra".into(),
+        ],
+        rows: out,
+    })
+}
+
+/// Typical operations beside the thesis' means.
+pub fn ops(rows: &[Row<'_>]) -> Option<Table> {
+    let mut sorted: Vec<Row<'_>> = rows
+        .iter()
+        .copied()
+        .filter(|r| r.s("operation").is_some())
+        .collect();
+    let rank = |r: &Row<'_>| {
+        let op = r.s("operation").unwrap_or("");
+        published::OPS_MS
+            .iter()
+            .position(|(o, _)| *o == op)
+            .unwrap_or(usize::MAX)
+    };
+    sorted.sort_by_key(|r| (r.s("config").unwrap_or("").to_string(), rank(r)));
+    let mut out = Vec::new();
+    for r in &sorted {
+        let op = r.s("operation").unwrap_or("");
+        let p = published::OPS_MS
+            .iter()
+            .find(|(o, _)| *o == op)
+            .map(|(_, ms)| *ms);
+        let m = r.f("ms_median");
+        out.push(vec![
+            op.to_string(),
+            r.s("config").unwrap_or("").to_string(),
+            m.map(num).unwrap_or_default(),
+            r.f("ms_p99").map(num).unwrap_or_default(),
+            p.map(num).unwrap_or_else(|| "n/a".into()),
+            match (m, p) {
+                (Some(m), Some(p)) if p > 0.0 => num(m / p),
+                _ => String::new(),
+            },
+        ]);
+    }
+    (!out.is_empty()).then(|| Table {
+        id: "table-ops".into(),
+        caption: format!(
+            "Typical operations, ms. Published: thesis means, JXTA 2.0, TCP rendezvous on a 100 Mb/s LAN (section 3); totals {}.",
+            published::OPS_TOTAL_MS
+                .iter()
+                .map(|(k, v)| format!("{k} {} ms", num(*v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        head: vec![
+            "operation".into(),
+            "config".into(),
+            "ours median".into(),
+            "ours p99".into(),
+            "published mean".into(),
+            "ours / published".into(),
+        ],
+        rows: out,
+    })
+}
+
+/// A table of the given fields of every row, keeping only columns that occur.
+fn rows_table(id: &str, caption: &str, rows: &[Row<'_>], cols: &[(&str, &str)]) -> Option<Table> {
+    let present: Vec<&(&str, &str)> = cols
+        .iter()
+        .filter(|(f, _)| rows.iter().any(|r| r.0.contains_key(*f)))
+        .collect();
+    if rows.is_empty() || present.is_empty() {
+        return None;
+    }
+    Some(Table {
+        id: id.into(),
+        caption: caption.into(),
+        head: present.iter().map(|(_, h)| h.to_string()).collect(),
+        rows: rows
+            .iter()
+            .map(|r| {
+                present
+                    .iter()
+                    .map(|(f, _)| match r.f(f) {
+                        Some(v) => num(v),
+                        None => r.text(f).unwrap_or_default(),
+                    })
+                    .collect()
+            })
+            .collect(),
+    })
+}
+
+/// Every rendezvous row.
+pub fn rendezvous(rows: &[Row<'_>]) -> Option<Table> {
+    rows_table(
+        "table-rendezvous",
+        "Rendezvous load runs: response times, loss, coefficient of variation (stddev/mean) and the rendezvous' CPU and memory.",
+        rows,
+        &[
+            ("model", "model"),
+            ("edges", "edges"),
+            ("rendezvous", "rdv"),
+            ("offered_qps", "offered q/s"),
+            ("queries_per_s", "answered q/s"),
+            ("response_ms_p50", "p50 ms"),
+            ("response_ms_p99", "p99 ms"),
+            ("loss_pct", "loss %"),
+            ("cv", "cv"),
+            ("rdv_cpu_pct", "rdv CPU %"),
+            ("rdv_rss_mb", "rdv RSS MB"),
+        ],
+    )
+}
+
+/// The published rendezvous findings as one paragraph.
+pub fn rendezvous_published_note() -> String {
+    let parts: Vec<String> = published::RENDEZVOUS_NOTES
+        .iter()
+        .map(|(m, n)| format!("{m}: {n}"))
+        .collect();
+    format!(
+        "Published (thesis, JXTA 2.0, section 3): {}.",
+        parts.join("; ")
+    )
+}
+
+/// Every recovery row beside the thesis' means.
+pub fn recovery(rows: &[Row<'_>]) -> Option<Table> {
+    let caption = format!(
+        "Recovery after a rendezvous is killed. Published (thesis, 16 edges, 4 rendezvous): {}; {} s of it a fixed failure-detection wait.",
+        published::RECOVERY_S
+            .iter()
+            .map(|(k, s)| format!("{} s mean with {k}", num(*s)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        num(published::RECOVERY_DETECTION_S)
+    );
+    rows_table(
+        "table-recovery",
+        &caption,
+        rows,
+        &[
+            ("edges", "edges"),
+            ("rendezvous", "rendezvous"),
+            ("recovery_ms", "recovery ms"),
+        ],
+    )
+}
+
+/// Every relay row.
+pub fn relay(rows: &[Row<'_>]) -> Option<Table> {
+    rows_table(
+        "table-relay",
+        "Relay paths: RTT and bandwidth, and the overload runs (offered vs delivered rate, loss, relay memory).",
+        rows,
+        &[
+            ("path", "path"),
+            ("layer", "layer"),
+            ("size", "size B"),
+            ("rtt_us_median", "RTT us"),
+            ("bandwidth_mb_s", "MB/s"),
+            ("offered_msgs_per_s", "offered msg/s"),
+            ("delivered_msgs_per_s", "delivered msg/s"),
+            ("loss_pct", "loss %"),
+            ("relay_rss_mb_max", "relay RSS MB max"),
+        ],
+    )
+}

@@ -1,0 +1,272 @@
+//! The JXSE side by side with tiny budgets: two real JXSE 2.7 peers (the
+//! interop/jxse harness, built by scripts/test.sh or on demand here) run
+//! the ping-pong and throughput on the endpoint, unicast pipe and socket
+//! layers. Checks rows, figures and that the JVMs are gone afterwards (no
+//! timing thresholds), and that bad set-ups give typed errors quickly.
+
+use std::time::{Duration, Instant};
+
+use juxta_bench::jxse::{self, JxseError, JxseOptions, JXSE_LAYERS};
+use juxta_bench::layers::Layer;
+use juxta_bench::BenchError;
+
+fn small() -> JxseOptions {
+    JxseOptions {
+        sizes: vec![1, 65536],
+        warmup: 3,
+        runs: 2,
+        pairs: 3,
+        budget_ms: 500,
+        wire_pairs: 2,
+        throughput_duration_ms: 200,
+        throughput_max_count: 50,
+        ..JxseOptions::default()
+    }
+}
+
+fn gone(pids: &[u32]) -> bool {
+    pids.iter()
+        .all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jxse_pingpong_and_throughput() {
+    let opts = small();
+    let mut log = Vec::new();
+    let run = jxse::run_pingpong(&opts, &[], &mut |l: &str| log.push(l.to_string())).await;
+    assert!(run.error.is_none(), "pingpong failed: {:?}", run.error);
+    assert_eq!(run.jvm_pids.len(), 2);
+    assert!(
+        gone(&run.jvm_pids),
+        "JVMs still running: {:?}",
+        run.jvm_pids
+    );
+    assert!(!log.is_empty());
+    assert_eq!(run.rows.len(), JXSE_LAYERS.len() * 2);
+    for layer in JXSE_LAYERS {
+        for size in [1, 65536] {
+            let r = run
+                .rows
+                .iter()
+                .find(|r| r.layer == layer.name() && r.size == size)
+                .unwrap_or_else(|| panic!("no row for {} {size}", layer.name()));
+            assert_eq!(r.implementation, "jxse");
+            assert_eq!(r.scenario, "pingpong");
+            assert!(r.samples >= 2 * 3, "{r:?}");
+            assert!(
+                r.rtt_us_median.is_finite() && r.rtt_us_median > 0.0,
+                "{r:?}"
+            );
+            assert!(r.rtt_us_p99 >= r.rtt_us_median, "{r:?}");
+            assert!(
+                r.bandwidth_mb_s.is_finite() && r.bandwidth_mb_s > 0.0,
+                "{r:?}"
+            );
+            // The client wrote at least the payload per pair through the forwarder.
+            assert!(r.wire_bytes >= size as u64, "{r:?}");
+            // No tcp rows given: no ratios.
+            assert_eq!(r.rtt_ratio_vs_tcp, 0.0);
+        }
+    }
+    let j = serde_json::to_value(&run.rows[0]).unwrap();
+    assert_eq!(j["impl"], "jxse");
+
+    let run = jxse::run_throughput(&opts, &mut |_: &str| {}).await;
+    assert!(run.error.is_none(), "throughput failed: {:?}", run.error);
+    assert!(
+        gone(&run.jvm_pids),
+        "JVMs still running: {:?}",
+        run.jvm_pids
+    );
+    assert_eq!(run.rows.len(), JXSE_LAYERS.len() * 2);
+    for r in &run.rows {
+        assert_eq!(r.implementation, "jxse");
+        assert!(r.msgs_per_s.is_finite() && r.msgs_per_s > 0.0, "{r:?}");
+        assert!(r.bandwidth_mb_s > 0.0, "{r:?}");
+        assert!((0.0..=100.0).contains(&r.loss_pct), "{r:?}");
+    }
+    // Ratios come from the caller's tcp rows of the same size.
+    let rows = run.into_result().unwrap();
+    assert!(rows.iter().any(|r| r.layer == "socket"));
+}
+
+#[tokio::test]
+async fn missing_harness_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = JxseOptions {
+        harness_dir: Some(dir.path().join("nope")),
+        ..small()
+    };
+    let t = Instant::now();
+    let run = jxse::run_pingpong(&opts, &[], &mut |_: &str| {}).await;
+    assert!(run.rows.is_empty());
+    assert!(run.jvm_pids.is_empty());
+    let e = run.error.expect("an error");
+    assert!(matches!(e, JxseError::HarnessNotFound { .. }), "{e}");
+    assert!(e.to_string().contains("JUXTA_JXSE_HARNESS"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(30));
+    // And through the bench's error type.
+    let run = jxse::run_throughput(&opts, &mut |_: &str| {}).await;
+    assert!(matches!(
+        run.into_result(),
+        Err(BenchError::Jxse(JxseError::HarnessNotFound { .. }))
+    ));
+}
+
+#[tokio::test]
+async fn missing_java_is_a_typed_error() {
+    let opts = JxseOptions {
+        java: "/nonexistent/bin/java".into(),
+        build: false,
+        ..small()
+    };
+    if jxse::locate_harness()
+        .map(|d| !jxse::harness_built(&d))
+        .unwrap_or(true)
+    {
+        return; // nothing to start without a built harness: covered by the test above
+    }
+    let run = jxse::run_pingpong(&opts, &[], &mut |_: &str| {}).await;
+    assert!(
+        matches!(run.error, Some(JxseError::JavaMissing)),
+        "{:?}",
+        run.error
+    );
+}
+
+#[tokio::test]
+async fn unsupported_layer_and_dying_jvm() {
+    let opts = JxseOptions {
+        layers: vec![Layer::Propagate],
+        ..small()
+    };
+    let run = jxse::run_pingpong(&opts, &[], &mut |_: &str| {}).await;
+    assert!(matches!(run.error, Some(JxseError::UnsupportedLayer(_))));
+
+    // A "java" that exits at once: an Exited error naming the role, no hang.
+    let Ok(dir) = jxse::locate_harness() else {
+        return;
+    };
+    if !jxse::harness_built(&dir) {
+        return;
+    }
+    let opts = JxseOptions {
+        java: "/bin/false".into(),
+        ..small()
+    };
+    let t = Instant::now();
+    let run = jxse::run_pingpong(&opts, &[], &mut |_: &str| {}).await;
+    assert!(
+        matches!(run.error, Some(JxseError::Exited { .. })),
+        "{:?}",
+        run.error
+    );
+    assert!(t.elapsed() < Duration::from_secs(30));
+}
+
+#[tokio::test]
+async fn failing_build_is_a_typed_error_with_its_output() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("build.sh"),
+        "echo 'compiling...'\necho 'boom: no compiler' >&2\nexit 3\n",
+    )
+    .unwrap();
+    let opts = JxseOptions {
+        harness_dir: Some(dir.path().to_path_buf()),
+        ..small()
+    };
+    let run = jxse::run_pingpong(&opts, &[], &mut |_: &str| {}).await;
+    match run.error {
+        Some(JxseError::BuildFailed { tail, .. }) => assert!(tail.contains("boom"), "{tail}"),
+        // Machines without Maven stop before building.
+        Some(JxseError::MavenMissing { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The command lines of running processes.
+fn cmdlines() -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .collect()
+}
+
+#[tokio::test]
+async fn hanging_jvm_times_out_and_is_killed() {
+    let Ok(harness) = jxse::locate_harness() else {
+        return;
+    };
+    if !jxse::harness_built(&harness) {
+        return;
+    }
+    // A "java" that never prints READY.
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("java");
+    std::fs::write(&fake, "#!/bin/sh\nexec sleep 987\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let opts = JxseOptions {
+        java: fake,
+        startup_timeout_ms: 1000,
+        ..small()
+    };
+    let t = Instant::now();
+    let run = jxse::run_throughput(&opts, &mut |_: &str| {}).await;
+    assert!(
+        matches!(run.error, Some(JxseError::Timeout { ref command, .. }) if command == "startup"),
+        "{:?}",
+        run.error
+    );
+    assert!(t.elapsed() < Duration::from_secs(30));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !cmdlines().iter().any(|c| c.starts_with("sleep 987")),
+        "the fake JVM survived"
+    );
+}
+
+fn allowed_cpus(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[tokio::test]
+async fn session_pins_jvms_and_stops_them() {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return;
+    }
+    let opts = JxseOptions {
+        pin: juxta_bench::util::Pin::Split,
+        ..small()
+    };
+    let mut bench = jxse::JxseBench::start(&opts).await.expect("start");
+    let pids = bench.pids();
+    assert_eq!(pids.len(), 2);
+    // client on CPU 0, responder on CPU 1
+    assert_eq!(allowed_cpus(pids[0]), "0");
+    assert_eq!(allowed_cpus(pids[1]), "1");
+    let r = bench
+        .throughput(Layer::Endpoint, 1024)
+        .await
+        .expect("throughput");
+    assert_eq!(
+        (r.implementation, r.layer, r.size),
+        ("jxse", "endpoint", 1024)
+    );
+    assert!(r.msgs_per_s > 0.0);
+    let p = bench
+        .pingpong(Layer::UnicastPipe, 1, None)
+        .await
+        .expect("pingpong");
+    assert_eq!(p.pin, juxta_bench::util::Pin::Split);
+    bench.stop().await;
+    assert!(gone(&pids), "JVMs still running: {pids:?}");
+}

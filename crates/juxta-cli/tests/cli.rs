@@ -1,0 +1,71 @@
+//! The `juxta` command's answers to bad input: each names what to do and
+//! exits with a failure status, without running anything.
+
+use std::process::{Command, Output};
+
+fn juxta(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_juxta"))
+        .args(args)
+        .output()
+        .expect("run juxta")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn an_unknown_scenario_is_refused_with_the_list_of_known_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let o = juxta(&[
+        "bench",
+        "--scenarios",
+        "pingpong,bogus",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("unknown scenario \"bogus\""), "{e}");
+    assert!(e.contains("pingpong") && e.contains("throughput"), "{e}");
+    assert!(!out.exists(), "nothing may run or be written");
+}
+
+#[test]
+fn a_scenario_not_built_yet_says_where_it_comes_from() {
+    let o = juxta(&["bench", "--scenarios", "relay"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("not implemented yet") && e.contains("#5"), "{e}");
+}
+
+#[test]
+fn an_unknown_layer_is_refused() {
+    let o = juxta(&["bench", "--layers", "carrier-pigeon"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("unknown layer") && e.contains("unicast-pipe"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_unwritable_output_directory_is_refused_before_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let out = file.join("results");
+    let o = juxta(&["bench", "--out", out.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("--out") && e.contains("cannot create"), "{e}");
+}
+
+#[test]
+fn a_bad_pin_value_is_refused() {
+    let o = juxta(&["bench", "--pin", "sideways"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("same, split or none"), "{}", stderr(&o));
+}

@@ -1,0 +1,446 @@
+//! The SRDI index a rendezvous keeps: `(primary key, attribute, value)` →
+//! the peers that published it, each with an absolute expiry time
+//! (JXSE's `net.jxta.impl.cm.Srdi` / `SrdiIndex`).
+//!
+//! Memory is bounded twice: at most `max_entries` (key, peer) pairs in
+//! total, and at most `max_per_peer` per publisher, so one peer flooding
+//! bogus entries cannot push out the others. When a bound is hit the insert
+//! is refused with [`IndexError`] (the caller can count or report it);
+//! renewing an entry that is already there always succeeds.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::id::PeerId;
+
+use super::{SrdiEntry, SrdiMessage};
+
+/// Default bound on (key, peer) pairs in one index.
+pub const DEFAULT_MAX_ENTRIES: usize = 1_000_000;
+/// Default bound on entries per publishing peer.
+pub const DEFAULT_MAX_PER_PEER: usize = 10_000;
+/// Lifetime given to entries published with a negative `Expiration`
+/// (JXSE's default advertisement expiration, 2 h).
+pub const DEFAULT_ENTRY_LIFETIME_MS: u64 = 2 * 60 * 60 * 1000;
+
+/// Why an entry was not indexed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum IndexError {
+    /// The index holds `max_entries` pairs.
+    #[error("SRDI index full ({0} entries)")]
+    Full(usize),
+    /// The publisher already has `max_per_peer` entries.
+    #[error("publisher already has {0} SRDI entries")]
+    PeerQuota(usize),
+}
+
+/// What [`SrdiIndex::add_message`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AddOutcome {
+    /// Entries added or renewed.
+    pub stored: usize,
+    /// Entries refused (index full or publisher over quota).
+    pub refused: usize,
+    /// Entries with a zero lifetime, which remove the key for that peer.
+    pub removed: usize,
+}
+
+type Attr = (String, String); // (primary key, attribute)
+
+/// The bounded index. Time is ms on the caller's clock.
+///
+/// ```
+/// use juxta_proto::srdi::index::SrdiIndex;
+/// let peer = "urn:jxta:cbid-59616261646162614A78746150325033000000000000000000000000000000AB03".parse().unwrap();
+/// let mut ix = SrdiIndex::new(100, 10);
+/// ix.add("Adv", "Name", "chat", peer, 1_000).unwrap();
+/// assert_eq!(ix.query("Adv", Some("Name"), Some("ch*"), 500, 10), vec![peer]);
+/// assert!(ix.query("Adv", Some("Name"), Some("chat"), 1_000, 10).is_empty()); // expired
+/// ```
+#[derive(Debug, Clone)]
+pub struct SrdiIndex {
+    map: BTreeMap<Attr, HashMap<String, HashMap<PeerId, u64>>>,
+    per_peer: HashMap<PeerId, usize>,
+    len: usize,
+    max_entries: usize,
+    max_per_peer: usize,
+}
+
+impl Default for SrdiIndex {
+    fn default() -> SrdiIndex {
+        SrdiIndex::new(DEFAULT_MAX_ENTRIES, DEFAULT_MAX_PER_PEER)
+    }
+}
+
+/// `*` wildcard match as JXSE's index does it: `*`, `x*`, `*x`, `*x*`, or exact.
+/// Case-insensitive, like JXSE's discovery matching.
+pub fn matches(pattern: &str, value: &str) -> bool {
+    let p = pattern.to_ascii_lowercase();
+    let v = value.to_ascii_lowercase();
+    match (p.strip_prefix('*'), p.strip_suffix('*')) {
+        _ if p == "*" => true,
+        (Some(rest), _) if rest.ends_with('*') => v.contains(&rest[..rest.len() - 1]),
+        (Some(rest), _) => v.ends_with(rest),
+        (None, Some(rest)) => v.starts_with(rest),
+        (None, None) => v == p,
+    }
+}
+
+impl SrdiIndex {
+    /// An index holding at most `max_entries` pairs, `max_per_peer` per peer.
+    pub fn new(max_entries: usize, max_per_peer: usize) -> SrdiIndex {
+        SrdiIndex {
+            map: BTreeMap::new(),
+            per_peer: HashMap::new(),
+            len: 0,
+            max_entries,
+            max_per_peer,
+        }
+    }
+
+    /// Number of (key, peer) pairs held (expired ones count until swept).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the index is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Entries held for one publisher.
+    pub fn peer_len(&self, peer: &PeerId) -> usize {
+        self.per_peer.get(peer).copied().unwrap_or(0)
+    }
+
+    /// Adds or renews one entry, valid until `expires_at`.
+    pub fn add(
+        &mut self,
+        pkey: &str,
+        attr: &str,
+        value: &str,
+        peer: PeerId,
+        expires_at: u64,
+    ) -> Result<(), IndexError> {
+        let attr_key = (pkey.to_string(), attr.to_string());
+        if let Some(exp) = self
+            .map
+            .get_mut(&attr_key)
+            .and_then(|m| m.get_mut(value))
+            .and_then(|m| m.get_mut(&peer))
+        {
+            *exp = expires_at;
+            return Ok(());
+        }
+        if self.len >= self.max_entries {
+            return Err(IndexError::Full(self.max_entries));
+        }
+        let n = self.per_peer.entry(peer).or_insert(0);
+        if *n >= self.max_per_peer {
+            return Err(IndexError::PeerQuota(self.max_per_peer));
+        }
+        *n += 1;
+        self.len += 1;
+        self.map
+            .entry(attr_key)
+            .or_default()
+            .entry(value.to_string())
+            .or_default()
+            .insert(peer, expires_at);
+        Ok(())
+    }
+
+    /// Removes one entry of a peer; true if it was there.
+    pub fn remove(&mut self, pkey: &str, attr: &str, value: &str, peer: &PeerId) -> bool {
+        let attr_key = (pkey.to_string(), attr.to_string());
+        let Some(values) = self.map.get_mut(&attr_key) else {
+            return false;
+        };
+        let Some(peers) = values.get_mut(value) else {
+            return false;
+        };
+        if peers.remove(peer).is_none() {
+            return false;
+        }
+        if peers.is_empty() {
+            values.remove(value);
+        }
+        if values.is_empty() {
+            self.map.remove(&attr_key);
+        }
+        self.len -= 1;
+        self.dec_peer(peer, 1);
+        true
+    }
+
+    fn dec_peer(&mut self, peer: &PeerId, by: usize) {
+        if let Some(n) = self.per_peer.get_mut(peer) {
+            *n = n.saturating_sub(by);
+            if *n == 0 {
+                self.per_peer.remove(peer);
+            }
+        }
+    }
+
+    /// Indexes every entry of an SRDI message received at `now`. A negative
+    /// expiration means [`DEFAULT_ENTRY_LIFETIME_MS`]; zero removes the entry.
+    pub fn add_message(&mut self, msg: &SrdiMessage, now: u64) -> AddOutcome {
+        let mut out = AddOutcome::default();
+        for SrdiEntry {
+            key,
+            value,
+            expiration,
+        } in &msg.entries
+        {
+            let life = match *expiration {
+                e if e < 0 => DEFAULT_ENTRY_LIFETIME_MS,
+                0 => {
+                    self.remove(&msg.primary_key, key, value, &msg.peer);
+                    out.removed += 1;
+                    continue;
+                }
+                e => e as u64,
+            };
+            match self.add(
+                &msg.primary_key,
+                key,
+                value,
+                msg.peer,
+                now.saturating_add(life),
+            ) {
+                Ok(()) => out.stored += 1,
+                Err(_) => out.refused += 1,
+            }
+        }
+        out
+    }
+
+    /// The live peers holding `(pkey, attr, value)`, at most `limit`, in a
+    /// stable order. `attr = None` matches every attribute of `pkey`;
+    /// `value = None` or `*` patterns as in [`matches`].
+    pub fn query(
+        &self,
+        pkey: &str,
+        attr: Option<&str>,
+        value: Option<&str>,
+        now: u64,
+        limit: usize,
+    ) -> Vec<PeerId> {
+        let mut out: Vec<PeerId> = Vec::new();
+        let lo = (pkey.to_string(), attr.unwrap_or("").to_string());
+        for ((pk, at), values) in self.map.range(lo..) {
+            if pk != pkey || attr.is_some_and(|a| a != at) {
+                break;
+            }
+            fn push(out: &mut Vec<PeerId>, peers: &HashMap<PeerId, u64>, now: u64) {
+                let mut live: Vec<PeerId> = peers
+                    .iter()
+                    .filter(|(_, &exp)| exp > now)
+                    .map(|(p, _)| *p)
+                    .collect();
+                live.sort_by_cached_key(|p| p.to_string());
+                for p in live {
+                    if !out.contains(&p) {
+                        out.push(p);
+                    }
+                }
+            }
+            match value {
+                Some(v) if !v.contains('*') => {
+                    if let Some(peers) = values.get(v) {
+                        push(&mut out, peers, now);
+                    }
+                }
+                _ => {
+                    let mut keys: Vec<&String> = values
+                        .keys()
+                        .filter(|k| value.is_none_or(|p| matches(p, k)))
+                        .collect();
+                    keys.sort();
+                    for k in keys {
+                        push(&mut out, &values[k], now);
+                        if out.len() >= limit {
+                            break;
+                        }
+                    }
+                }
+            }
+            if out.len() >= limit {
+                break;
+            }
+        }
+        out.truncate(limit);
+        out
+    }
+
+    /// Removes every entry of a peer (it left, or its lease ended); returns
+    /// how many were removed.
+    pub fn remove_peer(&mut self, peer: &PeerId) -> usize {
+        if !self.per_peer.contains_key(peer) {
+            return 0;
+        }
+        let mut removed = 0;
+        self.map.retain(|_, values| {
+            values.retain(|_, peers| {
+                if peers.remove(peer).is_some() {
+                    removed += 1;
+                }
+                !peers.is_empty()
+            });
+            !values.is_empty()
+        });
+        self.len -= removed;
+        self.per_peer.remove(peer);
+        removed
+    }
+
+    /// Drops every entry expired at `now`; returns how many.
+    pub fn expire(&mut self, now: u64) -> usize {
+        let mut gone: HashMap<PeerId, usize> = HashMap::new();
+        self.map.retain(|_, values| {
+            values.retain(|_, peers| {
+                peers.retain(|p, exp| {
+                    let keep = *exp > now;
+                    if !keep {
+                        *gone.entry(*p).or_insert(0) += 1;
+                    }
+                    keep
+                });
+                !peers.is_empty()
+            });
+            !values.is_empty()
+        });
+        let mut total = 0;
+        for (p, n) in gone {
+            self.dec_peer(&p, n);
+            total += n;
+        }
+        self.len -= total;
+        total
+    }
+
+    /// Every live entry of one peer, as SRDI entries with their remaining
+    /// lifetime, grouped by primary key (used to hand a departed
+    /// rendezvous' replicas on, and by tests).
+    pub fn entries_of(&self, peer: &PeerId, now: u64) -> BTreeMap<String, Vec<SrdiEntry>> {
+        let mut out: BTreeMap<String, Vec<SrdiEntry>> = BTreeMap::new();
+        for ((pk, at), values) in &self.map {
+            for (v, peers) in values {
+                if let Some(&exp) = peers.get(peer) {
+                    if exp > now {
+                        out.entry(pk.clone()).or_default().push(SrdiEntry {
+                            key: at.clone(),
+                            value: v.clone(),
+                            expiration: (exp - now).min(i64::MAX as u64) as i64,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::{IdFormat, IdType, JxtaId};
+
+    fn peer(n: u8) -> PeerId {
+        JxtaId::from_parts(IdFormat::Cbid, [1; 16], [n; 16], IdType::Peer)
+            .try_into()
+            .unwrap()
+    }
+
+    #[test]
+    fn wildcards() {
+        assert!(matches("*", "x"));
+        assert!(matches("ab*", "ABC"));
+        assert!(matches("*bc", "abc"));
+        assert!(matches("*b*", "abc"));
+        assert!(matches("abc", "abc"));
+        assert!(!matches("abd", "abc"));
+        assert!(!matches("*d*", "abc"));
+    }
+
+    #[test]
+    fn add_query_expire_remove() {
+        let mut ix = SrdiIndex::new(10, 3);
+        ix.add("Adv", "Name", "a", peer(1), 100).unwrap();
+        ix.add("Adv", "Name", "a", peer(2), 200).unwrap();
+        ix.add("Adv", "Id", "i", peer(1), 100).unwrap();
+        ix.add("Adv", "Name", "a", peer(1), 300).unwrap(); // renew
+        assert_eq!(ix.len(), 3);
+        assert_eq!(ix.query("Adv", Some("Name"), Some("a"), 0, 10).len(), 2);
+        assert_eq!(ix.query("Adv", None, None, 0, 10).len(), 2);
+        assert_eq!(
+            ix.query("Adv", Some("Name"), Some("a"), 250, 10),
+            vec![peer(1)]
+        );
+        assert_eq!(ix.query("Adv", Some("Name"), Some("a"), 0, 1).len(), 1);
+        assert!(ix.query("Peers", None, None, 0, 10).is_empty());
+        assert_eq!(ix.expire(150), 1); // Id of peer 1
+        assert_eq!(ix.len(), 2);
+        assert_eq!(ix.remove_peer(&peer(1)), 1);
+        assert_eq!(ix.peer_len(&peer(1)), 0);
+        assert!(ix.remove("Adv", "Name", "a", &peer(2)));
+        assert!(!ix.remove("Adv", "Name", "a", &peer(2)));
+        assert!(ix.is_empty());
+    }
+
+    #[test]
+    fn bounds_push_back() {
+        let mut ix = SrdiIndex::new(5, 3);
+        for i in 0..3 {
+            ix.add("Adv", "Name", &i.to_string(), peer(1), 100).unwrap();
+        }
+        assert_eq!(
+            ix.add("Adv", "Name", "x", peer(1), 100),
+            Err(IndexError::PeerQuota(3))
+        );
+        // Renewal still works at quota.
+        ix.add("Adv", "Name", "0", peer(1), 500).unwrap();
+        ix.add("Adv", "Name", "y", peer(2), 100).unwrap();
+        ix.add("Adv", "Name", "z", peer(3), 100).unwrap();
+        assert_eq!(
+            ix.add("Adv", "Name", "w", peer(4), 100),
+            Err(IndexError::Full(5))
+        );
+        assert_eq!(ix.len(), 5);
+        let msg = SrdiMessage {
+            peer: peer(2),
+            primary_key: "Adv".into(),
+            scope: 0,
+            entries: vec![
+                SrdiEntry {
+                    key: "Name".into(),
+                    value: "y".into(),
+                    expiration: 0,
+                },
+                SrdiEntry {
+                    key: "Name".into(),
+                    value: "q".into(),
+                    expiration: -1,
+                },
+                SrdiEntry {
+                    key: "Name".into(),
+                    value: "r".into(),
+                    expiration: 5,
+                },
+            ],
+        };
+        let out = ix.add_message(&msg, 1000);
+        assert_eq!(
+            out,
+            AddOutcome {
+                stored: 1,
+                refused: 1,
+                removed: 1
+            }
+        );
+        let entries = ix.entries_of(&peer(2), 1000);
+        assert_eq!(
+            entries["Adv"][0].expiration as u64,
+            DEFAULT_ENTRY_LIFETIME_MS
+        );
+    }
+}
