@@ -19,7 +19,10 @@ pub mod jxse;
 pub mod layers;
 pub mod machine;
 pub mod net;
+pub mod ops;
 pub mod pingpong;
+pub mod recovery;
+pub mod rendezvous;
 pub mod report;
 pub mod senders;
 pub mod suite;
@@ -83,4 +86,7 @@ pub enum BenchError {
     /// Network profile error.
     #[error(transparent)]
     Net(#[from] net::NetError),
+    /// Operations scenario error.
+    #[error(transparent)]
+    Ops(#[from] ops::OpsError),
 }

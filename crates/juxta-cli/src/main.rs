@@ -25,6 +25,8 @@ struct Cli {
     command: Cmd,
 }
 
+// `Bench` carries the default run's options inline (clap flattens them).
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a peer until interrupted (Ctrl-C). It logs connections and
@@ -55,6 +57,10 @@ enum Cmd {
         #[command(flatten)]
         suite: SuiteArgs,
     },
+    /// Internal: a rendezvous peer as its own process (rendezvous and
+    /// recovery benchmarks); prints `READY <addr> <peer id>`.
+    #[command(hide = true)]
+    RdvServe(RdvServeArgs),
     /// Internal: the responder process of a benchmark.
     #[command(hide = true)]
     BenchResponder {
@@ -99,6 +105,10 @@ struct SuiteArgs {
     /// RSA key size of the bench peers (JXSE uses 1024).
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
+    /// Network profile: loopback, lan (100 Mb/s, 70 us), san (1 Gb/s,
+    /// 45 us) or wan (1 Gb/s, 11.2 ms); all but loopback need root.
+    #[arg(long, default_value = "loopback")]
+    net: String,
     /// Implementations beside the tcp bound: juxta, or juxta,jxse (jxse:
     /// the original JXSE 2.7 as two JVMs of interop/jxse, on the endpoint,
     /// unicast-pipe and socket layers of pingpong and throughput; needs
@@ -136,6 +146,15 @@ enum BenchCmd {
     Composition(CompositionArgs),
     /// 1, 2, 4, 8 sender peers ping-ponging into one input pipe.
     Senders(SendersArgs),
+    /// Typical peer operations (start, groups, pipes, discovery), timed
+    /// in-process with two peers on loopback: median and p99 per operation.
+    Ops(OpsArgs),
+    /// Lookups/s, response time and loss of rendezvous processes under an
+    /// offered lookup rate from N edges.
+    Rendezvous(RendezvousArgs),
+    /// Time until every edge's lookups succeed again after its rendezvous
+    /// process is killed.
+    Recovery(RecoveryArgs),
     /// Compare two result sets (a results directory or a results.json
     /// each): prints B / A for every figure and writes an HTML page with
     /// the ratios plotted.
@@ -177,6 +196,11 @@ struct PingPongArgs {
     /// RSA key size of the bench peers (JXSE uses 1024).
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
+    /// Implementations beside the tcp bound: juxta, or juxta,jxse (adds
+    /// the original JXSE 2.7 on the endpoint, unicast-pipe and socket
+    /// layers; needs Java 17 and Maven; loopback only).
+    #[arg(long = "impl", default_value = "juxta")]
+    implementations: String,
     /// Network profile: loopback, lan (100 Mb/s, 70 us), san (1 Gb/s,
     /// 45 us) or wan (1 Gb/s, 11.2 ms); all but loopback need root.
     #[arg(long, default_value = "loopback")]
@@ -197,6 +221,7 @@ impl Default for PingPongArgs {
             runs: 5,
             pairs: 100,
             key_bits: 1024,
+            implementations: "juxta".into(),
             net: "loopback".into(),
             json: None,
         }
@@ -242,6 +267,11 @@ struct ThroughputArgs {
     /// RSA key size of the bench peers (secure pipes use at least 2048).
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
+    /// Implementations beside the tcp bound: juxta, or juxta,jxse (adds
+    /// the original JXSE 2.7 on the endpoint, unicast-pipe and socket
+    /// layers; needs Java 17 and Maven; loopback only).
+    #[arg(long = "impl", default_value = "juxta")]
+    implementations: String,
     /// Network profile: loopback, lan (100 Mb/s, 70 us), san (1 Gb/s,
     /// 45 us) or wan (1 Gb/s, 11.2 ms); all but loopback need root.
     #[arg(long, default_value = "loopback")]
@@ -280,6 +310,19 @@ struct CompositionArgs {
 }
 
 #[derive(clap::Args, Clone)]
+struct OpsArgs {
+    /// Repetitions of each operation.
+    #[arg(long, default_value_t = 20)]
+    runs: usize,
+    /// RSA key size of the peers.
+    #[arg(long, default_value_t = 1024)]
+    key_bits: usize,
+    /// Also write the rows as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Clone)]
 struct SendersArgs {
     /// Layers: tcp, endpoint, unicast-pipe, secure-pipe, bidi-pipe.
     #[arg(long, default_value = "tcp,unicast-pipe")]
@@ -302,6 +345,58 @@ struct SendersArgs {
     /// RSA key size of the bench peers (secure pipes use at least 2048).
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
+    /// Write {"results": [...]} here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Clone)]
+struct RdvServeArgs {
+    #[arg(long)]
+    listen: SocketAddr,
+    #[arg(long)]
+    home: PathBuf,
+    #[arg(long, default_value = "srdi")]
+    model: String,
+    #[arg(long, default_value_t = 100_000)]
+    max_clients: usize,
+    /// Admission: per-querier and total queries/s.
+    #[arg(long, default_value_t = 1_000_000)]
+    rate_limit: u32,
+    #[arg(long, default_value_t = 1024)]
+    key_bits: usize,
+}
+
+#[derive(clap::Args, Clone)]
+struct RendezvousArgs {
+    /// Search models: centralized, flooding, srdi.
+    #[arg(long, default_value = "centralized,flooding,srdi")]
+    model: String,
+    /// Edge counts.
+    #[arg(long, default_value = "4,16,64")]
+    edges: String,
+    /// Rendezvous process counts.
+    #[arg(long, default_value = "1,2")]
+    rendezvous: String,
+    /// Offered total lookup rates, per second.
+    #[arg(long, default_value = "1000,5000,20000")]
+    rate: String,
+    /// Measured time per configuration.
+    #[arg(long, default_value_t = 3000)]
+    duration_ms: u64,
+    /// Write {"results": [...]} here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Clone)]
+struct RecoveryArgs {
+    /// Edges in this process.
+    #[arg(long, default_value_t = 16)]
+    edges: usize,
+    /// Kills measured.
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
     /// Write {"results": [...]} here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -342,6 +437,7 @@ fn main() -> ExitCode {
             no_cbjx,
             key_bits,
         } => multi_thread().block_on(run_peer(listen, home, !no_compact, !no_cbjx, key_bits)),
+        Cmd::RdvServe(a) => multi_thread().block_on(run_rdv_serve(a)),
         Cmd::BenchResponder {
             layer,
             core,
@@ -376,6 +472,9 @@ fn main() -> ExitCode {
             Some(BenchCmd::Throughput(a)) => run_throughput(a),
             Some(BenchCmd::Composition(a)) => run_composition(a),
             Some(BenchCmd::Senders(a)) => run_senders(a),
+            Some(BenchCmd::Ops(a)) => run_ops(a),
+            Some(BenchCmd::Rendezvous(a)) => run_rendezvous(a),
+            Some(BenchCmd::Recovery(a)) => run_recovery(a),
             Some(BenchCmd::Compare { a, b, html }) => run_compare(a, b, html),
             None => match run_suite(suite) {
                 Ok(code) => return code,
@@ -520,6 +619,8 @@ fn run_suite(args: SuiteArgs) -> Result<ExitCode, CliError> {
     opts.pin = Pin::parse(&args.pin)?;
     opts.key_bits = args.key_bits;
     opts.jxse = parse_impls(&args.implementations)?;
+    opts.net =
+        juxta_bench::net::Profile::parse(&args.net).map_err(juxta_bench::BenchError::from)?;
     if opts.jxse {
         // Before anything runs: say what to install.
         juxta_bench::jxse::preflight().map_err(juxta_bench::BenchError::from)?;
@@ -540,12 +641,44 @@ fn run_suite(args: SuiteArgs) -> Result<ExitCode, CliError> {
     if outcome.errors.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
-        eprintln!("{} step(s) failed (recorded in results.json):", outcome.errors.len());
+        eprintln!(
+            "{} step(s) failed (recorded in results.json):",
+            outcome.errors.len()
+        );
         for e in &outcome.errors {
             eprintln!("  {}: {}", e.step, e.message);
         }
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// The JXSE layers to run beside Juxta for `--impl` (None: Juxta only);
+/// checks Java and the harness before anything runs.
+fn jxse_side(
+    implementations: &str,
+    net: &str,
+    layers: &[Layer],
+) -> Result<Option<Vec<Layer>>, CliError> {
+    if !parse_impls(implementations)? {
+        return Ok(None);
+    }
+    if net != "loopback" {
+        return Err(CliError::Msg(
+            "--impl jxse runs on loopback only (the JXSE harness does not enter network namespaces); drop --net or --impl jxse".into(),
+        ));
+    }
+    let layers: Vec<Layer> = juxta_bench::jxse::JXSE_LAYERS
+        .iter()
+        .copied()
+        .filter(|l| layers.contains(l))
+        .collect();
+    if layers.is_empty() {
+        return Err(CliError::Msg(
+            "--impl jxse measures the endpoint, unicast-pipe and socket layers: add one of them to --layers".into(),
+        ));
+    }
+    juxta_bench::jxse::preflight().map_err(juxta_bench::BenchError::from)?;
+    Ok(Some(layers))
 }
 
 /// The topology of a `--net` profile (empty for loopback).
@@ -609,8 +742,25 @@ fn run_pingpong(args: PingPongArgs) -> Result<(), CliError> {
     if let Some(p) = &json_path {
         prepare_json(p)?;
     }
+    let jxse = jxse_side(&args.implementations, &args.net, &opts.layers)?;
     let host = host()?;
-    let rows = drive(|progress| pingpong::run(&host, &opts, progress))?;
+    let mut rows = drive(|progress| pingpong::run(&host, &opts, progress))?;
+    if let Some(layers) = jxse {
+        let tcp: Vec<_> = rows.iter().filter(|r| r.layer == "tcp").cloned().collect();
+        let j = juxta_bench::jxse::JxseOptions {
+            layers,
+            sizes: opts.sizes.clone(),
+            pin: opts.pin,
+            ..Default::default()
+        };
+        let run = drive(|mut progress| async move {
+            Ok(juxta_bench::jxse::run_pingpong(&j, &tcp, &mut progress).await)
+        })?;
+        rows.extend(run.rows);
+        if let Some(e) = run.error {
+            eprintln!("juxta: the JXSE side stopped early: {e}");
+        }
+    }
     println!(
         "{:<16} {:>4} {:>9} {:>12} {:>11} {:>12} {:>10} {:>9} {:>8}",
         "layer",
@@ -682,8 +832,25 @@ fn run_throughput(args: ThroughputArgs) -> Result<(), CliError> {
         net: topology.net(),
         ..opts
     };
+    let jxse = jxse_side(&args.implementations, &args.net, &opts.layers)?;
     let host = host()?;
-    let rows = drive(|progress| throughput::run(&host, &opts, progress))?;
+    let mut rows = drive(|progress| throughput::run(&host, &opts, progress))?;
+    if let Some(layers) = jxse {
+        let j = juxta_bench::jxse::JxseOptions {
+            layers,
+            sizes: opts.sizes.clone(),
+            pin: opts.pin,
+            throughput_duration_ms: opts.duration_ms.max(500),
+            ..Default::default()
+        };
+        let run = drive(|mut progress| async move {
+            Ok(juxta_bench::jxse::run_throughput(&j, &mut progress).await)
+        })?;
+        rows.extend(run.rows);
+        if let Some(e) = run.error {
+            eprintln!("juxta: the JXSE side stopped early: {e}");
+        }
+    }
     println!(
         "{:<16} {:>9} {:>8} {:>12} {:>12} {:>8}",
         "layer", "size", "pattern", "msgs_per_s", "bw_MB_s", "loss_%"
@@ -765,6 +932,33 @@ fn run_composition(args: CompositionArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+fn run_ops(args: OpsArgs) -> Result<(), CliError> {
+    let opts = juxta_bench::ops::OpsOptions {
+        runs: args.runs.max(1),
+        key_bits: args.key_bits,
+    };
+    if let Some(p) = &args.json {
+        prepare_json(p)?;
+    }
+    let rows = drive(|progress| async move { juxta_bench::ops::run(&opts, progress).await })?;
+    println!(
+        "{:<18} {:<8} {:>10} {:>10}",
+        "operation", "config", "ms_median", "ms_p99"
+    );
+    for r in &rows {
+        println!(
+            "{:<18} {:<8} {:>10.3} {:>10.3}",
+            r.operation, r.config, r.ms_median, r.ms_p99
+        );
+    }
+    if let Some(p) = &args.json {
+        let doc = serde_json::json!({ "results": rows });
+        std::fs::write(p, serde_json::to_string_pretty(&doc).expect("json"))
+            .map_err(|e| CliError::Msg(format!("cannot write {}: {e}", p.display())))?;
+    }
+    Ok(())
+}
+
 fn run_senders(args: SendersArgs) -> Result<(), CliError> {
     let mut layers = Vec::new();
     for l in juxta_bench::util::parse_list(&args.layers, Layer::parse)? {
@@ -809,4 +1003,68 @@ fn run_senders(args: SendersArgs) -> Result<(), CliError> {
         )?;
     }
     Ok(())
+}
+
+async fn run_rdv_serve(a: RdvServeArgs) -> Result<(), CliError> {
+    let opts = juxta_bench::rendezvous::ServeOptions {
+        listen: a.listen,
+        home: a.home,
+        model: a.model,
+        max_clients: a.max_clients,
+        rate_limit: a.rate_limit,
+        key_bits: a.key_bits,
+    };
+    juxta_bench::rendezvous::serve(opts, |addr, peer| println!("READY {addr} {peer}"))
+        .await
+        .map_err(CliError::from)
+}
+
+fn write_rows(json: Option<PathBuf>, rows: serde_json::Value) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(&serde_json::json!({ "results": rows }))
+        .map_err(|e| CliError::Msg(format!("encoding results: {e}")))?;
+    match json {
+        Some(p) => std::fs::write(&p, text)
+            .map_err(|e| CliError::Msg(format!("writing {}: {e}", p.display()))),
+        None => {
+            println!("{text}");
+            Ok(())
+        }
+    }
+}
+
+fn run_rendezvous(a: RendezvousArgs) -> Result<(), CliError> {
+    let models: Vec<String> = a
+        .model
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for m in &models {
+        juxta_bench::rendezvous::parse_model(m)?;
+    }
+    let rates = parse_counts(&a.rate, "rate")?
+        .into_iter()
+        .map(|r| u32::try_from(r).unwrap_or(u32::MAX))
+        .collect();
+    let opts = juxta_bench::rendezvous::RendezvousOptions {
+        models,
+        edges: parse_counts(&a.edges, "edges")?,
+        rendezvous: parse_counts(&a.rendezvous, "rendezvous")?,
+        rates,
+        duration: std::time::Duration::from_millis(a.duration_ms.max(100)),
+        ..Default::default()
+    };
+    let rows =
+        multi_thread().block_on(juxta_bench::rendezvous::run(&opts, |l| eprintln!("{l}")))?;
+    write_rows(a.json, serde_json::json!(rows))
+}
+
+fn run_recovery(a: RecoveryArgs) -> Result<(), CliError> {
+    let opts = juxta_bench::recovery::RecoveryOptions {
+        edges: a.edges,
+        repeats: a.repeats,
+        ..Default::default()
+    };
+    let rows = multi_thread().block_on(juxta_bench::recovery::run(&opts, |l| eprintln!("{l}")))?;
+    write_rows(a.json, serde_json::json!(rows))
 }

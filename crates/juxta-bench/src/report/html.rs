@@ -228,11 +228,13 @@ fn header_html(doc: &Value, out: &mut String) {
                 })
                 .unwrap_or_default();
             let spread = n.get("spread").and_then(Value::as_f64);
+            let worst = n.get("spread_worst").and_then(Value::as_f64);
             let _ = write!(
                 out,
-                "<p id=\"noise\">The tcp baseline (1-byte RTT) was rerun between layers: {} us; spread (max-min)/median = {}.",
+                "<p id=\"noise\">The tcp baseline was rerun beside every layer; its 1-byte RTTs: {} us. Spread (max-min)/median of the reruns: typical {}{}.",
                 esc(&base.join(", ")),
-                spread.map_or("unknown".into(), |s| format!("{:.1}%", s * 100.0))
+                spread.map_or("unknown".into(), |s| format!("{:.1}%", s * 100.0)),
+                worst.map_or(String::new(), |w| format!(", worst size or run {:.1}%", w * 100.0))
             );
             if spread.is_some_and(|s| s > 0.10) {
                 out.push_str(" <span class=\"warn\">The machine was noisy: differences under this spread are not significant.</span>");

@@ -1,0 +1,464 @@
+//! `juxta bench rendezvous`: lookup capacity of rendezvous peers.
+//!
+//! Why: JXTA's discovery scales only as far as its rendezvous answer
+//! queries. Each rendezvous runs as its own process (`juxta rdv-serve`,
+//! see [`serve`]); N emulated edges in this process lease them, publish one
+//! SRDI entry each, and issue lookups at an offered total rate (half for
+//! published values, half for values nobody has), open loop. Reported per
+//! configuration: achieved queries/s, response time p50/p99, loss (lookups
+//! without an answer within [`LOOKUP_TIMEOUT`]), the coefficient of
+//! variation of completions per 100 ms, and the rendezvous processes' CPU
+//! and RSS from `/proc`.
+//!
+//! Limits: rendezvous-to-rendezvous search is not wired in the runtime yet,
+//! so with several rendezvous a lookup only finds publishers leased to the
+//! same rendezvous, and the `centralized`/`flooding`/`srdi` models differ
+//! only in what one rendezvous does locally.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use juxta::proto::id::PeerId;
+use juxta::proto::srdi::flow::AdmissionConfig;
+use juxta::proto::srdi::search::SearchModel;
+use juxta::rendezvous::RendezvousConfig;
+use juxta::{Peer, PeerConfig};
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::BenchError;
+
+/// How long one lookup may take before it counts as lost.
+pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+/// Most lookups in flight per edge (beyond: counted as lost, not queued).
+pub const MAX_IN_FLIGHT_PER_EDGE: usize = 4096;
+
+/// A search model by name.
+pub fn parse_model(s: &str) -> Result<&'static str, BenchError> {
+    match s {
+        "centralized" => Ok("centralized"),
+        "flooding" => Ok("flooding"),
+        "srdi" => Ok("srdi"),
+        o => Err(BenchError::BadOption(format!(
+            "unknown model {o:?} (known: centralized, flooding, srdi)"
+        ))),
+    }
+}
+
+/// Options of a rendezvous process ([`serve`]).
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Home directory (identity).
+    pub home: PathBuf,
+    /// Search model name.
+    pub model: String,
+    /// Most leased edges.
+    pub max_clients: usize,
+    /// Admission: per-querier and total rate (queries/s).
+    pub rate_limit: u32,
+    /// RSA key size.
+    pub key_bits: usize,
+}
+
+/// Runs a rendezvous until the process is killed; `ready` gets its
+/// address and ID once it listens.
+pub async fn serve(
+    opts: ServeOptions,
+    ready: impl FnOnce(SocketAddr, PeerId),
+) -> Result<(), BenchError> {
+    let model_name = parse_model(&opts.model)?;
+    let rate = opts.rate_limit.max(1);
+    let adm = AdmissionConfig {
+        per_querier_rate: rate,
+        per_querier_burst: (rate / 10).max(1),
+        total_rate: rate,
+        total_burst: (rate / 10).max(1),
+        ..AdmissionConfig::default()
+    };
+    let mut cfg = PeerConfig::new(&opts.home).listen(opts.listen);
+    cfg.key_bits = opts.key_bits;
+    // The central server is this rendezvous itself (no peer view yet).
+    let mut probe = cfg.clone();
+    probe.listen = None;
+    let id_probe = Peer::start(probe).await?;
+    let me = id_probe.peer_id();
+    drop(id_probe);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let model = match model_name {
+        "centralized" => SearchModel::Centralized { server: me },
+        "flooding" => SearchModel::Flooding,
+        _ => SearchModel::Srdi,
+    };
+    let rc = RendezvousConfig::rendezvous()
+        .max_clients(opts.max_clients)
+        .admission(adm)
+        .model(model);
+    let peer = Peer::start(cfg.rendezvous(rc)).await?;
+    ready(peer.local_addr().unwrap_or(opts.listen), peer.peer_id());
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// A rendezvous child process (killed when dropped).
+pub struct RdvProcess {
+    child: Child,
+    /// Its address.
+    pub addr: SocketAddr,
+    /// Its peer ID.
+    pub peer: PeerId,
+    /// Its process ID.
+    pub pid: u32,
+    _home: tempfile::TempDir,
+}
+
+impl RdvProcess {
+    /// Starts `<exe> rdv-serve ...` and waits for its READY line.
+    pub async fn spawn(
+        exe: &std::path::Path,
+        model: &str,
+        key_bits: usize,
+        rate_limit: u32,
+    ) -> Result<RdvProcess, BenchError> {
+        let home = tempfile::tempdir().map_err(|source| BenchError::Io {
+            what: "creating a rendezvous home".into(),
+            source,
+        })?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("rdv-serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--home")
+            .arg(home.path())
+            .arg("--model")
+            .arg(model)
+            .arg("--key-bits")
+            .arg(key_bits.to_string())
+            .arg("--rate-limit")
+            .arg(rate_limit.to_string())
+            .stdout(Stdio::piped())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().map_err(|source| BenchError::Io {
+            what: format!("starting rendezvous {}", exe.display()),
+            source,
+        })?;
+        let bad = |reason: String| BenchError::Responder {
+            layer: "rendezvous".into(),
+            reason,
+        };
+        let stdout = child.stdout.take().ok_or_else(|| bad("no stdout".into()))?;
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .map_err(|_| bad("no READY line within 60 s".into()))?
+            .map_err(|source| BenchError::Io {
+                what: "reading rendezvous output".into(),
+                source,
+            })?
+            .ok_or_else(|| bad("exited before READY".into()))?;
+        let mut it = line.split_whitespace();
+        let (Some("READY"), Some(a), Some(p)) = (it.next(), it.next(), it.next()) else {
+            return Err(bad(format!("unexpected line {line:?}")));
+        };
+        let addr = a.parse().map_err(|_| bad(format!("bad address {a:?}")))?;
+        let peer = p.parse().map_err(|_| bad(format!("bad peer ID {p:?}")))?;
+        let pid = child.id().ok_or_else(|| bad("no PID".into()))?;
+        Ok(RdvProcess {
+            child,
+            addr,
+            peer,
+            pid,
+            _home: home,
+        })
+    }
+
+    /// Kills the process (SIGKILL) and reaps it.
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// CPU seconds used so far (user + system) and RSS in MB, from /proc.
+    pub fn usage(&self) -> Option<(f64, f64)> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // Fields 14 and 15 (utime, stime) are 12 and 13 after the comm.
+        let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
+        let kb: f64 = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        Some((ticks / 100.0, kb / 1024.0))
+    }
+}
+
+/// The executable to re-run as a rendezvous (this one by default).
+pub fn default_exe() -> PathBuf {
+    std::env::current_exe().unwrap_or_else(|_| PathBuf::from("juxta"))
+}
+
+/// Edges in this process leasing the given rendezvous (spread round robin).
+pub async fn start_edges(
+    homes: &std::path::Path,
+    n: usize,
+    seeds: &[SocketAddr],
+    key_bits: usize,
+) -> Result<Vec<Peer>, BenchError> {
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut c = PeerConfig::new(homes.join(format!("edge{i}")))
+            .rendezvous(RendezvousConfig::edge(seeds.to_vec()).first_seed(i));
+        c.key_bits = key_bits;
+        v.push(Peer::start(c).await?);
+    }
+    Ok(v)
+}
+
+/// Waits until every edge holds a lease.
+pub async fn wait_all_leased(edges: &[Peer], timeout: Duration) -> Result<(), BenchError> {
+    for e in edges {
+        let h = e
+            .rendezvous()
+            .ok_or_else(|| BenchError::BadOption("edge without rendezvous service".into()))?;
+        if h.wait_leased(timeout).await.is_none() {
+            return Err(BenchError::Responder {
+                layer: "rendezvous".into(),
+                reason: "an edge got no lease".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Options of [`run`].
+#[derive(Debug, Clone)]
+pub struct RendezvousOptions {
+    /// Search models.
+    pub models: Vec<String>,
+    /// Edge counts.
+    pub edges: Vec<usize>,
+    /// Rendezvous counts.
+    pub rendezvous: Vec<usize>,
+    /// Offered total rates, lookups/s.
+    pub rates: Vec<u32>,
+    /// Measured time per configuration.
+    pub duration: Duration,
+    /// The `juxta` binary to re-run as rendezvous.
+    pub exe: PathBuf,
+    /// RSA key size.
+    pub key_bits: usize,
+}
+
+impl Default for RendezvousOptions {
+    /// A small budget for the default suite (a few seconds per row).
+    fn default() -> RendezvousOptions {
+        RendezvousOptions {
+            models: vec!["srdi".into()],
+            edges: vec![4, 16],
+            rendezvous: vec![1],
+            rates: vec![1_000, 5_000, 20_000],
+            duration: Duration::from_millis(2_000),
+            exe: default_exe(),
+            key_bits: 1024,
+        }
+    }
+}
+
+/// One result row.
+#[derive(Debug, Clone, Serialize)]
+pub struct RendezvousRow {
+    /// Always `rendezvous`.
+    pub scenario: &'static str,
+    /// Search model.
+    pub model: String,
+    /// Edges.
+    pub edges: usize,
+    /// Rendezvous processes.
+    pub rendezvous: usize,
+    /// Offered lookups/s.
+    pub offered_qps: u32,
+    /// Answered lookups/s.
+    pub queries_per_s: f64,
+    /// Median response time.
+    pub response_ms_p50: f64,
+    /// 99th percentile response time.
+    pub response_ms_p99: f64,
+    /// Lookups not answered in time, %.
+    pub loss_pct: f64,
+    /// Coefficient of variation of completions per 100 ms.
+    pub cv: f64,
+    /// CPU of all rendezvous processes, % of one core.
+    pub rdv_cpu_pct: f64,
+    /// RSS of all rendezvous processes, MB.
+    pub rdv_rss_mb: f64,
+}
+
+#[derive(Default)]
+struct Samples {
+    latencies_ms: Vec<f64>,
+    done_at_ms: Vec<u64>,
+    lost: u64,
+    issued: u64,
+}
+
+/// Runs every configuration; `progress` gets one line per row.
+pub async fn run(
+    opts: &RendezvousOptions,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<RendezvousRow>, BenchError> {
+    let homes = tempfile::tempdir().map_err(|source| BenchError::Io {
+        what: "creating edge homes".into(),
+        source,
+    })?;
+    let mut rows = Vec::new();
+    for model in &opts.models {
+        parse_model(model)?;
+        for &nr in &opts.rendezvous {
+            for &ne in &opts.edges {
+                let mut rdvs = Vec::new();
+                for _ in 0..nr.max(1) {
+                    rdvs.push(RdvProcess::spawn(&opts.exe, model, opts.key_bits, 1_000_000).await?);
+                }
+                let seeds: Vec<SocketAddr> = rdvs.iter().map(|r| r.addr).collect();
+                let edges = start_edges(homes.path(), ne.max(1), &seeds, opts.key_bits).await?;
+                wait_all_leased(&edges, Duration::from_secs(30)).await?;
+                for (i, e) in edges.iter().enumerate() {
+                    if let Some(h) = e.rendezvous() {
+                        let _ = h
+                            .srdi_publish(
+                                "Adv",
+                                "Name",
+                                &format!("item-{i}"),
+                                Duration::from_secs(3600),
+                            )
+                            .await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                for &rate in &opts.rates {
+                    let row = measure(model, &rdvs, &edges, rate, opts.duration).await;
+                    progress(&format!(
+                        "rendezvous model={model} edges={ne} rendezvous={nr} offered={rate}/s: {:.0} q/s p50 {:.2} ms p99 {:.2} ms loss {:.2}% cpu {:.0}%",
+                        row.queries_per_s, row.response_ms_p50, row.response_ms_p99, row.loss_pct, row.rdv_cpu_pct
+                    ));
+                    rows.push(row);
+                }
+                drop(edges);
+                for r in &mut rdvs {
+                    r.kill().await;
+                }
+            }
+        }
+    }
+    Ok(rows)
+}
+
+async fn measure(
+    model: &str,
+    rdvs: &[RdvProcess],
+    edges: &[Peer],
+    rate: u32,
+    duration: Duration,
+) -> RendezvousRow {
+    let n = edges.len();
+    let samples = Arc::new(Mutex::new(Samples::default()));
+    let cpu0: f64 = rdvs.iter().filter_map(|r| r.usage()).map(|u| u.0).sum();
+    let start = Instant::now();
+    let per_edge = (rate as f64 / n as f64).max(0.001);
+    let period = Duration::from_secs_f64(1.0 / per_edge);
+    let mut gens = Vec::new();
+    for (i, e) in edges.iter().enumerate() {
+        let Some(h) = e.rendezvous().cloned() else {
+            continue;
+        };
+        let samples = samples.clone();
+        gens.push(tokio::spawn(async move {
+            let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let mut k = 0usize;
+            let mut tasks = Vec::new();
+            while start.elapsed() < duration {
+                tick.tick().await;
+                k += 1;
+                // Half positive (another edge's item), half negative.
+                let value = if k.is_multiple_of(2) {
+                    format!("item-{}", (i + k) % n)
+                } else {
+                    format!("none-{i}-{k}")
+                };
+                samples.lock().expect("samples").issued += 1;
+                if in_flight.load(std::sync::atomic::Ordering::Relaxed) >= MAX_IN_FLIGHT_PER_EDGE {
+                    samples.lock().expect("samples").lost += 1;
+                    continue;
+                }
+                in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let (h, samples, in_flight) = (h.clone(), samples.clone(), in_flight.clone());
+                tasks.push(tokio::spawn(async move {
+                    let t = Instant::now();
+                    let r = h.lookup("Adv", "Name", &value, LOOKUP_TIMEOUT).await;
+                    in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    let mut s = samples.lock().expect("samples");
+                    match r {
+                        Ok(_) => {
+                            s.latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
+                            s.done_at_ms.push(start.elapsed().as_millis() as u64);
+                        }
+                        Err(_) => s.lost += 1,
+                    }
+                }));
+            }
+            for t in tasks {
+                let _ = t.await;
+            }
+        }));
+    }
+    for g in gens {
+        let _ = g.await;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu1: f64 = rdvs.iter().filter_map(|r| r.usage()).map(|u| u.0).sum();
+    let rss: f64 = rdvs.iter().filter_map(|r| r.usage()).map(|u| u.1).sum();
+    let mut s = std::mem::take(&mut *samples.lock().expect("samples"));
+    s.latencies_ms.sort_by(|a, b| a.total_cmp(b));
+    let answered = s.latencies_ms.len();
+    let measured = duration.as_secs_f64();
+    let bins = (duration.as_millis() / 100).max(1) as usize;
+    let mut per_bin = vec![0f64; bins];
+    for t in &s.done_at_ms {
+        let b = (*t / 100) as usize;
+        if b < bins {
+            per_bin[b] += 1.0;
+        }
+    }
+    let mean = per_bin.iter().sum::<f64>() / bins as f64;
+    let var = per_bin.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / bins as f64;
+    RendezvousRow {
+        scenario: "rendezvous",
+        model: model.to_string(),
+        edges: n,
+        rendezvous: rdvs.len(),
+        offered_qps: rate,
+        queries_per_s: answered as f64 / elapsed.max(measured),
+        response_ms_p50: crate::util::percentile(&s.latencies_ms, 0.5),
+        response_ms_p99: crate::util::percentile(&s.latencies_ms, 0.99),
+        loss_pct: if s.issued == 0 {
+            0.0
+        } else {
+            s.lost as f64 * 100.0 / s.issued as f64
+        },
+        cv: if mean > 0.0 { var.sqrt() / mean } else { 0.0 },
+        rdv_cpu_pct: (cpu1 - cpu0) * 100.0 / elapsed.max(1e-9),
+        rdv_rss_mb: rss,
+    }
+}
