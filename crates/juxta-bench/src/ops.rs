@@ -262,3 +262,33 @@ pub async fn run(
     }
     Ok(rows)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_operation_is_measured_in_order() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let opts = OpsOptions {
+            runs: 2,
+            key_bits: 1024,
+        };
+        let rows = rt.block_on(run(&opts, |_| {})).unwrap();
+        let ops: Vec<&str> = rows.iter().map(|r| r.operation.as_str()).collect();
+        assert_eq!(ops, OPERATIONS);
+        for r in &rows {
+            assert_eq!(
+                (r.scenario.as_str(), r.config.as_str(), r.runs),
+                ("ops", "ad-hoc", 2)
+            );
+            assert!(r.ms_median >= 0.0 && r.ms_p99 >= r.ms_median);
+        }
+        let json = serde_json::to_value(&rows[0]).unwrap();
+        assert_eq!(json["operation"], "start");
+        assert!(json["ms_median"].is_number() && json["ms_p99"].is_number());
+    }
+}

@@ -376,6 +376,9 @@ fn shrink_for_link(step: &mut Step) {
             o.sizes.retain(|&s| s <= 1 << 20);
             o.duration_ms = o.duration_ms.max(1000);
             o.warmup = o.warmup.min(100);
+            // 3 bursts of 50 x 1 MB take 12 s at 100 Mb/s.
+            o.bursts = o.bursts.min(2);
+            o.burst_len = o.burst_len.min(10);
         }
         Step::Composition(o) => {
             o.warmup = o.warmup.min(10);

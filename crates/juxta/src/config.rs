@@ -41,6 +41,13 @@ pub struct PeerConfig {
     /// IP multicast on the LAN (JXSE's `McastTransport`); `None` (the
     /// default): no multicast socket, nothing sent or received by multicast.
     pub multicast: Option<MulticastConfig>,
+    /// The advertisement cache file; `None` (the default): `home/cm.sqlite`.
+    pub cache: Option<PathBuf>,
+    /// Flow control and bounds of the discovery service.
+    pub discovery: crate::discovery::DiscoveryConfig,
+    /// The rendezvous service (edge or rendezvous role); `None` (the
+    /// default): the peer takes no part in RVP/SRDI.
+    pub rendezvous: Option<crate::rendezvous::RendezvousConfig>,
 }
 
 /// Settings of the IP multicast transport: propagate pipes also send each
@@ -126,7 +133,23 @@ impl PeerConfig {
             max_connections: 1024,
             connect_timeout: Duration::from_secs(10),
             multicast: None,
+            cache: None,
+            discovery: crate::discovery::DiscoveryConfig::default(),
+            rendezvous: None,
         }
+    }
+
+    /// Sets the advertisement cache file (default `home/cm.sqlite`).
+    pub fn cache(mut self, path: impl Into<PathBuf>) -> PeerConfig {
+        self.cache = Some(path.into());
+        self
+    }
+
+    /// The advertisement cache file this configuration uses.
+    pub fn cache_path(&self) -> PathBuf {
+        self.cache
+            .clone()
+            .unwrap_or_else(|| self.home.join("cm.sqlite"))
     }
 
     /// Sets the listen address.
@@ -144,6 +167,12 @@ impl PeerConfig {
     /// Enables IP multicast with these settings.
     pub fn multicast(mut self, m: MulticastConfig) -> PeerConfig {
         self.multicast = Some(m);
+        self
+    }
+
+    /// Runs the rendezvous service in this role.
+    pub fn rendezvous(mut self, r: crate::rendezvous::RendezvousConfig) -> PeerConfig {
+        self.rendezvous = Some(r);
         self
     }
 

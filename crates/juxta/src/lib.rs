@@ -12,9 +12,12 @@
 
 pub mod cache;
 pub mod config;
+pub mod discovery;
 pub mod endpoint;
+pub mod group;
 pub mod peer;
 pub mod pipe;
+pub mod rendezvous;
 mod resolver;
 pub mod socket;
 pub mod transport;

@@ -61,6 +61,9 @@ pub enum PeerError {
     /// No connection to that peer.
     #[error("not connected to {0}")]
     NotConnected(PeerId),
+    /// The advertisement cache could not be opened.
+    #[error(transparent)]
+    Cache(#[from] crate::cache::CacheError),
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> PeerError {
@@ -85,6 +88,17 @@ pub struct Stats {
     pub resolver_errors: AtomicU64,
     /// Multicast datagrams dropped as malformed, unsigned or unverifiable.
     pub bad_datagrams: AtomicU64,
+    /// Discovery/peer-info queries and remote publishes dropped by the
+    /// per-peer flow control.
+    pub discovery_throttled: AtomicU64,
+    /// Advertisements received by discovery and not cached (malformed,
+    /// oversized, wrongly signed, expired, refused by the cache).
+    pub discovery_rejected: AtomicU64,
+    /// Discovery responses for no pending query (late), or beyond the
+    /// bound of one query.
+    pub discovery_late: AtomicU64,
+    /// Resolver messages for a group this peer has not joined (dropped).
+    pub group_refused: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -103,6 +117,10 @@ pub(crate) struct Inner {
     pub(crate) self_ref: Weak<Inner>,
     /// The multicast transport, when configured.
     pub(crate) multicast: Option<Arc<crate::transport::multicast::Multicast>>,
+    /// Discovery state: the advertisement cache, pending queries.
+    pub(crate) discovery: crate::discovery::State,
+    /// Peer groups joined.
+    pub(crate) groups: crate::group::State,
 }
 
 impl Inner {
@@ -261,6 +279,7 @@ pub struct Peer {
     local_addr: Option<SocketAddr>,
     accept_task: Option<JoinHandle<()>>,
     service_tasks: Vec<JoinHandle<()>>,
+    rendezvous: Option<crate::rendezvous::RendezvousHandle>,
 }
 
 impl Drop for Peer {
@@ -325,6 +344,15 @@ impl Peer {
     pub async fn start(cfg: PeerConfig) -> Result<Peer, PeerError> {
         let identity = Arc::new(load_or_create_identity(&cfg)?);
         let multicast = crate::transport::multicast::Multicast::open(&cfg, &identity)?;
+        let cache = crate::cache::CacheHandle::spawn(
+            crate::cache::AdvCache::open_with(
+                cfg.cache_path(),
+                crate::cache::CacheConfig::default(),
+                crate::cache::OnCorrupt::MoveAside,
+            )?,
+            1024,
+        )?;
+        let discovery = crate::discovery::State::new(cache.clone(), cfg.discovery);
         let listener = match cfg.listen {
             Some(addr) => Some(
                 TcpListener::bind(addr)
@@ -353,6 +381,8 @@ impl Peer {
             direct: RwLock::new(HashMap::new()),
             self_ref: w.clone(),
             multicast,
+            discovery,
+            groups: Default::default(),
         });
         let accept_task = listener.map(|l| tokio::spawn(accept_loop(inner.clone(), l)));
         let mut service_tasks = vec![
@@ -360,12 +390,29 @@ impl Peer {
             crate::pipe::secure::spawn(&inner)?,
         ];
         service_tasks.extend(crate::transport::multicast::spawn(&inner));
+        crate::discovery::publish_own(&inner).await?;
+        let purge =
+            cache.purge_periodically(Duration::from_secs(60), 1000, crate::cache::unix_now_ms);
+        service_tasks.push(tokio::spawn(async move {
+            if let Err(e) = purge.await {
+                tracing::warn!(error = %e, "advertisement cache purge stopped");
+            }
+        }));
+        let rendezvous = match inner.cfg.rendezvous.clone() {
+            Some(rc) => {
+                let (h, t) = crate::rendezvous::spawn(&inner, rc)?;
+                service_tasks.push(t);
+                Some(h)
+            }
+            None => None,
+        };
         tracing::info!(peer = %inner.identity.peer_id(), listen = ?local_addr, "peer started");
         Ok(Peer {
             inner,
             local_addr,
             accept_task,
             service_tasks,
+            rendezvous,
         })
     }
 
@@ -421,55 +468,63 @@ impl Peer {
     /// Connects to the peer at `addr` (reusing a live connection to it) and
     /// returns a messenger once both welcome lines are exchanged.
     pub async fn connect(&self, addr: SocketAddr) -> Result<Messenger, PeerError> {
-        let known = self
-            .inner
-            .by_addr
-            .read()
-            .expect("by_addr lock")
-            .get(&addr)
-            .copied();
-        if let Some(m) = known.and_then(|p| self.messenger(&p).ok()) {
-            if !m.connection().is_closed() {
-                return Ok(m);
-            }
-        }
-        let permit = self
-            .inner
-            .slots
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| PeerError::TooManyConnections(self.inner.cfg.max_connections))?;
-        let timeout = self.inner.cfg.connect_timeout;
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| PeerError::ConnectTimeout(addr))?
-            .map_err(io_err(format!("connecting to {addr}")))?;
-        tcp::configure(&stream, self.inner.cfg.socket_buffer)
-            .map_err(io_err("setting socket options"))?;
-        let (tx, rx) = oneshot::channel();
-        tokio::spawn(tcp::run_connection(
-            self.inner.clone(),
-            stream,
-            Role::Initiator,
-            format!("tcp://{addr}"),
-            Some(tx),
-            permit,
-        ));
-        let conn = tokio::time::timeout(timeout, rx)
-            .await
-            .map_err(|_| PeerError::ConnectTimeout(addr))?
-            .map_err(|_| PeerError::ConnectFailed {
-                addr,
-                reason: "connection task ended".into(),
-            })?
-            .map_err(|reason| PeerError::ConnectFailed { addr, reason })?;
-        self.inner
-            .by_addr
-            .write()
-            .expect("by_addr lock")
-            .insert(addr, conn.remote);
-        Ok(Messenger::new(conn, self.inner.clone()))
+        connect_to(&self.inner, addr).await
     }
+
+    /// The rendezvous service, when [`PeerConfig::rendezvous`] is set.
+    pub fn rendezvous(&self) -> Option<&crate::rendezvous::RendezvousHandle> {
+        self.rendezvous.as_ref()
+    }
+}
+
+/// [`Peer::connect`] for service tasks.
+pub(crate) async fn connect_to(inner: &Arc<Inner>, addr: SocketAddr) -> Result<Messenger, PeerError> {
+    let known = inner
+        .by_addr
+        .read()
+        .expect("by_addr lock")
+        .get(&addr)
+        .copied();
+    if let Some(m) = known.and_then(|p| inner.messenger(&p)) {
+        if !m.connection().is_closed() {
+            return Ok(m);
+        }
+    }
+    let permit = inner
+        .slots
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| PeerError::TooManyConnections(inner.cfg.max_connections))?;
+    let timeout = inner.cfg.connect_timeout;
+    let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        .await
+        .map_err(|_| PeerError::ConnectTimeout(addr))?
+        .map_err(io_err(format!("connecting to {addr}")))?;
+    tcp::configure(&stream, inner.cfg.socket_buffer)
+        .map_err(io_err("setting socket options"))?;
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(tcp::run_connection(
+        inner.clone(),
+        stream,
+        Role::Initiator,
+        format!("tcp://{addr}"),
+        Some(tx),
+        permit,
+    ));
+    let conn = tokio::time::timeout(timeout, rx)
+        .await
+        .map_err(|_| PeerError::ConnectTimeout(addr))?
+        .map_err(|_| PeerError::ConnectFailed {
+            addr,
+            reason: "connection task ended".into(),
+        })?
+        .map_err(|reason| PeerError::ConnectFailed { addr, reason })?;
+    inner
+        .by_addr
+        .write()
+        .expect("by_addr lock")
+        .insert(addr, conn.remote);
+    Ok(Messenger::new(conn, inner.clone()))
 }
 
 async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {

@@ -1,0 +1,565 @@
+//! The discovery service (PDP, digest §7.2): publishes advertisements into
+//! the peer's persistent cache ([`crate::cache`]), finds them there, asks
+//! connected peers for theirs through the resolver, and answers their
+//! queries from the cache.
+//!
+//! Why it exists: every higher-level lookup (peers, groups, pipes) goes
+//! through discovery. The wire documents and lifetime rules are in
+//! [`juxta_proto::discovery`]; this module adds what needs I/O and a clock:
+//! the cache, pending remote queries (bounded), validation of everything a
+//! remote peer sends before it is cached, and per-peer flow control of
+//! incoming queries (a token bucket: a flooding querier is throttled and
+//! counted in [`crate::Stats::discovery_throttled`]; other peers keep being
+//! answered).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use juxta::{Peer, PeerConfig};
+//! use juxta::proto::advertisement::{AdvKind, Advertisement, PipeAdvertisement, PipeType};
+//! use juxta::proto::id::PipeId;
+//! let a = Peer::start(PeerConfig::new("/tmp/da").listen("127.0.0.1:0".parse()?)).await?;
+//! let b = Peer::start(PeerConfig::new("/tmp/db")).await?;
+//! let mut pipe = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+//! pipe.name = Some("chat".into());
+//! a.discovery().publish(&Advertisement::Pipe(pipe)).await?;
+//! b.connect(a.local_addr().unwrap()).await?;
+//! let found = b.discovery()
+//!     .get_remote(AdvKind::Adv, Some("Name"), Some("ch*"), 10, None, Duration::from_secs(2))
+//!     .await?;
+//! assert_eq!(found.len(), 1);
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use juxta_proto::advertisement::{AdvError, AdvKind, Advertisement, MAX_XML_LEN};
+use juxta_proto::discovery::{
+    peer_adv_text, DiscoveryEntry, DiscoveryQuery, DiscoveryResponse, Lifetimes,
+    DEFAULT_LIFETIME_MS, MAX_RESPONSES,
+};
+use juxta_proto::id::PeerId;
+use juxta_proto::message::Message;
+use juxta_proto::resolver::{query_queue, response_queue, RESOLVER_SERVICE};
+use tokio::sync::mpsc;
+
+use crate::cache::{self, CacheEntry, CacheError, CacheHandle};
+use crate::peer::Inner;
+use crate::SendError;
+
+/// Errors from the discovery service.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    /// The query is not valid (e.g. threshold 0 for a non-peer query).
+    #[error("invalid discovery query: {0}")]
+    InvalidQuery(#[from] juxta_proto::discovery::DiscoveryError),
+    /// No connection to any peer to ask, or to the peer named.
+    #[error("not connected to {0}")]
+    NotConnected(String),
+    /// Too many remote queries are in progress at once.
+    #[error("too many discovery queries in progress (limit {0})")]
+    TooManyQueries(usize),
+    /// The cache failed.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    /// Sending the query failed.
+    #[error(transparent)]
+    Send(#[from] SendError),
+}
+
+/// Why an advertisement received from another peer was not cached.
+#[derive(Debug, thiserror::Error)]
+pub enum Rejected {
+    /// Larger than [`MAX_XML_LEN`].
+    #[error("advertisement of {0} bytes is too large")]
+    Oversized(usize),
+    /// Malformed, of an unknown type, or wrongly signed.
+    #[error("bad advertisement: {0}")]
+    Invalid(#[from] AdvError),
+    /// The sender gave it no time to live (`Expiration` 0).
+    #[error("advertisement with expiration 0")]
+    Expired,
+    /// The cache refused it (field too long, cache full, ...).
+    #[error("cache refused the advertisement: {0}")]
+    Cache(#[from] CacheError),
+}
+
+/// Flow control and bounds of the discovery service.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DiscoveryConfig {
+    /// Queries per second answered for one peer, sustained.
+    pub query_rate: f64,
+    /// Queries one peer may send in a burst before it is throttled.
+    pub query_burst: u32,
+    /// Most peers tracked by the token buckets.
+    pub max_tracked_peers: usize,
+    /// Most remote queries in progress at once.
+    pub max_pending: usize,
+    /// Longest expiration accepted from another peer, ms (longer ones are
+    /// capped).
+    pub max_remote_expiration_ms: u64,
+    /// Largest advertisement accepted from another peer, bytes (at most
+    /// [`MAX_XML_LEN`]; the whole resolver response is bounded by it too).
+    pub max_adv_bytes: usize,
+}
+
+impl Default for DiscoveryConfig {
+    fn default() -> Self {
+        DiscoveryConfig {
+            query_rate: 200.0,
+            query_burst: 100,
+            max_tracked_peers: 4096,
+            max_pending: 1024,
+            max_remote_expiration_ms: DEFAULT_LIFETIME_MS,
+            max_adv_bytes: 32 * 1024,
+        }
+    }
+}
+
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// Per-peer discovery state kept in the peer.
+pub(crate) struct State {
+    pub(crate) cache: CacheHandle,
+    cfg: DiscoveryConfig,
+    next_id: AtomicI32,
+    pending: Mutex<HashMap<i32, mpsc::Sender<Vec<Advertisement>>>>,
+    buckets: Mutex<HashMap<PeerId, Bucket>>,
+    pub(crate) started: Instant,
+}
+
+impl State {
+    pub(crate) fn new(cache: CacheHandle, cfg: DiscoveryConfig) -> State {
+        State {
+            cache,
+            cfg,
+            next_id: AtomicI32::new(rand::random::<u16>() as i32 + 1),
+            pending: Mutex::new(HashMap::new()),
+            buckets: Mutex::new(HashMap::new()),
+            started: Instant::now(),
+        }
+    }
+
+    /// Takes one token from `peer`'s bucket; `false`: throttle.
+    pub(crate) fn allow_query(&self, peer: PeerId, now: Instant) -> bool {
+        let rate = self.cfg.query_rate.max(0.0);
+        let burst = f64::from(self.cfg.query_burst.max(1));
+        let mut b = self.buckets.lock().expect("buckets lock");
+        if !b.contains_key(&peer) && b.len() >= self.cfg.max_tracked_peers {
+            // Forget the buckets that have refilled: they hold no state.
+            b.retain(|_, k| k.tokens + now.duration_since(k.at).as_secs_f64() * rate < burst);
+            if b.len() >= self.cfg.max_tracked_peers {
+                return false;
+            }
+        }
+        let k = b.entry(peer).or_insert(Bucket {
+            tokens: burst,
+            at: now,
+        });
+        k.tokens = (k.tokens + now.duration_since(k.at).as_secs_f64() * rate).min(burst);
+        k.at = now;
+        if k.tokens >= 1.0 {
+            k.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn next_query_id(&self) -> i32 {
+        loop {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            if id > 0 {
+                return id;
+            }
+            // Wrapped: 0 is the remote-publish ID, negatives are unusual.
+            self.next_id.store(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn to_cache_kind(k: AdvKind) -> cache::AdvKind {
+    match k {
+        AdvKind::Peer => cache::AdvKind::Peer,
+        AdvKind::Group => cache::AdvKind::Group,
+        AdvKind::Adv => cache::AdvKind::Adv,
+    }
+}
+
+fn entry_for(adv: &Advertisement, document: String, life: Lifetimes) -> CacheEntry {
+    CacheEntry {
+        kind: to_cache_kind(adv.kind()),
+        adv_type: adv.adv_type().to_string(),
+        id: adv.id(),
+        index: adv
+            .index_fields()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        document: Bytes::from(document),
+        lifetime_ms: life.lifetime_ms.max(1),
+        expiration_ms: life.expiration_ms,
+    }
+}
+
+/// Checks one advertisement received from another peer: at most
+/// `max_bytes` (and [`MAX_XML_LEN`]), a time to live, well formed, of a
+/// known type, and correctly signed if signed.
+pub fn validate_entry(e: &DiscoveryEntry, max_bytes: usize) -> Result<Advertisement, Rejected> {
+    if e.adv.len() > max_bytes.min(MAX_XML_LEN) {
+        return Err(Rejected::Oversized(e.adv.len()));
+    }
+    if e.expiration_ms == 0 {
+        return Err(Rejected::Expired);
+    }
+    Ok(e.advertisement()?)
+}
+
+/// The discovery service of a [`crate::Peer`]; get it with
+/// [`crate::Peer::discovery`].
+#[derive(Clone)]
+pub struct DiscoveryService {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl crate::Peer {
+    /// The discovery service of this peer (Net peer group).
+    pub fn discovery(&self) -> DiscoveryService {
+        DiscoveryService {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl DiscoveryService {
+    /// Publishes `adv` locally with JXSE's default lifetimes (kept 1 year,
+    /// given to others for 2 hours).
+    pub async fn publish(&self, adv: &Advertisement) -> Result<(), DiscoveryError> {
+        self.publish_with(adv, Lifetimes::default()).await
+    }
+
+    /// Publishes `adv` locally with the given lifetimes.
+    pub async fn publish_with(
+        &self,
+        adv: &Advertisement,
+        life: Lifetimes,
+    ) -> Result<(), DiscoveryError> {
+        let e = entry_for(adv, adv.to_xml(), life);
+        self.inner
+            .discovery
+            .cache
+            .publish(e, cache::unix_now_ms())
+            .await?;
+        Ok(())
+    }
+
+    /// Sends `adv` to `to` (every connected peer if `None`) as a remote
+    /// publish (a discovery response with query ID 0), with the default
+    /// expiration. Returns how many peers it was sent to.
+    pub async fn remote_publish(
+        &self,
+        adv: &Advertisement,
+        to: Option<PeerId>,
+    ) -> Result<usize, DiscoveryError> {
+        let targets = self.targets(to)?;
+        let r = DiscoveryResponse::remote_publish(adv, Lifetimes::default().expiration_ms);
+        let g = self.inner.group_unique().to_string();
+        let mut sent = 0;
+        for p in targets {
+            let Some(m) = self.inner.messenger(&p) else {
+                continue;
+            };
+            let msg = Message::new().with(r.to_resolver_response(0).to_element(&g));
+            m.send_routed(RESOLVER_SERVICE, Some(&response_queue(&g)), msg)
+                .await?;
+            sent += 1;
+        }
+        Ok(sent)
+    }
+
+    /// Advertisements of `kind` in the local cache whose indexed field
+    /// `attr` matches `value` (`*` wildcards; `None`: any), at most
+    /// `threshold`. Expired ones are never returned.
+    pub async fn get_local(
+        &self,
+        kind: AdvKind,
+        attr: Option<&str>,
+        value: Option<&str>,
+        threshold: usize,
+    ) -> Result<Vec<Advertisement>, DiscoveryError> {
+        let hits = self
+            .inner
+            .discovery
+            .cache
+            .query(
+                to_cache_kind(kind),
+                attr.map(str::to_string),
+                value.map(str::to_string),
+                threshold,
+                cache::unix_now_ms(),
+            )
+            .await?;
+        Ok(hits
+            .iter()
+            .filter_map(|h| {
+                let doc = std::str::from_utf8(&h.document).ok()?;
+                Advertisement::parse(doc).ok()
+            })
+            .collect())
+    }
+
+    /// Removes an advertisement (by [`Advertisement::id`]) from the local
+    /// cache; `false` if it was not there.
+    pub async fn flush(&self, id: &str) -> Result<bool, DiscoveryError> {
+        Ok(self.inner.discovery.cache.remove(id.to_string()).await?)
+    }
+
+    fn targets(&self, peer: Option<PeerId>) -> Result<Vec<PeerId>, DiscoveryError> {
+        match peer {
+            Some(p) if self.inner.messenger(&p).is_some() => Ok(vec![p]),
+            Some(p) => Err(DiscoveryError::NotConnected(p.to_string())),
+            None => {
+                let all = self.inner.connected_peers();
+                if all.is_empty() {
+                    Err(DiscoveryError::NotConnected("any peer".into()))
+                } else {
+                    Ok(all)
+                }
+            }
+        }
+    }
+
+    /// Asks `peer` (every connected peer if `None`) for advertisements of
+    /// `kind` matching `attr`/`value`, and collects the answers until
+    /// `threshold` advertisements arrived, every peer asked answered, or
+    /// `timeout` passed. Every advertisement received is validated (bad
+    /// ones are counted in [`crate::Stats::discovery_rejected`], never
+    /// cached) and cached with the expiration it came with.
+    pub async fn get_remote(
+        &self,
+        kind: AdvKind,
+        attr: Option<&str>,
+        value: Option<&str>,
+        threshold: u32,
+        peer: Option<PeerId>,
+        timeout: Duration,
+    ) -> Result<Vec<Advertisement>, DiscoveryError> {
+        let mut q = DiscoveryQuery::new(kind, threshold);
+        if let Some(a) = attr {
+            q = q.matching(a, value.unwrap_or("*"));
+        }
+        q.validate()?;
+        let targets = self.targets(peer)?;
+        let st = &self.inner.discovery;
+        let (tx, mut rx) = mpsc::channel(targets.len().min(1024));
+        let id = {
+            let mut p = st.pending.lock().expect("pending lock");
+            if p.len() >= st.cfg.max_pending {
+                return Err(DiscoveryError::TooManyQueries(st.cfg.max_pending));
+            }
+            let id = st.next_query_id();
+            p.insert(id, tx);
+            id
+        };
+        let _guard = PendingGuard { st, id };
+        let g = self.inner.group_unique().to_string();
+        let rq = q.to_resolver_query(id, *self.inner.identity.peer_id());
+        let mut asked = 0;
+        for p in &targets {
+            let Some(m) = self.inner.messenger(p) else {
+                continue;
+            };
+            let msg = Message::new().with(rq.to_element(&g));
+            if m.send_routed(RESOLVER_SERVICE, Some(&query_queue(&g)), msg)
+                .await
+                .is_ok()
+            {
+                asked += 1;
+            }
+        }
+        if asked == 0 {
+            return Err(DiscoveryError::NotConnected("any peer".into()));
+        }
+        let want = (threshold as usize).max(1);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut found: Vec<Advertisement> = Vec::new();
+        let mut answers = 0;
+        while found.len() < want && answers < asked {
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(advs)) => {
+                    answers += 1;
+                    for a in advs {
+                        let key = a.id();
+                        if !found.iter().any(|f| f.id() == key) {
+                            found.push(a);
+                        }
+                    }
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+        found.truncate(want);
+        Ok(found)
+    }
+}
+
+struct PendingGuard<'a> {
+    st: &'a State,
+    id: i32,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.st
+            .pending
+            .lock()
+            .expect("pending lock")
+            .remove(&self.id);
+    }
+}
+
+/// This peer's own advertisement, published at start.
+pub(crate) fn own_adv(inner: &Inner) -> Advertisement {
+    Advertisement::Peer(crate::pipe::local_peer_adv(inner))
+}
+
+/// Publishes the peer's own advertisement into its cache.
+pub(crate) async fn publish_own(inner: &Inner) -> Result<(), CacheError> {
+    let adv = own_adv(inner);
+    let e = entry_for(&adv, adv.to_xml(), Lifetimes::default());
+    inner
+        .discovery
+        .cache
+        .publish(e, cache::unix_now_ms())
+        .await
+        .map(|_| ())
+}
+
+/// Answers a discovery query from the local cache (called by the resolver
+/// after flow control).
+pub(crate) async fn answer(
+    inner: &Inner,
+    q: &DiscoveryQuery,
+) -> Result<DiscoveryResponse, DiscoveryError> {
+    let own = own_adv(inner);
+    let limit = q.answer_limit();
+    let mut entries: Vec<DiscoveryEntry> = Vec::new();
+    if q.kind == AdvKind::Peer && limit == 0 {
+        entries.push(DiscoveryEntry::new(
+            &own,
+            Lifetimes::default().expiration_ms,
+        ));
+    } else {
+        let attr = q.attr.clone().filter(|a| !a.trim().is_empty());
+        let value = if attr.is_some() {
+            q.value.clone()
+        } else {
+            None
+        };
+        let hits = inner
+            .discovery
+            .cache
+            .query(
+                to_cache_kind(q.kind),
+                attr,
+                value,
+                limit,
+                cache::unix_now_ms(),
+            )
+            .await?;
+        for h in hits {
+            if h.remaining_expiration_ms == 0 {
+                continue;
+            }
+            let Ok(doc) = std::str::from_utf8(&h.document) else {
+                continue;
+            };
+            entries.push(DiscoveryEntry::document(doc, h.remaining_expiration_ms));
+        }
+    }
+    entries.truncate(MAX_RESPONSES);
+    let mut r = q.response(entries)?;
+    if let Advertisement::Peer(pa) = &own {
+        r.peer_adv = Some(peer_adv_text(pa));
+    }
+    Ok(r)
+}
+
+/// A discovery response arrived: validates and caches its advertisements
+/// and hands them to the waiting query (query ID 0: a remote publish).
+pub(crate) async fn on_response(inner: &Inner, query_id: i32, r: DiscoveryResponse) {
+    let st = &inner.discovery;
+    let waiter = if query_id == 0 {
+        None
+    } else {
+        let w = st
+            .pending
+            .lock()
+            .expect("pending lock")
+            .get(&query_id)
+            .cloned();
+        if w.is_none() {
+            inner.stats.discovery_late.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(query_id, "discovery response for no pending query");
+        }
+        w
+    };
+    let mut good = Vec::new();
+    let mut entries = Vec::new();
+    for e in &r.responses {
+        match validate_entry(e, st.cfg.max_adv_bytes) {
+            Ok(adv) => {
+                let exp = e.expiration_ms.min(st.cfg.max_remote_expiration_ms);
+                entries.push(entry_for(&adv, e.adv.clone(), Lifetimes::remote(exp)));
+                good.push(adv);
+            }
+            Err(why) => {
+                inner
+                    .stats
+                    .discovery_rejected
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%why, "advertisement in a discovery response rejected");
+            }
+        }
+    }
+    if !entries.is_empty() {
+        let now = cache::unix_now_ms();
+        let res = st
+            .cache
+            .call(move |c| {
+                entries
+                    .into_iter()
+                    .map(|e| c.publish(e, now).is_ok())
+                    .collect::<Vec<bool>>()
+            })
+            .await;
+        match res {
+            Ok(oks) => {
+                let mut i = 0;
+                good.retain(|_| {
+                    let ok = oks.get(i).copied().unwrap_or(false);
+                    i += 1;
+                    ok
+                });
+                let refused = oks.iter().filter(|ok| !**ok).count() as u64;
+                inner
+                    .stats
+                    .discovery_rejected
+                    .fetch_add(refused, Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!(error = %e, "discovery cache unavailable"),
+        }
+    }
+    if let Some(tx) = waiter {
+        if tx.try_send(good).is_err() {
+            inner.stats.discovery_late.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,1039 @@
+//! The rendezvous service task: drives the sans-IO RVP and SRDI state
+//! machines of `juxta_proto::rendezvous` and `juxta_proto::srdi` from tokio.
+//!
+//! Why it exists: the state machines decide *what* to send and *when*; this
+//! task owns the clock (milliseconds since the task started), the timers
+//! (`poll_timeout`), the listeners and the connections, exactly as the
+//! simulator `juxta-proto/tests/rendezvous_sim.rs` wires them.
+//!
+//! A peer runs it when [`crate::PeerConfig::rendezvous`] is set, in one of
+//! two roles:
+//! - [`RendezvousRole::Edge`]: connects to its seed addresses, leases one
+//!   rendezvous (renewal = heartbeat, fail-over to the next seed when the
+//!   rendezvous stops answering or its connection closes), pushes its SRDI
+//!   entries to every new rendezvous, and sends lookups to it (retrying
+//!   after the delay a busy answer gives, and re-sending after fail-over);
+//! - [`RendezvousRole::Rendezvous`]: grants bounded leases (refusing with a
+//!   reason when full), indexes its edges' SRDI entries, and answers
+//!   lookups from its index under per-querier admission control.
+//!
+//! Scope today: a rendezvous answers from its own index (edges republish to
+//! whichever rendezvous they lease, so fail-over restores lookups); the
+//! rendezvous-to-rendezvous peer view, replication and walks are not wired
+//! yet, and lookups travel on Juxta's own service [`RDV_RESOLVER_SERVICE`]
+//! (the PRP resolver task owns the standard resolver queues), so a JXSE
+//! peer cannot query a Juxta rendezvous yet. Leases use the standard RVP
+//! service and messages.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use juxta::rendezvous::RendezvousConfig;
+//! use juxta::{Peer, PeerConfig};
+//! let rdv = Peer::start(
+//!     PeerConfig::new("/tmp/rdv")
+//!         .listen("127.0.0.1:0".parse()?)
+//!         .rendezvous(RendezvousConfig::rendezvous()),
+//! )
+//! .await?;
+//! let seeds = vec![rdv.local_addr().unwrap()];
+//! let edge = Peer::start(PeerConfig::new("/tmp/edge").rendezvous(RendezvousConfig::edge(seeds))).await?;
+//! let h = edge.rendezvous().unwrap();
+//! h.wait_leased(Duration::from_secs(10)).await;
+//! h.srdi_publish("Adv", "Name", "printer", Duration::from_secs(3600)).await?;
+//! let who = h.lookup("Adv", "Name", "printer", Duration::from_secs(5)).await?;
+//! assert_eq!(who, vec![edge.peer_id()]);
+//! # Ok(()) }
+//! ```
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use juxta_proto::advertisement::PeerAdvertisement;
+use juxta_proto::endpoint::{Delivery, ServiceAddress};
+use juxta_proto::id::{PeerGroupId, PeerId};
+use juxta_proto::message::Message;
+use juxta_proto::rendezvous::edge::{EdgeClient, EdgeConfig, EdgeEvent, LossReason};
+use juxta_proto::rendezvous::messages::{lease_address, minimal_rdv_adv, BusyNotice};
+use juxta_proto::rendezvous::server::{RendezvousServer, ServerConfig, ServerEvent};
+use juxta_proto::rendezvous::Transmit;
+use juxta_proto::resolver::{
+    query_queue, response_queue, srdi_queue, ResolverQuery, ResolverResponse, RESOLVER_SERVICE,
+};
+use juxta_proto::srdi::flow::AdmissionConfig;
+use juxta_proto::srdi::node::{Arrival, SrdiAction, SrdiNode, SrdiNodeConfig};
+use juxta_proto::srdi::placement::global_view;
+use juxta_proto::srdi::search::{QueryPlan, SearchModel};
+use juxta_proto::srdi::{
+    ResolverSrdi, SrdiEntry, SrdiMessage, MAX_ENTRIES_PER_MESSAGE, MAX_KEY_LEN, SCOPE_REPLICATE,
+};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::peer::{Inner, PeerError};
+
+/// The service Juxta's rendezvous lookups, answers and SRDI pushes travel
+/// on (params: the group's resolver query, response and SRDI queues).
+pub const RDV_RESOLVER_SERVICE: &str = "Juxta.RdvResolver";
+/// The resolver handler name of rendezvous lookups.
+pub const LOOKUP_HANDLER: &str = "juxta-rdv-lookup";
+/// Most SRDI entries one edge keeps published.
+pub const MAX_PUBLISHED: usize = 10_000;
+/// Most lookups one edge has outstanding.
+pub const MAX_PENDING_LOOKUPS: usize = 65_536;
+/// Most peers one lookup answer lists.
+pub const MAX_ANSWER_PEERS: usize = juxta_proto::srdi::node::MAX_FORWARD;
+/// Events buffered per subscriber; a slower subscriber gets
+/// `RecvError::Lagged` with the number it missed.
+pub const EVENT_CAPACITY: usize = 1024;
+/// How often the task checks connections and re-sends lookups.
+const TICK_MS: u64 = 50;
+/// How long a lookup waits for an answer before re-sending it.
+const QUERY_RETRY_MS: u64 = 1_000;
+/// Least time between two dials of a seed whose connection is gone.
+const REDIAL_MS: u64 = 500;
+/// Commands queued from handles before callers wait.
+const CMD_QUEUE: usize = 4096;
+
+/// Which side of RVP this peer plays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RendezvousRole {
+    /// An edge leasing one of these rendezvous (tried in order, then round
+    /// robin).
+    Edge {
+        /// Rendezvous addresses.
+        seeds: Vec<SocketAddr>,
+    },
+    /// A rendezvous serving edges.
+    Rendezvous,
+}
+
+/// Settings of the rendezvous service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RendezvousConfig {
+    /// The role.
+    pub role: RendezvousRole,
+    /// Edge timers (heartbeat, response timeout, backoff).
+    pub edge: EdgeConfig,
+    /// Rendezvous parameters (lease length, `max_clients`).
+    pub server: ServerConfig,
+    /// SRDI parameters of a rendezvous (search model, admission, index bounds).
+    pub srdi: SrdiNodeConfig,
+    /// Index of the first seed an edge tries (spreads edges over rendezvous).
+    pub first_seed: usize,
+}
+
+impl RendezvousConfig {
+    /// An edge with these seed rendezvous.
+    pub fn edge(seeds: Vec<SocketAddr>) -> RendezvousConfig {
+        RendezvousConfig {
+            role: RendezvousRole::Edge { seeds },
+            edge: EdgeConfig::default(),
+            server: ServerConfig::default(),
+            srdi: SrdiNodeConfig::default(),
+            first_seed: 0,
+        }
+    }
+
+    /// A rendezvous with default limits.
+    pub fn rendezvous() -> RendezvousConfig {
+        RendezvousConfig {
+            role: RendezvousRole::Rendezvous,
+            ..RendezvousConfig::edge(Vec::new())
+        }
+    }
+
+    /// Sets the most edges a rendezvous leases to.
+    pub fn max_clients(mut self, n: usize) -> RendezvousConfig {
+        self.server.max_clients = n;
+        self
+    }
+
+    /// Sets a rendezvous' admission control.
+    pub fn admission(mut self, a: AdmissionConfig) -> RendezvousConfig {
+        self.srdi.admission = a;
+        self
+    }
+
+    /// Sets a rendezvous' search model.
+    pub fn model(mut self, m: SearchModel) -> RendezvousConfig {
+        self.srdi.model = m;
+        self
+    }
+
+    /// Sets the first seed an edge tries.
+    pub fn first_seed(mut self, i: usize) -> RendezvousConfig {
+        self.first_seed = i;
+        self
+    }
+}
+
+/// Something that happened to the service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RendezvousEvent {
+    /// Edge: a lease with this rendezvous started.
+    LeaseGained(PeerId),
+    /// Edge: the lease (or the request for one) ended.
+    LeaseLost {
+        /// The rendezvous.
+        rdv: PeerId,
+        /// Why (a refusal carries the rendezvous' reason).
+        reason: LossReason,
+    },
+    /// Rendezvous: an edge leased.
+    ClientJoined(PeerId),
+    /// Rendezvous: an edge left or expired.
+    ClientLeft(PeerId),
+    /// Rendezvous: an edge was refused (table full).
+    Refused(PeerId),
+}
+
+/// A snapshot of the service's state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RendezvousStatus {
+    /// Whether this peer is a rendezvous.
+    pub is_rendezvous: bool,
+    /// Edge: the rendezvous leased to.
+    pub leased_to: Option<PeerId>,
+    /// Rendezvous: leased edges.
+    pub clients: usize,
+    /// Rendezvous: (key, peer) pairs in the SRDI index.
+    pub index_entries: usize,
+    /// Rendezvous: lookups admitted.
+    pub queries: u64,
+    /// Rendezvous: busy answers sent. Edge: busy answers received.
+    pub busy: u64,
+    /// Edge: lookups answered.
+    pub answered: u64,
+}
+
+/// Errors of the rendezvous service API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RendezvousError {
+    /// Publishing and lookups are done by edges.
+    #[error("this peer is not an edge")]
+    NotEdge,
+    /// The service task has ended (peer dropped).
+    #[error("the rendezvous service has stopped")]
+    Stopped,
+    /// No answer before the lookup's timeout.
+    #[error("lookup timed out")]
+    Timeout,
+    /// A bound is reached ([`MAX_PUBLISHED`] or [`MAX_PENDING_LOOKUPS`]).
+    #[error("too many {0}")]
+    TooMany(&'static str),
+    /// A key or value is empty, too long or contains a tab.
+    #[error("invalid {0}")]
+    Invalid(&'static str),
+}
+
+enum Cmd {
+    Publish {
+        key: (String, String, String),
+        expiration_ms: i64,
+        reply: oneshot::Sender<Result<(), RendezvousError>>,
+    },
+    Lookup {
+        key: (String, String, String),
+        timeout_ms: u64,
+        reply: oneshot::Sender<Result<Vec<PeerId>, RendezvousError>>,
+    },
+}
+
+/// The application's handle on a peer's rendezvous service (cheap to clone).
+#[derive(Clone)]
+pub struct RendezvousHandle {
+    cmd: mpsc::Sender<Cmd>,
+    status: watch::Receiver<RendezvousStatus>,
+    events: broadcast::Sender<RendezvousEvent>,
+}
+
+fn check(s: &str, what: &'static str) -> Result<(), RendezvousError> {
+    if s.is_empty() || s.len() > MAX_KEY_LEN || s.contains(['\t', '\n']) {
+        return Err(RendezvousError::Invalid(what));
+    }
+    Ok(())
+}
+
+fn key_of(pk: &str, attr: &str, value: &str) -> Result<(String, String, String), RendezvousError> {
+    check(pk, "primary key")?;
+    check(attr, "attribute")?;
+    check(value, "value")?;
+    Ok((pk.to_string(), attr.to_string(), value.to_string()))
+}
+
+impl RendezvousHandle {
+    /// The current state.
+    pub fn status(&self) -> RendezvousStatus {
+        self.status.borrow().clone()
+    }
+
+    /// Subscribes to lease and client events (from now on).
+    pub fn subscribe(&self) -> broadcast::Receiver<RendezvousEvent> {
+        self.events.subscribe()
+    }
+
+    /// Edge: waits until leased (or `timeout`); returns the rendezvous.
+    pub async fn wait_leased(&self, timeout: Duration) -> Option<PeerId> {
+        let mut rx = self.status.clone();
+        let r = tokio::time::timeout(timeout, rx.wait_for(|s| s.leased_to.is_some())).await;
+        match r {
+            Ok(Ok(s)) => s.leased_to,
+            _ => self.status().leased_to,
+        }
+    }
+
+    /// Edge: publishes the SRDI entry `(primary, attr, value)` for
+    /// `expiration`, now to the current rendezvous and again to every
+    /// rendezvous leased later.
+    pub async fn srdi_publish(
+        &self,
+        primary: &str,
+        attr: &str,
+        value: &str,
+        expiration: Duration,
+    ) -> Result<(), RendezvousError> {
+        let key = key_of(primary, attr, value)?;
+        let (reply, rx) = oneshot::channel();
+        let expiration_ms = i64::try_from(expiration.as_millis()).unwrap_or(i64::MAX);
+        self.cmd
+            .send(Cmd::Publish {
+                key,
+                expiration_ms,
+                reply,
+            })
+            .await
+            .map_err(|_| RendezvousError::Stopped)?;
+        rx.await.map_err(|_| RendezvousError::Stopped)?
+    }
+
+    /// Edge: asks the leased rendezvous which peers published
+    /// `(primary, attr, value)`. Re-sent after a busy answer's delay, after
+    /// [`QUERY_RETRY_MS`] without answer, and after a fail-over; an empty
+    /// list means the rendezvous knows no publisher.
+    pub async fn lookup(
+        &self,
+        primary: &str,
+        attr: &str,
+        value: &str,
+        timeout: Duration,
+    ) -> Result<Vec<PeerId>, RendezvousError> {
+        let key = key_of(primary, attr, value)?;
+        let (reply, rx) = oneshot::channel();
+        self.cmd
+            .send(Cmd::Lookup {
+                key,
+                timeout_ms: timeout.as_millis().min(u64::MAX as u128) as u64,
+                reply,
+            })
+            .await
+            .map_err(|_| RendezvousError::Stopped)?;
+        rx.await.map_err(|_| RendezvousError::Stopped)?
+    }
+}
+
+/// Juxta's addresses for the resolver queues the SRDI node writes to.
+fn map_dest(g: &str, dest: &ServiceAddress) -> ServiceAddress {
+    if dest.service == RESOLVER_SERVICE {
+        ServiceAddress::new(RDV_RESOLVER_SERVICE, dest.param.as_deref())
+    } else {
+        let _ = g;
+        dest.clone()
+    }
+}
+
+fn parse_key(q: &str) -> Option<(&str, &str, &str)> {
+    let mut it = q.splitn(3, '\t');
+    Some((it.next()?, it.next()?, it.next()?))
+}
+
+/// Starts the rendezvous task of a peer.
+pub(crate) fn spawn(
+    inner: &Arc<Inner>,
+    cfg: RendezvousConfig,
+) -> Result<(RendezvousHandle, JoinHandle<()>), PeerError> {
+    let g = inner.group_unique().to_string();
+    let group = PeerGroupId::NET;
+    let lease = inner.add_listener(lease_address(&group))?;
+    let q = inner.add_listener(ServiceAddress::new(
+        RDV_RESOLVER_SERVICE,
+        Some(&query_queue(&g)),
+    ))?;
+    let r = inner.add_listener(ServiceAddress::new(
+        RDV_RESOLVER_SERVICE,
+        Some(&response_queue(&g)),
+    ))?;
+    let s = inner.add_listener(ServiceAddress::new(
+        RDV_RESOLVER_SERVICE,
+        Some(&srdi_queue(&g)),
+    ))?;
+    let (cmd_tx, cmd_rx) = mpsc::channel(CMD_QUEUE);
+    let (status_tx, status_rx) = watch::channel(RendezvousStatus {
+        is_rendezvous: cfg.role == RendezvousRole::Rendezvous,
+        ..Default::default()
+    });
+    let (ev_tx, _) = broadcast::channel(EVENT_CAPACITY);
+    let me = *inner.identity.peer_id();
+    let pa: bytes::Bytes = PeerAdvertisement::new(me, group, inner.cfg.name.clone())
+        .to_xml()
+        .into();
+    let role = match &cfg.role {
+        RendezvousRole::Rendezvous => {
+            let radv = minimal_rdv_adv(&me, &group, &inner.cfg.name);
+            let seed = rand::random::<u64>();
+            Role::Rdv(Box::new(RdvState {
+                srv: RendezvousServer::new(me, group, pa, radv.into(), cfg.server, seed),
+                srdi: SrdiNode::new(me, &g, LOOKUP_HANDLER, cfg.srdi),
+            }))
+        }
+        RendezvousRole::Edge { seeds } => Role::Edge(Box::new(EdgeState {
+            cli: None,
+            pa,
+            cfg: cfg.edge,
+            first_seed: cfg.first_seed,
+            seeds: seeds.clone(),
+            known: HashMap::new(),
+            connecting: HashSet::new(),
+            last_dial: HashMap::new(),
+            published: BTreeMap::new(),
+            pending: HashMap::new(),
+            next_qid: 1,
+            busy: 0,
+            answered: 0,
+        })),
+    };
+    let (conn_tx, conn_rx) = mpsc::channel(64);
+    let task = Task {
+        inner: Arc::downgrade(inner),
+        g,
+        me,
+        t0: Instant::now(),
+        role,
+        out: Vec::new(),
+        status: status_tx,
+        events: ev_tx.clone(),
+        conn_tx,
+    };
+    let h = tokio::spawn(task.run(cmd_rx, conn_rx, [lease, q, r, s]));
+    Ok((
+        RendezvousHandle {
+            cmd: cmd_tx,
+            status: status_rx,
+            events: ev_tx,
+        },
+        h,
+    ))
+}
+
+struct RdvState {
+    srv: RendezvousServer,
+    srdi: SrdiNode,
+}
+
+struct Pending {
+    text: String,
+    next_send: u64,
+    deadline: u64,
+    reply: oneshot::Sender<Result<Vec<PeerId>, RendezvousError>>,
+}
+
+struct EdgeState {
+    cli: Option<EdgeClient>,
+    pa: bytes::Bytes,
+    cfg: EdgeConfig,
+    first_seed: usize,
+    seeds: Vec<SocketAddr>,
+    known: HashMap<PeerId, SocketAddr>,
+    connecting: HashSet<SocketAddr>,
+    /// When each seed was last dialled (re-dials at most every [`REDIAL_MS`]).
+    last_dial: HashMap<SocketAddr, u64>,
+    published: BTreeMap<(String, String, String), i64>,
+    pending: HashMap<i32, Pending>,
+    next_qid: i32,
+    busy: u64,
+    answered: u64,
+}
+
+enum Role {
+    Rdv(Box<RdvState>),
+    Edge(Box<EdgeState>),
+}
+
+struct Task {
+    inner: std::sync::Weak<Inner>,
+    g: String,
+    me: PeerId,
+    t0: Instant,
+    role: Role,
+    out: Vec<Transmit>,
+    status: watch::Sender<RendezvousStatus>,
+    events: broadcast::Sender<RendezvousEvent>,
+    conn_tx: mpsc::Sender<(SocketAddr, Option<PeerId>)>,
+}
+
+impl Task {
+    fn now(&self) -> u64 {
+        self.t0.elapsed().as_millis() as u64
+    }
+
+    async fn run(
+        mut self,
+        mut cmds: mpsc::Receiver<Cmd>,
+        mut conns: mpsc::Receiver<(SocketAddr, Option<PeerId>)>,
+        listeners: [crate::Listener; 4],
+    ) {
+        let [mut lease, mut q, mut r, mut s] = listeners;
+        if let Role::Edge(e) = &self.role {
+            let seeds = e.seeds.clone();
+            for a in seeds {
+                self.connect(a);
+            }
+        }
+        loop {
+            let now = self.now();
+            let next = self.poll_timeout().unwrap_or(u64::MAX).min(now + TICK_MS);
+            let at = self.t0 + Duration::from_millis(next);
+            tokio::select! {
+                c = cmds.recv() => match c {
+                    Some(c) => self.on_cmd(c),
+                    None => return,
+                },
+                d = lease.recv() => match d { Some(d) => self.on_lease(d), None => return },
+                d = q.recv() => match d { Some(d) => self.on_query(d), None => return },
+                d = r.recv() => match d { Some(d) => self.on_response(d), None => return },
+                d = s.recv() => match d { Some(d) => self.on_srdi(d), None => return },
+                c = conns.recv() => if let Some((addr, p)) = c { self.on_connected(addr, p) },
+                _ = tokio::time::sleep_until(at) => self.on_timer(),
+            }
+            self.drain();
+            if !self.flush().await {
+                return;
+            }
+            self.publish_status();
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        match &self.role {
+            Role::Rdv(r) => match (r.srv.poll_timeout(), r.srdi.poll_timeout()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            Role::Edge(e) => {
+                let p = e
+                    .pending
+                    .values()
+                    .map(|p| p.next_send.min(p.deadline))
+                    .min();
+                match (e.cli.as_ref().and_then(|c| c.poll_timeout()), p) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            }
+        }
+    }
+
+    /// Dials a seed in the background; the result comes back on `conn_tx`.
+    fn connect(&mut self, addr: SocketAddr) {
+        let Role::Edge(e) = &mut self.role else {
+            return;
+        };
+        if !e.connecting.insert(addr) {
+            return;
+        }
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        let tx = self.conn_tx.clone();
+        tokio::spawn(async move {
+            let peer = crate::peer::connect_to(&inner, addr)
+                .await
+                .ok()
+                .map(|m| m.remote());
+            let _ = tx.send((addr, peer)).await;
+        });
+    }
+
+    fn on_connected(&mut self, addr: SocketAddr, p: Option<PeerId>) {
+        let now = self.now();
+        let Role::Edge(e) = &mut self.role else {
+            return;
+        };
+        e.connecting.remove(&addr);
+        if let Some(p) = p {
+            e.known.insert(p, addr);
+            if let Some(c) = e.cli.as_mut() {
+                c.add_seed(p);
+            }
+        }
+        // The client starts once every seed has answered or failed, with
+        // the seeds in their configured order (so `first_seed` spreads
+        // edges deterministically).
+        if e.cli.is_none() && e.connecting.is_empty() && !e.known.is_empty() {
+            let mut order: Vec<(usize, PeerId)> = e
+                .known
+                .iter()
+                .map(|(p, a)| {
+                    (
+                        e.seeds.iter().position(|s| s == a).unwrap_or(usize::MAX),
+                        *p,
+                    )
+                })
+                .collect();
+            order.sort_by_key(|x| x.0);
+            let c = EdgeClient::new(
+                self.me,
+                PeerGroupId::NET,
+                e.pa.clone(),
+                order.into_iter().map(|(_, p)| p),
+                e.cfg,
+            );
+            let mut c = c.with_first_seed(e.first_seed);
+            c.handle_timeout(now);
+            e.cli = Some(c);
+        }
+    }
+
+    fn on_cmd(&mut self, c: Cmd) {
+        let now = self.now();
+        let g = self.g.clone();
+        let me = self.me;
+        let Role::Edge(e) = &mut self.role else {
+            match c {
+                Cmd::Publish { reply, .. } => {
+                    let _ = reply.send(Err(RendezvousError::NotEdge));
+                }
+                Cmd::Lookup { reply, .. } => {
+                    let _ = reply.send(Err(RendezvousError::NotEdge));
+                }
+            }
+            return;
+        };
+        match c {
+            Cmd::Publish {
+                key,
+                expiration_ms,
+                reply,
+            } => {
+                if !e.published.contains_key(&key) && e.published.len() >= MAX_PUBLISHED {
+                    let _ = reply.send(Err(RendezvousError::TooMany("published entries")));
+                    return;
+                }
+                if let Some(rdv) = e.cli.as_ref().and_then(|c| c.rendezvous()) {
+                    let m = SrdiMessage {
+                        peer: me,
+                        primary_key: key.0.clone(),
+                        scope: SCOPE_REPLICATE,
+                        entries: vec![SrdiEntry {
+                            key: key.1.clone(),
+                            value: key.2.clone(),
+                            expiration: expiration_ms,
+                        }],
+                    };
+                    self.out.push(srdi_transmit(&g, rdv, &m));
+                }
+                e.published.insert(key, expiration_ms);
+                let _ = reply.send(Ok(()));
+            }
+            Cmd::Lookup {
+                key,
+                timeout_ms,
+                reply,
+            } => {
+                if e.pending.len() >= MAX_PENDING_LOOKUPS {
+                    let _ = reply.send(Err(RendezvousError::TooMany("pending lookups")));
+                    return;
+                }
+                let mut qid = e.next_qid;
+                while e.pending.contains_key(&qid) {
+                    qid = qid.wrapping_add(1).max(1);
+                }
+                e.next_qid = qid.wrapping_add(1).max(1);
+                e.pending.insert(
+                    qid,
+                    Pending {
+                        text: format!("{}\t{}\t{}", key.0, key.1, key.2),
+                        next_send: now,
+                        deadline: now.saturating_add(timeout_ms),
+                        reply,
+                    },
+                );
+                self.send_lookups(now);
+            }
+        }
+    }
+
+    /// Edge: sends every lookup that is due to the leased rendezvous.
+    fn send_lookups(&mut self, now: u64) {
+        let g = self.g.clone();
+        let me = self.me;
+        let Role::Edge(e) = &mut self.role else {
+            return;
+        };
+        let rdv = e.cli.as_ref().and_then(|c| c.rendezvous());
+        let mut expired = Vec::new();
+        for (&qid, p) in e.pending.iter_mut() {
+            if p.deadline <= now {
+                expired.push(qid);
+                continue;
+            }
+            if p.next_send > now {
+                continue;
+            }
+            match rdv {
+                Some(r) => {
+                    let q = ResolverQuery {
+                        handler: LOOKUP_HANDLER.into(),
+                        query_id: qid,
+                        hop_count: 0,
+                        src_peer: me,
+                        query: p.text.clone(),
+                    };
+                    self.out.push(Transmit {
+                        to: r,
+                        dest: ServiceAddress::new(RDV_RESOLVER_SERVICE, Some(&query_queue(&g))),
+                        message: Message::new().with(q.to_element(&g)),
+                    });
+                    p.next_send = now + QUERY_RETRY_MS;
+                }
+                None => p.next_send = now + TICK_MS,
+            }
+        }
+        for qid in expired {
+            if let Some(p) = e.pending.remove(&qid) {
+                let _ = p.reply.send(Err(RendezvousError::Timeout));
+            }
+        }
+    }
+
+    fn on_timer(&mut self) {
+        let now = self.now();
+        match &mut self.role {
+            Role::Rdv(r) => {
+                if r.srv.poll_timeout().is_some_and(|t| t <= now) {
+                    r.srv.handle_timeout(now);
+                }
+                r.srdi.handle_timeout(now);
+            }
+            Role::Edge(e) => {
+                // A closed connection to the leased rendezvous: fail over now.
+                let inner = self.inner.upgrade();
+                if let (Some(c), Some(inner)) = (e.cli.as_mut(), inner) {
+                    if let Some(rdv) = c.rendezvous() {
+                        if inner.messenger(&rdv).is_none() {
+                            c.handle_unreachable(&rdv, now);
+                        }
+                    }
+                    if c.poll_timeout().is_some_and(|t| t <= now) {
+                        c.handle_timeout(now);
+                    }
+                }
+                // Re-dial seeds whose connection is gone.
+                let missing: Vec<SocketAddr> = match self.inner.upgrade() {
+                    Some(inner) => e
+                        .seeds
+                        .iter()
+                        .filter(|a| {
+                            e.last_dial
+                                .get(*a)
+                                .is_none_or(|&t| now.saturating_sub(t) >= REDIAL_MS)
+                        })
+                        .filter(|a| {
+                            !e.known
+                                .iter()
+                                .any(|(p, b)| b == *a && inner.messenger(p).is_some())
+                        })
+                        .copied()
+                        .collect(),
+                    None => Vec::new(),
+                };
+                for &a in &missing {
+                    e.last_dial.insert(a, now);
+                }
+                for a in missing {
+                    self.connect(a);
+                }
+                self.send_lookups(now);
+            }
+        }
+    }
+
+    fn on_lease(&mut self, d: Delivery) {
+        let now = self.now();
+        let Some(from) = d.from else { return };
+        match &mut self.role {
+            Role::Rdv(r) => {
+                let _ = r.srv.handle_message(from, &d.to, d.message, now);
+            }
+            Role::Edge(e) => {
+                if let Some(c) = e.cli.as_mut() {
+                    let _ = c.handle_message(from, &d.message, now);
+                }
+            }
+        }
+    }
+
+    fn on_srdi(&mut self, d: Delivery) {
+        let now = self.now();
+        if let Role::Rdv(r) = &mut self.role {
+            // Only leased edges may index entries here.
+            if d.from.is_some_and(|p| r.srv.is_client(&p)) {
+                let view = global_view(r.srv.me(), r.srv.peer_view().members());
+                let _ = r.srdi.handle_srdi(&d.message, &view, now);
+            }
+        }
+    }
+
+    fn on_query(&mut self, d: Delivery) {
+        let now = self.now();
+        let g = self.g.clone();
+        let Role::Rdv(r) = &mut self.role else {
+            return;
+        };
+        let Ok(q) = ResolverQuery::from_message(&d.message, &g) else {
+            return;
+        };
+        if q.handler != LOOKUP_HANDLER {
+            return;
+        }
+        let view = global_view(r.srv.me(), r.srv.peer_view().members());
+        let text = q.query.clone();
+        let key = parse_key(&text);
+        let plan = r
+            .srdi
+            .handle_query(&q, d.message, key, Arrival::Direct, &view, now);
+        let mut hits = Vec::new();
+        let qaddr = ServiceAddress::new(RESOLVER_SERVICE, Some(&query_queue(&g)));
+        while let Some(a) = r.srdi.poll_action() {
+            match a {
+                // A forward to a publisher: this rendezvous answers with it.
+                SrdiAction::Send(t) if t.dest == qaddr && !view.contains(&t.to) => {
+                    if hits.len() < MAX_ANSWER_PEERS {
+                        hits.push(t.to)
+                    }
+                }
+                SrdiAction::Send(t) if t.dest == qaddr => {}
+                SrdiAction::Send(t) => self.out.push(t),
+                // Rendezvous-to-rendezvous search is not wired yet.
+                SrdiAction::Walk { .. } | SrdiAction::Flood { .. } => {}
+            }
+        }
+        if plan == Some(QueryPlan::Flood) {
+            // Flooding reaches every leased edge; the edges that would
+            // answer are the ones whose entries this rendezvous holds
+            // (propagation to edges is not wired yet).
+            if let Some((pk, at, v)) = key {
+                hits = r
+                    .srdi
+                    .index()
+                    .query(pk, Some(at), Some(v), now, MAX_ANSWER_PEERS);
+            }
+        }
+        if plan.is_some() {
+            let body = hits
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(" ");
+            let resp = q.response(body);
+            self.out.push(Transmit {
+                to: q.src_peer,
+                dest: ServiceAddress::new(RDV_RESOLVER_SERVICE, Some(&response_queue(&g))),
+                message: Message::new().with(resp.to_element(&g)),
+            });
+        }
+    }
+
+    fn on_response(&mut self, d: Delivery) {
+        let now = self.now();
+        let g = self.g.clone();
+        let Role::Edge(e) = &mut self.role else {
+            return;
+        };
+        if let Ok(Some(b)) = BusyNotice::from_message(&d.message) {
+            e.busy += 1;
+            if let Some(p) = e.pending.get_mut(&b.query_id) {
+                p.next_send = now + b.retry_after_ms.max(1);
+            }
+            return;
+        }
+        let Ok(r) = ResolverResponse::from_message(&d.message, &g) else {
+            return;
+        };
+        if r.handler != LOOKUP_HANDLER {
+            return;
+        }
+        if let Some(p) = e.pending.remove(&r.query_id) {
+            let peers: Vec<PeerId> = r
+                .response
+                .split_whitespace()
+                .filter_map(|s| s.parse().ok())
+                .collect();
+            e.answered += 1;
+            let _ = p.reply.send(Ok(peers));
+        }
+    }
+
+    /// Moves the state machines' output and events to `out` and `events`.
+    fn drain(&mut self) {
+        let g = self.g.clone();
+        let me = self.me;
+        match &mut self.role {
+            Role::Rdv(r) => {
+                while let Some(a) = r.srdi.poll_action() {
+                    if let SrdiAction::Send(t) = a {
+                        self.out.push(t);
+                    }
+                }
+                while let Some(t) = r.srv.poll_transmit() {
+                    self.out.push(t);
+                }
+                while let Some(ev) = r.srv.poll_event() {
+                    let e = match ev {
+                        ServerEvent::ClientJoined(p) => RendezvousEvent::ClientJoined(p),
+                        ServerEvent::ClientLeft(p, _) => {
+                            r.srdi.remove_peer(&p);
+                            RendezvousEvent::ClientLeft(p)
+                        }
+                        ServerEvent::Refused(p) => RendezvousEvent::Refused(p),
+                        _ => continue,
+                    };
+                    let _ = self.events.send(e);
+                }
+            }
+            Role::Edge(e) => {
+                let Some(c) = e.cli.as_mut() else { return };
+                while let Some(ev) = c.poll_event() {
+                    match ev {
+                        EdgeEvent::Connected { rdv, .. } => {
+                            let _ = self.events.send(RendezvousEvent::LeaseGained(rdv));
+                            // Lookups waiting for a rendezvous go now.
+                            for p in e.pending.values_mut() {
+                                p.next_send = 0;
+                            }
+                        }
+                        EdgeEvent::Lost { rdv, reason } => {
+                            let _ = self.events.send(RendezvousEvent::LeaseLost { rdv, reason });
+                        }
+                        EdgeEvent::RepublishSrdi { rdv } => {
+                            let mut by_pk: BTreeMap<&str, Vec<SrdiEntry>> = BTreeMap::new();
+                            for ((pk, at, v), exp) in &e.published {
+                                by_pk.entry(pk).or_default().push(SrdiEntry {
+                                    key: at.clone(),
+                                    value: v.clone(),
+                                    expiration: *exp,
+                                });
+                            }
+                            for (pk, entries) in by_pk {
+                                for chunk in entries.chunks(MAX_ENTRIES_PER_MESSAGE) {
+                                    let m = SrdiMessage {
+                                        peer: me,
+                                        primary_key: pk.to_string(),
+                                        scope: SCOPE_REPLICATE,
+                                        entries: chunk.to_vec(),
+                                    };
+                                    self.out.push(srdi_transmit(&g, rdv, &m));
+                                }
+                            }
+                        }
+                    }
+                }
+                while let Some(t) = c.poll_transmit() {
+                    self.out.push(t);
+                }
+            }
+        }
+        if matches!(self.role, Role::Edge(_)) {
+            let now = self.now();
+            self.send_lookups(now);
+            if let Role::Edge(e) = &mut self.role {
+                if let Some(c) = e.cli.as_mut() {
+                    while let Some(t) = c.poll_transmit() {
+                        self.out.push(t);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends everything queued; false once the peer is gone.
+    async fn flush(&mut self) -> bool {
+        if self.out.is_empty() {
+            return true;
+        }
+        let Some(inner) = self.inner.upgrade() else {
+            return false;
+        };
+        let now = self.now();
+        for t in std::mem::take(&mut self.out) {
+            let dest = map_dest(&self.g, &t.dest);
+            let ok = match inner.messenger(&t.to) {
+                Some(m) => m
+                    .send(&dest.service, dest.param.as_deref(), t.message)
+                    .await
+                    .is_ok(),
+                None => false,
+            };
+            if !ok {
+                match &mut self.role {
+                    Role::Rdv(r) => r.srv.handle_unreachable(&t.to),
+                    Role::Edge(e) => {
+                        if let Some(c) = e.cli.as_mut() {
+                            c.handle_unreachable(&t.to, now);
+                        }
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    fn publish_status(&self) {
+        let st = match &self.role {
+            Role::Rdv(r) => {
+                let s = r.srdi.stats();
+                RendezvousStatus {
+                    is_rendezvous: true,
+                    leased_to: None,
+                    clients: r.srv.client_count(),
+                    index_entries: r.srdi.index().len(),
+                    queries: s.queries,
+                    busy: s.busy,
+                    answered: 0,
+                }
+            }
+            Role::Edge(e) => RendezvousStatus {
+                is_rendezvous: false,
+                leased_to: e.cli.as_ref().and_then(|c| c.rendezvous()),
+                clients: 0,
+                index_entries: 0,
+                queries: 0,
+                busy: e.busy,
+                answered: e.answered,
+            },
+        };
+        self.status.send_if_modified(|old| {
+            if *old != st {
+                *old = st;
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+fn srdi_transmit(g: &str, to: PeerId, m: &SrdiMessage) -> Transmit {
+    let env = ResolverSrdi {
+        handler: LOOKUP_HANDLER.into(),
+        payload: m.to_xml(),
+    };
+    Transmit {
+        to,
+        dest: ServiceAddress::new(RDV_RESOLVER_SERVICE, Some(&srdi_queue(g))),
+        message: Message::new().with(env.to_element(g)),
+    }
+}

@@ -1,0 +1,256 @@
+//! The rendezvous service on loopback: edges lease a rendezvous, publish
+//! SRDI entries and look them up through it, fail over when it dies, are
+//! refused with a reason when it is full, and a querier over its rate gets
+//! busy answers yet completes. Every wait is generous; nothing asserts on
+//! timing.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use juxta::proto::rendezvous::edge::LossReason;
+use juxta::proto::srdi::flow::AdmissionConfig;
+use juxta::rendezvous::{RendezvousConfig, RendezvousEvent};
+use juxta::{Peer, PeerConfig};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn start(dir: &tempfile::TempDir, name: &str, listen: bool, rc: RendezvousConfig) -> Peer {
+    let mut c = PeerConfig::new(dir.path().join(name)).rendezvous(rc);
+    if listen {
+        c = c.listen("127.0.0.1:0".parse().unwrap());
+    }
+    c.key_bits = 1024;
+    Peer::start(c).await.unwrap()
+}
+
+async fn edges(dir: &tempfile::TempDir, n: usize, seeds: &[SocketAddr]) -> Vec<Peer> {
+    let mut v = Vec::new();
+    for i in 0..n {
+        v.push(
+            start(
+                dir,
+                &format!("edge{i}"),
+                false,
+                RendezvousConfig::edge(seeds.to_vec()),
+            )
+            .await,
+        );
+    }
+    v
+}
+
+/// Polls `f` until it holds (status updates trail the messages a little).
+async fn eventually(f: impl Fn() -> bool) -> bool {
+    for _ in 0..400 {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    f()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edges_lease_publish_and_look_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let rdv = start(&dir, "rdv", true, RendezvousConfig::rendezvous()).await;
+    let es = edges(&dir, 3, &[rdv.local_addr().unwrap()]).await;
+    for e in &es {
+        let h = e.rendezvous().unwrap();
+        assert_eq!(h.wait_leased(WAIT).await, Some(rdv.peer_id()));
+    }
+    assert!(eventually(|| rdv.rendezvous().unwrap().status().clients == 3).await);
+    let h0 = es[0].rendezvous().unwrap();
+    h0.srdi_publish("Adv", "Name", "printer", Duration::from_secs(3600))
+        .await
+        .unwrap();
+    h0.srdi_publish("Adv", "Name", "scanner", Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let h1 = es[1].rendezvous().unwrap();
+    // The SRDI push and the lookup travel on different connections: ask
+    // until the rendezvous has indexed the entry.
+    let mut found = Vec::new();
+    for _ in 0..100 {
+        found = h1.lookup("Adv", "Name", "printer", WAIT).await.unwrap();
+        if !found.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(found, vec![es[0].peer_id()]);
+    let none = es[2]
+        .rendezvous()
+        .unwrap()
+        .lookup("Adv", "Name", "nothing-like-this", WAIT)
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    // Bad input is a typed error.
+    assert!(h1.lookup("Adv", "", "x", WAIT).await.is_err());
+    assert!(rdv
+        .rendezvous()
+        .unwrap()
+        .lookup("Adv", "Name", "x", WAIT)
+        .await
+        .is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edges_fail_over_when_their_rendezvous_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let r0 = start(&dir, "rdv0", true, RendezvousConfig::rendezvous()).await;
+    let r1 = start(&dir, "rdv1", true, RendezvousConfig::rendezvous()).await;
+    let (a0, a1) = (r0.local_addr().unwrap(), r1.local_addr().unwrap());
+    let es = edges(&dir, 3, &[a0, a1]).await;
+    for e in &es {
+        assert!(e.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    }
+    for (i, e) in es.iter().enumerate() {
+        e.rendezvous()
+            .unwrap()
+            .srdi_publish(
+                "Adv",
+                "Name",
+                &format!("item-{i}"),
+                Duration::from_secs(3600),
+            )
+            .await
+            .unwrap();
+    }
+    // Kill the rendezvous the first edge leases; the other survives.
+    let first = es[0].rendezvous().unwrap().status().leased_to.unwrap();
+    let survivor = if first == r0.peer_id() {
+        drop(r0);
+        r1
+    } else {
+        drop(r1);
+        r0
+    };
+    let id1 = survivor.peer_id();
+    // Every edge re-leases the other rendezvous ...
+    for e in &es {
+        let h = e.rendezvous().unwrap();
+        let mut leased = None;
+        for _ in 0..400 {
+            leased = h.status().leased_to;
+            if leased == Some(id1) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(leased, Some(id1));
+    }
+    // ... republishes its entries there, and lookups succeed again.
+    for (i, e) in es.iter().enumerate() {
+        let owner = (i + 1) % es.len();
+        let h = e.rendezvous().unwrap();
+        let mut found = Vec::new();
+        for _ in 0..100 {
+            found = h
+                .lookup("Adv", "Name", &format!("item-{owner}"), WAIT)
+                .await
+                .unwrap();
+            if !found.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(found, vec![es[owner].peer_id()]);
+    }
+    assert!(eventually(|| survivor.rendezvous().unwrap().status().clients == 3).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_rendezvous_refuses_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let rdv = start(
+        &dir,
+        "rdv",
+        true,
+        RendezvousConfig::rendezvous().max_clients(2),
+    )
+    .await;
+    let es = edges(&dir, 2, &[rdv.local_addr().unwrap()]).await;
+    for e in &es {
+        assert!(e.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    }
+    let mut c = PeerConfig::new(dir.path().join("third"))
+        .rendezvous(RendezvousConfig::edge(vec![rdv.local_addr().unwrap()]));
+    c.key_bits = 1024;
+    // Subscribe before the first request can be answered: start the peer,
+    // then wait for a refusal (the edge keeps asking with backoff).
+    let third = Peer::start(c).await.unwrap();
+    let mut ev = third.rendezvous().unwrap().subscribe();
+    let reason = tokio::time::timeout(WAIT, async {
+        loop {
+            match ev.recv().await {
+                Ok(RendezvousEvent::LeaseLost {
+                    reason: LossReason::Refused(r),
+                    ..
+                }) => return r,
+                Ok(_) => {}
+                Err(e) => panic!("events: {e}"),
+            }
+        }
+    })
+    .await
+    .expect("no refusal");
+    let reason = reason.expect("refusal without a reason");
+    assert!(!reason.is_empty());
+    assert_eq!(third.rendezvous().unwrap().status().leased_to, None);
+    assert!(eventually(|| rdv.rendezvous().unwrap().status().clients == 2).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_querier_over_its_rate_gets_busy_answers_and_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let adm = AdmissionConfig {
+        per_querier_rate: 20,
+        per_querier_burst: 2,
+        ..AdmissionConfig::default()
+    };
+    let rdv = start(
+        &dir,
+        "rdv",
+        true,
+        RendezvousConfig::rendezvous().admission(adm),
+    )
+    .await;
+    let es = edges(&dir, 2, &[rdv.local_addr().unwrap()]).await;
+    for e in &es {
+        assert!(e.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    }
+    let (greedy, polite) = (es[0].rendezvous().unwrap(), es[1].rendezvous().unwrap());
+    polite
+        .srdi_publish("Adv", "Name", "x", Duration::from_secs(3600))
+        .await
+        .unwrap();
+    // 30 lookups at once from one querier: far over 2 burst + 20/s.
+    let mut tasks = Vec::new();
+    for i in 0..30 {
+        let h = greedy.clone();
+        tasks.push(tokio::spawn(async move {
+            h.lookup("Adv", "Name", &format!("v{i}"), Duration::from_secs(60))
+                .await
+        }));
+    }
+    // Meanwhile the other edge is served (asking again until the
+    // rendezvous has indexed its entry: the push and the lookup are
+    // handled by different listeners).
+    let mut found = Vec::new();
+    for _ in 0..100 {
+        found = polite.lookup("Adv", "Name", "x", WAIT).await.unwrap();
+        if !found.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(found, vec![es[1].peer_id()]);
+    for t in tasks {
+        assert!(t.await.unwrap().unwrap().is_empty());
+    }
+    assert!(greedy.status().busy > 0, "no busy answer received");
+    assert!(eventually(|| rdv.rendezvous().unwrap().status().busy > 0).await);
+    assert!(eventually(|| greedy.status().answered == 30).await);
+}
