@@ -36,7 +36,10 @@ use crate::composition::{self, CompositionOptions};
 use crate::jxse::{self, JxseOptions, JXSE_LAYERS};
 use crate::layers::{Host, Layer};
 use crate::net::{Net, Profile, Topology};
+use crate::ops::{self, OpsOptions};
 use crate::pingpong::{self, PingPongOptions, PingPongRow};
+use crate::recovery::{self, RecoveryOptions};
+use crate::rendezvous::{self, RendezvousOptions};
 use crate::senders::{self, SendersOptions};
 use crate::throughput::{self, Pattern, ThroughputOptions};
 use crate::util::Pin;
@@ -54,24 +57,29 @@ pub enum Scenario {
     Composition,
     /// 1..n senders into one input pipe.
     Senders,
+    /// The typical peer operations (start, groups, discovery, pipes).
+    Ops,
+    /// Rendezvous query load: response time and loss against rate and
+    /// group size.
+    Rendezvous,
+    /// Time for every edge to answer again after its rendezvous is killed.
+    Recovery,
 }
 
 /// Scenarios of the model that are not built yet, with where they will
 /// come from.
-pub const NOT_YET: [(&str, &str); 4] = [
-    ("ops", "issue #4 (groups, discovery, rendezvous)"),
-    ("rendezvous", "issue #4 (groups, discovery, rendezvous)"),
-    ("recovery", "issue #4 (groups, discovery, rendezvous)"),
-    ("relay", "issue #5 (relays and routing)"),
-];
+pub const NOT_YET: [(&str, &str); 1] = [("relay", "issue #5 (relays and routing)")];
 
 impl Scenario {
     /// Every scenario that exists, in run order.
-    pub const ALL: [Scenario; 4] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Pingpong,
         Scenario::Throughput,
         Scenario::Composition,
         Scenario::Senders,
+        Scenario::Ops,
+        Scenario::Rendezvous,
+        Scenario::Recovery,
     ];
 
     /// The scenario's name.
@@ -81,6 +89,9 @@ impl Scenario {
             Scenario::Throughput => "throughput",
             Scenario::Composition => "composition",
             Scenario::Senders => "senders",
+            Scenario::Ops => "ops",
+            Scenario::Rendezvous => "rendezvous",
+            Scenario::Recovery => "recovery",
         }
     }
 
@@ -172,6 +183,12 @@ pub enum Step {
     Composition(CompositionOptions),
     /// Senders of one layer.
     Senders(SendersOptions),
+    /// The typical peer operations.
+    Ops(OpsOptions),
+    /// Rendezvous load.
+    Rendezvous(RendezvousOptions),
+    /// Rendezvous failure recovery.
+    Recovery(RecoveryOptions),
     /// Ping-pong of JXSE 2.7 (read against the tcp rows gathered so far).
     JxsePingpong(JxseOptions),
     /// Throughput of JXSE 2.7.
@@ -186,6 +203,9 @@ impl Step {
             Step::Throughput(_) => Scenario::Throughput,
             Step::Composition(_) => Scenario::Composition,
             Step::Senders(_) => Scenario::Senders,
+            Step::Ops(_) => Scenario::Ops,
+            Step::Rendezvous(_) => Scenario::Rendezvous,
+            Step::Recovery(_) => Scenario::Recovery,
             Step::JxsePingpong(_) => Scenario::Pingpong,
             Step::JxseThroughput(_) => Scenario::Throughput,
         }
@@ -199,6 +219,15 @@ impl Step {
             Step::Throughput(o) => layers(&o.layers),
             Step::Composition(o) => layers(&o.layers),
             Step::Senders(o) => layers(&o.layers),
+            Step::Ops(_) => "two peers, ad hoc".into(),
+            Step::Rendezvous(o) => format!(
+                "models {} x edges {:?} x rendezvous {:?} x rates {:?}",
+                o.models.join(","),
+                o.edges,
+                o.rendezvous,
+                o.rates
+            ),
+            Step::Recovery(o) => format!("{} edges, {} kills", o.edges, o.repeats),
             Step::JxsePingpong(o) | Step::JxseThroughput(o) => {
                 format!("JXSE 2.7 {}", layers(&o.layers))
             }
@@ -230,6 +259,7 @@ fn default_layers(s: Scenario) -> Vec<Layer> {
         ],
         Scenario::Composition => vec![Layer::Endpoint, Layer::UnicastPipe],
         Scenario::Senders => vec![Layer::UnicastPipe],
+        Scenario::Ops | Scenario::Rendezvous | Scenario::Recovery => vec![],
     }
 }
 
@@ -239,6 +269,7 @@ fn allowed(s: Scenario) -> &'static [Layer] {
         Scenario::Throughput => &throughput::LAYERS,
         Scenario::Composition => &composition::LAYERS,
         Scenario::Senders => &senders::LAYERS,
+        Scenario::Ops | Scenario::Rendezvous | Scenario::Recovery => &[],
     }
 }
 
@@ -340,6 +371,31 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                     }));
                 }
             }
+            Scenario::Ops => steps.push(Step::Ops(OpsOptions {
+                runs: if opts.full { 100 } else { 20 },
+                key_bits: opts.key_bits,
+                ..OpsOptions::default()
+            })),
+            Scenario::Rendezvous => {
+                let mut o = RendezvousOptions {
+                    key_bits: opts.key_bits,
+                    ..RendezvousOptions::default()
+                };
+                if opts.full {
+                    o.models = vec!["centralized".into(), "flooding".into(), "srdi".into()];
+                    o.edges = vec![4, 16, 64, 256];
+                    o.rendezvous = vec![1, 2, 4];
+                    o.rates = vec![1_000, 5_000, 10_000, 20_000, 40_000];
+                    o.duration = Duration::from_secs(5);
+                }
+                steps.push(Step::Rendezvous(o));
+            }
+            Scenario::Recovery => steps.push(Step::Recovery(RecoveryOptions {
+                edges: if opts.full { 64 } else { 16 },
+                repeats: if opts.full { 10 } else { 3 },
+                key_bits: opts.key_bits,
+                ..RecoveryOptions::default()
+            })),
             Scenario::Senders => {
                 for l in std::iter::once(Layer::Tcp).chain(layers) {
                     steps.push(Step::Senders(SendersOptions {
@@ -385,7 +441,13 @@ fn shrink_for_link(step: &mut Step) {
             o.pairs = o.pairs.min(10);
         }
         Step::Senders(o) => o.warmup = o.warmup.min(20),
-        Step::JxsePingpong(_) | Step::JxseThroughput(_) => {}
+        // These run on loopback whatever the profile (their peers are
+        // processes of their own).
+        Step::Ops(_)
+        | Step::Rendezvous(_)
+        | Step::Recovery(_)
+        | Step::JxsePingpong(_)
+        | Step::JxseThroughput(_) => {}
     }
 }
 
@@ -734,6 +796,26 @@ async fn run_step(
             let rows = senders::run(host, o, &mut detail).await?;
             g.rows.extend(to_values(&rows));
         }
+        Step::Ops(o) => {
+            let rows = ops::run(o, &mut detail).await?;
+            g.rows.extend(to_values(&rows));
+        }
+        Step::Rendezvous(o) => {
+            let mut o = o.clone();
+            if let Host::Process(exe) = host {
+                o.exe = exe.clone();
+            }
+            let rows = rendezvous::run(&o, &mut detail).await?;
+            g.rows.extend(to_values(&rows));
+        }
+        Step::Recovery(o) => {
+            let mut o = o.clone();
+            if let Host::Process(exe) = host {
+                o.exe = exe.clone();
+            }
+            let rows = recovery::run(&o, &mut detail).await?;
+            g.rows.extend(to_values(&rows));
+        }
         Step::JxsePingpong(o) => {
             // The juxta steps run later: measure the tcp bound now, in the
             // same conditions, if nothing has yet.
@@ -927,6 +1009,7 @@ mod tests {
             e.contains("unknown scenario") && e.contains("pingpong"),
             "{e}"
         );
+        assert_eq!(Scenario::parse("recovery").unwrap(), Scenario::Recovery);
         let e = Scenario::parse("relay").unwrap_err().to_string();
         assert!(e.contains("not implemented yet") && e.contains("#5"), "{e}");
         assert!(Scenario::parse_list(" ,").is_err());

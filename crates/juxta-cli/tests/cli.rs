@@ -69,3 +69,29 @@ fn a_bad_pin_value_is_refused() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("same, split or none"), "{}", stderr(&o));
 }
+
+#[test]
+fn the_default_run_covers_scenarios_that_run_their_own_processes() {
+    // recovery re-runs this binary as rendezvous processes and kills one.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let o = juxta(&[
+        "bench",
+        "--scenarios",
+        "recovery",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    let rows = doc["results"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    for r in rows {
+        assert_eq!(r["scenario"], "recovery");
+        assert!(r["recovery_ms"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["rendezvous"], 2);
+    }
+    assert!(out.join("recovery.csv").exists());
+    assert!(out.join("report.html").exists());
+}

@@ -20,8 +20,8 @@
 
 pub mod advertisement;
 pub mod discovery;
-pub mod group;
 pub mod endpoint;
+pub mod group;
 pub mod id;
 pub mod identity;
 pub mod message;

@@ -478,7 +478,10 @@ impl Peer {
 }
 
 /// [`Peer::connect`] for service tasks.
-pub(crate) async fn connect_to(inner: &Arc<Inner>, addr: SocketAddr) -> Result<Messenger, PeerError> {
+pub(crate) async fn connect_to(
+    inner: &Arc<Inner>,
+    addr: SocketAddr,
+) -> Result<Messenger, PeerError> {
     let known = inner
         .by_addr
         .read()
@@ -500,8 +503,7 @@ pub(crate) async fn connect_to(inner: &Arc<Inner>, addr: SocketAddr) -> Result<M
         .await
         .map_err(|_| PeerError::ConnectTimeout(addr))?
         .map_err(io_err(format!("connecting to {addr}")))?;
-    tcp::configure(&stream, inner.cfg.socket_buffer)
-        .map_err(io_err("setting socket options"))?;
+    tcp::configure(&stream, inner.cfg.socket_buffer).map_err(io_err("setting socket options"))?;
     let (tx, rx) = oneshot::channel();
     tokio::spawn(tcp::run_connection(
         inner.clone(),
