@@ -18,26 +18,13 @@ use serde_json::Value;
 use crate::report::rows::{rows, value_text, Row};
 use crate::report::ReportError;
 
-/// Identifying fields, written first when present (then other fields in first-seen order).
-pub const LEADING_FIELDS: &[&str] = &[
-    "scenario",
-    "impl",
-    "layer",
-    "path",
-    "model",
-    "operation",
-    "config",
-    "pattern",
-    "size",
-    "receivers",
-    "elements",
-    "element_size",
-    "senders",
-    "edges",
-    "rendezvous",
-    "offered_qps",
-    "pin",
-];
+/// Fields written first when present: the scenario, the fields that
+/// identify a row ([`crate::compare::ID_FIELDS`]), then the CPU placement.
+fn leading_fields() -> impl Iterator<Item = &'static str> {
+    std::iter::once("scenario")
+        .chain(crate::compare::ID_FIELDS.iter().copied())
+        .chain(std::iter::once("pin"))
+}
 
 /// A file-name-safe form of a scenario name (`unnamed` when empty).
 pub fn file_stem(scenario: &str) -> String {
@@ -61,9 +48,8 @@ pub fn file_stem(scenario: &str) -> String {
 
 /// The header for a set of rows: leading fields present, then the rest in first-seen order.
 pub fn header(rows: &[Row<'_>]) -> Vec<String> {
-    let mut h: Vec<String> = LEADING_FIELDS
-        .iter()
-        .filter(|f| rows.iter().any(|r| r.0.contains_key(**f)))
+    let mut h: Vec<String> = leading_fields()
+        .filter(|f| rows.iter().any(|r| r.0.contains_key(*f)))
         .map(|f| f.to_string())
         .collect();
     for r in rows {

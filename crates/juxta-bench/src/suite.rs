@@ -801,20 +801,18 @@ async fn run_step(
             g.rows.extend(to_values(&rows));
         }
         Step::Rendezvous(o) => {
-            let mut o = o.clone();
-            if let Host::Process(exe) = host {
-                o.exe = exe.clone();
-            }
-            let rows = rendezvous::run(&o, &mut detail).await?;
-            g.rows.extend(to_values(&rows));
+            let o = RendezvousOptions {
+                exe: exe_of(host, &o.exe),
+                ..o.clone()
+            };
+            g.rows.extend(to_values(&rendezvous::run(&o, &mut detail).await?));
         }
         Step::Recovery(o) => {
-            let mut o = o.clone();
-            if let Host::Process(exe) = host {
-                o.exe = exe.clone();
-            }
-            let rows = recovery::run(&o, &mut detail).await?;
-            g.rows.extend(to_values(&rows));
+            let o = RecoveryOptions {
+                exe: exe_of(host, &o.exe),
+                ..o.clone()
+            };
+            g.rows.extend(to_values(&recovery::run(&o, &mut detail).await?));
         }
         Step::JxsePingpong(o) => {
             // The juxta steps run later: measure the tcp bound now, in the
@@ -842,6 +840,15 @@ async fn run_step(
         }
     }
     Ok(())
+}
+
+/// The `juxta` binary a scenario re-runs for its rendezvous processes: the
+/// host's, else the scenario's own default.
+fn exe_of(host: &Host, default: &std::path::Path) -> PathBuf {
+    match host {
+        Host::Process(exe) => exe.clone(),
+        Host::Thread => default.to_path_buf(),
+    }
 }
 
 /// The machine facts with the tool versions of this run.

@@ -95,3 +95,38 @@ fn the_default_run_covers_scenarios_that_run_their_own_processes() {
     assert!(out.join("recovery.csv").exists());
     assert!(out.join("report.html").exists());
 }
+
+#[test]
+fn unknown_profile_and_implementation_names_are_refused() {
+    let o = juxta(&["bench", "--net", "adsl"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("adsl") && e.contains("wan"), "{e}");
+    let o = juxta(&["bench", "--impl", "jxta-c"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("jxta-c") && e.contains("jxse"), "{e}");
+}
+
+#[test]
+fn compare_prints_ratios_and_writes_a_page() {
+    let docs = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/results");
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("cmp.html");
+    let o = juxta(&[
+        "bench",
+        "compare",
+        &format!("{docs}/pingpong-same.json"),
+        &format!("{docs}/pingpong-split.json"),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("rtt_us_median"), "{out}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<svg"), "no plot in the page");
+    let o = juxta(&["bench", "compare", "/nonexistent/a", "/nonexistent/b"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("/nonexistent/a"), "{}", stderr(&o));
+}
