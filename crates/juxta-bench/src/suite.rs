@@ -640,6 +640,8 @@ impl SuiteProgress for BarProgress {
     fn finished(&mut self) {
         self.detail.finish_and_clear();
         self.steps.finish();
+        // The bars leave the cursor at the end of their line.
+        eprintln!();
     }
 }
 
