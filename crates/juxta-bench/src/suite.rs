@@ -807,14 +807,16 @@ async fn run_step(
                 exe: exe_of(host, &o.exe),
                 ..o.clone()
             };
-            g.rows.extend(to_values(&rendezvous::run(&o, &mut detail).await?));
+            g.rows
+                .extend(to_values(&rendezvous::run(&o, &mut detail).await?));
         }
         Step::Recovery(o) => {
             let o = RecoveryOptions {
                 exe: exe_of(host, &o.exe),
                 ..o.clone()
             };
-            g.rows.extend(to_values(&recovery::run(&o, &mut detail).await?));
+            g.rows
+                .extend(to_values(&recovery::run(&o, &mut detail).await?));
         }
         Step::JxsePingpong(o) => {
             // The juxta steps run later: measure the tcp bound now, in the
