@@ -12,7 +12,12 @@
 //! optional `jxta:Cred` and `SrcPeerRoute`); parsing trims text values and
 //! ignores `jxta:Cred`, `SrcPeerRoute` and unknown children.
 
-use crate::advertisement::{parse_xml, truncate, PrettyDoc, XmlError, XmlNode};
+use crate::advertisement::{parse_xml, parse_xml_limited, truncate, PrettyDoc, XmlError, XmlNode};
+
+/// Largest resolver response document accepted: a discovery response of
+/// [`crate::discovery::MAX_RESPONSE_XML_LEN`] escaped inside the envelope
+/// (`<` becomes `&lt;`: up to 4 bytes for 1) plus the envelope itself.
+pub const MAX_RESPONSE_ENVELOPE_LEN: usize = 4 * crate::discovery::MAX_RESPONSE_XML_LEN + 4096;
 use crate::id::{IdError, PeerId};
 use crate::message::{Element, Message, NS_JXTA};
 
@@ -202,8 +207,13 @@ impl ResolverResponse {
 
     /// Parses a response document; `HandlerName`, `QueryID` and `Response`
     /// are required.
+    ///
+    /// A response may carry a discovery response of up to
+    /// [`crate::discovery::MAX_RESPONSE_XML_LEN`] (escaped, so up to a few
+    /// times that in the envelope): the envelope is bounded at
+    /// [`MAX_RESPONSE_ENVELOPE_LEN`], larger than an advertisement.
     pub fn parse(xml: &str) -> Result<ResolverResponse, ResolverError> {
-        let root = parse_xml(xml)?.expect_root(RESPONSE_ROOT)?;
+        let root = parse_xml_limited(xml, MAX_RESPONSE_ENVELOPE_LEN)?.expect_root(RESPONSE_ROOT)?;
         let handler = root
             .child_value("HandlerName")
             .ok_or(ResolverError::Missing("HandlerName"))?
@@ -237,6 +247,20 @@ impl ResolverResponse {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn responses_larger_than_an_advertisement_are_accepted_up_to_the_envelope_bound() {
+        let big = ResolverResponse {
+            handler: "urn:jxta:h".into(),
+            query_id: 7,
+            response: "<x>".repeat(100_000),
+        };
+        let xml = big.to_xml();
+        assert!(xml.len() > super::super::advertisement::MAX_XML_LEN);
+        assert_eq!(ResolverResponse::parse(&xml).unwrap(), big);
+        let too_big = format!("{}{}", xml, " ".repeat(MAX_RESPONSE_ENVELOPE_LEN));
+        assert!(ResolverResponse::parse(&too_big).is_err());
+    }
+
     use super::*;
     use crate::message::MIME_XML_UTF8;
     use proptest::prelude::*;
