@@ -151,7 +151,19 @@ impl Layer {
 /// baseline) and dropping duplicates.
 pub fn parse_layers(s: &str, scenario: &str, allowed: &[Layer]) -> Result<Vec<Layer>, BenchError> {
     let mut out = vec![Layer::Tcp];
-    for l in crate::util::parse_list(s, Layer::parse)? {
+    out.extend(crate::util::parse_list(s, Layer::parse)?);
+    checked_unique(&out, scenario, allowed)
+}
+
+/// `layers` in order without duplicates, each checked to be one `scenario`
+/// measures.
+pub fn checked_unique(
+    layers: &[Layer],
+    scenario: &str,
+    allowed: &[Layer],
+) -> Result<Vec<Layer>, BenchError> {
+    let mut out: Vec<Layer> = Vec::with_capacity(layers.len());
+    for &l in layers {
         let l = l.check(scenario, allowed)?;
         if !out.contains(&l) {
             out.push(l);

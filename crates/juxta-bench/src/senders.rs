@@ -182,13 +182,7 @@ async fn run_here(
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<SendersRow>, BenchError> {
     pin_current(opts.pin.client_core());
-    let mut layers: Vec<Layer> = Vec::new();
-    for &l in &opts.layers {
-        l.check("senders", &LAYERS)?;
-        if !layers.contains(&l) {
-            layers.push(l);
-        }
-    }
+    let layers = crate::layers::checked_unique(&opts.layers, "senders", &LAYERS)?;
     let most = opts.senders.iter().copied().max().unwrap_or(1).max(1);
     let mut responders: Vec<Responder> = Vec::new();
     let mut pools: Vec<Vec<Client>> = Vec::new();

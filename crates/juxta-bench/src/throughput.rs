@@ -259,13 +259,7 @@ async fn run_here(
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<ThroughputRow>, BenchError> {
     pin_current(opts.pin.client_core());
-    let mut layers: Vec<Layer> = Vec::new();
-    for &l in &opts.layers {
-        l.check("throughput", &LAYERS)?;
-        if !layers.contains(&l) {
-            layers.push(l);
-        }
-    }
+    let layers = crate::layers::checked_unique(&opts.layers, "throughput", &LAYERS)?;
     if opts.sizes.contains(&0) {
         return Err(BenchError::BadOption(
             "throughput messages need at least 1 byte (the message id)".into(),

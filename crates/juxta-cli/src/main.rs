@@ -798,13 +798,11 @@ fn run_pingpong(args: PingPongArgs) -> Result<(), CliError> {
 }
 
 fn run_throughput(args: ThroughputArgs) -> Result<(), CliError> {
-    let mut layers = Vec::new();
-    for l in juxta_bench::util::parse_list(&args.layers, Layer::parse)? {
-        let l = l.check("throughput", &throughput::LAYERS)?;
-        if !layers.contains(&l) {
-            layers.push(l);
-        }
-    }
+    let layers = layers::checked_unique(
+        &juxta_bench::util::parse_list(&args.layers, Layer::parse)?,
+        "throughput",
+        &throughput::LAYERS,
+    )?;
     let patterns = juxta_bench::util::parse_list(&args.patterns, Pattern::parse)?;
     if layers.is_empty() || patterns.is_empty() {
         return Err(CliError::Msg("no layer or no pattern to measure".into()));
@@ -960,13 +958,11 @@ fn run_ops(args: OpsArgs) -> Result<(), CliError> {
 }
 
 fn run_senders(args: SendersArgs) -> Result<(), CliError> {
-    let mut layers = Vec::new();
-    for l in juxta_bench::util::parse_list(&args.layers, Layer::parse)? {
-        let l = l.check("senders", &senders::LAYERS)?;
-        if !layers.contains(&l) {
-            layers.push(l);
-        }
-    }
+    let layers = layers::checked_unique(
+        &juxta_bench::util::parse_list(&args.layers, Layer::parse)?,
+        "senders",
+        &senders::LAYERS,
+    )?;
     if layers.is_empty() {
         return Err(CliError::Msg("no layer to measure".into()));
     }
