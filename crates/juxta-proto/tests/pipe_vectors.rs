@@ -363,12 +363,9 @@ fn check_resolver(label: &str, msgs: &[Message]) -> (Vec<ResolverQuery>, Vec<Res
                 (el.namespace.as_str(), el.name.as_str(), el.mime()),
                 ("jxta", e.name.as_str(), MIME_XML_UTF8)
             );
-            // Our document is JXSE's minus the optional Cred and SrcPeerRoute.
-            let stripped = cut(
-                &cut(captured, "\t<jxta:Cred", "</jxta:Cred>\n"),
-                "\t<SrcPeerRoute>",
-                "</SrcPeerRoute>\n",
-            );
+            // Our document is JXSE's minus the optional Cred; the
+            // SrcPeerRoute is written back byte for byte.
+            let stripped = cut(captured, "\t<jxta:Cred", "</jxta:Cred>\n");
             assert_eq!(q.to_xml(), stripped, "{label}");
             // The embedded PBP query, byte for byte (JXSE trims the embedded text).
             let pbp = PipeResolverMsg::parse(&q.query).unwrap();
@@ -421,6 +418,7 @@ fn check_binding(label: &str, qs: &[ResolverQuery], rs: &[ResolverResponse]) {
         "{label}: no resolver traffic"
     );
     let mut matched = 0;
+    let mut routes = 0;
     for q in qs {
         let pbp = PipeResolverMsg::parse(&q.query).unwrap();
         let Some(r) = rs.iter().find(|r| {
@@ -464,15 +462,29 @@ fn check_binding(label: &str, qs: &[ResolverQuery], rs: &[ResolverResponse]) {
             out.resolver_query(q.src_peer),
             ResolverQuery {
                 query: pbp.to_xml(),
+                src_route: None,
                 ..q.clone()
             }
         );
+        // JXSE's query carries its route; it is read, and written back so
+        // that it parses to the same route.
+        if let Some(r) = &q.src_route {
+            assert_eq!(
+                r.dest_peer,
+                Some(q.src_peer),
+                "{label}: route names the issuer"
+            );
+            assert!(!r.dest.addresses.is_empty(), "{label}: route has addresses");
+            assert_eq!(ResolverQuery::parse(&q.to_xml()).unwrap(), *q);
+            routes += 1;
+        }
         assert_eq!(
             b.handle_answer(t0, r.query_id, jxse_answer, host),
             Some(BindEvent::Bound { bind, peer: host })
         );
     }
     assert!(matched > 0, "{label}: no query/answer pair");
+    assert!(routes > 0, "{label}: no JXSE query carried SrcPeerRoute");
 }
 
 #[test]

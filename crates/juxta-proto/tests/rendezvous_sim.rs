@@ -351,6 +351,7 @@ impl Sim {
                             hop_count: 0,
                             src_peer: me,
                             query: p.value.clone(),
+                            src_route: None,
                         };
                         e.out.push(Transmit {
                             to: r,
@@ -768,6 +769,7 @@ fn memory_bounds_hold_under_bogus_floods() {
             hop_count: 0,
             src_peer: pid(8, n),
             query: "nothing".into(),
+            src_route: None,
         };
         sim.edges[0].out.push(Transmit {
             to: target,

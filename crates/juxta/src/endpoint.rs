@@ -151,6 +151,33 @@ impl Messenger {
         self.send_raw(&to, msg).await
     }
 
+    /// [`Messenger::send_routed`], with this peer's route embedded in the
+    /// router header toward a JXTA-framed peer (see
+    /// `juxta_proto::endpoint::wrap_routed_with_route`); a plain routed send
+    /// when this peer does not listen or over compact framing.
+    pub(crate) async fn send_routed_announced(
+        &self,
+        service: &str,
+        param: Option<&str>,
+        mut msg: Message,
+    ) -> Result<usize, SendError> {
+        let route = crate::discovery::local_route(&self.inner);
+        match route {
+            Some(r) if !self.conn.compact_tx.load(Ordering::Acquire) => {
+                let to = endpoint::wrap_routed_with_route(
+                    &self.inner.cfg.connection.group_unique,
+                    self.inner.identity.peer_id(),
+                    &self.conn.remote,
+                    &ServiceAddress::new(service, param),
+                    &r,
+                    &mut msg,
+                );
+                self.send_raw(&to, msg).await
+            }
+            _ => self.send_routed(service, param, msg).await,
+        }
+    }
+
     /// Sends `msg` to `service`/`param` without waiting, for callers in
     /// synchronous code (`poll_write`): if another send holds the
     /// connection, the message is handed back (`Ok(Err(msg))`). If the

@@ -121,6 +121,8 @@ pub(crate) struct Inner {
     pub(crate) discovery: crate::discovery::State,
     /// Peer groups joined.
     pub(crate) groups: crate::group::State,
+    /// The rendezvous service, when configured (set once at start).
+    pub(crate) rendezvous: std::sync::OnceLock<crate::rendezvous::RendezvousHandle>,
 }
 
 impl Inner {
@@ -211,6 +213,41 @@ impl Inner {
                 self.stats.unroutable.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(%remote, to = ?d.to, "no listener; message dropped");
             }
+        }
+    }
+
+    /// Delivers a message that arrived propagated or walked (its header
+    /// named `to`) to the listener here, without waiting: a full listener
+    /// queue refuses it (counted in [`Stats::unroutable`] and logged), so the
+    /// rendezvous task that calls this never blocks on a slow service.
+    pub(crate) fn deliver_local(
+        &self,
+        from: PeerId,
+        to: ServiceAddress,
+        message: juxta_proto::message::Message,
+    ) {
+        let tx = {
+            let l = self.listeners.read().expect("listeners lock");
+            l.get(&to)
+                .or_else(|| {
+                    l.get(&ServiceAddress {
+                        service: to.service.clone(),
+                        param: None,
+                    })
+                })
+                .cloned()
+        };
+        let d = Delivery {
+            group: None,
+            to: to.clone(),
+            from: Some(from),
+            message,
+            routed: false,
+        };
+        let ok = tx.is_some_and(|tx| tx.try_send(d).is_ok());
+        if !ok {
+            self.stats.unroutable.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%from, ?to, "propagated message not delivered (no listener or queue full)");
         }
     }
 
@@ -383,6 +420,7 @@ impl Peer {
             multicast,
             discovery,
             groups: Default::default(),
+            rendezvous: std::sync::OnceLock::new(),
         });
         let accept_task = listener.map(|l| tokio::spawn(accept_loop(inner.clone(), l)));
         let mut service_tasks = vec![
@@ -402,6 +440,7 @@ impl Peer {
             Some(rc) => {
                 let (h, t) = crate::rendezvous::spawn(&inner, rc)?;
                 service_tasks.push(t);
+                let _ = inner.rendezvous.set(h.clone());
                 Some(h)
             }
             None => None,

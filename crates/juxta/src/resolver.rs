@@ -19,10 +19,13 @@ use juxta_proto::discovery::{DiscoveryQuery, DiscoveryResponse, DISCOVERY_HANDLE
 use juxta_proto::endpoint::{Delivery, ServiceAddress};
 use juxta_proto::id::PeerId;
 use juxta_proto::pipe::binding::{BindingError, PipeResolverMsg, PIPE_RESOLVER_HANDLER};
+use juxta_proto::rendezvous::messages::BusyNotice;
 use juxta_proto::resolver::{
     query_queue, response_queue, ResolverError, ResolverQuery, ResolverResponse, RESOLVER_SERVICE,
 };
 use tokio::task::JoinHandle;
+
+use crate::rendezvous::LOOKUP_HANDLER;
 
 use crate::peer::{Inner, PeerError};
 
@@ -141,18 +144,43 @@ fn admit(inner: &Inner, d: &Delivery, src: PeerId) -> bool {
 
 async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault> {
     let q = ResolverQuery::from_message(&d.message, g)?;
+    let rdv = inner.rendezvous.get();
+    if q.handler == LOOKUP_HANDLER {
+        if let Some(h) = rdv {
+            h.resolver_query(q, d.message, None).await;
+        }
+        return Ok(());
+    }
     if is_discovery(&q.handler) {
         if !admit(inner, &d, q.src_peer) {
             return Ok(());
         }
         let dq = DiscoveryQuery::parse(&q.query)?;
         let r = crate::discovery::answer(inner, &dq).await?;
-        let resp = ResolverResponse {
-            handler: q.handler.clone(),
-            query_id: q.query_id,
-            response: r.to_xml(),
-        };
-        return send_response(inner, g, q.src_peer, d.from, resp).await;
+        let on_rdv = rdv.filter(|h| h.is_rendezvous());
+        // A rendezvous answers only when it holds something (as JXSE), and
+        // hands the query to its SRDI index, which forwards it to the
+        // publishers; they answer the querier themselves.
+        if on_rdv.is_none() || !r.responses.is_empty() {
+            let resp = ResolverResponse {
+                handler: q.handler.clone(),
+                query_id: q.query_id,
+                response: r.to_xml(),
+            };
+            send_response(inner, g, &q, d.from, resp).await?;
+        }
+        if let Some(h) = on_rdv {
+            let key = match (&dq.attr, &dq.value) {
+                (Some(a), Some(v)) if !a.trim().is_empty() => Some((
+                    dq.kind.srdi_primary_key().to_string(),
+                    a.trim().to_string(),
+                    v.trim().to_string(),
+                )),
+                _ => None,
+            };
+            h.resolver_query(q, d.message, key).await;
+        }
+        return Ok(());
     }
     if q.handler == PEERINFO_HANDLER {
         if !admit(inner, &d, q.src_peer) {
@@ -167,7 +195,7 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
             .answer(uptime, crate::cache::unix_now_ms(), None)
             .to_resolver_response(q.query_id);
         resp.handler = q.handler.clone();
-        return send_response(inner, g, q.src_peer, d.from, resp).await;
+        return send_response(inner, g, &q, d.from, resp).await;
     }
     if q.handler != PIPE_RESOLVER_HANDLER {
         tracing::debug!(handler = %q.handler, "resolver query for a handler we do not run");
@@ -193,28 +221,86 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
         query_id: q.query_id,
         response: answer.to_xml(),
     };
-    send_response(inner, g, q.src_peer, d.from, resp).await
+    send_response(inner, g, &q, d.from, resp).await
 }
 
+/// Most time spent dialling a querier's route to answer it.
+const ANSWER_DIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Sends `resp` to the issuer of `q`: over a live connection to it; else
+/// over a new connection to a TCP address of the route its query carried
+/// (`SrcPeerRoute`: a query a rendezvous forwarded here, from a peer never
+/// met), dialled in the background so the resolver keeps serving; else
+/// through the peer the query came from (`via`).
 async fn send_response(
     inner: &Arc<Inner>,
     g: &str,
-    to: PeerId,
+    q: &ResolverQuery,
     via: Option<PeerId>,
     resp: ResolverResponse,
 ) -> Result<(), Fault> {
-    let m = inner
-        .messenger(&to)
-        .or_else(|| via.and_then(|v| inner.messenger(&v)))
-        .ok_or(Fault::NoRoute(to))?;
+    let to = q.src_peer;
     let msg = juxta_proto::message::Message::new().with(resp.to_element(g));
+    if let Some(m) = inner.messenger(&to) {
+        m.send_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg)
+            .await?;
+        return Ok(());
+    }
+    let dial: Vec<std::net::SocketAddr> = q
+        .src_route
+        .iter()
+        .filter(|r| r.dest_peer == Some(to))
+        .flat_map(|r| r.dest.addresses.iter())
+        .filter_map(|ea| ea.strip_prefix("tcp://")?.parse().ok())
+        .filter(|a: &std::net::SocketAddr| !a.ip().is_unspecified() && a.port() != 0)
+        .take(4)
+        .collect();
+    if !dial.is_empty() {
+        let inner = inner.clone();
+        let queue = response_queue(g);
+        tokio::spawn(async move {
+            for addr in dial {
+                let c = tokio::time::timeout(
+                    ANSWER_DIAL_TIMEOUT,
+                    crate::peer::connect_to(&inner, addr),
+                )
+                .await;
+                if let Ok(Ok(m)) = c {
+                    if m.remote() == to {
+                        if let Err(e) = m.send_routed(RESOLVER_SERVICE, Some(&queue), msg).await {
+                            tracing::debug!(%to, error = %e, "answer not sent");
+                        }
+                        return;
+                    }
+                }
+            }
+            inner.stats.resolver_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%to, "no route to the querier for the answer");
+        });
+        return Ok(());
+    }
+    let m = via
+        .and_then(|v| inner.messenger(&v))
+        .ok_or(Fault::NoRoute(to))?;
     m.send_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg)
         .await?;
     Ok(())
 }
 
 async fn on_response(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault> {
+    if let Ok(Some(b)) = BusyNotice::from_message(&d.message) {
+        if let Some(h) = inner.rendezvous.get() {
+            h.busy(b).await;
+        }
+        return Ok(());
+    }
     let r = ResolverResponse::from_message(&d.message, g)?;
+    if r.handler == LOOKUP_HANDLER {
+        if let Some(h) = inner.rendezvous.get() {
+            h.resolver_response(r).await;
+        }
+        return Ok(());
+    }
     if is_discovery(&r.handler) {
         // Unsolicited remote publishes share the querier's token bucket.
         if r.query_id == 0 {

@@ -36,6 +36,21 @@ pub enum AdvKind {
 }
 
 impl AdvKind {
+    /// The SRDI primary key and cache directory JXSE files this kind
+    /// under (`DiscoveryServiceImpl.dirname`): `Peers`, `Groups`, `Adv`.
+    ///
+    /// ```
+    /// use juxta_proto::advertisement::AdvKind;
+    /// assert_eq!(AdvKind::Adv.srdi_primary_key(), "Adv");
+    /// ```
+    pub fn srdi_primary_key(self) -> &'static str {
+        match self {
+            AdvKind::Peer => "Peers",
+            AdvKind::Group => "Groups",
+            AdvKind::Adv => "Adv",
+        }
+    }
+
     /// The number JXSE writes in discovery messages.
     pub fn code(self) -> i32 {
         match self {

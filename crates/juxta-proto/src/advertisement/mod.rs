@@ -458,6 +458,19 @@ impl PrettyDoc {
         self
     }
 
+    /// Appends a child whose content is already-written XML.
+    pub(crate) fn raw(&mut self, name: &str, content: &str) -> &mut PrettyDoc {
+        self.buf.push('\t');
+        self.buf.push('<');
+        self.buf.push_str(name);
+        self.buf.push('>');
+        self.buf.push_str(content);
+        self.buf.push_str("</");
+        self.buf.push_str(name);
+        self.buf.push_str(">\n");
+        self
+    }
+
     /// Closes the root; JXSE ends a document with a newline.
     pub(crate) fn finish(mut self) -> String {
         self.buf.push_str("</");
@@ -499,6 +512,12 @@ impl AdvDoc {
         self.buf.push_str("</");
         self.buf.push_str(name);
         self.buf.push('>');
+        self
+    }
+
+    /// Appends already-written XML (a subtree such as `Svc`).
+    pub(crate) fn raw(&mut self, xml: &str) -> &mut AdvDoc {
+        self.buf.push_str(xml);
         self
     }
 

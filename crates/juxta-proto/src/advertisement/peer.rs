@@ -1,16 +1,23 @@
 //! The peer advertisement `jxta:PA` (digest §8.2, §8.3).
 //!
-//! Juxta writes the minimal form JXSE accepts (`PID`, `GID`, `Name`,
-//! optional `Desc`). The parser reads JXSE's full advertisement, signed or
-//! not, and keeps only those four fields: the `Svc` parameters (route,
-//! root certificate) and the `XMLSignatureInfo`/`XMLSignature` children are
-//! skipped.
+//! Juxta writes `PID`, `GID`, `Name`, optional `Desc`, and optionally the
+//! endpoint service parameter holding the peer's route (`Svc` with the
+//! endpoint class ID and a `jxta:RA`): JXSE needs that route to accept a
+//! rendezvous that grants it a lease (`URISeedingManager.isSeedPeer` reads
+//! the route's addresses and compares them with its seeds). The parser
+//! reads JXSE's full advertisement, signed or not, and keeps those fields:
+//! other `Svc` parameters (root certificate) and the
+//! `XMLSignatureInfo`/`XMLSignature` children are skipped.
 
-use super::{parse_xml, AdvDoc, AdvError};
+use super::route::{RouteAdvertisement, ROUTE_ROOT};
+use super::{parse_xml, AdvDoc, AdvError, XmlElement};
 use crate::id::{PeerGroupId, PeerId};
 
 /// The root element of a peer advertisement.
 pub const PEER_ADV_ROOT: &str = "jxta:PA";
+/// The endpoint service's module class ID: its `Svc` parameter in a peer
+/// advertisement holds the peer's route.
+pub const ENDPOINT_CLASS_ID: &str = "urn:jxta:uuid-DEADBEEFDEAFBABAFEEDBABE0000000805";
 
 /// A minimal peer advertisement.
 ///
@@ -33,6 +40,8 @@ pub struct PeerAdvertisement {
     pub name: String,
     /// The description (`Desc`), if any.
     pub desc: Option<String>,
+    /// The peer's route (the endpoint service's `Svc` parameter), if any.
+    pub route: Option<RouteAdvertisement>,
 }
 
 impl PeerAdvertisement {
@@ -47,7 +56,14 @@ impl PeerAdvertisement {
             group_id,
             name: name.into(),
             desc: None,
+            route: None,
         }
+    }
+
+    /// Sets the route (written as the endpoint service parameter).
+    pub fn with_route(mut self, route: RouteAdvertisement) -> PeerAdvertisement {
+        self.route = Some(route);
+        self
     }
 
     /// Sets the description.
@@ -65,6 +81,14 @@ impl PeerAdvertisement {
         d.field("Name", &self.name);
         if let Some(s) = &self.desc {
             d.field("Desc", s);
+        }
+        if let Some(r) = &self.route {
+            let mut svc = XmlElement::new("Svc");
+            svc.push_text("MCID", ENDPOINT_CLASS_ID);
+            let mut parm = XmlElement::new("Parm");
+            parm.push(r.to_element());
+            svc.push(parm);
+            d.raw(&svc.to_compact());
         }
         d.finish()
     }
@@ -95,11 +119,24 @@ pub(crate) fn from_node(root: &super::XmlNode) -> Result<PeerAdvertisement, AdvE
             field: "GID",
             source,
         })?;
+    // The route, as JXSE's `EndpointUtils.extractRouteAdv`: the first RA
+    // of the endpoint service's parameter, for this peer. A malformed one
+    // is ignored (the advertisement stays usable without it).
+    let route = root
+        .children_named("Svc")
+        .find(|s| s.child_value("MCID") == Some(ENDPOINT_CLASS_ID))
+        .and_then(|s| s.child("Parm")?.child(ROUTE_ROOT))
+        .and_then(|ra| RouteAdvertisement::from_node(ra).ok())
+        .map(|mut r| {
+            r.dest_peer = Some(peer_id);
+            r
+        });
     Ok(PeerAdvertisement {
         peer_id,
         group_id,
         name: root.child_value("Name").unwrap_or_default().to_string(),
         desc: root.child_value("Desc").map(str::to_string),
+        route,
     })
 }
 
@@ -126,6 +163,11 @@ mod tests {
         assert_eq!(pa.group_id, PeerGroupId::NET);
         assert_eq!(pa.name, "sender");
         assert_eq!(pa.desc.as_deref(), Some("Created by NetworkManager"));
+        let r = pa.route.as_ref().unwrap();
+        assert_eq!(r.dest_peer, Some(pa.peer_id));
+        assert_eq!(r.dest.addresses, vec!["tcp://127.0.0.1:9702".to_string()]);
+        // Written back, the route survives.
+        assert_eq!(PeerAdvertisement::parse(&pa.to_xml()).unwrap(), pa);
     }
 
     #[test]
@@ -183,6 +225,7 @@ mod tests {
                 group_id: PeerGroupId::NET,
                 name: name.trim().to_string(),
                 desc: desc.map(|d| d.trim().to_string()),
+                route: None,
             };
             prop_assert_eq!(PeerAdvertisement::parse(&pa.to_xml()).unwrap(), pa);
         }

@@ -328,6 +328,7 @@ impl DiscoveryQuery {
             hop_count: 0,
             src_peer,
             query: self.to_xml(),
+            src_route: None,
         }
     }
 

@@ -94,6 +94,7 @@ impl PeerInfoQuery {
             hop_count: 0,
             src_peer: self.source,
             query: self.to_xml(),
+            src_route: None,
         }
     }
 

@@ -179,9 +179,63 @@ pub fn wrap_routed(
     mangle(group_unique, &ServiceAddress::new(ROUTER_SERVICE, None))
 }
 
+/// [`wrap_routed`], with the origin's route advertisement embedded in the
+/// ERM (`jxta:RA` after `Rvs`), as JXSE does on the first message to a new
+/// destination: the receiver's router learns from it how to reach `local`
+/// (a JXSE peer does not map the connection it opened to a rendezvous to
+/// that rendezvous' peer ID, and answers through its router).
+pub fn wrap_routed_with_route(
+    group_unique: &str,
+    local: &PeerId,
+    remote: &PeerId,
+    to: &ServiceAddress,
+    route: &crate::advertisement::RouteAdvertisement,
+    message: &mut Message,
+) -> ServiceAddress {
+    let h = RouterHeader::direct(
+        EndpointAddress::peer(local, None, None),
+        EndpointAddress::peer(remote, Some(&to.service), to.param.as_deref()),
+    );
+    let mut xml = h.to_xml();
+    let ra = route.to_element().copied().to_compact();
+    if let Some(at) = xml.rfind("</jxta:ERM>") {
+        xml.insert_str(at, &ra);
+    }
+    message.push(Element::xml(NS_JXTA, ELEM_ERM, xml));
+    mangle(group_unique, &ServiceAddress::new(ROUTER_SERVICE, None))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn routed_with_route_embeds_the_ra() {
+        let a: PeerId = "urn:jxta:cbid-59616261646162614A7874615032503301AB03"
+            .parse()
+            .unwrap();
+        let b: PeerId = "urn:jxta:cbid-59616261646162614A7874615032503302AB03"
+            .parse()
+            .unwrap();
+        let ra = crate::advertisement::RouteAdvertisement::direct(
+            a,
+            ["tcp://127.0.0.1:9701".to_string()],
+        );
+        let mut m = Message::new();
+        let to = ServiceAddress::new("JuxtaTest", Some("sink"));
+        wrap_routed_with_route(NET_GROUP_UNIQUE, &a, &b, &to, &ra, &mut m);
+        let erm = m
+            .get(NS_JXTA, ELEM_ERM)
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(erm.contains("<Rvs/><jxta:RA"), "{erm}");
+        assert!(erm.contains("<EA>tcp://127.0.0.1:9701</EA>"), "{erm}");
+        // Our own parser still reads the header (the RA is skipped).
+        let h = RouterHeader::parse(erm.as_bytes()).unwrap();
+        assert_eq!(h.src, EndpointAddress::peer(&a, None, None));
+    }
 
     #[test]
     fn routed_round_trip() {

@@ -315,6 +315,7 @@ impl OutgoingQuery {
             hop_count: 0,
             src_peer,
             query: self.msg.to_xml(),
+            src_route: None,
         }
     }
 }

@@ -12,7 +12,10 @@
 //! optional `jxta:Cred` and `SrcPeerRoute`); parsing trims text values and
 //! ignores `jxta:Cred`, `SrcPeerRoute` and unknown children.
 
-use crate::advertisement::{parse_xml, parse_xml_limited, truncate, PrettyDoc, XmlError, XmlNode};
+use crate::advertisement::route::ROUTE_ROOT;
+use crate::advertisement::{
+    parse_xml, parse_xml_limited, truncate, PrettyDoc, RouteAdvertisement, XmlError, XmlNode,
+};
 
 /// Largest resolver response document accepted: a discovery response of
 /// [`crate::discovery::MAX_RESPONSE_XML_LEN`] escaped inside the envelope
@@ -115,6 +118,10 @@ pub struct ResolverQuery {
     pub src_peer: PeerId,
     /// The handler's document (`Query`), unescaped.
     pub query: String,
+    /// The issuer's route (`SrcPeerRoute`), so an answering peer that has no
+    /// connection to the issuer can reach it (JXSE adds it to every query it
+    /// sends and keeps it when forwarding).
+    pub src_route: Option<RouteAdvertisement>,
 }
 
 impl ResolverQuery {
@@ -124,8 +131,21 @@ impl ResolverQuery {
         d.field("HandlerName", &self.handler)
             .field("QueryID", &self.query_id.to_string())
             .field("HC", &self.hop_count.to_string())
-            .field("SrcPeerID", &self.src_peer.to_string())
-            .field("Query", &self.query);
+            .field("SrcPeerID", &self.src_peer.to_string());
+        if let Some(r) = &self.src_route {
+            // As JXSE's pretty printer leaves a copied route: the RA's
+            // attributes reversed, its children compact and copied again.
+            let ra = r.to_element().copied();
+            let mut inner = String::from(
+                "\n\t\t\n\t\t<jxta:RA xmlns:jxta=\"http://jxta.org\" xml:space=\"preserve\">\n\t\t\t\n",
+            );
+            for c in &ra.children {
+                inner.push_str(&c.to_compact());
+            }
+            inner.push_str("\t\t</jxta:RA>\n\t");
+            d.raw("SrcPeerRoute", &inner);
+        }
+        d.field("Query", &self.query);
         d.finish()
     }
 
@@ -140,6 +160,13 @@ impl ResolverQuery {
             .to_string();
         let query_id = number(&root, "QueryID")?.ok_or(ResolverError::Missing("QueryID"))?;
         let hop_count = number(&root, "HC")?.unwrap_or(0);
+        // A malformed route is ignored (the query stays answerable where
+        // the issuer is reachable otherwise), as JXSE logs and goes on.
+        let src_route = root
+            .child("SrcPeerRoute")
+            .and_then(|r| r.child(ROUTE_ROOT))
+            .and_then(|ra| RouteAdvertisement::from_node(ra).ok())
+            .filter(|ra| ra.dest_peer.is_some());
         let src = root
             .child_value("SrcPeerID")
             .filter(|s| !s.is_empty())
@@ -160,6 +187,7 @@ impl ResolverQuery {
             hop_count,
             src_peer,
             query,
+            src_route,
         })
     }
 
@@ -275,6 +303,7 @@ mod tests {
             hop_count: 0,
             src_peer: SRC.parse().unwrap(),
             query: "<?xml version=\"1.0\"?>\n<jxta:PipeResolver>&amp;</jxta:PipeResolver>".into(),
+            src_route: None,
         }
     }
 
@@ -379,7 +408,7 @@ mod tests {
                 query_id,
                 hop_count,
                 src_peer: SRC.parse().unwrap(),
-                query: query.trim().to_string(),
+                query: query.trim().to_string(), src_route: None,
             };
             prop_assert_eq!(ResolverQuery::parse(&q.to_xml()).unwrap(), q);
         }

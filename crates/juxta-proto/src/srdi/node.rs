@@ -402,6 +402,7 @@ mod tests {
             hop_count: hc,
             src_peer: src,
             query: value.into(),
+            src_route: None,
         }
     }
 

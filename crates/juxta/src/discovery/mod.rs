@@ -245,7 +245,11 @@ impl DiscoveryService {
         self.publish_with(adv, Lifetimes::default()).await
     }
 
-    /// Publishes `adv` locally with the given lifetimes.
+    /// Publishes `adv` locally with the given lifetimes. On an edge with a
+    /// rendezvous ([`crate::PeerConfig::rendezvous`]), its indexed fields
+    /// are also pushed as SRDI entries (`Peers`/`Groups`/`Adv`, attribute,
+    /// value) to the rendezvous, so queries through the rendezvous reach
+    /// this peer, as a JXSE edge's entries would.
     pub async fn publish_with(
         &self,
         adv: &Advertisement,
@@ -257,6 +261,19 @@ impl DiscoveryService {
             .cache
             .publish(e, cache::unix_now_ms())
             .await?;
+        if let Some(h) = self.inner.rendezvous.get().filter(|h| !h.is_rendezvous()) {
+            let fields: Vec<(String, String)> = adv
+                .index_fields()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            h.publish_entries(
+                adv.kind().srdi_primary_key(),
+                &fields,
+                Duration::from_millis(life.expiration_ms),
+            )
+            .await;
+        }
         Ok(())
     }
 
@@ -370,7 +387,8 @@ impl DiscoveryService {
         };
         let _guard = PendingGuard { st, id };
         let g = self.inner.group_unique().to_string();
-        let rq = q.to_resolver_query(id, *self.inner.identity.peer_id());
+        let mut rq = q.to_resolver_query(id, *self.inner.identity.peer_id());
+        rq.src_route = local_route(&self.inner);
         let mut asked = 0;
         for p in &targets {
             let Some(m) = self.inner.messenger(p) else {
@@ -423,6 +441,20 @@ impl Drop for PendingGuard<'_> {
             .expect("pending lock")
             .remove(&self.id);
     }
+}
+
+/// This peer's route (its TCP listen address), for `SrcPeerRoute`: lets a
+/// peer that receives the query forwarded by a rendezvous answer directly.
+/// `None` when the peer does not listen.
+pub(crate) fn local_route(inner: &Inner) -> Option<juxta_proto::advertisement::RouteAdvertisement> {
+    let addr: std::net::SocketAddr = inner.public_addr.strip_prefix("tcp://")?.parse().ok()?;
+    if addr.port() == 0 {
+        return None;
+    }
+    Some(juxta_proto::advertisement::RouteAdvertisement::direct(
+        *inner.identity.peer_id(),
+        [inner.public_addr.clone()],
+    ))
 }
 
 /// This peer's own advertisement, published at start.

@@ -109,6 +109,7 @@ pub(crate) fn local_peer_adv(inner: &Inner) -> juxta_proto::advertisement::PeerA
         group_id: juxta_proto::id::PeerGroupId::NET,
         name: inner.cfg.name.clone(),
         desc: None,
+        route: crate::discovery::local_route(inner),
     }
 }
 

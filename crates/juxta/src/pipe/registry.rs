@@ -222,6 +222,7 @@ async fn send_query(inner: &Arc<Inner>, q: &OutgoingQuery) {
             hop_count: 0,
             src_peer: *inner.identity.peer_id(),
             query: q.msg.to_xml(),
+            src_route: None,
         };
         let msg = Message::new().with(doc.to_element(&g));
         if let Err(e) = m

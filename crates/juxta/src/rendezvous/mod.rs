@@ -17,13 +17,20 @@
 //!   reason when full), indexes its edges' SRDI entries, and answers
 //!   lookups from its index under per-querier admission control.
 //!
+//! Everything travels on JXSE's services: leases on the RVP service,
+//! propagated and walked messages on `JxtaPropagate` and the walker greeter,
+//! SRDI on the resolver's `<group>Srdi` queue (gzip `jxta:GenSRDI`, the
+//! discovery handler's name), queries and answers on the resolver's
+//! `ORes`/`IRes` queues. The resolver task hands this task the queries it
+//! must see (discovery queries on a rendezvous, Juxta lookups) and their
+//! answers. So a JXSE edge leases a Juxta rendezvous, and a JXSE edge's
+//! discovery query reaches, through the rendezvous' SRDI index, the Juxta
+//! edge that published the advertisement (`tests/interop_rendezvous.rs`).
+//!
 //! Scope today: a rendezvous answers from its own index (edges republish to
 //! whichever rendezvous they lease, so fail-over restores lookups); the
 //! rendezvous-to-rendezvous peer view, replication and walks are not wired
-//! yet, and lookups travel on Juxta's own service [`RDV_RESOLVER_SERVICE`]
-//! (the PRP resolver task owns the standard resolver queues), so a JXSE
-//! peer cannot query a Juxta rendezvous yet. Leases use the standard RVP
-//! service and messages.
+//! yet.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -51,12 +58,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use juxta_proto::advertisement::PeerAdvertisement;
+use juxta_proto::discovery::DISCOVERY_HANDLER;
 use juxta_proto::endpoint::{Delivery, ServiceAddress};
 use juxta_proto::id::{PeerGroupId, PeerId};
 use juxta_proto::message::Message;
 use juxta_proto::rendezvous::edge::{EdgeClient, EdgeConfig, EdgeEvent, LossReason};
-use juxta_proto::rendezvous::messages::{lease_address, minimal_rdv_adv, BusyNotice};
+use juxta_proto::rendezvous::messages::{
+    lease_address, minimal_rdv_adv, propagate_address, walk_address, BusyNotice, PROPAGATE_SERVICE,
+};
 use juxta_proto::rendezvous::server::{RendezvousServer, ServerConfig, ServerEvent};
 use juxta_proto::rendezvous::Transmit;
 use juxta_proto::resolver::{
@@ -75,10 +84,8 @@ use tokio::time::Instant;
 
 use crate::peer::{Inner, PeerError};
 
-/// The service Juxta's rendezvous lookups, answers and SRDI pushes travel
-/// on (params: the group's resolver query, response and SRDI queues).
-pub const RDV_RESOLVER_SERVICE: &str = "Juxta.RdvResolver";
-/// The resolver handler name of rendezvous lookups.
+/// The resolver handler name of rendezvous lookups (Juxta's own handler:
+/// the answer lists the publishers instead of forwarding the query).
 pub const LOOKUP_HANDLER: &str = "juxta-rdv-lookup";
 /// Most SRDI entries one edge keeps published.
 pub const MAX_PUBLISHED: usize = 10_000;
@@ -241,6 +248,17 @@ enum Cmd {
         timeout_ms: u64,
         reply: oneshot::Sender<Result<Vec<PeerId>, RendezvousError>>,
     },
+    /// A resolver query the resolver task hands over (a lookup, or a
+    /// discovery query on a rendezvous), with the message it came in.
+    Query {
+        q: ResolverQuery,
+        raw: Message,
+        key: Option<(String, String, String)>,
+    },
+    /// A lookup answer.
+    Response(ResolverResponse),
+    /// A busy answer.
+    Busy(BusyNotice),
 }
 
 /// The application's handle on a peer's rendezvous service (cheap to clone).
@@ -335,13 +353,47 @@ impl RendezvousHandle {
     }
 }
 
-/// Juxta's addresses for the resolver queues the SRDI node writes to.
-fn map_dest(g: &str, dest: &ServiceAddress) -> ServiceAddress {
-    if dest.service == RESOLVER_SERVICE {
-        ServiceAddress::new(RDV_RESOLVER_SERVICE, dest.param.as_deref())
-    } else {
-        let _ = g;
-        dest.clone()
+impl RendezvousHandle {
+    /// Hands a resolver query to the task (resolver task only). `key` is
+    /// the SRDI key it asks for, if any. Waits while the task's queue is
+    /// full (back-pressure on the connection the query came on).
+    pub(crate) async fn resolver_query(
+        &self,
+        q: ResolverQuery,
+        raw: Message,
+        key: Option<(String, String, String)>,
+    ) {
+        let _ = self.cmd.send(Cmd::Query { q, raw, key }).await;
+    }
+
+    /// Hands a lookup answer to the task (resolver task only).
+    pub(crate) async fn resolver_response(&self, r: ResolverResponse) {
+        let _ = self.cmd.send(Cmd::Response(r)).await;
+    }
+
+    /// Hands a busy answer to the task (resolver task only).
+    pub(crate) async fn busy(&self, b: BusyNotice) {
+        let _ = self.cmd.send(Cmd::Busy(b)).await;
+    }
+
+    /// Edge: publishes SRDI entries for an advertisement just published
+    /// locally (discovery), unless the bound is reached (logged).
+    pub(crate) async fn publish_entries(
+        &self,
+        primary: &str,
+        fields: &[(String, String)],
+        expiration: Duration,
+    ) {
+        for (attr, value) in fields {
+            if let Err(e) = self.srdi_publish(primary, attr, value, expiration).await {
+                tracing::debug!(error = %e, attr, "SRDI entry not published");
+            }
+        }
+    }
+
+    /// Whether this peer is a rendezvous.
+    pub(crate) fn is_rendezvous(&self) -> bool {
+        self.status.borrow().is_rendezvous
     }
 }
 
@@ -358,18 +410,9 @@ pub(crate) fn spawn(
     let g = inner.group_unique().to_string();
     let group = PeerGroupId::NET;
     let lease = inner.add_listener(lease_address(&group))?;
-    let q = inner.add_listener(ServiceAddress::new(
-        RDV_RESOLVER_SERVICE,
-        Some(&query_queue(&g)),
-    ))?;
-    let r = inner.add_listener(ServiceAddress::new(
-        RDV_RESOLVER_SERVICE,
-        Some(&response_queue(&g)),
-    ))?;
-    let s = inner.add_listener(ServiceAddress::new(
-        RDV_RESOLVER_SERVICE,
-        Some(&srdi_queue(&g)),
-    ))?;
+    let prop = inner.add_listener(propagate_address(&group))?;
+    let walk = inner.add_listener(walk_address(&group))?;
+    let s = inner.add_listener(ServiceAddress::new(RESOLVER_SERVICE, Some(&srdi_queue(&g))))?;
     let (cmd_tx, cmd_rx) = mpsc::channel(CMD_QUEUE);
     let (status_tx, status_rx) = watch::channel(RendezvousStatus {
         is_rendezvous: cfg.role == RendezvousRole::Rendezvous,
@@ -377,16 +420,16 @@ pub(crate) fn spawn(
     });
     let (ev_tx, _) = broadcast::channel(EVENT_CAPACITY);
     let me = *inner.identity.peer_id();
-    let pa: bytes::Bytes = PeerAdvertisement::new(me, group, inner.cfg.name.clone())
-        .to_xml()
-        .into();
+    // With the route: a JXSE edge accepts a rendezvous' grant only if the
+    // route in its advertisement matches a seed address.
+    let pa: bytes::Bytes = crate::pipe::local_peer_adv(inner).to_xml().into();
     let role = match &cfg.role {
         RendezvousRole::Rendezvous => {
             let radv = minimal_rdv_adv(&me, &group, &inner.cfg.name);
             let seed = rand::random::<u64>();
             Role::Rdv(Box::new(RdvState {
                 srv: RendezvousServer::new(me, group, pa, radv.into(), cfg.server, seed),
-                srdi: SrdiNode::new(me, &g, LOOKUP_HANDLER, cfg.srdi),
+                srdi: SrdiNode::new(me, &g, DISCOVERY_HANDLER, cfg.srdi),
             }))
         }
         RendezvousRole::Edge { seeds } => Role::Edge(Box::new(EdgeState {
@@ -417,7 +460,7 @@ pub(crate) fn spawn(
         events: ev_tx.clone(),
         conn_tx,
     };
-    let h = tokio::spawn(task.run(cmd_rx, conn_rx, [lease, q, r, s]));
+    let h = tokio::spawn(task.run(cmd_rx, conn_rx, [lease, prop, walk, s]));
     Ok((
         RendezvousHandle {
             cmd: cmd_tx,
@@ -485,7 +528,7 @@ impl Task {
         mut conns: mpsc::Receiver<(SocketAddr, Option<PeerId>)>,
         listeners: [crate::Listener; 4],
     ) {
-        let [mut lease, mut q, mut r, mut s] = listeners;
+        let [mut lease, mut prop, mut walk, mut s] = listeners;
         if let Role::Edge(e) = &self.role {
             let seeds = e.seeds.clone();
             for a in seeds {
@@ -502,9 +545,9 @@ impl Task {
                     None => return,
                 },
                 d = lease.recv() => match d { Some(d) => self.on_lease(d), None => return },
-                d = q.recv() => match d { Some(d) => self.on_query(d), None => return },
-                d = r.recv() => match d { Some(d) => self.on_response(d), None => return },
-                d = s.recv() => match d { Some(d) => self.on_srdi(d), None => return },
+                d = prop.recv() => match d { Some(d) => self.on_lease(d), None => return },
+                d = walk.recv() => match d { Some(d) => self.on_lease(d), None => return },
+                d = s.recv() => match d { Some(d) => self.on_srdi(d.from, &d.message), None => return },
                 c = conns.recv() => if let Some((addr, p)) = c { self.on_connected(addr, p) },
                 _ = tokio::time::sleep_until(at) => self.on_timer(),
             }
@@ -601,6 +644,12 @@ impl Task {
         let now = self.now();
         let g = self.g.clone();
         let me = self.me;
+        let c = match c {
+            Cmd::Query { q, raw, key } => return self.on_query(q, raw, key),
+            Cmd::Response(r) => return self.on_response(r),
+            Cmd::Busy(b) => return self.on_busy(b),
+            c => c,
+        };
         let Role::Edge(e) = &mut self.role else {
             match c {
                 Cmd::Publish { reply, .. } => {
@@ -609,6 +658,7 @@ impl Task {
                 Cmd::Lookup { reply, .. } => {
                     let _ = reply.send(Err(RendezvousError::NotEdge));
                 }
+                _ => {}
             }
             return;
         };
@@ -663,6 +713,7 @@ impl Task {
                 );
                 self.send_lookups(now);
             }
+            Cmd::Query { .. } | Cmd::Response(_) | Cmd::Busy(_) => {}
         }
     }
 
@@ -691,10 +742,11 @@ impl Task {
                         hop_count: 0,
                         src_peer: me,
                         query: p.text.clone(),
+                        src_route: None,
                     };
                     self.out.push(Transmit {
                         to: r,
-                        dest: ServiceAddress::new(RDV_RESOLVER_SERVICE, Some(&query_queue(&g))),
+                        dest: ServiceAddress::new(RESOLVER_SERVICE, Some(&query_queue(&g))),
                         message: Message::new().with(q.to_element(&g)),
                     });
                     p.next_send = now + QUERY_RETRY_MS;
@@ -769,42 +821,83 @@ impl Task {
                 let _ = r.srv.handle_message(from, &d.to, d.message, now);
             }
             Role::Edge(e) => {
-                if let Some(c) = e.cli.as_mut() {
+                let Some(c) = e.cli.as_mut() else { return };
+                if d.to.service == PROPAGATE_SERVICE {
+                    // Propagated by the rendezvous: delivered here, never
+                    // forwarded (edges do not repropagate).
+                    if let Ok(Some(dest)) = c.accept_propagated(&d.message) {
+                        self.deliver(from, dest, d.message);
+                    }
+                } else {
                     let _ = c.handle_message(from, &d.message, now);
                 }
             }
         }
     }
 
-    fn on_srdi(&mut self, d: Delivery) {
+    /// Delivers a propagated or walked message to its listener here: SRDI
+    /// to the index, anything else to the peer's listener for it (the
+    /// resolver, a propagate pipe, ...).
+    fn deliver(&mut self, from: PeerId, dest: ServiceAddress, message: Message) {
+        if dest.service == RESOLVER_SERVICE && dest.param.as_deref() == Some(&srdi_queue(&self.g)) {
+            self.on_srdi(Some(from), &message);
+            return;
+        }
+        tracing::debug!(%from, ?dest, "propagated message delivered here");
+        if let Some(inner) = self.inner.upgrade() {
+            inner.deliver_local(from, dest, message);
+        }
+    }
+
+    fn on_srdi(&mut self, from: Option<PeerId>, message: &Message) {
         let now = self.now();
         if let Role::Rdv(r) = &mut self.role {
             // Only leased edges may index entries here.
-            if d.from.is_some_and(|p| r.srv.is_client(&p)) {
+            if from.is_some_and(|p| r.srv.is_client(&p)) {
                 let view = global_view(r.srv.me(), r.srv.peer_view().members());
-                let _ = r.srdi.handle_srdi(&d.message, &view, now);
+                match r.srdi.handle_srdi(message, &view, now) {
+                    Ok(o) => tracing::debug!(from = ?from, outcome = ?o, "SRDI entries indexed"),
+                    Err(e) => tracing::debug!(error = %e, "SRDI message refused"),
+                }
             }
         }
     }
 
-    fn on_query(&mut self, d: Delivery) {
+    fn on_query(&mut self, q: ResolverQuery, raw: Message, key: Option<(String, String, String)>) {
         let now = self.now();
         let g = self.g.clone();
         let Role::Rdv(r) = &mut self.role else {
             return;
         };
-        let Ok(q) = ResolverQuery::from_message(&d.message, &g) else {
-            return;
-        };
+        let view = global_view(r.srv.me(), r.srv.peer_view().members());
         if q.handler != LOOKUP_HANDLER {
+            // A discovery query: forwarded to the publishers the index
+            // names (or the replica), who answer its source directly, as
+            // JXSE's rendezvous does. Walks between rendezvous are not
+            // wired yet.
+            let key = key
+                .as_ref()
+                .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str()));
+            let plan = r
+                .srdi
+                .handle_query(&q, raw, key, Arrival::Direct, &view, now);
+            let mut forwarded = 0;
+            while let Some(a) = r.srdi.poll_action() {
+                if let SrdiAction::Send(t) = a {
+                    if t.to != self.me && t.to != q.src_peer {
+                        self.out.push(t);
+                        forwarded += 1;
+                    }
+                }
+            }
+            tracing::debug!(src = %q.src_peer, ?key, ?plan, forwarded, "discovery query at the rendezvous");
             return;
         }
-        let view = global_view(r.srv.me(), r.srv.peer_view().members());
         let text = q.query.clone();
         let key = parse_key(&text);
         let plan = r
             .srdi
-            .handle_query(&q, d.message, key, Arrival::Direct, &view, now);
+            .handle_query(&q, raw, key, Arrival::Direct, &view, now);
         let mut hits = Vec::new();
         let qaddr = ServiceAddress::new(RESOLVER_SERVICE, Some(&query_queue(&g)));
         while let Some(a) = r.srdi.poll_action() {
@@ -841,26 +934,25 @@ impl Task {
             let resp = q.response(body);
             self.out.push(Transmit {
                 to: q.src_peer,
-                dest: ServiceAddress::new(RDV_RESOLVER_SERVICE, Some(&response_queue(&g))),
+                dest: ServiceAddress::new(RESOLVER_SERVICE, Some(&response_queue(&g))),
                 message: Message::new().with(resp.to_element(&g)),
             });
         }
     }
 
-    fn on_response(&mut self, d: Delivery) {
+    fn on_busy(&mut self, b: BusyNotice) {
         let now = self.now();
-        let g = self.g.clone();
         let Role::Edge(e) = &mut self.role else {
             return;
         };
-        if let Ok(Some(b)) = BusyNotice::from_message(&d.message) {
-            e.busy += 1;
-            if let Some(p) = e.pending.get_mut(&b.query_id) {
-                p.next_send = now + b.retry_after_ms.max(1);
-            }
-            return;
+        e.busy += 1;
+        if let Some(p) = e.pending.get_mut(&b.query_id) {
+            p.next_send = now + b.retry_after_ms.max(1);
         }
-        let Ok(r) = ResolverResponse::from_message(&d.message, &g) else {
+    }
+
+    fn on_response(&mut self, r: ResolverResponse) {
+        let Role::Edge(e) = &mut self.role else {
             return;
         };
         if r.handler != LOOKUP_HANDLER {
@@ -881,6 +973,7 @@ impl Task {
     fn drain(&mut self) {
         let g = self.g.clone();
         let me = self.me;
+        let mut delivers = Vec::new();
         match &mut self.role {
             Role::Rdv(r) => {
                 while let Some(a) = r.srdi.poll_action() {
@@ -893,6 +986,15 @@ impl Task {
                 }
                 while let Some(ev) = r.srv.poll_event() {
                     let e = match ev {
+                        ServerEvent::Deliver {
+                            from,
+                            dest,
+                            message,
+                            ..
+                        } => {
+                            delivers.push((from, dest, message));
+                            continue;
+                        }
                         ServerEvent::ClientJoined(p) => RendezvousEvent::ClientJoined(p),
                         ServerEvent::ClientLeft(p, _) => {
                             r.srdi.remove_peer(&p);
@@ -902,6 +1004,17 @@ impl Task {
                         _ => continue,
                     };
                     let _ = self.events.send(e);
+                }
+                for (from, dest, message) in delivers.drain(..) {
+                    self.deliver(from, dest, message);
+                }
+                // Delivering may have queued more (SRDI replication).
+                if let Role::Rdv(r) = &mut self.role {
+                    while let Some(a) = r.srdi.poll_action() {
+                        if let SrdiAction::Send(t) = a {
+                            self.out.push(t);
+                        }
+                    }
                 }
             }
             Role::Edge(e) => {
@@ -969,10 +1082,14 @@ impl Task {
         };
         let now = self.now();
         for t in std::mem::take(&mut self.out) {
-            let dest = map_dest(&self.g, &t.dest);
+            // Through the remote's router (an ERM header toward JXTA-framed
+            // peers; a plain send over compact framing): a JXSE peer learns
+            // the route back to us from the ERM, and reaches us no other
+            // way (it never maps our peer ID to the connection it opened).
+            let dest = t.dest;
             let ok = match inner.messenger(&t.to) {
                 Some(m) => m
-                    .send(&dest.service, dest.param.as_deref(), t.message)
+                    .send_routed_announced(&dest.service, dest.param.as_deref(), t.message)
                     .await
                     .is_ok(),
                 None => false,
@@ -1027,13 +1144,15 @@ impl Task {
 }
 
 fn srdi_transmit(g: &str, to: PeerId, m: &SrdiMessage) -> Transmit {
+    // The discovery handler's name, as JXSE's rendezvous only indexes SRDI
+    // for handlers it runs.
     let env = ResolverSrdi {
-        handler: LOOKUP_HANDLER.into(),
+        handler: DISCOVERY_HANDLER.into(),
         payload: m.to_xml(),
     };
     Transmit {
         to,
-        dest: ServiceAddress::new(RDV_RESOLVER_SERVICE, Some(&srdi_queue(g))),
+        dest: ServiceAddress::new(RESOLVER_SERVICE, Some(&srdi_queue(g))),
         message: Message::new().with(env.to_element(g)),
     }
 }

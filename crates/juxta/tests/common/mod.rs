@@ -38,6 +38,12 @@ pub struct Jxse {
 
 impl Jxse {
     pub fn start() -> Jxse {
+        Jxse::start_with(&[])
+    }
+
+    /// A harness started with extra arguments (`--rdv-seed URI`,
+    /// `--rendezvous`).
+    pub fn start_with(extra: &[&str]) -> Jxse {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../interop/jxse");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -50,6 +56,7 @@ impl Jxse {
             .args(["--port", &port.to_string(), "--name", "interop"])
             .arg("--home")
             .arg(home.path())
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -16,7 +16,9 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
+import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.List;
 import java.util.HexFormat;
 import java.util.Map;
 import java.util.Set;
@@ -99,6 +101,11 @@ public final class Main {
     private final Map<EndpointAddress, Messenger> replyMessengers = new ConcurrentHashMap<>();
     private final Set<String> learnedRoutes = ConcurrentHashMap.newKeySet();
     private final AtomicLong acksSent = new AtomicLong();
+    /** Rendezvous seeds: non-empty makes this peer an edge leasing one of them. */
+    private List<String> rdvSeeds = new ArrayList<>();
+    /** Whether this peer is a rendezvous. */
+    private boolean rendezvous;
+    private Discovery discovery;
     private final AtomicLong ackRepliesSeen = new AtomicLong();
 
     public static void main(String[] args) {
@@ -110,6 +117,8 @@ public final class Main {
         int port = -1;
         String home = null;
         String name = "juxta-harness";
+        List<String> rdvSeeds = new ArrayList<>();
+        boolean rendezvous = false;
         for (int i = 0; i < args.length; i++) {
             String a = args[i];
             String v = (i + 1 < args.length) ? args[i + 1] : null;
@@ -117,9 +126,11 @@ public final class Main {
                 case "--port": port = Integer.parseInt(require(a, v)); i++; break;
                 case "--home": home = require(a, v); i++; break;
                 case "--name": name = require(a, v); i++; break;
+                case "--rdv-seed": rdvSeeds.add(require(a, v)); i++; break;
+                case "--rendezvous": rendezvous = true; break;
                 case "-h":
                 case "--help":
-                    System.err.println("usage: Main --port P [--home DIR] [--name NAME]");
+                    System.err.println("usage: Main --port P [--home DIR] [--name NAME] [--rdv-seed tcp://127.0.0.1:P]... [--rendezvous]");
                     System.exit(0);
                     return;
                 default:
@@ -134,7 +145,14 @@ public final class Main {
             return;
         }
 
+        if (rendezvous && !rdvSeeds.isEmpty()) {
+            System.err.println("--rendezvous and --rdv-seed exclude each other");
+            System.exit(2);
+            return;
+        }
         Main main = new Main();
+        main.rdvSeeds = rdvSeeds;
+        main.rendezvous = rendezvous;
         int rc;
         try {
             rc = main.run(port, home, name);
@@ -199,8 +217,10 @@ public final class Main {
         }
 
         long t0 = System.nanoTime();
-        manager = new NetworkManager(NetworkManager.ConfigMode.ADHOC, name, home.toUri());
-        configure(manager.getConfigurator(), port);
+        NetworkManager.ConfigMode mode = rendezvous ? NetworkManager.ConfigMode.RENDEZVOUS
+                : rdvSeeds.isEmpty() ? NetworkManager.ConfigMode.ADHOC : NetworkManager.ConfigMode.EDGE;
+        manager = new NetworkManager(mode, name, home.toUri());
+        configure(manager.getConfigurator(), port, rdvSeeds, rendezvous);
         netGroup = manager.startNetwork();
         endpoint = netGroup.getEndpointService();
         peerId = netGroup.getPeerID().toString();
@@ -212,6 +232,7 @@ public final class Main {
         endpoint.addIncomingMessageListener((m, s, d) -> ackRepliesSeen.incrementAndGet(), SERVICE, "ack-reply");
         pipes = new Pipes(netGroup);
         bench = new Bench(netGroup);
+        discovery = new Discovery(netGroup);
         if (Boolean.getBoolean("juxta.harness.trace")) {
             Trace.install(endpoint);
         }
@@ -238,9 +259,15 @@ public final class Main {
         }
     }
 
-    /** ADHOC, TCP only on 127.0.0.1:port, everything else off, no seeds. */
-    private static void configure(NetworkConfigurator c, int port) {
-        c.setMode(NetworkConfigurator.ADHOC_NODE);
+    /**
+     * TCP only on 127.0.0.1:port, everything else off. ADHOC with no seeds by default; an edge
+     * leasing only the given rendezvous seeds (loopback addresses) with --rdv-seed; a
+     * rendezvous with --rendezvous.
+     */
+    private static void configure(NetworkConfigurator c, int port, List<String> rdvSeeds, boolean rendezvous) {
+        c.setMode(rendezvous ? NetworkConfigurator.RDV_NODE
+                : rdvSeeds.isEmpty() ? NetworkConfigurator.ADHOC_NODE
+                : NetworkConfigurator.EDGE_NODE & ~NetworkConfigurator.RELAY_CLIENT);
 
         c.setTcpEnabled(true);
         c.setTcpIncoming(true);
@@ -268,6 +295,9 @@ public final class Main {
         c.clearRendezvousSeedingURIs();
         c.clearRelaySeeds();
         c.clearRelaySeedingURIs();
+        for (String seed : rdvSeeds) {
+            c.addSeedRendezvous(URI.create(seed));
+        }
         c.setUseOnlyRendezvousSeeds(true);
         c.setUseOnlyRelaySeeds(true);
         // Peer ID deliberately not set: JXSE derives a cbid from its own certificate.
@@ -301,6 +331,9 @@ public final class Main {
                         String answer = pipes.dispatch(cmd, parts);
                         if (answer == null) {
                             answer = bench.dispatch(cmd, parts);   // BENCH_* (Bench.java)
+                        }
+                        if (answer == null) {
+                            answer = discovery.dispatch(cmd, parts);   // DISC_*, RDV_* (Discovery.java)
                         }
                         if (answer == null) {
                             out("ERROR unknown command: " + parts[0]);
