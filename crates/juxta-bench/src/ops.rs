@@ -1,15 +1,29 @@
 //! The "typical peer operations" table of the performance model: how long
-//! the everyday operations of a JXTA application take, timed in-process
-//! with two peers on loopback (configuration `ad-hoc`: no rendezvous, the
-//! peers connected directly).
+//! the everyday operations of a JXTA application take, timed in-process on
+//! loopback, in two configurations:
+//!
+//! - `ad-hoc`: two peers, no rendezvous, the peers connected directly;
+//! - `rendezvous`: a third peer R runs as a rendezvous and the two measured
+//!   peers are its edges, with no direct connection between them at the
+//!   start. Remote discovery goes to R, which forwards the query by its SRDI
+//!   index to the publishing edge, which answers the querier directly (over
+//!   the route the query carries). Pipe binding asks R too.
 //!
 //! Operations (each repeated [`OpsOptions::runs`] times, median and p99 in
-//! ms): `start` (a peer with an existing identity), `create-group`,
-//! `join-group` (password membership), `open-input-pipe`, `cached-peers`
-//! and `cached-pipe` (local discovery), `remote-peers` and `remote-pipe`
-//! (a discovery query to the other peer and its answer), `open-output-pipe`
-//! (pipe binding through the resolver) and `publish` (a pipe
-//! advertisement into the local cache).
+//! ms): `start` (a peer with an existing identity; in `rendezvous`, until
+//! the edge is leased), `create-group`, `join-group` (password membership),
+//! `open-input-pipe`, `cached-peers` and `cached-pipe` (local discovery),
+//! `remote-peers` and `remote-pipe` (a discovery query and its answer),
+//! `open-output-pipe` (pipe binding through the resolver) and `publish` (a
+//! pipe advertisement into the local cache; on an edge this also queues its
+//! SRDI entries for the rendezvous).
+//!
+//! In `rendezvous`, the SRDI push of a publish is asynchronous: the run
+//! waits until R's index holds the new entries before the remote lookups, so
+//! they time the query, not the push. `remote-peers` asks for the other
+//! edge's peer advertisement by `PID` (republished once so that its entries
+//! reach R). An operation that fails in `rendezvous` is reported as an
+//! [`OpsFailure`] (no row) and the others are still measured.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), juxta_bench::BenchError> {
@@ -18,9 +32,13 @@
 //! # Ok(()) }
 //! ```
 
+use std::net::SocketAddr;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use juxta::proto::advertisement::{AdvKind, Advertisement, PipeAdvertisement, PipeType};
+use juxta::proto::id::PeerId;
+use juxta::rendezvous::{RendezvousConfig, RendezvousHandle};
 use juxta::{Peer, PeerConfig};
 use serde::Serialize;
 
@@ -41,8 +59,13 @@ pub const OPERATIONS: [&str; 10] = [
     "publish",
 ];
 
-/// How long a remote operation may take before the run fails.
+/// The configurations, in run order.
+pub const CONFIGS: [&str; 2] = ["ad-hoc", "rendezvous"];
+
+/// How long a remote operation may take before it counts as failed.
 const OP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long to wait for a rendezvous' SRDI index to show a publish.
+const INDEX_WAIT: Duration = Duration::from_secs(5);
 
 /// Errors specific to the operations scenario.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +79,29 @@ pub enum OpsError {
     /// An operation returned nothing where something was expected.
     #[error("{0}: nothing found")]
     NotFound(&'static str),
+    /// A configuration name that does not exist.
+    #[error("unknown ops configuration {0:?} (known: ad-hoc, rendezvous)")]
+    UnknownConfig(String),
+    /// No configuration to run.
+    #[error("no ops configuration given (known: ad-hoc, rendezvous)")]
+    NoConfig,
+    /// An edge did not lease its rendezvous in time.
+    #[error("{0}: not leased by the rendezvous within {1:?}")]
+    NotLeased(&'static str, Duration),
+}
+
+/// Checks a configuration name; returns its canonical spelling.
+///
+/// ```
+/// assert_eq!(juxta_bench::ops::parse_config("rendezvous").unwrap(), "rendezvous");
+/// assert!(juxta_bench::ops::parse_config("mesh").is_err());
+/// ```
+pub fn parse_config(s: &str) -> Result<&'static str, BenchError> {
+    CONFIGS
+        .iter()
+        .find(|c| **c == s.trim())
+        .copied()
+        .ok_or_else(|| OpsError::UnknownConfig(s.to_string()).into())
 }
 
 /// Options of the scenario.
@@ -65,6 +111,9 @@ pub struct OpsOptions {
     pub runs: usize,
     /// RSA key size of the peers' identities (default 1024).
     pub key_bits: usize,
+    /// Configurations to measure, in order (default: every one of
+    /// [`CONFIGS`]).
+    pub configs: Vec<String>,
 }
 
 impl Default for OpsOptions {
@@ -72,6 +121,7 @@ impl Default for OpsOptions {
         OpsOptions {
             runs: 20,
             key_bits: 1024,
+            configs: CONFIGS.iter().map(|c| c.to_string()).collect(),
         }
     }
 }
@@ -83,7 +133,7 @@ pub struct OpsRow {
     pub scenario: String,
     /// One of [`OPERATIONS`].
     pub operation: String,
-    /// The configuration (`ad-hoc`).
+    /// The configuration (one of [`CONFIGS`]).
     pub config: String,
     /// Median, ms.
     pub ms_median: f64,
@@ -91,6 +141,26 @@ pub struct OpsRow {
     pub ms_p99: f64,
     /// Repetitions measured.
     pub runs: usize,
+}
+
+/// An operation that could not be measured in a configuration.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OpsFailure {
+    /// The configuration.
+    pub config: String,
+    /// The operation.
+    pub operation: String,
+    /// Why (the first failure; the operation is not retried after it).
+    pub reason: String,
+}
+
+/// Everything a run produced.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OpsReport {
+    /// One row per measured operation and configuration.
+    pub rows: Vec<OpsRow>,
+    /// The operations that failed (no row).
+    pub failures: Vec<OpsFailure>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -103,51 +173,151 @@ fn pipe(name: String) -> PipeAdvertisement {
     a
 }
 
-fn row(op: &str, samples: &mut [f64]) -> OpsRow {
-    samples.sort_by(f64::total_cmp);
-    OpsRow {
-        scenario: "ops".into(),
-        operation: op.into(),
-        config: "ad-hoc".into(),
-        ms_median: percentile(samples, 0.5),
-        ms_p99: percentile(samples, 0.99),
-        runs: samples.len(),
+fn idx(op: &str) -> usize {
+    OPERATIONS
+        .iter()
+        .position(|o| *o == op)
+        .expect("operation")
+}
+
+/// Samples per operation, and the first failure of each.
+struct Tally {
+    config: &'static str,
+    samples: Vec<Vec<f64>>,
+    failed: Vec<Option<String>>,
+}
+
+impl Tally {
+    fn new(config: &'static str, runs: usize) -> Tally {
+        Tally {
+            config,
+            samples: vec![Vec::with_capacity(runs); OPERATIONS.len()],
+            failed: vec![None; OPERATIONS.len()],
+        }
+    }
+
+    fn add(&mut self, op: &str, d: Duration) {
+        self.samples[idx(op)].push(ms(d));
+    }
+
+    /// Whether `op` is still measured (it has not failed).
+    fn live(&self, op: &str) -> bool {
+        self.failed[idx(op)].is_none()
+    }
+
+    fn fail(&mut self, op: &str, why: impl std::fmt::Display, progress: &mut impl FnMut(&str)) {
+        let i = idx(op);
+        if self.failed[i].is_none() {
+            let why = why.to_string();
+            progress(&format!(
+                "ops: {}: {op} FAILED, not measured: {why}",
+                self.config
+            ));
+            self.failed[i] = Some(why);
+        }
+    }
+
+    fn finish(self, report: &mut OpsReport) {
+        for ((op, mut s), f) in OPERATIONS.iter().zip(self.samples).zip(self.failed) {
+            if let Some(reason) = f {
+                report.failures.push(OpsFailure {
+                    config: self.config.into(),
+                    operation: op.to_string(),
+                    reason,
+                });
+                continue;
+            }
+            s.sort_by(f64::total_cmp);
+            report.rows.push(OpsRow {
+                scenario: "ops".into(),
+                operation: op.to_string(),
+                config: self.config.into(),
+                ms_median: percentile(&s, 0.5),
+                ms_p99: percentile(&s, 0.99),
+                runs: s.len(),
+            });
+        }
     }
 }
 
-/// Runs the scenario and returns one row per operation, in
-/// [`OPERATIONS`] order.
+fn peer_cfg(dir: &Path, name: &str, key_bits: usize, listen: bool) -> PeerConfig {
+    let mut c = PeerConfig::new(dir.join(name));
+    c.key_bits = key_bits;
+    if listen {
+        c = c.listen("127.0.0.1:0".parse().expect("address"));
+    }
+    c
+}
+
+/// Runs the scenario and returns one row per operation and configuration,
+/// configurations in [`OpsOptions::configs`] order, operations in
+/// [`OPERATIONS`] order. Operations that failed in `rendezvous` have no
+/// row (see [`run_report`] for why).
 pub async fn run(
     opts: &OpsOptions,
-    mut progress: impl FnMut(&str),
+    progress: impl FnMut(&str),
 ) -> Result<Vec<OpsRow>, BenchError> {
+    Ok(run_report(opts, progress).await?.rows)
+}
+
+/// Like [`run`], and also says which operations failed and why.
+pub async fn run_report(
+    opts: &OpsOptions,
+    mut progress: impl FnMut(&str),
+) -> Result<OpsReport, BenchError> {
+    let configs = opts
+        .configs
+        .iter()
+        .map(|c| parse_config(c))
+        .collect::<Result<Vec<_>, _>>()?;
+    if configs.is_empty() {
+        return Err(OpsError::NoConfig.into());
+    }
     let runs = opts.runs.max(1);
     let dir = tempfile::tempdir().map_err(|source| BenchError::Io {
         what: "creating a temporary directory".into(),
         source,
     })?;
-    let cfg = |name: &str, listen: bool| {
-        let mut c = PeerConfig::new(dir.path().join(name));
-        c.key_bits = opts.key_bits;
-        if listen {
-            c = c.listen("127.0.0.1:0".parse().expect("address"));
+    let mut report = OpsReport::default();
+    for config in configs {
+        let first = report.rows.len();
+        let t = if config == "rendezvous" {
+            rendezvous(opts, runs, &dir.path().join("rdv"), &mut progress).await?
+        } else {
+            ad_hoc(opts, runs, &dir.path().join("ad-hoc"), &mut progress).await?
+        };
+        t.finish(&mut report);
+        for r in &report.rows[first..] {
+            progress(&format!(
+                "ops: {:<10} {:<16} median {:>8.3} ms  p99 {:>8.3} ms",
+                r.config, r.operation, r.ms_median, r.ms_p99
+            ));
         }
-        c
-    };
-    let mut t: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); OPERATIONS.len()];
-    let idx = |op: &str| OPERATIONS.iter().position(|o| *o == op).expect("operation");
+    }
+    Ok(report)
+}
 
-    progress("ops: start");
+/// Two peers connected directly: every failure fails the run.
+async fn ad_hoc(
+    opts: &OpsOptions,
+    runs: usize,
+    dir: &Path,
+    progress: &mut impl FnMut(&str),
+) -> Result<Tally, BenchError> {
+    let cfg = |name: &str, listen: bool| peer_cfg(dir, name, opts.key_bits, listen);
+    let mut t = Tally::new("ad-hoc", runs);
+
+    progress("ops: ad-hoc: start");
     // The identity is created once; `start` loads it.
     drop(Peer::start(cfg("s", false)).await?);
     for _ in 0..runs {
         let t0 = Instant::now();
         let p = Peer::start(cfg("s", false)).await?;
-        t[idx("start")].push(ms(t0.elapsed()));
+        t.add("start", t0.elapsed());
         drop(p);
     }
 
-    progress("ops: two peers on loopback");
+    progress("ops: ad-hoc: two peers on loopback");
     let a = Peer::start(cfg("a", true)).await?;
     let b = Peer::start(cfg("b", false)).await?;
     let addr = a
@@ -159,7 +329,7 @@ pub async fn run(
     let aid = a.peer_id();
     let (da, db) = (a.discovery(), b.discovery());
 
-    progress("ops: groups");
+    progress("ops: ad-hoc: groups");
     for i in 0..runs {
         let t0 = Instant::now();
         let g = a
@@ -167,36 +337,36 @@ pub async fn run(
             .create(&format!("ops-group-{i}"), Some("pw"))
             .await
             .map_err(OpsError::from)?;
-        t[idx("create-group")].push(ms(t0.elapsed()));
+        t.add("create-group", t0.elapsed());
         let t0 = Instant::now();
         b.groups()
             .join(&g.adv, Some("pw"))
             .await
             .map_err(OpsError::from)?;
-        t[idx("join-group")].push(ms(t0.elapsed()));
+        t.add("join-group", t0.elapsed());
         b.groups().leave(&g.id).map_err(OpsError::from)?;
     }
 
-    progress("ops: pipes and discovery");
+    progress("ops: ad-hoc: pipes and discovery");
     let mut inputs = Vec::with_capacity(runs);
     for i in 0..runs {
         let adv = pipe(format!("ops-pipe-{i}"));
         let t0 = Instant::now();
         inputs.push(a.pipes().create_input_pipe(&adv)?);
-        t[idx("open-input-pipe")].push(ms(t0.elapsed()));
+        t.add("open-input-pipe", t0.elapsed());
 
         let t0 = Instant::now();
         da.publish(&Advertisement::Pipe(adv.clone()))
             .await
             .map_err(OpsError::from)?;
-        t[idx("publish")].push(ms(t0.elapsed()));
+        t.add("publish", t0.elapsed());
 
         let t0 = Instant::now();
         let found = db
             .get_remote(AdvKind::Peer, None, None, 10, Some(aid), OP_TIMEOUT)
             .await
             .map_err(OpsError::from)?;
-        t[idx("remote-peers")].push(ms(t0.elapsed()));
+        t.add("remote-peers", t0.elapsed());
         if found.is_empty() {
             return Err(OpsError::NotFound("remote-peers").into());
         }
@@ -206,7 +376,7 @@ pub async fn run(
             .get_local(AdvKind::Peer, None, None, 10)
             .await
             .map_err(OpsError::from)?;
-        t[idx("cached-peers")].push(ms(t0.elapsed()));
+        t.add("cached-peers", t0.elapsed());
         if found.is_empty() {
             return Err(OpsError::NotFound("cached-peers").into());
         }
@@ -224,7 +394,7 @@ pub async fn run(
             )
             .await
             .map_err(OpsError::from)?;
-        t[idx("remote-pipe")].push(ms(t0.elapsed()));
+        t.add("remote-pipe", t0.elapsed());
         if found.is_empty() {
             return Err(OpsError::NotFound("remote-pipe").into());
         }
@@ -234,7 +404,7 @@ pub async fn run(
             .get_local(AdvKind::Adv, Some("Name"), Some(&name), 1)
             .await
             .map_err(OpsError::from)?;
-        t[idx("cached-pipe")].push(ms(t0.elapsed()));
+        t.add("cached-pipe", t0.elapsed());
         let Some(Advertisement::Pipe(found)) = found.into_iter().next() else {
             return Err(OpsError::NotFound("cached-pipe").into());
         };
@@ -244,23 +414,269 @@ pub async fn run(
             .pipes()
             .create_output_pipe(&found, &[aid], OP_TIMEOUT)
             .await?;
-        t[idx("open-output-pipe")].push(ms(t0.elapsed()));
+        t.add("open-output-pipe", t0.elapsed());
         drop(out);
     }
     drop(inputs);
+    Ok(t)
+}
 
-    let rows: Vec<OpsRow> = OPERATIONS
+/// Starts an edge of the rendezvous at `seed` and waits until it is leased.
+async fn start_edge(
+    dir: &Path,
+    name: &str,
+    key_bits: usize,
+    seed: SocketAddr,
+) -> Result<Result<Peer, OpsError>, BenchError> {
+    let cfg = peer_cfg(dir, name, key_bits, true).rendezvous(RendezvousConfig::edge(vec![seed]));
+    let p = Peer::start(cfg).await?;
+    let leased = match p.rendezvous() {
+        Some(h) => h.wait_leased(OP_TIMEOUT).await.is_some(),
+        None => false,
+    };
+    Ok(if leased {
+        Ok(p)
+    } else {
+        Err(OpsError::NotLeased("edge", OP_TIMEOUT))
+    })
+}
+
+/// Publishes `adv` on `peer` and waits until the rendezvous `r` indexed its
+/// SRDI entries (or [`INDEX_WAIT`] passed: said on `progress`).
+async fn publish_indexed(
+    peer: &Peer,
+    r: &RendezvousHandle,
+    adv: &Advertisement,
+    progress: &mut impl FnMut(&str),
+) -> Result<Duration, OpsError> {
+    let before = r.status().index_entries;
+    // The entries the edge pushes: its non-empty indexed fields.
+    let want = adv
+        .index_fields()
         .iter()
-        .zip(t.iter_mut())
-        .map(|(op, s)| row(op, s))
-        .collect();
-    for r in &rows {
-        progress(&format!(
-            "ops: {:<16} median {:>8.3} ms  p99 {:>8.3} ms",
-            r.operation, r.ms_median, r.ms_p99
-        ));
+        .filter(|(_, v)| !v.is_empty())
+        .count()
+        .max(1);
+    let t0 = Instant::now();
+    peer.discovery().publish(adv).await?;
+    let took = t0.elapsed();
+    let deadline = Instant::now() + INDEX_WAIT;
+    while r.status().index_entries < before + want {
+        if Instant::now() >= deadline {
+            progress(&format!(
+                "ops: rendezvous: index grew from {before} to {} within {INDEX_WAIT:?}, {want} entries expected",
+                r.status().index_entries
+            ));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    Ok(rows)
+    Ok(took)
+}
+
+/// Two edges of a rendezvous: operation failures are recorded, set-up
+/// failures (the rendezvous, the edges' leases) fail the run.
+async fn rendezvous(
+    opts: &OpsOptions,
+    runs: usize,
+    dir: &Path,
+    progress: &mut impl FnMut(&str),
+) -> Result<Tally, BenchError> {
+    let kb = opts.key_bits;
+    let mut t = Tally::new("rendezvous", runs);
+
+    progress("ops: rendezvous: rendezvous peer");
+    let r = Peer::start(
+        peer_cfg(dir, "r", kb, true).rendezvous(RendezvousConfig::rendezvous()),
+    )
+    .await?;
+    let r_addr = r
+        .local_addr()
+        .ok_or(OpsError::NotFound("rendezvous listen address"))?;
+    let rid = r.peer_id();
+    let rh = r
+        .rendezvous()
+        .ok_or(OpsError::NotFound("rendezvous service"))?
+        .clone();
+
+    progress("ops: rendezvous: start (until leased)");
+    // The identity is created once; `start` loads it.
+    drop(start_edge(dir, "s", kb, r_addr).await??);
+    for _ in 0..runs {
+        let t0 = Instant::now();
+        match start_edge(dir, "s", kb, r_addr).await? {
+            Ok(p) => {
+                t.add("start", t0.elapsed());
+                drop(p);
+            }
+            Err(e) => {
+                t.fail("start", e, progress);
+                break;
+            }
+        }
+    }
+
+    progress("ops: rendezvous: two edges");
+    let a = start_edge(dir, "a", kb, r_addr).await??;
+    let b = start_edge(dir, "b", kb, r_addr).await??;
+    let (aid, bid) = (a.peer_id(), b.peer_id());
+    let (da, db) = (a.discovery(), b.discovery());
+
+    progress("ops: rendezvous: groups");
+    for i in 0..runs {
+        let t0 = Instant::now();
+        let g = match a
+            .groups()
+            .create(&format!("ops-rdv-group-{i}"), Some("pw"))
+            .await
+        {
+            Ok(g) => g,
+            Err(e) => {
+                t.fail("create-group", e, progress);
+                t.fail("join-group", "no group created", progress);
+                break;
+            }
+        };
+        t.add("create-group", t0.elapsed());
+        if !t.live("join-group") {
+            continue;
+        }
+        let t0 = Instant::now();
+        match b.groups().join(&g.adv, Some("pw")).await {
+            Ok(_) => {
+                t.add("join-group", t0.elapsed());
+                b.groups().leave(&g.id).map_err(OpsError::from)?;
+            }
+            Err(e) => t.fail("join-group", e, progress),
+        }
+    }
+
+    // A's own peer advertisement is in its cache since start, without SRDI
+    // entries: published again so that R indexes it.
+    let own = da
+        .get_local(AdvKind::Peer, Some("PID"), Some(&aid.to_string()), 1)
+        .await
+        .map_err(OpsError::from)?;
+    let own = own
+        .into_iter()
+        .next()
+        .ok_or(OpsError::NotFound("own peer advertisement"))?;
+    publish_indexed(&a, &rh, &own, progress).await?;
+    let aid_text = aid.to_string();
+
+    progress("ops: rendezvous: pipes and discovery");
+    let mut inputs = Vec::with_capacity(runs);
+    for i in 0..runs {
+        let adv = pipe(format!("ops-rdv-pipe-{i}"));
+        let t0 = Instant::now();
+        match a.pipes().create_input_pipe(&adv) {
+            Ok(p) => {
+                t.add("open-input-pipe", t0.elapsed());
+                inputs.push(p);
+            }
+            Err(e) => t.fail("open-input-pipe", e, progress),
+        }
+
+        match publish_indexed(&a, &rh, &Advertisement::Pipe(adv.clone()), progress).await {
+            Ok(d) => t.add("publish", d),
+            Err(e) => t.fail("publish", e, progress),
+        }
+
+        if t.live("remote-peers") {
+            let t0 = Instant::now();
+            let r = db
+                .get_remote(
+                    AdvKind::Peer,
+                    Some("PID"),
+                    Some(&aid_text),
+                    1,
+                    Some(rid),
+                    OP_TIMEOUT,
+                )
+                .await;
+            let d = t0.elapsed();
+            match r {
+                Ok(f) if f.iter().any(|x| matches!(x, Advertisement::Peer(p) if p.peer_id == aid)) => {
+                    t.add("remote-peers", d)
+                }
+                Ok(_) => t.fail("remote-peers", "the other edge's peer advertisement was not found through the rendezvous", progress),
+                Err(e) => t.fail("remote-peers", e, progress),
+            }
+        }
+
+        let t0 = Instant::now();
+        match db.get_local(AdvKind::Peer, None, None, 10).await {
+            Ok(f) if !f.is_empty() => t.add("cached-peers", t0.elapsed()),
+            Ok(_) => t.fail("cached-peers", "no peer advertisement cached", progress),
+            Err(e) => t.fail("cached-peers", e, progress),
+        }
+
+        let name = adv.name.clone().unwrap_or_default();
+        let mut found_remote = false;
+        if t.live("remote-pipe") {
+            let t0 = Instant::now();
+            let r = db
+                .get_remote(
+                    AdvKind::Adv,
+                    Some("Name"),
+                    Some(&name),
+                    1,
+                    Some(rid),
+                    OP_TIMEOUT,
+                )
+                .await;
+            let d = t0.elapsed();
+            match r {
+                Ok(f) if !f.is_empty() => {
+                    t.add("remote-pipe", d);
+                    found_remote = true;
+                }
+                Ok(_) => t.fail(
+                    "remote-pipe",
+                    "the pipe advertisement was not found through the rendezvous",
+                    progress,
+                ),
+                Err(e) => t.fail("remote-pipe", e, progress),
+            }
+        }
+
+        // Only meaningful once remote-pipe brought the advertisement here.
+        let mut target = adv.clone();
+        if found_remote && t.live("cached-pipe") {
+            let t0 = Instant::now();
+            match db
+                .get_local(AdvKind::Adv, Some("Name"), Some(&name), 1)
+                .await
+            {
+                Ok(f) => match f.into_iter().next() {
+                    Some(Advertisement::Pipe(p)) => {
+                        t.add("cached-pipe", t0.elapsed());
+                        target = p;
+                    }
+                    _ => t.fail("cached-pipe", "the pipe advertisement found remotely is not cached", progress),
+                },
+                Err(e) => t.fail("cached-pipe", e, progress),
+            }
+        } else if !found_remote {
+            t.fail("cached-pipe", "remote-pipe found nothing to cache", progress);
+        }
+
+        if t.live("open-output-pipe") {
+            // Bound through the rendezvous: the query goes to R only.
+            let t0 = Instant::now();
+            match b.pipes().create_output_pipe(&target, &[rid], OP_TIMEOUT).await {
+                Ok(out) => {
+                    t.add("open-output-pipe", t0.elapsed());
+                    drop(out);
+                }
+                Err(e) => t.fail("open-output-pipe", e, progress),
+            }
+        }
+    }
+    drop(inputs);
+    let _ = bid;
+    drop((a, b, r));
+    Ok(t)
 }
 
 #[cfg(test)]
@@ -276,6 +692,7 @@ mod tests {
         let opts = OpsOptions {
             runs: 2,
             key_bits: 1024,
+            configs: vec!["ad-hoc".into()],
         };
         let rows = rt.block_on(run(&opts, |_| {})).unwrap();
         let ops: Vec<&str> = rows.iter().map(|r| r.operation.as_str()).collect();
@@ -290,5 +707,34 @@ mod tests {
         let json = serde_json::to_value(&rows[0]).unwrap();
         assert_eq!(json["operation"], "start");
         assert!(json["ms_median"].is_number() && json["ms_p99"].is_number());
+    }
+
+    #[test]
+    fn configurations_are_checked() {
+        assert_eq!(parse_config("ad-hoc").unwrap(), "ad-hoc");
+        assert_eq!(parse_config(" rendezvous ").unwrap(), "rendezvous");
+        assert!(matches!(
+            parse_config("mesh"),
+            Err(BenchError::Ops(OpsError::UnknownConfig(c))) if c == "mesh"
+        ));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for (configs, bad) in [(vec![], "no config"), (vec!["ad-hoc".into(), "x".into()], "x")] {
+            let opts = OpsOptions {
+                runs: 1,
+                configs,
+                ..OpsOptions::default()
+            };
+            let e = rt.block_on(run(&opts, |_| {})).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    BenchError::Ops(OpsError::NoConfig | OpsError::UnknownConfig(_))
+                ),
+                "{bad}: {e}"
+            );
+        }
     }
 }

@@ -203,6 +203,27 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
     }
     let msg = PipeResolverMsg::parse(&q.query)?;
     let me = *inner.identity.peer_id();
+    // A rendezvous that does not hold the pipe stays silent (a "not found"
+    // would end the querier's binding) and forwards the query to the peer
+    // its SRDI index names (`<pipe type>`/`Id`/pipe ID), which answers the
+    // querier itself.
+    if let (
+        Some(h),
+        PipeResolverMsg::Query {
+            pipe_id, pipe_type, ..
+        },
+    ) = (rdv.filter(|h| h.is_rendezvous()), &msg)
+    {
+        if !inner.pipes.has_input(pipe_id, *pipe_type) {
+            let key = Some((
+                pipe_type.as_str().to_string(),
+                "Id".to_string(),
+                pipe_id.to_string(),
+            ));
+            h.resolver_query(q, d.message, key).await;
+            return Ok(());
+        }
+    }
     let directed = matches!(&msg, PipeResolverMsg::Query { peers, .. } if peers.contains(&me));
     // Secure pipes speak TLS 1.3 to Juxta peers only (JXSE's secure pipes
     // use TLS 1.0 over its own transport): a peer on a connection in JXTA

@@ -254,3 +254,83 @@ async fn a_querier_over_its_rate_gets_busy_answers_and_completes() {
     assert!(eventually(|| rdv.rendezvous().unwrap().status().busy > 0).await);
     assert!(eventually(|| greedy.status().answered == 30).await);
 }
+
+/// Two edges of one rendezvous, never connected to each other: one
+/// publishes a pipe advertisement and opens its input pipe, the other finds
+/// the advertisement and binds an output pipe through the rendezvous (SRDI
+/// entries for the advertisement and the pipe; the rendezvous forwards the
+/// discovery and binding queries to the publisher, which answers over the
+/// route the query carried), then sends a message over the pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_and_pipe_binding_through_a_rendezvous() {
+    use juxta_proto::advertisement::{AdvKind, Advertisement, PipeAdvertisement, PipeType};
+    use juxta_proto::id::PipeId;
+    use juxta_proto::message::{Element, Message};
+
+    let dir = tempfile::tempdir().unwrap();
+    let rdv = start(&dir, "rdv", true, RendezvousConfig::rendezvous()).await;
+    let seeds = vec![rdv.local_addr().unwrap()];
+    let publisher = start(&dir, "pub", true, RendezvousConfig::edge(seeds.clone())).await;
+    let asker = start(&dir, "ask", true, RendezvousConfig::edge(seeds)).await;
+    for p in [&publisher, &asker] {
+        assert!(p.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    }
+    assert!(
+        asker.messenger(&publisher.peer_id()).is_err(),
+        "not connected yet"
+    );
+
+    let mut adv =
+        PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+    adv.name = Some("printer-through-rdv".into());
+    publisher
+        .discovery()
+        .publish(&Advertisement::Pipe(adv.clone()))
+        .await
+        .unwrap();
+    let mut input = publisher.pipes().create_input_pipe(&adv).unwrap();
+    // Name and Id of the advertisement, Id of the input pipe.
+    let rh = rdv.rendezvous().unwrap();
+    assert!(
+        eventually(|| rh.status().index_entries >= 3).await,
+        "{:?}",
+        rh.status()
+    );
+
+    let found = asker
+        .discovery()
+        .get_remote(
+            AdvKind::Adv,
+            Some("Name"),
+            Some("printer-through-rdv"),
+            1,
+            None,
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let [Advertisement::Pipe(got)] = &found[..] else {
+        panic!("found {found:?}");
+    };
+    assert_eq!(got.id, adv.id);
+
+    let out = asker
+        .pipes()
+        .create_output_pipe(got, &[], WAIT)
+        .await
+        .unwrap();
+    out.send(Message::new().with(Element::text("", "text", "hello via rdv")))
+        .await
+        .unwrap();
+    let m = tokio::time::timeout(WAIT, input.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        m.message.get("", "text").unwrap().as_str(),
+        Some("hello via rdv")
+    );
+    assert_eq!(m.from, Some(asker.peer_id()));
+    // The rendezvous handled the queries; it never held the pipe.
+    assert!(rh.status().queries >= 2, "{:?}", rh.status());
+}

@@ -22,6 +22,10 @@ enum Source {
 /// The receiving end of a pipe. Messages queue in a bounded buffer
 /// ([`crate::PeerConfig::listener_queue`]); while it is full the senders'
 /// connections stop being read (back-pressure), nothing is dropped.
+/// How long a rendezvous keeps the SRDI entry of an input pipe (JXSE's
+/// pipe resolver publishes its entries for 2 hours and re-pushes them).
+const PIPE_SRDI_EXPIRATION: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
+
 /// Dropping the input pipe closes it.
 pub struct InputPipe {
     adv: PipeAdvertisement,
@@ -48,6 +52,17 @@ impl InputPipe {
             }
         };
         let dedup = (adv.pipe_type == PipeType::Propagate).then(DuplicateFilter::default);
+        // On an edge: tell the rendezvous (SRDI `<pipe type>`/`Id`/pipe ID,
+        // as JXSE's pipe resolver does), so binding queries through the
+        // rendezvous reach this peer.
+        if let Some(h) = inner.rendezvous.get().filter(|h| !h.is_rendezvous()) {
+            let h = h.clone();
+            let (ty, id) = (adv.pipe_type.as_str(), adv.id.to_string());
+            tokio::spawn(async move {
+                h.publish_entries(ty, &[("Id".to_string(), id)], PIPE_SRDI_EXPIRATION)
+                    .await;
+            });
+        }
         Ok(InputPipe {
             adv: adv.clone(),
             source,

@@ -222,7 +222,9 @@ async fn send_query(inner: &Arc<Inner>, q: &OutgoingQuery) {
             hop_count: 0,
             src_peer: *inner.identity.peer_id(),
             query: q.msg.to_xml(),
-            src_route: None,
+            // So a peer the query is forwarded to (by a rendezvous) can
+            // answer directly.
+            src_route: crate::discovery::local_route(inner),
         };
         let msg = Message::new().with(doc.to_element(&g));
         if let Err(e) = m

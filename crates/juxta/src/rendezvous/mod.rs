@@ -58,10 +58,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use juxta_proto::advertisement::PipeType;
 use juxta_proto::discovery::DISCOVERY_HANDLER;
 use juxta_proto::endpoint::{Delivery, ServiceAddress};
 use juxta_proto::id::{PeerGroupId, PeerId};
 use juxta_proto::message::Message;
+use juxta_proto::pipe::binding::PIPE_RESOLVER_HANDLER;
 use juxta_proto::rendezvous::edge::{EdgeClient, EdgeConfig, EdgeEvent, LossReason};
 use juxta_proto::rendezvous::messages::{
     lease_address, minimal_rdv_adv, propagate_address, walk_address, BusyNotice, PROPAGATE_SERVICE,
@@ -1144,10 +1146,16 @@ impl Task {
 }
 
 fn srdi_transmit(g: &str, to: PeerId, m: &SrdiMessage) -> Transmit {
-    // The discovery handler's name, as JXSE's rendezvous only indexes SRDI
-    // for handlers it runs.
+    // The handler JXSE files these entries under: its pipe resolver for
+    // pipe types, its discovery service for the rest (a JXSE rendezvous
+    // only indexes SRDI for handlers it runs).
+    let handler = if m.primary_key.parse::<PipeType>().is_ok() {
+        PIPE_RESOLVER_HANDLER
+    } else {
+        DISCOVERY_HANDLER
+    };
     let env = ResolverSrdi {
-        handler: DISCOVERY_HANDLER.into(),
+        handler: handler.into(),
         payload: m.to_xml(),
     };
     Transmit {
