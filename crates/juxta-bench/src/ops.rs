@@ -37,7 +37,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use juxta::proto::advertisement::{AdvKind, Advertisement, PipeAdvertisement, PipeType};
-use juxta::proto::id::PeerId;
 use juxta::rendezvous::{RendezvousConfig, RendezvousHandle};
 use juxta::{Peer, PeerConfig};
 use serde::Serialize;
@@ -174,10 +173,7 @@ fn pipe(name: String) -> PipeAdvertisement {
 }
 
 fn idx(op: &str) -> usize {
-    OPERATIONS
-        .iter()
-        .position(|o| *o == op)
-        .expect("operation")
+    OPERATIONS.iter().position(|o| *o == op).expect("operation")
 }
 
 /// Samples per operation, and the first failure of each.
@@ -253,10 +249,7 @@ fn peer_cfg(dir: &Path, name: &str, key_bits: usize, listen: bool) -> PeerConfig
 /// configurations in [`OpsOptions::configs`] order, operations in
 /// [`OPERATIONS`] order. Operations that failed in `rendezvous` have no
 /// row (see [`run_report`] for why).
-pub async fn run(
-    opts: &OpsOptions,
-    progress: impl FnMut(&str),
-) -> Result<Vec<OpsRow>, BenchError> {
+pub async fn run(opts: &OpsOptions, progress: impl FnMut(&str)) -> Result<Vec<OpsRow>, BenchError> {
     Ok(run_report(opts, progress).await?.rows)
 }
 
@@ -460,6 +453,18 @@ async fn publish_indexed(
     let t0 = Instant::now();
     peer.discovery().publish(adv).await?;
     let took = t0.elapsed();
+    wait_index(r, before, want, progress).await;
+    Ok(took)
+}
+
+/// Waits until the rendezvous `r` indexes `want` more entries than
+/// `before` (or [`INDEX_WAIT`] passed: said on `progress`).
+async fn wait_index(
+    r: &RendezvousHandle,
+    before: usize,
+    want: usize,
+    progress: &mut impl FnMut(&str),
+) {
     let deadline = Instant::now() + INDEX_WAIT;
     while r.status().index_entries < before + want {
         if Instant::now() >= deadline {
@@ -467,11 +472,10 @@ async fn publish_indexed(
                 "ops: rendezvous: index grew from {before} to {} within {INDEX_WAIT:?}, {want} entries expected",
                 r.status().index_entries
             ));
-            break;
+            return;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    Ok(took)
 }
 
 /// Two edges of a rendezvous: operation failures are recorded, set-up
@@ -486,10 +490,8 @@ async fn rendezvous(
     let mut t = Tally::new("rendezvous", runs);
 
     progress("ops: rendezvous: rendezvous peer");
-    let r = Peer::start(
-        peer_cfg(dir, "r", kb, true).rendezvous(RendezvousConfig::rendezvous()),
-    )
-    .await?;
+    let r = Peer::start(peer_cfg(dir, "r", kb, true).rendezvous(RendezvousConfig::rendezvous()))
+        .await?;
     let r_addr = r
         .local_addr()
         .ok_or(OpsError::NotFound("rendezvous listen address"))?;
@@ -519,7 +521,7 @@ async fn rendezvous(
     progress("ops: rendezvous: two edges");
     let a = start_edge(dir, "a", kb, r_addr).await??;
     let b = start_edge(dir, "b", kb, r_addr).await??;
-    let (aid, bid) = (a.peer_id(), b.peer_id());
+    let aid = a.peer_id();
     let (da, db) = (a.discovery(), b.discovery());
 
     progress("ops: rendezvous: groups");
@@ -568,11 +570,15 @@ async fn rendezvous(
     let mut inputs = Vec::with_capacity(runs);
     for i in 0..runs {
         let adv = pipe(format!("ops-rdv-pipe-{i}"));
+        let before = rh.status().index_entries;
         let t0 = Instant::now();
         match a.pipes().create_input_pipe(&adv) {
             Ok(p) => {
                 t.add("open-input-pipe", t0.elapsed());
                 inputs.push(p);
+                // The input pipe's SRDI entry (pipe type, Id), pushed
+                // asynchronously: indexed before binding is timed.
+                wait_index(&rh, before, 1, progress).await;
             }
             Err(e) => t.fail("open-input-pipe", e, progress),
         }
@@ -596,10 +602,17 @@ async fn rendezvous(
                 .await;
             let d = t0.elapsed();
             match r {
-                Ok(f) if f.iter().any(|x| matches!(x, Advertisement::Peer(p) if p.peer_id == aid)) => {
+                Ok(f)
+                    if f.iter()
+                        .any(|x| matches!(x, Advertisement::Peer(p) if p.peer_id == aid)) =>
+                {
                     t.add("remote-peers", d)
                 }
-                Ok(_) => t.fail("remote-peers", "the other edge's peer advertisement was not found through the rendezvous", progress),
+                Ok(_) => t.fail(
+                    "remote-peers",
+                    "the other edge's peer advertisement was not found through the rendezvous",
+                    progress,
+                ),
                 Err(e) => t.fail("remote-peers", e, progress),
             }
         }
@@ -653,18 +666,30 @@ async fn rendezvous(
                         t.add("cached-pipe", t0.elapsed());
                         target = p;
                     }
-                    _ => t.fail("cached-pipe", "the pipe advertisement found remotely is not cached", progress),
+                    _ => t.fail(
+                        "cached-pipe",
+                        "the pipe advertisement found remotely is not cached",
+                        progress,
+                    ),
                 },
                 Err(e) => t.fail("cached-pipe", e, progress),
             }
         } else if !found_remote {
-            t.fail("cached-pipe", "remote-pipe found nothing to cache", progress);
+            t.fail(
+                "cached-pipe",
+                "remote-pipe found nothing to cache",
+                progress,
+            );
         }
 
         if t.live("open-output-pipe") {
             // Bound through the rendezvous: the query goes to R only.
             let t0 = Instant::now();
-            match b.pipes().create_output_pipe(&target, &[rid], OP_TIMEOUT).await {
+            match b
+                .pipes()
+                .create_output_pipe(&target, &[rid], OP_TIMEOUT)
+                .await
+            {
                 Ok(out) => {
                     t.add("open-output-pipe", t0.elapsed());
                     drop(out);
@@ -674,7 +699,6 @@ async fn rendezvous(
         }
     }
     drop(inputs);
-    let _ = bid;
     drop((a, b, r));
     Ok(t)
 }
@@ -721,7 +745,10 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        for (configs, bad) in [(vec![], "no config"), (vec!["ad-hoc".into(), "x".into()], "x")] {
+        for (configs, bad) in [
+            (vec![], "no config"),
+            (vec!["ad-hoc".into(), "x".into()], "x"),
+        ] {
             let opts = OpsOptions {
                 runs: 1,
                 configs,

@@ -187,3 +187,63 @@ async fn reply_pipes_bind_while_a_sender_streams() {
     assert_eq!(rows.len(), 2);
     assert!(rows.iter().all(|r| r.loss_pct == 0.0 && r.msgs_per_s > 0.0));
 }
+
+/// The `rendezvous` configuration of the operations table: two edges of a
+/// rendezvous, discovery and pipe binding through it. Every operation gets
+/// a row with positive times (no operation failed).
+#[tokio::test]
+async fn ops_rendezvous_config() {
+    use juxta_bench::ops::{self, OpsOptions, OPERATIONS};
+    let opts = OpsOptions {
+        runs: 2,
+        configs: vec!["rendezvous".into()],
+        ..OpsOptions::default()
+    };
+    let report = ops::run_report(&opts, quiet).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let measured: Vec<&str> = report.rows.iter().map(|r| r.operation.as_str()).collect();
+    assert_eq!(measured, OPERATIONS);
+    for r in &report.rows {
+        assert_eq!(
+            (r.scenario.as_str(), r.config.as_str()),
+            ("ops", "rendezvous")
+        );
+        assert_eq!(r.runs, 2, "{r:?}");
+        assert!(r.ms_median > 0.0 && r.ms_p99 >= r.ms_median, "{r:?}");
+    }
+}
+
+/// Both configurations by default, ad-hoc first; an unknown one is a typed
+/// error before anything runs.
+#[tokio::test]
+async fn ops_default_configs_and_bad_config() {
+    use juxta_bench::ops::{self, OpsError, OpsOptions};
+    assert_eq!(OpsOptions::default().configs, ["ad-hoc", "rendezvous"]);
+    let opts = OpsOptions {
+        runs: 1,
+        ..OpsOptions::default()
+    };
+    let rows = ops::run(&opts, quiet).await.unwrap();
+    let configs: Vec<&str> = rows.iter().map(|r| r.config.as_str()).collect();
+    let split = configs.iter().position(|c| *c == "rendezvous").unwrap();
+    assert!(configs[..split].iter().all(|c| *c == "ad-hoc"));
+    assert!(configs[split..].iter().all(|c| *c == "rendezvous"));
+    for op in ["remote-peers", "remote-pipe"] {
+        for c in ["ad-hoc", "rendezvous"] {
+            let r = rows
+                .iter()
+                .find(|r| r.operation == op && r.config == c)
+                .unwrap_or_else(|| panic!("no {op} row in {c}"));
+            assert!(r.ms_median > 0.0, "{r:?}");
+        }
+    }
+    let bad = OpsOptions {
+        configs: vec!["mesh".into()],
+        ..OpsOptions::default()
+    };
+    let e = ops::run(&bad, quiet).await.unwrap_err();
+    assert!(
+        matches!(e, juxta_bench::BenchError::Ops(OpsError::UnknownConfig(ref c)) if c == "mesh"),
+        "{e}"
+    );
+}

@@ -317,6 +317,10 @@ struct OpsArgs {
     /// RSA key size of the peers.
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
+    /// Configurations: ad-hoc (two peers connected directly), rendezvous
+    /// (two edges of a rendezvous, discovery and binding through it).
+    #[arg(long, default_value = "ad-hoc,rendezvous")]
+    configs: String,
     /// Also write the rows as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -931,22 +935,34 @@ fn run_composition(args: CompositionArgs) -> Result<(), CliError> {
 }
 
 fn run_ops(args: OpsArgs) -> Result<(), CliError> {
+    let configs = juxta_bench::util::parse_list(&args.configs, |c| {
+        juxta_bench::ops::parse_config(c).map(str::to_string)
+    })?;
     let opts = juxta_bench::ops::OpsOptions {
         runs: args.runs.max(1),
         key_bits: args.key_bits,
+        configs,
     };
     if let Some(p) = &args.json {
         prepare_json(p)?;
     }
-    let rows = drive(|progress| async move { juxta_bench::ops::run(&opts, progress).await })?;
+    let report =
+        drive(|progress| async move { juxta_bench::ops::run_report(&opts, progress).await })?;
+    let rows = report.rows;
     println!(
-        "{:<18} {:<8} {:>10} {:>10}",
+        "{:<18} {:<10} {:>10} {:>10}",
         "operation", "config", "ms_median", "ms_p99"
     );
     for r in &rows {
         println!(
-            "{:<18} {:<8} {:>10.3} {:>10.3}",
+            "{:<18} {:<10} {:>10.3} {:>10.3}",
             r.operation, r.config, r.ms_median, r.ms_p99
+        );
+    }
+    for f in &report.failures {
+        eprintln!(
+            "not measured: {} in {}: {}",
+            f.operation, f.config, f.reason
         );
     }
     if let Some(p) = &args.json {

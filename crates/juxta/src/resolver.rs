@@ -147,7 +147,7 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
     let rdv = inner.rendezvous.get();
     if q.handler == LOOKUP_HANDLER {
         if let Some(h) = rdv {
-            h.resolver_query(q, d.message, None).await;
+            h.resolver_query(d.from, q, d.message, None).await;
         }
         return Ok(());
     }
@@ -178,7 +178,7 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
                 )),
                 _ => None,
             };
-            h.resolver_query(q, d.message, key).await;
+            h.resolver_query(d.from, q, d.message, key).await;
         }
         return Ok(());
     }
@@ -220,7 +220,7 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
                 "Id".to_string(),
                 pipe_id.to_string(),
             ));
-            h.resolver_query(q, d.message, key).await;
+            h.resolver_query(d.from, q, d.message, key).await;
             return Ok(());
         }
     }

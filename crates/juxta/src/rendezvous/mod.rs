@@ -66,7 +66,8 @@ use juxta_proto::message::Message;
 use juxta_proto::pipe::binding::PIPE_RESOLVER_HANDLER;
 use juxta_proto::rendezvous::edge::{EdgeClient, EdgeConfig, EdgeEvent, LossReason};
 use juxta_proto::rendezvous::messages::{
-    lease_address, minimal_rdv_adv, propagate_address, walk_address, BusyNotice, PROPAGATE_SERVICE,
+    lease_address, minimal_rdv_adv, peerview_address, propagate_address, walk_address, BusyNotice,
+    PropagateHeader, WalkHeader, PROPAGATE_SERVICE,
 };
 use juxta_proto::rendezvous::server::{RendezvousServer, ServerConfig, ServerEvent};
 use juxta_proto::rendezvous::Transmit;
@@ -93,6 +94,11 @@ pub const LOOKUP_HANDLER: &str = "juxta-rdv-lookup";
 pub const MAX_PUBLISHED: usize = 10_000;
 /// Most lookups one edge has outstanding.
 pub const MAX_PENDING_LOOKUPS: usize = 65_536;
+/// Most lookups a rendezvous has forwarded to another rendezvous and not
+/// yet seen answered.
+pub const MAX_RELAYED_LOOKUPS: usize = 65_536;
+/// How long a forwarded lookup's relay entry is kept.
+const RELAY_TTL_MS: u64 = 10_000;
 /// Most peers one lookup answer lists.
 pub const MAX_ANSWER_PEERS: usize = juxta_proto::srdi::node::MAX_FORWARD;
 /// Events buffered per subscriber; a slower subscriber gets
@@ -133,6 +139,9 @@ pub struct RendezvousConfig {
     pub srdi: SrdiNodeConfig,
     /// Index of the first seed an edge tries (spreads edges over rendezvous).
     pub first_seed: usize,
+    /// Rendezvous: the other rendezvous of the group to form a peer view
+    /// with (dialled, probed, re-dialled when their connection is gone).
+    pub peers: Vec<SocketAddr>,
 }
 
 impl RendezvousConfig {
@@ -144,6 +153,7 @@ impl RendezvousConfig {
             server: ServerConfig::default(),
             srdi: SrdiNodeConfig::default(),
             first_seed: 0,
+            peers: Vec::new(),
         }
     }
 
@@ -178,6 +188,14 @@ impl RendezvousConfig {
         self.first_seed = i;
         self
     }
+
+    /// Rendezvous: the other rendezvous to form the peer view with. Their
+    /// view drives SRDI placement and replication, forwarding to the
+    /// replica, the walker and flooding.
+    pub fn peers(mut self, peers: Vec<SocketAddr>) -> RendezvousConfig {
+        self.peers = peers;
+        self
+    }
 }
 
 /// Something that happened to the service.
@@ -198,6 +216,10 @@ pub enum RendezvousEvent {
     ClientLeft(PeerId),
     /// Rendezvous: an edge was refused (table full).
     Refused(PeerId),
+    /// Rendezvous: another rendezvous joined the peer view.
+    RendezvousJoined(PeerId),
+    /// Rendezvous: a rendezvous left the peer view (failed or silent).
+    RendezvousLeft(PeerId),
 }
 
 /// A snapshot of the service's state.
@@ -211,6 +233,8 @@ pub struct RendezvousStatus {
     pub clients: usize,
     /// Rendezvous: (key, peer) pairs in the SRDI index.
     pub index_entries: usize,
+    /// Rendezvous: other rendezvous in the peer view.
+    pub view: usize,
     /// Rendezvous: lookups admitted.
     pub queries: u64,
     /// Rendezvous: busy answers sent. Edge: busy answers received.
@@ -253,6 +277,7 @@ enum Cmd {
     /// A resolver query the resolver task hands over (a lookup, or a
     /// discovery query on a rendezvous), with the message it came in.
     Query {
+        from: Option<PeerId>,
         q: ResolverQuery,
         raw: Message,
         key: Option<(String, String, String)>,
@@ -361,11 +386,12 @@ impl RendezvousHandle {
     /// full (back-pressure on the connection the query came on).
     pub(crate) async fn resolver_query(
         &self,
+        from: Option<PeerId>,
         q: ResolverQuery,
         raw: Message,
         key: Option<(String, String, String)>,
     ) {
-        let _ = self.cmd.send(Cmd::Query { q, raw, key }).await;
+        let _ = self.cmd.send(Cmd::Query { from, q, raw, key }).await;
     }
 
     /// Hands a lookup answer to the task (resolver task only).
@@ -414,6 +440,7 @@ pub(crate) fn spawn(
     let lease = inner.add_listener(lease_address(&group))?;
     let prop = inner.add_listener(propagate_address(&group))?;
     let walk = inner.add_listener(walk_address(&group))?;
+    let pv = inner.add_listener(peerview_address(&group))?;
     let s = inner.add_listener(ServiceAddress::new(RESOLVER_SERVICE, Some(&srdi_queue(&g))))?;
     let (cmd_tx, cmd_rx) = mpsc::channel(CMD_QUEUE);
     let (status_tx, status_rx) = watch::channel(RendezvousStatus {
@@ -432,6 +459,12 @@ pub(crate) fn spawn(
             Role::Rdv(Box::new(RdvState {
                 srv: RendezvousServer::new(me, group, pa, radv.into(), cfg.server, seed),
                 srdi: SrdiNode::new(me, &g, DISCOVERY_HANDLER, cfg.srdi),
+                peers: cfg.peers.clone(),
+                known: HashMap::new(),
+                connecting: HashSet::new(),
+                last_dial: HashMap::new(),
+                relayed: HashMap::new(),
+                next_relay_id: 1,
             }))
         }
         RendezvousRole::Edge { seeds } => Role::Edge(Box::new(EdgeState {
@@ -462,7 +495,7 @@ pub(crate) fn spawn(
         events: ev_tx.clone(),
         conn_tx,
     };
-    let h = tokio::spawn(task.run(cmd_rx, conn_rx, [lease, prop, walk, s]));
+    let h = tokio::spawn(task.run(cmd_rx, conn_rx, [lease, prop, walk, pv, s]));
     Ok((
         RendezvousHandle {
             cmd: cmd_tx,
@@ -476,6 +509,18 @@ pub(crate) fn spawn(
 struct RdvState {
     srv: RendezvousServer,
     srdi: SrdiNode,
+    /// The other rendezvous to form the peer view with.
+    peers: Vec<SocketAddr>,
+    /// Their peer IDs, once connected.
+    known: HashMap<PeerId, SocketAddr>,
+    connecting: HashSet<SocketAddr>,
+    last_dial: HashMap<SocketAddr, u64>,
+    /// Lookups this rendezvous forwarded to another one (the replica or
+    /// the central server): its query ID -> (edge, the edge's query ID),
+    /// so the answer is relayed to the edge. Bounded by
+    /// [`MAX_RELAYED_LOOKUPS`] (oldest dropped, the edge re-asks).
+    relayed: HashMap<i32, (PeerId, i32, u64)>,
+    next_relay_id: i32,
 }
 
 struct Pending {
@@ -528,14 +573,15 @@ impl Task {
         mut self,
         mut cmds: mpsc::Receiver<Cmd>,
         mut conns: mpsc::Receiver<(SocketAddr, Option<PeerId>)>,
-        listeners: [crate::Listener; 4],
+        listeners: [crate::Listener; 5],
     ) {
-        let [mut lease, mut prop, mut walk, mut s] = listeners;
-        if let Role::Edge(e) = &self.role {
-            let seeds = e.seeds.clone();
-            for a in seeds {
-                self.connect(a);
-            }
+        let [mut lease, mut prop, mut walk, mut pv, mut s] = listeners;
+        let dial = match &self.role {
+            Role::Edge(e) => e.seeds.clone(),
+            Role::Rdv(r) => r.peers.clone(),
+        };
+        for a in dial {
+            self.connect(a);
         }
         loop {
             let now = self.now();
@@ -549,6 +595,7 @@ impl Task {
                 d = lease.recv() => match d { Some(d) => self.on_lease(d), None => return },
                 d = prop.recv() => match d { Some(d) => self.on_lease(d), None => return },
                 d = walk.recv() => match d { Some(d) => self.on_lease(d), None => return },
+                d = pv.recv() => match d { Some(d) => self.on_lease(d), None => return },
                 d = s.recv() => match d { Some(d) => self.on_srdi(d.from, &d.message), None => return },
                 c = conns.recv() => if let Some((addr, p)) = c { self.on_connected(addr, p) },
                 _ = tokio::time::sleep_until(at) => self.on_timer(),
@@ -583,10 +630,11 @@ impl Task {
 
     /// Dials a seed in the background; the result comes back on `conn_tx`.
     fn connect(&mut self, addr: SocketAddr) {
-        let Role::Edge(e) = &mut self.role else {
-            return;
+        let connecting = match &mut self.role {
+            Role::Edge(e) => &mut e.connecting,
+            Role::Rdv(r) => &mut r.connecting,
         };
-        if !e.connecting.insert(addr) {
+        if !connecting.insert(addr) {
             return;
         }
         let Some(inner) = self.inner.upgrade() else {
@@ -604,6 +652,17 @@ impl Task {
 
     fn on_connected(&mut self, addr: SocketAddr, p: Option<PeerId>) {
         let now = self.now();
+        if let Role::Rdv(r) = &mut self.role {
+            r.connecting.remove(&addr);
+            if let Some(p) = p {
+                r.known.insert(p, addr);
+                r.srv.peer_view_mut().add_seed(p);
+                if r.srv.poll_timeout().is_some_and(|t| t <= now) {
+                    r.srv.handle_timeout(now);
+                }
+            }
+            return;
+        }
         let Role::Edge(e) = &mut self.role else {
             return;
         };
@@ -647,7 +706,7 @@ impl Task {
         let g = self.g.clone();
         let me = self.me;
         let c = match c {
-            Cmd::Query { q, raw, key } => return self.on_query(q, raw, key),
+            Cmd::Query { from, q, raw, key } => return self.on_query(from, q, raw, key),
             Cmd::Response(r) => return self.on_response(r),
             Cmd::Busy(b) => return self.on_busy(b),
             c => c,
@@ -771,6 +830,33 @@ impl Task {
                     r.srv.handle_timeout(now);
                 }
                 r.srdi.handle_timeout(now);
+                r.relayed
+                    .retain(|_, (_, _, at)| now.saturating_sub(*at) < RELAY_TTL_MS);
+                // Re-dial peer rendezvous whose connection is gone.
+                let missing: Vec<SocketAddr> = match self.inner.upgrade() {
+                    Some(inner) => r
+                        .peers
+                        .iter()
+                        .filter(|a| {
+                            r.last_dial
+                                .get(*a)
+                                .is_none_or(|&t| now.saturating_sub(t) >= REDIAL_MS)
+                        })
+                        .filter(|a| {
+                            !r.known
+                                .iter()
+                                .any(|(p, b)| b == *a && inner.messenger(p).is_some())
+                        })
+                        .copied()
+                        .collect(),
+                    None => Vec::new(),
+                };
+                for &a in &missing {
+                    r.last_dial.insert(a, now);
+                }
+                for a in missing {
+                    self.connect(a);
+                }
             }
             Role::Edge(e) => {
                 // A closed connection to the leased rendezvous: fail over now.
@@ -854,8 +940,9 @@ impl Task {
     fn on_srdi(&mut self, from: Option<PeerId>, message: &Message) {
         let now = self.now();
         if let Role::Rdv(r) = &mut self.role {
-            // Only leased edges may index entries here.
-            if from.is_some_and(|p| r.srv.is_client(&p)) {
+            // Only leased edges (and, for replicas, peer view members) may
+            // index entries here.
+            if from.is_some_and(|p| r.srv.is_client(&p) || r.srv.peer_view().contains(&p)) {
                 let view = global_view(r.srv.me(), r.srv.peer_view().members());
                 match r.srdi.handle_srdi(message, &view, now) {
                     Ok(o) => tracing::debug!(from = ?from, outcome = ?o, "SRDI entries indexed"),
@@ -865,42 +952,86 @@ impl Task {
         }
     }
 
-    fn on_query(&mut self, q: ResolverQuery, raw: Message, key: Option<(String, String, String)>) {
+    /// How a query handed over by the resolver reached this rendezvous: by
+    /// a walk, flooded by another rendezvous, or directly (from its origin,
+    /// an edge walking it to us, or a rendezvous forwarding it).
+    fn arrival(&self, from: Option<PeerId>, raw: &Message) -> Arrival {
+        let Role::Rdv(r) = &self.role else {
+            return Arrival::Direct;
+        };
+        let from_rdv = from.is_some_and(|p| r.srv.peer_view().contains(&p));
+        if WalkHeader::from_message(raw).is_ok() {
+            Arrival::Walked
+        } else if from_rdv && PropagateHeader::from_message(raw, &self.g).is_ok() {
+            Arrival::Flooded
+        } else {
+            Arrival::Direct
+        }
+    }
+
+    /// Runs the SRDI state machine's actions: sends, walks and floods (over
+    /// the peer view), except sends back to `not_to`.
+    fn run_actions(&mut self, not_to: PeerId) -> usize {
+        let Role::Rdv(r) = &mut self.role else {
+            return 0;
+        };
+        let mut n = 0;
+        while let Some(a) = r.srdi.poll_action() {
+            match a {
+                SrdiAction::Send(t) => {
+                    if t.to != self.me && t.to != not_to {
+                        self.out.push(t);
+                        n += 1;
+                    }
+                }
+                SrdiAction::Walk { dest, message, ttl } => n += r.srv.walk(&dest, message, ttl),
+                SrdiAction::Flood { dest, message, ttl } => {
+                    r.srv.propagate(&dest, message, ttl);
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    fn on_query(
+        &mut self,
+        from: Option<PeerId>,
+        q: ResolverQuery,
+        raw: Message,
+        key: Option<(String, String, String)>,
+    ) {
         let now = self.now();
         let g = self.g.clone();
+        let arrival = self.arrival(from, &raw);
+        let me = self.me;
         let Role::Rdv(r) = &mut self.role else {
             return;
         };
         let view = global_view(r.srv.me(), r.srv.peer_view().members());
         if q.handler != LOOKUP_HANDLER {
-            // A discovery query: forwarded to the publishers the index
-            // names (or the replica), who answer its source directly, as
-            // JXSE's rendezvous does. Walks between rendezvous are not
-            // wired yet.
+            // A discovery or pipe binding query: forwarded to the
+            // publishers the index names, else to the replica, else walked
+            // (SRDI model), flooded or sent to the central server; whoever
+            // holds the advertisement answers the querier directly, as with
+            // JXSE.
             let key = key
                 .as_ref()
                 .map(|(a, b, c)| (a.as_str(), b.as_str(), c.as_str()));
-            let plan = r
-                .srdi
-                .handle_query(&q, raw, key, Arrival::Direct, &view, now);
-            let mut forwarded = 0;
-            while let Some(a) = r.srdi.poll_action() {
-                if let SrdiAction::Send(t) = a {
-                    if t.to != self.me && t.to != q.src_peer {
-                        self.out.push(t);
-                        forwarded += 1;
-                    }
-                }
-            }
-            tracing::debug!(src = %q.src_peer, ?key, ?plan, forwarded, "discovery query at the rendezvous");
+            let plan = r.srdi.handle_query(&q, raw, key, arrival, &view, now);
+            let forwarded = self.run_actions(q.src_peer);
+            tracing::debug!(src = %q.src_peer, ?key, ?plan, ?arrival, forwarded, "query at the rendezvous");
             return;
         }
+        // A Juxta lookup: this rendezvous answers with the publishers it
+        // knows, or forwards to the one that should know (the replica, the
+        // central server) and relays that one's answer back to the edge.
+        let from_rdv = from.filter(|p| r.srv.peer_view().contains(p));
         let text = q.query.clone();
         let key = parse_key(&text);
-        let plan = r
-            .srdi
-            .handle_query(&q, raw, key, Arrival::Direct, &view, now);
+        let plan = r.srdi.handle_query(&q, raw, key, arrival, &view, now);
         let mut hits = Vec::new();
+        let mut to_rdv = Vec::new();
         let qaddr = ServiceAddress::new(RESOLVER_SERVICE, Some(&query_queue(&g)));
         while let Some(a) = r.srdi.poll_action() {
             match a {
@@ -910,16 +1041,19 @@ impl Task {
                         hits.push(t.to)
                     }
                 }
-                SrdiAction::Send(t) if t.dest == qaddr => {}
+                // A forward to another rendezvous (replica, server).
+                SrdiAction::Send(t) if t.dest == qaddr => {
+                    if t.to != me && Some(t.to) != from_rdv {
+                        to_rdv.push(t.to);
+                    }
+                }
                 SrdiAction::Send(t) => self.out.push(t),
-                // Rendezvous-to-rendezvous search is not wired yet.
+                // A lookup has one answer: a walk's or flood's last hop
+                // could not return it, so misses are answered here.
                 SrdiAction::Walk { .. } | SrdiAction::Flood { .. } => {}
             }
         }
         if plan == Some(QueryPlan::Flood) {
-            // Flooding reaches every leased edge; the edges that would
-            // answer are the ones whose entries this rendezvous holds
-            // (propagation to edges is not wired yet).
             if let Some((pk, at, v)) = key {
                 hits = r
                     .srdi
@@ -927,19 +1061,46 @@ impl Task {
                     .query(pk, Some(at), Some(v), now, MAX_ANSWER_PEERS);
             }
         }
-        if plan.is_some() {
-            let body = hits
-                .iter()
-                .map(|p| p.to_string())
-                .collect::<Vec<_>>()
-                .join(" ");
-            let resp = q.response(body);
-            self.out.push(Transmit {
-                to: q.src_peer,
-                dest: ServiceAddress::new(RESOLVER_SERVICE, Some(&response_queue(&g))),
-                message: Message::new().with(resp.to_element(&g)),
-            });
+        if plan.is_none() {
+            return;
         }
+        if hits.is_empty() && from_rdv.is_none() {
+            if let Some(&next) = to_rdv.first() {
+                if r.relayed.len() >= MAX_RELAYED_LOOKUPS {
+                    if let Some(old) = r.relayed.iter().min_by_key(|(_, v)| v.2).map(|(k, _)| *k) {
+                        r.relayed.remove(&old);
+                    }
+                }
+                let mut id = r.next_relay_id;
+                while r.relayed.contains_key(&id) {
+                    id = id.wrapping_add(1).max(1);
+                }
+                r.next_relay_id = id.wrapping_add(1).max(1);
+                r.relayed.insert(id, (q.src_peer, q.query_id, now));
+                let mut q2 = q.clone();
+                q2.query_id = id;
+                q2.hop_count += 1;
+                self.out.push(Transmit {
+                    to: next,
+                    dest: qaddr,
+                    message: Message::new().with(q2.to_element(&g)),
+                });
+                return;
+            }
+        }
+        let body = hits
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let resp = q.response(body);
+        // A forwarded lookup is answered to the rendezvous that forwarded
+        // it, which relays the answer to its edge.
+        self.out.push(Transmit {
+            to: from_rdv.unwrap_or(q.src_peer),
+            dest: ServiceAddress::new(RESOLVER_SERVICE, Some(&response_queue(&g))),
+            message: Message::new().with(resp.to_element(&g)),
+        });
     }
 
     fn on_busy(&mut self, b: BusyNotice) {
@@ -954,6 +1115,21 @@ impl Task {
     }
 
     fn on_response(&mut self, r: ResolverResponse) {
+        let g = self.g.clone();
+        if let Role::Rdv(rdv) = &mut self.role {
+            // The answer to a lookup this rendezvous forwarded: relay it.
+            if r.handler == LOOKUP_HANDLER {
+                if let Some((edge, qid, _)) = rdv.relayed.remove(&r.query_id) {
+                    let back = ResolverResponse { query_id: qid, ..r };
+                    self.out.push(Transmit {
+                        to: edge,
+                        dest: ServiceAddress::new(RESOLVER_SERVICE, Some(&response_queue(&g))),
+                        message: Message::new().with(back.to_element(&g)),
+                    });
+                }
+            }
+            return;
+        }
         let Role::Edge(e) = &mut self.role else {
             return;
         };
@@ -977,45 +1153,56 @@ impl Task {
         let me = self.me;
         let mut delivers = Vec::new();
         match &mut self.role {
-            Role::Rdv(r) => {
-                while let Some(a) = r.srdi.poll_action() {
-                    if let SrdiAction::Send(t) = a {
-                        self.out.push(t);
+            Role::Rdv(_) => {
+                let now = self.now();
+                self.run_actions(me);
+                let mut view_changed = false;
+                if let Role::Rdv(r) = &mut self.role {
+                    while let Some(ev) = r.srv.poll_event() {
+                        let e = match ev {
+                            ServerEvent::Deliver {
+                                from,
+                                dest,
+                                message,
+                                ..
+                            } => {
+                                delivers.push((from, dest, message));
+                                continue;
+                            }
+                            ServerEvent::ClientJoined(p) => RendezvousEvent::ClientJoined(p),
+                            ServerEvent::ClientLeft(p, _) => {
+                                r.srdi.remove_peer(&p);
+                                RendezvousEvent::ClientLeft(p)
+                            }
+                            ServerEvent::Refused(p) => RendezvousEvent::Refused(p),
+                            ServerEvent::RendezvousJoined(p) => {
+                                view_changed = true;
+                                RendezvousEvent::RendezvousJoined(p)
+                            }
+                            ServerEvent::RendezvousLeft(p) => {
+                                view_changed = true;
+                                r.srdi.remove_peer(&p);
+                                RendezvousEvent::RendezvousLeft(p)
+                            }
+                        };
+                        let _ = self.events.send(e);
                     }
-                }
-                while let Some(t) = r.srv.poll_transmit() {
-                    self.out.push(t);
-                }
-                while let Some(ev) = r.srv.poll_event() {
-                    let e = match ev {
-                        ServerEvent::Deliver {
-                            from,
-                            dest,
-                            message,
-                            ..
-                        } => {
-                            delivers.push((from, dest, message));
-                            continue;
-                        }
-                        ServerEvent::ClientJoined(p) => RendezvousEvent::ClientJoined(p),
-                        ServerEvent::ClientLeft(p, _) => {
-                            r.srdi.remove_peer(&p);
-                            RendezvousEvent::ClientLeft(p)
-                        }
-                        ServerEvent::Refused(p) => RendezvousEvent::Refused(p),
-                        _ => continue,
-                    };
-                    let _ = self.events.send(e);
+                    if view_changed {
+                        // The placement changed: re-place this rendezvous'
+                        // own edges' entries over the new view.
+                        let view = global_view(r.srv.me(), r.srv.peer_view().members());
+                        let clients: Vec<PeerId> = r.srv.clients().collect();
+                        r.srdi.rereplicate(clients, &view, now);
+                    }
                 }
                 for (from, dest, message) in delivers.drain(..) {
                     self.deliver(from, dest, message);
                 }
-                // Delivering may have queued more (SRDI replication).
+                // Delivering and re-placing may have queued more.
+                self.run_actions(me);
                 if let Role::Rdv(r) = &mut self.role {
-                    while let Some(a) = r.srdi.poll_action() {
-                        if let SrdiAction::Send(t) = a {
-                            self.out.push(t);
-                        }
+                    while let Some(t) = r.srv.poll_transmit() {
+                        self.out.push(t);
                     }
                 }
             }
@@ -1119,6 +1306,7 @@ impl Task {
                     leased_to: None,
                     clients: r.srv.client_count(),
                     index_entries: r.srdi.index().len(),
+                    view: r.srv.peer_view().len(),
                     queries: s.queries,
                     busy: s.busy,
                     answered: 0,
@@ -1129,6 +1317,7 @@ impl Task {
                 leased_to: e.cli.as_ref().and_then(|c| c.rendezvous()),
                 clients: 0,
                 index_entries: 0,
+                view: 0,
                 queries: 0,
                 busy: e.busy,
                 answered: e.answered,
