@@ -1032,6 +1032,11 @@ pub(crate) async fn connect(
         .and_then(|s| format!("urn:jxta:{}", s.trim()).parse().ok())
         .ok_or(HttpClientError::BadPing)?;
 
+    // A live session (or TCP connection) to that peer is reused.
+    if let Some(m) = inner.messenger(&server) {
+        return Ok(m);
+    }
+
     // The connection, then the hello signed through its own encoder.
     let (sink, rx) = HttpSink::new(&cfg);
     let conn = session_connection(
@@ -1105,7 +1110,9 @@ async fn post_task(
     let mut q = Queue { rx, pending: None };
     let host = http.addr.to_string();
     let path = format!("/{me}");
-    let wait = http.timeout;
+    // The server answers a post once its listeners took the messages: a
+    // slow listener (back-pressure) delays it, up to JXSE's 2 minutes.
+    let wait = Duration::from_millis(wire::MAX_RESPONSE_TIMEOUT_MS as u64).max(http.timeout);
     loop {
         let frames = tokio::select! {
             f = q.batch(Some(Duration::from_secs(3600)), max_batch) => f,
