@@ -796,6 +796,61 @@ mod tests {
         ));
     }
 
+    fn signed(id: &crate::identity::Identity, service: &str, text: &str) -> Vec<u8> {
+        use crate::message::codec::encode_v0;
+        use crate::message::namespace_order::JavaHashOrder;
+        let m = Message::new()
+            .with(Element::text("app", "t", text))
+            .with(Element::text(NS_JXTA, ELEM_SOURCE_ADDRESS, "jxta://x"))
+            .with(Element::text(
+                NS_JXTA,
+                ELEM_DEST_ADDRESS,
+                &format!("http://127.0.0.1:1/{service}/p"),
+            ));
+        let enc = encode_v0(&m, JavaHashOrder::Java8).unwrap();
+        let mut out = enc.to_bytes().to_vec();
+        out.extend_from_slice(&cbjx::trailer_for(id, &enc.chunks));
+        out
+    }
+
+    #[test]
+    fn decodes_back_to_back_signed_messages() {
+        use crate::identity::Identity;
+        let mut rng = rand::thread_rng();
+        let a = Identity::generate(&mut rng, 1024, "A", 1_700_000_000).unwrap();
+        let b = Identity::generate(&mut rng, 1024, "B", 1_700_000_000).unwrap();
+        let mut body = signed(&a, "S", "one");
+        body.extend_from_slice(&signed(&a, "S", "two"));
+        let body = Bytes::from(body);
+        let mut v = CbjxVerifier::new();
+        let first = decode_message(&body, &mut v, true, Some(a.peer_id())).unwrap();
+        assert_eq!(first.signer.as_ref(), Some(a.peer_id()));
+        assert_eq!(first.to, ServiceAddress::new("S", Some("p")));
+        assert_eq!(first.message.get("app", "t").unwrap().as_str(), Some("one"));
+        assert_eq!(first.source.as_deref(), Some("jxta://x"));
+        let rest = body.slice(first.wire_len..);
+        let second = decode_message(&rest, &mut v, true, Some(a.peer_id())).unwrap();
+        assert_eq!(second.wire_len, rest.len());
+        assert_eq!(
+            second.message.get("app", "t").unwrap().as_str(),
+            Some("two")
+        );
+        // Signed by someone else than expected.
+        let other = Bytes::from(signed(&b, "S", "x"));
+        assert!(matches!(
+            decode_message(&other, &mut v, true, Some(a.peer_id())),
+            Err(HttpError::SpoofedSource { .. })
+        ));
+        // A flipped payload byte no longer verifies.
+        let mut bad = signed(&a, "S", "one");
+        let i = bad.windows(3).position(|w| w == b"one").unwrap();
+        bad[i] = b'O';
+        assert!(matches!(
+            decode_message(&Bytes::from(bad), &mut v, true, None),
+            Err(HttpError::Cbjx(CbjxError::BadSignature))
+        ));
+    }
+
     proptest! {
         #[test]
         fn garbage_never_panics(data in proptest::collection::vec(any::<u8>(), 0..2048)) {

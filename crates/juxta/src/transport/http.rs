@@ -1170,7 +1170,9 @@ async fn poll_task(
         .clamp(1, wire::MAX_RESPONSE_TIMEOUT_MS as u128) as i64;
     let query = wire::PollQuery {
         response_timeout_ms: ms,
-        extra_timeout_ms: ms,
+        // -1: one content-length body per poll (what a JXSE servlet then
+        // sends too, instead of a chunked stream).
+        extra_timeout_ms: -1,
         dest: Some(format!("http://{host}")),
     };
     let target = format!("/{me}?{}", query.to_query());
