@@ -469,3 +469,51 @@ async fn a_client_that_stops_polling_is_expired() {
         .await
         .is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_poll_takes_nothing_from_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _b) = pair(&dir, None).await;
+    let addr = a.http_local_addr().unwrap();
+    let server = a.http_server().unwrap().clone();
+    let c = identity("Client");
+    let peer = *c.peer_id();
+    let token = open_session(addr, &c).await;
+    let poll = format!(
+        "GET /{}?60000,-1,http://{addr} HTTP/1.1\r\n{SESSION_HEADER}: {token}\r\n\r\n",
+        peer.unique_value()
+    );
+    let until = |want: usize| {
+        let server = server.clone();
+        async move {
+            while server.polls_in_progress(&peer) != want {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    // A long poll whose client goes away.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(poll.as_bytes()).await.unwrap();
+    tokio::time::timeout(WAIT, until(1)).await.unwrap();
+    drop(s);
+    tokio::time::timeout(WAIT, until(0)).await.unwrap();
+    // A message queued afterwards goes to the next poll.
+    let p = payload(1000);
+    a.messenger(&peer)
+        .unwrap()
+        .send("test", Some("x"), msg(&p))
+        .await
+        .unwrap();
+    let (status, _, body) = raw(addr, poll.as_bytes()).await;
+    assert_eq!(status, 200);
+    let m = wire::decode_message(
+        &body,
+        &mut juxta_proto::message::cbjx::CbjxVerifier::new(),
+        true,
+        Some(&a.peer_id()),
+    )
+    .unwrap();
+    assert_eq!(m.wire_len, body.len());
+    assert_eq!(m.message.get("juxta", "payload").unwrap().data, p);
+    assert_eq!(server.stats().lost_in_response.load(Ordering::Relaxed), 0);
+}

@@ -459,6 +459,25 @@ impl Session {
     }
 }
 
+/// Marks a poll in progress on a session until dropped; the session's
+/// idle time counts from the end of its last poll.
+struct Polling<'a>(&'a Session);
+
+impl<'a> Polling<'a> {
+    fn start(s: &'a Session) -> Polling<'a> {
+        s.polling.fetch_add(1, Ordering::AcqRel);
+        s.touch();
+        Polling(s)
+    }
+}
+
+impl Drop for Polling<'_> {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.polling.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// A peer's HTTP listener: its sessions, challenges and counters.
 pub struct HttpServer {
     inner: Arc<Inner>,
@@ -508,7 +527,17 @@ impl HttpServer {
         self.sessions.lock().expect("sessions lock").len()
     }
 
-    /// Messages queued for `peer`'s session (0 without a session).
+    /// Polls of `peer`'s session being served now.
+    pub fn polls_in_progress(&self, peer: &PeerId) -> usize {
+        self.sessions
+            .lock()
+            .expect("sessions lock")
+            .get(peer)
+            .map_or(0, |s| s.polling.load(Ordering::Acquire))
+    }
+
+    /// Messages queued for `peer`'s session (0 without a session, and
+    /// while a poll is taking from the queue).
     pub fn queued(&self, peer: &PeerId) -> usize {
         let s = self
             .sessions
@@ -604,8 +633,9 @@ impl HttpServer {
     }
 
     async fn poll(&self, s: &Arc<Session>, timeout_ms: i64) -> Result<Reply, HttpRefusal> {
-        s.polling.fetch_add(1, Ordering::AcqRel);
-        s.touch();
+        // Counted while in progress, also when the poll is abandoned
+        // (dropped) because its client went away.
+        let _polling = Polling::start(s);
         let wait = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
         let work = async {
             let mut q = s.queue.lock().await;
@@ -615,8 +645,6 @@ impl HttpServer {
             f = work => f,
             _ = s.conn.closed() => Vec::new(),
         };
-        s.touch();
-        s.polling.fetch_sub(1, Ordering::AcqRel);
         if frames.is_empty() {
             return Ok(Reply::empty(204));
         }
@@ -881,7 +909,14 @@ async fn serve_client(
             Ok(Ok(b)) => b,
             _ => return,
         };
-        match server.handle(&req, body, addr).await {
+        // A client that goes away while its request is handled (typically
+        // during a long poll) ends it: nothing is taken from its queue for
+        // a response nobody reads.
+        let handled = tokio::select! {
+            r = server.handle(&req, body, addr) => r,
+            _ = client_gone(&mut rd, &mut buf) => return,
+        };
+        match handled {
             Ok(r) => {
                 if let Err(e) = write_reply(&mut wr, &r, req.keep_alive).await {
                     if r.messages > 0 {
@@ -902,6 +937,15 @@ async fn serve_client(
         if !req.keep_alive {
             return;
         }
+    }
+}
+
+/// Completes when the client closes its end (or the socket fails). Bytes
+/// it sends meanwhile (a pipelined request) are kept in `buf`, and the
+/// watch stops.
+async fn client_gone(rd: &mut OwnedReadHalf, buf: &mut BytesMut) {
+    if let Ok(true) = fill(rd, buf).await {
+        std::future::pending::<()>().await
     }
 }
 
