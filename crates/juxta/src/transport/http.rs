@@ -260,6 +260,14 @@ impl HttpSink {
     /// the header first, alone, in JXTA framing; HTTP sinks never switch
     /// to compact framing).
     pub(crate) fn frame(&self, enc: &EncodedMessage) -> Vec<Bytes> {
+        debug_assert!(enc.chunks.first().is_some_and(|h| {
+            juxta_proto::wire::frame::parse_header(h, u64::MAX)
+                .ok()
+                .flatten()
+                .is_some_and(|f| {
+                    f.header_len == h.len() && f.content_length as usize == enc.len - h.len()
+                })
+        }));
         enc.chunks.iter().skip(1).cloned().collect()
     }
 
@@ -838,20 +846,37 @@ async fn fill(rd: &mut OwnedReadHalf, buf: &mut BytesMut) -> io::Result<bool> {
     Ok(rd.read_buf(buf).await? > 0)
 }
 
-/// Reads exactly `len` body bytes (the head has been consumed).
-async fn read_body(rd: &mut OwnedReadHalf, buf: &mut BytesMut, len: usize) -> io::Result<Bytes> {
+/// Reads exactly `len` body bytes (the head has been consumed); fails
+/// when no byte arrives for `stall` (JXSE's read timeout works the same
+/// way, so large bodies on slow links are fine while they progress).
+async fn read_body(
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    len: usize,
+    stall: Duration,
+) -> io::Result<Bytes> {
     if buf.len() < len {
         buf.reserve(len - buf.len());
     }
     while buf.len() < len {
-        if !fill(rd, buf).await? {
-            return Err(io::ErrorKind::UnexpectedEof.into());
+        match tokio::time::timeout(stall, fill(rd, buf)).await {
+            Err(_) => return Err(io::ErrorKind::TimedOut.into()),
+            Ok(r) => {
+                if !r? {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+            }
         }
     }
     Ok(buf.split_to(len).freeze())
 }
 
-async fn write_reply(wr: &mut OwnedWriteHalf, r: &Reply, keep_alive: bool) -> io::Result<()> {
+async fn write_reply(
+    wr: &mut OwnedWriteHalf,
+    r: &Reply,
+    keep_alive: bool,
+    stall: Duration,
+) -> io::Result<()> {
     let len: usize = r.body.iter().map(Bytes::len).sum();
     let mut headers: Vec<(&str, &str)> = r.headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
     if !keep_alive {
@@ -861,7 +886,16 @@ async fn write_reply(wr: &mut OwnedWriteHalf, r: &Reply, keep_alive: bool) -> io
     let mut chunks = Vec::with_capacity(r.body.len() + 1);
     chunks.push(head);
     chunks.extend(r.body.iter().cloned());
-    write_all_vectored(wr, &chunks).await
+    tokio::time::timeout(write_time(stall, len), write_all_vectored(wr, &chunks))
+        .await
+        .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
+}
+
+/// Time allowed to write `len` bytes: `stall` per started MiB, so a peer
+/// that stops reading cannot hold a task forever, while a slow one that
+/// reads at least 1 MiB per `stall` is served.
+fn write_time(stall: Duration, len: usize) -> Duration {
+    stall * (1 + (len >> 20) as u32)
 }
 
 async fn serve_client(
@@ -900,14 +934,13 @@ async fn serve_client(
         };
         server.stats.requests.fetch_add(1, Ordering::Relaxed);
         let _ = buf.split_to(req.head_len);
-        let body = match tokio::time::timeout(
-            server.cfg.request_timeout,
-            read_body(&mut rd, &mut buf, req.content_length as usize),
-        )
-        .await
-        {
-            Ok(Ok(b)) => b,
-            _ => return,
+        let stall = server.cfg.request_timeout;
+        let body = match read_body(&mut rd, &mut buf, req.content_length as usize, stall).await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::debug!(%addr, error = %e, "HTTP request body not received");
+                return;
+            }
         };
         // A client that goes away while its request is handled (typically
         // during a long poll) ends it: nothing is taken from its queue for
@@ -918,7 +951,7 @@ async fn serve_client(
         };
         match handled {
             Ok(r) => {
-                if let Err(e) = write_reply(&mut wr, &r, req.keep_alive).await {
+                if let Err(e) = write_reply(&mut wr, &r, req.keep_alive, stall).await {
                     if r.messages > 0 {
                         server
                             .stats
@@ -955,7 +988,7 @@ async fn refuse(server: &HttpServer, wr: &mut OwnedWriteHalf, addr: SocketAddr, 
     let mut r = Reply::empty(e.status());
     r.content_type = Some(CONTENT_TYPE_TEXT);
     r.body.push(Bytes::from(e.to_string()));
-    let _ = write_reply(wr, &r, false).await;
+    let _ = write_reply(wr, &r, false, server.cfg.request_timeout).await;
     let _ = wr.shutdown().await;
 }
 
@@ -1018,9 +1051,13 @@ impl ClientConn {
         let mut chunks = Vec::with_capacity(body.len() + 1);
         chunks.push(head);
         chunks.extend(body.iter().cloned());
-        tokio::time::timeout(self.timeout, write_all_vectored(wr, &chunks))
-            .await
-            .map_err(|_| HttpClientError::Timeout(addr))??;
+        let len = chunks.iter().map(Bytes::len).sum();
+        tokio::time::timeout(
+            write_time(self.timeout, len),
+            write_all_vectored(wr, &chunks),
+        )
+        .await
+        .map_err(|_| HttpClientError::Timeout(addr))??;
         let buf = &mut self.buf;
         let resp = tokio::time::timeout(wait, async {
             loop {
@@ -1035,12 +1072,12 @@ impl ClientConn {
         .await
         .map_err(|_| HttpClientError::Timeout(addr))??;
         let _ = buf.split_to(resp.head_len);
-        let body = tokio::time::timeout(
-            self.timeout,
-            read_body(rd, buf, resp.content_length as usize),
-        )
-        .await
-        .map_err(|_| HttpClientError::Timeout(addr))??;
+        let body = read_body(rd, buf, resp.content_length as usize, self.timeout)
+            .await
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::TimedOut => HttpClientError::Timeout(addr),
+                _ => e.into(),
+            })?;
         Ok((resp, body))
     }
 }
