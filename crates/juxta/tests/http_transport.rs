@@ -247,6 +247,34 @@ fn client_message(id: &Identity, sign: bool, service: &str, body: Message) -> Ve
     out
 }
 
+/// A message signed with `id`'s key whose trailer claims to come from
+/// `claimed` (a forgery: the claimed ID is not derived from the key).
+fn claim_as(id: &Identity, claimed: &PeerId, service: &str, body: Message) -> Vec<u8> {
+    use juxta_proto::message::cbjx::{signed_digest, Trailer};
+    let mut m = body;
+    m.push(Element::text(
+        NS_JXTA,
+        "EndpointSourceAddress",
+        &claimed.endpoint_address(),
+    ));
+    m.push(Element::text(
+        NS_JXTA,
+        "EndpointDestinationAddress",
+        &format!("http://127.0.0.1:1/{service}"),
+    ));
+    let enc = encode_v0(&m, JavaHashOrder::Java8).unwrap();
+    let src = Bytes::from(claimed.to_string());
+    let digest = signed_digest(enc.chunks.iter().map(|c| &c[..]), id.cert_der(), &src);
+    let trailer = Trailer {
+        cert: id.cert_der().clone(),
+        src,
+        sig: id.sign_sha256_prehash(&digest),
+    };
+    let mut out = enc.to_bytes().to_vec();
+    out.extend_from_slice(&trailer.encode());
+    out
+}
+
 fn post(path: &str, body: &[u8], session: Option<&str>) -> Vec<u8> {
     let headers: Vec<(&str, &str)> = session.map(|s| (SESSION_HEADER, s)).into_iter().collect();
     let mut r = wire::request_head(
@@ -391,6 +419,20 @@ async fn bad_requests_are_refused_and_counted() {
     let (status, _, _) = raw(addr, &post(&me, &forged, None)).await;
     assert_eq!(status, 403);
     assert_eq!(stats.unauthenticated.load(Ordering::Relaxed), 3);
+    // A hello claiming the good client's ID, signed with Mallory's own key
+    // (the ID is not derived from her certificate): refused, and the good
+    // client's session is untouched.
+    let (_, nonce, _) = raw(addr, b"GET / HTTP/1.1\r\n\r\n").await;
+    let spoof = claim_as(
+        &mallory,
+        &b.peer_id(),
+        HELLO_SERVICE,
+        wire::hello_message(&nonce.unwrap()),
+    );
+    let (status, _, _) = raw(addr, &post(&victim, &spoof, None)).await;
+    assert_eq!(status, 403);
+    assert_eq!(stats.unauthenticated.load(Ordering::Relaxed), 4);
+    assert_eq!(stats.sessions_opened.load(Ordering::Relaxed), 1);
     let (status, _, _) = raw(addr, &post(&me, &signed, None)).await;
     assert_eq!(status, 404);
     assert_eq!(stats.unknown_session.load(Ordering::Relaxed), 3);
@@ -400,7 +442,7 @@ async fn bad_requests_are_refused_and_counted() {
     let eves = client_message(&eve, true, "test/in", msg(&payload(3)));
     let (status, _, _) = raw(addr, &post(&me, &eves, Some(&token))).await;
     assert_eq!(status, 403);
-    assert_eq!(stats.unauthenticated.load(Ordering::Relaxed), 4);
+    assert_eq!(stats.unauthenticated.load(Ordering::Relaxed), 5);
     // ... while Mallory's own signed message in her session is delivered.
     let (status, _, _) = raw(addr, &post(&me, &signed, Some(&token))).await;
     assert_eq!(status, 200);

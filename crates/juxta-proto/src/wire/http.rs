@@ -120,6 +120,10 @@ pub enum HttpError {
     /// A message without a usable destination address element.
     #[error("message without a valid EndpointDestinationAddress")]
     NoDestination,
+    /// The trailer's peer ID is not the `cbid` of its certificate's key:
+    /// anyone can sign a claim to that ID, so it proves nothing.
+    #[error("peer ID {0} is not derived from the signing certificate")]
+    IdNotFromCert(Box<PeerId>),
 }
 
 /// The two methods of the transport.
@@ -545,6 +549,9 @@ pub struct HttpMessage {
     pub message: Message,
     /// The peer whose CBJX signature verified, if the message had a trailer.
     pub signer: Option<PeerId>,
+    /// Whether `signer` is the `cbid` derived from the signing certificate
+    /// (only then does the signature prove the peer ID).
+    pub cert_matches_id: bool,
     /// Bytes the message (and its trailer) took in the body.
     pub wire_len: usize,
 }
@@ -596,10 +603,11 @@ pub fn decode_message(
     let end = decoded.elements_end;
     let rest = &body[end..];
     let has_trailer = !rest.is_empty() && !rest.starts_with(b"jxmg");
-    let (signer, wire_len) = if has_trailer {
+    let (signer, cert_matches_id, wire_len) = if has_trailer {
         let tlen = trailer_len(rest)?;
         let trailer = cbjx::parse_trailer(body.slice(end..end + tlen))?;
-        let signer = verifier.verify(&[&body[..end]], &trailer)?.peer;
+        let v = verifier.verify(&[&body[..end]], &trailer)?;
+        let signer = v.peer;
         if let Some(e) = expect {
             if &signer != e {
                 return Err(HttpError::SpoofedSource {
@@ -608,11 +616,11 @@ pub fn decode_message(
                 });
             }
         }
-        (Some(signer), end + tlen)
+        (Some(signer), v.cert_matches_id, end + tlen)
     } else if require_cbjx {
         return Err(HttpError::MissingTrailer);
     } else {
-        (None, end)
+        (None, false, end)
     };
     let mut message = decoded.message;
     let source = message
@@ -631,6 +639,7 @@ pub fn decode_message(
         source,
         message,
         signer,
+        cert_matches_id,
         wire_len,
     })
 }
@@ -825,6 +834,7 @@ mod tests {
         let mut v = CbjxVerifier::new();
         let first = decode_message(&body, &mut v, true, Some(a.peer_id())).unwrap();
         assert_eq!(first.signer.as_ref(), Some(a.peer_id()));
+        assert!(first.cert_matches_id);
         assert_eq!(first.to, ServiceAddress::new("S", Some("p")));
         assert_eq!(first.message.get("app", "t").unwrap().as_str(), Some("one"));
         assert_eq!(first.source.as_deref(), Some("jxta://x"));

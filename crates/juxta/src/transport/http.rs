@@ -180,9 +180,10 @@ impl HttpRefusal {
 
     fn from_message_error(e: HttpError) -> HttpRefusal {
         match e {
-            HttpError::Cbjx(_) | HttpError::MissingTrailer | HttpError::SpoofedSource { .. } => {
-                HttpRefusal::Unauthenticated(e)
-            }
+            HttpError::Cbjx(_)
+            | HttpError::MissingTrailer
+            | HttpError::SpoofedSource { .. }
+            | HttpError::IdNotFromCert(_) => HttpRefusal::Unauthenticated(e),
             e => HttpRefusal::Malformed(e),
         }
     }
@@ -418,7 +419,18 @@ fn received(m: HttpMessage) -> Received {
     }
 }
 
-/// Decodes every message of a body (back to back, each with its trailer).
+/// The decoded message, if its signature proves its signer's peer ID
+/// (the ID is the `cbid` of the signing key).
+fn proven(m: HttpMessage) -> Result<HttpMessage, HttpError> {
+    match m.signer {
+        Some(p) if !m.cert_matches_id => Err(HttpError::IdNotFromCert(Box::new(p))),
+        Some(_) => Ok(m),
+        None => Err(HttpError::MissingTrailer),
+    }
+}
+
+/// Decodes every message of a body (back to back, each with its trailer,
+/// each proving its signer).
 fn decode_all(
     body: &Bytes,
     verifier: &mut CbjxVerifier,
@@ -427,7 +439,7 @@ fn decode_all(
     let mut out = Vec::new();
     let mut rest = body.clone();
     while !rest.is_empty() {
-        let m = wire::decode_message(&rest, verifier, true, expect)?;
+        let m = proven(wire::decode_message(&rest, verifier, true, expect)?)?;
         rest = rest.slice(m.wire_len..);
         out.push(m);
     }
@@ -696,6 +708,7 @@ impl HttpServer {
         // No session: only a hello may open one.
         let mut verifier = CbjxVerifier::new();
         let m = wire::decode_message(&body, &mut verifier, true, None)
+            .and_then(proven)
             .map_err(HttpRefusal::from_message_error)?;
         let signer = m
             .signer
