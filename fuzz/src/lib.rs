@@ -187,6 +187,50 @@ pub fn inbound(data: &[u8]) {
     }
 }
 
+/// `wire::http`: a request head (and the messages of its body, CBJX
+/// required or not by the first byte), then the same bytes as a response
+/// head. A parsed request rebuilt with `request_head` parses the same.
+pub fn http(data: &[u8]) {
+    use juxta_proto::message::cbjx::CbjxVerifier;
+    use juxta_proto::wire::http::{decode_message, parse_request, parse_response, request_head};
+    let Some((&mode, data)) = data.split_first() else {
+        return;
+    };
+    if let Ok(Some(r)) = parse_request(data, FUZZ_MAX_MESSAGE) {
+        assert!(r.head_len <= data.len());
+        assert!(r.content_length <= FUZZ_MAX_MESSAGE);
+        let _ = r.requestor();
+        let _ = r.poll();
+        let target = match &r.query {
+            Some(q) => format!("{}?{q}", r.path),
+            None => r.path.clone(),
+        };
+        let head = request_head(r.method, &target, "h", None, r.content_length, &[]);
+        let again = parse_request(&head, FUZZ_MAX_MESSAGE)
+            .expect("rebuilt head parses")
+            .expect("rebuilt head is complete");
+        assert_eq!(
+            (again.method, &again.path, &again.query),
+            (r.method, &r.path, &r.query)
+        );
+        assert_eq!(again.content_length, r.content_length);
+        let mut body = Bytes::copy_from_slice(&data[r.head_len..]);
+        let mut verifier = CbjxVerifier::new();
+        while !body.is_empty() {
+            match decode_message(&body, &mut verifier, mode & 1 == 0, None) {
+                Ok(m) => {
+                    assert!(m.wire_len > 0 && m.wire_len <= body.len());
+                    body = body.slice(m.wire_len..);
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    if let Ok(Some(r)) = parse_response(data, FUZZ_MAX_MESSAGE) {
+        assert!(r.head_len <= data.len());
+    }
+}
+
 /// A target body.
 pub type Target = fn(&[u8]);
 
@@ -200,4 +244,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("id", id),
     ("cbjx_trailer", cbjx_trailer),
     ("inbound", inbound),
+    ("http", http),
 ];

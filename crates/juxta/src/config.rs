@@ -48,6 +48,11 @@ pub struct PeerConfig {
     /// The rendezvous service (edge or rendezvous role); `None` (the
     /// default): the peer takes no part in RVP/SRDI.
     pub rendezvous: Option<crate::rendezvous::RendezvousConfig>,
+    /// Address to listen for HTTP clients on (JXTA's HTTP transport);
+    /// `None` (the default): no HTTP listener.
+    pub http_listen: Option<SocketAddr>,
+    /// Bounds and timeouts of the HTTP transport (server and client).
+    pub http: crate::transport::http::HttpConfig,
 }
 
 /// Settings of the IP multicast transport: propagate pipes also send each
@@ -136,6 +141,8 @@ impl PeerConfig {
             cache: None,
             discovery: crate::discovery::DiscoveryConfig::default(),
             rendezvous: None,
+            http_listen: None,
+            http: crate::transport::http::HttpConfig::default(),
         }
     }
 
@@ -155,6 +162,18 @@ impl PeerConfig {
     /// Sets the listen address.
     pub fn listen(mut self, addr: SocketAddr) -> PeerConfig {
         self.listen = Some(addr);
+        self
+    }
+
+    /// Also listens for HTTP clients (edges that can only speak HTTP) on
+    /// `addr`; see [`crate::Peer::connect_http`].
+    ///
+    /// ```
+    /// let cfg = juxta::PeerConfig::new("/tmp/juxta-doc-http").http_listen("127.0.0.1:0".parse().unwrap());
+    /// assert!(cfg.http_listen.is_some());
+    /// ```
+    pub fn http_listen(mut self, addr: SocketAddr) -> PeerConfig {
+        self.http_listen = Some(addr);
         self
     }
 

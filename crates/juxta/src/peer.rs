@@ -61,6 +61,9 @@ pub enum PeerError {
     /// No connection to that peer.
     #[error("not connected to {0}")]
     NotConnected(PeerId),
+    /// An HTTP session could not be opened.
+    #[error(transparent)]
+    Http(#[from] crate::transport::http::HttpClientError),
     /// The advertisement cache could not be opened.
     #[error(transparent)]
     Cache(#[from] crate::cache::CacheError),
@@ -317,6 +320,7 @@ pub struct Peer {
     accept_task: Option<JoinHandle<()>>,
     service_tasks: Vec<JoinHandle<()>>,
     rendezvous: Option<crate::rendezvous::RendezvousHandle>,
+    http: Option<Arc<crate::transport::http::HttpServer>>,
 }
 
 impl Drop for Peer {
@@ -436,6 +440,17 @@ impl Peer {
                 tracing::warn!(error = %e, "advertisement cache purge stopped");
             }
         }));
+        let http = match inner.cfg.http_listen {
+            Some(addr) => {
+                let (server, tasks) =
+                    crate::transport::http::listen(&inner, addr, inner.cfg.http.clone())
+                        .await
+                        .map_err(io_err(format!("listening for HTTP on {addr}")))?;
+                service_tasks.extend(tasks);
+                Some(server)
+            }
+            None => None,
+        };
         let rendezvous = match inner.cfg.rendezvous.clone() {
             Some(rc) => {
                 let (h, t) = crate::rendezvous::spawn(&inner, rc)?;
@@ -452,6 +467,7 @@ impl Peer {
             accept_task,
             service_tasks,
             rendezvous,
+            http,
         })
     }
 
@@ -508,6 +524,34 @@ impl Peer {
     /// returns a messenger once both welcome lines are exchanged.
     pub async fn connect(&self, addr: SocketAddr) -> Result<Messenger, PeerError> {
         connect_to(&self.inner, addr).await
+    }
+
+    /// Opens an HTTP session with the peer listening for HTTP at `addr`
+    /// (JXTA's HTTP transport, for edges that can only speak HTTP) and
+    /// returns a messenger to it. The session is a connection like a TCP
+    /// one: [`Peer::messenger`], pipes, sockets and the resolver use it.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use juxta::{Peer, PeerConfig};
+    /// let relay = Peer::start(PeerConfig::new("/tmp/r").http_listen("127.0.0.1:0".parse()?)).await?;
+    /// let edge = Peer::start(PeerConfig::new("/tmp/e")).await?;
+    /// let to_relay = edge.connect_http(relay.http_local_addr().unwrap()).await?;
+    /// assert_eq!(to_relay.remote(), relay.peer_id());
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_http(&self, addr: SocketAddr) -> Result<Messenger, PeerError> {
+        Ok(crate::transport::http::connect(&self.inner, addr, self.inner.cfg.http.clone()).await?)
+    }
+
+    /// The address the HTTP listener is bound to, if there is one.
+    pub fn http_local_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(|h| h.local_addr())
+    }
+
+    /// The HTTP listener (sessions, counters), if there is one.
+    pub fn http_server(&self) -> Option<&Arc<crate::transport::http::HttpServer>> {
+        self.http.as_ref()
     }
 
     /// The rendezvous service, when [`PeerConfig::rendezvous`] is set.

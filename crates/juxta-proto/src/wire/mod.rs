@@ -6,4 +6,5 @@ pub mod compact;
 pub mod connection;
 pub mod frame;
 pub mod handshake;
+pub mod http;
 pub mod welcome;

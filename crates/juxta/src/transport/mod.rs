@@ -1,4 +1,5 @@
 //! Transports: the sockets under the endpoint service.
 
+pub mod http;
 pub mod multicast;
 pub mod tcp;

@@ -84,10 +84,20 @@ where
     Ok(())
 }
 
+/// Where a connection's frames go: the TCP socket, or (for an HTTP
+/// session) the session's bounded queue. An enum, so the TCP hot path is
+/// one predictable branch and no dynamic call.
+pub(crate) enum Sink {
+    /// The socket's write half.
+    Tcp(OwnedWriteHalf),
+    /// An HTTP session's outgoing queue.
+    Http(crate::transport::http::HttpSink),
+}
+
 /// The sending side of a connection, behind one lock so that encoding
 /// (which may intern names or switch framing) and writing stay in order.
 pub(crate) struct WriterSide {
-    pub(crate) half: OwnedWriteHalf,
+    pub(crate) half: Sink,
     pub(crate) out: Outbound,
     /// The unwritten end of a frame that [`WriterSide::try_write_now`]
     /// could not finish; written before anything else.
@@ -97,15 +107,31 @@ pub(crate) struct WriterSide {
 impl WriterSide {
     pub(crate) async fn write(&mut self, enc: &EncodedMessage) -> io::Result<()> {
         self.drain_backlog().await?;
-        write_all_vectored(&mut self.half, &enc.chunks).await
+        match &mut self.half {
+            Sink::Tcp(half) => write_all_vectored(half, &enc.chunks).await,
+            Sink::Http(q) => q.send(q.frame(enc)).await,
+        }
     }
 
     pub(crate) async fn drain_backlog(&mut self) -> io::Result<()> {
         if !self.backlog.is_empty() {
             let rest = std::mem::take(&mut self.backlog);
-            write_all_vectored(&mut self.half, &rest).await?;
+            match &mut self.half {
+                Sink::Tcp(half) => write_all_vectored(half, &rest).await?,
+                Sink::Http(q) => q.send(rest).await?,
+            }
         }
         Ok(())
+    }
+
+    /// Shuts the sending side down (FIN on TCP; the queue closes for HTTP).
+    pub(crate) async fn shutdown(&mut self) {
+        match &mut self.half {
+            Sink::Tcp(half) => {
+                let _ = half.shutdown().await;
+            }
+            Sink::Http(q) => q.close(),
+        }
     }
 
     /// Writes what the socket accepts without waiting; the rest of the
@@ -113,6 +139,18 @@ impl WriterSide {
     /// whole. The backlog must be empty.
     pub(crate) fn try_write_now(&mut self, enc: &EncodedMessage) -> io::Result<bool> {
         debug_assert!(self.backlog.is_empty());
+        let half = match &mut self.half {
+            Sink::Tcp(half) => half,
+            Sink::Http(q) => {
+                return match q.try_send(q.frame(enc))? {
+                    None => Ok(true),
+                    Some(frame) => {
+                        self.backlog = frame;
+                        Ok(false)
+                    }
+                }
+            }
+        };
         let mut idx = 0;
         let mut off = 0;
         while idx < enc.chunks.len() {
@@ -123,7 +161,7 @@ impl WriterSide {
                 for c in enc.chunks[idx + 1..].iter().take(MAX_IOV - 1) {
                     iov.push(IoSlice::new(c));
                 }
-                self.half.try_write_vectored(&iov)
+                half.try_write_vectored(&iov)
             };
             let n = match r {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -253,7 +291,7 @@ pub(crate) async fn run_connection(
     let out = Outbound::new(inner.cfg.connection.clone(), role, inner.identity.clone());
     let welcome = out.welcome(&dest_addr, &inner.public_addr);
     let mut writer = WriterSide {
-        half: write,
+        half: Sink::Tcp(write),
         out,
         backlog: Vec::new(),
     };
@@ -263,7 +301,9 @@ pub(crate) async fn run_connection(
     // Phase 1: welcome lines, bounded in time.
     let timeout = inner.cfg.welcome_timeout;
     let established = async {
-        writer.half.write_all(&welcome).await?;
+        if let Sink::Tcp(half) = &mut writer.half {
+            half.write_all(&welcome).await?;
+        }
         let w = tokio::time::timeout(timeout, read_welcome(&mut inbound, &mut rx, &mut read))
             .await
             .map_err(|_| CloseReason::WelcomeTimeout(timeout))??;
@@ -343,8 +383,7 @@ pub(crate) async fn run_connection(
             tracing::warn!(remote = %conn.remote, %peer_addr, error = %e, "connection closed")
         }
     }
-    let mut w = conn.writer.lock().await;
-    let _ = w.half.shutdown().await;
+    conn.writer.lock().await.shutdown().await;
 }
 
 async fn read_welcome(
