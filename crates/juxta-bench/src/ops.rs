@@ -490,8 +490,12 @@ async fn rendezvous(
     let mut t = Tally::new("rendezvous", runs);
 
     progress("ops: rendezvous: rendezvous peer");
-    let r = Peer::start(peer_cfg(dir, "r", kb, true).rendezvous(RendezvousConfig::rendezvous()))
-        .await?;
+    // Room for the edges started by `start` (their leases outlive them).
+    let r = Peer::start(
+        peer_cfg(dir, "r", kb, true)
+            .rendezvous(RendezvousConfig::rendezvous().max_clients(runs + 8)),
+    )
+    .await?;
     let r_addr = r
         .local_addr()
         .ok_or(OpsError::NotFound("rendezvous listen address"))?;
@@ -502,11 +506,15 @@ async fn rendezvous(
         .clone();
 
     progress("ops: rendezvous: start (until leased)");
-    // The identity is created once; `start` loads it.
-    drop(start_edge(dir, "s", kb, r_addr).await??);
-    for _ in 0..runs {
+    // One identity per start, created beforehand (`start` loads it): a
+    // restarted edge with the same peer ID is not leased again while the
+    // rendezvous still holds its previous lease.
+    for i in 0..runs {
+        drop(Peer::start(peer_cfg(dir, &format!("s{i}"), kb, false)).await?);
+    }
+    for i in 0..runs {
         let t0 = Instant::now();
-        match start_edge(dir, "s", kb, r_addr).await? {
+        match start_edge(dir, &format!("s{i}"), kb, r_addr).await? {
             Ok(p) => {
                 t.add("start", t0.elapsed());
                 drop(p);

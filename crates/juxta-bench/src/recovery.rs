@@ -71,8 +71,17 @@ pub async fn run(
     let n = opts.edges.max(2);
     let mut rows = Vec::new();
     for _ in 0..opts.repeats.max(1) {
-        let mut r0 = RdvProcess::spawn(&opts.exe, "srdi", opts.key_bits, 1_000_000).await?;
-        let mut r1 = RdvProcess::spawn(&opts.exe, "srdi", opts.key_bits, 1_000_000).await?;
+        let mut r0 =
+            RdvProcess::spawn(&opts.exe, "srdi", opts.key_bits, 1_000_000, &[], None).await?;
+        let mut r1 = RdvProcess::spawn(
+            &opts.exe,
+            "srdi",
+            opts.key_bits,
+            1_000_000,
+            &[r0.addr],
+            None,
+        )
+        .await?;
         // Every edge lists r0 first: all lease r0.
         let mut edges = Vec::with_capacity(n);
         for i in 0..n {

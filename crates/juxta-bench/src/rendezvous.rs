@@ -64,6 +64,10 @@ pub struct ServeOptions {
     pub rate_limit: u32,
     /// RSA key size.
     pub key_bits: usize,
+    /// The other rendezvous to form the peer view with.
+    pub peers: Vec<SocketAddr>,
+    /// The central server of the centralized model (default: itself).
+    pub central: Option<PeerId>,
 }
 
 /// Runs a rendezvous until the process is killed; `ready` gets its
@@ -91,14 +95,17 @@ pub async fn serve(
     drop(id_probe);
     tokio::time::sleep(Duration::from_millis(50)).await;
     let model = match model_name {
-        "centralized" => SearchModel::Centralized { server: me },
+        "centralized" => SearchModel::Centralized {
+            server: opts.central.unwrap_or(me),
+        },
         "flooding" => SearchModel::Flooding,
         _ => SearchModel::Srdi,
     };
     let rc = RendezvousConfig::rendezvous()
         .max_clients(opts.max_clients)
         .admission(adm)
-        .model(model);
+        .model(model)
+        .peers(opts.peers.clone());
     let peer = Peer::start(cfg.rendezvous(rc)).await?;
     ready(peer.local_addr().unwrap_or(opts.listen), peer.peer_id());
     std::future::pending::<()>().await;
@@ -124,6 +131,8 @@ impl RdvProcess {
         model: &str,
         key_bits: usize,
         rate_limit: u32,
+        peers: &[SocketAddr],
+        central: Option<PeerId>,
     ) -> Result<RdvProcess, BenchError> {
         let home = tempfile::tempdir().map_err(|source| BenchError::Io {
             what: "creating a rendezvous home".into(),
@@ -141,6 +150,21 @@ impl RdvProcess {
             .arg(key_bits.to_string())
             .arg("--rate-limit")
             .arg(rate_limit.to_string())
+            .args(
+                (!peers.is_empty())
+                    .then(|| {
+                        let list: Vec<String> = peers.iter().map(|a| a.to_string()).collect();
+                        ["--peers".to_string(), list.join(",")]
+                    })
+                    .into_iter()
+                    .flatten(),
+            )
+            .args(
+                central
+                    .map(|c| ["--central".to_string(), c.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .stdout(Stdio::piped())
             .stdin(Stdio::null())
             .kill_on_drop(true);
@@ -325,9 +349,27 @@ pub async fn run(
         parse_model(model)?;
         for &nr in &opts.rendezvous {
             for &ne in &opts.edges {
-                let mut rdvs = Vec::new();
+                // The rendezvous form one peer view (each names those
+                // started before it); the first is the central server.
+                let mut rdvs: Vec<RdvProcess> = Vec::new();
                 for _ in 0..nr.max(1) {
-                    rdvs.push(RdvProcess::spawn(&opts.exe, model, opts.key_bits, 1_000_000).await?);
+                    let peers: Vec<SocketAddr> = rdvs.iter().map(|r| r.addr).collect();
+                    let central = rdvs.first().map(|r| r.peer);
+                    rdvs.push(
+                        RdvProcess::spawn(
+                            &opts.exe,
+                            model,
+                            opts.key_bits,
+                            1_000_000,
+                            &peers,
+                            central,
+                        )
+                        .await?,
+                    );
+                }
+                if rdvs.len() > 1 {
+                    // Probes run every 500 ms: let the view settle.
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
                 }
                 let seeds: Vec<SocketAddr> = rdvs.iter().map(|r| r.addr).collect();
                 let edges = start_edges(homes.path(), ne.max(1), &seeds, opts.key_bits).await?;

@@ -369,6 +369,12 @@ struct RdvServeArgs {
     rate_limit: u32,
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
+    /// Other rendezvous to form the peer view with (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<SocketAddr>,
+    /// Peer ID of the central server (centralized model; default: itself).
+    #[arg(long)]
+    central: Option<String>,
 }
 
 #[derive(clap::Args, Clone)]
@@ -1025,6 +1031,14 @@ async fn run_rdv_serve(a: RdvServeArgs) -> Result<(), CliError> {
         max_clients: a.max_clients,
         rate_limit: a.rate_limit,
         key_bits: a.key_bits,
+        peers: a.peers,
+        central: match a.central {
+            Some(c) => Some(
+                c.parse()
+                    .map_err(|e| CliError::Msg(format!("--central {c}: {e}")))?,
+            ),
+            None => None,
+        },
     };
     juxta_bench::rendezvous::serve(opts, |addr, peer| println!("READY {addr} {peer}"))
         .await
