@@ -412,7 +412,7 @@ mod tests {
         assert!(s.end(&p(2)));
         assert_eq!(s.counters().dropped, 3);
         assert_eq!(s.sender_use(&b), (0, 0));
-        assert_eq!(s.sender_use(&a), (1, 10));
+        assert_eq!(s.sender_use(&a), (2, 20));
         assert_eq!(s.queue_len(&p(1)), 2);
     }
 }
