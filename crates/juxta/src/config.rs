@@ -48,6 +48,10 @@ pub struct PeerConfig {
     /// The rendezvous service (edge or rendezvous role); `None` (the
     /// default): the peer takes no part in RVP/SRDI.
     pub rendezvous: Option<crate::rendezvous::RendezvousConfig>,
+    /// The relay service (edge leasing a relay, or relay); `None` (the
+    /// default): the peer neither leases nor forwards (it still routes its
+    /// own messages through relays it learns of).
+    pub relay: Option<crate::relay::RelayConfig>,
 }
 
 /// Settings of the IP multicast transport: propagate pipes also send each
@@ -136,6 +140,7 @@ impl PeerConfig {
             cache: None,
             discovery: crate::discovery::DiscoveryConfig::default(),
             rendezvous: None,
+            relay: None,
         }
     }
 
@@ -173,6 +178,12 @@ impl PeerConfig {
     /// Runs the rendezvous service in this role.
     pub fn rendezvous(mut self, r: crate::rendezvous::RendezvousConfig) -> PeerConfig {
         self.rendezvous = Some(r);
+        self
+    }
+
+    /// Runs the relay service in this role.
+    pub fn relay(mut self, r: crate::relay::RelayConfig) -> PeerConfig {
+        self.relay = Some(r);
         self
     }
 
