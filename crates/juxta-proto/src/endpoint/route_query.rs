@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 
-use super::route_cache::{check_route, MAX_ROUTE_HOPS};
+use super::route_cache::check_route;
 use crate::advertisement::tree::XmlElement;
 use crate::advertisement::{parse_xml, AccessPointAdvertisement, AdvError, RouteAdvertisement};
 use crate::id::PeerId;
@@ -205,7 +205,8 @@ pub fn route_through(
 /// is). `connected` says which peers this peer has a connection to. The
 /// route must start at a connected peer; if it does not but the answering
 /// peer is connected, the route goes through the answering peer first.
-/// `None` if no loop-free route of at most [`MAX_ROUTE_HOPS`] results.
+/// `None` if no loop-free route of at most
+/// [`MAX_ROUTE_HOPS`](super::route_cache::MAX_ROUTE_HOPS) results.
 pub fn route_from_answer(
     local: &PeerId,
     ra: &RouteAdvertisement,
