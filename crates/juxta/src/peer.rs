@@ -119,7 +119,8 @@ pub struct Stats {
     /// peer ID.
     pub relay_unauthenticated: AtomicU64,
     /// Relay requests or relayed messages refused otherwise (full, queue
-    /// full, quota, not leased, malformed control message).
+    /// full, quota, not leased, malformed control message); on an edge,
+    /// refusals received from its relay.
     pub relay_refused: AtomicU64,
 }
 

@@ -128,3 +128,189 @@ async fn endpoint_pipe_and_socket_through_a_relay() {
     assert_eq!(rc.clients, 2);
     assert_eq!(r.stats().route_spoofed.load(Ordering::Relaxed), 0);
 }
+
+fn stat(p: &Peer, f: impl Fn(&juxta::Stats) -> &std::sync::atomic::AtomicU64) -> u64 {
+    f(p.stats()).load(Ordering::Relaxed)
+}
+
+async fn eventually(what: &str, f: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !f() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_router_messages_are_refused_and_counted() {
+    use juxta_proto::endpoint::address::EndpointAddress;
+    use juxta_proto::endpoint::forward::{fingerprint_for, originate};
+    use juxta_proto::endpoint::router::{Hop, ELEM_ERM, ELEM_ERM_FINGERPRINT, MAX_ERM_LEN};
+    use juxta_proto::message::NS_JXTA;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (r, a, b) = trio(&dir, RelayConfig::server()).await;
+    // X: a plain peer with a direct connection to the relay.
+    let x = start(&dir, "x", |c| c).await;
+    let to_r = x.connect(r.local_addr().unwrap()).await.unwrap();
+    let send = |erm: Option<Vec<u8>>, fp: Option<bytes::Bytes>| {
+        let to_r = to_r.clone();
+        async move {
+            let mut m = Message::new().with(Element::bytes("app", "d", &b"x"[..]));
+            if let Some(e) = erm {
+                m.push(Element::typed(NS_JXTA, ELEM_ERM, "text/xml;charset=UTF-8", e));
+            }
+            if let Some(fp) = fp {
+                m.push(Element::bytes(NS_JXTA, ELEM_ERM_FINGERPRINT, fp));
+            }
+            to_r.send("EndpointRouter", None, m).await.unwrap();
+        }
+    };
+    let (ap, bp, rp, xp) = (a.peer_id(), b.peer_id(), r.peer_id(), x.peer_id());
+    let erm = |h: &juxta_proto::endpoint::router::RouterHeader| Some(h.to_xml().into_bytes());
+
+    // Spoofed source: X claims to be A, without and with (its own) fingerprint.
+    let spoof = originate(&ap, &bp, "chat", None, &[]);
+    send(erm(&spoof), None).await;
+    send(erm(&spoof), Some(fingerprint_for(x.identity()))).await;
+    eventually("spoofs counted", || stat(&r, |s| &s.route_spoofed) == 2).await;
+
+    // Loops: source is the relay; last hop is the relay; relay in the
+    // reverse hops; hop limit.
+    send(erm(&originate(&rp, &bp, "chat", None, &[])), None).await;
+    let mut h = originate(&xp, &bp, "chat", None, &[]);
+    h.last = EndpointAddress::peer(&rp, None, None);
+    send(erm(&h), None).await;
+    let mut h = originate(&xp, &bp, "chat", None, &[]);
+    h.reverse.push(Hop {
+        pid: Some(rp.to_string()),
+        addresses: vec![],
+    });
+    send(erm(&h), None).await;
+    let mut h = originate(&xp, &bp, "chat", None, &[]);
+    for i in 0..8u8 {
+        h.reverse.push(Hop {
+            pid: Some(juxta_proto::id::PeerId::from_public_key_spki(&[i]).to_string()),
+            addresses: vec![],
+        });
+    }
+    send(erm(&h), None).await;
+    eventually("loops counted", || stat(&r, |s| &s.route_loops) == 4).await;
+
+    // Malformed: no ERM, garbage, oversized, destination not a peer.
+    send(None, None).await;
+    send(Some(b"<jxta:ERM><Src>".to_vec()), None).await;
+    send(Some(vec![b' '; MAX_ERM_LEN + 1]), None).await;
+    let mut h = originate(&xp, &bp, "chat", None, &[]);
+    h.dest = "tcp://10.1.2.3:9701/chat".parse().unwrap();
+    send(erm(&h), None).await;
+    eventually("malformed counted", || stat(&r, |s| &s.route_malformed) == 4).await;
+
+    // No route to an unknown peer.
+    let nobody = juxta_proto::id::PeerId::from_public_key_spki(b"nobody");
+    send(erm(&originate(&xp, &nobody, "chat", None, &[])), None).await;
+    eventually("no route counted", || stat(&r, |s| &s.route_no_route) == 1).await;
+
+    // The relay still works, and nothing above reached B.
+    let mut inbox = b.listen("chat", None).unwrap();
+    // A relayed message must carry its origin's fingerprint: without it B
+    // refuses it as a spoof, with it B delivers it.
+    send(erm(&originate(&xp, &bp, "chat", None, &[])), None).await;
+    eventually("B refuses an unproven relayed source", || {
+        stat(&b, |s| &s.route_spoofed) == 1
+    })
+    .await;
+    send(
+        erm(&originate(&xp, &bp, "chat", None, &[])),
+        Some(fingerprint_for(x.identity())),
+    )
+    .await;
+    let got = tokio::time::timeout(WAIT, inbox.recv()).await.unwrap().unwrap();
+    assert_eq!(got.from, Some(xp));
+    assert!(got.routed);
+    assert_eq!(stat(&b, |s| &s.route_loops), 0);
+    assert_eq!(stat(&b, |s| &s.route_malformed), 0);
+    drop(a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_relay_requests_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // Neither CBJX nor compact framing: the edge's connection never proves
+    // its peer ID.
+    let r = start(&dir, "r", |c| {
+        c.listen("127.0.0.1:0".parse().unwrap())
+            .cbjx(false)
+            .compact(false)
+            .relay(RelayConfig::server())
+    })
+    .await;
+    let seeds = vec![r.local_addr().unwrap()];
+    let e = start(&dir, "e", |c| {
+        c.cbjx(false).compact(false).relay(RelayConfig::client(seeds))
+    })
+    .await;
+    eventually("refusal counted", || {
+        stat(&r, |s| &s.relay_unauthenticated) >= 1
+    })
+    .await;
+    eventually("edge told", || stat(&e, |s| &s.relay_refused) >= 1).await;
+    assert_eq!(e.relay().unwrap().relay(), None);
+    let c = r.relay().unwrap().counters();
+    assert!(c.server.refused_unauthenticated >= 1);
+    assert_eq!(c.clients, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_edge_queue_and_sender_quota_push_back_then_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = RelayConfig::server()
+        .queue(4, 1 << 20)
+        .sender_quota(1_000, 256 << 10)
+        .max_message(128 << 10)
+        .push_back(Duration::from_millis(20));
+    let (r, a, b) = trio(&dir, relay).await;
+    let to_b = a.route_to(&b.peer_id(), WAIT).await.unwrap();
+    // Over the relay's message bound: refused at once, typed and counted.
+    to_b.send(
+        "sink",
+        None,
+        Message::new().with(Element::bytes("app", "d", vec![0u8; 200 << 10])),
+    )
+    .await
+    .unwrap();
+    eventually("too large refused", || {
+        r.relay().unwrap().counters().server.refused_too_large == 1
+    })
+    .await;
+    eventually("A told", || stat(&a, |s| &s.relay_refused) >= 1).await;
+
+    // B does not read: its listener fills, its connection stops reading,
+    // the relay's queue for B fills, and A's messages are pushed back, then
+    // refused. None is lost without being counted.
+    let mut sink = b.listen("sink", None).unwrap();
+    let sent = 400u64;
+    for i in 0..sent {
+        let body = vec![(i % 251) as u8; 60 << 10];
+        to_b.send("sink", None, Message::new().with(Element::bytes("app", "d", body)))
+            .await
+            .unwrap();
+    }
+    let refused = || {
+        let c = r.relay().unwrap().counters().server;
+        c.refused_queue_full + c.refused_quota
+    };
+    eventually("queue full refusals", || refused() >= 1).await;
+    let mut received = 0u64;
+    while received + refused() < sent {
+        match tokio::time::timeout(Duration::from_secs(5), sink.recv()).await {
+            Ok(Some(_)) => received += 1,
+            _ => break,
+        }
+    }
+    assert_eq!(received + refused(), sent, "every message delivered or refused");
+    assert!(received >= 4);
+    let c = r.relay().unwrap().counters().server;
+    assert_eq!(c.dropped, 0);
+    assert!(r.relay().unwrap().queued_for(&b.peer_id()) <= 4);
+}

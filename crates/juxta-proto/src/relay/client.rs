@@ -5,7 +5,7 @@
 //! The runtime does what the returned [`ClientAction`]s say (dial a seed,
 //! send a request) and reports what happened; time is passed in.
 
-use super::{RelayRequest, RelayResponse};
+use super::{Refusal, RelayRequest, RelayResponse};
 use crate::id::PeerId;
 
 /// Timers of the relay client.
@@ -271,7 +271,12 @@ impl RelayClient {
                     vec![ClientAction::LeaseGained { relay }]
                 }
             }
-            RelayResponse::Disconnected | RelayResponse::Refused(_) => self.lost(now_ms),
+            RelayResponse::Disconnected
+            | RelayResponse::Refused(Refusal::Unauthenticated | Refusal::Full | Refusal::NotRelay) => {
+                self.lost(now_ms)
+            }
+            // A refused message (queue full, quota, ...) leaves the lease.
+            RelayResponse::Refused(_) => Vec::new(),
             RelayResponse::Pid(_) => Vec::new(),
         }
     }
@@ -292,7 +297,6 @@ impl RelayClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::relay::Refusal;
 
     fn p(n: u8) -> PeerId {
         PeerId::from_public_key_spki(&[n])
@@ -355,6 +359,11 @@ mod tests {
         ));
         assert_eq!(c.tick(600), vec![], "renewal sent once");
         assert_eq!(c.on_response(p(1), &connected(1_000), 610), vec![]);
+        // A refused message does not end the lease.
+        assert_eq!(
+            c.on_response(p(1), &RelayResponse::Refused(Refusal::QueueFull), 620),
+            vec![]
+        );
         assert_eq!(c.relay(), Some(p(1)));
         assert_eq!(c.on_disconnected(p(9), 700), vec![]);
         assert_eq!(

@@ -120,6 +120,12 @@ impl RelayConfig {
         self
     }
 
+    /// Sets the largest message the relay spools for an edge.
+    pub fn max_message(mut self, bytes: usize) -> RelayConfig {
+        self.server.max_message = bytes;
+        self
+    }
+
     /// Sets the most edges leased at once.
     pub fn max_clients(mut self, n: usize) -> RelayConfig {
         self.server.max_clients = n;
@@ -324,6 +330,7 @@ pub(crate) async fn on_control(inner: &Arc<Inner>, conn: &Arc<Connection>, messa
     match control {
         Control::Response(r) => {
             if let RelayResponse::Refused(reason) = r {
+                inner.stats.relay_refused.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(relay = %conn.remote, %reason, "relay refused");
             }
             if let Some(tx) = &inner.router.client_tx {
