@@ -272,7 +272,11 @@ impl Messenger {
     }
 
     /// Sends `msg` as it is to the wire service address `to` (mangled).
-    pub(crate) async fn send_raw(&self, to: &ServiceAddress, msg: Message) -> Result<usize, SendError> {
+    pub(crate) async fn send_raw(
+        &self,
+        to: &ServiceAddress,
+        msg: Message,
+    ) -> Result<usize, SendError> {
         if self.conn.is_closed() {
             return Err(SendError::Closed(self.conn.remote));
         }

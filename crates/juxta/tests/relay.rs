@@ -18,7 +18,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-async fn start(dir: &tempfile::TempDir, name: &str, cfg: impl FnOnce(PeerConfig) -> PeerConfig) -> Peer {
+async fn start(
+    dir: &tempfile::TempDir,
+    name: &str,
+    cfg: impl FnOnce(PeerConfig) -> PeerConfig,
+) -> Peer {
     let mut c = PeerConfig::new(dir.path().join(name));
     c.key_bits = 1024;
     Peer::start(cfg(c)).await.unwrap()
@@ -32,7 +36,10 @@ fn adv(name: &str) -> PipeAdvertisement {
 
 /// A relay and two edges leasing it.
 async fn trio(dir: &tempfile::TempDir, relay: RelayConfig) -> (Peer, Peer, Peer) {
-    let r = start(dir, "r", |c| c.listen("127.0.0.1:0".parse().unwrap()).relay(relay)).await;
+    let r = start(dir, "r", |c| {
+        c.listen("127.0.0.1:0".parse().unwrap()).relay(relay)
+    })
+    .await;
     let seeds = vec![r.local_addr().unwrap()];
     let a = start(dir, "a", |c| c.relay(RelayConfig::client(seeds.clone()))).await;
     let b = start(dir, "b", |c| c.relay(RelayConfig::client(seeds.clone()))).await;
@@ -50,16 +57,31 @@ async fn trio(dir: &tempfile::TempDir, relay: RelayConfig) -> (Peer, Peer, Peer)
 async fn endpoint_pipe_and_socket_through_a_relay() {
     let dir = tempfile::tempdir().unwrap();
     let (r, a, b) = trio(&dir, RelayConfig::server()).await;
+    let ra = b.relay().unwrap().route_advertisement();
+    assert_eq!(ra.dest_peer, Some(b.peer_id()));
+    assert_eq!(
+        ra.dest.addresses,
+        vec![format!("relay://{}", r.peer_id().unique_value())]
+    );
+    assert_eq!(ra.hops.len(), 1);
+    assert_eq!(ra.hops[0].peer_id, Some(r.peer_id()));
 
     // Endpoint messages: route found by a route query to the relay.
     let mut inbox = b.listen("chat", None).unwrap();
     let to_b = a.route_to(&b.peer_id(), WAIT).await.unwrap();
     assert!(to_b.is_routed());
     assert_eq!(to_b.remote(), b.peer_id());
-    to_b.send("chat", None, Message::new().with(Element::text("", "t", "hi")))
+    to_b.send(
+        "chat",
+        None,
+        Message::new().with(Element::text("", "t", "hi")),
+    )
+    .await
+    .unwrap();
+    let got = tokio::time::timeout(WAIT, inbox.recv())
         .await
+        .unwrap()
         .unwrap();
-    let got = tokio::time::timeout(WAIT, inbox.recv()).await.unwrap().unwrap();
     assert_eq!(got.from, Some(a.peer_id()));
     assert!(got.routed);
     assert_eq!(got.message.get("", "t").unwrap().as_str(), Some("hi"));
@@ -83,7 +105,10 @@ async fn endpoint_pipe_and_socket_through_a_relay() {
             .unwrap();
     }
     for i in 0..50u32 {
-        let m = tokio::time::timeout(WAIT, input.recv()).await.unwrap().unwrap();
+        let m = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(m.from, Some(a.peer_id()));
         let d = m.message.get("app", "d").unwrap();
         assert_eq!(d.data.len(), 1000 + i as usize);
@@ -158,7 +183,12 @@ async fn bad_router_messages_are_refused_and_counted() {
         async move {
             let mut m = Message::new().with(Element::bytes("app", "d", &b"x"[..]));
             if let Some(e) = erm {
-                m.push(Element::typed(NS_JXTA, ELEM_ERM, "text/xml;charset=UTF-8", e));
+                m.push(Element::typed(
+                    NS_JXTA,
+                    ELEM_ERM,
+                    "text/xml;charset=UTF-8",
+                    e,
+                ));
             }
             if let Some(fp) = fp {
                 m.push(Element::bytes(NS_JXTA, ELEM_ERM_FINGERPRINT, fp));
@@ -204,7 +234,10 @@ async fn bad_router_messages_are_refused_and_counted() {
     let mut h = originate(&xp, &bp, "chat", None, &[]);
     h.dest = "tcp://10.1.2.3:9701/chat".parse().unwrap();
     send(erm(&h), None).await;
-    eventually("malformed counted", || stat(&r, |s| &s.route_malformed) == 4).await;
+    eventually("malformed counted", || {
+        stat(&r, |s| &s.route_malformed) == 4
+    })
+    .await;
 
     // No route to an unknown peer.
     let nobody = juxta_proto::id::PeerId::from_public_key_spki(b"nobody");
@@ -225,7 +258,10 @@ async fn bad_router_messages_are_refused_and_counted() {
         Some(fingerprint_for(x.identity())),
     )
     .await;
-    let got = tokio::time::timeout(WAIT, inbox.recv()).await.unwrap().unwrap();
+    let got = tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got.from, Some(xp));
     assert!(got.routed);
     assert_eq!(stat(&b, |s| &s.route_loops), 0);
@@ -247,7 +283,9 @@ async fn unauthenticated_relay_requests_are_refused() {
     .await;
     let seeds = vec![r.local_addr().unwrap()];
     let e = start(&dir, "e", |c| {
-        c.cbjx(false).compact(false).relay(RelayConfig::client(seeds))
+        c.cbjx(false)
+            .compact(false)
+            .relay(RelayConfig::client(seeds))
     })
     .await;
     eventually("refusal counted", || {
@@ -292,9 +330,13 @@ async fn per_edge_queue_and_sender_quota_push_back_then_refuse() {
     let sent = 400u64;
     for i in 0..sent {
         let body = vec![(i % 251) as u8; 60 << 10];
-        to_b.send("sink", None, Message::new().with(Element::bytes("app", "d", body)))
-            .await
-            .unwrap();
+        to_b.send(
+            "sink",
+            None,
+            Message::new().with(Element::bytes("app", "d", body)),
+        )
+        .await
+        .unwrap();
     }
     let refused = || {
         let c = r.relay().unwrap().counters().server;
@@ -308,7 +350,11 @@ async fn per_edge_queue_and_sender_quota_push_back_then_refuse() {
             _ => break,
         }
     }
-    assert_eq!(received + refused(), sent, "every message delivered or refused");
+    assert_eq!(
+        received + refused(),
+        sent,
+        "every message delivered or refused"
+    );
     assert!(received >= 4);
     let c = r.relay().unwrap().counters().server;
     assert_eq!(c.dropped, 0);

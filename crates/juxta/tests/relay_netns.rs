@@ -100,7 +100,14 @@ fn link(ns1: &str, if1: &str, a1: &str, ns2: &str, if2: &str, a2: &str) {
 }
 
 fn no_forwarding(ns: &str) {
-    ip(&["netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=0"]);
+    ip(&[
+        "netns",
+        "exec",
+        ns,
+        "sysctl",
+        "-qw",
+        "net.ipv4.ip_forward=0",
+    ]);
 }
 
 /// Runs `f` on a new thread inside namespace `ns`, on a current-thread
@@ -167,7 +174,10 @@ async fn relay_main(
     if let Some(addr) = connect_to {
         let deadline = tokio::time::Instant::now() + WAIT;
         while r.connect(addr).await.is_err() {
-            assert!(tokio::time::Instant::now() < deadline, "relay {addr} unreachable");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "relay {addr} unreachable"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -188,19 +198,28 @@ async fn b_main(
     let b = Peer::start(cfg(home).relay(RelayConfig::client(vec![relay])))
         .await
         .unwrap();
-    assert!(b.relay().unwrap().wait_leased(WAIT).await.is_some(), "B leased");
+    assert!(
+        b.relay().unwrap().wait_leased(WAIT).await.is_some(),
+        "B leased"
+    );
     let mut input = b.pipes().create_input_pipe(&pipe).unwrap();
     let mut server = JxtaServerSocket::bind(&b, &sock, SocketConfig::default()).unwrap();
     let _ = ready.send(b.peer_id());
     let mut got = 0;
     for i in 0..PIPE_MESSAGES {
-        let m = tokio::time::timeout(WAIT, input.recv()).await.unwrap().unwrap();
+        let m = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
         let d = m.message.get("app", "d").unwrap();
         assert_eq!(d.data.len(), 100 + i, "pipe message {i} intact");
         assert!(d.data.iter().all(|&x| x == (i % 251) as u8));
         got += 1;
     }
-    let mut s = tokio::time::timeout(WAIT, server.accept()).await.unwrap().unwrap();
+    let mut s = tokio::time::timeout(WAIT, server.accept())
+        .await
+        .unwrap()
+        .unwrap();
     let mut buf = vec![0u8; SOCKET_BYTES];
     s.read_exact(&mut buf).await.unwrap();
     assert!(buf == up_data(), "socket data intact at B");
@@ -230,7 +249,10 @@ async fn a_main(
     let a = Peer::start(cfg(home).relay(RelayConfig::client(vec![relay])))
         .await
         .unwrap();
-    assert!(a.relay().unwrap().wait_leased(WAIT).await.is_some(), "A leased");
+    assert!(
+        a.relay().unwrap().wait_leased(WAIT).await.is_some(),
+        "A leased"
+    );
     let b = tokio::time::timeout(WAIT, b).await.unwrap().unwrap();
     let out = a
         .pipes()
@@ -345,6 +367,9 @@ fn through_a_chain_of_two_relays() {
     // forwards to R1, R1 queues for A.
     assert!(c1.forwarded as usize > PIPE_MESSAGES, "{c1:?}");
     assert!(c2.forwarded as usize > PIPE_MESSAGES, "{c2:?}");
-    assert!(c2.server.forwarded as usize >= PIPE_MESSAGES, "R2 spooled for B");
+    assert!(
+        c2.server.forwarded as usize >= PIPE_MESSAGES,
+        "R2 spooled for B"
+    );
     assert!(c1.server.forwarded > 0, "R1 spooled for A");
 }

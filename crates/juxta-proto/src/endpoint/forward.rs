@@ -138,7 +138,9 @@ impl FingerprintVerifier {
         cert.verify_sha256_prehash(&digest, &sig)
             .map_err(|_| ForwardError::BadFingerprint("signature"))?;
         if cert.derived_peer_id() != &claimed {
-            return Err(ForwardError::BadFingerprint("certificate is not the payload's peer"));
+            return Err(ForwardError::BadFingerprint(
+                "certificate is not the payload's peer",
+            ));
         }
         if self.verified.len() >= self.capacity {
             self.verified.clear();
@@ -187,7 +189,10 @@ pub fn inspect(
         .ok_or(ForwardError::NoRouterHeader)?;
     let header = RouterHeader::parse(&erm.data)?;
     let src = header.src.peer_id().ok_or(ForwardError::NotAPeer("Src"))?;
-    let dest = header.dest.peer_id().ok_or(ForwardError::NotAPeer("Dest"))?;
+    let dest = header
+        .dest
+        .peer_id()
+        .ok_or(ForwardError::NotAPeer("Dest"))?;
     if src == *local {
         return Err(ForwardError::Loop(LoopKind::Source));
     }
@@ -208,7 +213,9 @@ pub fn inspect(
         Some(fp) => {
             let proven = verifier.verify(&fp.data)?;
             if proven != src {
-                return Err(ForwardError::BadFingerprint("fingerprint names another peer"));
+                return Err(ForwardError::BadFingerprint(
+                    "fingerprint names another peer",
+                ));
             }
         }
         None if src != *link => {
@@ -432,7 +439,9 @@ mod tests {
             ForwardError::BadFingerprint("signature")
         );
         assert!(v.verify(&Bytes::from_static(b"\0\0\0\x05ab")).is_err());
-        assert!(v.verify(&Bytes::from(vec![0u8; MAX_FINGERPRINT_LEN + 1])).is_err());
+        assert!(v
+            .verify(&Bytes::from(vec![0u8; MAX_FINGERPRINT_LEN + 1]))
+            .is_err());
     }
 
     #[test]

@@ -114,7 +114,10 @@ impl RouteCache {
 
     /// [`RouteCache::get`], marking the route as recently used.
     pub fn lookup(&mut self, dest: &PeerId, now_ms: u64) -> Option<&[PeerId]> {
-        let e = self.routes.get_mut(dest).filter(|e| e.expires_ms > now_ms)?;
+        let e = self
+            .routes
+            .get_mut(dest)
+            .filter(|e| e.expires_ms > now_ms)?;
         e.used_ms = now_ms;
         Some(&e.hops[..])
     }

@@ -272,9 +272,9 @@ impl RelayClient {
                 }
             }
             RelayResponse::Disconnected
-            | RelayResponse::Refused(Refusal::Unauthenticated | Refusal::Full | Refusal::NotRelay) => {
-                self.lost(now_ms)
-            }
+            | RelayResponse::Refused(
+                Refusal::Unauthenticated | Refusal::Full | Refusal::NotRelay,
+            ) => self.lost(now_ms),
             // A refused message (queue full, quota, ...) leaves the lease.
             RelayResponse::Refused(_) => Vec::new(),
             RelayResponse::Pid(_) => Vec::new(),

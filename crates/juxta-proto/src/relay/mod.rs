@@ -158,10 +158,14 @@ impl RelayRequest {
         let mut m = Message::new();
         match self {
             RelayRequest::Connect { lease_ms } => {
-                m.push(Element::text(NS_RELAY, "request", "connect"));
-                if let Some(l) = lease_ms {
-                    m.push(Element::text(NS_RELAY, "lease", &l.to_string()));
-                }
+                // JXSE's form: `connect,<lease>,keep,true` (keep the queue,
+                // return the relay's advertisement).
+                let lease = lease_ms.map(|l| l.to_string()).unwrap_or_default();
+                m.push(Element::text(
+                    NS_RELAY,
+                    "request",
+                    &format!("connect,{lease},keep,true"),
+                ));
             }
             RelayRequest::Disconnect => {
                 m.push(Element::text(NS_RELAY, "request", "disconnect"));
@@ -223,13 +227,19 @@ impl Control {
                 .transpose()
         };
         if let Some(r) = text(m, "request")? {
-            return Ok(Control::Request(match r {
-                "connect" => RelayRequest::Connect { lease_ms: lease()? },
+            // JXSE writes `connect,<lease>,flush|keep,true|other`.
+            let mut parts = r.split(',');
+            let verb = parts.next().unwrap_or_default();
+            return Ok(Control::Request(match verb {
+                "connect" => RelayRequest::Connect {
+                    lease_ms: match parts.next().filter(|l| !l.is_empty()) {
+                        Some(l) => Some(l.parse().map_err(|_| RelayError::BadField("lease"))?),
+                        None => lease()?,
+                    },
+                },
                 "disconnect" => RelayRequest::Disconnect,
                 "pid" => RelayRequest::Pid,
-                other => {
-                    return Err(RelayError::UnknownCommand(other.chars().take(40).collect()))
-                }
+                other => return Err(RelayError::UnknownCommand(other.chars().take(40).collect())),
             }));
         }
         if let Some(r) = text(m, "response")? {
@@ -246,9 +256,7 @@ impl Control {
                         .and_then(Refusal::parse)
                         .ok_or(RelayError::BadField("reason"))?,
                 ),
-                other => {
-                    return Err(RelayError::UnknownCommand(other.chars().take(40).collect()))
-                }
+                other => return Err(RelayError::UnknownCommand(other.chars().take(40).collect())),
             }));
         }
         Err(RelayError::NoCommand)
@@ -283,6 +291,23 @@ mod tests {
             assert_eq!(Control::parse(&m).unwrap(), c);
         }
         assert_eq!(Control::parse(&Message::new()), Err(RelayError::NoCommand));
+        // JXSE's connect string.
+        let jxse = Message::new().with(Element::text(
+            NS_RELAY,
+            "request",
+            "connect,7200000,keep,true",
+        ));
+        assert_eq!(
+            Control::parse(&jxse).unwrap(),
+            Control::Request(RelayRequest::Connect {
+                lease_ms: Some(7_200_000)
+            })
+        );
+        let jxse = Message::new().with(Element::text(NS_RELAY, "request", "connect,,flush,other"));
+        assert_eq!(
+            Control::parse(&jxse).unwrap(),
+            Control::Request(RelayRequest::Connect { lease_ms: None })
+        );
         let bad = Message::new().with(Element::text(NS_RELAY, "request", "steal"));
         assert!(matches!(
             Control::parse(&bad),

@@ -198,6 +198,13 @@ impl RelayHandle {
         got.ok().flatten().or_else(|| self.relay())
     }
 
+    /// This peer's route advertisement as it answers route queries: while
+    /// it leases a relay, destination EA `relay://<relay unique>` and the
+    /// relay as hop; otherwise its TCP address.
+    pub fn route_advertisement(&self) -> juxta_proto::advertisement::RouteAdvertisement {
+        route::own_route(&self.inner)
+    }
+
     /// Messages queued at this relay for `edge`.
     pub fn queued_for(&self, edge: &PeerId) -> usize {
         self.inner
@@ -238,16 +245,14 @@ pub(crate) struct Router {
 
 impl Router {
     pub(crate) fn new(local: PeerId, cfg: Option<&RelayConfig>) -> Router {
-        let server = cfg
-            .filter(|c| c.role == RelayRole::Server)
-            .map(|c| {
-                Arc::new(ServerRuntime {
-                    state: Mutex::new(RelayServer::new(local, c.server)),
-                    wake: Mutex::new(HashMap::new()),
-                    space: Notify::new(),
-                    push_back: c.push_back,
-                })
-            });
+        let server = cfg.filter(|c| c.role == RelayRole::Server).map(|c| {
+            Arc::new(ServerRuntime {
+                state: Mutex::new(RelayServer::new(local, c.server)),
+                wake: Mutex::new(HashMap::new()),
+                space: Notify::new(),
+                push_back: c.push_back,
+            })
+        });
         let (client_tx, client_rx) = match cfg.map(|c| &c.role) {
             Some(RelayRole::Client { .. }) => {
                 let (tx, rx) = mpsc::channel(16);
@@ -428,8 +433,8 @@ fn start_drain(inner: &Arc<Inner>, s: &Arc<ServerRuntime>, conn: &Arc<Connection
                 }
                 None => {
                     drop(inner);
-                    let _ = tokio::time::timeout(Duration::from_millis(500), notify.notified())
-                        .await;
+                    let _ =
+                        tokio::time::timeout(Duration::from_millis(500), notify.notified()).await;
                 }
             }
         }

@@ -9,8 +9,7 @@ use std::time::Duration;
 use juxta_proto::advertisement::RouteAdvertisement;
 use juxta_proto::endpoint::forward::{self, ForwardError, Inspected};
 use juxta_proto::endpoint::route_query::{
-    route_from_answer, route_through, Requested, RouteQuery, RouteResponse, Waiter,
-    ROUTER_HANDLER,
+    route_from_answer, route_through, Requested, RouteQuery, RouteResponse, Waiter, ROUTER_HANDLER,
 };
 use juxta_proto::endpoint::{demangle, mangle, Delivery, ServiceAddress, ROUTER_SERVICE};
 use juxta_proto::id::PeerId;
@@ -185,8 +184,8 @@ async fn forward_message(
                 if tokio::time::Instant::now() < deadline =>
             {
                 item = back;
-                let _ = tokio::time::timeout(Duration::from_millis(20), server.space.notified())
-                    .await;
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(20), server.space.notified()).await;
             }
             Err((reason, _)) => {
                 inner.stats.relay_refused.fetch_add(1, Ordering::Relaxed);
@@ -294,12 +293,12 @@ pub(crate) async fn on_query(
         peer: q.src_peer,
         query_id: q.query_id,
     };
-    let r = inner
-        .router
-        .resolver
-        .lock()
-        .expect("route lock")
-        .request(rq.dest, waiter, q.hop_count, now);
+    let r = inner.router.resolver.lock().expect("route lock").request(
+        rq.dest,
+        waiter,
+        q.hop_count,
+        now,
+    );
     if let Ok(Requested::Send {
         query_id,
         hop_count,
@@ -431,12 +430,13 @@ pub(crate) async fn find_route(
             return None;
         }
         let now = inner.router.now_ms();
-        let r = inner
-            .router
-            .resolver
-            .lock()
-            .expect("route lock")
-            .request(*peer, Waiter::Local, 0, now);
+        let r =
+            inner
+                .router
+                .resolver
+                .lock()
+                .expect("route lock")
+                .request(*peer, Waiter::Local, 0, now);
         if let Ok(Requested::Send {
             query_id,
             hop_count,
