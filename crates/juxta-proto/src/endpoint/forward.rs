@@ -62,9 +62,9 @@ pub enum ForwardError {
     #[error("source {claimed} not proven on a link from {link}")]
     Spoofed {
         /// The ERM `Src`.
-        claimed: PeerId,
+        claimed: Box<PeerId>,
         /// The peer at the other end of the link.
-        link: PeerId,
+        link: Box<PeerId>,
     },
     /// The fingerprint is malformed, wrongly signed, or names another peer.
     #[error("bad router fingerprint: {0}")]
@@ -220,8 +220,8 @@ pub fn inspect(
         }
         None if src != *link => {
             return Err(ForwardError::Spoofed {
-                claimed: src,
-                link: *link,
+                claimed: Box::new(src),
+                link: Box::new(*link),
             })
         }
         None => {}
@@ -412,8 +412,8 @@ mod tests {
         assert_eq!(
             inspect(&b, &r, &m1, &mut v, 8).unwrap_err(),
             ForwardError::Spoofed {
-                claimed: *a,
-                link: r
+                claimed: Box::new(*a),
+                link: Box::new(r)
             }
         );
         let (to, local) = into_local(m1, &i).unwrap();

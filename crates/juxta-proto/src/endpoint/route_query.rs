@@ -294,7 +294,7 @@ pub enum Requested {
         /// The resolver hop count to send.
         hop_count: u32,
         /// The document.
-        query: RouteQuery,
+        query: Box<RouteQuery>,
     },
     /// A query for that destination is in flight; the waiter was added.
     Joined,
@@ -388,7 +388,7 @@ impl RouteResolver {
                 Waiter::Local => 0,
                 Waiter::Remote { .. } => hop_count + 1,
             },
-            query: RouteQuery::new(dest),
+            query: Box::new(RouteQuery::new(dest)),
         })
     }
 
