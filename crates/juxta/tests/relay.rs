@@ -360,3 +360,112 @@ async fn per_edge_queue_and_sender_quota_push_back_then_refuse() {
     assert_eq!(c.dropped, 0);
     assert!(r.relay().unwrap().queued_for(&b.peer_id()) <= 4);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_route_through_a_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, _a, b) = trio(&dir, RelayConfig::server()).await;
+    // X is no relay client: it is only connected to R and is told the route.
+    let x = start(&dir, "x", |c| c).await;
+    x.connect(r.local_addr().unwrap()).await.unwrap();
+    assert!(x.messenger(&b.peer_id()).is_err(), "no route yet");
+    assert!(matches!(
+        x.add_route(b.peer_id(), vec![b.peer_id()]),
+        Err(juxta::PeerError::Route(_))
+    ));
+    x.add_route(b.peer_id(), vec![r.peer_id()]).unwrap();
+    let m = x.messenger(&b.peer_id()).unwrap();
+    assert!(m.is_routed());
+    let mut inbox = b.listen("chat", None).unwrap();
+    m.send(
+        "chat",
+        None,
+        Message::new().with(Element::text("", "t", "via R")),
+    )
+    .await
+    .unwrap();
+    let got = tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.from, Some(x.peer_id()));
+    assert_eq!(got.message.get("", "t").unwrap().as_str(), Some("via R"));
+}
+
+/// Prints round-trip and socket figures through a relay beside the direct
+/// path (no assertion on time): `cargo test --release -p juxta --test relay
+/// -- --ignored --nocapture relay_figures`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn relay_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, a, b) = trio(&dir, RelayConfig::server()).await;
+    let d = start(&dir, "d", |c| c.listen("127.0.0.1:0".parse().unwrap())).await;
+    let direct = a.connect(d.local_addr().unwrap()).await.unwrap();
+    let relayed = a.route_to(&b.peer_id(), WAIT).await.unwrap();
+    for (name, to, peer) in [("direct", direct, &d), ("relayed", relayed, &b)] {
+        let mut echo = peer.listen("echo", None).unwrap();
+        let mut back = a.listen("back", Some(name)).unwrap();
+        let pp = peer.peer_id();
+        let reply_to = a.peer_id();
+        let n = 2000;
+        let responder = {
+            let m = if name == "direct" {
+                d.messenger(&reply_to).unwrap()
+            } else {
+                b.route_to(&reply_to, WAIT).await.unwrap()
+            };
+            let name = name.to_string();
+            tokio::spawn(async move {
+                for _ in 0..n {
+                    let got = echo.recv().await.unwrap();
+                    m.send("back", Some(&name), got.message).await.unwrap();
+                }
+            })
+        };
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            to.send(
+                "echo",
+                None,
+                Message::new().with(Element::bytes("a", "b", &b"1"[..])),
+            )
+            .await
+            .unwrap();
+            back.recv().await.unwrap();
+        }
+        let rtt = t.elapsed() / n;
+        responder.await.unwrap();
+        let sad = adv(&format!("fig-{name}"));
+        let mut server = JxtaServerSocket::bind(peer, &sad, SocketConfig::default()).unwrap();
+        let size = 32 << 20;
+        let srv = tokio::spawn(async move {
+            let mut s = server.accept().await.unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            let mut got = 0;
+            while got < size {
+                got += s.read(&mut buf).await.unwrap();
+            }
+            s.write_all(b"k").await.unwrap();
+            s.flush().await.unwrap();
+        });
+        let mut c = JxtaSocket::connect(&a.pipes(), &sad, pp, SocketConfig::default())
+            .await
+            .unwrap();
+        let chunk = vec![7u8; 1 << 20];
+        let t = std::time::Instant::now();
+        for _ in 0..32 {
+            c.write_all(&chunk).await.unwrap();
+        }
+        c.flush().await.unwrap();
+        let mut k = [0u8; 1];
+        c.read_exact(&mut k).await.unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        srv.await.unwrap();
+        println!(
+            "{name}: 1-byte round trip {rtt:?}; socket 32 MiB in {secs:.2} s = {:.0} MB/s",
+            32.0 * 1.048576 / secs
+        );
+    }
+    println!("relay counters: {:?}", r.relay().unwrap().counters());
+}
