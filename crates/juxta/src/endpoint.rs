@@ -237,7 +237,7 @@ impl Messenger {
         if self.conn.is_closed() {
             return Err(SendError::Closed(self.conn.remote));
         }
-        let Ok(mut w) = self.conn.writer.try_lock() else {
+        let Ok(w) = self.conn.writer.try_lock() else {
             return Ok(Err(msg));
         };
         if !w.backlog.is_empty() {
@@ -250,7 +250,37 @@ impl Messenger {
                 &ServiceAddress::new(service, param),
             ),
         };
-        let enc = w.out.encode(&to, msg)?;
+        self.write_now(w, &to, msg).map(Ok)
+    }
+
+    /// [`Messenger::try_send`] of `msg` as it is, to the wire service
+    /// address `to` (mangled).
+    pub(crate) fn try_send_raw(
+        &self,
+        to: &ServiceAddress,
+        msg: Message,
+    ) -> Result<Result<usize, Message>, SendError> {
+        if self.conn.is_closed() {
+            return Err(SendError::Closed(self.conn.remote));
+        }
+        let Ok(w) = self.conn.writer.try_lock() else {
+            return Ok(Err(msg));
+        };
+        if !w.backlog.is_empty() {
+            return Ok(Err(msg));
+        }
+        self.write_now(w, to, msg).map(Ok)
+    }
+
+    /// Encodes `msg` for `to` and writes what the socket takes now; a task
+    /// finishes the rest of the frame.
+    fn write_now(
+        &self,
+        mut w: tokio::sync::MutexGuard<'_, crate::transport::tcp::WriterSide>,
+        to: &ServiceAddress,
+        msg: Message,
+    ) -> Result<usize, SendError> {
+        let enc = w.out.encode(to, msg)?;
         let whole = w.try_write_now(&enc).map_err(|source| SendError::Io {
             peer: self.conn.remote,
             source,
@@ -268,7 +298,7 @@ impl Messenger {
         self.conn
             .bytes_out
             .fetch_add(enc.len as u64, Ordering::Relaxed);
-        Ok(Ok(enc.len))
+        Ok(enc.len)
     }
 
     /// Sends `msg` as it is to the wire service address `to` (mangled).

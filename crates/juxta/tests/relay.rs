@@ -409,33 +409,32 @@ async fn relay_figures() {
         let pp = peer.peer_id();
         let reply_to = a.peer_id();
         let n = 2000;
-        let responder = {
-            let m = if name == "direct" {
-                d.messenger(&reply_to).unwrap()
-            } else {
-                b.route_to(&reply_to, WAIT).await.unwrap()
-            };
-            let name = name.to_string();
-            tokio::spawn(async move {
-                for _ in 0..n {
-                    let got = echo.recv().await.unwrap();
-                    m.send("back", Some(&name), got.message).await.unwrap();
+        let responder = async {
+            let mut m = None;
+            for _ in 0..n {
+                let got = echo.recv().await.unwrap();
+                if m.is_none() {
+                    m = Some(peer.route_to(&reply_to, WAIT).await.unwrap());
                 }
-            })
+                let m = m.as_ref().unwrap();
+                m.send("back", Some(name), got.message).await.unwrap();
+            }
         };
-        let t = std::time::Instant::now();
-        for _ in 0..n {
-            to.send(
-                "echo",
-                None,
-                Message::new().with(Element::bytes("a", "b", &b"1"[..])),
-            )
-            .await
-            .unwrap();
-            back.recv().await.unwrap();
-        }
-        let rtt = t.elapsed() / n;
-        responder.await.unwrap();
+        let client = async {
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                to.send(
+                    "echo",
+                    None,
+                    Message::new().with(Element::bytes("a", "b", &b"1"[..])),
+                )
+                .await
+                .unwrap();
+                back.recv().await.unwrap();
+            }
+            t.elapsed() / n
+        };
+        let ((), rtt) = tokio::join!(responder, client);
         let sad = adv(&format!("fig-{name}"));
         let mut server = JxtaServerSocket::bind(peer, &sad, SocketConfig::default()).unwrap();
         let size = 32 << 20;

@@ -76,6 +76,17 @@ pub struct ServerCounters {
     pub leases_ended: u64,
 }
 
+/// A message taken from a queue, with what is needed to put it back.
+#[derive(Debug)]
+pub struct Popped<T> {
+    /// Who sent it.
+    pub sender: PeerId,
+    /// Its size.
+    pub len: usize,
+    /// The message.
+    pub item: T,
+}
+
 struct Queued<T> {
     sender: PeerId,
     len: usize,
@@ -255,13 +266,44 @@ impl<T> RelayServer<T> {
 
     /// The next message to forward to `edge`.
     pub fn pop(&mut self, edge: &PeerId) -> Option<T> {
+        self.pop_entry(edge).map(|p| p.item)
+    }
+
+    /// [`RelayServer::pop`] with the sender and size, so that a send that
+    /// could not go out now can be put back with [`RelayServer::unpop`].
+    pub fn pop_entry(&mut self, edge: &PeerId) -> Option<Popped<T>> {
         let l = self.leases.get_mut(edge)?;
         let q = l.queue.pop_front()?;
         l.bytes -= q.len;
         self.release(&q);
         self.counters.forwarded += 1;
         self.counters.forwarded_bytes += q.len as u64;
-        Some(q.item)
+        Some(Popped {
+            sender: q.sender,
+            len: q.len,
+            item: q.item,
+        })
+    }
+
+    /// Puts a popped message back at the head of `edge`'s queue (its send
+    /// would have blocked), undoing the pop's accounting. If the lease has
+    /// ended meanwhile the message is dropped and counted.
+    pub fn unpop(&mut self, edge: &PeerId, p: Popped<T>) {
+        self.counters.forwarded -= 1;
+        self.counters.forwarded_bytes -= p.len as u64;
+        let Some(l) = self.leases.get_mut(edge) else {
+            self.counters.dropped += 1;
+            return;
+        };
+        l.bytes += p.len;
+        let used = self.senders.entry(p.sender).or_insert((0, 0));
+        used.0 += 1;
+        used.1 += p.len;
+        l.queue.push_front(Queued {
+            sender: p.sender,
+            len: p.len,
+            item: p.item,
+        });
     }
 
     /// What `sender` has queued now: (messages, bytes).
@@ -408,6 +450,18 @@ mod tests {
         );
         assert_eq!(c.forwarded, 1);
         assert_eq!(c.forwarded_bytes, 10);
+        // A pop undone puts the message back first, accounting restored.
+        let before = s.sender_use(&a);
+        let popped = s.pop_entry(&p(1)).unwrap();
+        assert_eq!(popped.item, 1);
+        assert_eq!(s.sender_use(&a), (before.0 - 1, before.1 - 10));
+        s.unpop(&p(1), popped);
+        assert_eq!(s.sender_use(&a), before);
+        assert_eq!(s.counters().forwarded, 1);
+        assert_eq!(s.queue_len(&p(1)), 2);
+        let again = s.pop_entry(&p(1)).unwrap();
+        assert_eq!(again.item, 1);
+        s.unpop(&p(1), again);
         // Ending a lease drops (counted) and releases quotas.
         assert!(s.end(&p(2)));
         assert_eq!(s.counters().dropped, 3);

@@ -218,8 +218,8 @@ impl RelayHandle {
 /// The relay server's run-time state.
 pub(crate) struct ServerRuntime {
     pub(crate) state: Mutex<RelayServer<Message>>,
-    /// Per-edge wake-up of its drain task.
-    wake: Mutex<HashMap<PeerId, Arc<Notify>>>,
+    /// Per-edge forwarding state.
+    edges: Mutex<HashMap<PeerId, Arc<EdgeSlot>>>,
     /// Woken when a queue has room again.
     pub(crate) space: Notify,
     pub(crate) push_back: Duration,
@@ -248,7 +248,7 @@ impl Router {
         let server = cfg.filter(|c| c.role == RelayRole::Server).map(|c| {
             Arc::new(ServerRuntime {
                 state: Mutex::new(RelayServer::new(local, c.server)),
-                wake: Mutex::new(HashMap::new()),
+                edges: Mutex::new(HashMap::new()),
                 space: Notify::new(),
                 push_back: c.push_back,
             })
@@ -385,68 +385,146 @@ pub(crate) async fn on_control(inner: &Arc<Inner>, conn: &Arc<Connection>, messa
     }
 }
 
-/// Starts (once per lease) the task forwarding an edge's queue over its
-/// connection.
+/// One leased edge's forwarding state: its connection, the lock held by
+/// whoever is sending its queue, and the wake-up of its drain task.
+pub(crate) struct EdgeSlot {
+    conn: Arc<Connection>,
+    drain: tokio::sync::Mutex<()>,
+    notify: Notify,
+}
+
+/// Starts (once per lease connection) the task forwarding an edge's queue
+/// over its connection when nobody else is.
 fn start_drain(inner: &Arc<Inner>, s: &Arc<ServerRuntime>, conn: &Arc<Connection>) {
     let edge = conn.remote;
-    let notify = {
-        let mut w = s.wake.lock().expect("relay lock");
-        if w.contains_key(&edge) {
+    let slot = {
+        let mut w = s.edges.lock().expect("relay lock");
+        if w.get(&edge).is_some_and(|x| x.conn.id == conn.id) {
             return;
         }
-        let n = Arc::new(Notify::new());
-        w.insert(edge, n.clone());
-        n
+        let slot = Arc::new(EdgeSlot {
+            conn: conn.clone(),
+            drain: tokio::sync::Mutex::new(()),
+            notify: Notify::new(),
+        });
+        w.insert(edge, slot.clone());
+        slot
     };
     let s = s.clone();
-    let conn = conn.clone();
     let weak = Arc::downgrade(inner);
     tokio::spawn(async move {
         loop {
             let Some(inner) = weak.upgrade() else { break };
-            let now = inner.router.now_ms();
-            let (item, leased) = {
-                let mut st = s.state.lock().expect("relay lock");
-                st.expire(now);
-                let leased = st.lease_conn(&edge, now) == Some(conn.id);
-                (if leased { st.pop(&edge) } else { None }, leased)
+            let alive = {
+                let _g = slot.drain.lock().await;
+                drain_queue(&inner, &s, &edge, &slot).await
             };
-            if !leased || conn.is_closed() {
-                let mut st = s.state.lock().expect("relay lock");
-                st.connection_closed(&edge, conn.id);
+            if !alive {
                 break;
             }
-            match item {
-                Some(m) => {
-                    s.space.notify_waiters();
-                    let to = juxta_proto::endpoint::mangle(
-                        inner.group_unique(),
-                        &juxta_proto::endpoint::ServiceAddress::new(
-                            juxta_proto::endpoint::ROUTER_SERVICE,
-                            None,
-                        ),
-                    );
-                    let msgr = crate::Messenger::new(conn.clone(), inner.clone());
-                    if let Err(e) = msgr.send_raw(&to, m).await {
-                        tracing::debug!(%edge, error = %e, "relay forward failed");
-                    }
-                }
-                None => {
-                    drop(inner);
-                    let _ =
-                        tokio::time::timeout(Duration::from_millis(500), notify.notified()).await;
-                }
-            }
+            drop(inner);
+            let _ = tokio::time::timeout(Duration::from_millis(500), slot.notify.notified()).await;
         }
-        s.wake.lock().expect("relay lock").remove(&edge);
+        let mut w = s.edges.lock().expect("relay lock");
+        if w.get(&edge).is_some_and(|x| Arc::ptr_eq(x, &slot)) {
+            w.remove(&edge);
+        }
+        drop(w);
         s.space.notify_waiters();
     });
 }
 
-/// Wakes the drain task of `edge`.
-pub(crate) fn wake_edge(s: &ServerRuntime, edge: &PeerId) {
-    if let Some(n) = s.wake.lock().expect("relay lock").get(edge) {
-        n.notify_one();
+/// Sends `edge`'s queued messages until the queue is empty (the caller
+/// holds the slot's drain lock, so the order is kept). `false` once the
+/// lease on this slot's connection is gone.
+async fn drain_queue(
+    inner: &Arc<Inner>,
+    s: &ServerRuntime,
+    edge: &PeerId,
+    slot: &EdgeSlot,
+) -> bool {
+    let to = juxta_proto::endpoint::mangle(
+        inner.group_unique(),
+        &juxta_proto::endpoint::ServiceAddress::new(juxta_proto::endpoint::ROUTER_SERVICE, None),
+    );
+    loop {
+        let now = inner.router.now_ms();
+        let (item, leased) = {
+            let mut st = s.state.lock().expect("relay lock");
+            st.expire(now);
+            let leased = st.lease_conn(edge, now) == Some(slot.conn.id);
+            (if leased { st.pop(edge) } else { None }, leased)
+        };
+        if !leased || slot.conn.is_closed() {
+            s.state
+                .lock()
+                .expect("relay lock")
+                .connection_closed(edge, slot.conn.id);
+            return false;
+        }
+        let Some(m) = item else { return true };
+        s.space.notify_waiters();
+        let msgr = crate::Messenger::new(slot.conn.clone(), inner.clone());
+        if let Err(e) = msgr.send_raw(&to, m).await {
+            tracing::debug!(%edge, error = %e, "relay forward failed");
+        }
+    }
+}
+
+/// After a message was queued for `edge`: sends the queue at once, on
+/// this task, as far as the edge's connection takes it without waiting (no
+/// task switch on the relay's data path, and a slow edge never blocks this
+/// sender's reader); what is left goes to the edge's drain task.
+pub(crate) fn after_enqueue(inner: &Arc<Inner>, s: &ServerRuntime, edge: &PeerId) {
+    let Some(slot) = s.edges.lock().expect("relay lock").get(edge).cloned() else {
+        return;
+    };
+    let emptied = match slot.drain.try_lock() {
+        Ok(_g) => send_ready(inner, s, edge, &slot),
+        Err(_) => false,
+    };
+    if !emptied {
+        slot.notify.notify_one();
+    }
+}
+
+/// Sends `edge`'s queued messages while its connection takes them without
+/// waiting; `true` once the queue is empty. The caller holds the drain lock.
+fn send_ready(inner: &Arc<Inner>, s: &ServerRuntime, edge: &PeerId, slot: &EdgeSlot) -> bool {
+    let to = juxta_proto::endpoint::mangle(
+        inner.group_unique(),
+        &juxta_proto::endpoint::ServiceAddress::new(juxta_proto::endpoint::ROUTER_SERVICE, None),
+    );
+    let msgr = crate::Messenger::new(slot.conn.clone(), inner.clone());
+    loop {
+        let now = inner.router.now_ms();
+        let popped = {
+            let mut st = s.state.lock().expect("relay lock");
+            if st.lease_conn(edge, now) != Some(slot.conn.id) {
+                return false;
+            }
+            st.pop_entry(edge)
+        };
+        let Some(p) = popped else { return true };
+        match msgr.try_send_raw(&to, p.item) {
+            Ok(Ok(_)) => s.space.notify_waiters(),
+            Ok(Err(item)) => {
+                s.state.lock().expect("relay lock").unpop(
+                    edge,
+                    juxta_proto::relay::server::Popped {
+                        sender: p.sender,
+                        len: p.len,
+                        item,
+                    },
+                );
+                return false;
+            }
+            Err(e) => {
+                s.space.notify_waiters();
+                tracing::debug!(%edge, error = %e, "relay forward failed");
+                return false;
+            }
+        }
     }
 }
 

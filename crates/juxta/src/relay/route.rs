@@ -176,7 +176,7 @@ async fn forward_message(
             .enqueue(&m.dest, m.src, len, item, now);
         match r {
             Ok(()) => {
-                super::wake_edge(&server, &m.dest);
+                super::after_enqueue(inner, &server, &m.dest);
                 inner.stats.routed_forwarded.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
