@@ -15,6 +15,8 @@
 //!   frames, Juxta's compact framing and the per-connection state machine.
 //! - [`endpoint`]: endpoint addresses, service-name mangling and the part of
 //!   the endpoint router (ERM) needed to talk to JXSE.
+//! - [`relay`]: the relay service's control messages, lease table, bounded
+//!   queues and quotas, and the edge's lease client.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -26,6 +28,7 @@ pub mod id;
 pub mod identity;
 pub mod message;
 pub mod pipe;
+pub mod relay;
 pub mod rendezvous;
 pub mod resolver;
 pub mod socket;

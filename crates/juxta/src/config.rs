@@ -53,6 +53,10 @@ pub struct PeerConfig {
     pub http_listen: Option<SocketAddr>,
     /// Bounds and timeouts of the HTTP transport (server and client).
     pub http: crate::transport::http::HttpConfig,
+    /// The relay service (edge leasing a relay, or relay); `None` (the
+    /// default): the peer neither leases nor forwards (it still routes its
+    /// own messages through relays it learns of).
+    pub relay: Option<crate::relay::RelayConfig>,
 }
 
 /// Settings of the IP multicast transport: propagate pipes also send each
@@ -143,6 +147,7 @@ impl PeerConfig {
             rendezvous: None,
             http_listen: None,
             http: crate::transport::http::HttpConfig::default(),
+            relay: None,
         }
     }
 
@@ -192,6 +197,12 @@ impl PeerConfig {
     /// Runs the rendezvous service in this role.
     pub fn rendezvous(mut self, r: crate::rendezvous::RendezvousConfig) -> PeerConfig {
         self.rendezvous = Some(r);
+        self
+    }
+
+    /// Runs the relay service in this role.
+    pub fn relay(mut self, r: crate::relay::RelayConfig) -> PeerConfig {
+        self.relay = Some(r);
         self
     }
 

@@ -72,36 +72,77 @@ impl Drop for Listener {
     }
 }
 
-/// Sends messages to one connected peer.
+/// Where a routed messenger's messages go: the final peer and the hops
+/// after the first (the connection's peer).
+struct Via {
+    dest: PeerId,
+    forward: Vec<PeerId>,
+}
+
+/// Sends messages to one peer: over the connection to it, or (a routed
+/// messenger) through a route whose first hop is the connection's peer,
+/// each message wrapped in an ERM for its final destination.
 #[derive(Clone)]
 pub struct Messenger {
     conn: Arc<Connection>,
     inner: Arc<Inner>,
+    via: Option<Arc<Via>>,
 }
 
 impl Messenger {
     pub(crate) fn new(conn: Arc<Connection>, inner: Arc<Inner>) -> Messenger {
-        Messenger { conn, inner }
+        Messenger {
+            conn,
+            inner,
+            via: None,
+        }
     }
 
-    /// The remote peer.
+    /// A messenger to `dest` through `first` (connected), then `forward`.
+    pub(crate) fn routed(
+        first: Arc<Connection>,
+        inner: Arc<Inner>,
+        dest: PeerId,
+        forward: Vec<PeerId>,
+    ) -> Messenger {
+        Messenger {
+            conn: first,
+            inner,
+            via: Some(Arc::new(Via { dest, forward })),
+        }
+    }
+
+    /// The remote peer (the final destination of a routed messenger).
     pub fn remote(&self) -> PeerId {
-        self.conn.remote
+        match &self.via {
+            Some(v) => v.dest,
+            None => self.conn.remote,
+        }
     }
 
-    /// The underlying connection (counters, state).
+    /// Whether messages go through a route (relay) rather than directly.
+    pub fn is_routed(&self) -> bool {
+        self.via.is_some()
+    }
+
+    /// The underlying connection (counters, state); for a routed
+    /// messenger, the connection to the first hop.
     pub fn connection(&self) -> &Arc<Connection> {
         &self.conn
     }
 
-    /// Whether both directions already use compact framing.
+    /// Whether both directions already use compact framing (never for a
+    /// routed messenger: the far end's framing is unknown).
     pub fn is_compact(&self) -> bool {
-        self.conn.is_compact()
+        self.via.is_none() && self.conn.is_compact()
     }
 
     /// Waits until compact framing is on (both ends are Juxta peers with it
     /// enabled) or `timeout` passes; returns whether it is on.
     pub async fn wait_compact(&self, timeout: Duration) -> bool {
+        if self.via.is_some() {
+            return false;
+        }
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let notified = self.conn.compact_ready.notified();
@@ -120,13 +161,45 @@ impl Messenger {
         &self,
         service: &str,
         param: Option<&str>,
-        msg: Message,
+        mut msg: Message,
     ) -> Result<usize, SendError> {
-        let to = mangle(
-            &self.inner.cfg.connection.group_unique,
-            &ServiceAddress::new(service, param),
-        );
+        let to = match &self.via {
+            Some(v) => self.wrap_via(v, service, param, &mut msg),
+            None => mangle(
+                &self.inner.cfg.connection.group_unique,
+                &ServiceAddress::new(service, param),
+            ),
+        };
         self.send_raw(&to, msg).await
+    }
+
+    /// Wraps `msg` for the route's destination; returns the router address.
+    fn wrap_via(
+        &self,
+        v: &Via,
+        service: &str,
+        param: Option<&str>,
+        msg: &mut Message,
+    ) -> ServiceAddress {
+        use juxta_proto::endpoint::router::{ELEM_ERM, ELEM_ERM_FINGERPRINT};
+        use juxta_proto::message::{Element, NS_JXTA};
+        let h = endpoint::forward::originate(
+            self.inner.identity.peer_id(),
+            &v.dest,
+            service,
+            param,
+            &v.forward,
+        );
+        msg.push(Element::xml(NS_JXTA, ELEM_ERM, h.to_xml()));
+        msg.push(Element::bytes(
+            NS_JXTA,
+            ELEM_ERM_FINGERPRINT,
+            self.inner.router.fingerprint(&self.inner),
+        ));
+        mangle(
+            &self.inner.cfg.connection.group_unique,
+            &ServiceAddress::new(endpoint::ROUTER_SERVICE, None),
+        )
     }
 
     /// Sends `msg` to `service`/`param` through the remote peer's endpoint
@@ -138,7 +211,7 @@ impl Messenger {
         param: Option<&str>,
         mut msg: Message,
     ) -> Result<usize, SendError> {
-        if self.conn.compact_tx.load(Ordering::Acquire) {
+        if self.via.is_some() || self.conn.compact_tx.load(Ordering::Acquire) {
             return self.send(service, param, msg).await;
         }
         let to = endpoint::wrap_routed(
@@ -186,22 +259,55 @@ impl Messenger {
         &self,
         service: &str,
         param: Option<&str>,
-        msg: Message,
+        mut msg: Message,
     ) -> Result<Result<usize, Message>, SendError> {
         if self.conn.is_closed() {
             return Err(SendError::Closed(self.conn.remote));
         }
-        let Ok(mut w) = self.conn.writer.try_lock() else {
+        let Ok(w) = self.conn.writer.try_lock() else {
             return Ok(Err(msg));
         };
         if !w.backlog.is_empty() {
             return Ok(Err(msg));
         }
-        let to = mangle(
-            &self.inner.cfg.connection.group_unique,
-            &ServiceAddress::new(service, param),
-        );
-        let enc = w.out.encode(&to, msg)?;
+        let to = match &self.via {
+            Some(v) => self.wrap_via(v, service, param, &mut msg),
+            None => mangle(
+                &self.inner.cfg.connection.group_unique,
+                &ServiceAddress::new(service, param),
+            ),
+        };
+        self.write_now(w, &to, msg).map(Ok)
+    }
+
+    /// [`Messenger::try_send`] of `msg` as it is, to the wire service
+    /// address `to` (mangled).
+    pub(crate) fn try_send_raw(
+        &self,
+        to: &ServiceAddress,
+        msg: Message,
+    ) -> Result<Result<usize, Message>, SendError> {
+        if self.conn.is_closed() {
+            return Err(SendError::Closed(self.conn.remote));
+        }
+        let Ok(w) = self.conn.writer.try_lock() else {
+            return Ok(Err(msg));
+        };
+        if !w.backlog.is_empty() {
+            return Ok(Err(msg));
+        }
+        self.write_now(w, to, msg).map(Ok)
+    }
+
+    /// Encodes `msg` for `to` and writes what the socket takes now; a task
+    /// finishes the rest of the frame.
+    fn write_now(
+        &self,
+        mut w: tokio::sync::MutexGuard<'_, crate::transport::tcp::WriterSide>,
+        to: &ServiceAddress,
+        msg: Message,
+    ) -> Result<usize, SendError> {
+        let enc = w.out.encode(to, msg)?;
         let whole = w.try_write_now(&enc).map_err(|source| SendError::Io {
             peer: self.conn.remote,
             source,
@@ -219,10 +325,15 @@ impl Messenger {
         self.conn
             .bytes_out
             .fetch_add(enc.len as u64, Ordering::Relaxed);
-        Ok(Ok(enc.len))
+        Ok(enc.len)
     }
 
-    async fn send_raw(&self, to: &ServiceAddress, msg: Message) -> Result<usize, SendError> {
+    /// Sends `msg` as it is to the wire service address `to` (mangled).
+    pub(crate) async fn send_raw(
+        &self,
+        to: &ServiceAddress,
+        msg: Message,
+    ) -> Result<usize, SendError> {
         if self.conn.is_closed() {
             return Err(SendError::Closed(self.conn.remote));
         }

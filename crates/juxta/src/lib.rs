@@ -17,6 +17,7 @@ pub mod endpoint;
 pub mod group;
 pub mod peer;
 pub mod pipe;
+pub mod relay;
 pub mod rendezvous;
 mod resolver;
 pub mod socket;

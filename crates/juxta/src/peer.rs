@@ -67,6 +67,9 @@ pub enum PeerError {
     /// The advertisement cache could not be opened.
     #[error(transparent)]
     Cache(#[from] crate::cache::CacheError),
+    /// A configured route is not usable (no hops, too long, loops).
+    #[error("route: {0}")]
+    Route(#[from] juxta_proto::endpoint::route_cache::RouteCacheError),
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> PeerError {
@@ -102,6 +105,26 @@ pub struct Stats {
     pub discovery_late: AtomicU64,
     /// Resolver messages for a group this peer has not joined (dropped).
     pub group_refused: AtomicU64,
+    /// Routed messages this peer forwarded (relay).
+    pub routed_forwarded: AtomicU64,
+    /// Routed messages refused by a loop rule or the hop limit.
+    pub route_loops: AtomicU64,
+    /// Routed messages refused because their source was not proven
+    /// (no or bad fingerprint on a relayed message).
+    pub route_spoofed: AtomicU64,
+    /// Routed messages refused as malformed (router header missing,
+    /// oversized, unparsable, not naming peers).
+    pub route_malformed: AtomicU64,
+    /// Routed messages for another peer that this peer could not forward
+    /// (no route, or not a relay).
+    pub route_no_route: AtomicU64,
+    /// Relay requests refused because their connection had not proven its
+    /// peer ID.
+    pub relay_unauthenticated: AtomicU64,
+    /// Relay requests or relayed messages refused otherwise (full, queue
+    /// full, quota, not leased, malformed control message); on an edge,
+    /// refusals received from its relay.
+    pub relay_refused: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -126,6 +149,8 @@ pub(crate) struct Inner {
     pub(crate) groups: crate::group::State,
     /// The rendezvous service, when configured (set once at start).
     pub(crate) rendezvous: std::sync::OnceLock<crate::rendezvous::RendezvousHandle>,
+    /// Route cache, route queries, relay state.
+    pub(crate) router: crate::relay::Router,
 }
 
 impl Inner {
@@ -149,7 +174,13 @@ impl Inner {
     }
 
     pub(crate) async fn dispatch(&self, conn: &Arc<Connection>, m: Incoming) {
-        self.dispatch_from(conn.remote, m.to, m.message).await
+        let Some(me) = self.self_ref.upgrade() else {
+            return;
+        };
+        // Router and relay traffic is checked (and maybe forwarded) first.
+        if let Some(d) = crate::relay::route::on_link_message(&me, conn, m.to, m.message).await {
+            self.hand_over(conn.remote, d).await;
+        }
     }
 
     /// Delivers a message from `remote` (a connection's peer, or a
@@ -169,6 +200,11 @@ impl Inner {
                 return;
             }
         };
+        self.hand_over(remote, d).await
+    }
+
+    /// Hands a delivery to its listener (or pipe sink).
+    async fn hand_over(&self, remote: PeerId, d: Delivery) {
         if d.to.service == crate::pipe::PIPE_SERVICE {
             // Sockets take their messages straight from the connection's
             // reader: no queue and no task switch on the data path.
@@ -265,17 +301,33 @@ impl Inner {
         Ok(Listener::new(to, rx, self.self_ref.clone()))
     }
 
-    /// A messenger over the live connection to `peer`, if there is one.
-    pub(crate) fn messenger(&self, peer: &PeerId) -> Option<Messenger> {
-        let c = self
-            .connections
+    /// The live connection to `peer`, if there is one.
+    pub(crate) fn connection(&self, peer: &PeerId) -> Option<Arc<Connection>> {
+        self.connections
             .read()
             .expect("connections lock")
             .get(peer)
             .filter(|c| !c.is_closed())
-            .cloned()?;
+            .cloned()
+    }
+
+    /// A messenger to `peer`: over the live connection to it, else through
+    /// a cached route whose first hop is connected (the endpoint router).
+    pub(crate) fn messenger(&self, peer: &PeerId) -> Option<Messenger> {
         let me = self.self_ref.upgrade()?;
-        Some(Messenger::new(c, me))
+        if let Some(c) = self.connection(peer) {
+            return Some(Messenger::new(c, me));
+        }
+        let now = self.router.now_ms();
+        let hops = self
+            .router
+            .cache
+            .lock()
+            .expect("route lock")
+            .lookup(peer, now)?
+            .to_vec();
+        let first = self.connection(&hops[0])?;
+        Some(Messenger::routed(first, me, *peer, hops[1..].to_vec()))
     }
 
     /// Peers with a live connection.
@@ -407,6 +459,8 @@ impl Peer {
             Some(a) => format!("tcp://{a}"),
             None => "tcp://127.0.0.1:0".to_string(),
         };
+        let local_peer = *identity.peer_id();
+        let cfg_relay = cfg.relay.clone();
         let inner = Arc::new_cyclic(|w| Inner {
             slots: Arc::new(Semaphore::new(cfg.max_connections)),
             cfg,
@@ -425,6 +479,7 @@ impl Peer {
             discovery,
             groups: Default::default(),
             rendezvous: std::sync::OnceLock::new(),
+            router: crate::relay::Router::new(local_peer, cfg_relay.as_ref()),
         });
         let accept_task = listener.map(|l| tokio::spawn(accept_loop(inner.clone(), l)));
         let mut service_tasks = vec![
@@ -460,6 +515,10 @@ impl Peer {
             }
             None => None,
         };
+        if let Some(rc) = inner.cfg.relay.clone() {
+            let (_h, t) = crate::relay::spawn(&inner, rc)?;
+            service_tasks.extend(t);
+        }
         tracing::info!(peer = %inner.identity.peer_id(), listen = ?local_addr, "peer started");
         Ok(Peer {
             inner,
@@ -507,7 +566,8 @@ impl Peer {
         self.inner.add_listener(ServiceAddress::new(service, param))
     }
 
-    /// A messenger over an existing connection to `peer`.
+    /// A messenger over an existing connection to `peer`, or else through
+    /// a known route (see [`Peer::route_to`] to find one).
     pub fn messenger(&self, peer: &PeerId) -> Result<Messenger, PeerError> {
         let c = self
             .inner
@@ -515,9 +575,19 @@ impl Peer {
             .read()
             .expect("connections lock")
             .get(peer)
-            .cloned()
-            .ok_or(PeerError::NotConnected(*peer))?;
-        Ok(Messenger::new(c, self.inner.clone()))
+            .cloned();
+        match c {
+            Some(c) => Ok(Messenger::new(c, self.inner.clone())),
+            None => self
+                .inner
+                .messenger(peer)
+                .ok_or(PeerError::NotConnected(*peer)),
+        }
+    }
+
+    /// Whether this peer has a live direct connection to `peer`.
+    pub fn is_connected_to(&self, peer: &PeerId) -> bool {
+        self.inner.connection(peer).is_some()
     }
 
     /// Connects to the peer at `addr` (reusing a live connection to it) and

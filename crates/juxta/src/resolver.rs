@@ -44,6 +44,8 @@ enum Fault {
     Send(#[from] crate::SendError),
     #[error("no connection to {0} for the answer")]
     NoRoute(PeerId),
+    #[error(transparent)]
+    Route(#[from] crate::relay::route::RouteFault),
 }
 
 /// Starts the resolver task of a peer.
@@ -181,6 +183,12 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
             h.resolver_query(d.from, q, d.message, key).await;
         }
         return Ok(());
+    }
+    if q.handler == juxta_proto::endpoint::route_query::ROUTER_HANDLER {
+        return match crate::relay::route::on_query(inner, g, &q, d.from).await? {
+            Some(resp) => send_response(inner, g, &q, d.from, resp).await,
+            None => Ok(()),
+        };
     }
     if q.handler == PEERINFO_HANDLER {
         if !admit(inner, &d, q.src_peer) {
@@ -332,6 +340,10 @@ async fn on_response(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fau
         }
         let resp = DiscoveryResponse::parse(&r.response)?;
         crate::discovery::on_response(inner, r.query_id, resp).await;
+        return Ok(());
+    }
+    if r.handler == juxta_proto::endpoint::route_query::ROUTER_HANDLER {
+        crate::relay::route::on_response(inner, g, &r, d.from).await?;
         return Ok(());
     }
     if r.handler != PIPE_RESOLVER_HANDLER {

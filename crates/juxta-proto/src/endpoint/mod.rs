@@ -7,6 +7,9 @@
 //! wraps messages in an `EndpointRouterMsg` element (digest §4, §5).
 
 pub mod address;
+pub mod forward;
+pub mod route_cache;
+pub mod route_query;
 pub mod router;
 
 /// `jxta:EndpointSourceAddress`, set by the sending transport.

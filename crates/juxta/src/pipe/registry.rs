@@ -126,6 +126,13 @@ pub(crate) async fn resolve(
     peers: &[PeerId],
     timeout: Duration,
 ) -> Result<PeerId, PipeError> {
+    // Peers named but not connected: find a route to them first (through
+    // a relay), so the binding query and the pipe can use it.
+    for p in peers {
+        if inner.messenger(p).is_none() {
+            crate::relay::route::find_route(inner, p, timeout).await;
+        }
+    }
     let candidates = if peers.is_empty() {
         inner.connected_peers()
     } else {

@@ -1,0 +1,542 @@
+//! The router's receive-side decisions (digest §5.2, §5.3): checks a routed
+//! message (loops, hop limit, source address), decides whether it is for
+//! this peer or must be forwarded and to which next hop, rewrites the ERM
+//! for the next hop, and derives the route back to the origin.
+//!
+//! Source verification: an `EndpointRouterMsg-fingerprint` element, when
+//! present, must carry a valid signature by a certificate whose derived
+//! `cbid` is the ERM `Src`. Without it, `Src` must be the peer at the other
+//! end of the link the message came on (that link's CBJX trailer or compact
+//! handshake vouches for it). So a relayed message must carry the origin's
+//! fingerprint; [`fingerprint_for`] builds it (it covers the origin's
+//! address, not the message, so one per peer is enough, as in JXSE).
+
+use std::collections::HashMap;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use sha2::{Digest, Sha256};
+
+use super::address::EndpointAddress;
+use super::route_cache::check_route;
+use super::router::{Hop, RouterError, RouterHeader, ELEM_ERM, ELEM_ERM_FINGERPRINT};
+use crate::id::PeerId;
+use crate::identity::{Identity, RemoteCert};
+use crate::message::cbjx::parse_trailer;
+use crate::message::{Element, Message, NS_JXTA};
+
+/// Default most peers a message may have been forwarded by (reverse hops).
+pub const DEFAULT_MAX_FORWARD_HOPS: usize = 8;
+/// Largest fingerprint element accepted.
+pub const MAX_FINGERPRINT_LEN: usize = 20 * 1024;
+
+/// Which loop rule a message broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoopKind {
+    /// The ERM `Src` is this peer.
+    Source,
+    /// The ERM `Last` is this peer.
+    LastHop,
+    /// This peer is already in the reverse hops.
+    Reverse,
+}
+
+/// Why a routed message was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ForwardError {
+    /// The router message has no ERM element.
+    #[error("EndpointRouter message without EndpointRouterMsg element")]
+    NoRouterHeader,
+    /// The ERM is malformed or oversized.
+    #[error("router header: {0}")]
+    Malformed(#[from] RouterError),
+    /// The `Src` or `Dest` is not a peer address.
+    #[error("router header {0} is not a jxta:// peer address")]
+    NotAPeer(&'static str),
+    /// A loop rule was broken.
+    #[error("routing loop ({0:?})")]
+    Loop(LoopKind),
+    /// The message went through too many peers.
+    #[error("message forwarded {0} times, more than allowed")]
+    HopLimit(usize),
+    /// `Src` is not the link's peer and no fingerprint proves it.
+    #[error("source {claimed} not proven on a link from {link}")]
+    Spoofed {
+        /// The ERM `Src`.
+        claimed: Box<PeerId>,
+        /// The peer at the other end of the link.
+        link: Box<PeerId>,
+    },
+    /// The fingerprint is malformed, wrongly signed, or names another peer.
+    #[error("bad router fingerprint: {0}")]
+    BadFingerprint(&'static str),
+    /// The destination has no service.
+    #[error("routed message without a destination service")]
+    NoService,
+    /// This peer does not forward (not a relay).
+    #[error("message for {0}: this peer does not forward")]
+    NotForwarding(PeerId),
+    /// No connection or route to the next hop.
+    #[error("no route to {0}")]
+    NoRoute(PeerId),
+}
+
+/// A routed message that passed the checks.
+#[derive(Debug, Clone)]
+pub struct Inspected {
+    /// The parsed header.
+    pub header: RouterHeader,
+    /// The origin, proven.
+    pub src: PeerId,
+    /// The final destination.
+    pub dest: PeerId,
+}
+
+/// Verifies router fingerprints, remembering (bounded) the ones it checked
+/// so that a stream of relayed messages costs one RSA verification per
+/// origin.
+#[derive(Debug, Default)]
+pub struct FingerprintVerifier {
+    verified: HashMap<Bytes, PeerId>,
+    capacity: usize,
+}
+
+impl FingerprintVerifier {
+    /// A verifier remembering up to `capacity` fingerprints.
+    pub fn new(capacity: usize) -> FingerprintVerifier {
+        FingerprintVerifier {
+            verified: HashMap::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// The peer a fingerprint element proves (its payload names it and its
+    /// certificate derives it, signature valid).
+    pub fn verify(&mut self, fp: &Bytes) -> Result<PeerId, ForwardError> {
+        if let Some(p) = self.verified.get(fp) {
+            return Ok(*p);
+        }
+        if fp.len() > MAX_FINGERPRINT_LEN {
+            return Err(ForwardError::BadFingerprint("too large"));
+        }
+        // Same layout as the CBJX trailer: three u32-length fields, here
+        // payload, certificate, signature.
+        let t = parse_trailer(fp.clone()).map_err(|_| ForwardError::BadFingerprint("layout"))?;
+        let (payload, cert, sig) = (t.cert, t.src, t.sig);
+        let text =
+            std::str::from_utf8(&payload).map_err(|_| ForwardError::BadFingerprint("payload"))?;
+        let claimed = text
+            .parse::<EndpointAddress>()
+            .ok()
+            .and_then(|a| a.peer_id())
+            .ok_or(ForwardError::BadFingerprint("payload"))?;
+        let cert = RemoteCert::parse(cert).map_err(|_| ForwardError::BadFingerprint("cert"))?;
+        let digest: [u8; 32] = Sha256::new()
+            .chain_update(&payload)
+            .chain_update(cert.der())
+            .finalize()
+            .into();
+        cert.verify_sha256_prehash(&digest, &sig)
+            .map_err(|_| ForwardError::BadFingerprint("signature"))?;
+        if cert.derived_peer_id() != &claimed {
+            return Err(ForwardError::BadFingerprint(
+                "certificate is not the payload's peer",
+            ));
+        }
+        if self.verified.len() >= self.capacity {
+            self.verified.clear();
+        }
+        self.verified.insert(fp.clone(), claimed);
+        Ok(claimed)
+    }
+}
+
+/// The fingerprint element content of `identity` (digest §5.3): payload
+/// `jxta://<peer>`, certificate, SHA256withRSA over both.
+pub fn fingerprint_for(identity: &Identity) -> Bytes {
+    let payload = identity.peer_id().endpoint_address();
+    let cert = identity.cert_der();
+    let digest: [u8; 32] = Sha256::new()
+        .chain_update(payload.as_bytes())
+        .chain_update(cert)
+        .finalize()
+        .into();
+    let sig = identity.sign_sha256_prehash(&digest);
+    let mut b = BytesMut::with_capacity(12 + payload.len() + cert.len() + sig.len());
+    for f in [payload.as_bytes(), &cert[..], &sig[..]] {
+        b.put_u32(f.len() as u32);
+        b.put_slice(f);
+    }
+    b.freeze()
+}
+
+fn hop_peer(h: &Hop) -> Option<PeerId> {
+    let pid = h.pid.as_deref()?;
+    pid.parse::<EndpointAddress>().ok()?.peer_id()
+}
+
+/// Checks a routed message received from `link` by `local`: the ERM is
+/// well formed, breaks no loop rule, has been forwarded fewer than
+/// `max_hops` times, and its source is proven (see the module comment).
+pub fn inspect(
+    local: &PeerId,
+    link: &PeerId,
+    message: &Message,
+    verifier: &mut FingerprintVerifier,
+    max_hops: usize,
+) -> Result<Inspected, ForwardError> {
+    let erm = message
+        .get(NS_JXTA, ELEM_ERM)
+        .ok_or(ForwardError::NoRouterHeader)?;
+    let header = RouterHeader::parse(&erm.data)?;
+    let src = header.src.peer_id().ok_or(ForwardError::NotAPeer("Src"))?;
+    let dest = header
+        .dest
+        .peer_id()
+        .ok_or(ForwardError::NotAPeer("Dest"))?;
+    if src == *local {
+        return Err(ForwardError::Loop(LoopKind::Source));
+    }
+    if header.last.peer_id().as_ref() == Some(local) {
+        return Err(ForwardError::Loop(LoopKind::LastHop));
+    }
+    if header
+        .reverse
+        .iter()
+        .any(|h| hop_peer(h).as_ref() == Some(local))
+    {
+        return Err(ForwardError::Loop(LoopKind::Reverse));
+    }
+    if header.reverse.len() >= max_hops {
+        return Err(ForwardError::HopLimit(header.reverse.len()));
+    }
+    match message.get(NS_JXTA, ELEM_ERM_FINGERPRINT) {
+        Some(fp) => {
+            let proven = verifier.verify(&fp.data)?;
+            if proven != src {
+                return Err(ForwardError::BadFingerprint(
+                    "fingerprint names another peer",
+                ));
+            }
+        }
+        None if src != *link => {
+            return Err(ForwardError::Spoofed {
+                claimed: Box::new(src),
+                link: Box::new(*link),
+            })
+        }
+        None => {}
+    }
+    Ok(Inspected { header, src, dest })
+}
+
+/// The route (first hop first) from `local` back to the origin of an
+/// inspected message received from `link`: the reverse hops, last first,
+/// starting with `link`. `None` when the origin is `link` itself (a direct
+/// peer) or the hops would loop.
+pub fn route_back(local: &PeerId, link: &PeerId, m: &Inspected) -> Option<Vec<PeerId>> {
+    if m.src == *link {
+        return None;
+    }
+    let mut hops: Vec<PeerId> = m.header.reverse.iter().rev().filter_map(hop_peer).collect();
+    if hops.first() != Some(link) {
+        hops.insert(0, *link);
+    }
+    check_route(local, &m.src, &hops).ok()?;
+    Some(hops)
+}
+
+/// Where to send a message that is not for this peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NextHop {
+    /// The connected peer to send it to.
+    pub hop: PeerId,
+    /// The forward hops still to go after `hop`.
+    pub forward: Vec<PeerId>,
+}
+
+/// Picks the next hop toward `m.dest`: the destination itself when
+/// connected, else the first forward hop in the header when connected,
+/// else the cached route `cached` when its first hop is connected.
+pub fn next_hop(
+    local: &PeerId,
+    m: &Inspected,
+    connected: impl Fn(&PeerId) -> bool,
+    cached: Option<&[PeerId]>,
+) -> Result<NextHop, ForwardError> {
+    if connected(&m.dest) {
+        return Ok(NextHop {
+            hop: m.dest,
+            forward: Vec::new(),
+        });
+    }
+    let mut fwd: Vec<PeerId> = m.header.forward.iter().filter_map(hop_peer).collect();
+    while fwd.first() == Some(local) {
+        fwd.remove(0);
+    }
+    if let Some(first) = fwd.first().copied() {
+        if connected(&first) && check_route(local, &m.dest, &fwd).is_ok() {
+            return Ok(NextHop {
+                hop: first,
+                forward: fwd[1..].to_vec(),
+            });
+        }
+    }
+    if let Some(route) = cached {
+        if let Some(first) = route.first().copied() {
+            if connected(&first) && check_route(local, &m.dest, route).is_ok() {
+                return Ok(NextHop {
+                    hop: first,
+                    forward: route[1..].to_vec(),
+                });
+            }
+        }
+    }
+    Err(ForwardError::NoRoute(m.dest))
+}
+
+fn hop_of(p: &PeerId) -> Hop {
+    Hop {
+        pid: Some(p.to_string()),
+        addresses: Vec::new(),
+    }
+}
+
+/// The header to send on to the next hop: `Last` becomes `local`, `local`
+/// joins the reverse hops, the forward hops are `forward`.
+pub fn forwarded_header(local: &PeerId, h: &RouterHeader, forward: &[PeerId]) -> RouterHeader {
+    let mut out = h.clone();
+    out.last = EndpointAddress::peer(local, None, None);
+    out.reverse.push(hop_of(local));
+    out.forward = forward.iter().map(hop_of).collect();
+    out
+}
+
+/// Replaces the ERM element of `message` with `h` (the fingerprint and
+/// every other element stay as they are).
+pub fn rewrite(message: &mut Message, h: &RouterHeader) {
+    message.remove_all(NS_JXTA, ELEM_ERM);
+    message.push(Element::xml(NS_JXTA, ELEM_ERM, h.to_xml()));
+}
+
+/// The header of a message `local` originates for `dest`'s
+/// `service`/`param`, to go through `forward` after the first hop.
+pub fn originate(
+    local: &PeerId,
+    dest: &PeerId,
+    service: &str,
+    param: Option<&str>,
+    forward: &[PeerId],
+) -> RouterHeader {
+    let mut h = RouterHeader::direct(
+        EndpointAddress::peer(local, None, None),
+        EndpointAddress::peer(dest, Some(service), param),
+    );
+    h.forward = forward.iter().map(hop_of).collect();
+    h
+}
+
+/// Strips the router elements of a message for this peer and names its
+/// listener (`service`, `param`).
+pub fn into_local(
+    mut message: Message,
+    m: &Inspected,
+) -> Result<(super::ServiceAddress, Message), ForwardError> {
+    message.remove_all(NS_JXTA, ELEM_ERM);
+    message.remove_all(NS_JXTA, ELEM_ERM_FINGERPRINT);
+    let service = m
+        .header
+        .dest
+        .service
+        .clone()
+        .ok_or(ForwardError::NoService)?;
+    Ok((
+        super::ServiceAddress {
+            service,
+            param: m.header.dest.param.clone(),
+        },
+        message,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use std::sync::OnceLock;
+
+    fn ids() -> &'static [Identity; 2] {
+        static IDS: OnceLock<[Identity; 2]> = OnceLock::new();
+        IDS.get_or_init(|| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+            [
+                Identity::generate(&mut rng, 1024, "A", 1_700_000_000).unwrap(),
+                Identity::generate(&mut rng, 1024, "B", 1_700_000_000).unwrap(),
+            ]
+        })
+    }
+
+    fn p(n: u8) -> PeerId {
+        PeerId::from_public_key_spki(&[n])
+    }
+
+    fn msg(h: &RouterHeader, fp: Option<Bytes>) -> Message {
+        let mut m = Message::new().with(Element::bytes("app", "x", &b"1"[..]));
+        m.push(Element::xml(NS_JXTA, ELEM_ERM, h.to_xml()));
+        if let Some(fp) = fp {
+            m.push(Element::bytes(NS_JXTA, ELEM_ERM_FINGERPRINT, fp));
+        }
+        m
+    }
+
+    #[test]
+    fn relayed_message_with_fingerprint_is_proven_and_forwarded() {
+        let a = ids()[0].peer_id();
+        let (r, b) = (p(1), p(2));
+        let mut v = FingerprintVerifier::new(4);
+        let fp = fingerprint_for(&ids()[0]);
+        let h = originate(a, &b, "PipeService", Some("urn:x"), &[]);
+        // At the relay, from a direct link with A: no fingerprint needed.
+        let m0 = msg(&h, None);
+        let i = inspect(&r, a, &m0, &mut v, 8).unwrap();
+        assert_eq!((i.src, i.dest), (*a, b));
+        let nh = next_hop(&r, &i, |x| *x == b, None).unwrap();
+        assert_eq!(nh.hop, b);
+        let fh = forwarded_header(&r, &i.header, &nh.forward);
+        // At B, from the relay: the fingerprint proves A.
+        let mut m1 = msg(&fh, Some(fp.clone()));
+        let i = inspect(&b, &r, &m1, &mut v, 8).unwrap();
+        assert_eq!(i.src, *a);
+        assert_eq!(route_back(&b, &r, &i), Some(vec![r]));
+        // Without it, the same message is a spoof.
+        m1.remove_all(NS_JXTA, ELEM_ERM_FINGERPRINT);
+        assert_eq!(
+            inspect(&b, &r, &m1, &mut v, 8).unwrap_err(),
+            ForwardError::Spoofed {
+                claimed: Box::new(*a),
+                link: Box::new(r)
+            }
+        );
+        let (to, local) = into_local(m1, &i).unwrap();
+        assert_eq!(to.service, "PipeService");
+        assert_eq!(local.elements.len(), 1);
+    }
+
+    #[test]
+    fn fingerprint_of_another_peer_or_garbage_is_refused() {
+        let a = ids()[0].peer_id();
+        let b_fp = fingerprint_for(&ids()[1]);
+        let mut v = FingerprintVerifier::new(4);
+        let h = originate(a, &p(2), "S", None, &[]);
+        assert_eq!(
+            inspect(&p(2), &p(1), &msg(&h, Some(b_fp)), &mut v, 8).unwrap_err(),
+            ForwardError::BadFingerprint("fingerprint names another peer")
+        );
+        let mut bad = fingerprint_for(&ids()[0]).to_vec();
+        let n = bad.len();
+        bad[n - 1] ^= 1;
+        assert_eq!(
+            v.verify(&Bytes::from(bad)).unwrap_err(),
+            ForwardError::BadFingerprint("signature")
+        );
+        assert!(v.verify(&Bytes::from_static(b"\0\0\0\x05ab")).is_err());
+        assert!(v
+            .verify(&Bytes::from(vec![0u8; MAX_FINGERPRINT_LEN + 1]))
+            .is_err());
+    }
+
+    #[test]
+    fn loop_rules_and_hop_limit() {
+        let (a, r, b) = (p(10), p(1), p(2));
+        let mut v = FingerprintVerifier::new(4);
+        let h = originate(&a, &b, "S", None, &[]);
+        assert_eq!(
+            inspect(&a, &a, &msg(&h, None), &mut v, 8).unwrap_err(),
+            ForwardError::Loop(LoopKind::Source)
+        );
+        let mut h2 = forwarded_header(&r, &h, &[]);
+        assert_eq!(
+            inspect(&r, &a, &msg(&h2, None), &mut v, 8).unwrap_err(),
+            ForwardError::Loop(LoopKind::LastHop)
+        );
+        h2.last = EndpointAddress::peer(&p(3), None, None);
+        assert_eq!(
+            inspect(&r, &a, &msg(&h2, None), &mut v, 8).unwrap_err(),
+            ForwardError::Loop(LoopKind::Reverse)
+        );
+        let mut h3 = h.clone();
+        for i in 0..8 {
+            h3.reverse.push(hop_of(&p(100 + i)));
+        }
+        assert_eq!(
+            inspect(&b, &a, &msg(&h3, None), &mut v, 8).unwrap_err(),
+            ForwardError::HopLimit(8)
+        );
+        let mut m = msg(&h, None);
+        m.remove_all(NS_JXTA, ELEM_ERM);
+        assert_eq!(
+            inspect(&b, &a, &m, &mut v, 8).unwrap_err(),
+            ForwardError::NoRouterHeader
+        );
+        m.push(Element::xml(NS_JXTA, ELEM_ERM, "<jxta:ERM><Src>".into()));
+        assert!(matches!(
+            inspect(&b, &a, &m, &mut v, 8).unwrap_err(),
+            ForwardError::Malformed(_)
+        ));
+        let mut m = msg(&h, None);
+        m.remove_all(NS_JXTA, ELEM_ERM);
+        m.push(Element::bytes(
+            NS_JXTA,
+            ELEM_ERM,
+            vec![b' '; super::super::router::MAX_ERM_LEN + 1],
+        ));
+        assert!(matches!(
+            inspect(&b, &a, &m, &mut v, 8).unwrap_err(),
+            ForwardError::Malformed(RouterError::TooLarge(_))
+        ));
+        let tcp = RouterHeader::direct(
+            "tcp://1.2.3.4:5".parse().unwrap(),
+            EndpointAddress::peer(&b, Some("S"), None),
+        );
+        assert_eq!(
+            inspect(&b, &a, &msg(&tcp, None), &mut v, 8).unwrap_err(),
+            ForwardError::NotAPeer("Src")
+        );
+    }
+
+    #[test]
+    fn next_hop_prefers_direct_then_forward_list_then_cache() {
+        let (a, r1, r2, b) = (p(10), p(1), p(2), p(3));
+        let mut v = FingerprintVerifier::new(4);
+        let h = originate(&a, &b, "S", None, &[r2]);
+        let i = inspect(&r1, &a, &msg(&h, None), &mut v, 8).unwrap();
+        assert_eq!(
+            next_hop(&r1, &i, |x| *x == r2, None).unwrap(),
+            NextHop {
+                hop: r2,
+                forward: vec![]
+            }
+        );
+        assert_eq!(next_hop(&r1, &i, |x| *x == b, None).unwrap().hop, b);
+        let i2 = inspect(
+            &r1,
+            &a,
+            &msg(&originate(&a, &b, "S", None, &[]), None),
+            &mut v,
+            8,
+        )
+        .unwrap();
+        assert_eq!(
+            next_hop(&r1, &i2, |x| *x == p(7), Some(&[p(7), r2])).unwrap(),
+            NextHop {
+                hop: p(7),
+                forward: vec![r2]
+            }
+        );
+        assert_eq!(
+            next_hop(&r1, &i2, |_| false, Some(&[r2])).unwrap_err(),
+            ForwardError::NoRoute(b)
+        );
+        // A cached route through the destination's own origin is a loop.
+        assert!(next_hop(&r1, &i2, |x| *x == r2, Some(&[r2, r1])).is_err());
+    }
+}

@@ -1,0 +1,381 @@
+//! The edge's relay client: leases a slot at one of its seed relays and
+//! keeps it (renews at half the lease, moves to the next seed when a relay
+//! refuses, does not answer, or its connection drops).
+//!
+//! The runtime does what the returned [`ClientAction`]s say (dial a seed,
+//! send a request) and reports what happened; time is passed in.
+
+use super::{Refusal, RelayRequest, RelayResponse};
+use crate::id::PeerId;
+
+/// Timers of the relay client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// Lease length asked for, ms.
+    pub lease_ms: u64,
+    /// How long to wait for a connection or an answer, ms.
+    pub response_timeout_ms: u64,
+    /// Wait before trying the seeds again after all failed, ms.
+    pub backoff_ms: u64,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            lease_ms: 3_600_000,
+            response_timeout_ms: 5_000,
+            backoff_ms: 2_000,
+        }
+    }
+}
+
+/// Where the client is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientState {
+    /// Waiting until `until` before trying a seed.
+    Idle {
+        /// When to try again.
+        until_ms: u64,
+    },
+    /// Dialling seed `seed`.
+    Connecting {
+        /// Seed index.
+        seed: usize,
+        /// Give up at.
+        deadline_ms: u64,
+    },
+    /// Asked `relay` for a lease.
+    Requested {
+        /// Seed index.
+        seed: usize,
+        /// The relay.
+        relay: PeerId,
+        /// Give up at.
+        deadline_ms: u64,
+    },
+    /// Holding a lease at `relay`.
+    Leased {
+        /// Seed index.
+        seed: usize,
+        /// The relay.
+        relay: PeerId,
+        /// Renew at.
+        renew_ms: u64,
+        /// The lease ends at.
+        expires_ms: u64,
+    },
+}
+
+/// What the runtime must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientAction {
+    /// Dial seed number `seed`, then call [`RelayClient::on_connected`] or
+    /// [`RelayClient::on_connect_failed`].
+    Connect {
+        /// Seed index.
+        seed: usize,
+    },
+    /// Send this request to `relay`'s relay service.
+    Send {
+        /// The relay.
+        relay: PeerId,
+        /// The request.
+        request: RelayRequest,
+    },
+    /// A lease was gained at `relay`.
+    LeaseGained {
+        /// The relay.
+        relay: PeerId,
+    },
+    /// The lease at `relay` is gone.
+    LeaseLost {
+        /// The relay.
+        relay: PeerId,
+    },
+}
+
+/// The lease state machine (see the module comment).
+///
+/// ```
+/// use juxta_proto::relay::client::{ClientAction, ClientConfig, RelayClient};
+/// use juxta_proto::relay::RelayResponse;
+/// use juxta_proto::id::PeerId;
+/// let r = PeerId::from_public_key_spki(b"r");
+/// let mut c = RelayClient::new(1, ClientConfig::default());
+/// assert_eq!(c.tick(0), vec![ClientAction::Connect { seed: 0 }]);
+/// assert!(matches!(c.on_connected(0, r, 1)[0], ClientAction::Send { .. }));
+/// let got = c.on_response(r, &RelayResponse::Connected { lease_ms: 60_000, relay: Some(r), relay_adv: None }, 2);
+/// assert_eq!(got, vec![ClientAction::LeaseGained { relay: r }]);
+/// assert_eq!(c.relay(), Some(r));
+/// ```
+#[derive(Debug, Clone)]
+pub struct RelayClient {
+    cfg: ClientConfig,
+    seeds: usize,
+    next_seed: usize,
+    tried: usize,
+    state: ClientState,
+}
+
+impl RelayClient {
+    /// A client with `seeds` seed relays (numbered from 0).
+    pub fn new(seeds: usize, cfg: ClientConfig) -> RelayClient {
+        RelayClient {
+            cfg,
+            seeds,
+            next_seed: 0,
+            tried: 0,
+            state: ClientState::Idle { until_ms: 0 },
+        }
+    }
+
+    /// The state.
+    pub fn state(&self) -> &ClientState {
+        &self.state
+    }
+
+    /// The relay leased, if any.
+    pub fn relay(&self) -> Option<PeerId> {
+        match self.state {
+            ClientState::Leased { relay, .. } => Some(relay),
+            _ => None,
+        }
+    }
+
+    fn next(&mut self, now_ms: u64) -> Vec<ClientAction> {
+        if self.seeds == 0 {
+            self.state = ClientState::Idle { until_ms: u64::MAX };
+            return Vec::new();
+        }
+        if self.tried >= self.seeds {
+            self.tried = 0;
+            self.state = ClientState::Idle {
+                until_ms: now_ms.saturating_add(self.cfg.backoff_ms),
+            };
+            return Vec::new();
+        }
+        let seed = self.next_seed % self.seeds;
+        self.next_seed = (seed + 1) % self.seeds;
+        self.tried += 1;
+        self.state = ClientState::Connecting {
+            seed,
+            deadline_ms: now_ms.saturating_add(self.cfg.response_timeout_ms),
+        };
+        vec![ClientAction::Connect { seed }]
+    }
+
+    fn lost(&mut self, now_ms: u64) -> Vec<ClientAction> {
+        let mut out = Vec::new();
+        if let ClientState::Leased { relay, .. } = self.state {
+            out.push(ClientAction::LeaseLost { relay });
+        }
+        out.extend(self.next(now_ms));
+        out
+    }
+
+    /// Time passes: starts, retries, renews, or gives up on a relay.
+    pub fn tick(&mut self, now_ms: u64) -> Vec<ClientAction> {
+        match self.state.clone() {
+            ClientState::Idle { until_ms } if now_ms >= until_ms => self.next(now_ms),
+            ClientState::Connecting { deadline_ms, .. }
+            | ClientState::Requested { deadline_ms, .. }
+                if now_ms >= deadline_ms =>
+            {
+                self.next(now_ms)
+            }
+            ClientState::Leased {
+                seed,
+                relay,
+                renew_ms,
+                expires_ms,
+            } => {
+                if now_ms >= expires_ms {
+                    self.lost(now_ms)
+                } else if now_ms >= renew_ms {
+                    self.state = ClientState::Leased {
+                        seed,
+                        relay,
+                        renew_ms: expires_ms,
+                        expires_ms,
+                    };
+                    vec![ClientAction::Send {
+                        relay,
+                        request: RelayRequest::Connect {
+                            lease_ms: Some(self.cfg.lease_ms),
+                        },
+                    }]
+                } else {
+                    Vec::new()
+                }
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Seed `seed` answered as peer `relay`: ask it for a lease.
+    pub fn on_connected(&mut self, seed: usize, relay: PeerId, now_ms: u64) -> Vec<ClientAction> {
+        match self.state {
+            ClientState::Connecting { seed: s, .. } if s == seed => {
+                self.state = ClientState::Requested {
+                    seed,
+                    relay,
+                    deadline_ms: now_ms.saturating_add(self.cfg.response_timeout_ms),
+                };
+                vec![ClientAction::Send {
+                    relay,
+                    request: RelayRequest::Connect {
+                        lease_ms: Some(self.cfg.lease_ms),
+                    },
+                }]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Dialling seed `seed` failed: the next seed.
+    pub fn on_connect_failed(&mut self, seed: usize, now_ms: u64) -> Vec<ClientAction> {
+        match self.state {
+            ClientState::Connecting { seed: s, .. } if s == seed => self.next(now_ms),
+            _ => Vec::new(),
+        }
+    }
+
+    /// A response from `from`'s relay service.
+    pub fn on_response(
+        &mut self,
+        from: PeerId,
+        resp: &RelayResponse,
+        now_ms: u64,
+    ) -> Vec<ClientAction> {
+        let (seed, relay, was_leased) = match self.state {
+            ClientState::Requested { seed, relay, .. } => (seed, relay, false),
+            ClientState::Leased { seed, relay, .. } => (seed, relay, true),
+            _ => return Vec::new(),
+        };
+        if from != relay {
+            return Vec::new();
+        }
+        match resp {
+            RelayResponse::Connected { lease_ms, .. } => {
+                let lease = (*lease_ms).max(1);
+                self.tried = 0;
+                self.state = ClientState::Leased {
+                    seed,
+                    relay,
+                    renew_ms: now_ms.saturating_add(lease / 2),
+                    expires_ms: now_ms.saturating_add(lease),
+                };
+                if was_leased {
+                    Vec::new()
+                } else {
+                    vec![ClientAction::LeaseGained { relay }]
+                }
+            }
+            RelayResponse::Disconnected
+            | RelayResponse::Refused(
+                Refusal::Unauthenticated | Refusal::Full | Refusal::NotRelay,
+            ) => self.lost(now_ms),
+            // A refused message (queue full, quota, ...) leaves the lease.
+            RelayResponse::Refused(_) => Vec::new(),
+            RelayResponse::Pid(_) => Vec::new(),
+        }
+    }
+
+    /// The connection to `peer` closed.
+    pub fn on_disconnected(&mut self, peer: PeerId, now_ms: u64) -> Vec<ClientAction> {
+        match self.state {
+            ClientState::Requested { relay, .. } | ClientState::Leased { relay, .. }
+                if relay == peer =>
+            {
+                self.lost(now_ms)
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(n: u8) -> PeerId {
+        PeerId::from_public_key_spki(&[n])
+    }
+
+    fn connected(lease_ms: u64) -> RelayResponse {
+        RelayResponse::Connected {
+            lease_ms,
+            relay: None,
+            relay_adv: None,
+        }
+    }
+
+    #[test]
+    fn fails_over_between_seeds_and_backs_off() {
+        let cfg = ClientConfig {
+            lease_ms: 1_000,
+            response_timeout_ms: 100,
+            backoff_ms: 500,
+        };
+        let mut c = RelayClient::new(2, cfg);
+        assert_eq!(c.tick(0), vec![ClientAction::Connect { seed: 0 }]);
+        assert_eq!(c.tick(50), vec![]);
+        assert_eq!(
+            c.on_connect_failed(0, 60),
+            vec![ClientAction::Connect { seed: 1 }]
+        );
+        c.on_connected(1, p(1), 70);
+        // Refused: both seeds tried, back off.
+        assert_eq!(
+            c.on_response(p(1), &RelayResponse::Refused(Refusal::Full), 80),
+            vec![]
+        );
+        assert!(matches!(c.state(), ClientState::Idle { until_ms: 580 }));
+        assert_eq!(c.tick(500), vec![]);
+        assert_eq!(c.tick(580), vec![ClientAction::Connect { seed: 0 }]);
+        // No answer in time: next seed.
+        c.on_connected(0, p(0), 590);
+        assert_eq!(c.tick(700), vec![ClientAction::Connect { seed: 1 }]);
+    }
+
+    #[test]
+    fn renews_at_half_and_reacts_to_loss() {
+        let mut c = RelayClient::new(1, ClientConfig::default());
+        c.tick(0);
+        c.on_connected(0, p(1), 0);
+        // A response from someone else is ignored.
+        assert_eq!(c.on_response(p(2), &connected(1_000), 1), vec![]);
+        assert_eq!(
+            c.on_response(p(1), &connected(1_000), 1),
+            vec![ClientAction::LeaseGained { relay: p(1) }]
+        );
+        assert_eq!(c.tick(400), vec![]);
+        assert!(matches!(
+            c.tick(501)[0],
+            ClientAction::Send {
+                request: RelayRequest::Connect { .. },
+                ..
+            }
+        ));
+        assert_eq!(c.tick(600), vec![], "renewal sent once");
+        assert_eq!(c.on_response(p(1), &connected(1_000), 610), vec![]);
+        // A refused message does not end the lease.
+        assert_eq!(
+            c.on_response(p(1), &RelayResponse::Refused(Refusal::QueueFull), 620),
+            vec![]
+        );
+        assert_eq!(c.relay(), Some(p(1)));
+        assert_eq!(c.on_disconnected(p(9), 700), vec![]);
+        assert_eq!(
+            c.on_disconnected(p(1), 700),
+            vec![
+                ClientAction::LeaseLost { relay: p(1) },
+                ClientAction::Connect { seed: 0 }
+            ]
+        );
+        // An expired lease is lost too.
+        c.on_connected(0, p(1), 710);
+        c.on_response(p(1), &connected(100), 720);
+        assert_eq!(c.tick(820)[0], ClientAction::LeaseLost { relay: p(1) });
+    }
+}

@@ -1,0 +1,472 @@
+//! The relay server's state: which edges hold a lease, the bounded queue of
+//! messages waiting to be forwarded to each, and what each sender has
+//! spooled (its quota).
+//!
+//! Nothing is dropped silently: [`RelayServer::enqueue`] hands the message
+//! back with a typed [`Refusal`] when the edge's queue or the sender's
+//! quota is full, so the runtime can push back on the sender (stop reading
+//! its connection for a while) and then refuse it, counted. Messages still
+//! queued when a lease ends are counted in [`ServerCounters::dropped`].
+
+use std::collections::{HashMap, VecDeque};
+
+use super::{Refusal, RelayRequest, RelayResponse};
+use crate::id::PeerId;
+
+/// Bounds and lease length of a relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Most edges leased at once (JXSE: 150).
+    pub max_clients: usize,
+    /// Longest lease granted, ms (JXSE: 1 h).
+    pub lease_ms: u64,
+    /// Messages queued per edge (JXSE: 200).
+    pub queue_messages: usize,
+    /// Bytes queued per edge.
+    pub queue_bytes: usize,
+    /// Messages one sender may have queued at this relay at once, over all
+    /// edges.
+    pub sender_messages: usize,
+    /// Bytes one sender may have queued at once.
+    pub sender_bytes: usize,
+    /// Largest message relayed.
+    pub max_message: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            max_clients: 150,
+            lease_ms: 3_600_000,
+            queue_messages: 200,
+            queue_bytes: 16 << 20,
+            sender_messages: 400,
+            sender_bytes: 32 << 20,
+            max_message: 8 << 20,
+        }
+    }
+}
+
+/// What a relay has done, for its counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerCounters {
+    /// Leases granted (renewals included).
+    pub leases_granted: u64,
+    /// Requests refused as unauthenticated.
+    pub refused_unauthenticated: u64,
+    /// Lease requests refused because the relay was full.
+    pub refused_full: u64,
+    /// Messages refused: edge queue full.
+    pub refused_queue_full: u64,
+    /// Messages refused: sender quota used up.
+    pub refused_quota: u64,
+    /// Messages refused: destination not leased.
+    pub refused_not_leased: u64,
+    /// Messages refused: too large.
+    pub refused_too_large: u64,
+    /// Messages queued.
+    pub queued: u64,
+    /// Messages taken from the queues to be forwarded.
+    pub forwarded: u64,
+    /// Bytes taken from the queues to be forwarded.
+    pub forwarded_bytes: u64,
+    /// Messages dropped because their edge's lease ended first.
+    pub dropped: u64,
+    /// Leases that expired or ended.
+    pub leases_ended: u64,
+}
+
+/// A message taken from a queue, with what is needed to put it back.
+#[derive(Debug)]
+pub struct Popped<T> {
+    /// Who sent it.
+    pub sender: PeerId,
+    /// Its size.
+    pub len: usize,
+    /// The message.
+    pub item: T,
+}
+
+struct Queued<T> {
+    sender: PeerId,
+    len: usize,
+    item: T,
+}
+
+struct Lease<T> {
+    conn: u64,
+    expires_ms: u64,
+    queue: VecDeque<Queued<T>>,
+    bytes: usize,
+}
+
+/// The relay's lease table and queues; `T` is the queued message type.
+///
+/// ```
+/// use juxta_proto::relay::server::{RelayServer, ServerConfig};
+/// use juxta_proto::relay::{RelayRequest, RelayResponse};
+/// use juxta_proto::id::PeerId;
+/// let (relay, edge, a) = (PeerId::from_public_key_spki(b"r"), PeerId::from_public_key_spki(b"e"), PeerId::from_public_key_spki(b"a"));
+/// let mut s = RelayServer::new(relay, ServerConfig::default());
+/// let r = s.on_request(edge, true, 1, &RelayRequest::Connect { lease_ms: None }, 0);
+/// assert!(matches!(r, RelayResponse::Connected { .. }));
+/// s.enqueue(&edge, a, 10, "hello", 1).unwrap();
+/// assert_eq!(s.pop(&edge), Some("hello"));
+/// ```
+pub struct RelayServer<T> {
+    local: PeerId,
+    cfg: ServerConfig,
+    leases: HashMap<PeerId, Lease<T>>,
+    senders: HashMap<PeerId, (usize, usize)>,
+    counters: ServerCounters,
+}
+
+impl<T> RelayServer<T> {
+    /// A relay with no leases.
+    pub fn new(local: PeerId, cfg: ServerConfig) -> RelayServer<T> {
+        RelayServer {
+            local,
+            cfg,
+            leases: HashMap::new(),
+            senders: HashMap::new(),
+            counters: ServerCounters::default(),
+        }
+    }
+
+    /// The bounds.
+    pub fn config(&self) -> &ServerConfig {
+        &self.cfg
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> ServerCounters {
+        self.counters
+    }
+
+    /// Answers a control request from `from`, received on connection
+    /// `conn`; `authenticated` says whether that connection has proven
+    /// its peer ID.
+    pub fn on_request(
+        &mut self,
+        from: PeerId,
+        authenticated: bool,
+        conn: u64,
+        req: &RelayRequest,
+        now_ms: u64,
+    ) -> RelayResponse {
+        if !authenticated {
+            self.counters.refused_unauthenticated += 1;
+            return RelayResponse::Refused(Refusal::Unauthenticated);
+        }
+        match req {
+            RelayRequest::Connect { lease_ms } => {
+                self.expire(now_ms);
+                let granted = lease_ms
+                    .unwrap_or(self.cfg.lease_ms)
+                    .clamp(1, self.cfg.lease_ms);
+                if let Some(l) = self.leases.get_mut(&from) {
+                    l.expires_ms = now_ms.saturating_add(granted);
+                    l.conn = conn;
+                } else {
+                    if self.leases.len() >= self.cfg.max_clients {
+                        self.counters.refused_full += 1;
+                        return RelayResponse::Refused(Refusal::Full);
+                    }
+                    self.leases.insert(
+                        from,
+                        Lease {
+                            conn,
+                            expires_ms: now_ms.saturating_add(granted),
+                            queue: VecDeque::new(),
+                            bytes: 0,
+                        },
+                    );
+                }
+                self.counters.leases_granted += 1;
+                RelayResponse::Connected {
+                    lease_ms: granted,
+                    relay: Some(self.local),
+                    relay_adv: None,
+                }
+            }
+            RelayRequest::Disconnect => {
+                self.end(&from);
+                RelayResponse::Disconnected
+            }
+            RelayRequest::Pid => RelayResponse::Pid(self.local),
+        }
+    }
+
+    /// Whether `edge` holds a lease; gives the connection it leased on.
+    pub fn lease_conn(&self, edge: &PeerId, now_ms: u64) -> Option<u64> {
+        self.leases
+            .get(edge)
+            .filter(|l| l.expires_ms > now_ms)
+            .map(|l| l.conn)
+    }
+
+    /// Edges leased.
+    pub fn clients(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// Messages queued for `edge`.
+    pub fn queue_len(&self, edge: &PeerId) -> usize {
+        self.leases.get(edge).map_or(0, |l| l.queue.len())
+    }
+
+    /// Queues `item` (`len` bytes, from `sender`) for `edge`, or hands it
+    /// back with the reason.
+    pub fn enqueue(
+        &mut self,
+        edge: &PeerId,
+        sender: PeerId,
+        len: usize,
+        item: T,
+        now_ms: u64,
+    ) -> Result<(), (Refusal, T)> {
+        let cfg = self.cfg;
+        let Some(l) = self.leases.get_mut(edge).filter(|l| l.expires_ms > now_ms) else {
+            self.counters.refused_not_leased += 1;
+            return Err((Refusal::NotLeased, item));
+        };
+        if len > cfg.max_message {
+            self.counters.refused_too_large += 1;
+            return Err((Refusal::TooLarge, item));
+        }
+        if l.queue.len() >= cfg.queue_messages || l.bytes + len > cfg.queue_bytes {
+            self.counters.refused_queue_full += 1;
+            return Err((Refusal::QueueFull, item));
+        }
+        let used = self.senders.entry(sender).or_insert((0, 0));
+        if used.0 >= cfg.sender_messages || used.1 + len > cfg.sender_bytes {
+            if used.0 == 0 {
+                self.senders.remove(&sender);
+            }
+            self.counters.refused_quota += 1;
+            return Err((Refusal::Quota, item));
+        }
+        used.0 += 1;
+        used.1 += len;
+        l.bytes += len;
+        l.queue.push_back(Queued { sender, len, item });
+        self.counters.queued += 1;
+        Ok(())
+    }
+
+    fn release(&mut self, q: &Queued<T>) {
+        if let Some(u) = self.senders.get_mut(&q.sender) {
+            u.0 = u.0.saturating_sub(1);
+            u.1 = u.1.saturating_sub(q.len);
+            if u.0 == 0 {
+                self.senders.remove(&q.sender);
+            }
+        }
+    }
+
+    /// The next message to forward to `edge`.
+    pub fn pop(&mut self, edge: &PeerId) -> Option<T> {
+        self.pop_entry(edge).map(|p| p.item)
+    }
+
+    /// [`RelayServer::pop`] with the sender and size, so that a send that
+    /// could not go out now can be put back with [`RelayServer::unpop`].
+    pub fn pop_entry(&mut self, edge: &PeerId) -> Option<Popped<T>> {
+        let l = self.leases.get_mut(edge)?;
+        let q = l.queue.pop_front()?;
+        l.bytes -= q.len;
+        self.release(&q);
+        self.counters.forwarded += 1;
+        self.counters.forwarded_bytes += q.len as u64;
+        Some(Popped {
+            sender: q.sender,
+            len: q.len,
+            item: q.item,
+        })
+    }
+
+    /// Puts a popped message back at the head of `edge`'s queue (its send
+    /// would have blocked), undoing the pop's accounting. If the lease has
+    /// ended meanwhile the message is dropped and counted.
+    pub fn unpop(&mut self, edge: &PeerId, p: Popped<T>) {
+        self.counters.forwarded -= 1;
+        self.counters.forwarded_bytes -= p.len as u64;
+        let Some(l) = self.leases.get_mut(edge) else {
+            self.counters.dropped += 1;
+            return;
+        };
+        l.bytes += p.len;
+        let used = self.senders.entry(p.sender).or_insert((0, 0));
+        used.0 += 1;
+        used.1 += p.len;
+        l.queue.push_front(Queued {
+            sender: p.sender,
+            len: p.len,
+            item: p.item,
+        });
+    }
+
+    /// What `sender` has queued now: (messages, bytes).
+    pub fn sender_use(&self, sender: &PeerId) -> (usize, usize) {
+        self.senders.get(sender).copied().unwrap_or((0, 0))
+    }
+
+    /// Ends the lease of `edge` (its queued messages are dropped, counted).
+    pub fn end(&mut self, edge: &PeerId) -> bool {
+        let Some(mut l) = self.leases.remove(edge) else {
+            return false;
+        };
+        while let Some(q) = l.queue.pop_front() {
+            self.release(&q);
+            self.counters.dropped += 1;
+        }
+        self.counters.leases_ended += 1;
+        true
+    }
+
+    /// Ends the lease of `edge` if it was taken on connection `conn` (that
+    /// connection closed).
+    pub fn connection_closed(&mut self, edge: &PeerId, conn: u64) -> bool {
+        if self.leases.get(edge).map(|l| l.conn) == Some(conn) {
+            self.end(edge)
+        } else {
+            false
+        }
+    }
+
+    /// Ends the expired leases; returns their edges.
+    pub fn expire(&mut self, now_ms: u64) -> Vec<PeerId> {
+        let gone: Vec<PeerId> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.expires_ms <= now_ms)
+            .map(|(p, _)| *p)
+            .collect();
+        for p in &gone {
+            self.end(p);
+        }
+        gone
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(n: u8) -> PeerId {
+        PeerId::from_public_key_spki(&[n])
+    }
+
+    fn cfg() -> ServerConfig {
+        ServerConfig {
+            max_clients: 2,
+            lease_ms: 1_000,
+            queue_messages: 3,
+            queue_bytes: 70,
+            sender_messages: 4,
+            sender_bytes: 1_000,
+            max_message: 60,
+        }
+    }
+
+    #[test]
+    fn leases_are_bounded_authenticated_and_expire() {
+        let mut s: RelayServer<u32> = RelayServer::new(p(0), cfg());
+        let c = RelayRequest::Connect {
+            lease_ms: Some(5_000),
+        };
+        assert_eq!(
+            s.on_request(p(1), false, 1, &c, 0),
+            RelayResponse::Refused(Refusal::Unauthenticated)
+        );
+        assert_eq!(s.counters().refused_unauthenticated, 1);
+        assert_eq!(
+            s.on_request(p(1), true, 1, &c, 0),
+            RelayResponse::Connected {
+                lease_ms: 1_000,
+                relay: Some(p(0)),
+                relay_adv: None
+            }
+        );
+        assert!(matches!(
+            s.on_request(p(2), true, 2, &c, 0),
+            RelayResponse::Connected { .. }
+        ));
+        assert_eq!(
+            s.on_request(p(3), true, 3, &c, 0),
+            RelayResponse::Refused(Refusal::Full)
+        );
+        // Renewal moves the expiry.
+        assert!(matches!(
+            s.on_request(p(1), true, 1, &c, 900),
+            RelayResponse::Connected { .. }
+        ));
+        assert_eq!(s.expire(1_000), vec![p(2)]);
+        assert_eq!(s.lease_conn(&p(1), 1_500), Some(1));
+        assert!(!s.connection_closed(&p(1), 9), "another connection");
+        assert!(s.connection_closed(&p(1), 1));
+        assert_eq!(s.clients(), 0);
+        assert_eq!(
+            s.on_request(p(1), true, 1, &RelayRequest::Pid, 0),
+            RelayResponse::Pid(p(0))
+        );
+    }
+
+    #[test]
+    fn queues_and_sender_quotas_refuse_with_reasons() {
+        let mut s: RelayServer<u32> = RelayServer::new(p(0), cfg());
+        let c = RelayRequest::Connect { lease_ms: None };
+        s.on_request(p(1), true, 1, &c, 0);
+        s.on_request(p(2), true, 2, &c, 0);
+        let (a, b) = (p(10), p(11));
+        assert_eq!(s.enqueue(&p(9), a, 1, 0, 1), Err((Refusal::NotLeased, 0)));
+        assert_eq!(s.enqueue(&p(1), a, 61, 0, 1), Err((Refusal::TooLarge, 0)));
+        for i in 0..3 {
+            s.enqueue(&p(1), a, 10, i, 1).unwrap();
+        }
+        assert_eq!(s.enqueue(&p(1), b, 10, 3, 1), Err((Refusal::QueueFull, 3)));
+        s.enqueue(&p(2), a, 10, 4, 1).unwrap();
+        // Sender `a` has 4 queued: its quota.
+        assert_eq!(s.sender_use(&a), (4, 40));
+        assert_eq!(s.enqueue(&p(2), a, 10, 5, 1), Err((Refusal::Quota, 5)));
+        s.enqueue(&p(2), b, 10, 6, 1).unwrap();
+        assert_eq!(s.pop(&p(1)), Some(0));
+        assert_eq!(s.sender_use(&a), (3, 30));
+        s.enqueue(&p(2), a, 10, 7, 1).unwrap();
+        // Byte bound of a queue.
+        assert_eq!(
+            s.enqueue(&p(1), b, 60, 8, 1).unwrap_err().0,
+            Refusal::QueueFull
+        );
+        let c = s.counters();
+        assert_eq!(
+            (
+                c.refused_not_leased,
+                c.refused_too_large,
+                c.refused_queue_full,
+                c.refused_quota
+            ),
+            (1, 1, 2, 1)
+        );
+        assert_eq!(c.forwarded, 1);
+        assert_eq!(c.forwarded_bytes, 10);
+        // A pop undone puts the message back first, accounting restored.
+        let before = s.sender_use(&a);
+        let popped = s.pop_entry(&p(1)).unwrap();
+        assert_eq!(popped.item, 1);
+        assert_eq!(s.sender_use(&a), (before.0 - 1, before.1 - 10));
+        s.unpop(&p(1), popped);
+        assert_eq!(s.sender_use(&a), before);
+        assert_eq!(s.counters().forwarded, 1);
+        assert_eq!(s.queue_len(&p(1)), 2);
+        let again = s.pop_entry(&p(1)).unwrap();
+        assert_eq!(again.item, 1);
+        s.unpop(&p(1), again);
+        // Ending a lease drops (counted) and releases quotas.
+        assert!(s.end(&p(2)));
+        assert_eq!(s.counters().dropped, 3);
+        assert_eq!(s.sender_use(&b), (0, 0));
+        assert_eq!(s.sender_use(&a), (2, 20));
+        assert_eq!(s.queue_len(&p(1)), 2);
+    }
+}

@@ -1,0 +1,637 @@
+//! The endpoint router and the relay service at run time: drives the
+//! sans-IO state of `juxta_proto::endpoint::{forward, route_cache,
+//! route_query}` and `juxta_proto::relay` from tokio.
+//!
+//! Why it exists: a peer that has no connection to another (NAT, firewall,
+//! separate networks) reaches it through a relay. Every peer keeps a
+//! bounded route cache, answers route queries (resolver handler
+//! `EndpointRouter`) about itself, and sends to a peer it is not connected
+//! to through a route (an ERM-wrapped message to the first hop,
+//! [`crate::Messenger`] does this transparently). A peer configured with
+//! [`RelayConfig::server`] also forwards routed messages, leases service to
+//! edges, spools messages for each edge in a bounded queue and enforces
+//! per-sender quotas; a peer configured with [`RelayConfig::client`] leases
+//! a relay among its seeds and advertises the route `relay://<relay>`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use juxta::relay::RelayConfig;
+//! use juxta::{Peer, PeerConfig};
+//! use juxta_proto::message::{Element, Message};
+//! let relay = Peer::start(
+//!     PeerConfig::new("/tmp/relay").listen("0.0.0.0:9701".parse()?).relay(RelayConfig::server()),
+//! ).await?;
+//! let seeds = vec!["10.0.0.1:9701".parse()?];
+//! let a = Peer::start(PeerConfig::new("/tmp/a").relay(RelayConfig::client(seeds.clone()))).await?;
+//! let b = Peer::start(PeerConfig::new("/tmp/b").relay(RelayConfig::client(seeds))).await?;
+//! a.relay().unwrap().wait_leased(Duration::from_secs(10)).await;
+//! b.relay().unwrap().wait_leased(Duration::from_secs(10)).await;
+//! let mut inbox = b.listen("chat", None)?;
+//! // No connection between a and b: the route goes through the relay.
+//! let to_b = a.route_to(&b.peer_id(), Duration::from_secs(5)).await?;
+//! to_b.send("chat", None, Message::new().with(Element::text("", "t", "hi"))).await?;
+//! assert_eq!(inbox.recv().await.unwrap().from, Some(a.peer_id()));
+//! println!("{:?}", relay.relay().unwrap().counters());
+//! # Ok(()) }
+//! ```
+
+pub(crate) mod route;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use juxta_proto::endpoint::forward::{FingerprintVerifier, DEFAULT_MAX_FORWARD_HOPS};
+use juxta_proto::endpoint::route_cache::RouteCache;
+use juxta_proto::endpoint::route_query::{RouteResolver, RouteResolverConfig};
+use juxta_proto::id::PeerId;
+use juxta_proto::message::Message;
+use juxta_proto::relay::client::{ClientAction, ClientConfig, RelayClient};
+use juxta_proto::relay::server::{RelayServer, ServerConfig, ServerCounters};
+use juxta_proto::relay::{Control, Refusal, RelayRequest, RelayResponse, RELAY_SERVICE};
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::task::JoinHandle;
+
+use crate::peer::{Inner, PeerError};
+use crate::transport::tcp::Connection;
+
+/// The role a peer plays in the relay service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayRole {
+    /// An edge that leases a relay among `seeds`.
+    Client {
+        /// Relay addresses, tried in order.
+        seeds: Vec<SocketAddr>,
+    },
+    /// A relay: forwards routed messages and leases service to edges.
+    Server,
+}
+
+/// Settings of the relay service ([`crate::PeerConfig::relay`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayConfig {
+    /// The role.
+    pub role: RelayRole,
+    /// Relay bounds: clients, lease, per-edge queue, per-sender quota.
+    pub server: ServerConfig,
+    /// Edge timers.
+    pub client: ClientConfig,
+    /// How long a relay stops reading a sender whose destination queue or
+    /// quota is full before refusing the message (typed, counted).
+    pub push_back: Duration,
+}
+
+impl RelayConfig {
+    /// An edge leasing one of `seeds`.
+    pub fn client(seeds: Vec<SocketAddr>) -> RelayConfig {
+        RelayConfig {
+            role: RelayRole::Client { seeds },
+            server: ServerConfig::default(),
+            client: ClientConfig::default(),
+            push_back: Duration::from_secs(2),
+        }
+    }
+
+    /// A relay with JXSE's default bounds (150 clients, 200 messages per
+    /// edge, 1 h leases).
+    pub fn server() -> RelayConfig {
+        RelayConfig {
+            role: RelayRole::Server,
+            ..RelayConfig::client(Vec::new())
+        }
+    }
+
+    /// Sets the per-edge queue bounds (messages, bytes).
+    pub fn queue(mut self, messages: usize, bytes: usize) -> RelayConfig {
+        self.server.queue_messages = messages.max(1);
+        self.server.queue_bytes = bytes.max(1);
+        self
+    }
+
+    /// Sets what one sender may have spooled at the relay at once
+    /// (messages, bytes).
+    pub fn sender_quota(mut self, messages: usize, bytes: usize) -> RelayConfig {
+        self.server.sender_messages = messages.max(1);
+        self.server.sender_bytes = bytes.max(1);
+        self
+    }
+
+    /// Sets the largest message the relay spools for an edge.
+    pub fn max_message(mut self, bytes: usize) -> RelayConfig {
+        self.server.max_message = bytes;
+        self
+    }
+
+    /// Sets the most edges leased at once.
+    pub fn max_clients(mut self, n: usize) -> RelayConfig {
+        self.server.max_clients = n;
+        self
+    }
+
+    /// Sets the push-back time before a full queue refuses.
+    pub fn push_back(mut self, d: Duration) -> RelayConfig {
+        self.push_back = d;
+        self
+    }
+
+    /// Sets the lease length (granted at most, or asked for).
+    pub fn lease(mut self, d: Duration) -> RelayConfig {
+        let ms = d.as_millis().clamp(1, u64::MAX as u128) as u64;
+        self.server.lease_ms = ms;
+        self.client.lease_ms = ms;
+        self
+    }
+}
+
+/// Counters of a relay (see [`ServerCounters`]) plus what the router did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RelayCounters {
+    /// The lease table's and queues' counters.
+    pub server: ServerCounters,
+    /// Edges leased now.
+    pub clients: usize,
+    /// Routed messages forwarded to another peer (queued or direct).
+    pub forwarded: u64,
+}
+
+/// The relay service of a peer: counters (relay role), the leased relay
+/// (edge role).
+#[derive(Clone)]
+pub struct RelayHandle {
+    inner: Arc<Inner>,
+}
+
+impl RelayHandle {
+    /// The counters (all zero on an edge).
+    pub fn counters(&self) -> RelayCounters {
+        let r = &self.inner.router;
+        let (server, clients) = match &r.server {
+            Some(s) => {
+                let st = s.state.lock().expect("relay lock");
+                (st.counters(), st.clients())
+            }
+            None => (ServerCounters::default(), 0),
+        };
+        RelayCounters {
+            server,
+            clients,
+            forwarded: self.inner.stats.routed_forwarded.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The relay this edge holds a lease at.
+    pub fn relay(&self) -> Option<PeerId> {
+        *self.inner.router.leased.borrow()
+    }
+
+    /// Waits until this edge holds a lease (or `timeout`); returns the relay.
+    pub async fn wait_leased(&self, timeout: Duration) -> Option<PeerId> {
+        let mut rx = self.inner.router.leased.subscribe();
+        let got = tokio::time::timeout(timeout, async {
+            rx.wait_for(|r| r.is_some()).await.ok().and_then(|r| *r)
+        })
+        .await;
+        got.ok().flatten().or_else(|| self.relay())
+    }
+
+    /// This peer's route advertisement as it answers route queries: while
+    /// it leases a relay, destination EA `relay://<relay unique>` and the
+    /// relay as hop; otherwise its TCP address.
+    pub fn route_advertisement(&self) -> juxta_proto::advertisement::RouteAdvertisement {
+        route::own_route(&self.inner)
+    }
+
+    /// Messages queued at this relay for `edge`.
+    pub fn queued_for(&self, edge: &PeerId) -> usize {
+        self.inner
+            .router
+            .server
+            .as_ref()
+            .map_or(0, |s| s.state.lock().expect("relay lock").queue_len(edge))
+    }
+}
+
+/// The relay server's run-time state.
+pub(crate) struct ServerRuntime {
+    pub(crate) state: Mutex<RelayServer<Message>>,
+    /// Per-edge forwarding state.
+    edges: Mutex<HashMap<PeerId, Arc<EdgeSlot>>>,
+    /// Woken when a queue has room again.
+    pub(crate) space: Notify,
+    pub(crate) push_back: Duration,
+}
+
+/// Router state every peer has.
+pub(crate) struct Router {
+    epoch: Instant,
+    pub(crate) cache: Mutex<RouteCache>,
+    pub(crate) resolver: Mutex<RouteResolver>,
+    pub(crate) verifier: Mutex<FingerprintVerifier>,
+    fingerprint: OnceLock<Bytes>,
+    /// Notified whenever a route is learned.
+    pub(crate) learned: Notify,
+    pub(crate) max_hops: usize,
+    pub(crate) server: Option<Arc<ServerRuntime>>,
+    /// The relay this edge leases (edge role).
+    pub(crate) leased: watch::Sender<Option<PeerId>>,
+    /// Responses for the edge's lease task.
+    client_tx: Option<mpsc::Sender<(PeerId, RelayResponse)>>,
+    client_rx: Mutex<Option<mpsc::Receiver<(PeerId, RelayResponse)>>>,
+}
+
+impl Router {
+    pub(crate) fn new(local: PeerId, cfg: Option<&RelayConfig>) -> Router {
+        let server = cfg.filter(|c| c.role == RelayRole::Server).map(|c| {
+            Arc::new(ServerRuntime {
+                state: Mutex::new(RelayServer::new(local, c.server)),
+                edges: Mutex::new(HashMap::new()),
+                space: Notify::new(),
+                push_back: c.push_back,
+            })
+        });
+        let (client_tx, client_rx) = match cfg.map(|c| &c.role) {
+            Some(RelayRole::Client { .. }) => {
+                let (tx, rx) = mpsc::channel(16);
+                (Some(tx), Some(rx))
+            }
+            _ => (None, None),
+        };
+        Router {
+            epoch: Instant::now(),
+            cache: Mutex::new(RouteCache::new(local, 4096, 20 * 60 * 1000)),
+            resolver: Mutex::new(RouteResolver::new(RouteResolverConfig::default())),
+            verifier: Mutex::new(FingerprintVerifier::new(1024)),
+            fingerprint: OnceLock::new(),
+            learned: Notify::new(),
+            max_hops: DEFAULT_MAX_FORWARD_HOPS,
+            server,
+            leased: watch::channel(None).0,
+            client_tx,
+            client_rx: Mutex::new(client_rx),
+        }
+    }
+
+    /// Milliseconds since the router started (its clock).
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// This peer's router fingerprint element (signed once).
+    pub(crate) fn fingerprint(&self, inner: &Inner) -> Bytes {
+        self.fingerprint
+            .get_or_init(|| juxta_proto::endpoint::forward::fingerprint_for(&inner.identity))
+            .clone()
+    }
+
+    /// Whether this peer forwards routed messages (a relay).
+    pub(crate) fn forwards(&self) -> bool {
+        self.server.is_some()
+    }
+}
+
+/// Starts the relay service tasks of a peer (the edge's lease task).
+pub(crate) fn spawn(
+    inner: &Arc<Inner>,
+    cfg: RelayConfig,
+) -> Result<(RelayHandle, Option<JoinHandle<()>>), PeerError> {
+    let handle = RelayHandle {
+        inner: inner.clone(),
+    };
+    let task = match cfg.role {
+        RelayRole::Client { seeds } => {
+            let rx = inner
+                .router
+                .client_rx
+                .lock()
+                .expect("relay lock")
+                .take()
+                .expect("client channel");
+            Some(tokio::spawn(client_task(
+                Arc::downgrade(inner),
+                seeds,
+                cfg.client,
+                rx,
+            )))
+        }
+        RelayRole::Server => None,
+    };
+    Ok((handle, task))
+}
+
+/// A relay control message received on `conn`.
+pub(crate) async fn on_control(inner: &Arc<Inner>, conn: &Arc<Connection>, message: Message) {
+    let control = match Control::parse(&message) {
+        Ok(c) => c,
+        Err(e) => {
+            inner.stats.relay_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(remote = %conn.remote, error = %e, "bad relay control message");
+            return;
+        }
+    };
+    match control {
+        Control::Response(r) => {
+            if let RelayResponse::Refused(reason) = r {
+                inner.stats.relay_refused.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(relay = %conn.remote, %reason, "relay refused");
+            }
+            if let Some(tx) = &inner.router.client_tx {
+                if tx.try_send((conn.remote, r)).is_err() {
+                    inner.stats.relay_refused.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!("relay response queue full; response dropped");
+                }
+            }
+        }
+        Control::Request(req) => {
+            // Proven: every message verified against the welcome's peer
+            // (CBJX) or the compact handshake completed.
+            let proven = inner.cfg.connection.cbjx || conn.compact_rx.load(Ordering::Acquire);
+            let now = inner.router.now_ms();
+            let resp = match &inner.router.server {
+                None => RelayResponse::Refused(Refusal::NotRelay),
+                Some(s) => {
+                    let resp = s.state.lock().expect("relay lock").on_request(
+                        conn.remote,
+                        proven,
+                        conn.id,
+                        &req,
+                        now,
+                    );
+                    if matches!(resp, RelayResponse::Connected { .. }) {
+                        start_drain(inner, s, conn);
+                    }
+                    resp
+                }
+            };
+            if let RelayResponse::Refused(reason) = resp {
+                if reason == Refusal::Unauthenticated {
+                    inner
+                        .stats
+                        .relay_unauthenticated
+                        .fetch_add(1, Ordering::Relaxed);
+                } else {
+                    inner.stats.relay_refused.fetch_add(1, Ordering::Relaxed);
+                }
+                tracing::info!(remote = %conn.remote, %reason, "relay request refused");
+            }
+            let m = crate::Messenger::new(conn.clone(), inner.clone());
+            if let Err(e) = m.send(RELAY_SERVICE, None, resp.to_message()).await {
+                tracing::debug!(remote = %conn.remote, error = %e, "relay response not sent");
+            }
+        }
+    }
+}
+
+/// One leased edge's forwarding state: its connection, the lock held by
+/// whoever is sending its queue, and the wake-up of its drain task.
+pub(crate) struct EdgeSlot {
+    conn: Arc<Connection>,
+    drain: tokio::sync::Mutex<()>,
+    notify: Notify,
+}
+
+/// Starts (once per lease connection) the task forwarding an edge's queue
+/// over its connection when nobody else is.
+fn start_drain(inner: &Arc<Inner>, s: &Arc<ServerRuntime>, conn: &Arc<Connection>) {
+    let edge = conn.remote;
+    let slot = {
+        let mut w = s.edges.lock().expect("relay lock");
+        if w.get(&edge).is_some_and(|x| x.conn.id == conn.id) {
+            return;
+        }
+        let slot = Arc::new(EdgeSlot {
+            conn: conn.clone(),
+            drain: tokio::sync::Mutex::new(()),
+            notify: Notify::new(),
+        });
+        w.insert(edge, slot.clone());
+        slot
+    };
+    let s = s.clone();
+    let weak = Arc::downgrade(inner);
+    tokio::spawn(async move {
+        loop {
+            let Some(inner) = weak.upgrade() else { break };
+            let alive = {
+                let _g = slot.drain.lock().await;
+                drain_queue(&inner, &s, &edge, &slot).await
+            };
+            if !alive {
+                break;
+            }
+            drop(inner);
+            let _ = tokio::time::timeout(Duration::from_millis(500), slot.notify.notified()).await;
+        }
+        let mut w = s.edges.lock().expect("relay lock");
+        if w.get(&edge).is_some_and(|x| Arc::ptr_eq(x, &slot)) {
+            w.remove(&edge);
+        }
+        drop(w);
+        s.space.notify_waiters();
+    });
+}
+
+/// Sends `edge`'s queued messages until the queue is empty (the caller
+/// holds the slot's drain lock, so the order is kept). `false` once the
+/// lease on this slot's connection is gone.
+async fn drain_queue(
+    inner: &Arc<Inner>,
+    s: &ServerRuntime,
+    edge: &PeerId,
+    slot: &EdgeSlot,
+) -> bool {
+    let to = juxta_proto::endpoint::mangle(
+        inner.group_unique(),
+        &juxta_proto::endpoint::ServiceAddress::new(juxta_proto::endpoint::ROUTER_SERVICE, None),
+    );
+    loop {
+        let now = inner.router.now_ms();
+        let (item, leased) = {
+            let mut st = s.state.lock().expect("relay lock");
+            st.expire(now);
+            let leased = st.lease_conn(edge, now) == Some(slot.conn.id);
+            (if leased { st.pop(edge) } else { None }, leased)
+        };
+        if !leased || slot.conn.is_closed() {
+            s.state
+                .lock()
+                .expect("relay lock")
+                .connection_closed(edge, slot.conn.id);
+            return false;
+        }
+        let Some(m) = item else { return true };
+        s.space.notify_waiters();
+        let msgr = crate::Messenger::new(slot.conn.clone(), inner.clone());
+        if let Err(e) = msgr.send_raw(&to, m).await {
+            tracing::debug!(%edge, error = %e, "relay forward failed");
+        }
+    }
+}
+
+/// After a message was queued for `edge`: sends the queue at once, on
+/// this task, as far as the edge's connection takes it without waiting (no
+/// task switch on the relay's data path, and a slow edge never blocks this
+/// sender's reader); what is left goes to the edge's drain task.
+pub(crate) fn after_enqueue(inner: &Arc<Inner>, s: &ServerRuntime, edge: &PeerId) {
+    let Some(slot) = s.edges.lock().expect("relay lock").get(edge).cloned() else {
+        return;
+    };
+    let emptied = match slot.drain.try_lock() {
+        Ok(_g) => send_ready(inner, s, edge, &slot),
+        Err(_) => false,
+    };
+    if !emptied {
+        slot.notify.notify_one();
+    }
+}
+
+/// Sends `edge`'s queued messages while its connection takes them without
+/// waiting; `true` once the queue is empty. The caller holds the drain lock.
+fn send_ready(inner: &Arc<Inner>, s: &ServerRuntime, edge: &PeerId, slot: &EdgeSlot) -> bool {
+    let to = juxta_proto::endpoint::mangle(
+        inner.group_unique(),
+        &juxta_proto::endpoint::ServiceAddress::new(juxta_proto::endpoint::ROUTER_SERVICE, None),
+    );
+    let msgr = crate::Messenger::new(slot.conn.clone(), inner.clone());
+    loop {
+        let now = inner.router.now_ms();
+        let popped = {
+            let mut st = s.state.lock().expect("relay lock");
+            if st.lease_conn(edge, now) != Some(slot.conn.id) {
+                return false;
+            }
+            st.pop_entry(edge)
+        };
+        let Some(p) = popped else { return true };
+        match msgr.try_send_raw(&to, p.item) {
+            Ok(Ok(_)) => s.space.notify_waiters(),
+            Ok(Err(item)) => {
+                s.state.lock().expect("relay lock").unpop(
+                    edge,
+                    juxta_proto::relay::server::Popped {
+                        sender: p.sender,
+                        len: p.len,
+                        item,
+                    },
+                );
+                return false;
+            }
+            Err(e) => {
+                s.space.notify_waiters();
+                tracing::debug!(%edge, error = %e, "relay forward failed");
+                return false;
+            }
+        }
+    }
+}
+
+async fn client_task(
+    weak: std::sync::Weak<Inner>,
+    seeds: Vec<SocketAddr>,
+    cfg: ClientConfig,
+    mut rx: mpsc::Receiver<(PeerId, RelayResponse)>,
+) {
+    let mut sm = RelayClient::new(seeds.len(), cfg);
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let event = tokio::select! {
+            _ = tick.tick() => None,
+            r = rx.recv() => match r { Some(r) => Some(r), None => return },
+        };
+        let Some(inner) = weak.upgrade() else { return };
+        let now = inner.router.now_ms();
+        let mut actions = match event {
+            Some((from, resp)) => sm.on_response(from, &resp, now),
+            None => {
+                let mut a = Vec::new();
+                if let Some(relay) = sm.relay() {
+                    if inner.connection(&relay).is_none() {
+                        a.extend(sm.on_disconnected(relay, now));
+                    }
+                }
+                a.extend(sm.tick(now));
+                a
+            }
+        };
+        while let Some(action) = (!actions.is_empty()).then(|| actions.remove(0)) {
+            match action {
+                ClientAction::Connect { seed } => {
+                    let addr = seeds[seed];
+                    match crate::peer::connect_to(&inner, addr).await {
+                        Ok(m) => {
+                            let now = inner.router.now_ms();
+                            actions.extend(sm.on_connected(seed, m.remote(), now));
+                        }
+                        Err(e) => {
+                            tracing::debug!(%addr, error = %e, "relay seed unreachable");
+                            let now = inner.router.now_ms();
+                            actions.extend(sm.on_connect_failed(seed, now));
+                        }
+                    }
+                }
+                ClientAction::Send { relay, request } => {
+                    send_request(&inner, relay, request).await;
+                }
+                ClientAction::LeaseGained { relay } => {
+                    tracing::info!(%relay, "relay lease gained");
+                    inner.router.leased.send_replace(Some(relay));
+                }
+                ClientAction::LeaseLost { relay } => {
+                    tracing::info!(%relay, "relay lease lost");
+                    inner.router.leased.send_replace(None);
+                }
+            }
+        }
+    }
+}
+
+async fn send_request(inner: &Arc<Inner>, relay: PeerId, request: RelayRequest) {
+    let Some(conn) = inner.connection(&relay) else {
+        return;
+    };
+    let m = crate::Messenger::new(conn, inner.clone());
+    if let Err(e) = m.send(RELAY_SERVICE, None, request.to_message()).await {
+        tracing::debug!(%relay, error = %e, "relay request not sent");
+    }
+}
+
+impl crate::Peer {
+    /// The relay service, when [`crate::PeerConfig::relay`] is set.
+    pub fn relay(&self) -> Option<RelayHandle> {
+        self.inner.cfg.relay.as_ref().map(|_| RelayHandle {
+            inner: self.inner.clone(),
+        })
+    }
+
+    /// A messenger to `peer`: over the direct connection if there is one,
+    /// else through a known route, else through a route found by asking
+    /// the connected peers (route query), within `timeout`.
+    pub async fn route_to(
+        &self,
+        peer: &PeerId,
+        timeout: Duration,
+    ) -> Result<crate::Messenger, PeerError> {
+        route::find_route(&self.inner, peer, timeout)
+            .await
+            .ok_or(PeerError::NotConnected(*peer))
+    }
+
+    /// Caches `hops` (first hop first; the first must be connected) as the
+    /// route to `peer` (a configured route).
+    pub fn add_route(&self, peer: PeerId, hops: Vec<PeerId>) -> Result<(), PeerError> {
+        let now = self.inner.router.now_ms();
+        self.inner
+            .router
+            .cache
+            .lock()
+            .expect("route lock")
+            .insert(peer, hops, now)
+            .map_err(PeerError::Route)?;
+        self.inner.router.learned.notify_waiters();
+        Ok(())
+    }
+}

@@ -1,0 +1,452 @@
+//! The router's run-time paths: routed messages received on a connection
+//! (checked, delivered here or forwarded), route queries and answers
+//! (resolver handler `EndpointRouter`), and finding a route for a send.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use juxta_proto::advertisement::RouteAdvertisement;
+use juxta_proto::endpoint::forward::{self, ForwardError, Inspected};
+use juxta_proto::endpoint::route_query::{
+    route_from_answer, route_through, Requested, RouteQuery, RouteResponse, Waiter, ROUTER_HANDLER,
+};
+use juxta_proto::endpoint::{demangle, mangle, Delivery, ServiceAddress, ROUTER_SERVICE};
+use juxta_proto::id::PeerId;
+use juxta_proto::message::Message;
+use juxta_proto::relay::{Refusal, RelayResponse, RELAY_SERVICE};
+use juxta_proto::resolver::{
+    query_queue, response_queue, ResolverQuery, ResolverResponse, RESOLVER_SERVICE,
+};
+
+use crate::peer::Inner;
+use crate::transport::tcp::Connection;
+
+/// Handles a message received on `conn` before listener dispatch: router
+/// and relay traffic is taken care of here; anything else comes back as a
+/// delivery for a listener.
+pub(crate) async fn on_link_message(
+    inner: &Arc<Inner>,
+    conn: &Arc<Connection>,
+    to: ServiceAddress,
+    message: Message,
+) -> Option<Delivery> {
+    let (group, real) = demangle(to);
+    if real.service == RELAY_SERVICE {
+        super::on_control(inner, conn, message).await;
+        return None;
+    }
+    if real.service != ROUTER_SERVICE {
+        return Some(Delivery {
+            group,
+            to: real,
+            from: Some(conn.remote),
+            message,
+            routed: false,
+        });
+    }
+    let link = conn.remote;
+    let local = *inner.identity.peer_id();
+    let checked = {
+        let mut v = inner.router.verifier.lock().expect("router lock");
+        forward::inspect(&local, &link, &message, &mut v, inner.router.max_hops)
+    };
+    let m = match checked {
+        Ok(m) => m,
+        Err(e) => {
+            refused(inner, &link, &e);
+            return None;
+        }
+    };
+    learn_back(inner, &local, &link, &m);
+    if m.dest == local {
+        return match forward::into_local(message, &m) {
+            Ok((to, message)) => Some(Delivery {
+                group,
+                to,
+                from: Some(m.src),
+                message,
+                routed: true,
+            }),
+            Err(e) => {
+                refused(inner, &link, &e);
+                None
+            }
+        };
+    }
+    if let Err(e) = forward_message(inner, conn, m, message).await {
+        refused(inner, &link, &e);
+    }
+    None
+}
+
+fn refused(inner: &Inner, link: &PeerId, e: &ForwardError) {
+    let s = &inner.stats;
+    let c = match e {
+        ForwardError::Loop(_) | ForwardError::HopLimit(_) => &s.route_loops,
+        ForwardError::Spoofed { .. } | ForwardError::BadFingerprint(_) => &s.route_spoofed,
+        ForwardError::NoRoute(_) | ForwardError::NotForwarding(_) => &s.route_no_route,
+        ForwardError::NoRouterHeader
+        | ForwardError::Malformed(_)
+        | ForwardError::NotAPeer(_)
+        | ForwardError::NoService => &s.route_malformed,
+    };
+    let n = c.fetch_add(1, Ordering::Relaxed) + 1;
+    if n.is_power_of_two() {
+        tracing::info!(%link, error = %e, count = n, "routed message refused");
+    } else {
+        tracing::debug!(%link, error = %e, "routed message refused");
+    }
+}
+
+/// Learns the route back to the origin of a verified routed message.
+fn learn_back(inner: &Inner, local: &PeerId, link: &PeerId, m: &Inspected) {
+    if inner.connection(&m.src).is_some() {
+        return;
+    }
+    if let Some(hops) = forward::route_back(local, link, m) {
+        let now = inner.router.now_ms();
+        let mut c = inner.router.cache.lock().expect("route lock");
+        if c.get(&m.src, now) != Some(&hops[..]) && c.insert(m.src, hops, now).is_ok() {
+            drop(c);
+            inner.router.learned.notify_waiters();
+        }
+    }
+}
+
+async fn forward_message(
+    inner: &Arc<Inner>,
+    conn: &Arc<Connection>,
+    m: Inspected,
+    mut message: Message,
+) -> Result<(), ForwardError> {
+    let Some(server) = inner.router.server.clone() else {
+        return Err(ForwardError::NotForwarding(m.dest));
+    };
+    let local = *inner.identity.peer_id();
+    let now = inner.router.now_ms();
+    let cached = inner
+        .router
+        .cache
+        .lock()
+        .expect("route lock")
+        .lookup(&m.dest, now)
+        .map(<[PeerId]>::to_vec);
+    let nh = forward::next_hop(
+        &local,
+        &m,
+        |p| inner.connection(p).is_some(),
+        cached.as_deref(),
+    )?;
+    let h = forward::forwarded_header(&local, &m.header, &nh.forward);
+    forward::rewrite(&mut message, &h);
+    let to = mangle(
+        inner.group_unique(),
+        &ServiceAddress::new(ROUTER_SERVICE, None),
+    );
+    let leased = nh.hop == m.dest
+        && server
+            .state
+            .lock()
+            .expect("relay lock")
+            .lease_conn(&m.dest, now)
+            .is_some();
+    if !leased {
+        let hop = inner
+            .connection(&nh.hop)
+            .ok_or(ForwardError::NoRoute(nh.hop))?;
+        crate::Messenger::new(hop, inner.clone())
+            .send_raw(&to, message)
+            .await
+            .map_err(|_| ForwardError::NoRoute(nh.hop))?;
+        inner.stats.routed_forwarded.fetch_add(1, Ordering::Relaxed);
+        return Ok(());
+    }
+    // Spool for the edge; while its queue or the sender's quota is full,
+    // this connection's reader waits (push-back), then refuses.
+    let len = message.payload_len();
+    let deadline = tokio::time::Instant::now() + server.push_back;
+    let mut item = message;
+    loop {
+        let now = inner.router.now_ms();
+        let r = server
+            .state
+            .lock()
+            .expect("relay lock")
+            .enqueue(&m.dest, m.src, len, item, now);
+        match r {
+            Ok(()) => {
+                super::after_enqueue(inner, &server, &m.dest);
+                inner.stats.routed_forwarded.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            Err((Refusal::QueueFull | Refusal::Quota, back))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                item = back;
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(20), server.space.notified()).await;
+            }
+            Err((reason, _)) => {
+                inner.stats.relay_refused.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(dest = %m.dest, src = %m.src, %reason, "relayed message refused");
+                let refusal = RelayResponse::Refused(reason).to_message();
+                let _ = crate::Messenger::new(conn.clone(), inner.clone())
+                    .send(RELAY_SERVICE, None, refusal)
+                    .await;
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// This peer's own route advertisement: behind its relay when it holds a
+/// lease, else its TCP address.
+pub(crate) fn own_route(inner: &Inner) -> RouteAdvertisement {
+    let me = *inner.identity.peer_id();
+    match *inner.router.leased.borrow() {
+        Some(relay) => {
+            let relay_eas = inner
+                .connection(&relay)
+                .map(|c| vec![format!("tcp://{}", c.peer_addr())])
+                .unwrap_or_default();
+            route_through(
+                me,
+                vec![format!("relay://{}", relay.unique_value())],
+                &[(relay, relay_eas)],
+            )
+        }
+        None => RouteAdvertisement::direct(me, [inner.public_addr.clone()]),
+    }
+}
+
+/// The route this peer can vouch for to `dest`, if any: itself, an edge
+/// leased here, or (a relay only) a peer it is connected to or has a route
+/// to, through itself.
+fn known_route(inner: &Inner, dest: &PeerId) -> Option<RouteAdvertisement> {
+    let me = *inner.identity.peer_id();
+    if *dest == me {
+        return Some(own_route(inner));
+    }
+    let server = inner.router.server.as_ref()?;
+    let now = inner.router.now_ms();
+    let me_hop = (me, vec![inner.public_addr.clone()]);
+    let leased = server
+        .state
+        .lock()
+        .expect("relay lock")
+        .lease_conn(dest, now)
+        .is_some();
+    if leased {
+        return Some(route_through(
+            *dest,
+            vec![format!("relay://{}", me.unique_value())],
+            &[me_hop],
+        ));
+    }
+    if inner.connection(dest).is_some() {
+        return Some(route_through(*dest, Vec::new(), &[me_hop]));
+    }
+    let hops = inner
+        .router
+        .cache
+        .lock()
+        .expect("route lock")
+        .get(dest, now)?
+        .to_vec();
+    let mut all = vec![me_hop];
+    all.extend(hops.into_iter().map(|h| (h, Vec::new())));
+    Some(route_through(*dest, Vec::new(), &all))
+}
+
+/// Errors of route queries and answers (counted as resolver errors).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RouteFault {
+    #[error(transparent)]
+    Doc(#[from] juxta_proto::endpoint::route_query::RouteQueryError),
+    #[error("route answer for no query in flight")]
+    Late,
+}
+
+/// A route query (`EndpointRouter` handler) from `q.src_peer`: the answer
+/// if this peer knows a route; a relay that does not asks its own
+/// neighbours and answers later.
+pub(crate) async fn on_query(
+    inner: &Arc<Inner>,
+    g: &str,
+    q: &ResolverQuery,
+    from: Option<PeerId>,
+) -> Result<Option<ResolverResponse>, RouteFault> {
+    let rq = RouteQuery::parse(&q.query)?;
+    if let Some(ra) = known_route(inner, &rq.dest) {
+        let resp = RouteResponse {
+            dest_route: ra,
+            src_route: Some(own_route(inner)),
+        };
+        return Ok(Some(q.response(resp.to_xml())));
+    }
+    if !inner.router.forwards() {
+        return Ok(None);
+    }
+    let now = inner.router.now_ms();
+    let waiter = Waiter::Remote {
+        peer: q.src_peer,
+        query_id: q.query_id,
+    };
+    let r = inner.router.resolver.lock().expect("route lock").request(
+        rq.dest,
+        waiter,
+        q.hop_count,
+        now,
+    );
+    if let Ok(Requested::Send {
+        query_id,
+        hop_count,
+        query,
+    }) = r
+    {
+        let skip = [Some(q.src_peer), from];
+        send_queries(inner, g, query_id, hop_count, &query, &skip).await;
+    }
+    Ok(None)
+}
+
+async fn send_queries(
+    inner: &Arc<Inner>,
+    g: &str,
+    query_id: i32,
+    hop_count: u32,
+    query: &RouteQuery,
+    skip: &[Option<PeerId>],
+) {
+    let doc = ResolverQuery {
+        handler: ROUTER_HANDLER.to_string(),
+        query_id,
+        hop_count,
+        src_peer: *inner.identity.peer_id(),
+        query: query.to_xml(),
+        src_route: None,
+    };
+    for p in inner.connected_peers() {
+        if skip.contains(&Some(p)) || p == query.dest {
+            continue;
+        }
+        let Some(conn) = inner.connection(&p) else {
+            continue;
+        };
+        let msg = Message::new().with(doc.to_element(g));
+        let m = crate::Messenger::new(conn, inner.clone());
+        if let Err(e) = m
+            .send_routed(RESOLVER_SERVICE, Some(&query_queue(g)), msg)
+            .await
+        {
+            tracing::debug!(peer = %p, error = %e, "route query not sent");
+        }
+    }
+}
+
+/// A route answer from `from`: caches the route and answers the peers
+/// that asked us.
+pub(crate) async fn on_response(
+    inner: &Arc<Inner>,
+    g: &str,
+    r: &ResolverResponse,
+    from: Option<PeerId>,
+) -> Result<(), RouteFault> {
+    let rr = RouteResponse::parse(&r.response)?;
+    let dest = rr.dest_route.dest_peer.ok_or(RouteFault::Late)?;
+    let answered = inner
+        .router
+        .resolver
+        .lock()
+        .expect("route lock")
+        .on_answer(r.query_id, &dest)
+        .ok_or(RouteFault::Late)?;
+    let local = *inner.identity.peer_id();
+    let Some(answering) = from else {
+        return Ok(());
+    };
+    let hops = route_from_answer(&local, &rr.dest_route, &answering, |p| {
+        inner.connection(p).is_some()
+    });
+    let Some(hops) = hops else {
+        tracing::debug!(%dest, "route answer with no usable route");
+        return Ok(());
+    };
+    let now = inner.router.now_ms();
+    if inner
+        .router
+        .cache
+        .lock()
+        .expect("route lock")
+        .insert(dest, hops, now)
+        .is_ok()
+    {
+        inner.router.learned.notify_waiters();
+    }
+    for w in answered.waiters {
+        if let Waiter::Remote { peer, query_id } = w {
+            let Some(ra) = known_route(inner, &dest) else {
+                continue;
+            };
+            let resp = ResolverResponse {
+                handler: ROUTER_HANDLER.to_string(),
+                query_id,
+                response: RouteResponse {
+                    dest_route: ra,
+                    src_route: Some(own_route(inner)),
+                }
+                .to_xml(),
+            };
+            let Some(m) = inner.messenger(&peer) else {
+                continue;
+            };
+            let msg = Message::new().with(resp.to_element(g));
+            if let Err(e) = m
+                .send_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg)
+                .await
+            {
+                tracing::debug!(%peer, error = %e, "route answer not sent");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A messenger to `peer`: direct, through a cached route, or through a
+/// route found by asking the connected peers within `timeout`.
+pub(crate) async fn find_route(
+    inner: &Arc<Inner>,
+    peer: &PeerId,
+    timeout: Duration,
+) -> Option<crate::Messenger> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let g = inner.group_unique().to_string();
+    loop {
+        let learned = inner.router.learned.notified();
+        if let Some(m) = inner.messenger(peer) {
+            return Some(m);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        let now = inner.router.now_ms();
+        let r =
+            inner
+                .router
+                .resolver
+                .lock()
+                .expect("route lock")
+                .request(*peer, Waiter::Local, 0, now);
+        if let Ok(Requested::Send {
+            query_id,
+            hop_count,
+            query,
+        }) = r
+        {
+            send_queries(inner, &g, query_id, hop_count, &query, &[]).await;
+        }
+        let wait = (deadline - tokio::time::Instant::now()).min(Duration::from_millis(250));
+        let _ = tokio::time::timeout(wait, learned).await;
+    }
+}

@@ -1,0 +1,470 @@
+//! Relay and endpoint router on loopback: two edges that never connect to
+//! each other exchange endpoint messages, pipe messages and a JXTA socket
+//! stream through a relay; and the bad-input cases (route loops, spoofed
+//! sources, malformed router elements, unauthenticated relay requests,
+//! per-edge quotas) are refused with typed errors and counted.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use juxta::relay::RelayConfig;
+use juxta::socket::{JxtaServerSocket, JxtaSocket, SocketConfig};
+use juxta::{Peer, PeerConfig};
+use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
+use juxta_proto::id::PipeId;
+use juxta_proto::message::{Element, Message};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn start(
+    dir: &tempfile::TempDir,
+    name: &str,
+    cfg: impl FnOnce(PeerConfig) -> PeerConfig,
+) -> Peer {
+    let mut c = PeerConfig::new(dir.path().join(name));
+    c.key_bits = 1024;
+    Peer::start(cfg(c)).await.unwrap()
+}
+
+fn adv(name: &str) -> PipeAdvertisement {
+    let mut a = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+    a.name = Some(name.into());
+    a
+}
+
+/// A relay and two edges leasing it.
+async fn trio(dir: &tempfile::TempDir, relay: RelayConfig) -> (Peer, Peer, Peer) {
+    let r = start(dir, "r", |c| {
+        c.listen("127.0.0.1:0".parse().unwrap()).relay(relay)
+    })
+    .await;
+    let seeds = vec![r.local_addr().unwrap()];
+    let a = start(dir, "a", |c| c.relay(RelayConfig::client(seeds.clone()))).await;
+    let b = start(dir, "b", |c| c.relay(RelayConfig::client(seeds.clone()))).await;
+    for p in [&a, &b] {
+        assert_eq!(
+            p.relay().unwrap().wait_leased(WAIT).await,
+            Some(r.peer_id()),
+            "edge leased the relay"
+        );
+    }
+    (r, a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_pipe_and_socket_through_a_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, a, b) = trio(&dir, RelayConfig::server()).await;
+    let ra = b.relay().unwrap().route_advertisement();
+    assert_eq!(ra.dest_peer, Some(b.peer_id()));
+    assert_eq!(
+        ra.dest.addresses,
+        vec![format!("relay://{}", r.peer_id().unique_value())]
+    );
+    assert_eq!(ra.hops.len(), 1);
+    assert_eq!(ra.hops[0].peer_id, Some(r.peer_id()));
+
+    // Endpoint messages: route found by a route query to the relay.
+    let mut inbox = b.listen("chat", None).unwrap();
+    let to_b = a.route_to(&b.peer_id(), WAIT).await.unwrap();
+    assert!(to_b.is_routed());
+    assert_eq!(to_b.remote(), b.peer_id());
+    to_b.send(
+        "chat",
+        None,
+        Message::new().with(Element::text("", "t", "hi")),
+    )
+    .await
+    .unwrap();
+    let got = tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.from, Some(a.peer_id()));
+    assert!(got.routed);
+    assert_eq!(got.message.get("", "t").unwrap().as_str(), Some("hi"));
+    assert!(!a.is_connected_to(&b.peer_id()));
+    assert!(!b.is_connected_to(&a.peer_id()));
+
+    // Unicast pipe, bound through the relay, and the reply path B -> A
+    // learned from the reverse hops.
+    let ad = adv("relayed");
+    let mut input = b.pipes().create_input_pipe(&ad).unwrap();
+    let out = a
+        .pipes()
+        .create_output_pipe(&ad, &[b.peer_id()], WAIT)
+        .await
+        .unwrap();
+    assert_eq!(out.remote(), Some(b.peer_id()));
+    for i in 0..50u32 {
+        let body = vec![(i % 251) as u8; 1000 + i as usize];
+        out.send(Message::new().with(Element::bytes("app", "d", body)))
+            .await
+            .unwrap();
+    }
+    for i in 0..50u32 {
+        let m = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.from, Some(a.peer_id()));
+        let d = m.message.get("app", "d").unwrap();
+        assert_eq!(d.data.len(), 1000 + i as usize);
+        assert!(d.data.iter().all(|&x| x == (i % 251) as u8));
+    }
+    let back = b.messenger(&a.peer_id()).unwrap();
+    assert!(back.is_routed(), "B reaches A through the learned route");
+
+    // A JXTA socket, 2 MB each way.
+    let sad = adv("sock");
+    let mut server = JxtaServerSocket::bind(&b, &sad, SocketConfig::default()).unwrap();
+    let n = 2 << 20;
+    let up: Vec<u8> = (0..n).map(|i| (i * 31 + 7) as u8).collect();
+    let down: Vec<u8> = (0..n).map(|i| (i * 17 + 3) as u8).collect();
+    let (up2, down2) = (up.clone(), down.clone());
+    let srv = tokio::spawn(async move {
+        let mut s = server.accept().await.unwrap();
+        let mut got = vec![0u8; n];
+        s.read_exact(&mut got).await.unwrap();
+        assert!(got == up2, "server got corrupted data");
+        s.write_all(&down2).await.unwrap();
+        s.flush().await.unwrap();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).await.unwrap();
+        s.shutdown().await.unwrap();
+    });
+    let mut c = JxtaSocket::connect(&a.pipes(), &sad, b.peer_id(), SocketConfig::default())
+        .await
+        .unwrap();
+    c.write_all(&up).await.unwrap();
+    c.flush().await.unwrap();
+    let mut got = vec![0u8; n];
+    c.read_exact(&mut got).await.unwrap();
+    assert_eq!(Sha256::digest(&got), Sha256::digest(&down));
+    c.shutdown().await.unwrap();
+    tokio::time::timeout(WAIT, srv).await.unwrap().unwrap();
+
+    assert!(!a.is_connected_to(&b.peer_id()));
+    let rc = r.relay().unwrap().counters();
+    assert!(rc.forwarded > 100, "relay forwarded {rc:?}");
+    assert!(rc.server.forwarded > 100);
+    assert_eq!(rc.clients, 2);
+    assert_eq!(r.stats().route_spoofed.load(Ordering::Relaxed), 0);
+}
+
+fn stat(p: &Peer, f: impl Fn(&juxta::Stats) -> &std::sync::atomic::AtomicU64) -> u64 {
+    f(p.stats()).load(Ordering::Relaxed)
+}
+
+async fn eventually(what: &str, f: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !f() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_router_messages_are_refused_and_counted() {
+    use juxta_proto::endpoint::address::EndpointAddress;
+    use juxta_proto::endpoint::forward::{fingerprint_for, originate};
+    use juxta_proto::endpoint::router::{Hop, ELEM_ERM, ELEM_ERM_FINGERPRINT, MAX_ERM_LEN};
+    use juxta_proto::message::NS_JXTA;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (r, a, b) = trio(&dir, RelayConfig::server()).await;
+    // X: a plain peer with a direct connection to the relay.
+    let x = start(&dir, "x", |c| c).await;
+    let to_r = x.connect(r.local_addr().unwrap()).await.unwrap();
+    let send = |erm: Option<Vec<u8>>, fp: Option<bytes::Bytes>| {
+        let to_r = to_r.clone();
+        async move {
+            let mut m = Message::new().with(Element::bytes("app", "d", &b"x"[..]));
+            if let Some(e) = erm {
+                m.push(Element::typed(
+                    NS_JXTA,
+                    ELEM_ERM,
+                    "text/xml;charset=UTF-8",
+                    e,
+                ));
+            }
+            if let Some(fp) = fp {
+                m.push(Element::bytes(NS_JXTA, ELEM_ERM_FINGERPRINT, fp));
+            }
+            to_r.send("EndpointRouter", None, m).await.unwrap();
+        }
+    };
+    let (ap, bp, rp, xp) = (a.peer_id(), b.peer_id(), r.peer_id(), x.peer_id());
+    let erm = |h: &juxta_proto::endpoint::router::RouterHeader| Some(h.to_xml().into_bytes());
+
+    // Spoofed source: X claims to be A, without and with (its own) fingerprint.
+    let spoof = originate(&ap, &bp, "chat", None, &[]);
+    send(erm(&spoof), None).await;
+    send(erm(&spoof), Some(fingerprint_for(x.identity()))).await;
+    eventually("spoofs counted", || stat(&r, |s| &s.route_spoofed) == 2).await;
+
+    // Loops: source is the relay; last hop is the relay; relay in the
+    // reverse hops; hop limit.
+    send(erm(&originate(&rp, &bp, "chat", None, &[])), None).await;
+    let mut h = originate(&xp, &bp, "chat", None, &[]);
+    h.last = EndpointAddress::peer(&rp, None, None);
+    send(erm(&h), None).await;
+    let mut h = originate(&xp, &bp, "chat", None, &[]);
+    h.reverse.push(Hop {
+        pid: Some(rp.to_string()),
+        addresses: vec![],
+    });
+    send(erm(&h), None).await;
+    let mut h = originate(&xp, &bp, "chat", None, &[]);
+    for i in 0..8u8 {
+        h.reverse.push(Hop {
+            pid: Some(juxta_proto::id::PeerId::from_public_key_spki(&[i]).to_string()),
+            addresses: vec![],
+        });
+    }
+    send(erm(&h), None).await;
+    eventually("loops counted", || stat(&r, |s| &s.route_loops) == 4).await;
+
+    // Malformed: no ERM, garbage, oversized, destination not a peer.
+    send(None, None).await;
+    send(Some(b"<jxta:ERM><Src>".to_vec()), None).await;
+    send(Some(vec![b' '; MAX_ERM_LEN + 1]), None).await;
+    let mut h = originate(&xp, &bp, "chat", None, &[]);
+    h.dest = "tcp://10.1.2.3:9701/chat".parse().unwrap();
+    send(erm(&h), None).await;
+    eventually("malformed counted", || {
+        stat(&r, |s| &s.route_malformed) == 4
+    })
+    .await;
+
+    // No route to an unknown peer.
+    let nobody = juxta_proto::id::PeerId::from_public_key_spki(b"nobody");
+    send(erm(&originate(&xp, &nobody, "chat", None, &[])), None).await;
+    eventually("no route counted", || stat(&r, |s| &s.route_no_route) == 1).await;
+
+    // The relay still works, and nothing above reached B.
+    let mut inbox = b.listen("chat", None).unwrap();
+    // A relayed message must carry its origin's fingerprint: without it B
+    // refuses it as a spoof, with it B delivers it.
+    send(erm(&originate(&xp, &bp, "chat", None, &[])), None).await;
+    eventually("B refuses an unproven relayed source", || {
+        stat(&b, |s| &s.route_spoofed) == 1
+    })
+    .await;
+    send(
+        erm(&originate(&xp, &bp, "chat", None, &[])),
+        Some(fingerprint_for(x.identity())),
+    )
+    .await;
+    let got = tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.from, Some(xp));
+    assert!(got.routed);
+    assert_eq!(stat(&b, |s| &s.route_loops), 0);
+    assert_eq!(stat(&b, |s| &s.route_malformed), 0);
+    drop(a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_relay_requests_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // Neither CBJX nor compact framing: the edge's connection never proves
+    // its peer ID.
+    let r = start(&dir, "r", |c| {
+        c.listen("127.0.0.1:0".parse().unwrap())
+            .cbjx(false)
+            .compact(false)
+            .relay(RelayConfig::server())
+    })
+    .await;
+    let seeds = vec![r.local_addr().unwrap()];
+    let e = start(&dir, "e", |c| {
+        c.cbjx(false)
+            .compact(false)
+            .relay(RelayConfig::client(seeds))
+    })
+    .await;
+    eventually("refusal counted", || {
+        stat(&r, |s| &s.relay_unauthenticated) >= 1
+    })
+    .await;
+    eventually("edge told", || stat(&e, |s| &s.relay_refused) >= 1).await;
+    assert_eq!(e.relay().unwrap().relay(), None);
+    let c = r.relay().unwrap().counters();
+    assert!(c.server.refused_unauthenticated >= 1);
+    assert_eq!(c.clients, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_edge_queue_and_sender_quota_push_back_then_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let relay = RelayConfig::server()
+        .queue(4, 1 << 20)
+        .sender_quota(1_000, 256 << 10)
+        .max_message(128 << 10)
+        .push_back(Duration::from_millis(20));
+    let (r, a, b) = trio(&dir, relay).await;
+    let to_b = a.route_to(&b.peer_id(), WAIT).await.unwrap();
+    // Over the relay's message bound: refused at once, typed and counted.
+    to_b.send(
+        "sink",
+        None,
+        Message::new().with(Element::bytes("app", "d", vec![0u8; 200 << 10])),
+    )
+    .await
+    .unwrap();
+    eventually("too large refused", || {
+        r.relay().unwrap().counters().server.refused_too_large == 1
+    })
+    .await;
+    eventually("A told", || stat(&a, |s| &s.relay_refused) >= 1).await;
+
+    // B does not read: its listener fills, its connection stops reading,
+    // the relay's queue for B fills, and A's messages are pushed back, then
+    // refused. None is lost without being counted.
+    let mut sink = b.listen("sink", None).unwrap();
+    let sent = 400u64;
+    for i in 0..sent {
+        let body = vec![(i % 251) as u8; 60 << 10];
+        to_b.send(
+            "sink",
+            None,
+            Message::new().with(Element::bytes("app", "d", body)),
+        )
+        .await
+        .unwrap();
+    }
+    let refused = || {
+        let c = r.relay().unwrap().counters().server;
+        c.refused_queue_full + c.refused_quota
+    };
+    eventually("queue full refusals", || refused() >= 1).await;
+    let mut received = 0u64;
+    while received + refused() < sent {
+        match tokio::time::timeout(Duration::from_secs(5), sink.recv()).await {
+            Ok(Some(_)) => received += 1,
+            _ => break,
+        }
+    }
+    assert_eq!(
+        received + refused(),
+        sent,
+        "every message delivered or refused"
+    );
+    assert!(received >= 4);
+    let c = r.relay().unwrap().counters().server;
+    assert_eq!(c.dropped, 0);
+    assert!(r.relay().unwrap().queued_for(&b.peer_id()) <= 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_route_through_a_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, _a, b) = trio(&dir, RelayConfig::server()).await;
+    // X is no relay client: it is only connected to R and is told the route.
+    let x = start(&dir, "x", |c| c).await;
+    x.connect(r.local_addr().unwrap()).await.unwrap();
+    assert!(x.messenger(&b.peer_id()).is_err(), "no route yet");
+    assert!(matches!(
+        x.add_route(b.peer_id(), vec![b.peer_id()]),
+        Err(juxta::PeerError::Route(_))
+    ));
+    x.add_route(b.peer_id(), vec![r.peer_id()]).unwrap();
+    let m = x.messenger(&b.peer_id()).unwrap();
+    assert!(m.is_routed());
+    let mut inbox = b.listen("chat", None).unwrap();
+    m.send(
+        "chat",
+        None,
+        Message::new().with(Element::text("", "t", "via R")),
+    )
+    .await
+    .unwrap();
+    let got = tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.from, Some(x.peer_id()));
+    assert_eq!(got.message.get("", "t").unwrap().as_str(), Some("via R"));
+}
+
+/// Prints round-trip and socket figures through a relay beside the direct
+/// path (no assertion on time): `cargo test --release -p juxta --test relay
+/// -- --ignored --nocapture relay_figures`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn relay_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, a, b) = trio(&dir, RelayConfig::server()).await;
+    let d = start(&dir, "d", |c| c.listen("127.0.0.1:0".parse().unwrap())).await;
+    let direct = a.connect(d.local_addr().unwrap()).await.unwrap();
+    let relayed = a.route_to(&b.peer_id(), WAIT).await.unwrap();
+    for (name, to, peer) in [("direct", direct, &d), ("relayed", relayed, &b)] {
+        let mut echo = peer.listen("echo", None).unwrap();
+        let mut back = a.listen("back", Some(name)).unwrap();
+        let pp = peer.peer_id();
+        let reply_to = a.peer_id();
+        let n = 2000;
+        let responder = async {
+            let mut m = None;
+            for _ in 0..n {
+                let got = echo.recv().await.unwrap();
+                if m.is_none() {
+                    m = Some(peer.route_to(&reply_to, WAIT).await.unwrap());
+                }
+                let m = m.as_ref().unwrap();
+                m.send("back", Some(name), got.message).await.unwrap();
+            }
+        };
+        let client = async {
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                to.send(
+                    "echo",
+                    None,
+                    Message::new().with(Element::bytes("a", "b", &b"1"[..])),
+                )
+                .await
+                .unwrap();
+                back.recv().await.unwrap();
+            }
+            t.elapsed() / n
+        };
+        let ((), rtt) = tokio::join!(responder, client);
+        let sad = adv(&format!("fig-{name}"));
+        let mut server = JxtaServerSocket::bind(peer, &sad, SocketConfig::default()).unwrap();
+        let size = 32 << 20;
+        let srv = tokio::spawn(async move {
+            let mut s = server.accept().await.unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            let mut got = 0;
+            while got < size {
+                got += s.read(&mut buf).await.unwrap();
+            }
+            s.write_all(b"k").await.unwrap();
+            s.flush().await.unwrap();
+        });
+        let mut c = JxtaSocket::connect(&a.pipes(), &sad, pp, SocketConfig::default())
+            .await
+            .unwrap();
+        let chunk = vec![7u8; 1 << 20];
+        let t = std::time::Instant::now();
+        for _ in 0..32 {
+            c.write_all(&chunk).await.unwrap();
+        }
+        c.flush().await.unwrap();
+        let mut k = [0u8; 1];
+        c.read_exact(&mut k).await.unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        srv.await.unwrap();
+        println!(
+            "{name}: 1-byte round trip {rtt:?}; socket 32 MiB in {secs:.2} s = {:.0} MB/s",
+            32.0 * 1.048576 / secs
+        );
+    }
+    println!("relay counters: {:?}", r.relay().unwrap().counters());
+}
