@@ -278,7 +278,7 @@ enum Cmd {
     /// discovery query on a rendezvous), with the message it came in.
     Query {
         from: Option<PeerId>,
-        q: ResolverQuery,
+        q: Box<ResolverQuery>,
         raw: Message,
         key: Option<(String, String, String)>,
     },
@@ -391,6 +391,7 @@ impl RendezvousHandle {
         raw: Message,
         key: Option<(String, String, String)>,
     ) {
+        let q = Box::new(q);
         let _ = self.cmd.send(Cmd::Query { from, q, raw, key }).await;
     }
 
@@ -706,7 +707,7 @@ impl Task {
         let g = self.g.clone();
         let me = self.me;
         let c = match c {
-            Cmd::Query { from, q, raw, key } => return self.on_query(from, q, raw, key),
+            Cmd::Query { from, q, raw, key } => return self.on_query(from, *q, raw, key),
             Cmd::Response(r) => return self.on_response(r),
             Cmd::Busy(b) => return self.on_busy(b),
             c => c,
