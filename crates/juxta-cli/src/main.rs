@@ -147,7 +147,8 @@ enum BenchCmd {
     /// 1, 2, 4, 8 sender peers ping-ponging into one input pipe.
     Senders(SendersArgs),
     /// Typical peer operations (start, groups, pipes, discovery), timed
-    /// in-process with two peers on loopback: median and p99 per operation.
+    /// in-process on loopback, two peers ad hoc and two edges of a
+    /// rendezvous: median and p99 per operation and configuration.
     Ops(OpsArgs),
     /// Lookups/s, response time and loss of rendezvous processes under an
     /// offered lookup rate from N edges.

@@ -66,6 +66,10 @@ pub enum RelayRole {
     Client {
         /// Relay addresses, tried in order.
         seeds: Vec<SocketAddr>,
+        /// Whether the seeds are HTTP listeners ([`crate::PeerConfig::http_listen`])
+        /// reached over JXTA's HTTP transport (an edge that can only speak
+        /// HTTP), instead of TCP.
+        http: bool,
     },
     /// A relay: forwards routed messages and leases service to edges.
     Server,
@@ -89,10 +93,21 @@ impl RelayConfig {
     /// An edge leasing one of `seeds`.
     pub fn client(seeds: Vec<SocketAddr>) -> RelayConfig {
         RelayConfig {
-            role: RelayRole::Client { seeds },
+            role: RelayRole::Client { seeds, http: false },
             server: ServerConfig::default(),
             client: ClientConfig::default(),
             push_back: Duration::from_secs(2),
+        }
+    }
+
+    /// An edge that can only speak HTTP: it reaches the relay's HTTP
+    /// listener (`seeds`, tried in order) over JXTA's HTTP transport and
+    /// leases it over that session; everything for it is spooled on the
+    /// relay and returned in its polls.
+    pub fn client_http(seeds: Vec<SocketAddr>) -> RelayConfig {
+        RelayConfig {
+            role: RelayRole::Client { seeds, http: true },
+            ..RelayConfig::client(Vec::new())
         }
     }
 
@@ -302,7 +317,7 @@ pub(crate) fn spawn(
         inner: inner.clone(),
     };
     let task = match cfg.role {
-        RelayRole::Client { seeds } => {
+        RelayRole::Client { seeds, http } => {
             let rx = inner
                 .router
                 .client_rx
@@ -313,6 +328,7 @@ pub(crate) fn spawn(
             Some(tokio::spawn(client_task(
                 Arc::downgrade(inner),
                 seeds,
+                http,
                 cfg.client,
                 rx,
             )))
@@ -531,6 +547,7 @@ fn send_ready(inner: &Arc<Inner>, s: &ServerRuntime, edge: &PeerId, slot: &EdgeS
 async fn client_task(
     weak: std::sync::Weak<Inner>,
     seeds: Vec<SocketAddr>,
+    http: bool,
     cfg: ClientConfig,
     mut rx: mpsc::Receiver<(PeerId, RelayResponse)>,
 ) {
@@ -561,7 +578,14 @@ async fn client_task(
             match action {
                 ClientAction::Connect { seed } => {
                     let addr = seeds[seed];
-                    match crate::peer::connect_to(&inner, addr).await {
+                    let c = if http {
+                        crate::transport::http::connect(&inner, addr, inner.cfg.http.clone())
+                            .await
+                            .map_err(PeerError::from)
+                    } else {
+                        crate::peer::connect_to(&inner, addr).await
+                    };
+                    match c {
                         Ok(m) => {
                             let now = inner.router.now_ms();
                             actions.extend(sm.on_connected(seed, m.remote(), now));
