@@ -22,6 +22,7 @@ pub mod net;
 pub mod ops;
 pub mod pingpong;
 pub mod recovery;
+pub mod relay;
 pub mod rendezvous;
 pub mod report;
 pub mod senders;

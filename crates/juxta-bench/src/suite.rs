@@ -39,6 +39,7 @@ use crate::net::{Net, Profile, Topology};
 use crate::ops::{self, OpsOptions};
 use crate::pingpong::{self, PingPongOptions, PingPongRow};
 use crate::recovery::{self, RecoveryOptions};
+use crate::relay::{self, OverloadOptions, RelayOptions};
 use crate::rendezvous::{self, RendezvousOptions};
 use crate::senders::{self, SendersOptions};
 use crate::throughput::{self, Pattern, ThroughputOptions};
@@ -64,15 +65,17 @@ pub enum Scenario {
     Rendezvous,
     /// Time for every edge to answer again after its rendezvous is killed.
     Recovery,
+    /// RTT and bandwidth directly vs through relays, and a relay overload.
+    Relay,
 }
 
 /// Scenarios of the model that are not built yet, with where they will
 /// come from.
-pub const NOT_YET: [(&str, &str); 1] = [("relay", "issue #5 (relays and routing)")];
+pub const NOT_YET: [(&str, &str); 0] = [];
 
 impl Scenario {
     /// Every scenario that exists, in run order.
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Pingpong,
         Scenario::Throughput,
         Scenario::Composition,
@@ -80,6 +83,7 @@ impl Scenario {
         Scenario::Ops,
         Scenario::Rendezvous,
         Scenario::Recovery,
+        Scenario::Relay,
     ];
 
     /// The scenario's name.
@@ -92,6 +96,7 @@ impl Scenario {
             Scenario::Ops => "ops",
             Scenario::Rendezvous => "rendezvous",
             Scenario::Recovery => "recovery",
+            Scenario::Relay => "relay",
         }
     }
 
@@ -189,6 +194,8 @@ pub enum Step {
     Rendezvous(RendezvousOptions),
     /// Rendezvous failure recovery.
     Recovery(RecoveryOptions),
+    /// Relay paths and the relay overload.
+    Relay(RelayOptions),
     /// Ping-pong of JXSE 2.7 (read against the tcp rows gathered so far).
     JxsePingpong(JxseOptions),
     /// Throughput of JXSE 2.7.
@@ -206,6 +213,7 @@ impl Step {
             Step::Ops(_) => Scenario::Ops,
             Step::Rendezvous(_) => Scenario::Rendezvous,
             Step::Recovery(_) => Scenario::Recovery,
+            Step::Relay(_) => Scenario::Relay,
             Step::JxsePingpong(_) => Scenario::Pingpong,
             Step::JxseThroughput(_) => Scenario::Throughput,
         }
@@ -228,6 +236,17 @@ impl Step {
                 o.rates
             ),
             Step::Recovery(o) => format!("{} edges, {} kills", o.edges, o.repeats),
+            Step::Relay(o) => format!(
+                "{} x {} x sizes {:?}, overload {} s",
+                o.paths
+                    .iter()
+                    .map(|p| p.name())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                layers(&o.layers),
+                o.sizes,
+                o.overload.as_ref().map_or(0, |x| x.duration.as_secs())
+            ),
             Step::JxsePingpong(o) | Step::JxseThroughput(o) => {
                 format!("JXSE 2.7 {}", layers(&o.layers))
             }
@@ -259,6 +278,7 @@ fn default_layers(s: Scenario) -> Vec<Layer> {
         ],
         Scenario::Composition => vec![Layer::Endpoint, Layer::UnicastPipe],
         Scenario::Senders => vec![Layer::UnicastPipe],
+        Scenario::Relay => relay::LAYERS.to_vec(),
         Scenario::Ops | Scenario::Rendezvous | Scenario::Recovery => vec![],
     }
 }
@@ -269,6 +289,7 @@ fn allowed(s: Scenario) -> &'static [Layer] {
         Scenario::Throughput => &throughput::LAYERS,
         Scenario::Composition => &composition::LAYERS,
         Scenario::Senders => &senders::LAYERS,
+        Scenario::Relay => &relay::LAYERS,
         Scenario::Ops | Scenario::Rendezvous | Scenario::Recovery => &[],
     }
 }
@@ -390,6 +411,27 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                 }
                 steps.push(Step::Rendezvous(o));
             }
+            Scenario::Relay => {
+                if !layers.is_empty() {
+                    steps.push(Step::Relay(RelayOptions {
+                        layers,
+                        sizes: if opts.full {
+                            vec![1, 1024, 16384, 65536, 262_144, 1 << 20]
+                        } else {
+                            vec![1, 65536]
+                        },
+                        warmup: if opts.full { 100 } else { 20 },
+                        pairs: if opts.full { 500 } else { 100 },
+                        stream: Duration::from_millis(if opts.full { 2000 } else { 300 }),
+                        overload: Some(OverloadOptions {
+                            duration: Duration::from_secs(if opts.full { 60 } else { 5 }),
+                            ..OverloadOptions::default()
+                        }),
+                        key_bits: opts.key_bits,
+                        ..RelayOptions::default()
+                    }));
+                }
+            }
             Scenario::Recovery => steps.push(Step::Recovery(RecoveryOptions {
                 edges: if opts.full { 64 } else { 16 },
                 repeats: if opts.full { 10 } else { 3 },
@@ -446,6 +488,7 @@ fn shrink_for_link(step: &mut Step) {
         Step::Ops(_)
         | Step::Rendezvous(_)
         | Step::Recovery(_)
+        | Step::Relay(_)
         | Step::JxsePingpong(_)
         | Step::JxseThroughput(_) => {}
     }
@@ -818,6 +861,14 @@ async fn run_step(
             g.rows
                 .extend(to_values(&recovery::run(&o, &mut detail).await?));
         }
+        Step::Relay(o) => {
+            let o = RelayOptions {
+                exe: exe_of(host, &o.exe),
+                ..o.clone()
+            };
+            g.rows
+                .extend(to_values(&relay::run(&o, &mut detail).await?));
+        }
         Step::JxsePingpong(o) => {
             // The juxta steps run later: measure the tcp bound now, in the
             // same conditions, if nothing has yet.
@@ -1021,8 +1072,7 @@ mod tests {
             "{e}"
         );
         assert_eq!(Scenario::parse("recovery").unwrap(), Scenario::Recovery);
-        let e = Scenario::parse("relay").unwrap_err().to_string();
-        assert!(e.contains("not implemented yet") && e.contains("#5"), "{e}");
+        assert_eq!(Scenario::parse("relay").unwrap(), Scenario::Relay);
         assert!(Scenario::parse_list(" ,").is_err());
         assert_eq!(
             Scenario::parse_list("senders,pingpong,senders").unwrap(),

@@ -49,7 +49,7 @@ fn tiny_plan(opts: &SuiteOptions) -> Vec<Step> {
         })
         // These re-run the juxta binary (tests run in a test binary): the
         // CLI test covers them.
-        .filter(|s| !matches!(s, Step::Rendezvous(_) | Step::Recovery(_)))
+        .filter(|s| !matches!(s, Step::Rendezvous(_) | Step::Recovery(_) | Step::Relay(_)))
         .collect()
 }
 
@@ -91,10 +91,12 @@ async fn a_small_default_run_writes_every_scenario_and_the_report() {
     }
     let rows = doc["results"].as_array().unwrap();
     assert_eq!(rows.len(), outcome.rows);
-    for sc in Scenario::ALL
-        .into_iter()
-        .filter(|s| !matches!(s, Scenario::Rendezvous | Scenario::Recovery))
-    {
+    for sc in Scenario::ALL.into_iter().filter(|s| {
+        !matches!(
+            s,
+            Scenario::Rendezvous | Scenario::Recovery | Scenario::Relay
+        )
+    }) {
         assert!(
             rows.iter().any(|r| r["scenario"] == sc.name()),
             "no {} rows",

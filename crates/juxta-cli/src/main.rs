@@ -61,6 +61,10 @@ enum Cmd {
     /// recovery benchmarks); prints `READY <addr> <peer id>`.
     #[command(hide = true)]
     RdvServe(RdvServeArgs),
+    /// Internal: a relay peer as its own process (relay benchmark);
+    /// prints `READY <addr> <peer id> [<http addr>]`.
+    #[command(hide = true)]
+    RelayServe(RelayServeArgs),
     /// Internal: the responder process of a benchmark.
     #[command(hide = true)]
     BenchResponder {
@@ -156,6 +160,11 @@ enum BenchCmd {
     /// Time until every edge's lookups succeed again after its rendezvous
     /// process is killed.
     Recovery(RecoveryArgs),
+    /// RTT and bandwidth between two edges directly, through one TCP
+    /// relay, one HTTP relay and two relays (pipes and sockets), then an
+    /// overload run against a relay process (offered vs delivered, loss,
+    /// relay memory, and another edge pair's RTT meanwhile).
+    Relay(RelayArgs),
     /// Compare two result sets (a results directory or a results.json
     /// each): prints B / A for every figure and writes an HTML page with
     /// the ratios plotted.
@@ -413,6 +422,51 @@ struct RecoveryArgs {
     json: Option<PathBuf>,
 }
 
+#[derive(clap::Args, Clone)]
+struct RelayServeArgs {
+    #[arg(long)]
+    listen: SocketAddr,
+    #[arg(long)]
+    home: PathBuf,
+    /// Also listen for JXTA's HTTP transport here.
+    #[arg(long)]
+    http_listen: Option<SocketAddr>,
+    #[arg(long, default_value_t = 1024)]
+    key_bits: usize,
+}
+
+#[derive(clap::Args, Clone)]
+struct RelayArgs {
+    /// Paths (direct, the baseline, is always measured): direct,
+    /// tcp-relay, http-relay, two-relays.
+    #[arg(long, default_value = "direct,tcp-relay,http-relay,two-relays")]
+    paths: String,
+    /// Layers: unicast-pipe, socket.
+    #[arg(long, default_value = "unicast-pipe,socket")]
+    layers: String,
+    /// Payload sizes in bytes (suffixes K and M allowed).
+    #[arg(long, default_value = "1,1024,65536")]
+    sizes: String,
+    /// Timed ping-pong pairs per path, layer and size.
+    #[arg(long, default_value_t = 200)]
+    pairs: usize,
+    /// Streaming time per path, layer and size (ms).
+    #[arg(long, default_value_t = 1000)]
+    stream_ms: u64,
+    /// Length of the overload run in seconds (0: no overload run).
+    #[arg(long, default_value_t = 60)]
+    overload_secs: u64,
+    /// Messages/s the overloaded sink reads; senders offer 10x that.
+    #[arg(long, default_value_t = 2000)]
+    sink_rate: u32,
+    /// RSA key size of the peers.
+    #[arg(long, default_value_t = 1024)]
+    key_bits: usize,
+    /// Write {"results": [...]} here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
 #[derive(Debug, thiserror::Error)]
 enum CliError {
     #[error(transparent)]
@@ -449,6 +503,7 @@ fn main() -> ExitCode {
             key_bits,
         } => multi_thread().block_on(run_peer(listen, home, !no_compact, !no_cbjx, key_bits)),
         Cmd::RdvServe(a) => multi_thread().block_on(run_rdv_serve(a)),
+        Cmd::RelayServe(a) => multi_thread().block_on(run_relay_serve(a)),
         Cmd::BenchResponder {
             layer,
             core,
@@ -486,6 +541,7 @@ fn main() -> ExitCode {
             Some(BenchCmd::Ops(a)) => run_ops(a),
             Some(BenchCmd::Rendezvous(a)) => run_rendezvous(a),
             Some(BenchCmd::Recovery(a)) => run_recovery(a),
+            Some(BenchCmd::Relay(a)) => run_relay(a),
             Some(BenchCmd::Compare { a, b, html }) => run_compare(a, b, html),
             None => match run_suite(suite) {
                 Ok(code) => return code,
@@ -1093,5 +1149,41 @@ fn run_recovery(a: RecoveryArgs) -> Result<(), CliError> {
         ..Default::default()
     };
     let rows = multi_thread().block_on(juxta_bench::recovery::run(&opts, |l| eprintln!("{l}")))?;
+    write_rows(a.json, serde_json::json!(rows))
+}
+
+async fn run_relay_serve(a: RelayServeArgs) -> Result<(), CliError> {
+    juxta_bench::relay::serve(
+        a.listen,
+        a.http_listen,
+        a.home,
+        a.key_bits,
+        |addr, peer, http| match http {
+            Some(h) => println!("READY {addr} {peer} {h}"),
+            None => println!("READY {addr} {peer}"),
+        },
+    )
+    .await
+    .map_err(CliError::from)
+}
+
+fn run_relay(a: RelayArgs) -> Result<(), CliError> {
+    use juxta_bench::relay::{OverloadOptions, RelayOptions, RelayPath};
+    let layers = layers::parse_layers(&a.layers, "relay", &juxta_bench::relay::LAYERS)?;
+    let opts = RelayOptions {
+        paths: RelayPath::parse_list(&a.paths)?,
+        layers,
+        sizes: parse_sizes(&a.sizes)?,
+        pairs: a.pairs.max(1),
+        stream: std::time::Duration::from_millis(a.stream_ms.max(10)),
+        overload: (a.overload_secs > 0).then(|| OverloadOptions {
+            duration: std::time::Duration::from_secs(a.overload_secs),
+            sink_msgs_per_s: a.sink_rate.max(1),
+            ..OverloadOptions::default()
+        }),
+        key_bits: a.key_bits,
+        ..RelayOptions::default()
+    };
+    let rows = multi_thread().block_on(juxta_bench::relay::run(&opts, |l| eprintln!("{l}")))?;
     write_rows(a.json, serde_json::json!(rows))
 }

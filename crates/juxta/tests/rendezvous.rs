@@ -314,9 +314,12 @@ async fn discovery_and_pipe_binding_through_a_rendezvous() {
     };
     assert_eq!(got.id, adv.id);
 
+    // Bind through the rendezvous only (the discovery answer may have
+    // connected the two edges already; naming the rendezvous keeps the
+    // binding on the rendezvous path).
     let out = asker
         .pipes()
-        .create_output_pipe(got, &[], WAIT)
+        .create_output_pipe(got, &[rdv.peer_id()], WAIT)
         .await
         .unwrap();
     out.send(Message::new().with(Element::text("", "text", "hello via rdv")))

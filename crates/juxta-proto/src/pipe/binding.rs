@@ -388,6 +388,9 @@ struct Pending {
     pipe_type: PipeType,
     candidates: Vec<PeerId>,
     nacked: Vec<PeerId>,
+    /// Whether a "found" answer from a peer not asked is taken (the query
+    /// went through a rendezvous, which forwards it to the holder).
+    accept_any: bool,
     deadline: Instant,
     next_retry: Instant,
 }
@@ -520,6 +523,7 @@ impl Binder {
                 pipe_type,
                 candidates: unique,
                 nacked: Vec::new(),
+                accept_any: false,
                 deadline,
                 next_retry: later(now, self.retry),
             },
@@ -564,7 +568,8 @@ impl Binder {
         if pipe_id != p.pipe_id {
             return None;
         }
-        let acceptable = |peer: &PeerId| p.candidates.is_empty() || p.candidates.contains(peer);
+        let acceptable =
+            |peer: &PeerId| p.candidates.is_empty() || p.accept_any || p.candidates.contains(peer);
         if found {
             let peer = peers.iter().copied().find(|q| acceptable(q))?;
             self.finish(bind);
@@ -622,6 +627,21 @@ impl Binder {
             self.finish(bind);
         }
         actions
+    }
+
+    /// Lets a resolution take a "found" answer from a peer it did not ask:
+    /// one of the peers asked is a rendezvous, which forwards the query to
+    /// the peer its SRDI index names, and that peer answers directly.
+    /// "Not found" still counts only from the peers asked. Returns whether
+    /// the resolution is in progress.
+    pub fn accept_answers_from_any(&mut self, bind: BindId) -> bool {
+        match self.pending.get_mut(&bind) {
+            Some(p) => {
+                p.accept_any = true;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Abandons a resolution; later answers for it are ignored. Returns
@@ -787,6 +807,39 @@ mod tests {
         );
         let ans = answer_query(&a(), &q(vec![a()]), false, have).unwrap();
         assert_eq!(answer_query(&a(), &ans, true, have), None);
+    }
+
+    #[test]
+    fn binder_through_a_rendezvous_takes_the_holders_answer() {
+        let t0 = Instant::now();
+        let mut bd = Binder::new(7, 4);
+        // Asked: a (the rendezvous). The holder b answers instead.
+        let (bind, _q) = bd
+            .start(
+                t0,
+                pipe(),
+                PipeType::Unicast,
+                vec![a()],
+                Duration::from_secs(5),
+            )
+            .unwrap();
+        let undirected = PipeResolverMsg::Query {
+            pipe_id: pipe(),
+            pipe_type: PipeType::Unicast,
+            peers: vec![],
+        };
+        let from_b = answer_query(&b(), &undirected, false, |_, _| true).unwrap();
+        assert_eq!(
+            bd.handle_answer(t0, 7, from_b.clone(), b()),
+            None,
+            "not asked"
+        );
+        assert!(bd.accept_answers_from_any(bind));
+        assert_eq!(
+            bd.handle_answer(t0, 7, from_b, b()),
+            Some(BindEvent::Bound { bind, peer: b() })
+        );
+        assert!(!bd.accept_answers_from_any(bind), "finished");
     }
 
     #[test]

@@ -144,10 +144,20 @@ pub(crate) async fn resolve(
     let (tx, mut rx) = oneshot::channel();
     let (bind, first) = {
         let mut b = inner.pipes.binds.lock().expect("binds lock");
+        // Asking our rendezvous: the answer comes from whoever holds the
+        // pipe, a peer we did not ask.
+        let via_rdv = inner
+            .rendezvous
+            .get()
+            .and_then(|h| h.status().leased_to)
+            .is_some_and(|r| candidates.contains(&r));
         let (bind, q) = b
             .binder
             .start(Instant::now(), adv.id, adv.pipe_type, candidates, timeout)
             .map_err(|_| PipeError::TooManyBinds(MAX_BINDS))?;
+        if via_rdv {
+            b.binder.accept_answers_from_any(bind);
+        }
         b.waiting.insert(bind, tx);
         (bind, q)
     };
@@ -218,6 +228,7 @@ impl Drop for CancelOnDrop<'_> {
 /// expects; a direct send on compact connections).
 async fn send_query(inner: &Arc<Inner>, q: &OutgoingQuery) {
     let g = inner.group_unique().to_string();
+    let rdv = inner.rendezvous.get().and_then(|h| h.status().leased_to);
     for peer in &q.peers {
         let Some(m) = inner.messenger(peer) else {
             tracing::debug!(%peer, "no connection for a pipe binding query");
@@ -228,7 +239,23 @@ async fn send_query(inner: &Arc<Inner>, q: &OutgoingQuery) {
             query_id: q.query_id,
             hop_count: 0,
             src_peer: *inner.identity.peer_id(),
-            query: q.msg.to_xml(),
+            // To our rendezvous the query names no peer (as JXSE's
+            // resolution through a rendezvous): the rendezvous forwards it
+            // to the holder its SRDI index names, which answers.
+            query: match (&q.msg, rdv == Some(*peer)) {
+                (
+                    PipeResolverMsg::Query {
+                        pipe_id, pipe_type, ..
+                    },
+                    true,
+                ) => PipeResolverMsg::Query {
+                    pipe_id: *pipe_id,
+                    pipe_type: *pipe_type,
+                    peers: Vec::new(),
+                }
+                .to_xml(),
+                _ => q.msg.to_xml(),
+            },
             // So a peer the query is forwarded to (by a rendezvous) can
             // answer directly.
             src_route: crate::discovery::local_route(inner),

@@ -1,0 +1,1121 @@
+//! `juxta bench relay`: what a relay costs, and how it behaves overloaded.
+//!
+//! Why: an edge behind a NAT or firewall reaches other peers only through
+//! a relay, so the relay's extra hop (and the HTTP transport's polling)
+//! is paid on every message; and JXSE's relays collapsed under overload.
+//! This scenario measures, in one run, two edges connected **directly**
+//! (the baseline), through **one TCP relay**, through **one HTTP relay**
+//! (both edges speak only HTTP to it) and through **two relays** (A leases
+//! R1, B leases R2, R1 is connected to R2), over unicast pipes and JXTA
+//! sockets:
+//!
+//! - RTT: message/ack ping-pong (warm-up, then `pairs` pairs; median);
+//! - bandwidth: messages (or socket writes) of `size` streamed for a fixed
+//!   time; MB/s delivered at the receiver.
+//!
+//! All these peers run in this process on loopback. Rows carry the ratio
+//! against `direct` of the same layer and size.
+//!
+//! The **overload** run starts the relay as its own process (`juxta
+//! relay-serve`, see [`serve`]) so its RSS can be sampled from `/proc`
+//! every 250 ms. Sender edges offer 1 KB messages, open loop, to a sink
+//! edge behind the relay at `overload_factor` times the rate the sink
+//! reads (so the relay can forward at most a tenth of what it is offered);
+//! meanwhile another pair of edges of the same relay ping-pongs through it.
+//! Every offered message is accounted for: delivered, held back at the
+//! sender (its bounded send queue was full because the relay pushed back),
+//! refused by the relay (typed refusal counted at the sender), or not
+//! delivered for another reason; `loss_pct` counts all but the delivered.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use juxta::proto::advertisement::{PipeAdvertisement, PipeType};
+use juxta::proto::id::PeerId;
+use juxta::proto::message::{Element, Message};
+use juxta::relay::RelayConfig;
+use juxta::socket::{JxtaServerSocket, JxtaSocket, SocketConfig};
+use juxta::{Peer, PeerConfig};
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::layers::Layer;
+use crate::util::{percentile, random_pipe_id};
+use crate::BenchError;
+
+/// Layers this scenario measures.
+pub const LAYERS: [Layer; 2] = [Layer::UnicastPipe, Layer::Socket];
+
+/// How long one set-up step or one reply may take.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A path between the two edges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RelayPath {
+    /// A connects to B (the baseline).
+    Direct,
+    /// A and B lease one relay over TCP.
+    TcpRelay,
+    /// A and B lease one relay over JXTA's HTTP transport.
+    HttpRelay,
+    /// A leases R1, B leases R2, R1 is connected to R2.
+    TwoRelays,
+}
+
+impl RelayPath {
+    /// Every path, baseline first.
+    pub const ALL: [RelayPath; 4] = [
+        RelayPath::Direct,
+        RelayPath::TcpRelay,
+        RelayPath::HttpRelay,
+        RelayPath::TwoRelays,
+    ];
+
+    /// The name used in rows and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            RelayPath::Direct => "direct",
+            RelayPath::TcpRelay => "tcp-relay",
+            RelayPath::HttpRelay => "http-relay",
+            RelayPath::TwoRelays => "two-relays",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Result<RelayPath, BenchError> {
+        RelayPath::ALL
+            .iter()
+            .copied()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                BenchError::BadOption(format!(
+                    "unknown relay path {s:?} (known: direct, tcp-relay, http-relay, two-relays)"
+                ))
+            })
+    }
+
+    /// Parses a comma-separated list (`direct` is always measured: it is
+    /// the baseline).
+    pub fn parse_list(s: &str) -> Result<Vec<RelayPath>, BenchError> {
+        let mut v = vec![RelayPath::Direct];
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let p = RelayPath::parse(part)?;
+            if !v.contains(&p) {
+                v.push(p);
+            }
+        }
+        Ok(v)
+    }
+}
+
+/// Options of the overload run.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverloadOptions {
+    /// How long the senders offer.
+    pub duration: Duration,
+    /// Messages per second the sink edge reads (what the relay can
+    /// forward to it).
+    pub sink_msgs_per_s: u32,
+    /// Offered rate over the sink's rate.
+    pub overload_factor: u32,
+    /// Sender edges.
+    pub senders: usize,
+    /// Payload bytes per message.
+    pub size: usize,
+}
+
+impl Default for OverloadOptions {
+    fn default() -> OverloadOptions {
+        OverloadOptions {
+            duration: Duration::from_secs(60),
+            sink_msgs_per_s: 2_000,
+            overload_factor: 10,
+            senders: 2,
+            size: 1024,
+        }
+    }
+}
+
+/// Options of [`run`].
+#[derive(Debug, Clone, Serialize)]
+pub struct RelayOptions {
+    /// Paths (`direct` is always measured first).
+    pub paths: Vec<RelayPath>,
+    /// Layers: unicast-pipe, socket.
+    pub layers: Vec<Layer>,
+    /// Payload sizes in bytes.
+    pub sizes: Vec<usize>,
+    /// Warm-up pairs per layer and size.
+    pub warmup: usize,
+    /// Timed ping-pong pairs per layer and size.
+    pub pairs: usize,
+    /// Streaming time per layer and size.
+    pub stream: Duration,
+    /// The overload run (`None`: skipped).
+    pub overload: Option<OverloadOptions>,
+    /// The `juxta` binary re-run as the overload relay.
+    pub exe: PathBuf,
+    /// RSA key size of the peers.
+    pub key_bits: usize,
+}
+
+impl Default for RelayOptions {
+    fn default() -> RelayOptions {
+        RelayOptions {
+            paths: RelayPath::ALL.to_vec(),
+            layers: LAYERS.to_vec(),
+            sizes: vec![1, 1024, 65536],
+            warmup: 50,
+            pairs: 200,
+            stream: Duration::from_millis(1000),
+            overload: Some(OverloadOptions::default()),
+            exe: crate::rendezvous::default_exe(),
+            key_bits: 1024,
+        }
+    }
+}
+
+/// One result row (RTT/bandwidth rows and overload rows).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RelayRow {
+    /// Always `relay`.
+    pub scenario: &'static str,
+    /// `direct`, `tcp-relay`, `http-relay` or `two-relays`.
+    pub path: &'static str,
+    /// Layer name.
+    pub layer: &'static str,
+    /// Payload bytes.
+    pub size: usize,
+    /// `pingpong` (RTT and bandwidth) or `overload`.
+    pub run: &'static str,
+    /// Median ping-pong RTT (µs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rtt_us_median: Option<f64>,
+    /// 99th percentile RTT (µs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rtt_us_p99: Option<f64>,
+    /// Streamed bytes delivered per second, 10^6 bytes/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bandwidth_mb_s: Option<f64>,
+    /// Median RTT over the direct median of the same layer and size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rtt_ratio_vs_direct: Option<f64>,
+    /// Bandwidth over the direct bandwidth of the same layer and size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bandwidth_ratio_vs_direct: Option<f64>,
+    /// Timed pairs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samples: Option<usize>,
+    /// Overload: messages/s the senders offered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offered_msgs_per_s: Option<f64>,
+    /// Overload: messages/s delivered to the sink.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivered_msgs_per_s: Option<f64>,
+    /// Overload: offered messages not delivered, % (held back + refused +
+    /// other).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss_pct: Option<f64>,
+    /// Overload: messages offered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offered: Option<u64>,
+    /// Overload: messages delivered to the sink.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivered: Option<u64>,
+    /// Overload: messages held back at a sender because its bounded send
+    /// queue was full (the relay was pushing back): never sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_back: Option<u64>,
+    /// Overload: typed refusals the relay sent the senders.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused_by_relay: Option<u64>,
+    /// Overload: sends that failed at the sender (connection errors).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_errors: Option<u64>,
+    /// Overload: sent, not refused, not delivered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unaccounted: Option<u64>,
+    /// Overload: the relay process's largest RSS, MB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relay_rss_mb_max: Option<f64>,
+    /// Overload: the relay's RSS every 250 ms, MB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relay_rss_mb_samples: Option<Vec<f64>>,
+    /// Overload: median RTT of another edge pair of the same relay during
+    /// the overload (µs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_edge_rtt_us_median: Option<f64>,
+    /// Overload: the other pair's ping-pongs answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_edge_answered: Option<u64>,
+    /// Overload: the other pair's ping-pongs not answered within 2 s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_edge_timeouts: Option<u64>,
+    /// Overload: measured seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
+}
+
+fn fail(reason: impl Into<String>) -> BenchError {
+    BenchError::Responder {
+        layer: "relay".into(),
+        reason: reason.into(),
+    }
+}
+
+fn io(what: &str) -> impl FnOnce(std::io::Error) -> BenchError + '_ {
+    move |source| BenchError::Io {
+        what: what.to_string(),
+        source,
+    }
+}
+
+fn pipe_adv(name: &str) -> PipeAdvertisement {
+    let mut a = PipeAdvertisement::new(random_pipe_id(), PipeType::Unicast);
+    a.name = Some(name.to_string());
+    a
+}
+
+async fn start_peer(
+    homes: &Path,
+    name: &str,
+    key_bits: usize,
+    cfg: impl FnOnce(PeerConfig) -> PeerConfig,
+) -> Result<Peer, BenchError> {
+    let mut c = PeerConfig::new(homes.join(name));
+    c.key_bits = key_bits;
+    Ok(Peer::start(cfg(c)).await?)
+}
+
+fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+async fn leased(p: &Peer, what: &str) -> Result<PeerId, BenchError> {
+    p.relay()
+        .ok_or_else(|| fail(format!("{what}: no relay service")))?
+        .wait_leased(WAIT)
+        .await
+        .ok_or_else(|| fail(format!("{what}: no relay lease within {WAIT:?}")))
+}
+
+/// The peers of one path: A (client side), B (server side) and the relays.
+struct Topo {
+    a: Peer,
+    b: Peer,
+    relays: Vec<Peer>,
+}
+
+async fn topology(path: RelayPath, homes: &Path, key_bits: usize) -> Result<Topo, BenchError> {
+    let p = path.name();
+    let relay_cfg = |c: PeerConfig| c.listen(loopback()).relay(RelayConfig::server());
+    match path {
+        RelayPath::Direct => {
+            let b =
+                start_peer(homes, &format!("{p}-b"), key_bits, |c| c.listen(loopback())).await?;
+            let a = start_peer(homes, &format!("{p}-a"), key_bits, |c| c).await?;
+            let addr = b.local_addr().ok_or_else(|| fail("B has no address"))?;
+            a.connect(addr).await?;
+            Ok(Topo {
+                a,
+                b,
+                relays: vec![],
+            })
+        }
+        RelayPath::TcpRelay => {
+            let r = start_peer(homes, &format!("{p}-r"), key_bits, relay_cfg).await?;
+            let seeds = vec![r.local_addr().ok_or_else(|| fail("relay has no address"))?];
+            let a = start_peer(homes, &format!("{p}-a"), key_bits, |c| {
+                c.relay(RelayConfig::client(seeds.clone()))
+            })
+            .await?;
+            let b = start_peer(homes, &format!("{p}-b"), key_bits, |c| {
+                c.relay(RelayConfig::client(seeds.clone()))
+            })
+            .await?;
+            leased(&a, "A").await?;
+            leased(&b, "B").await?;
+            Ok(Topo {
+                a,
+                b,
+                relays: vec![r],
+            })
+        }
+        RelayPath::HttpRelay => {
+            let r = start_peer(homes, &format!("{p}-r"), key_bits, |c| {
+                relay_cfg(c).http_listen(loopback())
+            })
+            .await?;
+            let seeds = vec![r
+                .http_local_addr()
+                .ok_or_else(|| fail("relay has no HTTP address"))?];
+            let a = start_peer(homes, &format!("{p}-a"), key_bits, |c| {
+                c.relay(RelayConfig::client_http(seeds.clone()))
+            })
+            .await?;
+            let b = start_peer(homes, &format!("{p}-b"), key_bits, |c| {
+                c.relay(RelayConfig::client_http(seeds.clone()))
+            })
+            .await?;
+            leased(&a, "A").await?;
+            leased(&b, "B").await?;
+            Ok(Topo {
+                a,
+                b,
+                relays: vec![r],
+            })
+        }
+        RelayPath::TwoRelays => {
+            let r2 = start_peer(homes, &format!("{p}-r2"), key_bits, relay_cfg).await?;
+            let r1 = start_peer(homes, &format!("{p}-r1"), key_bits, relay_cfg).await?;
+            let r2_addr = r2.local_addr().ok_or_else(|| fail("R2 has no address"))?;
+            r1.connect(r2_addr).await?;
+            let s1 = vec![r1.local_addr().ok_or_else(|| fail("R1 has no address"))?];
+            let a = start_peer(homes, &format!("{p}-a"), key_bits, |c| {
+                c.relay(RelayConfig::client(s1))
+            })
+            .await?;
+            let b = start_peer(homes, &format!("{p}-b"), key_bits, |c| {
+                c.relay(RelayConfig::client(vec![r2_addr]))
+            })
+            .await?;
+            leased(&a, "A").await?;
+            leased(&b, "B").await?;
+            Ok(Topo {
+                a,
+                b,
+                relays: vec![r1, r2],
+            })
+        }
+    }
+}
+
+/// What the receiving side of a stream has seen.
+#[derive(Default)]
+struct Received {
+    msgs: AtomicU64,
+    bytes: AtomicU64,
+    /// Nanoseconds after `epoch` of the last arrival.
+    last_ns: AtomicU64,
+}
+
+impl Received {
+    fn add(&self, epoch: Instant, bytes: u64) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.msgs.fetch_add(1, Ordering::Relaxed);
+        self.last_ns
+            .fetch_max(epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Waits until `done()` or no progress of `progress()` for `idle`.
+async fn settle(mut done: impl FnMut() -> bool, progress: impl Fn() -> u64, idle: Duration) {
+    let mut last = progress();
+    let mut since = Instant::now();
+    while !done() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let now = progress();
+        if now != last {
+            last = now;
+            since = Instant::now();
+        } else if since.elapsed() >= idle {
+            break;
+        }
+    }
+}
+
+/// Figures of one layer and size on one path.
+struct Figures {
+    rtts: Vec<f64>,
+    mb_s: f64,
+}
+
+/// Unicast pipes A -> B (ping and stream) and B -> A (ack).
+async fn measure_pipes(
+    t: &Topo,
+    sizes: &[usize],
+    opts: &RelayOptions,
+    label: &str,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Figures>, BenchError> {
+    let (adv_b, adv_a) = (pipe_adv("relay-bench-b"), pipe_adv("relay-bench-a"));
+    let mut in_b = t.b.pipes().create_input_pipe(&adv_b)?;
+    let mut in_a = t.a.pipes().create_input_pipe(&adv_a)?;
+    let out_ab =
+        t.a.pipes()
+            .create_output_pipe(&adv_b, &[t.b.peer_id()], WAIT)
+            .await?;
+    let out_ba =
+        t.b.pipes()
+            .create_output_pipe(&adv_a, &[t.a.peer_id()], WAIT)
+            .await?;
+    let epoch = Instant::now();
+    let recv = Arc::new(Received::default());
+    let r2 = recv.clone();
+    // B: acks pings, counts streamed messages.
+    let echo = tokio::spawn(async move {
+        while let Some(m) = in_b.recv().await {
+            let d = m.message.get("", "d").map(|e| e.data.len()).unwrap_or(0);
+            if m.message.get("", "p").is_some() {
+                let ack = Message::new().with(Element::bytes("", "k", &b"k"[..]));
+                if out_ba.send(ack).await.is_err() {
+                    break;
+                }
+            } else {
+                r2.add(epoch, d as u64);
+            }
+        }
+    });
+    let mut out = Vec::new();
+    for &size in sizes {
+        let payload = bytes::Bytes::from(vec![7u8; size]);
+        let ping = || {
+            Message::new()
+                .with(Element::bytes("", "p", &b"p"[..]))
+                .with(Element::bytes("", "d", payload.clone()))
+        };
+        progress(&format!("{label} size {size}: ping-pong"));
+        let mut rtts = Vec::with_capacity(opts.pairs);
+        for i in 0..opts.warmup + opts.pairs {
+            let t0 = Instant::now();
+            out_ab.send(ping()).await?;
+            tokio::time::timeout(WAIT, in_a.recv())
+                .await
+                .map_err(|_| fail(format!("{label}: no ack within {WAIT:?}")))?
+                .ok_or_else(|| fail(format!("{label}: ack pipe closed")))?;
+            if i >= opts.warmup {
+                rtts.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        progress(&format!("{label} size {size}: streaming"));
+        let (m0, b0) = (
+            recv.msgs.load(Ordering::Relaxed),
+            recv.bytes.load(Ordering::Relaxed),
+        );
+        let start = epoch.elapsed().as_nanos() as u64;
+        let t0 = Instant::now();
+        let mut sent = 0u64;
+        while t0.elapsed() < opts.stream {
+            out_ab
+                .send(Message::new().with(Element::bytes("", "d", payload.clone())))
+                .await?;
+            sent += 1;
+        }
+        settle(
+            || recv.msgs.load(Ordering::Relaxed) - m0 >= sent,
+            || recv.msgs.load(Ordering::Relaxed),
+            Duration::from_secs(3),
+        )
+        .await;
+        let bytes = recv.bytes.load(Ordering::Relaxed) - b0;
+        let secs = (recv.last_ns.load(Ordering::Relaxed).saturating_sub(start)) as f64 / 1e9;
+        let mb_s = if secs > 0.0 {
+            bytes as f64 / secs / 1e6
+        } else {
+            0.0
+        };
+        rtts.sort_by(f64::total_cmp);
+        out.push(Figures { rtts, mb_s });
+    }
+    echo.abort();
+    Ok(out)
+}
+
+/// JXTA sockets A -> B: one for framed pings (1-byte acks), one per size
+/// for the stream.
+async fn measure_socket(
+    t: &Topo,
+    sizes: &[usize],
+    opts: &RelayOptions,
+    label: &str,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Figures>, BenchError> {
+    let sad = pipe_adv("relay-bench-socket");
+    let mut server = JxtaServerSocket::bind(&t.b, &sad, SocketConfig::default())?;
+    let epoch = Instant::now();
+    let recv = Arc::new(Received::default());
+    let r2 = recv.clone();
+    let acceptor = tokio::spawn(async move {
+        let mut handlers = Vec::new();
+        while let Ok(mut s) = server.accept().await {
+            let recv = r2.clone();
+            handlers.push(tokio::spawn(async move {
+                let mut mode = [0u8; 1];
+                if s.read_exact(&mut mode).await.is_err() {
+                    return;
+                }
+                if mode[0] == b'R' {
+                    let mut buf = Vec::new();
+                    loop {
+                        let mut len = [0u8; 4];
+                        if s.read_exact(&mut len).await.is_err() {
+                            return;
+                        }
+                        buf.resize(u32::from_be_bytes(len) as usize, 0);
+                        if s.read_exact(&mut buf).await.is_err()
+                            || s.write_all(b"k").await.is_err()
+                            || s.flush().await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                } else {
+                    let mut buf = vec![0u8; 1 << 16];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        recv.add(epoch, n as u64);
+                    }
+                    let _ = s.shutdown().await;
+                }
+            }));
+        }
+        for h in handlers {
+            h.abort();
+        }
+    });
+    let connect =
+        || JxtaSocket::connect(&t.a.pipes(), &sad, t.b.peer_id(), SocketConfig::default());
+    let mut rtt_sock = connect().await?;
+    rtt_sock.write_all(b"R").await.map_err(io("socket write"))?;
+    let mut out = Vec::new();
+    for &size in sizes {
+        let mut framed = (size as u32).to_be_bytes().to_vec();
+        framed.resize(4 + size, 7u8);
+        progress(&format!("{label} size {size}: ping-pong"));
+        let mut rtts = Vec::with_capacity(opts.pairs);
+        let mut k = [0u8; 1];
+        for i in 0..opts.warmup + opts.pairs {
+            let t0 = Instant::now();
+            rtt_sock
+                .write_all(&framed)
+                .await
+                .map_err(io("socket write"))?;
+            rtt_sock.flush().await.map_err(io("socket flush"))?;
+            tokio::time::timeout(WAIT, rtt_sock.read_exact(&mut k))
+                .await
+                .map_err(|_| fail(format!("{label}: no socket ack within {WAIT:?}")))?
+                .map_err(io("socket read"))?;
+            if i >= opts.warmup {
+                rtts.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        progress(&format!("{label} size {size}: streaming"));
+        let mut s = connect().await?;
+        s.write_all(b"T").await.map_err(io("socket write"))?;
+        s.flush().await.map_err(io("socket flush"))?;
+        let chunk = vec![9u8; size.max(1)];
+        let b0 = recv.bytes.load(Ordering::Relaxed);
+        let start = epoch.elapsed().as_nanos() as u64;
+        let t0 = Instant::now();
+        let mut sent = 0u64;
+        while t0.elapsed() < opts.stream {
+            s.write_all(&chunk).await.map_err(io("socket write"))?;
+            sent += chunk.len() as u64;
+        }
+        s.flush().await.map_err(io("socket flush"))?;
+        settle(
+            || recv.bytes.load(Ordering::Relaxed) - b0 >= sent,
+            || recv.bytes.load(Ordering::Relaxed),
+            Duration::from_secs(5),
+        )
+        .await;
+        let bytes = recv.bytes.load(Ordering::Relaxed) - b0;
+        let secs = (recv.last_ns.load(Ordering::Relaxed).saturating_sub(start)) as f64 / 1e9;
+        let mb_s = if secs > 0.0 {
+            bytes as f64 / secs / 1e6
+        } else {
+            0.0
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.shutdown()).await;
+        rtts.sort_by(f64::total_cmp);
+        out.push(Figures { rtts, mb_s });
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), rtt_sock.shutdown()).await;
+    acceptor.abort();
+    Ok(out)
+}
+
+/// Runs every path, layer and size, then the overload run; `progress`
+/// gets one line per step.
+pub async fn run(
+    opts: &RelayOptions,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<RelayRow>, BenchError> {
+    for l in &opts.layers {
+        if !LAYERS.contains(l) {
+            return Err(BenchError::Unsupported {
+                layer: l.name().into(),
+                scenario: "relay".into(),
+                allowed: "unicast-pipe, socket".into(),
+            });
+        }
+    }
+    if opts.sizes.iter().any(|&s| s > 16 << 20) {
+        return Err(BenchError::BadOption(
+            "relay sizes are at most 16 MiB".into(),
+        ));
+    }
+    let homes = tempfile::tempdir().map_err(io("creating peer homes"))?;
+    let mut paths = vec![RelayPath::Direct];
+    paths.extend(opts.paths.iter().filter(|p| **p != RelayPath::Direct));
+    let mut rows: Vec<RelayRow> = Vec::new();
+    for path in paths {
+        progress(&format!("relay {}: starting peers", path.name()));
+        let dir = homes.path().join(path.name());
+        let t = topology(path, &dir, opts.key_bits).await?;
+        for &layer in &opts.layers {
+            let label = format!("relay {} {}", path.name(), layer.name());
+            let figs = if layer == Layer::Socket {
+                measure_socket(&t, &opts.sizes, opts, &label, &mut progress).await?
+            } else {
+                measure_pipes(&t, &opts.sizes, opts, &label, &mut progress).await?
+            };
+            for (&size, f) in opts.sizes.iter().zip(figs) {
+                let med = percentile(&f.rtts, 0.5);
+                progress(&format!(
+                    "{label} size {size}: RTT {med:.0} us, {:.1} MB/s",
+                    f.mb_s
+                ));
+                rows.push(RelayRow {
+                    scenario: "relay",
+                    path: path.name(),
+                    layer: layer.name(),
+                    size,
+                    run: "pingpong",
+                    rtt_us_median: Some(med),
+                    rtt_us_p99: Some(percentile(&f.rtts, 0.99)),
+                    bandwidth_mb_s: Some(f.mb_s),
+                    samples: Some(f.rtts.len()),
+                    ..RelayRow::default()
+                });
+            }
+        }
+        drop(t);
+    }
+    add_ratios(&mut rows);
+    if let Some(o) = &opts.overload {
+        rows.push(overload(opts, o, homes.path(), &mut progress).await?);
+    }
+    Ok(rows)
+}
+
+/// Fills the ratios against the direct row of the same layer and size.
+fn add_ratios(rows: &mut [RelayRow]) {
+    let direct: Vec<(&'static str, usize, Option<f64>, Option<f64>)> = rows
+        .iter()
+        .filter(|r| r.path == "direct")
+        .map(|r| (r.layer, r.size, r.rtt_us_median, r.bandwidth_mb_s))
+        .collect();
+    for r in rows.iter_mut() {
+        let Some(&(_, _, drtt, dbw)) = direct
+            .iter()
+            .find(|(l, s, _, _)| *l == r.layer && *s == r.size)
+        else {
+            continue;
+        };
+        let ratio = |x: Option<f64>, base: Option<f64>| match (x, base) {
+            (Some(x), Some(b)) if b > 0.0 => Some(x / b),
+            _ => None,
+        };
+        r.rtt_ratio_vs_direct = ratio(r.rtt_us_median, drtt);
+        r.bandwidth_ratio_vs_direct = ratio(r.bandwidth_mb_s, dbw);
+    }
+}
+
+/// Runs a relay until the process is killed; `ready` gets its TCP
+/// address, peer ID and HTTP address (when `http_listen` is set).
+pub async fn serve(
+    listen: SocketAddr,
+    http_listen: Option<SocketAddr>,
+    home: PathBuf,
+    key_bits: usize,
+    ready: impl FnOnce(SocketAddr, PeerId, Option<SocketAddr>),
+) -> Result<(), BenchError> {
+    let mut cfg = PeerConfig::new(home)
+        .listen(listen)
+        .relay(RelayConfig::server());
+    if let Some(h) = http_listen {
+        cfg = cfg.http_listen(h);
+    }
+    cfg.key_bits = key_bits;
+    let peer = Peer::start(cfg).await?;
+    ready(
+        peer.local_addr().unwrap_or(listen),
+        peer.peer_id(),
+        peer.http_local_addr(),
+    );
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// A relay child process (`juxta relay-serve`, killed when dropped).
+pub struct RelayProcess {
+    child: Child,
+    /// Its TCP address.
+    pub addr: SocketAddr,
+    /// Its peer ID.
+    pub peer: PeerId,
+    /// Its process ID.
+    pub pid: u32,
+    _home: tempfile::TempDir,
+}
+
+impl RelayProcess {
+    /// Starts `<exe> relay-serve ...` and waits for its READY line.
+    pub async fn spawn(exe: &Path, key_bits: usize) -> Result<RelayProcess, BenchError> {
+        let home = tempfile::tempdir().map_err(io("creating a relay home"))?;
+        let mut child = Command::new(exe)
+            .arg("relay-serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--home")
+            .arg(home.path())
+            .arg("--key-bits")
+            .arg(key_bits.to_string())
+            .stdout(Stdio::piped())
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| BenchError::Io {
+                what: format!("starting relay {}", exe.display()),
+                source,
+            })?;
+        let stdout = child.stdout.take().ok_or_else(|| fail("no stdout"))?;
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .map_err(|_| fail("relay-serve: no READY line within 60 s"))?
+            .map_err(io("reading relay output"))?
+            .ok_or_else(|| fail("relay-serve exited before READY"))?;
+        let mut it = line.split_whitespace();
+        let (Some("READY"), Some(a), Some(p)) = (it.next(), it.next(), it.next()) else {
+            return Err(fail(format!("relay-serve: unexpected line {line:?}")));
+        };
+        let addr = a
+            .parse()
+            .map_err(|_| fail(format!("relay-serve: bad address {a:?}")))?;
+        let peer = p
+            .parse()
+            .map_err(|_| fail(format!("relay-serve: bad peer ID {p:?}")))?;
+        let pid = child.id().ok_or_else(|| fail("relay-serve: no PID"))?;
+        Ok(RelayProcess {
+            child,
+            addr,
+            peer,
+            pid,
+            _home: home,
+        })
+    }
+
+    /// RSS in MB, from `/proc`.
+    pub fn rss_mb(&self) -> Option<f64> {
+        rss_mb(self.pid)
+    }
+
+    /// Kills the process (SIGKILL) and reaps it.
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// The RSS of process `pid` in MB, from `/proc/<pid>/status`.
+pub fn rss_mb(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
+/// The overload run against a relay process.
+async fn overload(
+    opts: &RelayOptions,
+    o: &OverloadOptions,
+    homes: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<RelayRow, BenchError> {
+    progress("relay overload: starting the relay process");
+    let mut relay = RelayProcess::spawn(&opts.exe, opts.key_bits).await?;
+    let result = overload_with(&relay, opts, o, &homes.join("overload"), progress).await;
+    relay.kill().await;
+    result
+}
+
+async fn overload_with(
+    relay: &RelayProcess,
+    opts: &RelayOptions,
+    o: &OverloadOptions,
+    homes: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<RelayRow, BenchError> {
+    let seeds = vec![relay.addr];
+    let kb = opts.key_bits;
+    let edge = |name: String| {
+        let seeds = seeds.clone();
+        async move { start_peer(homes, &name, kb, |c| c.relay(RelayConfig::client(seeds))).await }
+    };
+    let sink = edge("sink".into()).await?;
+    let mut senders = Vec::new();
+    for i in 0..o.senders.max(1) {
+        senders.push(edge(format!("sender{i}")).await?);
+    }
+    let (o1, o2) = (edge("other1".into()).await?, edge("other2".into()).await?);
+    for p in std::iter::once(&sink).chain(&senders).chain([&o1, &o2]) {
+        leased(p, "overload edge").await?;
+    }
+    progress("relay overload: edges leased, binding pipes");
+    // The sink reads at `sink_msgs_per_s`.
+    let sink_adv = pipe_adv("relay-overload-sink");
+    let mut sink_in = sink.pipes().create_input_pipe(&sink_adv)?;
+    let mut outs = Vec::new();
+    for s in &senders {
+        outs.push(
+            s.pipes()
+                .create_output_pipe(&sink_adv, &[sink.peer_id()], WAIT)
+                .await?,
+        );
+    }
+    // The other pair: o1 pings o2, o2 acks.
+    let (adv2, adv1) = (pipe_adv("relay-other-2"), pipe_adv("relay-other-1"));
+    let mut in2 = o2.pipes().create_input_pipe(&adv2)?;
+    let mut in1 = o1.pipes().create_input_pipe(&adv1)?;
+    let out12 = o1
+        .pipes()
+        .create_output_pipe(&adv2, &[o2.peer_id()], WAIT)
+        .await?;
+    let out21 = o2
+        .pipes()
+        .create_output_pipe(&adv1, &[o1.peer_id()], WAIT)
+        .await?;
+
+    let refused0: u64 = senders
+        .iter()
+        .map(|s| s.stats().relay_refused.load(Ordering::Relaxed))
+        .sum();
+    let stop = Arc::new(AtomicBool::new(false));
+    let delivered = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+
+    // Sink: paced reader.
+    let sink_rate = o.sink_msgs_per_s.max(1) as f64;
+    let d2 = delivered.clone();
+    let sink_task = tokio::spawn(async move {
+        let t0 = Instant::now();
+        while let Some(_m) = sink_in.recv().await {
+            let n = d2.fetch_add(1, Ordering::Relaxed) + 1;
+            let due = t0 + Duration::from_secs_f64(n as f64 / sink_rate);
+            tokio::time::sleep_until(due.into()).await;
+        }
+    });
+    // Other pair's echo.
+    let echo = tokio::spawn(async move {
+        while let Some(m) = in2.recv().await {
+            if out21.send(m.message).await.is_err() {
+                break;
+            }
+        }
+    });
+    // Generators (open loop) feeding bounded send queues.
+    let offered_rate = sink_rate * o.overload_factor.max(1) as f64;
+    let per_sender = offered_rate / outs.len() as f64;
+    let offered = Arc::new(AtomicU64::new(0));
+    let held_back = Arc::new(AtomicU64::new(0));
+    let send_errors = Arc::new(AtomicU64::new(0));
+    let payload = bytes::Bytes::from(vec![5u8; o.size]);
+    let mut tasks = Vec::new();
+    for out in outs {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Message>(256);
+        let errs = send_errors.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(m) = rx.recv().await {
+                if out.send(m).await.is_err() {
+                    errs.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+        let (stop, offered, held_back, payload) = (
+            stop.clone(),
+            offered.clone(),
+            held_back.clone(),
+            payload.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let t0 = Instant::now();
+            let mut n = 0u64;
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                let due = (t0.elapsed().as_secs_f64() * per_sender) as u64;
+                while n < due {
+                    n += 1;
+                    offered.fetch_add(1, Ordering::Relaxed);
+                    let m = Message::new().with(Element::bytes("", "d", payload.clone()));
+                    if tx.try_send(m).is_err() {
+                        held_back.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    // RSS sampler.
+    let pid = relay.pid;
+    let stop2 = stop.clone();
+    let sampler = tokio::spawn(async move {
+        let mut v = Vec::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        while !stop2.load(Ordering::Relaxed) {
+            tick.tick().await;
+            if let Some(mb) = rss_mb(pid) {
+                v.push((mb * 100.0).round() / 100.0);
+            }
+        }
+        v
+    });
+    // The other pair's ping-pongs, while the overload runs.
+    let mut other_rtts = Vec::new();
+    let mut other_timeouts = 0u64;
+    let mut last_report = Instant::now();
+    while start.elapsed() < o.duration {
+        let t0 = Instant::now();
+        let ping = Message::new().with(Element::bytes("", "p", &b"p"[..]));
+        let ok = out12.send(ping).await.is_ok()
+            && matches!(
+                tokio::time::timeout(Duration::from_secs(2), in1.recv()).await,
+                Ok(Some(_))
+            );
+        if ok {
+            other_rtts.push(t0.elapsed().as_secs_f64() * 1e6);
+        } else {
+            other_timeouts += 1;
+        }
+        if last_report.elapsed() >= Duration::from_secs(5) {
+            last_report = Instant::now();
+            progress(&format!(
+                "relay overload: {:.0} s, offered {}, delivered {}, relay RSS {:.1} MB",
+                start.elapsed().as_secs_f64(),
+                offered.load(Ordering::Relaxed),
+                delivered.load(Ordering::Relaxed),
+                rss_mb(pid).unwrap_or(0.0)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let measured = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    // Let what was sent arrive (the sink keeps reading at its rate).
+    let delivered_in_time = delivered.load(Ordering::Relaxed);
+    settle(
+        || false,
+        || delivered.load(Ordering::Relaxed),
+        Duration::from_secs(2),
+    )
+    .await;
+    for t in tasks {
+        t.abort();
+    }
+    let samples = sampler.await.unwrap_or_default();
+    sink_task.abort();
+    echo.abort();
+    let offered = offered.load(Ordering::Relaxed);
+    let delivered = delivered.load(Ordering::Relaxed).min(offered);
+    let held_back = held_back.load(Ordering::Relaxed);
+    let refused: u64 = senders
+        .iter()
+        .map(|s| s.stats().relay_refused.load(Ordering::Relaxed))
+        .sum::<u64>()
+        - refused0;
+    let send_errors = send_errors.load(Ordering::Relaxed);
+    let unaccounted = offered
+        .saturating_sub(delivered)
+        .saturating_sub(held_back)
+        .saturating_sub(refused)
+        .saturating_sub(send_errors);
+    other_rtts.sort_by(f64::total_cmp);
+    let row = RelayRow {
+        scenario: "relay",
+        path: RelayPath::TcpRelay.name(),
+        layer: Layer::UnicastPipe.name(),
+        size: o.size,
+        run: "overload",
+        offered_msgs_per_s: Some(offered as f64 / measured),
+        delivered_msgs_per_s: Some(delivered_in_time as f64 / measured),
+        loss_pct: Some(if offered == 0 {
+            0.0
+        } else {
+            (offered - delivered) as f64 * 100.0 / offered as f64
+        }),
+        offered: Some(offered),
+        delivered: Some(delivered),
+        held_back: Some(held_back),
+        refused_by_relay: Some(refused),
+        send_errors: Some(send_errors),
+        unaccounted: Some(unaccounted),
+        relay_rss_mb_max: Some(samples.iter().copied().fold(0.0, f64::max)),
+        relay_rss_mb_samples: Some(samples),
+        other_edge_rtt_us_median: Some(percentile(&other_rtts, 0.5)),
+        other_edge_answered: Some(other_rtts.len() as u64),
+        other_edge_timeouts: Some(other_timeouts),
+        duration_s: Some(measured),
+        ..RelayRow::default()
+    };
+    progress(&format!(
+        "relay overload: offered {:.0}/s delivered {:.0}/s loss {:.1}% (held back {held_back}, refused {refused}, other {unaccounted}); relay RSS max {:.1} MB; other edges RTT {:.0} us ({} timeouts)",
+        row.offered_msgs_per_s.unwrap_or(0.0),
+        row.delivered_msgs_per_s.unwrap_or(0.0),
+        row.loss_pct.unwrap_or(0.0),
+        row.relay_rss_mb_max.unwrap_or(0.0),
+        row.other_edge_rtt_us_median.unwrap_or(0.0),
+        other_timeouts,
+    ));
+    Ok(row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_parse_with_direct_first() {
+        assert_eq!(
+            RelayPath::parse_list("two-relays, tcp-relay,direct").unwrap(),
+            vec![RelayPath::Direct, RelayPath::TwoRelays, RelayPath::TcpRelay]
+        );
+        let e = RelayPath::parse_list("bogus").unwrap_err().to_string();
+        assert!(e.contains("http-relay"), "{e}");
+    }
+
+    #[test]
+    fn ratios_are_against_direct_of_the_same_layer_and_size() {
+        let row = |path, rtt, bw| RelayRow {
+            scenario: "relay",
+            path,
+            layer: "socket",
+            size: 1,
+            run: "pingpong",
+            rtt_us_median: Some(rtt),
+            bandwidth_mb_s: Some(bw),
+            ..RelayRow::default()
+        };
+        let mut rows = vec![row("direct", 10.0, 100.0), row("tcp-relay", 25.0, 50.0)];
+        add_ratios(&mut rows);
+        assert_eq!(rows[0].rtt_ratio_vs_direct, Some(1.0));
+        assert_eq!(rows[1].rtt_ratio_vs_direct, Some(2.5));
+        assert_eq!(rows[1].bandwidth_ratio_vs_direct, Some(0.5));
+        let j = serde_json::to_value(&rows[1]).unwrap();
+        assert_eq!(j["path"], "tcp-relay");
+        assert!(j.get("loss_pct").is_none());
+    }
+}
