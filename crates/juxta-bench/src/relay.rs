@@ -581,8 +581,8 @@ async fn measure_socket(
             h.abort();
         }
     });
-    let connect =
-        || JxtaSocket::connect(&t.a.pipes(), &sad, t.b.peer_id(), SocketConfig::default());
+    let pipes = t.a.pipes();
+    let connect = || JxtaSocket::connect(&pipes, &sad, t.b.peer_id(), SocketConfig::default());
     let mut rtt_sock = connect().await?;
     rtt_sock.write_all(b"R").await.map_err(io("socket write"))?;
     let mut out = Vec::new();

@@ -149,6 +149,10 @@ pub(crate) struct Inner {
     pub(crate) groups: crate::group::State,
     /// The rendezvous service, when configured (set once at start).
     pub(crate) rendezvous: std::sync::OnceLock<crate::rendezvous::RendezvousHandle>,
+    /// The connection tasks (aborted when the [`Peer`] is dropped, which
+    /// closes the sockets: a peer dropped in-process disappears from the
+    /// network as a stopped process does). Pruned of finished tasks.
+    pub(crate) conn_tasks: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
     /// Route cache, route queries, relay state.
     pub(crate) router: crate::relay::Router,
 }
@@ -377,6 +381,15 @@ pub struct Peer {
 
 impl Drop for Peer {
     fn drop(&mut self) {
+        for t in self
+            .inner
+            .conn_tasks
+            .lock()
+            .expect("conn_tasks lock")
+            .drain(..)
+        {
+            t.abort();
+        }
         if let Some(t) = self.accept_task.take() {
             t.abort();
         }
@@ -479,6 +492,7 @@ impl Peer {
             discovery,
             groups: Default::default(),
             rendezvous: std::sync::OnceLock::new(),
+            conn_tasks: std::sync::Mutex::new(Vec::new()),
             router: crate::relay::Router::new(local_peer, cfg_relay.as_ref()),
         });
         let accept_task = listener.map(|l| tokio::spawn(accept_loop(inner.clone(), l)));
@@ -658,14 +672,17 @@ pub(crate) async fn connect_to(
         .map_err(io_err(format!("connecting to {addr}")))?;
     tcp::configure(&stream, inner.cfg.socket_buffer).map_err(io_err("setting socket options"))?;
     let (tx, rx) = oneshot::channel();
-    tokio::spawn(tcp::run_connection(
-        inner.clone(),
-        stream,
-        Role::Initiator,
-        format!("tcp://{addr}"),
-        Some(tx),
-        permit,
-    ));
+    track_connection(
+        &inner,
+        tokio::spawn(tcp::run_connection(
+            inner.clone(),
+            stream,
+            Role::Initiator,
+            format!("tcp://{addr}"),
+            Some(tx),
+            permit,
+        )),
+    );
     let conn = tokio::time::timeout(timeout, rx)
         .await
         .map_err(|_| PeerError::ConnectTimeout(addr))?
@@ -705,13 +722,23 @@ async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
             continue;
         }
         tracing::debug!(%addr, "accepted connection");
-        tokio::spawn(tcp::run_connection(
-            inner.clone(),
-            stream,
-            Role::Acceptor,
-            format!("tcp://{addr}"),
-            None,
-            permit,
-        ));
+        track_connection(
+            &inner,
+            tokio::spawn(tcp::run_connection(
+                inner.clone(),
+                stream,
+                Role::Acceptor,
+                format!("tcp://{addr}"),
+                None,
+                permit,
+            )),
+        );
     }
+}
+
+/// Remembers a connection task so that dropping the peer ends it.
+fn track_connection(inner: &Inner, t: JoinHandle<()>) {
+    let mut v = inner.conn_tasks.lock().expect("conn_tasks lock");
+    v.retain(|h| !h.is_finished());
+    v.push(t.abort_handle());
 }

@@ -424,3 +424,25 @@ async fn two_rendezvous_form_a_peer_view_and_share_the_index() {
         .unwrap();
     assert!(none.is_empty());
 }
+
+/// An edge dropped in-process closes its connections (as a stopped process
+/// does), so the same identity started again is leased again at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_edge_is_leased_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let rdv = start(&dir, "rdv", true, RendezvousConfig::rendezvous()).await;
+    let seeds = vec![rdv.local_addr().unwrap()];
+    let e = start(&dir, "edge", false, RendezvousConfig::edge(seeds.clone())).await;
+    let id = e.peer_id();
+    assert_eq!(
+        e.rendezvous().unwrap().wait_leased(WAIT).await,
+        Some(rdv.peer_id())
+    );
+    drop(e);
+    let again = start(&dir, "edge", false, RendezvousConfig::edge(seeds)).await;
+    assert_eq!(again.peer_id(), id, "same identity");
+    assert_eq!(
+        again.rendezvous().unwrap().wait_leased(WAIT).await,
+        Some(rdv.peer_id())
+    );
+}
