@@ -51,6 +51,10 @@ use crate::BenchError;
 /// Layers this scenario measures.
 pub const LAYERS: [Layer; 2] = [Layer::UnicastPipe, Layer::Socket];
 
+/// How long the overload run waits, after the senders stop, for what
+/// they sent to reach the sink.
+const DRAIN: Duration = Duration::from_secs(5);
+
 /// How long one set-up step or one reply may take.
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -128,6 +132,9 @@ pub struct OverloadOptions {
     pub senders: usize,
     /// Payload bytes per message.
     pub size: usize,
+    /// Run the relay in this process instead of its own (tests, where no
+    /// `juxta` binary is at hand): its RSS is then this whole process's.
+    pub in_process: bool,
 }
 
 impl Default for OverloadOptions {
@@ -138,6 +145,7 @@ impl Default for OverloadOptions {
             overload_factor: 10,
             senders: 2,
             size: 1024,
+            in_process: false,
         }
     }
 }
@@ -171,7 +179,7 @@ impl Default for RelayOptions {
             paths: RelayPath::ALL.to_vec(),
             layers: LAYERS.to_vec(),
             sizes: vec![1, 1024, 65536],
-            warmup: 50,
+            warmup: 200,
             pairs: 200,
             stream: Duration::from_millis(1000),
             overload: Some(OverloadOptions::default()),
@@ -238,7 +246,8 @@ pub struct RelayRow {
     /// Overload: sends that failed at the sender (connection errors).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub send_errors: Option<u64>,
-    /// Overload: sent, not refused, not delivered.
+    /// Overload: sent, not refused, not delivered when counting stopped (5 s
+    /// after the senders stopped: still in flight, or lost).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unaccounted: Option<u64>,
     /// Overload: the relay process's largest RSS, MB.
@@ -309,7 +318,8 @@ async fn leased(p: &Peer, what: &str) -> Result<PeerId, BenchError> {
 struct Topo {
     a: Peer,
     b: Peer,
-    relays: Vec<Peer>,
+    /// Kept alive while the path is measured.
+    _relays: Vec<Peer>,
 }
 
 async fn topology(path: RelayPath, homes: &Path, key_bits: usize) -> Result<Topo, BenchError> {
@@ -325,7 +335,7 @@ async fn topology(path: RelayPath, homes: &Path, key_bits: usize) -> Result<Topo
             Ok(Topo {
                 a,
                 b,
-                relays: vec![],
+                _relays: vec![],
             })
         }
         RelayPath::TcpRelay => {
@@ -344,7 +354,7 @@ async fn topology(path: RelayPath, homes: &Path, key_bits: usize) -> Result<Topo
             Ok(Topo {
                 a,
                 b,
-                relays: vec![r],
+                _relays: vec![r],
             })
         }
         RelayPath::HttpRelay => {
@@ -368,7 +378,7 @@ async fn topology(path: RelayPath, homes: &Path, key_bits: usize) -> Result<Topo
             Ok(Topo {
                 a,
                 b,
-                relays: vec![r],
+                _relays: vec![r],
             })
         }
         RelayPath::TwoRelays => {
@@ -390,7 +400,7 @@ async fn topology(path: RelayPath, homes: &Path, key_bits: usize) -> Result<Topo
             Ok(Topo {
                 a,
                 b,
-                relays: vec![r1, r2],
+                _relays: vec![r1, r2],
             })
         }
     }
@@ -681,7 +691,7 @@ pub async fn run(
             for (&size, f) in opts.sizes.iter().zip(figs) {
                 let med = percentile(&f.rtts, 0.5);
                 progress(&format!(
-                    "{label} size {size}: RTT {med:.0} us, {:.1} MB/s",
+                    "{label} size {size}: RTT {med:.0} us, {:.3} MB/s",
                     f.mb_s
                 ));
                 rows.push(RelayRow {
@@ -846,21 +856,32 @@ async fn overload(
     homes: &Path,
     progress: &mut dyn FnMut(&str),
 ) -> Result<RelayRow, BenchError> {
+    let homes = homes.join("overload");
+    if o.in_process {
+        progress("relay overload: starting the relay (in this process)");
+        let r = start_peer(&homes, "relay", opts.key_bits, |c| {
+            c.listen(loopback()).relay(RelayConfig::server())
+        })
+        .await?;
+        let addr = r.local_addr().ok_or_else(|| fail("relay has no address"))?;
+        return overload_with(addr, std::process::id(), opts, o, &homes, progress).await;
+    }
     progress("relay overload: starting the relay process");
     let mut relay = RelayProcess::spawn(&opts.exe, opts.key_bits).await?;
-    let result = overload_with(&relay, opts, o, &homes.join("overload"), progress).await;
+    let result = overload_with(relay.addr, relay.pid, opts, o, &homes, progress).await;
     relay.kill().await;
     result
 }
 
 async fn overload_with(
-    relay: &RelayProcess,
+    relay_addr: SocketAddr,
+    pid: u32,
     opts: &RelayOptions,
     o: &OverloadOptions,
     homes: &Path,
     progress: &mut dyn FnMut(&str),
 ) -> Result<RelayRow, BenchError> {
-    let seeds = vec![relay.addr];
+    let seeds = vec![relay_addr];
     let kb = opts.key_bits;
     let edge = |name: String| {
         let seeds = seeds.clone();
@@ -971,7 +992,6 @@ async fn overload_with(
         }));
     }
     // RSS sampler.
-    let pid = relay.pid;
     let stop2 = stop.clone();
     let sampler = tokio::spawn(async move {
         let mut v = Vec::new();
@@ -1015,12 +1035,14 @@ async fn overload_with(
     }
     let measured = start.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
-    // Let what was sent arrive (the sink keeps reading at its rate).
+    // Let what was sent arrive (the sink keeps reading at its rate), for
+    // at most DRAIN; what is still in flight then counts as not delivered.
     let delivered_in_time = delivered.load(Ordering::Relaxed);
+    let drain_until = Instant::now() + DRAIN;
     settle(
-        || false,
+        || Instant::now() >= drain_until,
         || delivered.load(Ordering::Relaxed),
-        Duration::from_secs(2),
+        Duration::from_secs(1),
     )
     .await;
     for t in tasks {

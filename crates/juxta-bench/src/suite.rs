@@ -420,7 +420,7 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                         } else {
                             vec![1, 65536]
                         },
-                        warmup: if opts.full { 100 } else { 20 },
+                        warmup: if opts.full { 200 } else { 50 },
                         pairs: if opts.full { 500 } else { 100 },
                         stream: Duration::from_millis(if opts.full { 2000 } else { 300 }),
                         overload: Some(OverloadOptions {

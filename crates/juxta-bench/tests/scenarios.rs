@@ -270,3 +270,68 @@ async fn ops_default_configs_and_bad_config() {
         "{e}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_paths_and_overload_rows() {
+    use juxta_bench::relay::{self, OverloadOptions, RelayOptions, RelayPath};
+    let opts = RelayOptions {
+        paths: RelayPath::ALL.to_vec(),
+        layers: relay::LAYERS.to_vec(),
+        sizes: vec![1, 4096],
+        warmup: 2,
+        pairs: 5,
+        stream: std::time::Duration::from_millis(50),
+        overload: Some(OverloadOptions {
+            duration: std::time::Duration::from_millis(1000),
+            sink_msgs_per_s: 500,
+            in_process: true,
+            ..OverloadOptions::default()
+        }),
+        ..RelayOptions::default()
+    };
+    let rows = relay::run(&opts, quiet).await.expect("relay run");
+    let j = serde_json::to_value(&rows).unwrap();
+    let rows = j.as_array().unwrap();
+    for path in ["direct", "tcp-relay", "http-relay", "two-relays"] {
+        for layer in ["unicast-pipe", "socket"] {
+            for size in [1, 4096] {
+                let r = rows
+                    .iter()
+                    .find(|r| {
+                        r["path"] == path
+                            && r["layer"] == layer
+                            && r["size"] == size
+                            && r["run"] == "pingpong"
+                    })
+                    .unwrap_or_else(|| panic!("no row {path} {layer} {size}"));
+                assert_eq!(r["scenario"], "relay");
+                assert!(r["rtt_us_median"].as_f64().unwrap() > 0.0, "{r}");
+                assert!(r["bandwidth_mb_s"].as_f64().unwrap() > 0.0, "{r}");
+                assert!(r["rtt_ratio_vs_direct"].as_f64().unwrap() > 0.0, "{r}");
+                assert!(
+                    r["bandwidth_ratio_vs_direct"].as_f64().unwrap() > 0.0,
+                    "{r}"
+                );
+            }
+        }
+    }
+    let o: Vec<&serde_json::Value> = rows.iter().filter(|r| r["run"] == "overload").collect();
+    assert_eq!(o.len(), 1);
+    let o = o[0];
+    let loss = o["loss_pct"].as_f64().unwrap();
+    assert!((0.0..=100.0).contains(&loss), "{o}");
+    assert!(o["offered_msgs_per_s"].as_f64().unwrap() > 0.0, "{o}");
+    assert!(o["delivered_msgs_per_s"].as_f64().unwrap() > 0.0, "{o}");
+    assert!(o["relay_rss_mb_max"].as_f64().unwrap() > 0.0, "{o}");
+    assert!(!o["relay_rss_mb_samples"].as_array().unwrap().is_empty());
+    // Every offered message is delivered or accounted for.
+    let n = |k: &str| o[k].as_u64().unwrap();
+    assert!(n("delivered") <= n("offered"));
+    assert_eq!(
+        n("offered") - n("delivered"),
+        n("held_back") + n("refused_by_relay") + n("send_errors") + n("unaccounted"),
+        "{o}"
+    );
+    // The other edge pair was served during the overload.
+    assert!(n("other_edge_answered") > 0, "{o}");
+}

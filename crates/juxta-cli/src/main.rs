@@ -1169,7 +1169,8 @@ async fn run_relay_serve(a: RelayServeArgs) -> Result<(), CliError> {
 
 fn run_relay(a: RelayArgs) -> Result<(), CliError> {
     use juxta_bench::relay::{OverloadOptions, RelayOptions, RelayPath};
-    let layers = layers::parse_layers(&a.layers, "relay", &juxta_bench::relay::LAYERS)?;
+    let parsed = juxta_bench::util::parse_list(&a.layers, Layer::parse)?;
+    let layers = layers::checked_unique(&parsed, "relay", &juxta_bench::relay::LAYERS)?;
     let opts = RelayOptions {
         paths: RelayPath::parse_list(&a.paths)?,
         layers,
