@@ -446,3 +446,164 @@ async fn a_restarted_edge_is_leased_again() {
         Some(rdv.peer_id())
     );
 }
+
+/// Flooding model over a real peer view: an edge of one rendezvous finds an
+/// advertisement published by an edge of another; the query is propagated
+/// to the other rendezvous, whose index forwards it to the publisher, which
+/// answers the querier directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flooded_discovery_reaches_the_other_rendezvous() {
+    use juxta::proto::srdi::search::SearchModel;
+    use juxta_proto::advertisement::{AdvKind, Advertisement, PipeAdvertisement, PipeType};
+    use juxta_proto::id::PipeId;
+
+    let dir = tempfile::tempdir().unwrap();
+    let flood = || RendezvousConfig::rendezvous().model(SearchModel::Flooding);
+    let a = start(&dir, "rdv-a", true, flood()).await;
+    let b = start(
+        &dir,
+        "rdv-b",
+        true,
+        flood().peers(vec![a.local_addr().unwrap()]),
+    )
+    .await;
+    let (ha, hb) = (a.rendezvous().unwrap(), b.rendezvous().unwrap());
+    assert!(eventually(|| ha.status().view == 1 && hb.status().view == 1).await);
+    let publisher = start(
+        &dir,
+        "pub",
+        true,
+        RendezvousConfig::edge(vec![a.local_addr().unwrap()]),
+    )
+    .await;
+    let asker = start(
+        &dir,
+        "ask",
+        true,
+        RendezvousConfig::edge(vec![b.local_addr().unwrap()]),
+    )
+    .await;
+    assert!(publisher
+        .rendezvous()
+        .unwrap()
+        .wait_leased(WAIT)
+        .await
+        .is_some());
+    assert!(asker
+        .rendezvous()
+        .unwrap()
+        .wait_leased(WAIT)
+        .await
+        .is_some());
+
+    let mut adv =
+        PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+    adv.name = Some("flooded-printer".into());
+    publisher
+        .discovery()
+        .publish(&Advertisement::Pipe(adv.clone()))
+        .await
+        .unwrap();
+    assert!(eventually(|| ha.status().index_entries >= 2).await);
+    let found = asker
+        .discovery()
+        .get_remote(
+            AdvKind::Adv,
+            Some("Name"),
+            Some("flooded-printer"),
+            1,
+            Some(b.peer_id()),
+            WAIT,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&found[..], [Advertisement::Pipe(p)] if p.id == adv.id),
+        "{found:?}"
+    );
+}
+
+/// SRDI model over a real peer view: whatever rendezvous the replica of a
+/// key is, an edge of the other rendezvous finds what an edge of the first
+/// published (the replica forwards to the publisher, through the rendezvous
+/// that leases it when the replica has no connection to it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srdi_discovery_across_rendezvous() {
+    use juxta_proto::advertisement::{AdvKind, Advertisement, PipeAdvertisement, PipeType};
+    use juxta_proto::id::PipeId;
+
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(&dir, "rdv-a", true, RendezvousConfig::rendezvous()).await;
+    let b = start(
+        &dir,
+        "rdv-b",
+        true,
+        RendezvousConfig::rendezvous().peers(vec![a.local_addr().unwrap()]),
+    )
+    .await;
+    let (ha, hb) = (a.rendezvous().unwrap(), b.rendezvous().unwrap());
+    assert!(eventually(|| ha.status().view == 1 && hb.status().view == 1).await);
+    let publisher = start(
+        &dir,
+        "pub",
+        true,
+        RendezvousConfig::edge(vec![a.local_addr().unwrap()]),
+    )
+    .await;
+    let asker = start(
+        &dir,
+        "ask",
+        true,
+        RendezvousConfig::edge(vec![b.local_addr().unwrap()]),
+    )
+    .await;
+    assert!(publisher
+        .rendezvous()
+        .unwrap()
+        .wait_leased(WAIT)
+        .await
+        .is_some());
+    assert!(asker
+        .rendezvous()
+        .unwrap()
+        .wait_leased(WAIT)
+        .await
+        .is_some());
+
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let mut adv =
+            PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+        adv.name = Some(format!("srdi-printer-{i}"));
+        publisher
+            .discovery()
+            .publish(&Advertisement::Pipe(adv.clone()))
+            .await
+            .unwrap();
+        ids.push(adv.id);
+    }
+    assert!(
+        eventually(|| ha.status().index_entries >= 12).await,
+        "{:?}",
+        ha.status()
+    );
+    for (i, id) in ids.iter().enumerate() {
+        let name = format!("srdi-printer-{i}");
+        let found = asker
+            .discovery()
+            .get_remote(
+                AdvKind::Adv,
+                Some("Name"),
+                Some(&name),
+                1,
+                Some(b.peer_id()),
+                WAIT,
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(&found[..], [Advertisement::Pipe(p)] if p.id == *id),
+            "{name}: {found:?}"
+        );
+    }
+}

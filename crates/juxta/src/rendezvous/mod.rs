@@ -1277,7 +1277,33 @@ impl Task {
             // the route back to us from the ERM, and reaches us no other
             // way (it never maps our peer ID to the connection it opened).
             let dest = t.dest;
-            let ok = match inner.messenger(&t.to) {
+            let m = inner.messenger(&t.to);
+            if m.is_none() {
+                // A query for a publisher this rendezvous is not connected
+                // to (its entry came by replication): hand it to the other
+                // rendezvous of the view; the one leasing the publisher
+                // forwards it (the hop count bounds the detour).
+                if let Role::Rdv(r) = &self.role {
+                    let is_query = dest.service == RESOLVER_SERVICE
+                        && dest.param.as_deref() == Some(&query_queue(&self.g));
+                    if is_query && !r.srv.peer_view().contains(&t.to) {
+                        let view: Vec<PeerId> = r.srv.peer_view().members().collect();
+                        for v in view {
+                            if let Some(vm) = inner.messenger(&v) {
+                                let _ = vm
+                                    .send_routed_announced(
+                                        &dest.service,
+                                        dest.param.as_deref(),
+                                        t.message.clone(),
+                                    )
+                                    .await;
+                            }
+                        }
+                        continue;
+                    }
+                }
+            }
+            let ok = match m {
                 Some(m) => m
                     .send_routed_announced(&dest.service, dest.param.as_deref(), t.message)
                     .await
