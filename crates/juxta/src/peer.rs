@@ -673,7 +673,7 @@ pub(crate) async fn connect_to(
     tcp::configure(&stream, inner.cfg.socket_buffer).map_err(io_err("setting socket options"))?;
     let (tx, rx) = oneshot::channel();
     track_connection(
-        &inner,
+        inner,
         tokio::spawn(tcp::run_connection(
             inner.clone(),
             stream,
