@@ -33,11 +33,62 @@ fn an_unknown_scenario_is_refused_with_the_list_of_known_ones() {
 }
 
 #[test]
-fn a_scenario_not_built_yet_says_where_it_comes_from() {
-    let o = juxta(&["bench", "--scenarios", "relay"]);
+fn bad_relay_paths_and_layers_are_refused() {
+    let o = juxta(&["bench", "relay", "--paths", "carrier-pigeon"]);
     assert!(!o.status.success());
     let e = stderr(&o);
-    assert!(e.contains("not implemented yet") && e.contains("#5"), "{e}");
+    assert!(
+        e.contains("carrier-pigeon") && e.contains("two-relays"),
+        "{e}"
+    );
+    let o = juxta(&["bench", "relay", "--layers", "propagate"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("propagate") && e.contains("socket"), "{e}");
+}
+
+#[test]
+fn the_relay_overload_runs_against_a_relay_process() {
+    // The overload relay is this binary re-run as `juxta relay-serve`.
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("relay.json");
+    let o = juxta(&[
+        "bench",
+        "relay",
+        "--paths",
+        "tcp-relay",
+        "--layers",
+        "unicast-pipe",
+        "--sizes",
+        "1",
+        "--pairs",
+        "3",
+        "--stream-ms",
+        "50",
+        "--overload-secs",
+        "1",
+        "--sink-rate",
+        "200",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = doc["results"].as_array().unwrap();
+    for path in ["direct", "tcp-relay"] {
+        assert!(
+            rows.iter()
+                .any(|r| r["path"] == path && r["rtt_us_median"].as_f64().unwrap_or(0.0) > 0.0),
+            "no {path} row: {rows:?}"
+        );
+    }
+    let o = rows
+        .iter()
+        .find(|r| r["run"] == "overload")
+        .expect("overload row");
+    assert!(o["relay_rss_mb_max"].as_f64().unwrap() > 0.0, "{o}");
+    let loss = o["loss_pct"].as_f64().unwrap();
+    assert!((0.0..=100.0).contains(&loss), "{o}");
 }
 
 #[test]
