@@ -95,8 +95,8 @@ struct SuiteArgs {
     /// the short default budget.
     #[arg(long)]
     full: bool,
-    /// Scenarios of the default run (default: all that exist): pingpong,
-    /// throughput, composition, senders.
+    /// Scenarios of the default run (default: all): pingpong, throughput,
+    /// composition, senders, ops, rendezvous, recovery, relay.
     #[arg(long)]
     scenarios: Option<String>,
     /// Restrict the default run to these layers (default: each scenario's
