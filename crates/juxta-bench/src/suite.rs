@@ -227,7 +227,7 @@ impl Step {
             Step::Throughput(o) => layers(&o.layers),
             Step::Composition(o) => layers(&o.layers),
             Step::Senders(o) => layers(&o.layers),
-            Step::Ops(_) => "two peers, ad hoc".into(),
+            Step::Ops(_) => "ad hoc and through a rendezvous".into(),
             Step::Rendezvous(o) => format!(
                 "models {} x edges {:?} x rendezvous {:?} x rates {:?}",
                 o.models.join(","),
