@@ -607,3 +607,88 @@ async fn srdi_discovery_across_rendezvous() {
         );
     }
 }
+
+/// The limited-range walker across rendezvous processes (SRDI model): a
+/// discovery query that no index can place (a miss everywhere) is walked
+/// from its rendezvous along the peer view, and the other rendezvous see
+/// it (their query counters grow); the querier gets no answer, as with JXSE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_miss_is_walked_along_the_peer_view() {
+    use juxta_proto::advertisement::AdvKind;
+
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(&dir, "rdv-a", true, RendezvousConfig::rendezvous()).await;
+    let a_addr = a.local_addr().unwrap();
+    let b = start(
+        &dir,
+        "rdv-b",
+        true,
+        RendezvousConfig::rendezvous().peers(vec![a_addr]),
+    )
+    .await;
+    let b_addr = b.local_addr().unwrap();
+    let c = start(
+        &dir,
+        "rdv-c",
+        true,
+        RendezvousConfig::rendezvous().peers(vec![a_addr, b_addr]),
+    )
+    .await;
+    let hs = [
+        a.rendezvous().unwrap(),
+        b.rendezvous().unwrap(),
+        c.rendezvous().unwrap(),
+    ];
+    assert!(
+        eventually(|| hs.iter().all(|h| h.status().view == 2)).await,
+        "{:?}",
+        hs.iter().map(|h| h.status()).collect::<Vec<_>>()
+    );
+    let asker = start(
+        &dir,
+        "ask",
+        true,
+        RendezvousConfig::edge(vec![c.local_addr().unwrap()]),
+    )
+    .await;
+    assert!(asker
+        .rendezvous()
+        .unwrap()
+        .wait_leased(WAIT)
+        .await
+        .is_some());
+    let before: Vec<u64> = hs.iter().map(|h| h.status().queries).collect();
+    // Several different misses: whichever rendezvous is each key's replica,
+    // the misses end in walks that reach the others.
+    for i in 0..4 {
+        let found = asker
+            .discovery()
+            .get_remote(
+                AdvKind::Adv,
+                Some("Name"),
+                Some(&format!("nobody-has-{i}")),
+                1,
+                Some(c.peer_id()),
+                Duration::from_millis(300),
+            )
+            .await
+            .unwrap();
+        assert!(found.is_empty());
+    }
+    assert!(
+        eventually(|| {
+            let now: Vec<u64> = hs.iter().map(|h| h.status().queries).collect();
+            now[0] > before[0] && now[1] > before[1]
+        })
+        .await,
+        "queries reached a and b: {:?} -> {:?}",
+        before,
+        hs.iter().map(|h| h.status().queries).collect::<Vec<_>>()
+    );
+    // And some of them by a walk (not only forwards to the replica).
+    assert!(
+        eventually(|| hs[0].status().walked + hs[1].status().walked > 0).await,
+        "{:?}",
+        hs.iter().map(|h| h.status()).collect::<Vec<_>>()
+    );
+}

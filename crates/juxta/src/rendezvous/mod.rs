@@ -235,6 +235,8 @@ pub struct RendezvousStatus {
     pub index_entries: usize,
     /// Rendezvous: other rendezvous in the peer view.
     pub view: usize,
+    /// Rendezvous: messages that arrived by a limited-range walk.
+    pub walked: u64,
     /// Rendezvous: lookups admitted.
     pub queries: u64,
     /// Rendezvous: busy answers sent. Edge: busy answers received.
@@ -466,6 +468,7 @@ pub(crate) fn spawn(
                 last_dial: HashMap::new(),
                 relayed: HashMap::new(),
                 next_relay_id: 1,
+                walked: 0,
             }))
         }
         RendezvousRole::Edge { seeds } => Role::Edge(Box::new(EdgeState {
@@ -522,6 +525,8 @@ struct RdvState {
     /// [`MAX_RELAYED_LOOKUPS`] (oldest dropped, the edge re-asks).
     relayed: HashMap<i32, (PeerId, i32, u64)>,
     next_relay_id: i32,
+    /// Messages that arrived by a walk.
+    walked: u64,
 }
 
 struct Pending {
@@ -1165,8 +1170,11 @@ impl Task {
                                 from,
                                 dest,
                                 message,
-                                ..
+                                walk,
                             } => {
+                                if walk.is_some() {
+                                    r.walked += 1;
+                                }
                                 delivers.push((from, dest, message));
                                 continue;
                             }
@@ -1333,6 +1341,7 @@ impl Task {
                     leased_to: None,
                     clients: r.srv.client_count(),
                     index_entries: r.srdi.index().len(),
+                    walked: r.walked,
                     view: r.srv.peer_view().len(),
                     queries: s.queries,
                     busy: s.busy,
@@ -1344,6 +1353,7 @@ impl Task {
                 leased_to: e.cli.as_ref().and_then(|c| c.rendezvous()),
                 clients: 0,
                 index_entries: 0,
+                walked: 0,
                 view: 0,
                 queries: 0,
                 busy: e.busy,
