@@ -13,8 +13,13 @@
 //! - bandwidth: messages (or socket writes) of `size` streamed for a fixed
 //!   time; MB/s delivered at the receiver.
 //!
-//! All these peers run in this process on loopback. Rows carry the ratio
-//! against `direct` of the same layer and size.
+//! The edges run in this process; each relay runs as its own process
+//! (`juxta relay-serve`, see [`serve`]; for two relays R1 is started with
+//! `--peer <R2>` and connects to R2 before it reports READY), so the
+//! relay's forwarding does not share the edges' threads. All on loopback.
+//! Tests without a `juxta` binary run the relays in this process instead
+//! ([`RelayOptions::relays_in_process`]). Rows carry the ratio against
+//! `direct` of the same layer and size.
 //!
 //! The **overload** run starts the relay as its own process (`juxta
 //! relay-serve`, see [`serve`]) so its RSS can be sampled from `/proc`
@@ -167,10 +172,15 @@ pub struct RelayOptions {
     pub stream: Duration,
     /// The overload run (`None`: skipped).
     pub overload: Option<OverloadOptions>,
-    /// The `juxta` binary re-run as the overload relay.
+    /// The `juxta` binary re-run as the relays (paths and overload).
     pub exe: PathBuf,
     /// RSA key size of the peers.
     pub key_bits: usize,
+    /// Run the relays of the measured paths in this process instead of
+    /// as `juxta relay-serve` processes (tests, where no `juxta` binary
+    /// is at hand); the overload run has its own
+    /// [`OverloadOptions::in_process`].
+    pub relays_in_process: bool,
 }
 
 impl Default for RelayOptions {
@@ -185,6 +195,7 @@ impl Default for RelayOptions {
             overload: Some(OverloadOptions::default()),
             exe: crate::rendezvous::default_exe(),
             key_bits: 1024,
+            relays_in_process: false,
         }
     }
 }
@@ -314,17 +325,82 @@ async fn leased(p: &Peer, what: &str) -> Result<PeerId, BenchError> {
         .ok_or_else(|| fail(format!("{what}: no relay lease within {WAIT:?}")))
 }
 
+/// A relay of a measured path: a peer of this process or a child process.
+enum Relay {
+    InProcess(Peer),
+    Process(Box<RelayProcess>),
+}
+
+/// Where a started relay listens.
+struct RelayAddrs {
+    tcp: SocketAddr,
+    http: Option<SocketAddr>,
+}
+
+/// Starts a relay (in this process or as `juxta relay-serve`), with an
+/// HTTP listener when `http`, connected to `peer` when given.
+async fn start_relay(
+    opts: &RelayOptions,
+    homes: &Path,
+    name: &str,
+    http: bool,
+    peer: Option<SocketAddr>,
+) -> Result<(Relay, RelayAddrs), BenchError> {
+    if opts.relays_in_process {
+        let r = start_peer(homes, name, opts.key_bits, |c| {
+            let c = c.listen(loopback()).relay(RelayConfig::server());
+            if http {
+                c.http_listen(loopback())
+            } else {
+                c
+            }
+        })
+        .await?;
+        if let Some(p) = peer {
+            r.connect(p).await?;
+        }
+        let addrs = RelayAddrs {
+            tcp: r
+                .local_addr()
+                .ok_or_else(|| fail(format!("{name} has no address")))?,
+            http: r.http_local_addr(),
+        };
+        return Ok((Relay::InProcess(r), addrs));
+    }
+    let r = RelayProcess::start(&opts.exe, opts.key_bits, http, peer).await?;
+    let addrs = RelayAddrs {
+        tcp: r.addr,
+        http: r.http_addr,
+    };
+    Ok((Relay::Process(Box::new(r)), addrs))
+}
+
 /// The peers of one path: A (client side), B (server side) and the relays.
 struct Topo {
     a: Peer,
     b: Peer,
     /// Kept alive while the path is measured.
-    _relays: Vec<Peer>,
+    relays: Vec<Relay>,
 }
 
-async fn topology(path: RelayPath, homes: &Path, key_bits: usize) -> Result<Topo, BenchError> {
+impl Topo {
+    /// Stops the edges, then the relays (relay processes are killed and
+    /// reaped).
+    async fn close(self) {
+        drop(self.a);
+        drop(self.b);
+        for r in self.relays {
+            match r {
+                Relay::InProcess(p) => drop(p),
+                Relay::Process(mut p) => p.kill().await,
+            }
+        }
+    }
+}
+
+async fn topology(path: RelayPath, homes: &Path, opts: &RelayOptions) -> Result<Topo, BenchError> {
     let p = path.name();
-    let relay_cfg = |c: PeerConfig| c.listen(loopback()).relay(RelayConfig::server());
+    let key_bits = opts.key_bits;
     match path {
         RelayPath::Direct => {
             let b =
@@ -335,12 +411,12 @@ async fn topology(path: RelayPath, homes: &Path, key_bits: usize) -> Result<Topo
             Ok(Topo {
                 a,
                 b,
-                _relays: vec![],
+                relays: vec![],
             })
         }
         RelayPath::TcpRelay => {
-            let r = start_peer(homes, &format!("{p}-r"), key_bits, relay_cfg).await?;
-            let seeds = vec![r.local_addr().ok_or_else(|| fail("relay has no address"))?];
+            let (r, addrs) = start_relay(opts, homes, &format!("{p}-r"), false, None).await?;
+            let seeds = vec![addrs.tcp];
             let a = start_peer(homes, &format!("{p}-a"), key_bits, |c| {
                 c.relay(RelayConfig::client(seeds.clone()))
             })
@@ -354,16 +430,13 @@ async fn topology(path: RelayPath, homes: &Path, key_bits: usize) -> Result<Topo
             Ok(Topo {
                 a,
                 b,
-                _relays: vec![r],
+                relays: vec![r],
             })
         }
         RelayPath::HttpRelay => {
-            let r = start_peer(homes, &format!("{p}-r"), key_bits, |c| {
-                relay_cfg(c).http_listen(loopback())
-            })
-            .await?;
-            let seeds = vec![r
-                .http_local_addr()
+            let (r, addrs) = start_relay(opts, homes, &format!("{p}-r"), true, None).await?;
+            let seeds = vec![addrs
+                .http
                 .ok_or_else(|| fail("relay has no HTTP address"))?];
             let a = start_peer(homes, &format!("{p}-a"), key_bits, |c| {
                 c.relay(RelayConfig::client_http(seeds.clone()))
@@ -378,21 +451,20 @@ async fn topology(path: RelayPath, homes: &Path, key_bits: usize) -> Result<Topo
             Ok(Topo {
                 a,
                 b,
-                _relays: vec![r],
+                relays: vec![r],
             })
         }
         RelayPath::TwoRelays => {
-            let r2 = start_peer(homes, &format!("{p}-r2"), key_bits, relay_cfg).await?;
-            let r1 = start_peer(homes, &format!("{p}-r1"), key_bits, relay_cfg).await?;
-            let r2_addr = r2.local_addr().ok_or_else(|| fail("R2 has no address"))?;
-            r1.connect(r2_addr).await?;
-            let s1 = vec![r1.local_addr().ok_or_else(|| fail("R1 has no address"))?];
+            // R1 connects to R2 at start (before it is ready).
+            let (r2, a2) = start_relay(opts, homes, &format!("{p}-r2"), false, None).await?;
+            let (r1, a1) =
+                start_relay(opts, homes, &format!("{p}-r1"), false, Some(a2.tcp)).await?;
             let a = start_peer(homes, &format!("{p}-a"), key_bits, |c| {
-                c.relay(RelayConfig::client(s1))
+                c.relay(RelayConfig::client(vec![a1.tcp]))
             })
             .await?;
             let b = start_peer(homes, &format!("{p}-b"), key_bits, |c| {
-                c.relay(RelayConfig::client(vec![r2_addr]))
+                c.relay(RelayConfig::client(vec![a2.tcp]))
             })
             .await?;
             leased(&a, "A").await?;
@@ -400,7 +472,7 @@ async fn topology(path: RelayPath, homes: &Path, key_bits: usize) -> Result<Topo
             Ok(Topo {
                 a,
                 b,
-                _relays: vec![r1, r2],
+                relays: vec![r1, r2],
             })
         }
     }
@@ -680,7 +752,7 @@ pub async fn run(
     for path in paths {
         progress(&format!("relay {}: starting peers", path.name()));
         let dir = homes.path().join(path.name());
-        let t = topology(path, &dir, opts.key_bits).await?;
+        let t = topology(path, &dir, opts).await?;
         for &layer in &opts.layers {
             let label = format!("relay {} {}", path.name(), layer.name());
             let figs = if layer == Layer::Socket {
@@ -708,7 +780,7 @@ pub async fn run(
                 });
             }
         }
-        drop(t);
+        t.close().await;
     }
     add_ratios(&mut rows);
     if let Some(o) = &opts.overload {
@@ -741,10 +813,13 @@ fn add_ratios(rows: &mut [RelayRow]) {
 }
 
 /// Runs a relay until the process is killed; `ready` gets its TCP
-/// address, peer ID and HTTP address (when `http_listen` is set).
+/// address, peer ID and HTTP address (when `http_listen` is set). With
+/// `peer` (another relay's TCP address) it first connects to that relay,
+/// as R1 of the two-relays path does to R2.
 pub async fn serve(
     listen: SocketAddr,
     http_listen: Option<SocketAddr>,
+    peer_addr: Option<SocketAddr>,
     home: PathBuf,
     key_bits: usize,
     ready: impl FnOnce(SocketAddr, PeerId, Option<SocketAddr>),
@@ -757,6 +832,9 @@ pub async fn serve(
     }
     cfg.key_bits = key_bits;
     let peer = Peer::start(cfg).await?;
+    if let Some(p) = peer_addr {
+        peer.connect(p).await?;
+    }
     ready(
         peer.local_addr().unwrap_or(listen),
         peer.peer_id(),
@@ -773,23 +851,45 @@ pub struct RelayProcess {
     pub addr: SocketAddr,
     /// Its peer ID.
     pub peer: PeerId,
+    /// Its HTTP address (when started with one).
+    pub http_addr: Option<SocketAddr>,
     /// Its process ID.
     pub pid: u32,
     _home: tempfile::TempDir,
 }
 
 impl RelayProcess {
-    /// Starts `<exe> relay-serve ...` and waits for its READY line.
+    /// Starts `<exe> relay-serve ...` (TCP only) and waits for its READY
+    /// line.
     pub async fn spawn(exe: &Path, key_bits: usize) -> Result<RelayProcess, BenchError> {
+        RelayProcess::start(exe, key_bits, false, None).await
+    }
+
+    /// Starts `<exe> relay-serve ...`, also listening for HTTP when
+    /// `http`, connected to the relay at `peer` when given, and waits for
+    /// its READY line.
+    pub async fn start(
+        exe: &Path,
+        key_bits: usize,
+        http: bool,
+        peer: Option<SocketAddr>,
+    ) -> Result<RelayProcess, BenchError> {
         let home = tempfile::tempdir().map_err(io("creating a relay home"))?;
-        let mut child = Command::new(exe)
-            .arg("relay-serve")
+        let mut cmd = Command::new(exe);
+        cmd.arg("relay-serve")
             .arg("--listen")
             .arg("127.0.0.1:0")
             .arg("--home")
             .arg(home.path())
             .arg("--key-bits")
-            .arg(key_bits.to_string())
+            .arg(key_bits.to_string());
+        if http {
+            cmd.arg("--http-listen").arg("127.0.0.1:0");
+        }
+        if let Some(p) = peer {
+            cmd.arg("--peer").arg(p.to_string());
+        }
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stdin(Stdio::null())
             .kill_on_drop(true)
@@ -815,11 +915,22 @@ impl RelayProcess {
         let peer = p
             .parse()
             .map_err(|_| fail(format!("relay-serve: bad peer ID {p:?}")))?;
+        let http_addr = match it.next() {
+            Some(h) => Some(
+                h.parse()
+                    .map_err(|_| fail(format!("relay-serve: bad HTTP address {h:?}")))?,
+            ),
+            None => None,
+        };
+        if http && http_addr.is_none() {
+            return Err(fail(format!("relay-serve: no HTTP address in {line:?}")));
+        }
         let pid = child.id().ok_or_else(|| fail("relay-serve: no PID"))?;
         Ok(RelayProcess {
             child,
             addr,
             peer,
+            http_addr,
             pid,
             _home: home,
         })

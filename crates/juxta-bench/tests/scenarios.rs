@@ -287,6 +287,7 @@ async fn relay_paths_and_overload_rows() {
             in_process: true,
             ..OverloadOptions::default()
         }),
+        relays_in_process: true,
         ..RelayOptions::default()
     };
     let rows = relay::run(&opts, quiet).await.expect("relay run");

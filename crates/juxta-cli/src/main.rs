@@ -431,6 +431,9 @@ struct RelayServeArgs {
     /// Also listen for JXTA's HTTP transport here.
     #[arg(long)]
     http_listen: Option<SocketAddr>,
+    /// Connect to this relay at start (R1 of the two-relays path).
+    #[arg(long)]
+    peer: Option<SocketAddr>,
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
 }
@@ -1156,6 +1159,7 @@ async fn run_relay_serve(a: RelayServeArgs) -> Result<(), CliError> {
     juxta_bench::relay::serve(
         a.listen,
         a.http_listen,
+        a.peer,
         a.home,
         a.key_bits,
         |addr, peer, http| match http {

@@ -92,6 +92,48 @@ fn the_relay_overload_runs_against_a_relay_process() {
 }
 
 #[test]
+fn the_relay_paths_run_against_relay_processes() {
+    // Each path's relay is this binary re-run as `juxta relay-serve`
+    // (two-relays: R1 started with `--peer <R2>`; http-relay: with
+    // `--http-listen`).
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("relay.json");
+    let o = juxta(&[
+        "bench",
+        "relay",
+        "--paths",
+        "http-relay,two-relays",
+        "--layers",
+        "unicast-pipe,socket",
+        "--sizes",
+        "1",
+        "--pairs",
+        "3",
+        "--stream-ms",
+        "50",
+        "--overload-secs",
+        "0",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = doc["results"].as_array().unwrap();
+    for path in ["direct", "http-relay", "two-relays"] {
+        for layer in ["unicast-pipe", "socket"] {
+            let r = rows
+                .iter()
+                .find(|r| r["path"] == path && r["layer"] == layer)
+                .unwrap_or_else(|| panic!("no {path} {layer} row: {rows:?}"));
+            assert!(r["rtt_us_median"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["bandwidth_mb_s"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["rtt_ratio_vs_direct"].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+    assert!(rows.iter().all(|r| r["run"] != "overload"), "{rows:?}");
+}
+
+#[test]
 fn an_unknown_layer_is_refused() {
     let o = juxta(&["bench", "--layers", "carrier-pigeon"]);
     assert!(!o.status.success());
