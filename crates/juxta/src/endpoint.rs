@@ -234,9 +234,12 @@ impl Messenger {
         param: Option<&str>,
         mut msg: Message,
     ) -> Result<usize, SendError> {
-        let route = crate::discovery::local_route(&self.inner);
-        match route {
-            Some(r) if !self.conn.compact_tx.load(Ordering::Acquire) => {
+        // Compact framing (Juxta peers): a plain send, no route to build.
+        if self.conn.compact_tx.load(Ordering::Acquire) {
+            return self.send(service, param, msg).await;
+        }
+        match crate::discovery::local_route(&self.inner) {
+            Some(r) => {
                 let to = endpoint::wrap_routed_with_route(
                     &self.inner.cfg.connection.group_unique,
                     self.inner.identity.peer_id(),
