@@ -336,29 +336,12 @@ async fn bad_requests_are_refused_and_counted() {
             p
         }
     };
-    let check = |p: Bytes, d: juxta_proto::endpoint::Delivery| {
-        assert_eq!(d.message.get("juxta", "payload").unwrap().data, p);
-    };
 
     // Garbage.
     let (status, _, _) = raw(addr, b"\x16\x03\x01garbage\r\n\r\n").await;
     assert_eq!(status, 400);
     assert_eq!(stats.bad_request.load(Ordering::Relaxed), 1);
-    let p = still_served().await;
-    check(
-        p.clone(),
-        tokio::time::timeout(WAIT, a_in.recv())
-            .await
-            .unwrap()
-            .unwrap(),
-    );
-    check(
-        p,
-        tokio::time::timeout(WAIT, b_in.recv())
-            .await
-            .unwrap()
-            .unwrap(),
-    );
+    both_arrive(still_served().await, &mut a_in, &mut b_in).await;
 
     // Oversized content-length: refused from the head, before any body.
     let too_big = format!(
@@ -389,21 +372,7 @@ async fn bad_requests_are_refused_and_counted() {
     let (status, _, _) = raw(addr, poll(&b.peer_id(), "00").as_bytes()).await;
     assert_eq!(status, 404);
     assert_eq!(stats.unknown_session.load(Ordering::Relaxed), 2);
-    let p = still_served().await;
-    check(
-        p.clone(),
-        tokio::time::timeout(WAIT, a_in.recv())
-            .await
-            .unwrap()
-            .unwrap(),
-    );
-    check(
-        p,
-        tokio::time::timeout(WAIT, b_in.recv())
-            .await
-            .unwrap()
-            .unwrap(),
-    );
+    both_arrive(still_served().await, &mut a_in, &mut b_in).await;
 
     // Missing authentication: an unsigned message; a signed one posing as
     // the good client (path names it); a hello with a nonce never issued;
@@ -452,21 +421,7 @@ async fn bad_requests_are_refused_and_counted() {
         .unwrap();
     assert_eq!(got.from, Some(*mallory.peer_id()));
 
-    let p = still_served().await;
-    check(
-        p.clone(),
-        tokio::time::timeout(WAIT, a_in.recv())
-            .await
-            .unwrap()
-            .unwrap(),
-    );
-    check(
-        p,
-        tokio::time::timeout(WAIT, b_in.recv())
-            .await
-            .unwrap()
-            .unwrap(),
-    );
+    both_arrive(still_served().await, &mut a_in, &mut b_in).await;
     assert!(!to_a.connection().is_closed());
 }
 
@@ -558,4 +513,15 @@ async fn a_dropped_poll_takes_nothing_from_the_queue() {
     assert_eq!(m.wire_len, body.len());
     assert_eq!(m.message.get("juxta", "payload").unwrap().data, p);
     assert_eq!(server.stats().lost_in_response.load(Ordering::Relaxed), 0);
+}
+
+/// The good client's two messages (one each way) arrived, with payload `p`.
+async fn both_arrive(p: Bytes, a_in: &mut juxta::Listener, b_in: &mut juxta::Listener) {
+    for inbox in [a_in, b_in] {
+        let d = tokio::time::timeout(WAIT, inbox.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(d.message.get("juxta", "payload").unwrap().data, p);
+    }
 }

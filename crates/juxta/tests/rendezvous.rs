@@ -447,6 +447,37 @@ async fn a_restarted_edge_is_leased_again() {
     );
 }
 
+/// Rendezvous `a` and `b` (configured as `rdv`, `b` naming `a`) once they
+/// see each other, and one leased edge on each: the publisher on `a`, the
+/// asker on `b`; every peer listens.
+async fn two_rendezvous_two_edges(
+    dir: &tempfile::TempDir,
+    rdv: RendezvousConfig,
+) -> (Peer, Peer, Peer, Peer) {
+    let a = start(dir, "rdv-a", true, rdv.clone()).await;
+    let b = start(dir, "rdv-b", true, rdv.peers(vec![a.local_addr().unwrap()])).await;
+    let (ha, hb) = (a.rendezvous().unwrap(), b.rendezvous().unwrap());
+    assert!(eventually(|| ha.status().view == 1 && hb.status().view == 1).await);
+    let publisher = start(
+        dir,
+        "pub",
+        true,
+        RendezvousConfig::edge(vec![a.local_addr().unwrap()]),
+    )
+    .await;
+    let asker = start(
+        dir,
+        "ask",
+        true,
+        RendezvousConfig::edge(vec![b.local_addr().unwrap()]),
+    )
+    .await;
+    for e in [&publisher, &asker] {
+        assert!(e.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    }
+    (a, b, publisher, asker)
+}
+
 /// Flooding model over a real peer view: an edge of one rendezvous finds an
 /// advertisement published by an edge of another; the query is propagated
 /// to the other rendezvous, whose index forwards it to the publisher, which
@@ -458,43 +489,9 @@ async fn flooded_discovery_reaches_the_other_rendezvous() {
     use juxta_proto::id::PipeId;
 
     let dir = tempfile::tempdir().unwrap();
-    let flood = || RendezvousConfig::rendezvous().model(SearchModel::Flooding);
-    let a = start(&dir, "rdv-a", true, flood()).await;
-    let b = start(
-        &dir,
-        "rdv-b",
-        true,
-        flood().peers(vec![a.local_addr().unwrap()]),
-    )
-    .await;
-    let (ha, hb) = (a.rendezvous().unwrap(), b.rendezvous().unwrap());
-    assert!(eventually(|| ha.status().view == 1 && hb.status().view == 1).await);
-    let publisher = start(
-        &dir,
-        "pub",
-        true,
-        RendezvousConfig::edge(vec![a.local_addr().unwrap()]),
-    )
-    .await;
-    let asker = start(
-        &dir,
-        "ask",
-        true,
-        RendezvousConfig::edge(vec![b.local_addr().unwrap()]),
-    )
-    .await;
-    assert!(publisher
-        .rendezvous()
-        .unwrap()
-        .wait_leased(WAIT)
-        .await
-        .is_some());
-    assert!(asker
-        .rendezvous()
-        .unwrap()
-        .wait_leased(WAIT)
-        .await
-        .is_some());
+    let rdv = RendezvousConfig::rendezvous().model(SearchModel::Flooding);
+    let (a, b, publisher, asker) = two_rendezvous_two_edges(&dir, rdv).await;
+    let ha = a.rendezvous().unwrap();
 
     let mut adv =
         PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
@@ -533,42 +530,9 @@ async fn srdi_discovery_across_rendezvous() {
     use juxta_proto::id::PipeId;
 
     let dir = tempfile::tempdir().unwrap();
-    let a = start(&dir, "rdv-a", true, RendezvousConfig::rendezvous()).await;
-    let b = start(
-        &dir,
-        "rdv-b",
-        true,
-        RendezvousConfig::rendezvous().peers(vec![a.local_addr().unwrap()]),
-    )
-    .await;
-    let (ha, hb) = (a.rendezvous().unwrap(), b.rendezvous().unwrap());
-    assert!(eventually(|| ha.status().view == 1 && hb.status().view == 1).await);
-    let publisher = start(
-        &dir,
-        "pub",
-        true,
-        RendezvousConfig::edge(vec![a.local_addr().unwrap()]),
-    )
-    .await;
-    let asker = start(
-        &dir,
-        "ask",
-        true,
-        RendezvousConfig::edge(vec![b.local_addr().unwrap()]),
-    )
-    .await;
-    assert!(publisher
-        .rendezvous()
-        .unwrap()
-        .wait_leased(WAIT)
-        .await
-        .is_some());
-    assert!(asker
-        .rendezvous()
-        .unwrap()
-        .wait_leased(WAIT)
-        .await
-        .is_some());
+    let (a, b, publisher, asker) =
+        two_rendezvous_two_edges(&dir, RendezvousConfig::rendezvous()).await;
+    let ha = a.rendezvous().unwrap();
 
     let mut ids = Vec::new();
     for i in 0..6 {
