@@ -395,6 +395,19 @@ impl PeerId {
         ))
     }
 
+    /// Whether this is a `cbid` ID: one that claims to be derived from a
+    /// public key (and so can be proven by that key). JXSE also lets users
+    /// set `uuid` peer IDs, which no key derives.
+    pub fn is_cbid(&self) -> bool {
+        matches!(
+            self.0,
+            JxtaId::Bytes {
+                format: IdFormat::Cbid,
+                ..
+            }
+        )
+    }
+
     /// `jxta://<unique>`, the endpoint address of this peer.
     pub fn endpoint_address(&self) -> String {
         format!("jxta://{}", self.0.unique_value())

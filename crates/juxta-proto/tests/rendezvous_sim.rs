@@ -457,7 +457,7 @@ impl Sim {
         if dest.service == RDV_SERVICE {
             let _ = e.cli.handle_message(from, &tx.message, now);
         } else if dest.service == PROPAGATE_SERVICE {
-            if let Ok(Some(d)) = e.cli.accept_propagated(&tx.message) {
+            if let Ok(Some(d)) = e.cli.accept_propagated(from, &tx.message) {
                 if d == ores() {
                     Self::edge_query(e, me, &tx.message);
                 }

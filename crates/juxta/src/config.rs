@@ -188,6 +188,18 @@ impl PeerConfig {
         self
     }
 
+    /// Runs (default) or skips the Juxta handshake that proves peer IDs
+    /// between Juxta peers. Off, a Juxta peer proves its ID only as a JXSE
+    /// peer does (CBJX signatures naming the receiver), and never uses
+    /// compact framing: see docs/security.md.
+    pub fn handshake(mut self, on: bool) -> PeerConfig {
+        self.connection.handshake = on;
+        if !on {
+            self.connection.compact = false;
+        }
+        self
+    }
+
     /// Enables IP multicast with these settings.
     pub fn multicast(mut self, m: MulticastConfig) -> PeerConfig {
         self.multicast = Some(m);

@@ -125,6 +125,15 @@ pub struct Stats {
     /// full, quota, not leased, malformed control message); on an edge,
     /// refusals received from its relay.
     pub relay_refused: AtomicU64,
+    /// Connections closed because the peer that answered was not the peer
+    /// dialled, or whose messages changed signing certificate.
+    pub identity_refused: AtomicU64,
+    /// Signed messages that arrived again on another connection (replays;
+    /// they prove no identity).
+    pub replayed_signatures: AtomicU64,
+    /// Requests refused because they came from a peer that has not proven
+    /// its ID (leases, SRDI, peer view, relay, binding answers, ...).
+    pub unproven_refused: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -155,19 +164,49 @@ pub(crate) struct Inner {
     pub(crate) conn_tasks: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
     /// Route cache, route queries, relay state.
     pub(crate) router: crate::relay::Router,
+    /// Signed messages seen, so that a replayed one proves no identity.
+    pub(crate) replay: std::sync::Mutex<juxta_proto::wire::replay::ReplayCache>,
 }
 
 impl Inner {
-    /// Makes `conn` the connection used for its peer, unless a live one is
-    /// registered already (a closed one is replaced).
+    /// Makes `conn` the connection used for its peer, unless a live one
+    /// with at least as strong a proof is registered already (a closed one
+    /// is replaced; a proven connection replaces one whose peer ID is only
+    /// claimed, never the reverse).
     pub(crate) fn register(&self, conn: &Arc<Connection>) {
         let mut map = self.connections.write().expect("connections lock");
         match map.get(&conn.remote) {
-            Some(existing) if !existing.is_closed() => {}
+            Some(existing)
+                if !existing.is_closed()
+                    && (existing.proof().is_proven() || !conn.proof().is_proven()) => {}
             _ => {
                 map.insert(conn.remote, conn.clone());
             }
         }
+    }
+
+    /// Checks a signed message for replay: whether it may prove its
+    /// connection's peer ID (new, or a retransmission on the same
+    /// connection). A replay is counted.
+    pub(crate) fn fresh_signature(&self, conn: &Connection, tag: [u8; 16]) -> bool {
+        use juxta_proto::wire::replay::Seen;
+        let seen = self
+            .replay
+            .lock()
+            .expect("replay lock")
+            .check(&conn.remote, tag, conn.id);
+        if seen == Seen::OtherConnection {
+            let n = self
+                .stats
+                .replayed_signatures
+                .fetch_add(1, Ordering::Relaxed)
+                + 1;
+            if n.is_power_of_two() {
+                tracing::warn!(remote = %conn.remote, peer_addr = %conn.peer_addr, replays = n, "signed message replayed from another connection: it proves nothing");
+            }
+            return false;
+        }
+        true
     }
 
     pub(crate) fn unregister(&self, conn: &Arc<Connection>) {
@@ -193,10 +232,12 @@ impl Inner {
     pub(crate) async fn dispatch_from(
         &self,
         remote: PeerId,
+        proven: bool,
         to: ServiceAddress,
         message: juxta_proto::message::Message,
     ) {
-        let d = match endpoint::deliver(self.identity.peer_id(), to, Some(remote), message) {
+        let d = match endpoint::deliver(self.identity.peer_id(), to, Some(remote), proven, message)
+        {
             Ok(d) => d,
             Err(e) => {
                 self.stats.undeliverable.fetch_add(1, Ordering::Relaxed);
@@ -286,6 +327,8 @@ impl Inner {
             from: Some(from),
             message,
             routed: false,
+            // Propagated or walked: the origin is as the header says.
+            proven: false,
         };
         let ok = tx.is_some_and(|tx| tx.try_send(d).is_ok());
         if !ok {
@@ -494,6 +537,9 @@ impl Peer {
             rendezvous: std::sync::OnceLock::new(),
             conn_tasks: std::sync::Mutex::new(Vec::new()),
             router: crate::relay::Router::new(local_peer, cfg_relay.as_ref()),
+            replay: std::sync::Mutex::new(juxta_proto::wire::replay::ReplayCache::new(
+                juxta_proto::wire::replay::DEFAULT_REPLAY_CAPACITY,
+            )),
         });
         let accept_task = listener.map(|l| tokio::spawn(accept_loop(inner.clone(), l)));
         let mut service_tasks = vec![
@@ -644,17 +690,39 @@ impl Peer {
     }
 }
 
+/// Counts (and logs, once per power of two) a request refused because its
+/// sender has not proven its peer ID.
+pub(crate) fn count_unproven(inner: &Inner, from: &PeerId, service: &'static str) {
+    let n = inner.stats.unproven_refused.fetch_add(1, Ordering::Relaxed) + 1;
+    if n.is_power_of_two() {
+        tracing::info!(%from, service, refused = n, "request from a peer that has not proven its ID refused");
+    }
+}
+
 /// [`Peer::connect`] for service tasks.
 pub(crate) async fn connect_to(
     inner: &Arc<Inner>,
     addr: SocketAddr,
+) -> Result<Messenger, PeerError> {
+    connect_to_peer(inner, addr, None).await
+}
+
+/// Connects to `addr`; with `expected`, the remote must be that peer (a
+/// welcome naming another closes the connection, counted in
+/// [`Stats::identity_refused`]): a dial triggered by a route or an address
+/// another peer sent must reach the peer it named.
+pub(crate) async fn connect_to_peer(
+    inner: &Arc<Inner>,
+    addr: SocketAddr,
+    expected: Option<PeerId>,
 ) -> Result<Messenger, PeerError> {
     let known = inner
         .by_addr
         .read()
         .expect("by_addr lock")
         .get(&addr)
-        .copied();
+        .copied()
+        .filter(|p| !matches!(expected, Some(e) if e != *p));
     if let Some(m) = known.and_then(|p| inner.messenger(&p)) {
         if !m.connection().is_closed() {
             return Ok(m);
@@ -679,6 +747,7 @@ pub(crate) async fn connect_to(
             stream,
             Role::Initiator,
             format!("tcp://{addr}"),
+            expected,
             Some(tx),
             permit,
         )),
@@ -729,6 +798,7 @@ async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
                 stream,
                 Role::Acceptor,
                 format!("tcp://{addr}"),
+                None,
                 None,
                 permit,
             )),

@@ -291,7 +291,7 @@ async fn send_response(
             for addr in dial {
                 let c = tokio::time::timeout(
                     ANSWER_DIAL_TIMEOUT,
-                    crate::peer::connect_to(&inner, addr),
+                    crate::peer::connect_to_peer(&inner, addr, Some(to)),
                 )
                 .await;
                 if let Ok(Ok(m)) = c {
@@ -339,7 +339,7 @@ async fn on_response(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fau
             }
         }
         let resp = DiscoveryResponse::parse(&r.response)?;
-        crate::discovery::on_response(inner, r.query_id, resp).await;
+        crate::discovery::on_response(inner, r.query_id, resp, d.from, d.proven).await;
         return Ok(());
     }
     if r.handler == juxta_proto::endpoint::route_query::ROUTER_HANDLER {

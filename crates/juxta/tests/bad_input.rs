@@ -182,6 +182,7 @@ async fn raw_jxta_client(
     send(&mut s, &welcome_line(peer, claimed)).await;
     let w = read_welcome(&mut s, &mut BytesMut::new()).await;
     let cfg = ConnectionConfig {
+        handshake: false,
         compact: false,
         ..ConnectionConfig::default()
     };
@@ -448,6 +449,7 @@ async fn handshake_then(
     let offer = HandshakeMsg::Offer {
         nonce,
         cert: offer_cert,
+        compact: true,
     };
     send(
         &mut s,

@@ -272,19 +272,19 @@ async fn bad_router_messages_are_refused_and_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unauthenticated_relay_requests_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    // Neither CBJX nor compact framing: the edge's connection never proves
-    // its peer ID.
+    // Neither CBJX nor the Juxta handshake: the edge's connection never
+    // proves its peer ID.
     let r = start(&dir, "r", |c| {
         c.listen("127.0.0.1:0".parse().unwrap())
             .cbjx(false)
-            .compact(false)
+            .handshake(false)
             .relay(RelayConfig::server())
     })
     .await;
     let seeds = vec![r.local_addr().unwrap()];
     let e = start(&dir, "e", |c| {
         c.cbjx(false)
-            .compact(false)
+            .handshake(false)
             .relay(RelayConfig::client(seeds))
     })
     .await;

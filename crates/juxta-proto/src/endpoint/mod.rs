@@ -118,15 +118,25 @@ pub struct Delivery {
     pub message: Message,
     /// Whether it arrived through the endpoint router.
     pub routed: bool,
+    /// Whether `from` is proven: the message came straight from `from`
+    /// over a connection on which `from` proved its peer ID (see
+    /// [`crate::wire::connection::Proof`]). A message relayed on behalf of
+    /// another peer is not: its origin is as its router header says.
+    /// Services that act on the sender (leases, SRDI ownership, relay,
+    /// binding answers) refuse deliveries that are not proven.
+    pub proven: bool,
 }
 
 /// Resolves what a received message is for: demangles the service name and,
 /// for router traffic addressed to `local`, strips the ERM and delivers to
 /// the service in its `Dest`.
+///
+/// `proven`: whether `from` (the link peer) proved its peer ID.
 pub fn deliver(
     local: &PeerId,
     to: ServiceAddress,
     from: Option<PeerId>,
+    proven: bool,
     mut message: Message,
 ) -> Result<Delivery, EndpointError> {
     let (group, real) = demangle(to);
@@ -137,6 +147,7 @@ pub fn deliver(
             from,
             message,
             routed: false,
+            proven: proven && from.is_some(),
         });
     }
     let erm = message
@@ -160,6 +171,7 @@ pub fn deliver(
         from: h.src.peer_id().or(from),
         message,
         routed: true,
+        proven: proven && from.is_some() && !matches!(h.src.peer_id(), Some(s) if Some(s) != from),
     })
 }
 
@@ -252,19 +264,19 @@ mod tests {
         let to = ServiceAddress::new("JuxtaTest", Some("sink"));
         let via = wrap_routed(NET_GROUP_UNIQUE, &a, &b, &to, &mut m);
         assert_eq!(via.param.as_deref(), Some(ROUTER_SERVICE));
-        let d = deliver(&b, via.clone(), None, m.clone()).unwrap();
+        let d = deliver(&b, via.clone(), None, false, m.clone()).unwrap();
         assert_eq!(d.to, to);
         assert_eq!(d.from, Some(a));
         assert!(d.routed);
         assert_eq!(d.message.elements.len(), 1);
         assert!(matches!(
-            deliver(&a, via.clone(), None, m.clone()),
+            deliver(&a, via.clone(), None, false, m.clone()),
             Err(EndpointError::Loop)
         ));
         let mut no_erm = m.clone();
         no_erm.remove_all(NS_JXTA, ELEM_ERM);
         assert!(matches!(
-            deliver(&b, via, None, no_erm),
+            deliver(&b, via, None, false, no_erm),
             Err(EndpointError::NoRouterHeader)
         ));
     }

@@ -571,7 +571,13 @@ impl Binder {
         let acceptable =
             |peer: &PeerId| p.candidates.is_empty() || p.accept_any || p.candidates.contains(peer);
         if found {
-            let peer = peers.iter().copied().find(|q| acceptable(q))?;
+            // A peer answers `Found` only for itself: an answer naming
+            // another holder than its sender is a forgery (it would send
+            // our pipe traffic, or a secure pipe's TLS session, elsewhere).
+            let peer = peers
+                .iter()
+                .copied()
+                .find(|q| *q == from && acceptable(q))?;
             self.finish(bind);
             return Some(BindEvent::Bound { bind, peer });
         }

@@ -382,10 +382,21 @@ impl EdgeClient {
         msg: &Message,
         now: Millis,
     ) -> Result<(), RdvMessageError> {
-        let _ = from;
         let parsed = LeaseMessage::from_message(msg)?;
         if self.stopped {
             return Ok(());
+        }
+        // A grant or disconnect speaks for its sender only: a peer cannot
+        // grant a lease in another rendezvous' name or end ours.
+        if let LeaseMessage::Granted { rdv: peer, .. } | LeaseMessage::Disconnect { peer, .. } =
+            &parsed
+        {
+            if *peer != from {
+                return Err(RdvMessageError::NotSender {
+                    claimed: Box::new(*peer),
+                    sender: Box::new(from),
+                });
+            }
         }
         match parsed {
             LeaseMessage::Granted {
@@ -403,13 +414,22 @@ impl EdgeClient {
                 }
                 let lease = lease_ms as u64;
                 let renew_in = self.cfg.heartbeat_ms.min(lease / 2).max(1);
+                let asked = match self.state {
+                    State::Requesting { rdv: r, .. } | State::Connected { rdv: r, .. } => r == rdv,
+                    State::Idle { .. } => false,
+                };
+                if !asked && !self.seeds.contains(&rdv) {
+                    // Unsolicited: no request went to this peer and it is
+                    // not one of our rendezvous.
+                    return Ok(());
+                }
                 match self.state {
                     State::Connected { rdv: r, .. } if r == rdv => {
                         self.stats.grants += 1;
                         self.state = State::Connected {
                             rdv,
-                            lease_end: now + lease,
-                            next_renew: now + renew_in,
+                            lease_end: now.saturating_add(lease),
+                            next_renew: now.saturating_add(renew_in),
                             pending_since: None,
                         };
                     }
@@ -437,8 +457,8 @@ impl EdgeClient {
                         }
                         self.state = State::Connected {
                             rdv,
-                            lease_end: now + lease,
-                            next_renew: now + renew_in,
+                            lease_end: now.saturating_add(lease),
+                            next_renew: now.saturating_add(renew_in),
                             pending_since: None,
                         };
                         self.event(EdgeEvent::Connected { rdv, rdv_adv });
@@ -460,10 +480,21 @@ impl EdgeClient {
     /// as JXSE's edge does: a valid header, TTL > 0, not seen before, not
     /// looped back. Returns the listener to deliver it to, or `None` to drop
     /// it. Edges never forward propagated messages.
+    ///
+    /// Only our own rendezvous propagates to us: a message from `from`
+    /// while leased to another peer (or to none) is refused with
+    /// [`RdvMessageError::NotSender`].
     pub fn accept_propagated(
         &mut self,
+        from: PeerId,
         msg: &Message,
     ) -> Result<Option<ServiceAddress>, RdvMessageError> {
+        if self.current() != Some(from) {
+            return Err(RdvMessageError::NotSender {
+                claimed: Box::new(self.current().unwrap_or(self.me)),
+                sender: Box::new(from),
+            });
+        }
         let h = PropagateHeader::from_message(msg, &self.group.unique_value())?;
         if h.ttl <= 0 || h.visited(&self.me) || !self.dedup.first_time(h.msg_id.as_bytes()) {
             return Ok(None);
@@ -674,11 +705,56 @@ mod tests {
         };
         let mut m = Message::new();
         h.write_into(&mut m, "jxta-NetGroup");
+        // Not leased: nobody may propagate to us.
+        assert!(matches!(
+            e.accept_propagated(peer(1), &m),
+            Err(RdvMessageError::NotSender { .. })
+        ));
+        e.handle_timeout(0);
+        sent_to(&mut e);
+        e.handle_message(peer(1), &grant(1, 60_000), 0).unwrap();
+        // Another peer than our rendezvous: refused.
+        assert!(matches!(
+            e.accept_propagated(peer(2), &m),
+            Err(RdvMessageError::NotSender { .. })
+        ));
         assert_eq!(
-            e.accept_propagated(&m).unwrap(),
+            e.accept_propagated(peer(1), &m).unwrap(),
             Some(ServiceAddress::new("svc", None))
         );
-        assert_eq!(e.accept_propagated(&m).unwrap(), None);
-        assert!(e.accept_propagated(&Message::new()).is_err());
+        assert_eq!(e.accept_propagated(peer(1), &m).unwrap(), None);
+        assert!(e.accept_propagated(peer(1), &Message::new()).is_err());
+    }
+
+    #[test]
+    fn grants_and_disconnects_act_only_for_their_sender() {
+        let mut e = edge();
+        e.handle_timeout(0);
+        sent_to(&mut e);
+        // peer(2) forges a grant in peer(1)'s name: refused.
+        assert!(matches!(
+            e.handle_message(peer(2), &grant(1, 60_000), 0),
+            Err(RdvMessageError::NotSender { .. })
+        ));
+        assert_eq!(e.rendezvous(), None);
+        // A grant of a peer that is neither asked nor a seed: ignored.
+        let stranger = peer(77);
+        e.handle_message(stranger, &grant(77, 60_000), 0).unwrap();
+        assert_eq!(e.rendezvous(), None);
+        e.handle_message(peer(1), &grant(1, 60_000), 0).unwrap();
+        assert_eq!(e.rendezvous(), Some(peer(1)));
+        // A disconnect in the rendezvous' name from someone else: refused.
+        let d = LeaseMessage::Disconnect {
+            peer: peer(1),
+            peer_adv: PeerAdvertisement::new(peer(1), PeerGroupId::NET, "r")
+                .to_xml()
+                .into(),
+        };
+        assert!(e.handle_message(peer(2), &d.to_message(), 5).is_err());
+        assert_eq!(e.rendezvous(), Some(peer(1)));
+        // An extreme lease length saturates instead of wrapping.
+        e.handle_message(peer(1), &grant(1, i64::MAX), u64::MAX - 5)
+            .unwrap();
+        assert_eq!(e.rendezvous(), Some(peer(1)));
     }
 }

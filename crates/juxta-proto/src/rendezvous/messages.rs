@@ -93,6 +93,15 @@ pub enum RdvMessageError {
     /// The message carries none of the elements of this protocol.
     #[error("not a rendezvous message of this kind")]
     NotThisProtocol,
+    /// A lease request or disconnect names another peer than the one that
+    /// sent it: a peer acts only for itself.
+    #[error("lease message for {claimed} sent by {sender}")]
+    NotSender {
+        /// The peer the message's advertisement names.
+        claimed: Box<PeerId>,
+        /// The peer that sent it.
+        sender: Box<PeerId>,
+    },
     /// A required element is missing.
     #[error("message without the {0} element")]
     MissingElement(&'static str),

@@ -321,7 +321,7 @@ impl RendezvousServer {
         } else {
             return Err(RdvMessageError::NotThisProtocol);
         };
-        if r.is_err() {
+        if r.is_err() && !matches!(r, Err(RdvMessageError::NotSender { .. })) {
             self.stats.malformed += 1;
         }
         r
@@ -333,7 +333,20 @@ impl RendezvousServer {
         msg: &Message,
         now: Millis,
     ) -> Result<(), RdvMessageError> {
-        match LeaseMessage::from_message(msg)? {
+        let lm = LeaseMessage::from_message(msg)?;
+        // Leases and disconnects act on the sender, never on an ID written
+        // in the body: otherwise any connected peer could lease for, or
+        // disconnect, another.
+        if let LeaseMessage::Request { peer, .. } | LeaseMessage::Disconnect { peer, .. } = &lm {
+            if *peer != from {
+                self.stats.refused += 1;
+                return Err(RdvMessageError::NotSender {
+                    claimed: Box::new(*peer),
+                    sender: Box::new(from),
+                });
+            }
+        }
+        match lm {
             LeaseMessage::Request { peer, .. } => {
                 let known = self.clients.contains_key(&peer);
                 if !known && self.clients.len() >= self.cfg.max_clients {
@@ -590,6 +603,16 @@ mod tests {
                 .to_xml()
                 .into(),
         };
+        // Another peer cannot disconnect 10, nor lease in its name.
+        assert!(matches!(
+            s.handle_message(peer(13), &lease, d.to_message(), 1050),
+            Err(RdvMessageError::NotSender { .. })
+        ));
+        assert!(matches!(
+            s.handle_message(peer(13), &lease, request(14), 1050),
+            Err(RdvMessageError::NotSender { .. })
+        ));
+        assert!(s.is_client(&peer(10)) && !s.is_client(&peer(14)));
         s.handle_message(peer(10), &lease, d.to_message(), 1100)
             .unwrap();
         assert_eq!(s.client_count(), 0);

@@ -30,15 +30,30 @@ use crate::message::codec::{decode_v0, encode_v0, EncodedMessage, MessageError};
 use crate::message::namespace_order::JavaHashOrder;
 use crate::message::{Element, Message, NS_JXTA};
 
+/// Largest message accepted from a remote that has not proven its peer ID
+/// yet (see [`ConnectionConfig::max_unproven_message`]).
+pub const DEFAULT_MAX_UNPROVEN_MESSAGE: u64 = 64 * 1024;
+
 /// Settings shared by both halves.
 #[derive(Debug, Clone)]
 pub struct ConnectionConfig {
-    /// Largest message body accepted (checked from the length field).
+    /// Largest message body accepted (checked from the length field) once
+    /// the remote has proven its peer ID.
     pub max_message: u64,
+    /// Largest message body accepted before that (JXTA framing with CBJX
+    /// on, until the first message whose signature verifies): what one
+    /// unauthenticated frame can make this peer read and decode.
+    pub max_unproven_message: u64,
     /// Sign outgoing JXTA messages with a CBJX trailer and require one on
     /// incoming JXTA messages (JXSE 2.7's default).
     pub cbjx: bool,
-    /// Offer (as initiator) and accept (as acceptor) compact framing.
+    /// Offer (as initiator) and answer (as acceptor) the Juxta handshake
+    /// that proves both peer IDs ([`Proof::Handshake`]) between Juxta
+    /// peers. JXSE ignores it. Off: Juxta peers prove nothing beyond what
+    /// CBJX signatures give (see [`Proof`]).
+    pub handshake: bool,
+    /// With the handshake, also switch to compact framing (both sides must
+    /// want it).
     pub compact: bool,
     /// Namespace-table order of the JVM on the other side.
     pub hash_order: JavaHashOrder,
@@ -50,7 +65,9 @@ impl Default for ConnectionConfig {
     fn default() -> Self {
         ConnectionConfig {
             max_message: frame::DEFAULT_MAX_MESSAGE,
+            max_unproven_message: DEFAULT_MAX_UNPROVEN_MESSAGE,
             cbjx: true,
+            handshake: true,
             compact: true,
             hash_order: JavaHashOrder::Java8,
             group_unique: crate::endpoint::NET_GROUP_UNIQUE.to_string(),
@@ -105,6 +122,85 @@ pub enum ConnectionError {
     /// Sending before the remote welcome arrived.
     #[error("connection not established yet")]
     NotEstablished,
+    /// We dialled one peer and the welcome line names another.
+    #[error("dialled peer {expected} but the remote welcome names {got}")]
+    UnexpectedPeer {
+        /// who we dialled
+        expected: Box<PeerId>,
+        /// who answered
+        got: Box<PeerId>,
+    },
+    /// The connection's peer ID is a `cbid` (derived from a key) and a
+    /// message is signed with a certificate whose key derives another ID:
+    /// someone else's key claiming that peer's ID.
+    #[error("message signed for {peer} with a certificate that derives another peer ID")]
+    CertNotForPeer {
+        /// the claimed peer
+        peer: Box<PeerId>,
+    },
+    /// A later message on the connection is signed with another
+    /// certificate than the first one (a connection has one signer).
+    #[error("CBJX certificate changed within the connection")]
+    CertificateChanged,
+}
+
+/// How far the remote peer ID of a connection has been proven.
+///
+/// JXTA framing carries the peer ID in the welcome line, which anyone can
+/// write. It counts for more only after proof that the remote holds the
+/// key the ID derives from:
+///
+/// - [`Proof::Handshake`]: the compact handshake (Juxta peers) verified a
+///   signature over both fresh nonces and both IDs with a certificate that
+///   derives the claimed ID. Fresh: cannot be replayed or relayed to another
+///   connection.
+/// - [`Proof::Signature`]: a CBJX-signed message (JXSE peers) whose
+///   certificate derives the claimed ID, whose signed bytes name this peer,
+///   and which this peer had not seen before. JXSE signs no challenge, so
+///   this proves possession of a message the key holder signed for us,
+///   not possession of the key now (see docs/security.md).
+/// - [`Proof::Claimed`]: nothing beyond the welcome line: CBJX off, a JXSE
+///   peer whose ID was set by hand (`uuid` IDs, which no key derives), or no
+///   qualifying message yet. Such peers are served (interop) but never
+///   trusted for leases, SRDI ownership, relay forwarding or secure-pipe
+///   binding.
+///
+/// ```
+/// use juxta_proto::wire::connection::Proof;
+/// assert!(Proof::Handshake.is_proven() && Proof::Signature.is_proven());
+/// assert!(!Proof::Claimed.is_proven());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
+pub enum Proof {
+    /// Only the welcome line names the peer.
+    #[default]
+    Claimed,
+    /// A CBJX signature by the ID's key over a message naming us.
+    Signature,
+    /// The compact handshake.
+    Handshake,
+}
+
+impl Proof {
+    /// Whether the remote proved it holds the key its peer ID derives from.
+    pub fn is_proven(self) -> bool {
+        self != Proof::Claimed
+    }
+}
+
+/// What the CBJX trailer of a received JXTA message established; the
+/// caller turns it into [`Proof::Signature`] (see
+/// [`Inbound::prove_by_signature`]) after its replay check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignedBy {
+    /// The certificate derives the connection's peer ID.
+    pub cert_matches_id: bool,
+    /// The signed bytes name this peer's ID (the message was meant for us).
+    pub names_local: bool,
+    /// The first 16 bytes of the signature: with the signer, identifies
+    /// the message for a replay check (PKCS#1 v1.5 signatures are
+    /// deterministic, so a replay carries the same bytes).
+    pub tag: [u8; 16],
 }
 
 /// A message received on a connection.
@@ -118,6 +214,8 @@ pub struct Received {
     pub message: Message,
     /// Bytes the frame occupied on the wire.
     pub wire_len: usize,
+    /// For a CBJX-signed JXTA message: what its signature established.
+    pub signed: Option<SignedBy>,
 }
 
 /// What the inbound half produced.
@@ -146,11 +244,27 @@ pub struct Inbound {
     compact: CompactDecoder,
     verifier: CbjxVerifier,
     received: u64,
+    /// How messages meant for us name us: our ID as it appears in
+    /// `jxta://` addresses, and our public endpoint address.
+    local_names: Vec<Vec<u8>>,
+    /// The peer we dialled, if we know who it should be.
+    expected: Option<PeerId>,
+    proof: Proof,
+    /// The certificate of the first verified message: every later
+    /// message must be signed with the same one.
+    pinned_cert: Option<Bytes>,
+    /// Whether the full message limit applies (see
+    /// [`ConnectionConfig::max_unproven_message`]).
+    full_limit: bool,
 }
 
 impl Inbound {
     /// A receiving half expecting the remote welcome first.
     pub fn new(cfg: ConnectionConfig) -> Inbound {
+        // With CBJX off nothing can be proven in JXTA framing, so the
+        // small limit would only refuse honest JXSE peers: the decoders'
+        // own bounds are the protection then (docs/security.md).
+        let full_limit = !cfg.cbjx;
         Inbound {
             cfg,
             mode: RxMode::Welcome,
@@ -158,12 +272,66 @@ impl Inbound {
             compact: CompactDecoder::new(),
             verifier: CbjxVerifier::default(),
             received: 0,
+            local_names: Vec::new(),
+            expected: None,
+            proof: Proof::Claimed,
+            pinned_cert: None,
+            full_limit,
         }
+    }
+
+    /// Sets our own peer ID, so that a CBJX-signed message can be checked
+    /// to name us ([`SignedBy::names_local`]).
+    pub fn with_local(mut self, me: &PeerId) -> Inbound {
+        self.local_names.push(me.unique_value().into_bytes());
+        self
+    }
+
+    /// Adds the destination address of our welcome line on this
+    /// connection (`tcp://host:port`, the remote's address as we see it).
+    /// JXSE's direct (unrouted) messages carry exactly that address in the
+    /// `EndpointDestinationAddress` it signs, so such a message names this
+    /// connection: a message replayed from another connection names
+    /// another address.
+    pub fn with_local_address(mut self, addr: &str) -> Inbound {
+        if !addr.is_empty() {
+            self.local_names.push(format!("{addr}/").into_bytes());
+        }
+        self
+    }
+
+    /// Sets the peer we dialled: a welcome naming another peer closes the
+    /// connection ([`ConnectionError::UnexpectedPeer`]).
+    pub fn expecting(mut self, peer: Option<PeerId>) -> Inbound {
+        self.expected = peer;
+        self
     }
 
     /// The remote peer, once its welcome arrived.
     pub fn remote(&self) -> Option<PeerId> {
         self.remote
+    }
+
+    /// How far the remote's peer ID is proven.
+    pub fn proof(&self) -> Proof {
+        self.proof
+    }
+
+    /// Records a [`Proof::Signature`] after the caller's replay check of a
+    /// message whose [`SignedBy`] had `cert_matches_id` and `names_local`.
+    /// Never lowers a stronger proof.
+    pub fn prove_by_signature(&mut self) {
+        self.proof = self.proof.max(Proof::Signature);
+        self.full_limit = true;
+    }
+
+    /// The message limit in force now.
+    pub fn message_limit(&self) -> u64 {
+        if self.full_limit {
+            self.cfg.max_message
+        } else {
+            self.cfg.max_unproven_message.min(self.cfg.max_message)
+        }
     }
 
     /// Whether the receive direction speaks compact framing.
@@ -177,9 +345,16 @@ impl Inbound {
     }
 
     /// Switches the receive direction to compact framing (after the
-    /// handshake said so).
+    /// handshake said so: the remote proved its ID, [`Proof::Handshake`]).
     pub fn switch_to_compact(&mut self) {
         self.mode = RxMode::Compact;
+        self.prove_by_handshake();
+    }
+
+    /// Records a completed handshake ([`HandshakeOutcome::proven`]).
+    pub fn prove_by_handshake(&mut self) {
+        self.proof = Proof::Handshake;
+        self.full_limit = true;
     }
 
     /// Decodes the next event from the front of `rx`. `Ok(None)`: need more
@@ -192,6 +367,14 @@ impl Inbound {
                 let Some((w, used)) = Welcome::parse(rx)? else {
                     return Ok(None);
                 };
+                if let Some(expected) = self.expected {
+                    if expected != w.peer_id {
+                        return Err(ConnectionError::UnexpectedPeer {
+                            expected: Box::new(expected),
+                            got: Box::new(w.peer_id),
+                        });
+                    }
+                }
                 rx.advance(used);
                 self.remote = Some(w.peer_id);
                 self.mode = RxMode::Jxta;
@@ -209,6 +392,7 @@ impl Inbound {
                     source: None,
                     message,
                     wire_len,
+                    signed: None,
                 })))
             }
             RxMode::Jxta => self.poll_jxta(rx),
@@ -216,7 +400,7 @@ impl Inbound {
     }
 
     fn poll_jxta(&mut self, rx: &mut BytesMut) -> Result<Option<InboundEvent>, ConnectionError> {
-        let Some(h) = frame::parse_header(rx, self.cfg.max_message)? else {
+        let Some(h) = frame::parse_header(rx, self.message_limit())? else {
             return Ok(None);
         };
         let total = h.header_len + h.content_length as usize;
@@ -230,17 +414,48 @@ impl Inbound {
         let body = rx.split_to(h.content_length as usize).freeze();
         let decoded = decode_v0(body.clone())?;
         let end = decoded.elements_end;
+        let mut signed = None;
         if end < body.len() {
             let trailer = cbjx::parse_trailer(body.slice(end..))?;
-            let signer = self.verifier.verify(&[&body[..end]], &trailer)?.peer;
+            if let Some(pinned) = &self.pinned_cert {
+                if pinned[..] != trailer.cert[..] {
+                    return Err(ConnectionError::CertificateChanged);
+                }
+            }
+            let v = self.verifier.verify(&[&body[..end]], &trailer)?;
             if let Some(peer) = self.remote {
-                if signer != peer {
+                if v.peer != peer {
                     return Err(ConnectionError::SpoofedSource {
-                        signer: Box::new(signer),
+                        signer: Box::new(v.peer),
                         peer: Box::new(peer),
                     });
                 }
             }
+            if v.peer.is_cbid() && !v.cert_matches_id {
+                return Err(ConnectionError::CertNotForPeer {
+                    peer: Box::new(v.peer),
+                });
+            }
+            if self.pinned_cert.is_none() {
+                self.pinned_cert = Some(trailer.cert.clone());
+                // A verified signature by the peer this connection names:
+                // what one frame may make us read grows to the full limit
+                // (the signer paid for a key and a signature; uuid-ID JXSE
+                // peers never prove more than this).
+                self.full_limit = true;
+            }
+            let names_local = self
+                .local_names
+                .iter()
+                .any(|me| memchr::memmem::find(&body[..end], me).is_some());
+            let mut tag = [0u8; 16];
+            let n = trailer.sig.len().min(16);
+            tag[..n].copy_from_slice(&trailer.sig[..n]);
+            signed = Some(SignedBy {
+                cert_matches_id: v.cert_matches_id,
+                names_local,
+                tag,
+            });
         } else if self.cfg.cbjx {
             return Err(ConnectionError::MissingTrailer);
         }
@@ -269,6 +484,7 @@ impl Inbound {
             source,
             message,
             wire_len: total,
+            signed,
         })))
     }
 }
@@ -277,11 +493,13 @@ enum HandshakeState {
     Idle,
     OfferSent {
         nonce_a: Bytes,
+        compact: bool,
     },
     AwaitConfirm {
         nonce_a: Bytes,
         nonce_b: Bytes,
         cert_a: Box<RemoteCert>,
+        compact: bool,
     },
     Done,
 }
@@ -291,6 +509,9 @@ enum HandshakeState {
 pub struct HandshakeOutcome {
     /// Write this (already framed) before anything else.
     pub reply: Option<EncodedMessage>,
+    /// The remote proved its peer ID just now ([`Proof::Handshake`]):
+    /// call [`Inbound::prove_by_handshake`] (or switch to compact).
+    pub proven: bool,
     /// Switch the inbound half to compact now.
     pub switch_inbound: bool,
 }
@@ -346,15 +567,20 @@ impl Outbound {
         rng: &mut dyn RngCore,
     ) -> Result<Option<EncodedMessage>, ConnectionError> {
         self.remote = Some(w);
-        if self.role == Role::Initiator && self.cfg.compact {
+        if self.role == Role::Initiator && self.cfg.handshake {
             let mut nonce = vec![0u8; NONCE_LEN];
             rng.fill_bytes(&mut nonce);
             let nonce = Bytes::from(nonce);
+            let compact = self.cfg.compact;
             let offer = HandshakeMsg::Offer {
                 nonce: nonce.clone(),
                 cert: self.identity.cert_der().clone(),
+                compact,
             };
-            self.handshake = HandshakeState::OfferSent { nonce_a: nonce };
+            self.handshake = HandshakeState::OfferSent {
+                nonce_a: nonce,
+                compact,
+            };
             return Ok(Some(self.encode_handshake(&offer)?));
         }
         Ok(None)
@@ -382,29 +608,44 @@ impl Outbound {
         let me = *self.identity.peer_id();
         let state = std::mem::replace(&mut self.handshake, HandshakeState::Idle);
         match (self.role, state, msg) {
-            (Role::Acceptor, HandshakeState::Idle, HandshakeMsg::Offer { nonce, cert }) => {
-                if !self.cfg.compact {
+            (
+                Role::Acceptor,
+                HandshakeState::Idle,
+                HandshakeMsg::Offer {
+                    nonce,
+                    cert,
+                    compact,
+                },
+            ) => {
+                if !self.cfg.handshake {
                     return Ok(HandshakeOutcome::default());
                 }
+                let compact = compact && self.cfg.compact;
+                let (accept_label, _) = handshake::labels(compact);
                 let cert_a = handshake::check_cert(cert, &remote)?;
                 let mut nb = vec![0u8; NONCE_LEN];
                 rng.fill_bytes(&mut nb);
                 let nonce_b = Bytes::from(nb);
-                let digest = handshake::transcript("accept", &nonce, &nonce_b, &remote, &me);
+                let digest = handshake::transcript(accept_label, &nonce, &nonce_b, &remote, &me);
                 let accept = HandshakeMsg::Accept {
                     nonce: nonce_b.clone(),
                     cert: self.identity.cert_der().clone(),
                     sig: handshake::sign(&self.identity, &digest),
+                    compact,
                 };
                 let reply = self.encode_handshake(&accept)?;
-                self.compact = Some(CompactEncoder::new());
+                if compact {
+                    self.compact = Some(CompactEncoder::new());
+                }
                 self.handshake = HandshakeState::AwaitConfirm {
                     nonce_a: nonce,
                     nonce_b,
                     cert_a: Box::new(cert_a),
+                    compact,
                 };
                 Ok(HandshakeOutcome {
                     reply: Some(reply),
+                    proven: false,
                     switch_inbound: false,
                 })
             }
@@ -414,35 +655,53 @@ impl Outbound {
                     nonce_a,
                     nonce_b,
                     cert_a,
+                    compact,
                 },
                 HandshakeMsg::Confirm { sig },
             ) => {
-                let digest = handshake::transcript("confirm", &nonce_a, &nonce_b, &remote, &me);
+                let (_, confirm_label) = handshake::labels(compact);
+                let digest = handshake::transcript(confirm_label, &nonce_a, &nonce_b, &remote, &me);
                 handshake::verify(&cert_a, &digest, &sig)?;
                 self.handshake = HandshakeState::Done;
                 Ok(HandshakeOutcome {
                     reply: None,
-                    switch_inbound: true,
+                    proven: true,
+                    switch_inbound: compact,
                 })
             }
             (
                 Role::Initiator,
-                HandshakeState::OfferSent { nonce_a },
-                HandshakeMsg::Accept { nonce, cert, sig },
+                HandshakeState::OfferSent {
+                    nonce_a,
+                    compact: offered,
+                },
+                HandshakeMsg::Accept {
+                    nonce,
+                    cert,
+                    sig,
+                    compact,
+                },
             ) => {
+                if compact && !offered {
+                    return Err(HandshakeError::Unexpected("accept").into());
+                }
+                let (accept_label, confirm_label) = handshake::labels(compact);
                 let cert_b = handshake::check_cert(cert, &remote)?;
-                let digest = handshake::transcript("accept", &nonce_a, &nonce, &me, &remote);
+                let digest = handshake::transcript(accept_label, &nonce_a, &nonce, &me, &remote);
                 handshake::verify(&cert_b, &digest, &sig)?;
-                let digest = handshake::transcript("confirm", &nonce_a, &nonce, &me, &remote);
+                let digest = handshake::transcript(confirm_label, &nonce_a, &nonce, &me, &remote);
                 let confirm = HandshakeMsg::Confirm {
                     sig: handshake::sign(&self.identity, &digest),
                 };
                 let reply = self.encode_handshake(&confirm)?;
-                self.compact = Some(CompactEncoder::new());
+                if compact {
+                    self.compact = Some(CompactEncoder::new());
+                }
                 self.handshake = HandshakeState::Done;
                 Ok(HandshakeOutcome {
                     reply: Some(reply),
-                    switch_inbound: true,
+                    proven: true,
+                    switch_inbound: compact,
                 })
             }
             (_, _, m) => Err(HandshakeError::Unexpected(m.param()).into()),
@@ -549,7 +808,7 @@ mod tests {
     impl Side {
         fn new(cfg: ConnectionConfig, role: Role, id: &Arc<Identity>, seed: u64) -> Side {
             Side {
-                inb: Inbound::new(cfg.clone()),
+                inb: Inbound::new(cfg.clone()).with_local(id.peer_id()),
                 out: Outbound::new(cfg, role, id.clone()),
                 rx: BytesMut::new(),
                 tx: Vec::new(),
@@ -581,6 +840,8 @@ mod tests {
                             }
                             if o.switch_inbound {
                                 self.inb.switch_to_compact();
+                            } else if o.proven {
+                                self.inb.prove_by_handshake();
                             }
                         }
                         InboundEvent::Message(m) => self.got.push(m),
@@ -760,11 +1021,11 @@ mod tests {
     fn compact_disabled_on_acceptor_keeps_jxta_framing() {
         let mut p = Pair::new(cfg(true), cfg(false), usize::MAX);
         p.pump().unwrap();
-        // The offer went out and was ignored: nothing switched.
-        assert!(matches!(
-            p.i.out.handshake,
-            HandshakeState::OfferSent { .. }
-        ));
+        // The handshake ran for the proof only: nothing switched, both
+        // identities are proven.
+        assert!(matches!(p.i.out.handshake, HandshakeState::Done));
+        assert_eq!(p.i.inb.proof(), Proof::Handshake);
+        assert_eq!(p.a.inb.proof(), Proof::Handshake);
         assert!(!p.i.inb.is_compact() && !p.i.out.is_compact());
         assert!(!p.a.inb.is_compact() && !p.a.out.is_compact());
         let sizes = exchange(&mut p);
@@ -826,6 +1087,7 @@ mod tests {
                 nonce,
                 cert,
                 sig: handshake::sign(mallory, &digest),
+                compact: true,
             }
         });
         assert_eq!(
@@ -843,6 +1105,7 @@ mod tests {
                 nonce,
                 cert: mallory.cert_der().clone(),
                 sig: handshake::sign(mallory, &digest),
+                compact: true,
             }
         });
         assert!(
@@ -863,6 +1126,7 @@ mod tests {
                 nonce,
                 cert,
                 sig: handshake::sign(ib, &digest),
+                compact: true,
             }
         });
         assert_eq!(
@@ -871,10 +1135,190 @@ mod tests {
         );
     }
 
+    /// A JXTA-framed message from `signer`'s key whose trailer claims
+    /// `claimed` (cert = the signer's), with `extra` as an element, framed
+    /// for the wire.
+    fn forged_cbjx(signer: &Identity, claimed: &PeerId, extra: &str) -> Vec<u8> {
+        let m = payload_message(1)
+            .with(Element::text("app", "names", extra))
+            .with(Element::text(
+                NS_JXTA,
+                ELEM_DEST_ADDRESS,
+                "tcp://127.0.0.1:9702/EndpointService:jxta-NetGroup/test/in",
+            ));
+        let body = encode_v0(&m, JavaHashOrder::Java8).unwrap();
+        let cert = signer.cert_der().clone();
+        let src = Bytes::from(claimed.to_string());
+        let digest = cbjx::signed_digest(body.chunks.iter().map(|c| &c[..]), &cert, &src);
+        let trailer = cbjx::Trailer {
+            cert,
+            src,
+            sig: signer.sign_sha256_prehash(&digest),
+        }
+        .encode();
+        let mut out = frame::encode_header((body.len + trailer.len()) as u64).to_vec();
+        out.extend_from_slice(&body.to_bytes());
+        out.extend_from_slice(&trailer);
+        out
+    }
+
+    /// A receiver (the initiator side, JXTA framing) that has read the
+    /// welcome of a remote claiming `claimed`.
+    fn receiver_after_welcome(claimed: &PeerId) -> Inbound {
+        let [ia, _, _] = identities();
+        let mut inb = Inbound::new(cfg(false)).with_local(ia.peer_id());
+        let w = Welcome::new(
+            "tcp://127.0.0.1:9701".into(),
+            "tcp://127.0.0.1:9702".into(),
+            *claimed,
+        )
+        .to_line();
+        let mut rx = BytesMut::from(&w[..]);
+        assert!(matches!(
+            inb.poll(&mut rx).unwrap(),
+            Some(InboundEvent::Welcome(_))
+        ));
+        inb
+    }
+
+    #[test]
+    fn own_key_signing_for_another_cbid_is_refused() {
+        // The attack of issue #20: a welcome naming victim V, then a message
+        // signed with the attacker's own key whose trailer src is V.
+        let [_, victim, mallory] = identities();
+        let mut inb = receiver_after_welcome(victim.peer_id());
+        let mut rx = BytesMut::from(&forged_cbjx(mallory, victim.peer_id(), "x")[..]);
+        let r = inb.poll(&mut rx);
+        assert!(
+            matches!(&r, Err(ConnectionError::CertNotForPeer { peer }) if **peer == *victim.peer_id()),
+            "{r:?}"
+        );
+        assert_eq!(inb.proof(), Proof::Claimed);
+    }
+
+    #[test]
+    fn uuid_peer_ids_stay_claimed() {
+        // JXSE lets users set uuid peer IDs: no key derives them, so such a
+        // peer is served but never proven.
+        let [_, _, mallory] = identities();
+        let uuid: PeerId =
+            "urn:jxta:uuid-59616261646162614A78746150325033DEADBEEFDEADBEEFDEADBEEFDEADBEEF03"
+                .parse()
+                .unwrap();
+        assert!(!uuid.is_cbid());
+        let mut inb = receiver_after_welcome(&uuid);
+        let [ia, _, _] = identities();
+        let mut rx = BytesMut::from(&forged_cbjx(mallory, &uuid, &ia.peer_id().to_string())[..]);
+        let Some(InboundEvent::Message(m)) = inb.poll(&mut rx).unwrap() else {
+            panic!("message not delivered");
+        };
+        let s = m.signed.expect("signed");
+        assert!(!s.cert_matches_id && s.names_local);
+        assert_eq!(inb.proof(), Proof::Claimed);
+    }
+
+    #[test]
+    fn signature_proof_needs_the_key_and_a_message_naming_us() {
+        let [ia, ib, mallory] = identities();
+        let mut inb = receiver_after_welcome(ib.peer_id());
+        // Signed by the right key but not naming the receiver: no proof yet.
+        let mut rx = BytesMut::from(&forged_cbjx(ib, ib.peer_id(), "someone else")[..]);
+        let Some(InboundEvent::Message(m)) = inb.poll(&mut rx).unwrap() else {
+            panic!("message not delivered");
+        };
+        let s = m.signed.unwrap();
+        assert!(s.cert_matches_id && !s.names_local);
+        // Naming the receiver: a proof candidate for the caller's replay check.
+        let mut rx = BytesMut::from(&forged_cbjx(ib, ib.peer_id(), &ia.peer_id().to_string())[..]);
+        let Some(InboundEvent::Message(m)) = inb.poll(&mut rx).unwrap() else {
+            panic!("message not delivered");
+        };
+        let s = m.signed.unwrap();
+        assert!(s.cert_matches_id && s.names_local);
+        inb.prove_by_signature();
+        assert_eq!(inb.proof(), Proof::Signature);
+        // The signer's certificate is pinned: another key, even one whose
+        // trailer names itself consistently, is refused on this connection.
+        let mut rx = BytesMut::from(&forged_cbjx(mallory, ib.peer_id(), "x")[..]);
+        assert_eq!(
+            inb.poll(&mut rx).unwrap_err(),
+            ConnectionError::CertificateChanged
+        );
+    }
+
+    #[test]
+    fn large_frames_wait_for_a_verified_signature() {
+        let [_, ib, _] = identities();
+        let mut inb = receiver_after_welcome(ib.peer_id());
+        assert_eq!(inb.message_limit(), DEFAULT_MAX_UNPROVEN_MESSAGE);
+        // A header announcing 1 MiB before anything was verified: refused
+        // from the header alone, nothing reserved.
+        let mut rx = BytesMut::from(&frame::encode_header(1 << 20)[..]);
+        assert!(matches!(
+            inb.poll(&mut rx),
+            Err(ConnectionError::Frame(FrameError::TooLarge { .. }))
+        ));
+        assert!(rx.capacity() < 1 << 20);
+        // After one verified message the full limit applies.
+        let mut inb = receiver_after_welcome(ib.peer_id());
+        let mut rx = BytesMut::from(&forged_cbjx(ib, ib.peer_id(), "x")[..]);
+        inb.poll(&mut rx).unwrap().unwrap();
+        assert_eq!(inb.message_limit(), frame::DEFAULT_MAX_MESSAGE);
+    }
+
+    #[test]
+    fn welcome_from_another_peer_than_dialled_is_refused() {
+        let [ia, ib, mallory] = identities();
+        let mut inb = Inbound::new(cfg(false))
+            .with_local(ia.peer_id())
+            .expecting(Some(*ib.peer_id()));
+        let w = Welcome::new("tcp://a:1".into(), "tcp://b:2".into(), *mallory.peer_id()).to_line();
+        let mut rx = BytesMut::from(&w[..]);
+        assert!(matches!(
+            inb.poll(&mut rx),
+            Err(ConnectionError::UnexpectedPeer { expected, got })
+                if *expected == *ib.peer_id() && *got == *mallory.peer_id()
+        ));
+    }
+
+    #[test]
+    fn handshake_off_proves_nothing_and_stays_in_jxta_framing() {
+        let off = ConnectionConfig {
+            handshake: false,
+            compact: false,
+            ..ConnectionConfig::default()
+        };
+        for (i, a) in [(off.clone(), cfg(true)), (cfg(true), off)] {
+            let mut p = Pair::new(i, a, usize::MAX);
+            p.pump().unwrap();
+            assert_eq!(p.i.inb.proof(), Proof::Claimed);
+            assert_eq!(p.a.inb.proof(), Proof::Claimed);
+            assert!(!p.i.is_compact() && !p.a.is_compact());
+            exchange(&mut p);
+        }
+    }
+
+    #[test]
+    fn compact_handshake_proves_both_sides() {
+        let mut p = Pair::new(cfg(true), cfg(true), usize::MAX);
+        p.pump().unwrap();
+        assert_eq!(p.i.inb.proof(), Proof::Handshake);
+        assert_eq!(p.a.inb.proof(), Proof::Handshake);
+        assert_eq!(p.a.inb.message_limit(), frame::DEFAULT_MAX_MESSAGE);
+    }
+
     #[test]
     fn message_signed_by_another_peer_is_spoofed() {
         let [_, ib, mallory] = identities();
-        let mut p = Pair::new(cfg(false), cfg(false), usize::MAX);
+        // No handshake: nothing signed by the acceptor arrives before
+        // Mallory's message (which would pin the acceptor's certificate and
+        // refuse Mallory's as `CertificateChanged`).
+        let no_hs = ConnectionConfig {
+            handshake: false,
+            compact: false,
+            ..ConnectionConfig::default()
+        };
+        let mut p = Pair::new(no_hs.clone(), no_hs, usize::MAX);
         p.pump().unwrap();
         // Mallory frames a message on the acceptor's connection.
         let mut fake = Outbound::new(cfg(false), Role::Acceptor, mallory.clone());

@@ -14,6 +14,12 @@
 //! welcome line, and each signature covers both nonces and both IDs, so a
 //! replayed or relayed handshake fails. A switches its receive side to
 //! compact right after `accept`, B right after `confirm`.
+//!
+//! The handshake is also how two Juxta peers prove their peer IDs to each
+//! other, so it runs even when a side does not want compact framing: the
+//! offer and the accept then carry `juxta:framing = jxta`, the transcripts
+//! are labelled `accept-proof` / `confirm-proof`, and both directions stay
+//! in JXTA framing with the identities proven.
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
@@ -58,6 +64,8 @@ pub enum HandshakeMsg {
         nonce: Bytes,
         /// its certificate (DER)
         cert: Bytes,
+        /// whether the initiator wants compact framing (else: proof only)
+        compact: bool,
     },
     /// Acceptor's answer.
     Accept {
@@ -67,6 +75,8 @@ pub enum HandshakeMsg {
         cert: Bytes,
         /// its signature over the accept transcript
         sig: Bytes,
+        /// whether both sides switch to compact framing (else: proof only)
+        compact: bool,
     },
     /// Initiator's confirmation.
     Confirm {
@@ -89,14 +99,29 @@ impl HandshakeMsg {
     pub fn to_message(&self) -> Message {
         let mut m = Message::new().with(Element::bytes(NS, "compact", VERSION));
         match self {
-            HandshakeMsg::Offer { nonce, cert } => {
+            HandshakeMsg::Offer {
+                nonce,
+                cert,
+                compact,
+            } => {
                 m.push(Element::bytes(NS, "nonce", nonce.clone()));
                 m.push(Element::bytes(NS, "cert", cert.clone()));
+                if !compact {
+                    m.push(Element::bytes(NS, "framing", FRAMING_JXTA));
+                }
             }
-            HandshakeMsg::Accept { nonce, cert, sig } => {
+            HandshakeMsg::Accept {
+                nonce,
+                cert,
+                sig,
+                compact,
+            } => {
                 m.push(Element::bytes(NS, "nonce", nonce.clone()));
                 m.push(Element::bytes(NS, "cert", cert.clone()));
                 m.push(Element::bytes(NS, "sig", sig.clone()));
+                if !compact {
+                    m.push(Element::bytes(NS, "framing", FRAMING_JXTA));
+                }
             }
             HandshakeMsg::Confirm { sig } => {
                 m.push(Element::bytes(NS, "sig", sig.clone()));
@@ -124,19 +149,36 @@ impl HandshakeMsg {
                 }
             })
         };
+        // Absent (older Juxta peers): compact.
+        let compact = !matches!(m.get(NS, "framing"), Some(e) if e.data.as_ref() == FRAMING_JXTA);
         match param {
             "offer" => Ok(HandshakeMsg::Offer {
                 nonce: nonce()?,
                 cert: get("cert")?,
+                compact,
             }),
             "accept" => Ok(HandshakeMsg::Accept {
                 nonce: nonce()?,
                 cert: get("cert")?,
                 sig: get("sig")?,
+                compact,
             }),
             "confirm" => Ok(HandshakeMsg::Confirm { sig: get("sig")? }),
             _ => Err(HandshakeError::Malformed("param")),
         }
+    }
+}
+
+const FRAMING_JXTA: &[u8] = b"jxta";
+
+/// The transcript labels of the accept and confirm signatures: a
+/// proof-only handshake signs other labels, so its signatures cannot be
+/// taken for a compact one's (or the reverse).
+pub fn labels(compact: bool) -> (&'static str, &'static str) {
+    if compact {
+        ("accept", "confirm")
+    } else {
+        ("accept-proof", "confirm-proof")
     }
 }
 

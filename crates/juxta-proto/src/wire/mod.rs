@@ -7,4 +7,5 @@ pub mod connection;
 pub mod frame;
 pub mod handshake;
 pub mod http;
+pub mod replay;
 pub mod welcome;

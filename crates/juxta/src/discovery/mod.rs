@@ -86,6 +86,10 @@ pub enum Rejected {
     /// The cache refused it (field too long, cache full, ...).
     #[error("cache refused the advertisement: {0}")]
     Cache(#[from] CacheError),
+    /// A peer advertisement of this peer, or (in a remote publish) of
+    /// another peer than the sender: a peer speaks only for itself.
+    #[error("peer advertisement of {0} not from that peer")]
+    NotFromPeer(PeerId),
 }
 
 /// Flow control and bounds of the discovery service.
@@ -526,9 +530,28 @@ pub(crate) async fn answer(
 
 /// A discovery response arrived: validates and caches its advertisements
 /// and hands them to the waiting query (query ID 0: a remote publish).
-pub(crate) async fn on_response(inner: &Inner, query_id: i32, r: DiscoveryResponse) {
+///
+/// Nothing unsolicited is cached: a response for no pending query is
+/// dropped (counted in `discovery_late`), a remote publish is taken only
+/// from a peer that proved its ID, and there only peer advertisements of
+/// the sender itself. No remote advertisement replaces this peer's own.
+pub(crate) async fn on_response(
+    inner: &Inner,
+    query_id: i32,
+    r: DiscoveryResponse,
+    from: Option<PeerId>,
+    proven: bool,
+) {
     let st = &inner.discovery;
     let waiter = if query_id == 0 {
+        if !proven {
+            crate::peer::count_unproven(
+                inner,
+                &from.unwrap_or(*inner.identity.peer_id()),
+                "discovery remote publish",
+            );
+            return;
+        }
         None
     } else {
         let w = st
@@ -539,14 +562,23 @@ pub(crate) async fn on_response(inner: &Inner, query_id: i32, r: DiscoveryRespon
             .cloned();
         if w.is_none() {
             inner.stats.discovery_late.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(query_id, "discovery response for no pending query");
+            tracing::debug!(query_id, "discovery response for no pending query dropped");
+            return;
         }
         w
     };
+    let me = *inner.identity.peer_id();
     let mut good = Vec::new();
     let mut entries = Vec::new();
     for e in &r.responses {
-        match validate_entry(e, st.cfg.max_adv_bytes) {
+        let checked = validate_entry(e, st.cfg.max_adv_bytes).and_then(|adv| match &adv {
+            Advertisement::Peer(pa) if pa.peer_id == me => Err(Rejected::NotFromPeer(pa.peer_id)),
+            Advertisement::Peer(pa) if query_id == 0 && Some(pa.peer_id) != from => {
+                Err(Rejected::NotFromPeer(pa.peer_id))
+            }
+            _ => Ok(adv),
+        });
+        match checked {
             Ok(adv) => {
                 let exp = e.expiration_ms.min(st.cfg.max_remote_expiration_ms);
                 entries.push(entry_for(&adv, e.adv.clone(), Lifetimes::remote(exp)));

@@ -432,6 +432,8 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
                 from: peer,
                 message,
                 routed: false,
+                // The TLS handshake verified a certificate deriving `peer`.
+                proven: peer.is_some(),
             };
             if sink.send(d).await.is_err() {
                 break;

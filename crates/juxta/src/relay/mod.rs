@@ -362,9 +362,10 @@ pub(crate) async fn on_control(inner: &Arc<Inner>, conn: &Arc<Connection>, messa
             }
         }
         Control::Request(req) => {
-            // Proven: every message verified against the welcome's peer
-            // (CBJX) or the compact handshake completed.
-            let proven = inner.cfg.connection.cbjx || conn.compact_rx.load(Ordering::Acquire);
+            // A lease is bound to the peer this connection proved to be
+            // (compact handshake, HTTP session proof, or a fresh CBJX
+            // signature by the ID's key): nobody else can take or re-point it.
+            let proven = conn.proof().is_proven();
             let now = inner.router.now_ms();
             let resp = match &inner.router.server {
                 None => RelayResponse::Refused(Refusal::NotRelay),

@@ -43,6 +43,7 @@ pub(crate) async fn on_link_message(
             from: Some(conn.remote),
             message,
             routed: false,
+            proven: conn.proof().is_proven(),
         });
     }
     let link = conn.remote;
@@ -67,6 +68,9 @@ pub(crate) async fn on_link_message(
                 from: Some(m.src),
                 message,
                 routed: true,
+                // Relayed on behalf of another peer: the router fingerprint
+                // is a bearer token, so only the link's own traffic counts.
+                proven: m.src == link && conn.proof().is_proven(),
             }),
             Err(e) => {
                 refused(inner, &link, &e);
@@ -123,6 +127,16 @@ async fn forward_message(
     let Some(server) = inner.router.server.clone() else {
         return Err(ForwardError::NotForwarding(m.dest));
     };
+    // Forwarding is for peers that proved who they are: quotas and
+    // refusals are then charged to the right peer.
+    if !conn.proof().is_proven() {
+        inner
+            .stats
+            .relay_unauthenticated
+            .fetch_add(1, Ordering::Relaxed);
+        crate::peer::count_unproven(inner, &conn.remote, "relay forwarding");
+        return Ok(());
+    }
     let local = *inner.identity.peer_id();
     let now = inner.router.now_ms();
     let cached = inner
@@ -173,7 +187,9 @@ async fn forward_message(
             .state
             .lock()
             .expect("relay lock")
-            .enqueue(&m.dest, m.src, len, item, now);
+            // Quotas by the proven link peer, never by the header's
+            // claimed origin.
+            .enqueue(&m.dest, conn.remote, len, item, now);
         match r {
             Ok(()) => {
                 super::after_enqueue(inner, &server, &m.dest);

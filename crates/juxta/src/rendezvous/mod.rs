@@ -602,7 +602,7 @@ impl Task {
                 d = prop.recv() => match d { Some(d) => self.on_lease(d), None => return },
                 d = walk.recv() => match d { Some(d) => self.on_lease(d), None => return },
                 d = pv.recv() => match d { Some(d) => self.on_lease(d), None => return },
-                d = s.recv() => match d { Some(d) => self.on_srdi(d.from, &d.message), None => return },
+                d = s.recv() => match d { Some(d) => self.on_srdi(d.from.filter(|_| d.proven), &d.message), None => return },
                 c = conns.recv() => if let Some((addr, p)) = c { self.on_connected(addr, p) },
                 _ = tokio::time::sleep_until(at) => self.on_timer(),
             }
@@ -912,14 +912,24 @@ impl Task {
         let Some(from) = d.from else { return };
         match &mut self.role {
             Role::Rdv(r) => {
-                let _ = r.srv.handle_message(from, &d.to, d.message, now);
+                // Leases, disconnects, peer-view and propagation act on the
+                // sender: only a peer that proved its ID may ask.
+                if !d.proven {
+                    if let Some(inner) = self.inner.upgrade() {
+                        crate::peer::count_unproven(&inner, &from, "rendezvous");
+                    }
+                    return;
+                }
+                if let Err(e) = r.srv.handle_message(from, &d.to, d.message, now) {
+                    tracing::debug!(%from, error = %e, "rendezvous message refused");
+                }
             }
             Role::Edge(e) => {
                 let Some(c) = e.cli.as_mut() else { return };
                 if d.to.service == PROPAGATE_SERVICE {
                     // Propagated by the rendezvous: delivered here, never
                     // forwarded (edges do not repropagate).
-                    if let Ok(Some(dest)) = c.accept_propagated(&d.message) {
+                    if let Ok(Some(dest)) = c.accept_propagated(from, &d.message) {
                         self.deliver(from, dest, d.message);
                     }
                 } else {
@@ -943,9 +953,19 @@ impl Task {
         }
     }
 
+    /// `from`: the sender if proven (`None` otherwise: refused).
     fn on_srdi(&mut self, from: Option<PeerId>, message: &Message) {
         let now = self.now();
         if let Role::Rdv(r) = &mut self.role {
+            if from.is_none() {
+                if let Some(inner) = self.inner.upgrade() {
+                    inner
+                        .stats
+                        .unproven_refused
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                return;
+            }
             // Only leased edges (and, for replicas, peer view members) may
             // index entries here.
             if from.is_some_and(|p| r.srv.is_client(&p) || r.srv.peer_view().contains(&p)) {

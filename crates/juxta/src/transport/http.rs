@@ -393,6 +393,9 @@ fn session_connection(
         closed: AtomicBool::new(false),
         compact_ready: tokio::sync::Notify::new(),
         closed_notify: tokio::sync::Notify::new(),
+        // The session proof (nonce, CBJX-signed hello by a certificate
+        // deriving the ID, session token) is a fresh challenge-response.
+        proof: std::sync::atomic::AtomicU8::new(2),
     }))
 }
 
@@ -416,6 +419,7 @@ fn received(m: HttpMessage) -> Received {
         source: m.source,
         message: m.message,
         wire_len: m.wire_len,
+        signed: None,
     }
 }
 

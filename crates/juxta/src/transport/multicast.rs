@@ -121,6 +121,10 @@ pub enum DatagramError {
     /// No usable `EndpointDestinationAddress` element.
     #[error("datagram without a valid EndpointDestinationAddress")]
     NoDestination,
+    /// The source is a `cbid` peer ID but the trailer's certificate derives
+    /// another one: someone else's key claiming that peer.
+    #[error("datagram from {0} signed with a certificate that derives another peer ID")]
+    CertNotForPeer(Box<PeerId>),
 }
 
 /// Errors of the multicast transport.
@@ -329,12 +333,16 @@ impl Parsed {
     ) -> Result<Datagram, DatagramError> {
         let signed = match &self.trailer {
             Some(t) => {
-                let signer = verifier.verify(&[&self.body[..self.elements_end]], t)?.peer;
+                let v = verifier.verify(&[&self.body[..self.elements_end]], t)?;
+                let signer = v.peer;
                 if signer != self.source {
                     return Err(DatagramError::SpoofedSource {
                         signer: Box::new(signer),
                         source_peer: Box::new(self.source),
                     });
+                }
+                if signer.is_cbid() && !v.cert_matches_id {
+                    return Err(DatagramError::CertNotForPeer(Box::new(signer)));
                 }
                 true
             }
@@ -571,7 +579,9 @@ async fn receive_loop(weak: Weak<Inner>, mc: Arc<Multicast>) {
         match checked {
             // A full listener queue stalls this loop; the kernel then drops
             // datagrams (as UDP does), the connections still deliver.
-            Ok(Some(d)) => inner.dispatch_from(d.source, d.to, d.message).await,
+            // A datagram is never a proven delivery: a signed datagram can
+            // be replayed by anyone on the segment (docs/security.md).
+            Ok(Some(d)) => inner.dispatch_from(d.source, false, d.to, d.message).await,
             Ok(None) => tracing::trace!(%from, "own multicast datagram ignored"),
             Err(e) => {
                 inner

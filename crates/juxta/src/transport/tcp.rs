@@ -4,7 +4,7 @@
 
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use bytes::BytesMut;
 use juxta_proto::id::PeerId;
 use juxta_proto::message::codec::EncodedMessage;
 use juxta_proto::wire::connection::{
-    ConnectionError, Inbound, InboundEvent, Outbound, Received, Role,
+    ConnectionError, Inbound, InboundEvent, Outbound, Proof, Received, Role,
 };
 use juxta_proto::wire::welcome::Welcome;
 use socket2::{SockRef, TcpKeepalive};
@@ -205,6 +205,16 @@ pub struct Connection {
     pub(crate) compact_ready: tokio::sync::Notify,
     /// Woken (all waiters) when the connection closes.
     pub(crate) closed_notify: tokio::sync::Notify,
+    /// How far the remote proved its peer ID ([`Proof`] as a number).
+    pub(crate) proof: AtomicU8,
+}
+
+fn proof_to_u8(p: Proof) -> u8 {
+    match p {
+        Proof::Claimed => 0,
+        Proof::Signature => 1,
+        Proof::Handshake => 2,
+    }
 }
 
 impl Connection {
@@ -247,6 +257,21 @@ impl Connection {
     pub fn remote_welcome(&self) -> &Welcome {
         &self.remote_welcome
     }
+
+    /// How far the remote proved the peer ID of [`Connection::remote`]:
+    /// only proven connections are trusted for leases, SRDI ownership,
+    /// relay forwarding and secure-pipe binding (docs/security.md).
+    pub fn proof(&self) -> Proof {
+        match self.proof.load(Ordering::Acquire) {
+            0 => Proof::Claimed,
+            1 => Proof::Signature,
+            _ => Proof::Handshake,
+        }
+    }
+
+    pub(crate) fn set_proof(&self, p: Proof) {
+        self.proof.fetch_max(proof_to_u8(p), Ordering::AcqRel);
+    }
 }
 
 /// Why a connection ended.
@@ -264,7 +289,16 @@ pub enum CloseReason {
     /// The remote closed the socket.
     #[error("closed by remote")]
     Eof,
+    /// The remote sent more than [`MAX_HELD_MESSAGES`] messages or
+    /// [`MAX_HELD_BYTES`] bytes while its compact handshake was pending.
+    #[error("too much traffic before the compact handshake completed")]
+    HandshakeBacklog,
 }
+
+/// Messages held while a compact handshake is pending (see `read_loop`).
+pub(crate) const MAX_HELD_MESSAGES: usize = 256;
+/// Bytes held while a compact handshake is pending.
+pub(crate) const MAX_HELD_BYTES: usize = 4 * 1024 * 1024;
 
 /// Runs a connection from its first byte to its end: sends our welcome,
 /// waits (bounded) for the remote's, registers the connection, then reads
@@ -274,6 +308,7 @@ pub(crate) async fn run_connection(
     stream: TcpStream,
     role: Role,
     dest_addr: String,
+    expected: Option<PeerId>,
     ready: Option<oneshot::Sender<Result<Arc<Connection>, String>>>,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
@@ -295,7 +330,10 @@ pub(crate) async fn run_connection(
         out,
         backlog: Vec::new(),
     };
-    let mut inbound = Inbound::new(inner.cfg.connection.clone());
+    let mut inbound = Inbound::new(inner.cfg.connection.clone())
+        .with_local(inner.identity.peer_id())
+        .with_local_address(&dest_addr)
+        .expecting(expected);
     let mut rx = BytesMut::with_capacity(READ_RESERVE);
 
     // Phase 1: welcome lines, bounded in time.
@@ -320,6 +358,12 @@ pub(crate) async fn run_connection(
         Ok(w) => w,
         Err(e) => {
             tracing::warn!(%peer_addr, error = %e, "connection closed before it was established");
+            if matches!(
+                e,
+                CloseReason::Protocol(ConnectionError::UnexpectedPeer { .. })
+            ) {
+                inner.stats.identity_refused.fetch_add(1, Ordering::Relaxed);
+            }
             inner
                 .stats
                 .connections_failed
@@ -343,11 +387,14 @@ pub(crate) async fn run_connection(
         closed: AtomicBool::new(false),
         closed_notify: tokio::sync::Notify::new(),
         compact_ready: tokio::sync::Notify::new(),
+        proof: AtomicU8::new(0),
     });
-    // A connection we dialled is registered at once (we chose the address).
-    // One that dialled us is registered under its claimed peer ID only once
-    // that claim is proven: its first CBJX-verified message (the signer must
-    // be the welcome's peer) or a completed compact handshake.
+    // A connection we dialled is registered at once (we chose the address,
+    // and a welcome naming another peer than the one dialled was refused),
+    // as a claimed identity that a proven connection replaces. One that
+    // dialled us is registered only once its peer ID is proven: a fresh
+    // CBJX-signed message naming us by a certificate deriving that ID, or
+    // the compact handshake (see `Proof`).
     let mut registered = role == Role::Initiator;
     if registered {
         inner.register(&conn);
@@ -409,12 +456,38 @@ async fn read_loop(
     read: &mut OwnedReadHalf,
     registered: &mut bool,
 ) -> CloseReason {
+    // A Juxta initiator sends its offer and may send messages before our
+    // accept reaches it; those arrive before its confirm, in JXTA framing,
+    // from a peer not proven yet. They are held (bounded) until the
+    // confirm proves the peer, then delivered as proven, in order: no
+    // service sees a Juxta peer's first requests as unproven.
+    let mut held: Vec<Received> = Vec::new();
+    let mut held_bytes = 0usize;
+    let mut holding = false;
     loop {
         match inbound.poll(rx) {
+            Ok(Some(InboundEvent::Message(m))) if holding => {
+                held_bytes = held_bytes.saturating_add(m.wire_len);
+                held.push(m);
+                if held.len() > MAX_HELD_MESSAGES || held_bytes > MAX_HELD_BYTES {
+                    return CloseReason::HandshakeBacklog;
+                }
+            }
             Ok(Some(InboundEvent::Message(m))) => {
-                if !*registered && (inner.cfg.connection.cbjx || inbound.is_compact()) {
-                    inner.register(conn);
-                    *registered = true;
+                if let Some(s) = &m.signed {
+                    if s.cert_matches_id
+                        && s.names_local
+                        && !inbound.proof().is_proven()
+                        && inner.fresh_signature(conn, s.tag)
+                    {
+                        inbound.prove_by_signature();
+                        conn.set_proof(Proof::Signature);
+                        tracing::debug!(remote = %conn.remote, "peer ID proven by signature");
+                        // Re-registering lets a proven connection replace a
+                        // claimed one for the same peer.
+                        inner.register(conn);
+                        *registered = true;
+                    }
                 }
                 conn.bytes_in
                     .fetch_add(m.wire_len as u64, Ordering::Relaxed);
@@ -426,6 +499,7 @@ async fn read_loop(
                     Ok(o) => o,
                     Err(e) => return e.into(),
                 };
+                let replied = outcome.reply.is_some();
                 if let Some(reply) = outcome.reply {
                     if let Err(e) = w.write(&reply).await {
                         return e.into();
@@ -433,16 +507,31 @@ async fn read_loop(
                 }
                 conn.compact_tx.store(w.out.is_compact(), Ordering::Release);
                 drop(w);
-                if outcome.switch_inbound {
-                    inbound.switch_to_compact();
-                    conn.compact_rx.store(true, Ordering::Release);
-                    if !*registered {
-                        inner.register(conn);
-                        *registered = true;
+                // An accept sent and a confirm awaited: hold what comes
+                // before the confirm.
+                holding = replied && !outcome.proven;
+                if outcome.proven {
+                    if outcome.switch_inbound {
+                        inbound.switch_to_compact();
+                        conn.compact_rx.store(true, Ordering::Release);
+                    } else {
+                        inbound.prove_by_handshake();
                     }
+                    conn.set_proof(Proof::Handshake);
+                    inner.register(conn);
+                    *registered = true;
+                    for m in held.drain(..) {
+                        conn.bytes_in
+                            .fetch_add(m.wire_len as u64, Ordering::Relaxed);
+                        inner.dispatch(conn, m).await;
+                    }
+                    held_bytes = 0;
                 }
                 if conn.is_compact() {
                     tracing::debug!(remote = %conn.remote, "compact framing on");
+                }
+                if conn.is_compact() || outcome.proven {
+                    // Waiters for compact framing learn it is settled.
                     conn.compact_ready.notify_waiters();
                 }
             }
@@ -457,7 +546,12 @@ async fn read_loop(
                     Err(e) => return e.into(),
                 }
             }
-            Err(e) => return e.into(),
+            Err(e) => {
+                if matches!(e, ConnectionError::CertificateChanged) {
+                    inner.stats.identity_refused.fetch_add(1, Ordering::Relaxed);
+                }
+                return e.into();
+            }
         }
     }
 }
