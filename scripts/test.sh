@@ -13,9 +13,6 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing ${need_apt[*]} with apt-get" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
 fi
-if [ ! -d ../shared/vectors ]; then
-  echo "warning: ../shared/vectors not found; vector tests will fail" >&2
-fi
 
 echo "== building the JXSE 2.7 interop harness (Maven Central) =="
 bash interop/jxse/build.sh
