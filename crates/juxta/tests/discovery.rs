@@ -5,6 +5,7 @@
 //! create/discover/join/leave with group-scoped resolver traffic.
 
 mod common;
+mod prereq;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -373,6 +374,9 @@ async fn groups_create_discover_join_leave() {
 /// advertisement (needs Java and the harness in interop/jxse).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jxse_answers_a_peer_discovery_query() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
     let jxse = tokio::task::block_in_place(common::Jxse::start);
     let dir = tempfile::tempdir().unwrap();
     let a = common::juxta_peer(dir.path(), "a", true).await;
