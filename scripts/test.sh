@@ -24,3 +24,6 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 
 echo "== cargo test =="
 cargo test --workspace --release
+
+echo "== cargo test -p juxta-proto (debug: overflow checks on) =="
+cargo test -p juxta-proto
