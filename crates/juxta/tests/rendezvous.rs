@@ -7,9 +7,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use juxta::proto::message::Message;
 use juxta::proto::rendezvous::edge::LossReason;
+use juxta::proto::rendezvous::messages::BusyNotice;
+use juxta::proto::resolver::{response_queue, RESOLVER_SERVICE};
 use juxta::proto::srdi::flow::AdmissionConfig;
-use juxta::rendezvous::{RendezvousConfig, RendezvousEvent};
+use juxta::rendezvous::{RendezvousConfig, RendezvousError, RendezvousEvent};
 use juxta::{Peer, PeerConfig};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -654,5 +657,61 @@ async fn a_miss_is_walked_along_the_peer_view() {
         eventually(|| hs[0].status().walked + hs[1].status().walked > 0).await,
         "{:?}",
         hs.iter().map(|h| h.status()).collect::<Vec<_>>()
+    );
+}
+
+/// A `Juxta.Busy` answer from any peer may say "retry after u64::MAX ms":
+/// the edge caps the wait (no overflow, no panic of its task), keeps its
+/// lookups' own deadlines and goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_answer_with_an_extreme_retry_is_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    // An edge with no rendezvous: its lookups stay pending until their
+    // deadline.
+    let edge = start(&dir, "edge", true, RendezvousConfig::edge(Vec::new())).await;
+    let h = edge.rendezvous().unwrap();
+    let pending = {
+        let h = h.clone();
+        tokio::spawn(async move { h.lookup("Adv", "Name", "x", Duration::from_secs(2)).await })
+    };
+    // Lookups are registered in order: once a later one has timed out, the
+    // first (query ID 1) is pending.
+    let mut later = Err(RendezvousError::Stopped);
+    for _ in 0..100 {
+        later = h.lookup("Adv", "Name", "y", Duration::from_millis(1)).await;
+        if later == Err(RendezvousError::Timeout) {
+            break;
+        }
+    }
+    assert_eq!(later, Err(RendezvousError::Timeout));
+
+    let mut c = PeerConfig::new(dir.path().join("other"));
+    c.key_bits = 1024;
+    let other = Peer::start(c).await.unwrap();
+    let m = other.connect(edge.local_addr().unwrap()).await.unwrap();
+    for query_id in [1, 2] {
+        let busy = BusyNotice {
+            query_id,
+            retry_after_ms: u64::MAX,
+        };
+        m.send_routed(
+            RESOLVER_SERVICE,
+            Some(&response_queue("jxta-NetGroup")),
+            Message::new().with(busy.to_element()),
+        )
+        .await
+        .unwrap();
+    }
+    assert!(
+        eventually(|| h.status().busy == 2).await,
+        "{:?}",
+        h.status()
+    );
+    // The pending lookup ends at its own deadline, and the edge still
+    // serves lookups.
+    assert_eq!(pending.await.unwrap(), Err(RendezvousError::Timeout));
+    assert_eq!(
+        h.lookup("Adv", "Name", "z", Duration::from_millis(1)).await,
+        Err(RendezvousError::Timeout)
     );
 }
