@@ -10,9 +10,9 @@ use std::time::Duration;
 use juxta::proto::message::Message;
 use juxta::proto::rendezvous::edge::LossReason;
 use juxta::proto::rendezvous::messages::BusyNotice;
-use juxta::proto::resolver::{response_queue, RESOLVER_SERVICE};
+use juxta::proto::resolver::{query_queue, response_queue, ResolverQuery, RESOLVER_SERVICE};
 use juxta::proto::srdi::flow::AdmissionConfig;
-use juxta::rendezvous::{RendezvousConfig, RendezvousError, RendezvousEvent};
+use juxta::rendezvous::{RendezvousConfig, RendezvousError, RendezvousEvent, LOOKUP_HANDLER};
 use juxta::{Peer, PeerConfig};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -714,4 +714,71 @@ async fn a_busy_answer_with_an_extreme_retry_is_capped() {
         h.lookup("Adv", "Name", "z", Duration::from_millis(1)).await,
         Err(RendezvousError::Timeout)
     );
+}
+
+/// A lookup whose hop count is u32::MAX, sent to both rendezvous of a
+/// two-rendezvous view: the one that is not the key's replica forwards it
+/// one hop further (the hop count saturates, no overflow), and both keep
+/// serving their edges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_with_an_extreme_hop_count_is_forwarded_safely() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, publisher, asker) =
+        two_rendezvous_two_edges(&dir, RendezvousConfig::rendezvous()).await;
+    let mut c = PeerConfig::new(dir.path().join("other"));
+    c.key_bits = 1024;
+    let other = Peer::start(c).await.unwrap();
+    for rdv in [&a, &b] {
+        let m = other.connect(rdv.local_addr().unwrap()).await.unwrap();
+        let q = ResolverQuery {
+            handler: LOOKUP_HANDLER.into(),
+            query_id: 7,
+            hop_count: u32::MAX,
+            src_peer: other.peer_id(),
+            query: "Adv\tName\tnobody".into(),
+            src_route: None,
+        };
+        m.send_routed(
+            RESOLVER_SERVICE,
+            Some(&query_queue("jxta-NetGroup")),
+            Message::new().with(q.to_element("jxta-NetGroup")),
+        )
+        .await
+        .unwrap();
+    }
+    let (ha, hb) = (a.rendezvous().unwrap(), b.rendezvous().unwrap());
+    assert!(
+        eventually(|| ha.status().queries >= 1 && hb.status().queries >= 1).await,
+        "{:?} {:?}",
+        ha.status(),
+        hb.status()
+    );
+    // Both rendezvous still answer their edges' lookups.
+    publisher
+        .rendezvous()
+        .unwrap()
+        .srdi_publish("Adv", "Name", "printer", Duration::from_secs(600))
+        .await
+        .unwrap();
+    let mut found = Vec::new();
+    for _ in 0..100 {
+        found = asker
+            .rendezvous()
+            .unwrap()
+            .lookup("Adv", "Name", "printer", WAIT)
+            .await
+            .unwrap();
+        if !found.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(found, vec![publisher.peer_id()]);
+    let none = publisher
+        .rendezvous()
+        .unwrap()
+        .lookup("Adv", "Name", "nobody", WAIT)
+        .await
+        .unwrap();
+    assert!(none.is_empty());
 }

@@ -408,8 +408,8 @@ impl EdgeClient {
                         self.stats.grants += 1;
                         self.state = State::Connected {
                             rdv,
-                            lease_end: now + lease,
-                            next_renew: now + renew_in,
+                            lease_end: now.saturating_add(lease),
+                            next_renew: now.saturating_add(renew_in),
                             pending_since: None,
                         };
                     }
@@ -437,8 +437,8 @@ impl EdgeClient {
                         }
                         self.state = State::Connected {
                             rdv,
-                            lease_end: now + lease,
-                            next_renew: now + renew_in,
+                            lease_end: now.saturating_add(lease),
+                            next_renew: now.saturating_add(renew_in),
                             pending_since: None,
                         };
                         self.event(EdgeEvent::Connected { rdv, rdv_adv });
@@ -536,6 +536,27 @@ mod tests {
             v.push(t.to);
         }
         v
+    }
+
+    #[test]
+    fn extreme_lease_saturates() {
+        // A rendezvous may grant i64::MAX ms; late in the clock's range
+        // the lease end saturates instead of overflowing (first grant and
+        // renewal alike), and the edge keeps renewing on its heartbeat.
+        let mut e = edge();
+        let t0 = u64::MAX - 1_000;
+        e.handle_timeout(t0);
+        assert_eq!(sent_to(&mut e), vec![peer(1)]);
+        e.handle_message(peer(1), &grant(1, i64::MAX), t0).unwrap();
+        assert_eq!(e.rendezvous(), Some(peer(1)));
+        let renew = t0 + DEFAULT_HEARTBEAT_MS;
+        assert_eq!(e.poll_timeout(), Some(renew));
+        e.handle_timeout(renew);
+        assert_eq!(sent_to(&mut e), vec![peer(1)]);
+        e.handle_message(peer(1), &grant(1, i64::MAX), renew)
+            .unwrap();
+        assert_eq!(e.rendezvous(), Some(peer(1)));
+        assert_eq!(e.poll_timeout(), Some(renew + DEFAULT_HEARTBEAT_MS));
     }
 
     #[test]

@@ -1095,7 +1095,8 @@ impl Task {
                 r.relayed.insert(id, (q.src_peer, q.query_id, now));
                 let mut q2 = q.clone();
                 q2.query_id = id;
-                q2.hop_count += 1;
+                // The hop count is the querier's number: saturating.
+                q2.hop_count = q2.hop_count.saturating_add(1);
                 self.out.push(Transmit {
                     to: next,
                     dest: qaddr,
