@@ -243,11 +243,24 @@ async fn malformed_and_oversized_advertisements_are_rejected_not_cached() {
         a.stats().discovery_rejected.load(Ordering::Relaxed) >= 3
     })
     .await;
-    let all = a
-        .discovery()
-        .get_local(AdvKind::Adv, None, None, 100)
-        .await
-        .unwrap();
+    // The bad entries are counted as the response is read; the good one is
+    // stored after that, by the cache's own thread: wait for it.
+    let end = tokio::time::Instant::now() + WAIT;
+    let all = loop {
+        let all = a
+            .discovery()
+            .get_local(AdvKind::Adv, None, None, 100)
+            .await
+            .unwrap();
+        if !all.is_empty() {
+            break all;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "the good advertisement was never cached"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     assert_eq!(all, vec![good]);
     assert_eq!(a.stats().discovery_rejected.load(Ordering::Relaxed), 3);
 }
