@@ -8,13 +8,11 @@ need_apt=()
 command -v cargo >/dev/null 2>&1 || { echo "cargo not found: install Rust with rustup (https://rustup.rs)" >&2; exit 1; }
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
-command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need_apt+=(chromium)
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing ${need_apt[*]} with apt-get" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
-fi
-if [ ! -d ../shared/vectors ]; then
-  echo "warning: ../shared/vectors not found; vector tests will fail" >&2
 fi
 
 echo "== building the JXSE 2.7 interop harness (Maven Central) =="
@@ -26,3 +24,6 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 
 echo "== cargo test =="
 cargo test --workspace --release
+
+echo "== cargo test -p juxta-proto (debug: overflow checks on) =="
+cargo test -p juxta-proto

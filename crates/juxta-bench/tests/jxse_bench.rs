@@ -10,6 +10,8 @@ use juxta_bench::jxse::{self, JxseError, JxseOptions, JXSE_LAYERS};
 use juxta_bench::layers::Layer;
 use juxta_bench::BenchError;
 
+mod prereq;
+
 fn small() -> JxseOptions {
     JxseOptions {
         sizes: vec![1, 65536],
@@ -31,6 +33,10 @@ fn gone(pids: &[u32]) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jxse_pingpong_and_throughput() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
+    prereq::built_jxse_harness();
     let opts = small();
     let mut log = Vec::new();
     let run = jxse::run_pingpong(&opts, &[], &mut |l: &str| log.push(l.to_string())).await;
@@ -120,12 +126,12 @@ async fn missing_java_is_a_typed_error() {
         build: false,
         ..small()
     };
-    if jxse::locate_harness()
-        .map(|d| !jxse::harness_built(&d))
-        .unwrap_or(true)
-    {
-        return; // nothing to start without a built harness: covered by the test above
+    // Without a built harness there is nothing to start (the missing
+    // harness is covered by the test above): build it if needed.
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
     }
+    prereq::built_jxse_harness();
     let run = jxse::run_pingpong(&opts, &[], &mut |_: &str| {}).await;
     assert!(
         matches!(run.error, Some(JxseError::JavaMissing)),
@@ -144,12 +150,10 @@ async fn unsupported_layer_and_dying_jvm() {
     assert!(matches!(run.error, Some(JxseError::UnsupportedLayer(_))));
 
     // A "java" that exits at once: an Exited error naming the role, no hang.
-    let Ok(dir) = jxse::locate_harness() else {
-        return;
-    };
-    if !jxse::harness_built(&dir) {
+    if !prereq::require_ok(prereq::jxse()) {
         return;
     }
+    prereq::built_jxse_harness();
     let opts = JxseOptions {
         java: "/bin/false".into(),
         ..small()
@@ -180,7 +184,9 @@ async fn failing_build_is_a_typed_error_with_its_output() {
     match run.error {
         Some(JxseError::BuildFailed { tail, .. }) => assert!(tail.contains("boom"), "{tail}"),
         // Machines without Maven stop before building.
-        Some(JxseError::MavenMissing { .. }) => {}
+        Some(JxseError::MavenMissing { .. }) => {
+            prereq::require("`mvn` on PATH (to run the failing build)", false);
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -196,12 +202,10 @@ fn cmdlines() -> Vec<String> {
 
 #[tokio::test]
 async fn hanging_jvm_times_out_and_is_killed() {
-    let Ok(harness) = jxse::locate_harness() else {
-        return;
-    };
-    if !jxse::harness_built(&harness) {
+    if !prereq::require_ok(prereq::jxse()) {
         return;
     }
+    prereq::built_jxse_harness();
     // A "java" that never prints READY.
     let dir = tempfile::tempdir().unwrap();
     let fake = dir.path().join("java");
@@ -240,9 +244,15 @@ fn allowed_cpus(pid: u32) -> String {
 
 #[tokio::test]
 async fn session_pins_jvms_and_stops_them() {
-    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if !prereq::require(
+        &format!("two CPUs to pin the JVMs on (this machine allows {cpus})"),
+        cpus >= 2,
+    ) || !prereq::require_ok(prereq::jxse())
+    {
         return;
     }
+    prereq::built_jxse_harness();
     let opts = JxseOptions {
         pin: juxta_bench::util::Pin::Split,
         ..small()

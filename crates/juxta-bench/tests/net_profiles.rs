@@ -1,8 +1,9 @@
 //! Network profiles: each topology is created, carries traffic from the
 //! client namespace to the responder's, delays it at least by the profile's
 //! RTT (a behaviour check: the delay element must delay), runs the real
-//! scenarios over `lan`, and is gone after it is dropped. Needs root (CI
-//! runs as root); otherwise the namespace tests say why and skip.
+//! scenarios over `lan`, and is gone after it is dropped. Needs root and
+//! iproute2 (CI runs as root): elsewhere the namespace tests print
+//! `skipped: …`, with env `CI=true` they fail.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -16,24 +17,9 @@ use juxta_bench::throughput::{self, Pattern, ThroughputOptions};
 use juxta_bench::util::Pin;
 use juxta_bench::BenchError;
 
+mod prereq;
+
 fn quiet(_: &str) {}
-
-fn is_root() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|v| v.split_whitespace().nth(1))
-        == Some("0")
-}
-
-fn skip_unless_root(test: &str) -> bool {
-    if is_root() {
-        return false;
-    }
-    eprintln!("skipping {test}: network namespaces need root");
-    true
-}
 
 fn gone(names: &[String]) -> bool {
     names
@@ -92,7 +78,7 @@ fn unknown_profile_is_an_error() {
 
 #[test]
 fn every_profile_connects_and_delays() {
-    if skip_unless_root("every_profile_connects_and_delays") {
+    if !prereq::require_ok(prereq::netns()) {
         return;
     }
     for p in [Profile::Lan, Profile::San, Profile::Wan] {
@@ -127,7 +113,7 @@ fn loopback_needs_no_namespace() {
 
 #[tokio::test]
 async fn lan_scenarios_run_through_the_bench() {
-    if skip_unless_root("lan_scenarios_run_through_the_bench") {
+    if !prereq::require_ok(prereq::netns()) {
         return;
     }
     let topo = Topology::create(Profile::Lan).unwrap();
@@ -182,7 +168,7 @@ async fn lan_scenarios_run_through_the_bench() {
 
 #[test]
 fn namespaced_scenarios_refuse_a_multi_thread_runtime() {
-    if skip_unless_root("namespaced_scenarios_refuse_a_multi_thread_runtime") {
+    if !prereq::require_ok(prereq::netns()) {
         return;
     }
     let topo = Topology::create(Profile::Lan).unwrap();

@@ -11,7 +11,11 @@ use std::time::{Duration, Instant};
 use juxta_bench::{compare, csv_out, report};
 use serde_json::{json, Value};
 
-const CHROMIUM: &str = "/usr/bin/chromium";
+mod prereq;
+
+/// The names Chromium goes by on `PATH` (Debian: `chromium`, Ubuntu:
+/// `chromium-browser`).
+const CHROMIUM: [&str; 2] = ["chromium", "chromium-browser"];
 
 const LAYERS: [&str; 7] = [
     "tcp",
@@ -526,17 +530,14 @@ fn compare_load_accepts_dir_or_file() {
     ));
 }
 
-/// Loads `page` in headless Chromium and returns the DOM after the scripts ran.
-fn chromium_dom(page: &Path) -> String {
-    assert!(
-        Path::new(CHROMIUM).exists(),
-        "{CHROMIUM} not found: the report rendering test needs Chromium; install it with `apt-get install chromium`"
-    );
+/// Loads `page` in headless `chromium` and returns the DOM after the
+/// scripts ran.
+fn chromium_dom(chromium: &Path, page: &Path) -> String {
     let profile = tempfile::tempdir().unwrap();
     let out_dir = tempfile::tempdir().unwrap();
     let out_path = out_dir.path().join("dom.html");
     let out = std::fs::File::create(&out_path).unwrap();
-    let mut child = Command::new(CHROMIUM)
+    let mut child = Command::new(chromium)
         .args([
             "--headless",
             "--no-sandbox",
@@ -554,7 +555,7 @@ fn chromium_dom(page: &Path) -> String {
         .stdout(Stdio::from(out))
         .stderr(Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {CHROMIUM}: {e}"));
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", chromium.display()));
     let deadline = Instant::now() + Duration::from_secs(120);
     let status = loop {
         if let Some(st) = child.try_wait().unwrap() {
@@ -583,6 +584,14 @@ fn plots_ok(dom: &str) -> String {
 
 #[test]
 fn chromium_renders_every_plot() {
+    let chromium = prereq::on_path(&CHROMIUM);
+    if !prereq::require(
+        "Chromium (`chromium` or `chromium-browser` on PATH; `apt-get install chromium`)",
+        chromium.is_some(),
+    ) {
+        return;
+    }
+    let chromium = chromium.expect("checked above");
     let dir = tempfile::tempdir().unwrap();
     let synthetic = dir.path().join("synthetic.html");
     let s = report::write_report(&synthetic_doc(), &synthetic).unwrap();
@@ -618,7 +627,7 @@ fn chromium_renders_every_plot() {
         (cmp, c.plots),
         (cmp_real, cr.plots),
     ] {
-        let dom = chromium_dom(&page);
+        let dom = chromium_dom(&chromium, &page);
         assert_eq!(plots_ok(&dom), format!("{n}/{n}"), "{}", page.display());
         assert!(!dom.contains("data-rendered=\"bad\""), "{}", page.display());
         assert_eq!(dom.matches("data-rendered=\"ok\"").count(), n);

@@ -1,6 +1,6 @@
 //! Advertisements, signatures, discovery and peer-info documents: checked
 //! against the signed route advertisements captured between two JXSE 2.7
-//! peers (`shared/vectors/jxse-2.7-*`), round-tripped for every type, and
+//! peers (`tests/data/jxse-2.7-*`), round-tripped for every type, and
 //! fed random and mutated XML (every parser must answer with a typed
 //! error, never panic).
 
@@ -24,22 +24,20 @@ use juxta_proto::identity::Identity;
 use proptest::prelude::*;
 use rand::SeedableRng;
 
-fn vectors() -> Option<PathBuf> {
-    [
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors"),
-        PathBuf::from("/work/shared/vectors"),
-    ]
-    .into_iter()
-    .find(|p| p.is_dir())
+/// The JXSE 2.7 captures committed with the crate (`tests/data/README.md`).
+fn vectors() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data")
 }
 
 /// Every `<jxta:RA …>…</jxta:RA>` element in the captured TCP streams.
 fn captured_routes() -> Vec<String> {
-    let dir = vectors().expect("shared/vectors not found");
+    let dir = vectors();
     let mut out = Vec::new();
     for sub in ["jxse-2.7-stock", "jxse-2.7-cbjx-off"] {
         for f in ["stream_c2s.bin", "stream_s2c.bin"] {
-            let data = std::fs::read(dir.join(sub).join(f)).expect("vector missing");
+            let path = dir.join(sub).join(f);
+            let data = std::fs::read(&path)
+                .unwrap_or_else(|e| panic!("vector {} missing: {e}", path.display()));
             let text = String::from_utf8_lossy(&data);
             let mut rest: &str = &text;
             while let Some(i) = rest.find("<jxta:RA ") {

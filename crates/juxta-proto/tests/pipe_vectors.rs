@@ -1,6 +1,6 @@
 //! Checks the advertisement, resolver, pipe-binding and socket set-up
 //! parsers (and writers) against bytes captured between real JXSE 2.7
-//! peers: `shared/vectors/jxse-2.7-stock`, `jxse-2.7-cbjx-off` and the
+//! peers: `tests/data/jxse-2.7-stock`, `jxse-2.7-cbjx-off` and the
 //! extra two-peer pcap.
 
 use std::collections::BTreeMap;
@@ -26,7 +26,7 @@ const GROUP: &str = "jxta-NetGroup";
 const DIRS: [&str; 2] = ["jxse-2.7-stock", "jxse-2.7-cbjx-off"];
 
 fn vectors() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/vectors")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data")
 }
 
 fn read(path: PathBuf) -> Vec<u8> {

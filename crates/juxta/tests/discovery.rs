@@ -5,6 +5,7 @@
 //! create/discover/join/leave with group-scoped resolver traffic.
 
 mod common;
+mod prereq;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -242,11 +243,24 @@ async fn malformed_and_oversized_advertisements_are_rejected_not_cached() {
         a.stats().discovery_rejected.load(Ordering::Relaxed) >= 3
     })
     .await;
-    let all = a
-        .discovery()
-        .get_local(AdvKind::Adv, None, None, 100)
-        .await
-        .unwrap();
+    // The bad entries are counted as the response is read; the good one is
+    // stored after that, by the cache's own thread: wait for it.
+    let end = tokio::time::Instant::now() + WAIT;
+    let all = loop {
+        let all = a
+            .discovery()
+            .get_local(AdvKind::Adv, None, None, 100)
+            .await
+            .unwrap();
+        if !all.is_empty() {
+            break all;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "the good advertisement was never cached"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     assert_eq!(all, vec![good]);
     assert_eq!(a.stats().discovery_rejected.load(Ordering::Relaxed), 3);
 }
@@ -373,6 +387,9 @@ async fn groups_create_discover_join_leave() {
 /// advertisement (needs Java and the harness in interop/jxse).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jxse_answers_a_peer_discovery_query() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
     let jxse = tokio::task::block_in_place(common::Jxse::start);
     let dir = tempfile::tempdir().unwrap();
     let a = common::juxta_peer(dir.path(), "a", true).await;

@@ -5,6 +5,7 @@
 //! Needs `interop/jxse/build.sh` to have run (`scripts/test.sh` does it).
 
 mod common;
+mod prereq;
 
 use std::time::Duration;
 
@@ -13,6 +14,9 @@ use juxta_proto::message::{Element, Message};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jxse_interop_with_cbjx() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
     let mut jxse = tokio::task::block_in_place(Jxse::start);
     let dir = tempfile::tempdir().unwrap();
     let sizes = [1usize, 65536, 1 << 20];

@@ -8,6 +8,7 @@
 //! - JxtaBiDiPipe echo both ways.
 
 mod common;
+mod prereq;
 
 use std::time::Duration;
 
@@ -60,6 +61,9 @@ fn block<T>(f: impl FnOnce() -> T) -> T {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unicast_pipes_both_ways() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
     let mut jxse = block(Jxse::start);
     let dir = tempfile::tempdir().unwrap();
     let a = connected(&jxse, &dir).await;
@@ -105,6 +109,9 @@ async fn unicast_pipes_both_ways() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jxta_socket_juxta_client_jxse_server() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
     let mut jxse = block(Jxse::start);
     let dir = tempfile::tempdir().unwrap();
     let a = connected(&jxse, &dir).await;
@@ -151,6 +158,9 @@ async fn jxta_socket_juxta_client_jxse_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jxta_socket_jxse_client_juxta_server() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
     let mut jxse = block(Jxse::start);
     let dir = tempfile::tempdir().unwrap();
     let a = connected(&jxse, &dir).await;
@@ -191,6 +201,9 @@ async fn jxta_socket_jxse_client_juxta_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bidi_pipes_both_ways() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
     let mut jxse = block(Jxse::start);
     let dir = tempfile::tempdir().unwrap();
     let a = connected(&jxse, &dir).await;

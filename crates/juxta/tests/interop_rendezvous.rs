@@ -20,6 +20,7 @@
 //! NullPointerException); docs/interop.md has the details.
 
 mod common;
+mod prereq;
 
 use std::time::{Duration, Instant};
 
@@ -71,6 +72,9 @@ fn wait_jxse_leased(j: &mut Jxse, deadline: Duration) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jxse_edge_discovers_through_a_juxta_rendezvous() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let rdv = peer(dir.path(), "rdv", RendezvousConfig::rendezvous()).await;
     let rdv_addr = rdv.local_addr().unwrap();
@@ -120,6 +124,9 @@ async fn a_jxse_edge_discovers_through_a_juxta_rendezvous() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_juxta_edge_discovers_through_a_jxse_rendezvous() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let (mut j, port) = tokio::task::spawn_blocking(|| {
         let j = Jxse::start_with(&["--rendezvous"]);

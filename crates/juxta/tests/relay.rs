@@ -36,13 +36,25 @@ fn adv(name: &str) -> PipeAdvertisement {
 
 /// A relay and two edges leasing it.
 async fn trio(dir: &tempfile::TempDir, relay: RelayConfig) -> (Peer, Peer, Peer) {
+    trio_with(dir, relay, |c| c).await
+}
+
+/// [`trio`] with `b_cfg` applied to edge B's configuration.
+async fn trio_with(
+    dir: &tempfile::TempDir,
+    relay: RelayConfig,
+    b_cfg: impl FnOnce(PeerConfig) -> PeerConfig,
+) -> (Peer, Peer, Peer) {
     let r = start(dir, "r", |c| {
         c.listen("127.0.0.1:0".parse().unwrap()).relay(relay)
     })
     .await;
     let seeds = vec![r.local_addr().unwrap()];
     let a = start(dir, "a", |c| c.relay(RelayConfig::client(seeds.clone()))).await;
-    let b = start(dir, "b", |c| c.relay(RelayConfig::client(seeds.clone()))).await;
+    let b = start(dir, "b", |c| {
+        b_cfg(c.relay(RelayConfig::client(seeds.clone())))
+    })
+    .await;
     for p in [&a, &b] {
         assert_eq!(
             p.relay().unwrap().wait_leased(WAIT).await,
@@ -307,7 +319,16 @@ async fn per_edge_queue_and_sender_quota_push_back_then_refuse() {
         .sender_quota(1_000, 256 << 10)
         .max_message(128 << 10)
         .push_back(Duration::from_millis(20));
-    let (r, a, b) = trio(&dir, relay).await;
+    // B's listeners hold 4 messages: once its "sink" listener is full, its
+    // connection stops reading whatever the machine's speed, so the relay's
+    // queue for B fills and refusals must come (with the default 1,024 the
+    // 400 messages all fit and refusals only came when the relay forwarded
+    // slower than A sent: the test timed out waiting for one under load).
+    let (r, a, b) = trio_with(&dir, relay, |mut c| {
+        c.listener_queue = 4;
+        c
+    })
+    .await;
     let to_b = a.route_to(&b.peer_id(), WAIT).await.unwrap();
     // Over the relay's message bound: refused at once, typed and counted.
     to_b.send(
@@ -322,10 +343,12 @@ async fn per_edge_queue_and_sender_quota_push_back_then_refuse() {
     })
     .await;
     eventually("A told", || stat(&a, |s| &s.relay_refused) >= 1).await;
+    // The relay's final refusals so far (the too-large one).
+    let refused_before = stat(&r, |s| &s.relay_refused);
 
-    // B does not read: its listener fills, its connection stops reading,
-    // the relay's queue for B fills, and A's messages are pushed back, then
-    // refused. None is lost without being counted.
+    // B does not read: its listener fills (4 messages), its connection
+    // stops reading, the relay's queue for B fills, and A's messages are
+    // pushed back, then refused. None is lost without being counted.
     let mut sink = b.listen("sink", None).unwrap();
     let sent = 400u64;
     for i in 0..sent {
@@ -338,16 +361,25 @@ async fn per_edge_queue_and_sender_quota_push_back_then_refuse() {
         .await
         .unwrap();
     }
-    let refused = || {
-        let c = r.relay().unwrap().counters().server;
-        c.refused_queue_full + c.refused_quota
-    };
+    // Messages the relay finally refused. (The server's refused_queue_full
+    // and refused_quota count refused attempts: a pushed-back message that
+    // gets through on a later try was counted there too, so they are not a
+    // count of messages.)
+    let refused = || stat(&r, |s| &s.relay_refused) - refused_before;
     eventually("queue full refusals", || refused() >= 1).await;
+    // Read until every message is accounted for, delivered or refused (the
+    // refusals happen at the relay, so the count is also re-checked while
+    // no message arrives); a lost message fails at the deadline, not after
+    // some quiet period a loaded machine can exceed.
     let mut received = 0u64;
-    while received + refused() < sent {
-        match tokio::time::timeout(Duration::from_secs(5), sink.recv()).await {
-            Ok(Some(_)) => received += 1,
-            _ => break,
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while received + refused() < sent && tokio::time::Instant::now() < deadline {
+        tokio::select! {
+            m = sink.recv() => {
+                assert!(m.is_some(), "B's listener closed");
+                received += 1;
+            }
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
         }
     }
     assert_eq!(
@@ -357,6 +389,7 @@ async fn per_edge_queue_and_sender_quota_push_back_then_refuse() {
     );
     assert!(received >= 4);
     let c = r.relay().unwrap().counters().server;
+    assert!(c.refused_queue_full + c.refused_quota >= refused());
     assert_eq!(c.dropped, 0);
     assert!(r.relay().unwrap().queued_for(&b.peer_id()) <= 4);
 }

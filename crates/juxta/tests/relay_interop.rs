@@ -8,6 +8,7 @@
 //! Needs `interop/jxse/build.sh` to have run (`scripts/test.sh` does it).
 
 mod common;
+mod prereq;
 
 use common::{payload, sha, Jxse, WAIT};
 use juxta::relay::RelayConfig;
@@ -16,6 +17,9 @@ use juxta_proto::message::{Element, Message};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn juxta_edge_reaches_jxse_through_a_juxta_relay() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
     let mut jxse = tokio::task::block_in_place(Jxse::start);
     let dir = tempfile::tempdir().unwrap();
     let mut rc = PeerConfig::new(dir.path().join("r"))

@@ -12,7 +12,7 @@
 //! runtime, after the thread has entered the peer's namespace (`setns`), so
 //! every socket it opens lives there. Namespace names include the process
 //! ID; a guard deletes them however the test ends. Without root or without
-//! `ip`, the tests say why and pass.
+//! `ip`, the tests print `skipped: …` (and fail with env `CI=true`).
 
 use std::fs::File;
 use std::net::{SocketAddr, TcpStream};
@@ -28,6 +28,8 @@ use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
 use juxta_proto::id::{PeerId, PipeId};
 use juxta_proto::message::{Element, Message};
 use sha2::{Digest, Sha256};
+
+mod prereq;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{oneshot, watch};
 
@@ -278,8 +280,13 @@ async fn a_main(
     a.is_connected_to(&b)
 }
 
+/// Skips (or, with env `CI=true`, fails) a test that cannot make its
+/// namespaces.
 fn skip(why: &str) {
-    eprintln!("SKIPPED: relay netns test needs root and `ip` (iproute2): {why}");
+    prereq::require(
+        &format!("network namespaces (root and `ip` from iproute2): {why}"),
+        false,
+    );
 }
 
 #[test]

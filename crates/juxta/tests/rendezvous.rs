@@ -7,9 +7,12 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use juxta::proto::message::Message;
 use juxta::proto::rendezvous::edge::LossReason;
+use juxta::proto::rendezvous::messages::BusyNotice;
+use juxta::proto::resolver::{query_queue, response_queue, ResolverQuery, RESOLVER_SERVICE};
 use juxta::proto::srdi::flow::AdmissionConfig;
-use juxta::rendezvous::{RendezvousConfig, RendezvousEvent};
+use juxta::rendezvous::{RendezvousConfig, RendezvousError, RendezvousEvent, LOOKUP_HANDLER};
 use juxta::{Peer, PeerConfig};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -655,4 +658,124 @@ async fn a_miss_is_walked_along_the_peer_view() {
         "{:?}",
         hs.iter().map(|h| h.status()).collect::<Vec<_>>()
     );
+}
+
+/// A `Juxta.Busy` answer from any peer may say "retry after u64::MAX ms":
+/// the edge caps the wait (no overflow, no panic of its task), keeps its
+/// lookups' own deadlines and goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_answer_with_an_extreme_retry_is_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    // An edge with no rendezvous: its lookups stay pending until their
+    // deadline.
+    let edge = start(&dir, "edge", true, RendezvousConfig::edge(Vec::new())).await;
+    let h = edge.rendezvous().unwrap();
+    // The peer that answers "busy" (connected before the lookups start).
+    let mut c = PeerConfig::new(dir.path().join("other"));
+    c.key_bits = 1024;
+    let other = Peer::start(c).await.unwrap();
+    let m = other.connect(edge.local_addr().unwrap()).await.unwrap();
+    // Polled once here, the lookup is queued to the service before the
+    // next one: query ID 1 is pending while ID 2 (1 ms) times out.
+    let mut pending = Box::pin(h.lookup("Adv", "Name", "x", Duration::from_secs(2)));
+    assert!(tokio::time::timeout(Duration::ZERO, &mut pending)
+        .await
+        .is_err());
+    assert_eq!(
+        h.lookup("Adv", "Name", "y", Duration::from_millis(1)).await,
+        Err(RendezvousError::Timeout)
+    );
+
+    for query_id in [1, 2] {
+        let busy = BusyNotice {
+            query_id,
+            retry_after_ms: u64::MAX,
+        };
+        m.send_routed(
+            RESOLVER_SERVICE,
+            Some(&response_queue("jxta-NetGroup")),
+            Message::new().with(busy.to_element()),
+        )
+        .await
+        .unwrap();
+    }
+    assert!(
+        eventually(|| h.status().busy == 2).await,
+        "{:?}",
+        h.status()
+    );
+    // The pending lookup ends at its own deadline, and the edge still
+    // serves lookups.
+    assert_eq!(pending.await, Err(RendezvousError::Timeout));
+    assert_eq!(
+        h.lookup("Adv", "Name", "z", Duration::from_millis(1)).await,
+        Err(RendezvousError::Timeout)
+    );
+}
+
+/// A lookup whose hop count is u32::MAX, sent to both rendezvous of a
+/// two-rendezvous view: the one that is not the key's replica forwards it
+/// one hop further (the hop count saturates, no overflow), and both keep
+/// serving their edges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_with_an_extreme_hop_count_is_forwarded_safely() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, publisher, asker) =
+        two_rendezvous_two_edges(&dir, RendezvousConfig::rendezvous()).await;
+    let mut c = PeerConfig::new(dir.path().join("other"));
+    c.key_bits = 1024;
+    let other = Peer::start(c).await.unwrap();
+    for rdv in [&a, &b] {
+        let m = other.connect(rdv.local_addr().unwrap()).await.unwrap();
+        let q = ResolverQuery {
+            handler: LOOKUP_HANDLER.into(),
+            query_id: 7,
+            hop_count: u32::MAX,
+            src_peer: other.peer_id(),
+            query: "Adv\tName\tnobody".into(),
+            src_route: None,
+        };
+        m.send_routed(
+            RESOLVER_SERVICE,
+            Some(&query_queue("jxta-NetGroup")),
+            Message::new().with(q.to_element("jxta-NetGroup")),
+        )
+        .await
+        .unwrap();
+    }
+    let (ha, hb) = (a.rendezvous().unwrap(), b.rendezvous().unwrap());
+    assert!(
+        eventually(|| ha.status().queries >= 1 && hb.status().queries >= 1).await,
+        "{:?} {:?}",
+        ha.status(),
+        hb.status()
+    );
+    // Both rendezvous still answer their edges' lookups.
+    publisher
+        .rendezvous()
+        .unwrap()
+        .srdi_publish("Adv", "Name", "printer", Duration::from_secs(600))
+        .await
+        .unwrap();
+    let mut found = Vec::new();
+    for _ in 0..100 {
+        found = asker
+            .rendezvous()
+            .unwrap()
+            .lookup("Adv", "Name", "printer", WAIT)
+            .await
+            .unwrap();
+        if !found.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(found, vec![publisher.peer_id()]);
+    let none = publisher
+        .rendezvous()
+        .unwrap()
+        .lookup("Adv", "Name", "nobody", WAIT)
+        .await
+        .unwrap();
+    assert!(none.is_empty());
 }

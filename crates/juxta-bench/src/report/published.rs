@@ -1,6 +1,7 @@
 //! The JXTA studies' published figures, as data, to print beside ours.
 //!
-//! Source: /work/shared/docs/performance-model.md, which summarises
+//! Source: the project's background notes on the JXTA performance model
+//! (kept outside this repository), which summarise
 //! Halepovic's thesis (2004), Antoniu/Jan/Noblet INRIA RR-5718 and HPCC'05
 //! (JuxTest), Jan's 2004 slides and de Souza et al. Their hardware is not
 //! ours, so layer figures are compared as ratios to the socket bound the

@@ -206,7 +206,7 @@ mod tests {
     #[test]
     fn captured_erm_parses_and_round_trips() {
         let p = format!(
-            "{}/../../../shared/vectors/jxse-2.7-stock/41_endpoint_routed_message_1B.bin",
+            "{}/tests/data/jxse-2.7-stock/41_endpoint_routed_message_1B.bin",
             env!("CARGO_MANIFEST_DIR")
         );
         let d = std::fs::read(&p).unwrap_or_else(|e| panic!("vector {p} missing: {e}"));

@@ -269,10 +269,7 @@ mod tests {
     use rand::SeedableRng;
     use std::sync::OnceLock;
 
-    const VECTOR_DIR: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/vectors/jxse-2.7-stock/"
-    );
+    const VECTOR_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/jxse-2.7-stock/");
 
     fn identity() -> &'static Identity {
         static ID: OnceLock<Identity> = OnceLock::new();
@@ -470,7 +467,7 @@ mod tests {
     fn read_vector(name: &str) -> Vec<u8> {
         let path = format!("{VECTOR_DIR}{name}");
         std::fs::read(&path).unwrap_or_else(|e| {
-            panic!("JXSE test vector {path} is missing ({e}); the shared vectors directory /work/shared/vectors/jxse-2.7-stock must exist next to the repository")
+            panic!("JXSE test vector {path} is missing ({e}); it is committed under crates/juxta-proto/tests/data/")
         })
     }
 

@@ -570,6 +570,27 @@ mod tests {
     }
 
     #[test]
+    fn extreme_lease_saturates() {
+        // A rendezvous may grant i64::MAX ms; late in the clock's range
+        // the lease end saturates instead of overflowing (first grant and
+        // renewal alike), and the edge keeps renewing on its heartbeat.
+        let mut e = edge();
+        let t0 = u64::MAX - 1_000;
+        e.handle_timeout(t0);
+        assert_eq!(sent_to(&mut e), vec![peer(1)]);
+        e.handle_message(peer(1), &grant(1, i64::MAX), t0).unwrap();
+        assert_eq!(e.rendezvous(), Some(peer(1)));
+        let renew = t0 + DEFAULT_HEARTBEAT_MS;
+        assert_eq!(e.poll_timeout(), Some(renew));
+        e.handle_timeout(renew);
+        assert_eq!(sent_to(&mut e), vec![peer(1)]);
+        e.handle_message(peer(1), &grant(1, i64::MAX), renew)
+            .unwrap();
+        assert_eq!(e.rendezvous(), Some(peer(1)));
+        assert_eq!(e.poll_timeout(), Some(renew + DEFAULT_HEARTBEAT_MS));
+    }
+
+    #[test]
     fn lease_heartbeat_failover() {
         let mut e = edge();
         assert_eq!(e.poll_timeout(), Some(0));

@@ -1218,10 +1218,7 @@ mod tests {
     use crate::wire::frame::parse_header;
     use proptest::prelude::*;
 
-    const VECTOR_DIR: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/vectors/jxse-2.7-stock/"
-    );
+    const VECTOR_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/jxse-2.7-stock/");
 
     /// The binary message inside a captured TCP frame.
     fn vector_body(name: &str) -> Bytes {

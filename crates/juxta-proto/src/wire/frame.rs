@@ -146,7 +146,7 @@ mod tests {
     #[test]
     fn captured_header_parses_and_re_encodes() {
         let p = format!(
-            "{}/../../../shared/vectors/jxse-2.7-stock/40_endpoint_direct_tcp_message_1B.bin",
+            "{}/tests/data/jxse-2.7-stock/40_endpoint_direct_tcp_message_1B.bin",
             env!("CARGO_MANIFEST_DIR")
         );
         let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("vector {p} missing: {e}"));

@@ -137,7 +137,7 @@ mod tests {
 
     fn vector(name: &str) -> Vec<u8> {
         let p = format!(
-            "{}/../../../shared/vectors/jxse-2.7-stock/{name}",
+            "{}/tests/data/jxse-2.7-stock/{name}",
             env!("CARGO_MANIFEST_DIR")
         );
         std::fs::read(&p).unwrap_or_else(|e| panic!("test vector {p} missing: {e}"))

@@ -108,6 +108,9 @@ pub const EVENT_CAPACITY: usize = 1024;
 const TICK_MS: u64 = 50;
 /// How long a lookup waits for an answer before re-sending it.
 const QUERY_RETRY_MS: u64 = 1_000;
+/// The longest wait a `Juxta.Busy` answer can impose before a lookup is
+/// asked again: a peer's `retry_after_ms` is capped at this.
+pub const MAX_BUSY_RETRY_MS: u64 = 60_000;
 /// Least time between two dials of a seed whose connection is gone.
 const REDIAL_MS: u64 = 500;
 /// Commands queued from handles before callers wait.
@@ -568,6 +571,13 @@ struct Task {
     status: watch::Sender<RendezvousStatus>,
     events: broadcast::Sender<RendezvousEvent>,
     conn_tx: mpsc::Sender<(SocketAddr, Option<PeerId>)>,
+}
+
+/// When a lookup answered `Juxta.Busy` at `now` is asked again: after the
+/// peer's `retry_after_ms` (any `u64` a peer sent), at least 1 ms and at
+/// most [`MAX_BUSY_RETRY_MS`], saturating at the end of time.
+fn busy_retry_at(now: u64, retry_after_ms: u64) -> u64 {
+    now.saturating_add(retry_after_ms.clamp(1, MAX_BUSY_RETRY_MS))
 }
 
 impl Task {
@@ -1105,7 +1115,8 @@ impl Task {
                 r.relayed.insert(id, (q.src_peer, q.query_id, now));
                 let mut q2 = q.clone();
                 q2.query_id = id;
-                q2.hop_count += 1;
+                // The hop count is the querier's number: saturating.
+                q2.hop_count = q2.hop_count.saturating_add(1);
                 self.out.push(Transmit {
                     to: next,
                     dest: qaddr,
@@ -1136,7 +1147,7 @@ impl Task {
         };
         e.busy += 1;
         if let Some(p) = e.pending.get_mut(&b.query_id) {
-            p.next_send = now + b.retry_after_ms.max(1);
+            p.next_send = busy_retry_at(now, b.retry_after_ms);
         }
     }
 
@@ -1408,5 +1419,24 @@ fn srdi_transmit(g: &str, to: PeerId, m: &SrdiMessage) -> Transmit {
         to,
         dest: ServiceAddress::new(RESOLVER_SERVICE, Some(&srdi_queue(g))),
         message: Message::new().with(env.to_element(g)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_retry_is_capped_and_saturating() {
+        // Whatever a peer sends, the retry comes within the cap.
+        assert_eq!(busy_retry_at(5, u64::MAX), 5 + MAX_BUSY_RETRY_MS);
+        assert_eq!(
+            busy_retry_at(5, MAX_BUSY_RETRY_MS + 1),
+            5 + MAX_BUSY_RETRY_MS
+        );
+        assert_eq!(busy_retry_at(5, 250), 255);
+        // Zero still waits a little; the end of time saturates.
+        assert_eq!(busy_retry_at(5, 0), 6);
+        assert_eq!(busy_retry_at(u64::MAX - 1, u64::MAX), u64::MAX);
     }
 }
