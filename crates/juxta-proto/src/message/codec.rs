@@ -384,9 +384,10 @@ pub fn decode_v0(buf: Bytes) -> Result<DecodedMessage, MessageError> {
     } else {
         count
     };
-    // Each element takes at least 14 bytes, which bounds the allocation by
-    // what is there to read (and the cap bounds it absolutely).
-    let mut elements = Vec::with_capacity(want.min((r.buf.len() - r.pos) / 14));
+    // Each element takes at least 12 bytes (`jxel`, ids, empty name, data
+    // length), which bounds the allocation by what is there to read (and the
+    // cap bounds it absolutely); exact, so the list never grows by doubling.
+    let mut elements = Vec::with_capacity(want.min((r.buf.len() - r.pos) / 12));
     while (read_to_end && r.peek_is(ELEM_MAGIC)) || (!read_to_end && elements.len() < count) {
         if elements.len() == MAX_DECODE_ELEMENTS {
             return Err(MessageError::TooManyElements {
