@@ -130,6 +130,22 @@ pub fn active() -> bool {
     n >= 64
 }
 
+/// Runs `f` and panics if, while it ran, this thread's allocations rose
+/// more than [`bound`]`(input_len)` above `base` (an earlier [`current`]):
+/// for a decoder called repeatedly on one input, so that what it keeps
+/// between calls counts too.
+pub fn check_since<R>(base: isize, what: &str, input_len: usize, f: impl FnOnce() -> R) -> R {
+    reset_peak();
+    let r = f();
+    let used = peak().saturating_sub(base).max(0) as usize;
+    assert!(
+        used <= bound(input_len),
+        "{what}: allocated {used} bytes for {input_len} input bytes (bound {})",
+        bound(input_len)
+    );
+    r
+}
+
 /// [`measure`], then panics if the peak passes [`bound`]`(input_len)`.
 pub fn check<R>(what: &str, input_len: usize, f: impl FnOnce() -> R) -> R {
     let (r, used) = measure(f);
