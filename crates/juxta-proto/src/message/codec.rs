@@ -577,11 +577,56 @@ mod tests {
             decode_v0(Bytes::from_static(huge)).unwrap_err(),
             MessageError::Truncated(_)
         ));
-        // Claims 32767 elements but holds one: truncated, no huge allocation.
+        // Claims 32767 elements: over the cap, refused before reading them.
         let many = b"jxmg\x00\x00\x00\x7f\xffjxel\x00\x00\x00\x01a\x00\x00\x00\x00";
+        assert_eq!(
+            decode_v0(Bytes::from_static(many)).unwrap_err(),
+            MessageError::TooManyElements {
+                max: MAX_DECODE_ELEMENTS
+            }
+        );
+        // Claims 4096 elements but holds one: truncated, no huge allocation.
+        let many = b"jxmg\x00\x00\x00\x10\x00jxel\x00\x00\x00\x01a\x00\x00\x00\x00";
         assert!(matches!(
             decode_v0(Bytes::from_static(many)).unwrap_err(),
             MessageError::Truncated(_)
+        ));
+        // Count 0 ("read to the end") stops at the cap too.
+        let mut to_end = b"jxmg\x00\x00\x00\x00\x00".to_vec();
+        for _ in 0..=MAX_DECODE_ELEMENTS {
+            to_end.extend_from_slice(b"jxel\x00\x00\x00\x00\x00\x00\x00\x00");
+        }
+        assert_eq!(
+            decode_v0(Bytes::from(to_end.clone())).unwrap_err(),
+            MessageError::TooManyElements {
+                max: MAX_DECODE_ELEMENTS
+            }
+        );
+        to_end.truncate(to_end.len() - 12);
+        assert_eq!(
+            decode_v0(Bytes::from(to_end))
+                .unwrap()
+                .message
+                .elements
+                .len(),
+            MAX_DECODE_ELEMENTS
+        );
+        // Names over 4 KiB are refused, in both directions.
+        let mut long = b"jxmg\x00\x00\x00\x00\x01jxel\x00\x00\x10\x01".to_vec();
+        long.extend_from_slice(&[b'a'; 4097]);
+        long.extend_from_slice(&[0, 0, 0, 0]);
+        assert_eq!(
+            decode_v0(Bytes::from(long)).unwrap_err(),
+            MessageError::BadLength {
+                what: "element name",
+                len: 4097
+            }
+        );
+        let long_name = "n".repeat(MAX_NAME_LEN + 1);
+        let m = Message::new().with(Element::bytes("", &long_name, &b"1"[..]));
+        assert!(matches!(
+            encode_v0(&m, JavaHashOrder::Java8).unwrap_err(),
+            MessageError::BadLength { .. }
         ));
         assert_eq!(
             encode_v0(&Message::new(), JavaHashOrder::Java8).unwrap_err(),

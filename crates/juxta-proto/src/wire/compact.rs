@@ -598,6 +598,85 @@ mod tests {
         );
     }
 
+    #[test]
+    fn table_budget_is_kept_by_both_sides() {
+        let mut enc = CompactEncoder::new();
+        let mut dec = CompactDecoder::new();
+        let to = ServiceAddress::new("S", None);
+        let big = "x".repeat(MAX_NAME_LEN);
+        // 40 names of about 12 KiB: past 256 KiB the encoder sends literals.
+        for i in 0..40 {
+            let name = format!("{i}{}", &big[..4000]);
+            let m = Message::new().with(Element::typed(&big, &name, &big, &b"z"[..]));
+            let mut f = frame(&mut enc, &to, &m);
+            let (_, got, _) = dec.decode(&mut f, 1 << 20).unwrap().unwrap();
+            assert_eq!(got, m);
+        }
+        assert!(enc.names.len() < 40);
+        assert!(enc.name_bytes <= MAX_TABLE_BYTES && dec.name_bytes <= MAX_TABLE_BYTES);
+        assert_eq!(enc.names.len(), dec.names.len());
+
+        // A peer that defines past the budget is refused.
+        let mut body = BytesMut::new();
+        for id in 1..=22u64 {
+            body.put_u8(TAG_NAME);
+            put_varint(&mut body, id);
+            for _ in 0..3 {
+                put_str(&mut body, &big);
+            }
+        }
+        let mut rx = BytesMut::new();
+        put_varint(&mut rx, body.len() as u64);
+        rx.extend_from_slice(&body);
+        assert_eq!(
+            CompactDecoder::new().decode(&mut rx, 1 << 20).unwrap_err(),
+            CompactError::TableTooLarge {
+                max: MAX_TABLE_BYTES
+            }
+        );
+    }
+
+    #[test]
+    fn element_and_name_caps() {
+        let mut m = Message::new();
+        for _ in 0..=MAX_DECODE_ELEMENTS {
+            m.push(Element::bytes("", "e", &b""[..]));
+        }
+        let to = ServiceAddress::new("S", None);
+        let mut out = EncodedMessage::default();
+        let mut enc = CompactEncoder::new();
+        assert_eq!(
+            enc.try_encode(&to, &m, &mut out),
+            Err(CompactError::TooManyElements {
+                max: MAX_DECODE_ELEMENTS
+            })
+        );
+        // Written anyway, the decoder refuses it.
+        enc.encode(&to, &m, &mut out);
+        let mut rx = BytesMut::from(&out.to_bytes()[..]);
+        assert_eq!(
+            CompactDecoder::new().decode(&mut rx, 1 << 20).unwrap_err(),
+            CompactError::TooManyElements {
+                max: MAX_DECODE_ELEMENTS
+            }
+        );
+        let long = Message::new().with(Element::bytes("", &"n".repeat(MAX_NAME_LEN + 1), &b""[..]));
+        assert_eq!(
+            CompactEncoder::check(&long),
+            Err(CompactError::NameTooLong { max: MAX_NAME_LEN })
+        );
+    }
+
+    #[test]
+    fn partial_frame_reserves_in_step() {
+        let mut dec = CompactDecoder::new();
+        let mut rx = BytesMut::new();
+        put_varint(&mut rx, 1 << 30);
+        rx.put_u8(TAG_MESSAGE);
+        assert_eq!(dec.decode(&mut rx, 1 << 31).unwrap(), None);
+        assert!(rx.capacity() <= 2 * RESERVE_STEP, "{}", rx.capacity());
+    }
+
     proptest::proptest! {
         #[test]
         fn decoder_never_panics(data in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
