@@ -2,11 +2,18 @@
 //! `fuzz_targets/` and by the stable-Rust corpus replay
 //! (`crates/juxta-proto/tests/fuzz_corpus_replay.rs`, which includes this
 //! file with `#[path]`). Each function must never panic on any input;
-//! the `assert!`s are the round-trip properties.
+//! the `assert!`s are the round-trip properties and the memory property:
+//! each decoder call allocates at most [`counting_alloc::bound`]`(n)` bytes
+//! (16 per input byte plus 1 MiB) for an input of `n` bytes, checked when
+//! the binary installs [`counting_alloc::CountingAlloc`] as its global
+//! allocator (the fuzz targets and the stable replay do).
 //!
 //! This file only depends on `juxta_proto` and `bytes`.
 
+pub mod counting_alloc;
+
 use bytes::{Bytes, BytesMut};
+use counting_alloc::{check, check_since, current};
 use juxta_proto::endpoint::ServiceAddress;
 use juxta_proto::id::JxtaId;
 use juxta_proto::message::codec::{decode_v0, encode_v0, EncodedMessage};
@@ -24,7 +31,7 @@ pub const FUZZ_MAX_MESSAGE: u64 = 1 << 20;
 /// `Welcome::parse`; a parsed welcome re-encodes to a line that parses to
 /// the same welcome.
 pub fn welcome(data: &[u8]) {
-    if let Ok(Some((w, used))) = Welcome::parse(data) {
+    if let Ok(Some((w, used))) = check("Welcome::parse", data.len(), || Welcome::parse(data)) {
         assert!(used <= data.len());
         let line = w.to_line();
         let (again, used2) = Welcome::parse(line.as_bytes())
@@ -39,7 +46,10 @@ pub fn welcome(data: &[u8]) {
 /// input and the limit, and its length survives `encode_header`.
 pub fn frame_header(data: &[u8]) {
     for max in [FUZZ_MAX_MESSAGE, u64::MAX] {
-        if let Ok(Some(h)) = frame::parse_header(data, max) {
+        let parsed = check("frame::parse_header", data.len(), || {
+            frame::parse_header(data, max)
+        });
+        if let Ok(Some(h)) = parsed {
             assert!(h.header_len <= data.len());
             assert!(h.content_length <= max);
             let enc = frame::encode_header(h.content_length);
@@ -57,7 +67,8 @@ pub fn frame_header(data: &[u8]) {
 /// JXSE, the encoder writes a signature element with its parent's
 /// namespace ID (protocol digest §2.5, item 3), whatever ID it arrived with.
 pub fn message(data: &[u8]) {
-    let Ok(d) = decode_v0(Bytes::copy_from_slice(data)) else {
+    let input = Bytes::copy_from_slice(data);
+    let Ok(d) = check("decode_v0", data.len(), || decode_v0(input)) else {
         return;
     };
     assert!(d.elements_end <= data.len());
@@ -87,11 +98,16 @@ fn signature_in_parent_namespace(e: &mut Element) {
 /// `CompactDecoder::decode` in a loop over one receive buffer; every
 /// decoded frame re-encodes (fresh tables) and decodes to an equal message.
 pub fn compact(data: &[u8]) {
-    let mut dec = CompactDecoder::new();
     let mut rx = BytesMut::from(data);
+    // What the decoder keeps between frames (its tables) counts too.
+    let base = current();
+    let mut dec = CompactDecoder::new();
     for _ in 0..=data.len() {
         let before = rx.len();
-        match dec.decode(&mut rx, FUZZ_MAX_MESSAGE) {
+        let r = check_since(base, "CompactDecoder::decode", data.len(), || {
+            dec.decode(&mut rx, FUZZ_MAX_MESSAGE)
+        });
+        match r {
             Ok(Some((to, msg, used))) => {
                 assert_eq!(before - rx.len(), used);
                 check_compact_round_trip(&to, &msg);
@@ -131,7 +147,7 @@ pub fn id(data: &[u8]) {
     let Ok(s) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(id) = s.parse::<JxtaId>() else {
+    let Ok(id) = check("JxtaId::from_str", data.len(), || s.parse::<JxtaId>()) else {
         return;
     };
     let text = id.to_string();
@@ -147,7 +163,10 @@ pub fn id(data: &[u8]) {
 
 /// `cbjx::parse_trailer`; a parsed trailer re-encodes to exactly its input.
 pub fn cbjx_trailer(data: &[u8]) {
-    if let Ok(t) = cbjx::parse_trailer(Bytes::copy_from_slice(data)) {
+    let input = Bytes::copy_from_slice(data);
+    if let Ok(t) = check("cbjx::parse_trailer", data.len(), || {
+        cbjx::parse_trailer(input)
+    }) {
         assert_eq!(t.encoded_len(), data.len());
         assert_eq!(&t.encode()[..], data);
     }
@@ -166,13 +185,17 @@ pub fn inbound(data: &[u8]) {
         cbjx: mode & 1 == 0,
         ..ConnectionConfig::default()
     };
+    let mut rx = BytesMut::with_capacity(data.len());
+    // The receive buffer, the connection state and everything a poll
+    // returns count against the bound (the events are dropped at once).
+    let base = current();
     let mut inb = Inbound::new(cfg);
-    let mut rx = BytesMut::new();
     let piece = if mode & 4 != 0 { 7 } else { data.len().max(1) };
     for chunk in data.chunks(piece) {
         rx.extend_from_slice(chunk);
         loop {
-            match inb.poll(&mut rx) {
+            let r = check_since(base, "Inbound::poll", data.len(), || inb.poll(&mut rx));
+            match r {
                 Ok(Some(InboundEvent::Welcome(_))) => {
                     assert!(inb.remote().is_some());
                     if mode & 2 != 0 {
@@ -196,7 +219,10 @@ pub fn http(data: &[u8]) {
     let Some((&mode, data)) = data.split_first() else {
         return;
     };
-    if let Ok(Some(r)) = parse_request(data, FUZZ_MAX_MESSAGE) {
+    let request = check("http::parse_request", data.len(), || {
+        parse_request(data, FUZZ_MAX_MESSAGE)
+    });
+    if let Ok(Some(r)) = request {
         assert!(r.head_len <= data.len());
         assert!(r.content_length <= FUZZ_MAX_MESSAGE);
         let _ = r.requestor();
@@ -215,9 +241,13 @@ pub fn http(data: &[u8]) {
         );
         assert_eq!(again.content_length, r.content_length);
         let mut body = Bytes::copy_from_slice(&data[r.head_len..]);
+        let base = current();
         let mut verifier = CbjxVerifier::new();
         while !body.is_empty() {
-            match decode_message(&body, &mut verifier, mode & 1 == 0, None) {
+            let m = check_since(base, "http::decode_message", data.len(), || {
+                decode_message(&body, &mut verifier, mode & 1 == 0, None)
+            });
+            match m {
                 Ok(m) => {
                     assert!(m.wire_len > 0 && m.wire_len <= body.len());
                     body = body.slice(m.wire_len..);
@@ -226,7 +256,10 @@ pub fn http(data: &[u8]) {
             }
         }
     }
-    if let Ok(Some(r)) = parse_response(data, FUZZ_MAX_MESSAGE) {
+    let response = check("http::parse_response", data.len(), || {
+        parse_response(data, FUZZ_MAX_MESSAGE)
+    });
+    if let Ok(Some(r)) = response {
         assert!(r.head_len <= data.len());
     }
 }

@@ -2,7 +2,8 @@
 //! `fuzz/seeds/<target>/` and `fuzz/corpus/<target>/` (when present), plus
 //! deterministic pseudo-random mutations of the seeds, goes through the
 //! same entry points as the libFuzzer targets (`fuzz/src/lib.rs`, included
-//! below), which assert the round-trip properties. No nightly needed.
+//! below), which assert the round-trip properties and, with the counting
+//! allocator installed below, the memory bound. No nightly needed.
 //!
 //! `JUXTA_FUZZ_REPLAY_ITERS` sets the mutations per target (default 2000).
 //! The seeds that are not copies of the JXSE vectors are written by
@@ -11,6 +12,10 @@
 #[path = "../../../fuzz/src/lib.rs"]
 #[allow(dead_code)]
 mod targets;
+
+/// The targets' memory bound is checked here as under libFuzzer.
+#[global_allocator]
+static ALLOC: targets::counting_alloc::CountingAlloc = targets::counting_alloc::CountingAlloc;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -147,6 +152,10 @@ fn mutate(rng: &mut Rng, seed: &[u8], other: &[u8]) -> Vec<u8> {
 
 #[test]
 fn seeds_and_corpora_replay() {
+    assert!(
+        targets::counting_alloc::active(),
+        "the counting allocator must be installed for the memory bound"
+    );
     let mut total = 0;
     for &(name, f) in targets::TARGETS {
         let seeds = files_in(&fuzz_dir().join("seeds").join(name));

@@ -360,8 +360,8 @@ fn check_resolver(label: &str, msgs: &[Message]) -> (Vec<ResolverQuery>, Vec<Res
             assert_eq!(again, q);
             let el = q.to_element(GROUP);
             assert_eq!(
-                (el.namespace.as_str(), el.name.as_str(), el.mime()),
-                ("jxta", e.name.as_str(), MIME_XML_UTF8)
+                (&*el.namespace, &*el.name, el.mime()),
+                ("jxta", &*e.name, MIME_XML_UTF8)
             );
             // Our document is JXSE's minus the optional Cred; the
             // SrcPeerRoute is written back byte for byte.

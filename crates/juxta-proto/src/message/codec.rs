@@ -8,8 +8,18 @@
 //! Encoding is canonical in JXSE's sense (digest §2.5), so JXSE can verify a
 //! CBJX signature over its own re-encoding of what we send. Decoding slices
 //! payloads out of the received buffer without copying them.
+//!
+//! Decoding allocates in proportion to what it has read, never to what a
+//! length or count field claims: namespaces, names and MIME types are
+//! [`ByteString`] slices of the input (an element referring to a 32 KiB
+//! namespace costs a reference count), a message holds at most
+//! [`MAX_DECODE_ELEMENTS`] elements (also when its element count is 0,
+//! "read to the end") and strings are at most [`MAX_NAME_LEN`] bytes. The
+//! decoded [`Message`] then takes less than 10 bytes of heap per input byte,
+//! plus a constant (see `tests/alloc_bound.rs`).
 
 use bytes::{BufMut, Bytes, BytesMut};
+use bytestring::ByteString;
 
 use super::namespace_order::JavaHashOrder;
 use super::{Element, Message, MIME_OCTET_STREAM, NS_JXTA};
@@ -25,6 +35,14 @@ pub const MAX_NAMESPACES: usize = 253;
 pub const MAX_STR16: usize = i16::MAX as usize;
 /// Most elements the format can carry in one message (a Java short).
 pub const MAX_ELEMENTS: usize = i16::MAX as usize;
+/// Most top-level elements in a message Juxta decodes or encodes; beyond
+/// it decoding fails with [`MessageError::TooManyElements`]. JXTA messages
+/// carry a handful of elements; the cap bounds the element list of a hostile
+/// message to well under 1 MiB.
+pub const MAX_DECODE_ELEMENTS: usize = 4096;
+/// Longest namespace, element name or MIME type Juxta decodes or encodes
+/// (the format allows [`MAX_STR16`]; JXSE's names are a few dozen bytes).
+pub const MAX_NAME_LEN: usize = 4096;
 /// Payloads up to this size are copied into the header buffer so a small
 /// message goes out as one contiguous chunk; larger ones are passed by
 /// reference (zero copy).
@@ -73,6 +91,12 @@ pub enum MessageError {
     /// The unused "encoding" flag is set.
     #[error("element uses the undefined encoding flag")]
     EncodingFlag,
+    /// More elements than [`MAX_DECODE_ELEMENTS`].
+    #[error("message has more than {max} elements")]
+    TooManyElements {
+        /// the cap
+        max: usize,
+    },
 }
 
 /// An encoded message: chunks to write in order (one vectored write), and
@@ -109,7 +133,7 @@ impl EncodedMessage {
 }
 
 fn check_str(what: &'static str, s: &str) -> Result<(), MessageError> {
-    if s.len() > MAX_STR16 {
+    if s.len() > MAX_NAME_LEN {
         return Err(MessageError::BadLength {
             what,
             len: s.len() as u64,
@@ -137,16 +161,15 @@ pub fn encode_v0(msg: &Message, order: JavaHashOrder) -> Result<EncodedMessage, 
     if msg.elements.is_empty() {
         return Err(MessageError::Empty);
     }
-    if msg.elements.len() > MAX_ELEMENTS {
-        return Err(MessageError::BadLength {
-            what: "element count",
-            len: msg.elements.len() as u64,
+    if msg.elements.len() > MAX_DECODE_ELEMENTS {
+        return Err(MessageError::TooManyElements {
+            max: MAX_DECODE_ELEMENTS,
         });
     }
     // Namespace table: custom namespaces in first-use order, then HashMap order.
     let mut first_use: Vec<&str> = Vec::new();
     for e in &msg.elements {
-        let ns = e.namespace.as_str();
+        let ns = &*e.namespace;
         if !ns.is_empty() && ns != NS_JXTA && !first_use.contains(&ns) {
             first_use.push(ns);
         }
@@ -297,20 +320,20 @@ impl Reader {
         self.pos += n;
         Ok(b)
     }
-    fn str16(&mut self, what: &'static str) -> Result<String, MessageError> {
-        let n = self.u16()?;
-        if n as usize > MAX_STR16 {
+    /// A string as a slice of the input (no copy).
+    fn str16(&mut self, what: &'static str) -> Result<ByteString, MessageError> {
+        let n = self.u16()? as usize;
+        if n > MAX_NAME_LEN {
             return Err(MessageError::BadLength {
                 what,
                 len: n as u64,
             });
         }
-        self.need(n as usize)?;
-        let s = std::str::from_utf8(&self.buf[self.pos..self.pos + n as usize])
-            .map_err(|_| MessageError::InvalidUtf8(what))?
-            .to_string();
-        self.pos += n as usize;
-        Ok(s)
+        if n == 0 {
+            return Ok(ByteString::new());
+        }
+        let b = self.bytes(n)?;
+        ByteString::try_from(b).map_err(|_| MessageError::InvalidUtf8(what))
     }
     fn peek_is(&self, magic: &[u8; 4]) -> bool {
         self.buf.len() - self.pos >= 4 && &self.buf[self.pos..self.pos + 4] == magic
@@ -335,7 +358,10 @@ pub fn decode_v0(buf: Bytes) -> Result<DecodedMessage, MessageError> {
     if ns_count > MAX_NAMESPACES {
         return Err(MessageError::TooManyNamespaces(ns_count));
     }
-    let mut namespaces = vec![String::new(), NS_JXTA.to_string()];
+    // Bounded by MAX_NAMESPACES; the strings are slices of the input.
+    let mut namespaces = Vec::with_capacity(2 + ns_count);
+    namespaces.push(ByteString::new());
+    namespaces.push(ByteString::from_static(NS_JXTA));
     for _ in 0..ns_count {
         namespaces.push(r.str16("namespace")?);
     }
@@ -346,10 +372,28 @@ pub fn decode_v0(buf: Bytes) -> Result<DecodedMessage, MessageError> {
             len: count as u64,
         });
     }
+    if count > MAX_DECODE_ELEMENTS {
+        return Err(MessageError::TooManyElements {
+            max: MAX_DECODE_ELEMENTS,
+        });
+    }
+    // Count 0 means "read elements to the end" (JXSE), still within the cap.
     let read_to_end = count == 0;
-    // Each element takes at least 14 bytes, which bounds the allocation.
-    let mut elements = Vec::with_capacity(count.min((r.buf.len() - r.pos) / 14));
+    let want = if read_to_end {
+        MAX_DECODE_ELEMENTS
+    } else {
+        count
+    };
+    // Each element takes at least 12 bytes (`jxel`, ids, empty name, data
+    // length), which bounds the allocation by what is there to read (and the
+    // cap bounds it absolutely); exact, so the list never grows by doubling.
+    let mut elements = Vec::with_capacity(want.min((r.buf.len() - r.pos) / 12));
     while (read_to_end && r.peek_is(ELEM_MAGIC)) || (!read_to_end && elements.len() < count) {
+        if elements.len() == MAX_DECODE_ELEMENTS {
+            return Err(MessageError::TooManyElements {
+                max: MAX_DECODE_ELEMENTS,
+            });
+        }
         elements.push(decode_element(&mut r, &namespaces, 0)?);
     }
     if elements.is_empty() {
@@ -363,7 +407,7 @@ pub fn decode_v0(buf: Bytes) -> Result<DecodedMessage, MessageError> {
 
 fn decode_element(
     r: &mut Reader,
-    namespaces: &[String],
+    namespaces: &[ByteString],
     depth: usize,
 ) -> Result<Element, MessageError> {
     if depth > MAX_SIGNATURE_DEPTH {
@@ -385,7 +429,7 @@ fn decode_element(
     }
     let name = r.str16("element name")?;
     let mime = if flags & FLAG_TYPE != 0 {
-        Some(r.str16("mime type")?).filter(|m| m != MIME_OCTET_STREAM)
+        Some(r.str16("mime type")?).filter(|m| *m != MIME_OCTET_STREAM)
     } else {
         None
     };
@@ -533,11 +577,56 @@ mod tests {
             decode_v0(Bytes::from_static(huge)).unwrap_err(),
             MessageError::Truncated(_)
         ));
-        // Claims 32767 elements but holds one: truncated, no huge allocation.
+        // Claims 32767 elements: over the cap, refused before reading them.
         let many = b"jxmg\x00\x00\x00\x7f\xffjxel\x00\x00\x00\x01a\x00\x00\x00\x00";
+        assert_eq!(
+            decode_v0(Bytes::from_static(many)).unwrap_err(),
+            MessageError::TooManyElements {
+                max: MAX_DECODE_ELEMENTS
+            }
+        );
+        // Claims 4096 elements but holds one: truncated, no huge allocation.
+        let many = b"jxmg\x00\x00\x00\x10\x00jxel\x00\x00\x00\x01a\x00\x00\x00\x00";
         assert!(matches!(
             decode_v0(Bytes::from_static(many)).unwrap_err(),
             MessageError::Truncated(_)
+        ));
+        // Count 0 ("read to the end") stops at the cap too.
+        let mut to_end = b"jxmg\x00\x00\x00\x00\x00".to_vec();
+        for _ in 0..=MAX_DECODE_ELEMENTS {
+            to_end.extend_from_slice(b"jxel\x00\x00\x00\x00\x00\x00\x00\x00");
+        }
+        assert_eq!(
+            decode_v0(Bytes::from(to_end.clone())).unwrap_err(),
+            MessageError::TooManyElements {
+                max: MAX_DECODE_ELEMENTS
+            }
+        );
+        to_end.truncate(to_end.len() - 12);
+        assert_eq!(
+            decode_v0(Bytes::from(to_end))
+                .unwrap()
+                .message
+                .elements
+                .len(),
+            MAX_DECODE_ELEMENTS
+        );
+        // Names over 4 KiB are refused, in both directions.
+        let mut long = b"jxmg\x00\x00\x00\x00\x01jxel\x00\x00\x10\x01".to_vec();
+        long.extend_from_slice(&[b'a'; 4097]);
+        long.extend_from_slice(&[0, 0, 0, 0]);
+        assert_eq!(
+            decode_v0(Bytes::from(long)).unwrap_err(),
+            MessageError::BadLength {
+                what: "element name",
+                len: 4097
+            }
+        );
+        let long_name = "n".repeat(MAX_NAME_LEN + 1);
+        let m = Message::new().with(Element::bytes("", &long_name, &b"1"[..]));
+        assert!(matches!(
+            encode_v0(&m, JavaHashOrder::Java8).unwrap_err(),
+            MessageError::BadLength { .. }
         ));
         assert_eq!(
             encode_v0(&Message::new(), JavaHashOrder::Java8).unwrap_err(),
@@ -565,7 +654,7 @@ mod tests {
              proptest::collection::vec(any::<u8>(), 0..700)), 1..8)) {
             let mut m = Message::new();
             for (ns, name, mime, data) in elems {
-                m.push(Element { namespace: ns, name, mime, data: Bytes::from(data), signature: None });
+                m.push(Element { namespace: ns.into(), name: name.into(), mime: mime.map(Into::into), data: Bytes::from(data), signature: None });
             }
             let enc = encode_v0(&m, JavaHashOrder::Java8).unwrap();
             let dec = decode_v0(enc.to_bytes()).unwrap();

@@ -6,12 +6,19 @@
 //! Element payloads are [`Bytes`]: decoding slices the received buffer and
 //! encoding hands the payload buffers to the socket as they are, so a payload
 //! is never copied between the application and the wire.
+//!
+//! Namespaces, names and MIME types are [`ByteString`]s: a decoded element's
+//! strings are slices of the received buffer (or of the namespace table /
+//! the connection's interned names), so a hostile message whose thousands of
+//! elements all reference one 32 KiB namespace costs a reference count per
+//! element, not a copy.
 
 pub mod cbjx;
 pub mod codec;
 pub mod namespace_order;
 
 use bytes::Bytes;
+pub use bytestring::ByteString;
 
 pub use codec::{decode_v0, encode_v0, DecodedMessage, EncodedMessage, MessageError};
 
@@ -35,11 +42,11 @@ pub const NS_JXTA: &str = "jxta";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Element {
     /// Namespace (`""`, `jxta`, or a custom one such as `JXTASOC`).
-    pub namespace: String,
+    pub namespace: ByteString,
     /// Element name.
-    pub name: String,
+    pub name: ByteString,
     /// MIME type; `None` means `application/octet-stream` (written as no type).
-    pub mime: Option<String>,
+    pub mime: Option<ByteString>,
     /// The payload.
     pub data: Bytes,
     /// An optional signature element attached to this element.
@@ -50,8 +57,8 @@ impl Element {
     /// An untyped (`application/octet-stream`) element.
     pub fn bytes(namespace: &str, name: &str, data: impl Into<Bytes>) -> Element {
         Element {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
+            namespace: shared_str(namespace),
+            name: ByteString::from(name),
             mime: None,
             data: data.into(),
             signature: None,
@@ -61,7 +68,7 @@ impl Element {
     /// A `text/plain;charset=UTF-8` element, as JXSE's `StringMessageElement`.
     pub fn text(namespace: &str, name: &str, text: &str) -> Element {
         Element {
-            mime: Some(MIME_TEXT_UTF8.to_string()),
+            mime: Some(ByteString::from_static(MIME_TEXT_UTF8)),
             ..Element::bytes(namespace, name, Bytes::copy_from_slice(text.as_bytes()))
         }
     }
@@ -69,7 +76,7 @@ impl Element {
     /// A `text/xml;charset=UTF-8` element.
     pub fn xml(namespace: &str, name: &str, xml: String) -> Element {
         Element {
-            mime: Some(MIME_XML_UTF8.to_string()),
+            mime: Some(ByteString::from_static(MIME_XML_UTF8)),
             ..Element::bytes(namespace, name, Bytes::from(xml))
         }
     }
@@ -77,7 +84,7 @@ impl Element {
     /// An element with an explicit MIME type (normalised: octet-stream is dropped).
     pub fn typed(namespace: &str, name: &str, mime: &str, data: impl Into<Bytes>) -> Element {
         Element {
-            mime: (mime != MIME_OCTET_STREAM).then(|| mime.to_string()),
+            mime: (mime != MIME_OCTET_STREAM).then(|| ByteString::from(mime)),
             ..Element::bytes(namespace, name, data)
         }
     }
@@ -90,6 +97,14 @@ impl Element {
     /// The payload as UTF-8 text, if it is valid UTF-8.
     pub fn as_str(&self) -> Option<&str> {
         std::str::from_utf8(&self.data).ok()
+    }
+}
+
+/// The two predefined namespaces without an allocation, others copied.
+fn shared_str(ns: &str) -> ByteString {
+    match ns {
+        NS_JXTA => ByteString::from_static(NS_JXTA),
+        _ => ByteString::from(ns),
     }
 }
 

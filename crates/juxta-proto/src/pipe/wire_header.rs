@@ -269,7 +269,7 @@ mod tests {
         );
         let e = h.to_element();
         assert_eq!(
-            (e.namespace.as_str(), e.name.as_str(), e.mime()),
+            (&*e.namespace, &*e.name, e.mime()),
             ("jxta", ELEM_WIRE_HEADER, MIME_XML_UTF8)
         );
         let m = Message::new().with(e);

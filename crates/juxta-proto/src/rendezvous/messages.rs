@@ -813,7 +813,7 @@ mod tests {
         let m = req.to_message();
         assert_eq!(m.elements.len(), 1);
         assert_eq!(
-            (m.elements[0].namespace.as_str(), m.elements[0].mime()),
+            (&*m.elements[0].namespace, m.elements[0].mime()),
             ("jxta", MIME_XML_UTF8)
         );
         assert_eq!(
@@ -828,7 +828,7 @@ mod tests {
             refuse_reason: None,
         };
         let m = grant.to_message();
-        let names: Vec<_> = m.elements.iter().map(|e| e.name.as_str()).collect();
+        let names: Vec<_> = m.elements.iter().map(|e| &*e.name).collect();
         assert_eq!(names, ["RdvAdvReply", "ConnectedPeer", "ConnectedLease"]);
         assert_eq!(m.elements[1].mime(), MIME_TEXT_UTF8);
         assert_eq!(&m.elements[2].data[..], b"1200000");
@@ -1010,7 +1010,7 @@ mod tests {
             src_route: Some(Bytes::from_static(b"<jxta:RA/>")),
         };
         let m = pv.to_message();
-        let names: Vec<_> = m.elements.iter().map(|e| e.name.as_str()).collect();
+        let names: Vec<_> = m.elements.iter().map(|e| &*e.name).collect();
         assert_eq!(
             names,
             [

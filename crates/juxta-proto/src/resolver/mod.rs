@@ -315,10 +315,7 @@ mod tests {
         assert!(xml.contains("\t<Query>\n\t\t&lt;?xml version=\"1.0\"?>\n&lt;jxta:PipeResolver>&amp;amp;&lt;/jxta:PipeResolver>\n\t</Query>\n</jxta:ResolverQuery>\n"));
         assert_eq!(ResolverQuery::parse(&xml).unwrap(), q);
         let e = q.to_element("jxta-NetGroup");
-        assert_eq!(
-            (e.namespace.as_str(), e.name.as_str()),
-            ("jxta", "jxta-NetGroupORes")
-        );
+        assert_eq!((&*e.namespace, &*e.name), ("jxta", "jxta-NetGroupORes"));
         assert_eq!(e.mime(), MIME_XML_UTF8);
         let m = Message::new().with(e);
         assert_eq!(ResolverQuery::from_message(&m, "jxta-NetGroup").unwrap(), q);

@@ -66,7 +66,7 @@ pub const ARRIVAL_ACK_DELAY: Duration = Duration::from_millis(5);
 /// ```
 /// use juxta_proto::socket::reliable::{block_element, MIME_BLOCK};
 /// let e = block_element(7, bytes::Bytes::from_static(b"abc"));
-/// assert_eq!((e.namespace.as_str(), e.name.as_str(), e.mime()), ("jxtarel", "7", MIME_BLOCK));
+/// assert_eq!((&*e.namespace, &*e.name, e.mime()), ("jxtarel", "7", MIME_BLOCK));
 /// ```
 pub fn block_element(seq: u32, data: Bytes) -> Element {
     Element::typed(NS_RELIABLE, &seq.to_string(), MIME_BLOCK, data)

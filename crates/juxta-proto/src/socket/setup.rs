@@ -455,7 +455,13 @@ mod tests {
     fn layout(m: &Message) -> Vec<(String, String, String)> {
         m.elements
             .iter()
-            .map(|e| (e.namespace.clone(), e.name.clone(), e.mime().to_string()))
+            .map(|e| {
+                (
+                    e.namespace.to_string(),
+                    e.name.to_string(),
+                    e.mime().to_string(),
+                )
+            })
             .collect()
     }
     fn l(ns: &str, name: &str, mime: &str) -> (String, String, String) {

@@ -587,7 +587,7 @@ mod tests {
 
         let e = env.to_element("jxta-NetGroup");
         assert_eq!(
-            (e.namespace.as_str(), e.name.as_str(), e.mime()),
+            (&*e.namespace, &*e.name, e.mime()),
             ("jxta", "jxta-NetGroupSrdi", MIME_GZIP)
         );
         assert_eq!(&e.data[..2], &[0x1f, 0x8b]);

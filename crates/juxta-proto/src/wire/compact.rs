@@ -15,17 +15,36 @@
 //! Channels (service/param) and element names are interned per connection
 //! and direction on first use; id 0 means "literal follows" once a table is
 //! full. A 1-byte payload costs 7 bytes on the wire.
+//!
+//! The decoder allocates in proportion to what it has read: an interned
+//! name is copied once, when it is defined, and every element that refers
+//! to it shares that copy ([`ByteString`], a reference count); literal
+//! names are slices of the frame; a message holds at most
+//! [`MAX_DECODE_ELEMENTS`] elements; each intern table holds at most
+//! [`MAX_TABLE`] entries and [`MAX_TABLE_BYTES`] bytes of strings; and a
+//! partial frame reserves buffer space in step with what has arrived, not
+//! with the length it announces.
 
 use std::collections::HashMap;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytestring::ByteString;
 
 use crate::endpoint::ServiceAddress;
-use crate::message::codec::EncodedMessage;
+use crate::message::codec::{EncodedMessage, MAX_DECODE_ELEMENTS, MAX_NAME_LEN};
 use crate::message::{Element, Message};
 
 /// Most entries per intern table (channels, names), per direction.
 pub const MAX_TABLE: usize = 1024;
+/// Most bytes of strings per intern table (channels: service and param;
+/// names: namespace, name and MIME type), per direction. The encoder stops
+/// interning (and sends literals) before it would pass this; the decoder
+/// refuses a definition that passes it.
+pub const MAX_TABLE_BYTES: usize = 256 * 1024;
+/// While a frame is incomplete, buffer space is reserved for at most this
+/// much more than twice what has arrived (never for the announced length
+/// at once).
+const RESERVE_STEP: usize = 64 * 1024;
 /// Payloads up to this size are copied next to their header.
 const COALESCE_LIMIT: usize = 512;
 const TAG_CHANNEL: u8 = 0x01;
@@ -66,6 +85,24 @@ pub enum CompactError {
     /// A message with no element.
     #[error("compact message without elements")]
     Empty,
+    /// More elements than [`MAX_DECODE_ELEMENTS`].
+    #[error("compact message has more than {max} elements")]
+    TooManyElements {
+        /// the cap
+        max: usize,
+    },
+    /// A definition would take an intern table past [`MAX_TABLE_BYTES`].
+    #[error("compact intern table over {max} bytes")]
+    TableTooLarge {
+        /// the cap
+        max: usize,
+    },
+    /// A name longer than [`MAX_NAME_LEN`] given to the encoder.
+    #[error("element name, namespace or MIME type longer than {max} bytes")]
+    NameTooLong {
+        /// the cap
+        max: usize,
+    },
 }
 
 /// Appends a LEB128 varint.
@@ -102,15 +139,25 @@ fn put_str(buf: &mut BytesMut, s: &str) {
     buf.put_slice(s.as_bytes());
 }
 
-type NameKey = (String, String, Option<String>);
+type NameKey = (ByteString, ByteString, Option<ByteString>);
+
+fn channel_cost(to: &ServiceAddress) -> usize {
+    to.service.len() + to.param.as_ref().map_or(0, String::len)
+}
+
+fn name_cost(e: &Element) -> usize {
+    e.namespace.len() + e.name.len() + e.mime.as_ref().map_or(0, |m| m.len())
+}
 
 /// Sending side of a compact connection direction.
 #[derive(Debug, Default)]
 pub struct CompactEncoder {
     channels: HashMap<ServiceAddress, u64>,
+    channel_bytes: usize,
     /// Keyed by `namespace \0 name \0 mime`, built in `scratch` so a
     /// lookup allocates nothing once a name is interned.
     names: HashMap<String, u64>,
+    name_bytes: usize,
     scratch: String,
 }
 
@@ -120,8 +167,56 @@ impl CompactEncoder {
         CompactEncoder::default()
     }
 
+    /// Whether a [`CompactDecoder`] accepts `msg`: at least one and at most
+    /// [`MAX_DECODE_ELEMENTS`] elements, names of at most [`MAX_NAME_LEN`]
+    /// bytes. [`CompactEncoder::try_encode`] checks this first.
+    pub fn check(msg: &Message) -> Result<(), CompactError> {
+        if msg.elements.is_empty() {
+            return Err(CompactError::Empty);
+        }
+        if msg.elements.len() > MAX_DECODE_ELEMENTS {
+            return Err(CompactError::TooManyElements {
+                max: MAX_DECODE_ELEMENTS,
+            });
+        }
+        let too_long = |s: &str| s.len() > MAX_NAME_LEN;
+        if msg.elements.iter().any(|e| {
+            too_long(&e.namespace) || too_long(&e.name) || e.mime.as_deref().is_some_and(too_long)
+        }) {
+            return Err(CompactError::NameTooLong { max: MAX_NAME_LEN });
+        }
+        Ok(())
+    }
+
+    /// [`CompactEncoder::encode`] after [`CompactEncoder::check`]: a message
+    /// the remote decoder would refuse is an error here instead.
+    ///
+    /// ```
+    /// use juxta_proto::endpoint::ServiceAddress;
+    /// use juxta_proto::message::{codec::EncodedMessage, Element, Message};
+    /// use juxta_proto::wire::compact::{CompactEncoder, CompactError};
+    /// let mut enc = CompactEncoder::new();
+    /// let to = ServiceAddress::new("S", None);
+    /// let mut out = EncodedMessage::default();
+    /// assert_eq!(enc.try_encode(&to, &Message::new(), &mut out), Err(CompactError::Empty));
+    /// let m = Message::new().with(Element::bytes("", "x", &b"1"[..]));
+    /// enc.try_encode(&to, &m, &mut out).unwrap();
+    /// assert!(out.len > 0);
+    /// ```
+    pub fn try_encode(
+        &mut self,
+        to: &ServiceAddress,
+        msg: &Message,
+        out: &mut EncodedMessage,
+    ) -> Result<(), CompactError> {
+        CompactEncoder::check(msg)?;
+        self.encode(to, msg, out);
+        Ok(())
+    }
+
     /// Encodes one message for `to` into `out` (a length prefix, then the
-    /// body; large payloads stay the caller's buffers).
+    /// body; large payloads stay the caller's buffers). The message should
+    /// pass [`CompactEncoder::check`], or the remote decoder refuses it.
     pub fn encode(&mut self, to: &ServiceAddress, msg: &Message, out: &mut EncodedMessage) {
         let mut body = BytesMut::with_capacity(
             16 + msg
@@ -139,8 +234,11 @@ impl CompactEncoder {
         // Definitions first.
         let channel = match self.channels.get(to) {
             Some(&id) => id,
-            None if self.channels.len() < MAX_TABLE => {
+            None if self.channels.len() < MAX_TABLE
+                && self.channel_bytes + channel_cost(to) <= MAX_TABLE_BYTES =>
+            {
                 let id = self.channels.len() as u64 + 1;
+                self.channel_bytes += channel_cost(to);
                 self.channels.insert(to.clone(), id);
                 body.put_u8(TAG_CHANNEL);
                 put_varint(&mut body, id);
@@ -159,8 +257,11 @@ impl CompactEncoder {
             self.scratch.push_str(e.mime.as_deref().unwrap_or(""));
             let id = match self.names.get(self.scratch.as_str()) {
                 Some(&id) => id,
-                None if self.names.len() < MAX_TABLE => {
+                None if self.names.len() < MAX_TABLE
+                    && self.name_bytes + name_cost(e) <= MAX_TABLE_BYTES =>
+                {
                     let id = self.names.len() as u64 + 1;
+                    self.name_bytes += name_cost(e);
                     body.put_u8(TAG_NAME);
                     put_varint(&mut body, id);
                     put_name(&mut body, e);
@@ -229,7 +330,9 @@ fn put_name(body: &mut BytesMut, e: &Element) {
 #[derive(Debug, Default)]
 pub struct CompactDecoder {
     channels: Vec<ServiceAddress>,
+    channel_bytes: usize,
     names: Vec<NameKey>,
+    name_bytes: usize,
 }
 
 struct Cursor {
@@ -258,29 +361,36 @@ impl Cursor {
         }
         Ok(self.body.split_to(n as usize))
     }
-    fn str(&mut self) -> Result<String, CompactError> {
+    /// A string of at most `max` bytes, as a slice of the frame.
+    fn str(&mut self, max: usize) -> Result<ByteString, CompactError> {
         let n = self.varint()?;
-        if n > MAX_STR as u64 {
+        if n > max as u64 {
             return Err(CompactError::BadString);
         }
         let b = self.bytes(n)?;
-        String::from_utf8(b.to_vec()).map_err(|_| CompactError::BadString)
+        ByteString::try_from(b).map_err(|_| CompactError::BadString)
     }
     fn channel(&mut self) -> Result<ServiceAddress, CompactError> {
-        let service = self.str()?;
+        let service = String::from(self.str(MAX_STR)?);
         let param = match self.u8()? {
             0 => None,
-            1 => Some(self.str()?),
+            1 => Some(String::from(self.str(MAX_STR)?)),
             t => return Err(CompactError::BadTag(t)),
         };
         Ok(ServiceAddress { service, param })
     }
+    /// A name whose strings are slices of the frame.
     fn name(&mut self) -> Result<NameKey, CompactError> {
-        let ns = self.str()?;
-        let name = self.str()?;
-        let mime = self.str()?;
+        let ns = self.str(MAX_NAME_LEN)?;
+        let name = self.str(MAX_NAME_LEN)?;
+        let mime = self.str(MAX_NAME_LEN)?;
         Ok((ns, name, (!mime.is_empty()).then_some(mime)))
     }
+}
+
+/// A copy that does not keep the frame it was sliced from alive.
+fn own(s: &ByteString) -> ByteString {
+    ByteString::from(&**s)
 }
 
 impl CompactDecoder {
@@ -305,8 +415,11 @@ impl CompactDecoder {
         }
         let total = n + len as usize;
         if rx.len() < total {
-            if rx.capacity() < total {
-                rx.reserve(total - rx.len());
+            // Grow in step with what has arrived (at most doubling it, plus
+            // one step), so a length alone never allocates `max` bytes.
+            let want = total.min(rx.len().saturating_mul(2).saturating_add(RESERVE_STEP));
+            if rx.capacity() < want {
+                rx.reserve(want - rx.len());
             }
             return Ok(None);
         }
@@ -321,6 +434,12 @@ impl CompactDecoder {
                         return Err(CompactError::BadId(id));
                     }
                     let ch = c.channel()?;
+                    self.channel_bytes += channel_cost(&ch);
+                    if self.channel_bytes > MAX_TABLE_BYTES {
+                        return Err(CompactError::TableTooLarge {
+                            max: MAX_TABLE_BYTES,
+                        });
+                    }
                     self.channels.push(ch);
                 }
                 TAG_NAME => {
@@ -328,8 +447,17 @@ impl CompactDecoder {
                     if id != self.names.len() as u64 + 1 || self.names.len() >= MAX_TABLE {
                         return Err(CompactError::BadId(id));
                     }
-                    let nm = c.name()?;
-                    self.names.push(nm);
+                    let (ns, name, mime) = c.name()?;
+                    self.name_bytes += ns.len() + name.len() + mime.as_ref().map_or(0, |m| m.len());
+                    if self.name_bytes > MAX_TABLE_BYTES {
+                        return Err(CompactError::TableTooLarge {
+                            max: MAX_TABLE_BYTES,
+                        });
+                    }
+                    // Copied: a table entry lives as long as the connection
+                    // and must not pin this frame's buffer.
+                    self.names
+                        .push((own(&ns), own(&name), mime.as_ref().map(own)));
                 }
                 TAG_MESSAGE => break,
                 t => return Err(CompactError::BadTag(t)),
@@ -347,6 +475,11 @@ impl CompactDecoder {
         let count = c.varint()?;
         if count == 0 {
             return Err(CompactError::Empty);
+        }
+        if count > MAX_DECODE_ELEMENTS as u64 {
+            return Err(CompactError::TooManyElements {
+                max: MAX_DECODE_ELEMENTS,
+            });
         }
         // Each element takes at least 2 bytes: bounds the allocation.
         let mut elements = Vec::with_capacity((count as usize).min(c.body.len() / 2 + 1));
@@ -463,6 +596,85 @@ mod tests {
             dec.decode(&mut varint, 100).unwrap_err(),
             CompactError::BadVarint
         );
+    }
+
+    #[test]
+    fn table_budget_is_kept_by_both_sides() {
+        let mut enc = CompactEncoder::new();
+        let mut dec = CompactDecoder::new();
+        let to = ServiceAddress::new("S", None);
+        let big = "x".repeat(MAX_NAME_LEN);
+        // 40 names of about 12 KiB: past 256 KiB the encoder sends literals.
+        for i in 0..40 {
+            let name = format!("{i}{}", &big[..4000]);
+            let m = Message::new().with(Element::typed(&big, &name, &big, &b"z"[..]));
+            let mut f = frame(&mut enc, &to, &m);
+            let (_, got, _) = dec.decode(&mut f, 1 << 20).unwrap().unwrap();
+            assert_eq!(got, m);
+        }
+        assert!(enc.names.len() < 40);
+        assert!(enc.name_bytes <= MAX_TABLE_BYTES && dec.name_bytes <= MAX_TABLE_BYTES);
+        assert_eq!(enc.names.len(), dec.names.len());
+
+        // A peer that defines past the budget is refused.
+        let mut body = BytesMut::new();
+        for id in 1..=22u64 {
+            body.put_u8(TAG_NAME);
+            put_varint(&mut body, id);
+            for _ in 0..3 {
+                put_str(&mut body, &big);
+            }
+        }
+        let mut rx = BytesMut::new();
+        put_varint(&mut rx, body.len() as u64);
+        rx.extend_from_slice(&body);
+        assert_eq!(
+            CompactDecoder::new().decode(&mut rx, 1 << 20).unwrap_err(),
+            CompactError::TableTooLarge {
+                max: MAX_TABLE_BYTES
+            }
+        );
+    }
+
+    #[test]
+    fn element_and_name_caps() {
+        let mut m = Message::new();
+        for _ in 0..=MAX_DECODE_ELEMENTS {
+            m.push(Element::bytes("", "e", &b""[..]));
+        }
+        let to = ServiceAddress::new("S", None);
+        let mut out = EncodedMessage::default();
+        let mut enc = CompactEncoder::new();
+        assert_eq!(
+            enc.try_encode(&to, &m, &mut out),
+            Err(CompactError::TooManyElements {
+                max: MAX_DECODE_ELEMENTS
+            })
+        );
+        // Written anyway, the decoder refuses it.
+        enc.encode(&to, &m, &mut out);
+        let mut rx = BytesMut::from(&out.to_bytes()[..]);
+        assert_eq!(
+            CompactDecoder::new().decode(&mut rx, 1 << 20).unwrap_err(),
+            CompactError::TooManyElements {
+                max: MAX_DECODE_ELEMENTS
+            }
+        );
+        let long = Message::new().with(Element::bytes("", &"n".repeat(MAX_NAME_LEN + 1), &b""[..]));
+        assert_eq!(
+            CompactEncoder::check(&long),
+            Err(CompactError::NameTooLong { max: MAX_NAME_LEN })
+        );
+    }
+
+    #[test]
+    fn partial_frame_reserves_in_step() {
+        let mut dec = CompactDecoder::new();
+        let mut rx = BytesMut::new();
+        put_varint(&mut rx, 1 << 30);
+        rx.put_u8(TAG_MESSAGE);
+        assert_eq!(dec.decode(&mut rx, 1 << 31).unwrap(), None);
+        assert!(rx.capacity() <= 2 * RESERVE_STEP, "{}", rx.capacity());
     }
 
     proptest::proptest! {

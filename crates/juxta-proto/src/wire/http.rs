@@ -165,7 +165,12 @@ impl Request {
         if p.is_empty() {
             return Ok(None);
         }
-        let urn = if p.len() >= 9 && p[..9].eq_ignore_ascii_case("urn:jxta:") {
+        // Bytes, not `&p[..9]`: a multi-byte character may straddle byte 9.
+        let urn = if p
+            .as_bytes()
+            .get(..9)
+            .is_some_and(|b| b.eq_ignore_ascii_case(b"urn:jxta:"))
+        {
             p.to_string()
         } else {
             format!("urn:jxta:{p}")
@@ -678,6 +683,24 @@ mod tests {
         assert_eq!(ping.requestor().unwrap(), None);
         assert!(!ping.keep_alive);
         assert_eq!(ping.content_length, 0);
+    }
+
+    #[test]
+    fn requestor_with_multibyte_path_is_an_error_not_a_panic() {
+        // Found by the http fuzz target: 'þ' straddles byte 9 of the path.
+        let r = parse_request("POST /cbid-503þBCDEF HTTP/1.1\r\n\r\n".as_bytes(), 10)
+            .unwrap()
+            .unwrap();
+        assert!(matches!(r.requestor(), Err(HttpError::BadPeerId(_))));
+        let req = |path: &str| {
+            parse_request(format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes(), 10)
+                .unwrap()
+                .unwrap()
+                .requestor()
+        };
+        let id = req("/cbid-0003").unwrap().unwrap();
+        assert_eq!(req("/urn:jxta:cbid-0003").unwrap(), Some(id));
+        assert!(req("/urn:jxta:þ").is_err());
     }
 
     #[test]

@@ -101,10 +101,13 @@ impl Welcome {
             };
         };
         let line = std::str::from_utf8(&window[..end]).map_err(|_| WelcomeError::InvalidUtf8)?;
-        let fields: Vec<&str> = line.split(' ').collect();
-        if fields.len() != 6 && fields.len() != 7 {
-            return Err(WelcomeError::FieldCount(fields.len()));
+        // Counted before collecting, so a line of 4096 spaces allocates
+        // nothing.
+        let count = line.split(' ').count();
+        if count != 6 && count != 7 {
+            return Err(WelcomeError::FieldCount(count));
         }
+        let fields: Vec<&str> = line.split(' ').collect();
         let id: JxtaId = fields[3].parse()?;
         let peer_id = PeerId::try_from(id)?;
         let no_propagate = match fields[4] {

@@ -863,19 +863,30 @@ async fn fill(rd: &mut OwnedReadHalf, buf: &mut BytesMut) -> io::Result<bool> {
     Ok(rd.read_buf(buf).await? > 0)
 }
 
+/// Buffer space for a body grows by at most this much more than twice
+/// what has arrived.
+const BODY_RESERVE_STEP: usize = 64 * 1024;
+
 /// Reads exactly `len` body bytes (the head has been consumed); fails
 /// when no byte arrives for `stall` (JXSE's read timeout works the same
 /// way, so large bodies on slow links are fine while they progress).
+/// Buffer space grows with what arrives (at most doubling), never to the
+/// announced `len` at once: a `content-length` alone costs little memory.
 async fn read_body(
     rd: &mut OwnedReadHalf,
     buf: &mut BytesMut,
     len: usize,
     stall: Duration,
 ) -> io::Result<Bytes> {
-    if buf.len() < len {
-        buf.reserve(len - buf.len());
-    }
     while buf.len() < len {
+        let want = len.min(
+            buf.len()
+                .saturating_mul(2)
+                .saturating_add(BODY_RESERVE_STEP),
+        );
+        if buf.capacity() < want {
+            buf.reserve(want - buf.len());
+        }
         match tokio::time::timeout(stall, fill(rd, buf)).await {
             Err(_) => return Err(io::ErrorKind::TimedOut.into()),
             Ok(r) => {

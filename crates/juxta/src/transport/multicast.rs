@@ -689,7 +689,7 @@ mod tests {
             )
         );
         // Element order: application elements, src peer, source, destination.
-        let names: Vec<&str> = m.elements.iter().map(|e| e.name.as_str()).collect();
+        let names: Vec<&str> = m.elements.iter().map(|e| &*e.name).collect();
         assert_eq!(
             &names[3..],
             [ELEM_SRC_PEER, ELEM_SOURCE_ADDRESS, ELEM_DEST_ADDRESS]
