@@ -381,11 +381,11 @@ fn session_connection(
         remote,
         remote_welcome: w,
         peer_addr,
-        writer: tokio::sync::Mutex::new(WriterSide {
-            half: Sink::Http(sink),
+        writer: tokio::sync::Mutex::new(WriterSide::new(
+            Sink::Http(sink),
             out,
-            backlog: Vec::new(),
-        }),
+            inner.cfg.write_timeout,
+        )),
         bytes_out: AtomicU64::new(0),
         bytes_in: AtomicU64::new(0),
         compact_rx: AtomicBool::new(false),
@@ -393,6 +393,7 @@ fn session_connection(
         closed: AtomicBool::new(false),
         compact_ready: tokio::sync::Notify::new(),
         closed_notify: tokio::sync::Notify::new(),
+        service: Default::default(),
     }))
 }
 
