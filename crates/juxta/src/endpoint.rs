@@ -200,8 +200,10 @@ impl Messenger {
         )
     }
 
-    /// The wire address of [`Messenger::send_routed_announced`], wrapping
-    /// `msg` as needed.
+    /// The wire address of a [`Messenger::send_routed`] with this peer's
+    /// route embedded in the router header toward a JXTA-framed peer (see
+    /// `juxta_proto::endpoint::wrap_routed_with_route`); a plain routed
+    /// send when this peer does not listen or over compact framing.
     fn announced_to(
         &self,
         service: &str,
@@ -267,21 +269,6 @@ impl Messenger {
         self.send_raw(&to, msg).await
     }
 
-    /// [`Messenger::send_routed`], with this peer's route embedded in the
-    /// router header toward a JXTA-framed peer (see
-    /// `juxta_proto::endpoint::wrap_routed_with_route`); a plain routed send
-    /// when this peer does not listen or over compact framing.
-    #[allow(dead_code)]
-    pub(crate) async fn send_routed_announced(
-        &self,
-        service: &str,
-        param: Option<&str>,
-        mut msg: Message,
-    ) -> Result<usize, SendError> {
-        let to = self.announced_to(service, param, &mut msg);
-        self.send_raw(&to, msg).await
-    }
-
     /// [`Messenger::send`] for the peer's own services: never waits. The
     /// message is written now if the socket takes it, else queued on the
     /// connection (bounded by [`crate::PeerConfig::service_queue`]) for a
@@ -309,8 +296,8 @@ impl Messenger {
         self.post_raw(to, msg)
     }
 
-    /// [`Messenger::send_routed_announced`] without waiting (see
-    /// [`Messenger::post`]).
+    /// [`Messenger::post_routed`] with this peer's route embedded toward a
+    /// JXTA-framed peer (see `Messenger::announced_to`).
     pub(crate) fn post_routed_announced(
         &self,
         service: &str,
