@@ -589,10 +589,9 @@ impl ReadClock {
     fn deadline(&mut self, messages: u64, buffered: bool) -> Option<(Instant, CloseReason)> {
         let frames = messages.saturating_add(self.handshakes);
         let mut best: Option<(Instant, CloseReason)> = None;
-        let mut consider = |at: Instant, why: CloseReason| {
-            if best.as_ref().map_or(true, |(b, _)| at < *b) {
-                best = Some((at, why));
-            }
+        let mut consider = |at: Instant, why: CloseReason| match &best {
+            Some((b, _)) if *b <= at => {}
+            _ => best = Some((at, why)),
         };
         if buffered {
             let start = match self.partial {
