@@ -29,8 +29,56 @@ pub struct PeerConfig {
     /// `SO_SNDBUF`/`SO_RCVBUF`; `None` leaves Linux's automatic tuning on
     /// (buffers grow with the bandwidth-delay product up to `tcp_wmem`/`tcp_rmem`).
     pub socket_buffer: Option<usize>,
-    /// How long a new connection may take to send its welcome line.
+    /// How long a new connection may take to become usable: the welcome
+    /// lines (ours sent, the remote's received) must be exchanged within
+    /// this time of the TCP connection, and a compact handshake the remote
+    /// started (a Juxta initiator offers one right after its welcome) must
+    /// complete within this time of its first step. Default 5 s.
     pub welcome_timeout: Duration,
+    /// How long one frame may take to arrive once its first byte has: a
+    /// connection that keeps an incomplete frame buffered for longer
+    /// (a "slowloris" sending a byte now and then) is closed and counted in
+    /// [`crate::Stats::frame_timeouts`]. Time this peer spends not reading
+    /// (back-pressure from a full listener queue) does not count. It bounds
+    /// the slowest honest sender too: a message of `max_message` bytes must
+    /// arrive within it. Default 60 s.
+    pub frame_timeout: Duration,
+    /// How long a connection this peer accepted may stay silent after the
+    /// welcome lines before its first frame (a message or a compact
+    /// handshake step); closed and counted in
+    /// [`crate::Stats::first_message_timeouts`] after that. JXSE and Juxta
+    /// peers send right after connecting (JXSE opens a connection to send;
+    /// a Juxta initiator offers the compact handshake), so only a peer that
+    /// connects and never speaks trips it. Default 60 s.
+    pub first_message_timeout: Duration,
+    /// Closes a connection after this long without receiving a byte
+    /// ([`crate::Stats::idle_timeouts`]); `None` (the default): no idle
+    /// limit. JXSE 2.7 sends no keepalives and keeps idle connections open
+    /// for as long as the process lives, so an idle limit would cut honest
+    /// JXSE peers; the slow or silent ones are caught by
+    /// [`PeerConfig::frame_timeout`] and
+    /// [`PeerConfig::first_message_timeout`] instead.
+    pub idle_timeout: Option<Duration>,
+    /// How long a write may make no progress (the remote stops reading and
+    /// the socket buffer stays full) before its connection is closed and
+    /// counted in [`crate::Stats::write_timeouts`]. Bounds how long any
+    /// sender can wait on one connection. Default 10 s.
+    pub write_timeout: Duration,
+    /// Most connections (established or not) accepted from one remote IP
+    /// address at a time; further ones are refused at accept and counted in
+    /// [`crate::Stats::addr_refused`]. Connections this peer dials are not
+    /// counted. Default 32.
+    pub max_connections_per_addr: usize,
+    /// Most accepted connections from one remote IP address that have not
+    /// yet exchanged welcome lines; further ones are refused at accept and
+    /// counted in [`crate::Stats::addr_pending_refused`]. Default 8.
+    pub max_pending_per_addr: usize,
+    /// Messages of the peer's own services (resolver answers, discovery,
+    /// rendezvous, relay and route control traffic) queued per connection
+    /// while that connection's socket is busy; services never wait for a
+    /// connection, and a message beyond this bound is refused and counted
+    /// in [`crate::Stats::service_refused`]. Default 128.
+    pub service_queue: usize,
     /// Messages queued per listener before the connection stops reading
     /// (back-pressure to the sender).
     pub listener_queue: usize,
@@ -138,6 +186,13 @@ impl PeerConfig {
             key_bits: 2048,
             socket_buffer: None,
             welcome_timeout: Duration::from_secs(5),
+            frame_timeout: Duration::from_secs(60),
+            first_message_timeout: Duration::from_secs(60),
+            idle_timeout: None,
+            write_timeout: Duration::from_secs(10),
+            max_connections_per_addr: 32,
+            max_pending_per_addr: 8,
+            service_queue: 128,
             listener_queue: 1024,
             max_connections: 1024,
             connect_timeout: Duration::from_secs(10),

@@ -32,6 +32,11 @@ pub enum SendError {
     /// The connection has closed.
     #[error("connection to {0} is closed")]
     Closed(PeerId),
+    /// A service message was refused: the connection's service queue is
+    /// full (the remote is not reading fast enough); counted in
+    /// [`crate::Stats::service_refused`].
+    #[error("service queue to {0} is full")]
+    QueueFull(PeerId),
 }
 
 /// Receives the messages addressed to one service address. Dropping it
@@ -163,14 +168,63 @@ impl Messenger {
         param: Option<&str>,
         mut msg: Message,
     ) -> Result<usize, SendError> {
-        let to = match &self.via {
-            Some(v) => self.wrap_via(v, service, param, &mut msg),
+        let to = self.direct_to(service, param, &mut msg);
+        self.send_raw(&to, msg).await
+    }
+
+    /// The wire address of a direct send (wrapping `msg` for a routed
+    /// messenger).
+    #[inline]
+    fn direct_to(&self, service: &str, param: Option<&str>, msg: &mut Message) -> ServiceAddress {
+        match &self.via {
+            Some(v) => self.wrap_via(v, service, param, msg),
             None => mangle(
                 &self.inner.cfg.connection.group_unique,
                 &ServiceAddress::new(service, param),
             ),
-        };
-        self.send_raw(&to, msg).await
+        }
+    }
+
+    /// The wire address of a send through the remote's endpoint router
+    /// ([`Messenger::send_routed`]), wrapping `msg` as needed.
+    fn routed_to(&self, service: &str, param: Option<&str>, msg: &mut Message) -> ServiceAddress {
+        if self.via.is_some() || self.conn.compact_tx.load(Ordering::Acquire) {
+            return self.direct_to(service, param, msg);
+        }
+        endpoint::wrap_routed(
+            &self.inner.cfg.connection.group_unique,
+            self.inner.identity.peer_id(),
+            &self.conn.remote,
+            &ServiceAddress::new(service, param),
+            msg,
+        )
+    }
+
+    /// The wire address of a [`Messenger::send_routed`] with this peer's
+    /// route embedded in the router header toward a JXTA-framed peer (see
+    /// `juxta_proto::endpoint::wrap_routed_with_route`); a plain routed
+    /// send when this peer does not listen or over compact framing.
+    fn announced_to(
+        &self,
+        service: &str,
+        param: Option<&str>,
+        msg: &mut Message,
+    ) -> ServiceAddress {
+        // Compact framing (Juxta peers): a plain send, no route to build.
+        if self.conn.compact_tx.load(Ordering::Acquire) {
+            return self.direct_to(service, param, msg);
+        }
+        match crate::discovery::local_route(&self.inner) {
+            Some(r) => endpoint::wrap_routed_with_route(
+                &self.inner.cfg.connection.group_unique,
+                self.inner.identity.peer_id(),
+                &self.conn.remote,
+                &ServiceAddress::new(service, param),
+                &r,
+                msg,
+            ),
+            None => self.routed_to(service, param, msg),
+        }
     }
 
     /// Wraps `msg` for the route's destination; returns the router address.
@@ -211,47 +265,140 @@ impl Messenger {
         param: Option<&str>,
         mut msg: Message,
     ) -> Result<usize, SendError> {
-        if self.via.is_some() || self.conn.compact_tx.load(Ordering::Acquire) {
-            return self.send(service, param, msg).await;
-        }
-        let to = endpoint::wrap_routed(
-            &self.inner.cfg.connection.group_unique,
-            self.inner.identity.peer_id(),
-            &self.conn.remote,
-            &ServiceAddress::new(service, param),
-            &mut msg,
-        );
+        let to = self.routed_to(service, param, &mut msg);
         self.send_raw(&to, msg).await
     }
 
-    /// [`Messenger::send_routed`], with this peer's route embedded in the
-    /// router header toward a JXTA-framed peer (see
-    /// `juxta_proto::endpoint::wrap_routed_with_route`); a plain routed send
-    /// when this peer does not listen or over compact framing.
-    pub(crate) async fn send_routed_announced(
+    /// [`Messenger::send`] for the peer's own services: never waits. The
+    /// message is written now if the socket takes it, else queued on the
+    /// connection (bounded by [`crate::PeerConfig::service_queue`]) for a
+    /// drain task; a full queue refuses it ([`SendError::QueueFull`],
+    /// counted). So a service task serving many peers is never held up by
+    /// one that stops reading.
+    pub(crate) fn post(
         &self,
         service: &str,
         param: Option<&str>,
         mut msg: Message,
-    ) -> Result<usize, SendError> {
-        // Compact framing (Juxta peers): a plain send, no route to build.
-        if self.conn.compact_tx.load(Ordering::Acquire) {
-            return self.send(service, param, msg).await;
+    ) -> Result<(), SendError> {
+        let to = self.direct_to(service, param, &mut msg);
+        self.post_raw(to, msg)
+    }
+
+    /// [`Messenger::send_routed`] without waiting (see [`Messenger::post`]).
+    pub(crate) fn post_routed(
+        &self,
+        service: &str,
+        param: Option<&str>,
+        mut msg: Message,
+    ) -> Result<(), SendError> {
+        let to = self.routed_to(service, param, &mut msg);
+        self.post_raw(to, msg)
+    }
+
+    /// [`Messenger::post_routed`] with this peer's route embedded toward a
+    /// JXTA-framed peer (see `Messenger::announced_to`).
+    pub(crate) fn post_routed_announced(
+        &self,
+        service: &str,
+        param: Option<&str>,
+        mut msg: Message,
+    ) -> Result<(), SendError> {
+        let to = self.announced_to(service, param, &mut msg);
+        self.post_raw(to, msg)
+    }
+
+    /// [`Messenger::post`] of `msg` as it is, to the wire address `to`.
+    pub(crate) fn post_raw(&self, to: ServiceAddress, msg: Message) -> Result<(), SendError> {
+        let conn = &self.conn;
+        if conn.is_closed() {
+            return Err(SendError::Closed(conn.remote));
         }
-        match crate::discovery::local_route(&self.inner) {
-            Some(r) => {
-                let to = endpoint::wrap_routed_with_route(
-                    &self.inner.cfg.connection.group_unique,
-                    self.inner.identity.peer_id(),
-                    &self.conn.remote,
-                    &ServiceAddress::new(service, param),
-                    &r,
-                    &mut msg,
-                );
-                self.send_raw(&to, msg).await
+        let mut q = conn.service.lock().expect("service queue lock");
+        if !q.draining {
+            if let Ok(mut w) = conn.writer.try_lock() {
+                if w.backlog.is_empty() {
+                    let enc = w.out.encode(&to, msg)?;
+                    let whole = w.try_write_now(&enc).map_err(|source| SendError::Io {
+                        peer: conn.remote,
+                        source,
+                    })?;
+                    conn.bytes_out.fetch_add(enc.len as u64, Ordering::Relaxed);
+                    if !whole {
+                        q.draining = true;
+                        drop(w);
+                        drop(q);
+                        self.spawn_service_drain();
+                    }
+                    return Ok(());
+                }
             }
-            _ => self.send_routed(service, param, msg).await,
         }
+        if q.items.len() >= self.inner.cfg.service_queue {
+            drop(q);
+            let n = self
+                .inner
+                .stats
+                .service_refused
+                .fetch_add(1, Ordering::Relaxed)
+                + 1;
+            // Logged for the 1st, 2nd, 4th, ... refusal; the counter has all.
+            if n.is_power_of_two() {
+                tracing::info!(remote = %conn.remote, refused = n, "service message refused: connection queue full");
+            }
+            return Err(SendError::QueueFull(conn.remote));
+        }
+        q.items.push_back((to, msg));
+        if !q.draining {
+            q.draining = true;
+            drop(q);
+            self.spawn_service_drain();
+        }
+        Ok(())
+    }
+
+    /// Starts the task that writes the connection's backlog and service
+    /// queue, one message per lock so the data path interleaves. Each write
+    /// is bounded by [`crate::PeerConfig::write_timeout`], so the task ends.
+    fn spawn_service_drain(&self) {
+        let conn = self.conn.clone();
+        tokio::spawn(async move {
+            loop {
+                let mut w = conn.writer.lock().await;
+                let mut r = w.drain_backlog().await;
+                if r.is_ok() {
+                    let next = {
+                        let mut q = conn.service.lock().expect("service queue lock");
+                        match q.items.pop_front() {
+                            Some(x) => x,
+                            None => {
+                                q.draining = false;
+                                return;
+                            }
+                        }
+                    };
+                    let (to, msg) = next;
+                    match w.out.encode(&to, msg) {
+                        Ok(enc) => {
+                            r = w.write(&enc).await;
+                            if r.is_ok() {
+                                conn.bytes_out.fetch_add(enc.len as u64, Ordering::Relaxed);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::debug!(remote = %conn.remote, error = %e, "service message not framed");
+                        }
+                    }
+                }
+                if let Err(e) = r {
+                    let mut q = conn.service.lock().expect("service queue lock");
+                    tracing::debug!(remote = %conn.remote, error = %e, dropped = q.items.len(), "service messages not sent");
+                    q.items.clear();
+                    q.draining = false;
+                    return;
+                }
+            }
+        });
     }
 
     /// Sends `msg` to `service`/`param` without waiting, for callers in
@@ -273,13 +420,7 @@ impl Messenger {
         if !w.backlog.is_empty() {
             return Ok(Err(msg));
         }
-        let to = match &self.via {
-            Some(v) => self.wrap_via(v, service, param, &mut msg),
-            None => mangle(
-                &self.inner.cfg.connection.group_unique,
-                &ServiceAddress::new(service, param),
-            ),
-        };
+        let to = self.direct_to(service, param, &mut msg);
         self.write_now(w, &to, msg).map(Ok)
     }
 

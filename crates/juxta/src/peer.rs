@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
 
 use crate::endpoint::{Listener, Messenger};
+use crate::transport::limits::AddrRefusal;
 use crate::transport::tcp::{self, Connection, Incoming};
 use crate::PeerConfig;
 
@@ -134,6 +135,32 @@ pub struct Stats {
     /// Requests refused because they came from a peer that has not proven
     /// its ID (leases, SRDI, peer view, relay, binding answers, ...).
     pub unproven_refused: AtomicU64,
+    /// Connections closed because the welcome lines, or a compact handshake
+    /// the remote started, did not complete within
+    /// [`PeerConfig::welcome_timeout`].
+    pub handshake_timeouts: AtomicU64,
+    /// Connections closed because a frame stayed incomplete for
+    /// [`PeerConfig::frame_timeout`] (slowloris).
+    pub frame_timeouts: AtomicU64,
+    /// Accepted connections closed because they sent nothing within
+    /// [`PeerConfig::first_message_timeout`] of the welcome.
+    pub first_message_timeouts: AtomicU64,
+    /// Connections closed by [`PeerConfig::idle_timeout`].
+    pub idle_timeouts: AtomicU64,
+    /// Connections closed because a write made no progress for
+    /// [`PeerConfig::write_timeout`] (the remote stopped reading).
+    pub write_timeouts: AtomicU64,
+    /// Connections refused at accept: their address held
+    /// [`PeerConfig::max_connections_per_addr`] connections.
+    pub addr_refused: AtomicU64,
+    /// Connections refused at accept: their address held
+    /// [`PeerConfig::max_pending_per_addr`] connections still exchanging
+    /// welcome lines.
+    pub addr_pending_refused: AtomicU64,
+    /// Service messages (resolver answers, discovery, rendezvous, relay and
+    /// route traffic) refused because their connection's service queue
+    /// ([`PeerConfig::service_queue`]) was full.
+    pub service_refused: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -143,6 +170,8 @@ pub(crate) struct Inner {
     pub(crate) stats: Stats,
     pub(crate) next_conn_id: AtomicU64,
     pub(crate) slots: Arc<Semaphore>,
+    /// Connections accepted per remote IP address.
+    pub(crate) addr_limits: Arc<crate::transport::limits::AddrLimits>,
     connections: RwLock<HashMap<PeerId, Arc<Connection>>>,
     by_addr: RwLock<HashMap<SocketAddr, PeerId>>,
     listeners: RwLock<HashMap<ServiceAddress, mpsc::Sender<Delivery>>>,
@@ -519,6 +548,10 @@ impl Peer {
         let cfg_relay = cfg.relay.clone();
         let inner = Arc::new_cyclic(|w| Inner {
             slots: Arc::new(Semaphore::new(cfg.max_connections)),
+            addr_limits: crate::transport::limits::AddrLimits::new(
+                cfg.max_connections_per_addr,
+                cfg.max_pending_per_addr,
+            ),
             cfg,
             identity,
             public_addr,
@@ -749,7 +782,7 @@ pub(crate) async fn connect_to_peer(
             format!("tcp://{addr}"),
             expected,
             Some(tx),
-            permit,
+            permit.into(),
         )),
     );
     let conn = tokio::time::timeout(timeout, rx)
@@ -778,12 +811,32 @@ async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
                 continue;
             }
         };
+        // Per-address limits first, so one address cannot use up the
+        // global slots; refusals are logged for the 1st, 2nd, 4th, 8th, ...
+        // of each kind (the counters have the exact numbers).
+        let addr_slot = match inner.addr_limits.admit(addr.ip()) {
+            Ok(s) => s,
+            Err(why) => {
+                let counter = match why {
+                    AddrRefusal::Connections(_) => &inner.stats.addr_refused,
+                    AddrRefusal::Pending(_) => &inner.stats.addr_pending_refused,
+                };
+                let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+                if n.is_power_of_two() {
+                    tracing::warn!(%addr, reason = %why, refused = n, "connection refused: per-address limit");
+                }
+                continue;
+            }
+        };
         let Ok(permit) = inner.slots.clone().try_acquire_owned() else {
-            inner
+            let n = inner
                 .stats
                 .connections_refused
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(%addr, limit = inner.cfg.max_connections, "connection refused: limit reached");
+                .fetch_add(1, Ordering::Relaxed)
+                + 1;
+            if n.is_power_of_two() {
+                tracing::warn!(%addr, limit = inner.cfg.max_connections, refused = n, "connection refused: limit reached");
+            }
             continue;
         };
         if let Err(e) = tcp::configure(&stream, inner.cfg.socket_buffer) {
@@ -800,7 +853,7 @@ async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
                 format!("tcp://{addr}"),
                 None,
                 None,
-                permit,
+                tcp::ConnSlot::new(permit, Some(addr_slot)),
             )),
         );
     }

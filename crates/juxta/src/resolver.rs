@@ -270,9 +270,10 @@ async fn send_response(
 ) -> Result<(), Fault> {
     let to = q.src_peer;
     let msg = juxta_proto::message::Message::new().with(resp.to_element(g));
+    // Answers are posted (written now or queued on the connection, never
+    // awaited): one querier that stops reading cannot stall the resolver.
     if let Some(m) = inner.messenger(&to) {
-        m.send_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg)
-            .await?;
+        m.post_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg)?;
         return Ok(());
     }
     let dial: Vec<std::net::SocketAddr> = q
@@ -311,8 +312,7 @@ async fn send_response(
     let m = via
         .and_then(|v| inner.messenger(&v))
         .ok_or(Fault::NoRoute(to))?;
-    m.send_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg)
-        .await?;
+    m.post_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg)?;
     Ok(())
 }
 

@@ -298,8 +298,7 @@ impl DiscoveryService {
                 continue;
             };
             let msg = Message::new().with(r.to_resolver_response(0).to_element(&g));
-            m.send_routed(RESOLVER_SERVICE, Some(&response_queue(&g)), msg)
-                .await?;
+            m.post_routed(RESOLVER_SERVICE, Some(&response_queue(&g)), msg)?;
             sent += 1;
         }
         Ok(sent)
@@ -399,8 +398,7 @@ impl DiscoveryService {
                 continue;
             };
             let msg = Message::new().with(rq.to_element(&g));
-            if m.send_routed(RESOLVER_SERVICE, Some(&query_queue(&g)), msg)
-                .await
+            if m.post_routed(RESOLVER_SERVICE, Some(&query_queue(&g)), msg)
                 .is_ok()
             {
                 asked += 1;

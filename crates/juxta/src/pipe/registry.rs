@@ -261,10 +261,7 @@ async fn send_query(inner: &Arc<Inner>, q: &OutgoingQuery) {
             src_route: crate::discovery::local_route(inner),
         };
         let msg = Message::new().with(doc.to_element(&g));
-        if let Err(e) = m
-            .send_routed(RESOLVER_SERVICE, Some(&query_queue(&g)), msg)
-            .await
-        {
+        if let Err(e) = m.post_routed(RESOLVER_SERVICE, Some(&query_queue(&g)), msg) {
             tracing::debug!(%peer, error = %e, "pipe binding query not sent");
         }
     }

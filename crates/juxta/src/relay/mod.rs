@@ -395,7 +395,7 @@ pub(crate) async fn on_control(inner: &Arc<Inner>, conn: &Arc<Connection>, messa
                 tracing::info!(remote = %conn.remote, %reason, "relay request refused");
             }
             let m = crate::Messenger::new(conn.clone(), inner.clone());
-            if let Err(e) = m.send(RELAY_SERVICE, None, resp.to_message()).await {
+            if let Err(e) = m.post(RELAY_SERVICE, None, resp.to_message()) {
                 tracing::debug!(remote = %conn.remote, error = %e, "relay response not sent");
             }
         }
@@ -619,7 +619,7 @@ async fn send_request(inner: &Arc<Inner>, relay: PeerId, request: RelayRequest) 
         return;
     };
     let m = crate::Messenger::new(conn, inner.clone());
-    if let Err(e) = m.send(RELAY_SERVICE, None, request.to_message()).await {
+    if let Err(e) = m.post(RELAY_SERVICE, None, request.to_message()) {
         tracing::debug!(%relay, error = %e, "relay request not sent");
     }
 }

@@ -207,9 +207,11 @@ async fn forward_message(
                 inner.stats.relay_refused.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(dest = %m.dest, src = %m.src, %reason, "relayed message refused");
                 let refusal = RelayResponse::Refused(reason).to_message();
-                let _ = crate::Messenger::new(conn.clone(), inner.clone())
-                    .send(RELAY_SERVICE, None, refusal)
-                    .await;
+                let _ = crate::Messenger::new(conn.clone(), inner.clone()).post(
+                    RELAY_SERVICE,
+                    None,
+                    refusal,
+                );
                 return Ok(());
             }
         }
@@ -352,10 +354,7 @@ async fn send_queries(
         };
         let msg = Message::new().with(doc.to_element(g));
         let m = crate::Messenger::new(conn, inner.clone());
-        if let Err(e) = m
-            .send_routed(RESOLVER_SERVICE, Some(&query_queue(g)), msg)
-            .await
-        {
+        if let Err(e) = m.post_routed(RESOLVER_SERVICE, Some(&query_queue(g)), msg) {
             tracing::debug!(peer = %p, error = %e, "route query not sent");
         }
     }
@@ -418,10 +417,7 @@ pub(crate) async fn on_response(
                 continue;
             };
             let msg = Message::new().with(resp.to_element(g));
-            if let Err(e) = m
-                .send_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg)
-                .await
-            {
+            if let Err(e) = m.post_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg) {
                 tracing::debug!(%peer, error = %e, "route answer not sent");
             }
         }

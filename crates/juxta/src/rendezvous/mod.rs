@@ -1329,13 +1329,11 @@ impl Task {
                         let view: Vec<PeerId> = r.srv.peer_view().members().collect();
                         for v in view {
                             if let Some(vm) = inner.messenger(&v) {
-                                let _ = vm
-                                    .send_routed_announced(
-                                        &dest.service,
-                                        dest.param.as_deref(),
-                                        t.message.clone(),
-                                    )
-                                    .await;
+                                let _ = vm.post_routed_announced(
+                                    &dest.service,
+                                    dest.param.as_deref(),
+                                    t.message.clone(),
+                                );
                             }
                         }
                         continue;
@@ -1343,9 +1341,11 @@ impl Task {
                 }
             }
             let ok = match m {
+                // Posted: written now or queued on the connection, never
+                // awaited, so one peer that stops reading cannot hold up
+                // the rendezvous task.
                 Some(m) => m
-                    .send_routed_announced(&dest.service, dest.param.as_deref(), t.message)
-                    .await
+                    .post_routed_announced(&dest.service, dest.param.as_deref(), t.message)
                     .is_ok(),
                 None => false,
             };

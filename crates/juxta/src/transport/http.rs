@@ -381,11 +381,11 @@ fn session_connection(
         remote,
         remote_welcome: w,
         peer_addr,
-        writer: tokio::sync::Mutex::new(WriterSide {
-            half: Sink::Http(sink),
+        writer: tokio::sync::Mutex::new(WriterSide::new(
+            Sink::Http(sink),
             out,
-            backlog: Vec::new(),
-        }),
+            inner.cfg.write_timeout,
+        )),
         bytes_out: AtomicU64::new(0),
         bytes_in: AtomicU64::new(0),
         compact_rx: AtomicBool::new(false),
@@ -396,6 +396,7 @@ fn session_connection(
         // The session proof (nonce, CBJX-signed hello by a certificate
         // deriving the ID, session token) is a fresh challenge-response.
         proof: std::sync::atomic::AtomicU8::new(2),
+        service: Default::default(),
     }))
 }
 

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use bytes::BytesMut;
 use juxta_proto::id::PeerId;
 use juxta_proto::message::codec::EncodedMessage;
@@ -20,6 +22,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Mutex};
+
+pub(crate) use crate::transport::limits::ConnSlot;
 
 use crate::peer::Inner;
 
@@ -84,6 +88,55 @@ where
     Ok(())
 }
 
+/// Writes all chunks to a connection's socket like [`write_all_vectored`]
+/// (one `writev` per message unless the socket buffer fills), failing with
+/// [`io::ErrorKind::TimedOut`] once one wait for room in the socket buffer
+/// lasts `timeout`: a remote that stops reading holds a writer at most that
+/// long. No timer is armed unless the socket is full.
+pub(crate) async fn write_all_deadline<B: AsRef<[u8]>>(
+    half: &OwnedWriteHalf,
+    chunks: &[B],
+    timeout: Duration,
+) -> io::Result<()> {
+    let mut idx = 0;
+    let mut off = 0;
+    while idx < chunks.len() {
+        let r = {
+            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity((chunks.len() - idx).min(MAX_IOV));
+            iov.push(IoSlice::new(&chunks[idx].as_ref()[off..]));
+            for c in chunks[idx + 1..].iter().take(MAX_IOV - 1) {
+                iov.push(IoSlice::new(c.as_ref()));
+            }
+            half.try_write_vectored(&iov)
+        };
+        let n = match r {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                match tokio::time::timeout(timeout, half.writable()).await {
+                    Ok(r) => r?,
+                    Err(_) => return Err(io::ErrorKind::TimedOut.into()),
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let mut left = n;
+        while left > 0 && idx < chunks.len() {
+            let avail = chunks[idx].as_ref().len() - off;
+            if left >= avail {
+                left -= avail;
+                idx += 1;
+                off = 0;
+            } else {
+                off += left;
+                left = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Where a connection's frames go: the TCP socket, or (for an HTTP
 /// session) the session's bounded queue. An enum, so the TCP hot path is
 /// one predictable branch and no dynamic call.
@@ -102,13 +155,33 @@ pub(crate) struct WriterSide {
     /// The unwritten end of a frame that [`WriterSide::try_write_now`]
     /// could not finish; written before anything else.
     pub(crate) backlog: Vec<bytes::Bytes>,
+    /// How long a TCP write may make no progress
+    /// ([`crate::PeerConfig::write_timeout`]).
+    pub(crate) write_timeout: Duration,
+    /// Set when a write timed out: the socket was shut down, every later
+    /// write fails at once and the reader ends.
+    pub(crate) stalled: bool,
 }
 
 impl WriterSide {
+    /// A writer for `half` with no backlog.
+    pub(crate) fn new(half: Sink, out: Outbound, write_timeout: Duration) -> WriterSide {
+        WriterSide {
+            half,
+            out,
+            backlog: Vec::new(),
+            write_timeout,
+            stalled: false,
+        }
+    }
+
     pub(crate) async fn write(&mut self, enc: &EncodedMessage) -> io::Result<()> {
         self.drain_backlog().await?;
         match &mut self.half {
-            Sink::Tcp(half) => write_all_vectored(half, &enc.chunks).await,
+            Sink::Tcp(half) => {
+                let r = write_all_deadline(half, &enc.chunks, self.write_timeout).await;
+                self.check_stall(r)
+            }
             Sink::Http(q) => q.send(q.frame(enc)).await,
         }
     }
@@ -117,11 +190,29 @@ impl WriterSide {
         if !self.backlog.is_empty() {
             let rest = std::mem::take(&mut self.backlog);
             match &mut self.half {
-                Sink::Tcp(half) => write_all_vectored(half, &rest).await?,
+                Sink::Tcp(half) => {
+                    let r = write_all_deadline(half, &rest, self.write_timeout).await;
+                    self.check_stall(r)?
+                }
                 Sink::Http(q) => q.send(rest).await?,
             }
         }
         Ok(())
+    }
+
+    /// After a TCP write: on a timeout, shuts the socket down both ways so
+    /// the connection's reader ends (and counts it) and no one else waits
+    /// on this socket.
+    fn check_stall(&mut self, r: io::Result<()>) -> io::Result<()> {
+        if let Err(e) = &r {
+            if e.kind() == io::ErrorKind::TimedOut && !self.stalled {
+                self.stalled = true;
+                if let Sink::Tcp(half) = &self.half {
+                    let _ = SockRef::from(half.as_ref()).shutdown(std::net::Shutdown::Both);
+                }
+            }
+        }
+        r
     }
 
     /// Shuts the sending side down (FIN on TCP; the queue closes for HTTP).
@@ -207,6 +298,9 @@ pub struct Connection {
     pub(crate) closed_notify: tokio::sync::Notify,
     /// How far the remote proved its peer ID ([`Proof`] as a number).
     pub(crate) proof: AtomicU8,
+    /// Service messages waiting for the socket (see
+    /// [`crate::Messenger::post_raw`]).
+    pub(crate) service: std::sync::Mutex<ServiceQueue>,
 }
 
 fn proof_to_u8(p: Proof) -> u8 {
@@ -215,6 +309,18 @@ fn proof_to_u8(p: Proof) -> u8 {
         Proof::Signature => 1,
         Proof::Handshake => 2,
     }
+}
+
+/// A connection's queue of service messages: filled while the socket is
+/// busy, emptied by one drain task at a time.
+#[derive(Default)]
+pub(crate) struct ServiceQueue {
+    pub(crate) items: std::collections::VecDeque<(
+        juxta_proto::endpoint::ServiceAddress,
+        juxta_proto::message::Message,
+    )>,
+    /// A drain task runs (or a partial frame is being finished).
+    pub(crate) draining: bool,
 }
 
 impl Connection {
@@ -286,6 +392,21 @@ pub enum CloseReason {
     /// No welcome line in time.
     #[error("no welcome line within {0:?}")]
     WelcomeTimeout(Duration),
+    /// A compact handshake the remote started did not complete in time.
+    #[error("compact handshake not completed within {0:?}")]
+    HandshakeTimeout(Duration),
+    /// A frame's first bytes arrived but not the rest, in time (slowloris).
+    #[error("incomplete frame for {0:?}")]
+    FrameTimeout(Duration),
+    /// An accepted connection sent nothing after the welcome, in time.
+    #[error("no first message within {0:?} of the welcome")]
+    FirstMessageTimeout(Duration),
+    /// Nothing received for the idle timeout.
+    #[error("nothing received for {0:?}")]
+    IdleTimeout(Duration),
+    /// A write made no progress in time (the remote stopped reading).
+    #[error("a write made no progress for {0:?}")]
+    WriteTimeout(Duration),
     /// The remote closed the socket.
     #[error("closed by remote")]
     Eof,
@@ -310,9 +431,8 @@ pub(crate) async fn run_connection(
     dest_addr: String,
     expected: Option<PeerId>,
     ready: Option<oneshot::Sender<Result<Arc<Connection>, String>>>,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    mut slot: ConnSlot,
 ) {
-    let _permit = permit;
     let peer_addr = match stream.peer_addr() {
         Ok(a) => a,
         Err(e) => {
@@ -325,26 +445,21 @@ pub(crate) async fn run_connection(
     let (mut read, write) = stream.into_split();
     let out = Outbound::new(inner.cfg.connection.clone(), role, inner.identity.clone());
     let welcome = out.welcome(&dest_addr, &inner.public_addr);
-    let mut writer = WriterSide {
-        half: Sink::Tcp(write),
-        out,
-        backlog: Vec::new(),
-    };
+    let mut writer = WriterSide::new(Sink::Tcp(write), out, inner.cfg.write_timeout);
     let mut inbound = Inbound::new(inner.cfg.connection.clone())
         .with_local(inner.identity.peer_id())
         .with_local_address(&dest_addr)
         .expecting(expected);
     let mut rx = BytesMut::with_capacity(READ_RESERVE);
 
-    // Phase 1: welcome lines, bounded in time.
+    // Phase 1: welcome lines (ours written, theirs read, our compact offer
+    // written), all bounded in time together.
     let timeout = inner.cfg.welcome_timeout;
-    let established = async {
-        if let Sink::Tcp(half) = &mut writer.half {
-            half.write_all(&welcome).await?;
+    let established = tokio::time::timeout(timeout, async {
+        if let Sink::Tcp(half) = &writer.half {
+            write_all_deadline(half, &[&welcome], writer.write_timeout).await?;
         }
-        let w = tokio::time::timeout(timeout, read_welcome(&mut inbound, &mut rx, &mut read))
-            .await
-            .map_err(|_| CloseReason::WelcomeTimeout(timeout))??;
+        let w = read_welcome(&mut inbound, &mut rx, &mut read).await?;
         let offer = writer
             .out
             .on_remote_welcome(w.clone(), &mut rand::thread_rng())?;
@@ -352,8 +467,9 @@ pub(crate) async fn run_connection(
             writer.write(&offer).await?;
         }
         Ok::<Welcome, CloseReason>(w)
-    }
-    .await;
+    })
+    .await
+    .unwrap_or(Err(CloseReason::WelcomeTimeout(timeout)));
     let w = match established {
         Ok(w) => w,
         Err(e) => {
@@ -368,12 +484,14 @@ pub(crate) async fn run_connection(
                 .stats
                 .connections_failed
                 .fetch_add(1, Ordering::Relaxed);
+            count_close(&inner, &e);
             if let Some(r) = ready {
                 let _ = r.send(Err(e.to_string()));
             }
             return;
         }
     };
+    slot.established();
     let conn = Arc::new(Connection {
         id: inner.next_conn_id.fetch_add(1, Ordering::Relaxed),
         remote: w.peer_id,
@@ -388,6 +506,7 @@ pub(crate) async fn run_connection(
         closed_notify: tokio::sync::Notify::new(),
         compact_ready: tokio::sync::Notify::new(),
         proof: AtomicU8::new(0),
+        service: Default::default(),
     });
     // A connection we dialled is registered at once (we chose the address,
     // and a welcome naming another peer than the one dialled was refused),
@@ -405,6 +524,7 @@ pub(crate) async fn run_connection(
     }
 
     // Phase 2: read, decode, dispatch.
+    let mut clock = ReadClock::new(&inner.cfg, role);
     let end = read_loop(
         &inner,
         &conn,
@@ -412,12 +532,24 @@ pub(crate) async fn run_connection(
         &mut rx,
         &mut read,
         &mut registered,
+        &mut clock,
     )
     .await;
     conn.closed.store(true, Ordering::Release);
     conn.closed_notify.notify_waiters();
     conn.compact_ready.notify_waiters();
     inner.unregister(&conn);
+    let end = {
+        let mut w = conn.writer.lock().await;
+        let end = if w.stalled {
+            CloseReason::WriteTimeout(w.write_timeout)
+        } else {
+            end
+        };
+        w.shutdown().await;
+        end
+    };
+    count_close(&inner, &end);
     match end {
         CloseReason::Eof => {
             tracing::info!(remote = %conn.remote, %peer_addr, "connection closed by remote")
@@ -430,7 +562,117 @@ pub(crate) async fn run_connection(
             tracing::warn!(remote = %conn.remote, %peer_addr, error = %e, "connection closed")
         }
     }
-    conn.writer.lock().await.shutdown().await;
+    drop(slot);
+}
+
+/// Counts a connection this peer closed for a timeout in its [`Stats`]
+/// counter.
+///
+/// [`Stats`]: crate::Stats
+fn count_close(inner: &Inner, why: &CloseReason) {
+    let s = &inner.stats;
+    let c = match why {
+        CloseReason::WelcomeTimeout(_) | CloseReason::HandshakeTimeout(_) => &s.handshake_timeouts,
+        CloseReason::FrameTimeout(_) => &s.frame_timeouts,
+        CloseReason::FirstMessageTimeout(_) => &s.first_message_timeouts,
+        CloseReason::IdleTimeout(_) => &s.idle_timeouts,
+        CloseReason::WriteTimeout(_) => &s.write_timeouts,
+        _ => return,
+    };
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The read deadlines of an established connection: a frame once begun
+/// must arrive within `frame_timeout`; an accepted connection must send
+/// its first frame within `first_message_timeout`; a compact handshake the
+/// remote started must complete within `welcome_timeout`; optionally,
+/// something must arrive every `idle_timeout`. Time spent not reading
+/// (dispatching) does not count toward the frame rule, and no timer is
+/// armed while none applies (the usual case between messages).
+struct ReadClock {
+    accepted: bool,
+    since: Instant,
+    frame_timeout: Duration,
+    first_message_timeout: Duration,
+    handshake_timeout: Duration,
+    idle_timeout: Option<Duration>,
+    /// Handshake steps received (messages are counted by the inbound half).
+    handshakes: u64,
+    /// Frames received when the incomplete frame now buffered was first
+    /// seen, and when.
+    partial: Option<(u64, Instant)>,
+    /// When the remote started a compact handshake that is not complete.
+    handshake_since: Option<Instant>,
+}
+
+impl ReadClock {
+    fn new(cfg: &crate::PeerConfig, role: Role) -> ReadClock {
+        ReadClock {
+            accepted: role == Role::Acceptor,
+            since: Instant::now(),
+            frame_timeout: cfg.frame_timeout,
+            first_message_timeout: cfg.first_message_timeout,
+            handshake_timeout: cfg.welcome_timeout,
+            idle_timeout: cfg.idle_timeout,
+            handshakes: 0,
+            partial: None,
+            handshake_since: None,
+        }
+    }
+
+    /// A handshake step was applied: `replied` if we answered it,
+    /// `complete` once our inbound side switched to compact framing.
+    fn on_handshake(&mut self, replied: bool, complete: bool) {
+        self.handshakes += 1;
+        if complete {
+            self.handshake_since = None;
+        } else if replied && self.accepted && self.handshake_since.is_none() {
+            self.handshake_since = Some(Instant::now());
+        }
+    }
+
+    /// The instant by which the next read must return, and why the
+    /// connection closes if it does not; `None`: no limit.
+    fn deadline(&mut self, messages: u64, buffered: bool) -> Option<(Instant, CloseReason)> {
+        let frames = messages.saturating_add(self.handshakes);
+        let mut best: Option<(Instant, CloseReason)> = None;
+        let mut consider = |at: Instant, why: CloseReason| match &best {
+            Some((b, _)) if *b <= at => {}
+            _ => best = Some((at, why)),
+        };
+        if buffered {
+            let start = match self.partial {
+                Some((f, t)) if f == frames => t,
+                _ => {
+                    let t = Instant::now();
+                    self.partial = Some((frames, t));
+                    t
+                }
+            };
+            consider(
+                start + self.frame_timeout,
+                CloseReason::FrameTimeout(self.frame_timeout),
+            );
+        } else {
+            self.partial = None;
+        }
+        if self.accepted && frames == 0 {
+            consider(
+                self.since + self.first_message_timeout,
+                CloseReason::FirstMessageTimeout(self.first_message_timeout),
+            );
+        }
+        if let Some(t) = self.handshake_since {
+            consider(
+                t + self.handshake_timeout,
+                CloseReason::HandshakeTimeout(self.handshake_timeout),
+            );
+        }
+        if let Some(idle) = self.idle_timeout {
+            consider(Instant::now() + idle, CloseReason::IdleTimeout(idle));
+        }
+        best
+    }
 }
 
 async fn read_welcome(
@@ -455,6 +697,7 @@ async fn read_loop(
     rx: &mut BytesMut,
     read: &mut OwnedReadHalf,
     registered: &mut bool,
+    clock: &mut ReadClock,
 ) -> CloseReason {
     // A Juxta initiator sends its offer and may send messages before our
     // accept reaches it; those arrive before its confirm, in JXTA framing,
@@ -500,6 +743,7 @@ async fn read_loop(
                     Err(e) => return e.into(),
                 };
                 let replied = outcome.reply.is_some();
+                clock.on_handshake(replied, outcome.proven);
                 if let Some(reply) = outcome.reply {
                     if let Err(e) = w.write(&reply).await {
                         return e.into();
@@ -540,7 +784,14 @@ async fn read_loop(
                 if rx.capacity() - rx.len() < READ_RESERVE / 4 {
                     rx.reserve(READ_RESERVE);
                 }
-                match read.read_buf(rx).await {
+                let r = match clock.deadline(inbound.received(), !rx.is_empty()) {
+                    None => read.read_buf(rx).await,
+                    Some((at, why)) => match tokio::time::timeout_at(at, read.read_buf(rx)).await {
+                        Ok(r) => r,
+                        Err(_) => return why,
+                    },
+                };
+                match r {
                     Ok(0) => return CloseReason::Eof,
                     Ok(_) => {}
                     Err(e) => return e.into(),
