@@ -23,7 +23,10 @@
 //! big-number arithmetic is not constant-time (RUSTSEC-2023-0071, the
 //! "Marvin" timing side channel), is used only for work on public data
 //! (parsing certificates and verifying signatures) and to generate a new key
-//! once, locally, before it is handed to OpenSSL as PKCS#8 DER.
+//! once, locally, before it is handed to OpenSSL as PKCS#8 DER. (The
+//! Marvin findings against OpenSSL itself concern the PKCS#1 v1.5
+//! *decryption* padding check; signing has none, and Juxta never decrypts
+//! with RSA.)
 //!
 //! `ring` and `aws-lc-rs` were considered and cannot do the whole job:
 //! neither signs SHA1withRSA (JXSE's advertisement signature), `ring`
