@@ -776,6 +776,32 @@ mod tests {
     }
 
     #[test]
+    fn small_or_foreign_private_keys_are_refused() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+        let small = RsaPrivateKey::new(&mut rng, 512).unwrap();
+        let pem = small.to_pkcs8_pem(LineEnding::LF).unwrap();
+        assert_eq!(
+            Identity::from_key_pem(&mut rng, &pem, "x", 0).unwrap_err(),
+            IdentityError::KeySize {
+                bits: 512,
+                min: MIN_KEY_BITS,
+                max: MAX_KEY_BITS
+            }
+        );
+        // PKCS#1 ("RSA PRIVATE KEY") is not what to_pem writes.
+        let pkcs1 = rsa::pkcs1::EncodeRsaPrivateKey::to_pkcs1_pem(&small, LineEnding::LF).unwrap();
+        assert_eq!(
+            Identity::from_key_pem(&mut rng, &pkcs1, "x", 0).unwrap_err(),
+            IdentityError::PrivateKeyDecode
+        );
+        let huge = "A".repeat(MAX_PEM_LEN + 1);
+        assert_eq!(
+            Identity::from_key_pem(&mut rng, &huge, "x", 0).unwrap_err(),
+            IdentityError::TooLarge { len: huge.len() }
+        );
+    }
+
+    #[test]
     fn generation_is_deterministic_for_a_seed() {
         // Same seed, same key and certificate (the rng is used in the same
         // order as before the signer moved to OpenSSL).
