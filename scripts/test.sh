@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: unit, integration, fuzz-corpus replay and the interop
-# tests against a live JXSE 2.7 peer (built from interop/jxse with Maven).
+# tests against a live JXSE 2.7 peer (built from interop/jxse with Maven),
+# plus the dependency audit (scripts/audit.sh: cargo-deny, installed from
+# crates.io when missing, against the committed RustSec advisory database).
+# Building needs OpenSSL's development files (libssl-dev, pkg-config).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +13,9 @@ command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || need_apt+=(chromium)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+pkg-config --exists openssl 2>/dev/null || need_apt+=(libssl-dev)
+command -v git >/dev/null 2>&1 || need_apt+=(git)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing ${need_apt[*]} with apt-get" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
@@ -21,6 +27,9 @@ bash interop/jxse/build.sh
 echo "== cargo fmt / clippy =="
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
+
+echo "== dependency audit: cargo deny check advisories (committed RustSec advisory-db) =="
+bash scripts/audit.sh
 
 echo "== cargo test =="
 cargo test --workspace --release

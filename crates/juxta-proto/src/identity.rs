@@ -12,21 +12,48 @@
 //! `digitalSignature | nonRepudiation` (x509-cert's leaf profile, with the
 //! issuer set to the subject so that the certificate is self-signed), never
 //! the CA profile's `keyCertSign | cRLSign`.
+//!
+//! # Private-key operations
+//!
+//! Every signature made with our private key (CBJX trailers, the compact
+//! handshake, router fingerprints, SHA1withRSA advertisement signatures and
+//! the certificate's own self-signature) is computed by OpenSSL (the
+//! `openssl` crate over the system libcrypto), whose RSA private-key
+//! operation is constant-time and blinded. The RustCrypto `rsa` crate, whose
+//! big-number arithmetic is not constant-time (RUSTSEC-2023-0071, the
+//! "Marvin" timing side channel), is used only for work on public data
+//! (parsing certificates and verifying signatures) and to generate a new key
+//! once, locally, before it is handed to OpenSSL as PKCS#8 DER. (The
+//! Marvin findings against OpenSSL itself concern the PKCS#1 v1.5
+//! *decryption* padding check; signing has none, and Juxta never decrypts
+//! with RSA.)
+//!
+//! `ring` and `aws-lc-rs` were considered and cannot do the whole job:
+//! neither signs SHA1withRSA (JXSE's advertisement signature), `ring`
+//! hashes the message itself (no prehash API, while CBJX digests are
+//! streamed over non-contiguous pieces), and both refuse RSA keys under
+//! 2048 bits, which JXSE 2.7 itself generates (1024 bits) and
+//! [`MIN_KEY_BITS`] accepts.
 
 use std::fmt;
 use std::time::Duration;
 
 use bytes::Bytes;
 use der::asn1::{Any, ObjectIdentifier, SetOfVec};
+use der::SecretDocument;
 use der::{Decode, DecodePem, Encode, EncodePem, Header, Reader, SliceReader, Tag};
+use openssl::md::{Md, MdRef};
+use openssl::pkey::{PKey, Private};
+use openssl::pkey_ctx::PkeyCtx;
 use rand::{CryptoRng, RngCore};
-use rsa::pkcs1v15::{Signature, SigningKey, VerifyingKey};
-use rsa::pkcs8::{DecodePrivateKey, EncodePrivateKey, EncodePublicKey, LineEnding};
-use rsa::signature::hazmat::{PrehashSigner, PrehashVerifier};
-use rsa::signature::SignatureEncoding;
+use rsa::pkcs1v15::{Signature, VerifyingKey};
+use rsa::pkcs8::{EncodePrivateKey, EncodePublicKey, LineEnding};
+use rsa::signature::hazmat::PrehashVerifier;
+use rsa::signature::{Keypair, Signer};
 use rsa::traits::PublicKeyParts;
 use rsa::{BigUint, Pkcs1v15Sign, RsaPrivateKey, RsaPublicKey};
 use sha2::{Digest, Sha256};
+use spki::{AlgorithmIdentifierRef, SignatureAlgorithmIdentifier};
 use x509_cert::attr::AttributeTypeAndValue;
 use x509_cert::builder::{Builder, CertificateBuilder, Profile};
 use x509_cert::name::{Name, RdnSequence, RelativeDistinguishedName};
@@ -136,10 +163,17 @@ pub enum IdentityError {
     /// A signature does not verify.
     #[error("signature verification failed")]
     BadSignature,
+    /// The private-key operation failed (OpenSSL reported an error).
+    #[error("RSA signing failed")]
+    Signing,
 }
 
 /// This peer's identity: RSA private key, self-signed certificate and the
 /// derived `cbid` peer ID.
+///
+/// The private key lives in OpenSSL and signs in constant time (see the
+/// [module documentation](self#private-key-operations)); its PKCS#8 encoding
+/// is kept in a buffer that is zeroed when the identity is dropped.
 ///
 /// ```
 /// use juxta_proto::identity::{Identity, RemoteCert};
@@ -153,8 +187,7 @@ pub enum IdentityError {
 /// ```
 #[derive(Clone)]
 pub struct Identity {
-    private_key: RsaPrivateKey,
-    signing_key: SigningKey<Sha256>,
+    private_key: PrivateKey,
     cert_der: Bytes,
     spki_der: Bytes,
     peer_id: PeerId,
@@ -210,6 +243,110 @@ fn rsa_spki_der(key: &RsaPublicKey) -> Result<Bytes, IdentityError> {
         .map_err(|_| IdentityError::BadPublicKey)
 }
 
+/// The private key, held by OpenSSL, whose RSA private-key operation is
+/// constant-time with blinding (unlike the `rsa` crate's, RUSTSEC-2023-0071).
+#[derive(Clone)]
+struct PrivateKey {
+    pkey: PKey<Private>,
+    /// The PKCS#8 DER the key was loaded from (zeroed on drop).
+    pkcs8: SecretDocument,
+    /// The public half, as the `rsa` crate's type (for the SPKI encoding
+    /// and the comparison with a certificate).
+    public: RsaPublicKey,
+    bits: usize,
+}
+
+impl PrivateKey {
+    /// Loads an unencrypted PKCS#8 RSA private key into OpenSSL and checks
+    /// its size and consistency.
+    fn from_pkcs8(pkcs8: SecretDocument) -> Result<PrivateKey, IdentityError> {
+        let pkey = PKey::private_key_from_pkcs8(pkcs8.as_bytes())
+            .map_err(|_| IdentityError::PrivateKeyDecode)?;
+        let rsa = pkey.rsa().map_err(|_| IdentityError::PrivateKeyDecode)?;
+        let bits = usize::try_from(pkey.bits()).map_err(|_| IdentityError::PrivateKeyDecode)?;
+        check_bits(bits, MIN_KEY_BITS)?;
+        if !rsa.check_key().unwrap_or(false) {
+            return Err(IdentityError::PrivateKeyDecode);
+        }
+        let public = RsaPublicKey::new_with_max_size(
+            BigUint::from_bytes_be(&rsa.n().to_vec()),
+            BigUint::from_bytes_be(&rsa.e().to_vec()),
+            MAX_KEY_BITS,
+        )
+        .map_err(|_| IdentityError::PrivateKeyDecode)?;
+        Ok(PrivateKey {
+            pkey,
+            pkcs8,
+            public,
+            bits,
+        })
+    }
+
+    /// RSASSA-PKCS1-v1_5 over a digest computed by the caller with `md`:
+    /// `DigestInfo(md, digest)`, padded, raised to the private exponent.
+    fn sign_prehash(&self, md: &MdRef, digest: &[u8]) -> Result<Vec<u8>, IdentityError> {
+        let sign = || -> Result<Vec<u8>, openssl::error::ErrorStack> {
+            let mut ctx = PkeyCtx::new(&self.pkey)?;
+            ctx.sign_init()?;
+            ctx.set_rsa_padding(openssl::rsa::Padding::PKCS1)?;
+            ctx.set_signature_md(md)?;
+            let mut sig = Vec::with_capacity(self.bits.div_ceil(8));
+            ctx.sign_to_vec(digest, &mut sig)?;
+            Ok(sig)
+        };
+        sign().map_err(|_| IdentityError::Signing)
+    }
+}
+
+/// Signs a certificate's `tbsCertificate` (SHA256withRSA) with a
+/// [`PrivateKey`], for x509-cert's [`CertificateBuilder`].
+struct CertSigner<'a> {
+    key: &'a PrivateKey,
+    verifying_key: VerifyingKey<Sha256>,
+}
+
+impl Keypair for CertSigner<'_> {
+    type VerifyingKey = VerifyingKey<Sha256>;
+
+    fn verifying_key(&self) -> VerifyingKey<Sha256> {
+        self.verifying_key.clone()
+    }
+}
+
+impl SignatureAlgorithmIdentifier for CertSigner<'_> {
+    type Params = der::asn1::AnyRef<'static>;
+
+    // sha256WithRSAEncryption with NULL parameters, as the `rsa` crate's
+    // signing key (and Java) encode it.
+    const SIGNATURE_ALGORITHM_IDENTIFIER: AlgorithmIdentifierRef<'static> =
+        AlgorithmIdentifierRef {
+            oid: OID_SHA256_WITH_RSA,
+            parameters: Some(der::asn1::AnyRef::NULL),
+        };
+}
+
+impl Signer<Signature> for CertSigner<'_> {
+    fn try_sign(&self, msg: &[u8]) -> Result<Signature, rsa::signature::Error> {
+        let digest = Sha256::digest(msg);
+        let sig = self
+            .key
+            .sign_prehash(Md::sha256(), &digest)
+            .map_err(|_| rsa::signature::Error::new())?;
+        Signature::try_from(&sig[..])
+    }
+}
+
+/// Decodes a `-----BEGIN PRIVATE KEY-----` (unencrypted PKCS#8) PEM.
+fn pkcs8_from_pem(key_pem: &str) -> Result<SecretDocument, IdentityError> {
+    if key_pem.len() > MAX_PEM_LEN {
+        return Err(IdentityError::TooLarge { len: key_pem.len() });
+    }
+    match SecretDocument::from_pem(key_pem) {
+        Ok(("PRIVATE KEY", doc)) => Ok(doc),
+        _ => Err(IdentityError::PrivateKeyDecode),
+    }
+}
+
 impl Identity {
     /// Generates a new RSA key of `bits` bits and a self-signed
     /// SHA256withRSA certificate for it, with subject = issuer =
@@ -218,6 +355,10 @@ impl Identity {
     ///
     /// `now_unix_secs` is the current time (this crate reads no clock).
     /// The runtime uses 2048 bits; JXSE 2.7 itself uses 1024.
+    ///
+    /// The key is generated by the `rsa` crate (locally, once; nothing a
+    /// remote peer sends reaches it) and then loaded into OpenSSL, which
+    /// makes every signature, the certificate's included.
     pub fn generate(
         rng: &mut (impl CryptoRng + RngCore),
         bits: usize,
@@ -225,6 +366,53 @@ impl Identity {
         now_unix_secs: u64,
     ) -> Result<Identity, IdentityError> {
         check_bits(bits, MIN_KEY_BITS)?;
+        // Checked before the (slow) key generation, and again below.
+        Identity::validity(common_name, now_unix_secs)?;
+        let mut ou = [0u8; OU_RANDOM_BYTES];
+        rng.fill_bytes(&mut ou);
+        let mut serial = [0u8; 8];
+        rng.fill_bytes(&mut serial);
+        let pkcs8 = RsaPrivateKey::new(rng, bits)
+            .map_err(|_| IdentityError::KeyGeneration)?
+            .to_pkcs8_der()
+            .map_err(|_| IdentityError::KeyGeneration)?;
+        let private_key = PrivateKey::from_pkcs8(pkcs8)?;
+        Identity::self_signed(private_key, common_name, now_unix_secs, ou, serial)
+    }
+
+    /// Loads a private key saved with [`Identity::to_pem`] whose certificate
+    /// was lost, and issues a new self-signed certificate for it (as
+    /// [`Identity::generate`] does: same subject layout, validity from
+    /// `now_unix_secs`). The peer ID is derived from the key, so it is the
+    /// same as before.
+    ///
+    /// ```
+    /// use juxta_proto::identity::Identity;
+    /// let mut rng = rand::thread_rng();
+    /// let me = Identity::generate(&mut rng, 1024, "Juxta", 1_700_000_000).unwrap();
+    /// let (key_pem, _lost_cert) = me.to_pem().unwrap();
+    /// let again = Identity::from_key_pem(&mut rng, &key_pem, "Juxta", 1_800_000_000).unwrap();
+    /// assert_eq!(again.peer_id(), me.peer_id());
+    /// ```
+    pub fn from_key_pem(
+        rng: &mut (impl CryptoRng + RngCore),
+        key_pem: &str,
+        common_name: &str,
+        now_unix_secs: u64,
+    ) -> Result<Identity, IdentityError> {
+        let private_key = PrivateKey::from_pkcs8(pkcs8_from_pem(key_pem)?)?;
+        let mut ou = [0u8; OU_RANDOM_BYTES];
+        rng.fill_bytes(&mut ou);
+        let mut serial = [0u8; 8];
+        rng.fill_bytes(&mut serial);
+        Identity::self_signed(private_key, common_name, now_unix_secs, ou, serial)
+    }
+
+    /// The certificate's validity period and common name for `generate`.
+    fn validity(
+        common_name: &str,
+        now_unix_secs: u64,
+    ) -> Result<(String, Validity), IdentityError> {
         let cn = format!("{common_name}-CA");
         if cn.len() > MAX_COMMON_NAME_LEN {
             return Err(IdentityError::CommonNameTooLong { len: cn.len() });
@@ -233,54 +421,51 @@ impl Identity {
             not_before: time_at(now_unix_secs.saturating_sub(VALIDITY_BACKDATE_SECS))?,
             not_after: time_at(now_unix_secs.saturating_add(VALIDITY_SECS))?,
         };
-        let mut ou = [0u8; OU_RANDOM_BYTES];
-        rng.fill_bytes(&mut ou);
+        Ok((cn, validity))
+    }
+
+    /// Issues the self-signed certificate of `private_key`.
+    fn self_signed(
+        private_key: PrivateKey,
+        common_name: &str,
+        now_unix_secs: u64,
+        ou: [u8; OU_RANDOM_BYTES],
+        serial: [u8; 8],
+    ) -> Result<Identity, IdentityError> {
+        let (cn, validity) = Identity::validity(common_name, now_unix_secs)?;
         // DER order O, CN, OU, as in JXSE's certificates.
         let subject: Name = RdnSequence(vec![
             rdn(OID_ORGANIZATION, JXTA_ORGANIZATION)?,
             rdn(OID_COMMON_NAME, &cn)?,
             rdn(OID_ORG_UNIT, &hex::encode_upper(ou))?,
         ]);
-        let mut serial = [0u8; 8];
-        rng.fill_bytes(&mut serial);
         let serial = SerialNumber::from(u64::from_be_bytes(serial) >> 1 | 1);
 
-        let private_key =
-            RsaPrivateKey::new(rng, bits).map_err(|_| IdentityError::KeyGeneration)?;
-        let signing_key = SigningKey::<Sha256>::new(private_key.clone());
-        let spki_der = rsa_spki_der(&private_key.to_public_key())?;
+        let spki_der = rsa_spki_der(&private_key.public)?;
         let spki = SubjectPublicKeyInfoOwned::from_der(&spki_der).map_err(IdentityError::Encode)?;
         let profile = Profile::Leaf {
             issuer: subject.clone(),
             enable_key_agreement: false,
             enable_key_encipherment: false,
         };
-        let builder =
-            CertificateBuilder::new(profile, serial, validity, subject, spki, &signing_key)
-                .map_err(|_| IdentityError::CertBuild)?;
+        let signer = CertSigner {
+            key: &private_key,
+            verifying_key: VerifyingKey::new(private_key.public.clone()),
+        };
+        let builder = CertificateBuilder::new(profile, serial, validity, subject, spki, &signer)
+            .map_err(|_| IdentityError::CertBuild)?;
         let cert = builder
             .build::<Signature>()
             .map_err(|_| IdentityError::CertBuild)?;
         let cert_der = Bytes::from(cert.to_der().map_err(IdentityError::Encode)?);
-        Ok(Identity::assemble(
-            private_key,
-            signing_key,
-            cert_der,
-            spki_der,
-        ))
+        Ok(Identity::assemble(private_key, cert_der, spki_der))
     }
 
-    fn assemble(
-        private_key: RsaPrivateKey,
-        signing_key: SigningKey<Sha256>,
-        cert_der: Bytes,
-        spki_der: Bytes,
-    ) -> Identity {
+    fn assemble(private_key: PrivateKey, cert_der: Bytes, spki_der: Bytes) -> Identity {
         let peer_id = PeerId::from_public_key_spki(&spki_der);
         let peer_urn = Bytes::from(peer_id.to_string());
         Identity {
             private_key,
-            signing_key,
             cert_der,
             spki_der,
             peer_id,
@@ -294,8 +479,9 @@ impl Identity {
     pub fn to_pem(&self) -> Result<(String, String), IdentityError> {
         let key_pem = self
             .private_key
-            .to_pkcs8_pem(LineEnding::LF)
-            .map_err(|_| IdentityError::PrivateKeyDecode)?;
+            .pkcs8
+            .to_pem("PRIVATE KEY", LineEnding::LF)
+            .map_err(IdentityError::Encode)?;
         let cert = Certificate::from_der(&self.cert_der).map_err(IdentityError::CertDecode)?;
         let cert_pem = cert.to_pem(LineEnding::LF).map_err(IdentityError::Encode)?;
         Ok((key_pem.as_str().to_owned(), cert_pem))
@@ -314,22 +500,11 @@ impl Identity {
         let cert = Certificate::from_pem(cert_pem.as_bytes()).map_err(IdentityError::CertDecode)?;
         let cert_der = Bytes::from(cert.to_der().map_err(IdentityError::Encode)?);
         let remote = RemoteCert::parse(cert_der)?;
-        let private_key =
-            RsaPrivateKey::from_pkcs8_pem(key_pem).map_err(|_| IdentityError::PrivateKeyDecode)?;
-        check_bits(private_key.size() * 8, MIN_KEY_BITS)?;
-        if private_key.validate().is_err() {
-            return Err(IdentityError::PrivateKeyDecode);
-        }
-        if &private_key.to_public_key() != remote.key.as_ref() {
+        let private_key = PrivateKey::from_pkcs8(pkcs8_from_pem(key_pem)?)?;
+        if &private_key.public != remote.key.as_ref() {
             return Err(IdentityError::KeyMismatch);
         }
-        let signing_key = SigningKey::<Sha256>::new(private_key.clone());
-        Ok(Identity::assemble(
-            private_key,
-            signing_key,
-            remote.der,
-            remote.spki_der,
-        ))
+        Ok(Identity::assemble(private_key, remote.der, remote.spki_der))
     }
 
     /// The `cbid` peer ID derived from the certificate's public key.
@@ -355,13 +530,13 @@ impl Identity {
 
     /// The RSA modulus size in bits.
     pub fn key_bits(&self) -> usize {
-        self.private_key.size() * 8
+        self.private_key.bits
     }
 
-    /// The signing key (RSA PKCS#1 v1.5 with SHA-256), e.g. for a
-    /// streaming `DigestSigner` or a blinded `RandomizedDigestSigner`.
-    pub fn signing_key(&self) -> &SigningKey<Sha256> {
-        &self.signing_key
+    /// The private key, unencrypted PKCS#8 DER, e.g. for a TLS library's
+    /// signer. Secret: do not log or send it.
+    pub fn private_key_pkcs8_der(&self) -> &[u8] {
+        self.private_key.pkcs8.as_bytes()
     }
 
     /// Signs a SHA-256 digest computed by the caller (SHA256withRSA,
@@ -371,11 +546,26 @@ impl Identity {
     /// Signing cannot fail for the key sizes an [`Identity`] accepts; should
     /// the RSA library ever report an error, the result is empty and every
     /// verifier rejects it.
+    ///
+    /// The private-key operation is OpenSSL's (constant-time, blinded).
     pub fn sign_sha256_prehash(&self, digest: &[u8; 32]) -> Bytes {
-        match self.signing_key.sign_prehash(digest) {
-            Ok(sig) => Bytes::from(sig.to_vec()),
+        match self.private_key.sign_prehash(Md::sha256(), digest) {
+            Ok(sig) => Bytes::from(sig),
             Err(_) => Bytes::new(),
         }
+    }
+
+    /// Signs a SHA-1 digest computed by the caller (SHA1withRSA, PKCS#1
+    /// v1.5), as JXSE 2.7 signs advertisements
+    /// ([`advertisement::signed`](crate::advertisement::signed)). Returns a
+    /// signature as long as the modulus.
+    ///
+    /// The private-key operation is OpenSSL's (constant-time, blinded).
+    /// SHA-1 is used only because JXSE requires it.
+    pub fn sign_sha1_prehash(&self, digest: &[u8; 20]) -> Result<Bytes, IdentityError> {
+        self.private_key
+            .sign_prehash(Md::sha1(), digest)
+            .map(Bytes::from)
     }
 }
 
@@ -524,11 +714,149 @@ impl RemoteCert {
     }
 }
 
+/// The `rsa` crate's (non-constant-time) PKCS#1 v1.5 signer, the one every
+/// signature was made with before OpenSSL: tests check that the new signer
+/// produces exactly the same bytes, so the wire format is unchanged.
+#[cfg(test)]
+pub(crate) mod reference {
+    use super::*;
+    use rsa::pkcs8::DecodePrivateKey;
+
+    fn key(identity: &Identity) -> RsaPrivateKey {
+        RsaPrivateKey::from_pkcs8_der(identity.private_key_pkcs8_der()).unwrap()
+    }
+
+    /// SHA256withRSA over a digest, by the `rsa` crate.
+    pub(crate) fn sign_sha256(identity: &Identity, digest: &[u8; 32]) -> Vec<u8> {
+        key(identity)
+            .sign(Pkcs1v15Sign::new::<Sha256>(), digest)
+            .unwrap()
+    }
+
+    /// SHA1withRSA over a digest, by the `rsa` crate.
+    pub(crate) fn sign_sha1(identity: &Identity, digest: &[u8; 20]) -> Vec<u8> {
+        let scheme = Pkcs1v15Sign {
+            hash_len: Some(20),
+            prefix: SHA1_DIGEST_INFO_PREFIX.to_vec().into_boxed_slice(),
+        };
+        key(identity).sign(scheme, digest).unwrap()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use rand::SeedableRng;
     use std::sync::OnceLock;
+
+    #[test]
+    fn openssl_signatures_are_the_rsa_crate_signatures() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        for bits in [1024, 2048] {
+            let me = Identity::generate(&mut rng, bits, "Same", 1_700_000_000).unwrap();
+            assert_eq!(me.key_bits(), bits);
+            for i in 0..8u8 {
+                let d256: [u8; 32] = Sha256::digest([i]).into();
+                let sig = me.sign_sha256_prehash(&d256);
+                assert_eq!(sig.len(), bits / 8);
+                assert_eq!(&sig[..], &reference::sign_sha256(&me, &d256)[..]);
+                let d1: [u8; 20] = sha1::Sha1::digest([i]).into();
+                let sig = me.sign_sha1_prehash(&d1).unwrap();
+                assert_eq!(sig.len(), bits / 8);
+                assert_eq!(&sig[..], &reference::sign_sha1(&me, &d1)[..]);
+            }
+            // The certificate's self-signature too.
+            let cert = Certificate::from_der(me.cert_der()).unwrap();
+            let tbs: [u8; 32] = Sha256::digest(raw_tbs(me.cert_der()).unwrap()).into();
+            assert_eq!(
+                cert.signature.as_bytes().unwrap(),
+                &reference::sign_sha256(&me, &tbs)[..]
+            );
+        }
+    }
+
+    #[test]
+    fn small_or_foreign_private_keys_are_refused() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+        let small = RsaPrivateKey::new(&mut rng, 512).unwrap();
+        let pem = small.to_pkcs8_pem(LineEnding::LF).unwrap();
+        assert_eq!(
+            Identity::from_key_pem(&mut rng, &pem, "x", 0).unwrap_err(),
+            IdentityError::KeySize {
+                bits: 512,
+                min: MIN_KEY_BITS,
+                max: MAX_KEY_BITS
+            }
+        );
+        // PKCS#1 ("RSA PRIVATE KEY") is not what to_pem writes.
+        let pkcs1 = rsa::pkcs1::EncodeRsaPrivateKey::to_pkcs1_pem(&small, LineEnding::LF).unwrap();
+        assert_eq!(
+            Identity::from_key_pem(&mut rng, &pkcs1, "x", 0).unwrap_err(),
+            IdentityError::PrivateKeyDecode
+        );
+        let huge = "A".repeat(MAX_PEM_LEN + 1);
+        assert_eq!(
+            Identity::from_key_pem(&mut rng, &huge, "x", 0).unwrap_err(),
+            IdentityError::TooLarge { len: huge.len() }
+        );
+    }
+
+    #[test]
+    fn generation_is_deterministic_for_a_seed() {
+        // Same seed, same key and certificate (the rng is used in the same
+        // order as before the signer moved to OpenSSL).
+        let a = Identity::generate(
+            &mut rand::rngs::StdRng::seed_from_u64(77),
+            1024,
+            "D",
+            1_700_000_000,
+        )
+        .unwrap();
+        let b = Identity::generate(
+            &mut rand::rngs::StdRng::seed_from_u64(77),
+            1024,
+            "D",
+            1_700_000_000,
+        )
+        .unwrap();
+        assert_eq!(a.cert_der(), b.cert_der());
+        assert_eq!(a.private_key_pkcs8_der(), b.private_key_pkcs8_der());
+    }
+
+    #[test]
+    fn new_certificate_for_an_existing_key() {
+        let me = identity();
+        let (key_pem, cert_pem) = me.to_pem().unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(99);
+        let again = Identity::from_key_pem(&mut rng, &key_pem, "JuxtaTest", 1_800_000_000).unwrap();
+        assert_eq!(again.peer_id(), me.peer_id());
+        assert_eq!(again.spki_der(), me.spki_der());
+        assert_eq!(again.private_key_pkcs8_der(), me.private_key_pkcs8_der());
+        assert_ne!(again.cert_der(), me.cert_der());
+        let remote = RemoteCert::parse(again.cert_der().clone()).unwrap();
+        assert_eq!(remote.derived_peer_id(), me.peer_id());
+        // The new pair loads like any saved identity.
+        let (k2, c2) = again.to_pem().unwrap();
+        assert_eq!(k2, key_pem);
+        assert_ne!(c2, cert_pem);
+        assert_eq!(
+            Identity::from_pem(&k2, &c2).unwrap().peer_id(),
+            me.peer_id()
+        );
+        assert_eq!(
+            Identity::from_key_pem(&mut rng, "garbage", "x", 0).unwrap_err(),
+            IdentityError::PrivateKeyDecode
+        );
+        // A certificate PEM is not a private key.
+        assert_eq!(
+            Identity::from_key_pem(&mut rng, &cert_pem, "x", 0).unwrap_err(),
+            IdentityError::PrivateKeyDecode
+        );
+        assert!(matches!(
+            Identity::from_key_pem(&mut rng, &key_pem, &"n".repeat(300), 0),
+            Err(IdentityError::CommonNameTooLong { .. })
+        ));
+    }
 
     fn identity() -> &'static Identity {
         static ID: OnceLock<Identity> = OnceLock::new();

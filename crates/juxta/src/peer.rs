@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -42,6 +42,23 @@ pub enum PeerError {
         #[source]
         source: IdentityError,
     },
+    /// Another peer (in this process or another) is running with the same
+    /// home directory; a home serves one peer at a time.
+    #[error("home directory {} is in use by another running peer (lock on {}/lock held)", path.display(), path.display())]
+    HomeLocked {
+        /// The home directory.
+        path: PathBuf,
+    },
+    /// An identity file is not a plain file (e.g. a symbolic link, which
+    /// could make the peer read or overwrite another file), or the
+    /// certificate exists without its key.
+    #[error("identity file {}: {problem}", path.display())]
+    IdentityFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it, and the fix.
+        problem: IdentityFileProblem,
+    },
     /// Connecting took longer than allowed.
     #[error("connecting to {0} timed out")]
     ConnectTimeout(SocketAddr),
@@ -71,6 +88,24 @@ pub enum PeerError {
     /// A configured route is not usable (no hops, too long, loops).
     #[error("route: {0}")]
     Route(#[from] juxta_proto::endpoint::route_cache::RouteCacheError),
+}
+
+/// What is wrong with an identity file ([`PeerError::IdentityFile`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityFileProblem {
+    /// The path is a symbolic link; it is never followed.
+    #[error("is a symbolic link (refused: replace it with the file itself)")]
+    Symlink,
+    /// The path is a directory, device, FIFO or socket.
+    #[error("is not a regular file")]
+    NotRegularFile,
+    /// The file is larger than any key or certificate PEM.
+    #[error("is too large to be a PEM key or certificate")]
+    TooLarge,
+    /// `identity.crt` exists but `identity.key` does not: the key was lost
+    /// and the certificate is useless.
+    #[error("exists without identity.key (delete it to create a new identity)")]
+    CertificateWithoutKey,
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> PeerError {
@@ -449,6 +484,9 @@ pub struct Peer {
     service_tasks: Vec<JoinHandle<()>>,
     rendezvous: Option<crate::rendezvous::RendezvousHandle>,
     http: Option<Arc<crate::transport::http::HttpServer>>,
+    /// The lock on the home directory; the last field, so it is released
+    /// after everything else a `Peer` owns.
+    _home_lock: HomeLock,
 }
 
 impl Drop for Peer {
@@ -471,55 +509,179 @@ impl Drop for Peer {
     }
 }
 
+/// An exclusive advisory lock (`flock`) on `<home>/lock`, held while a
+/// [`Peer`] runs so that two peers never share a home (its identity files
+/// and cache). Released when dropped (or when the process exits).
+#[derive(Debug)]
+pub(crate) struct HomeLock {
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl HomeLock {
+    /// Creates `home` if needed and locks it, or fails with
+    /// [`PeerError::HomeLocked`] if another peer holds the lock.
+    pub(crate) fn acquire(home: &Path) -> Result<HomeLock, PeerError> {
+        use nix::fcntl::{Flock, FlockArg};
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::create_dir_all(home).map_err(io_err(format!("creating {}", home.display())))?;
+        let path = home.join("lock");
+        let file = open_nofollow(
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .mode(0o600),
+            &path,
+        )?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => Ok(HomeLock { _lock: lock }),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(PeerError::HomeLocked {
+                path: home.to_path_buf(),
+            }),
+            Err((_, e)) => Err(PeerError::Io {
+                what: format!("locking {}", path.display()),
+                source: e.into(),
+            }),
+        }
+    }
+}
+
+/// Opens `path` without following a symbolic link in its last component
+/// (`O_NOFOLLOW`) and without blocking on a FIFO (`O_NONBLOCK`), and checks
+/// that it is a regular file.
+fn open_nofollow(opts: &mut std::fs::OpenOptions, path: &Path) -> Result<std::fs::File, PeerError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
+    let file = opts.custom_flags(flags.bits()).open(path).map_err(|e| {
+        if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
+            PeerError::IdentityFile {
+                path: path.to_path_buf(),
+                problem: IdentityFileProblem::Symlink,
+            }
+        } else {
+            PeerError::Io {
+                what: format!("opening {}", path.display()),
+                source: e,
+            }
+        }
+    })?;
+    let meta = file
+        .metadata()
+        .map_err(io_err(format!("reading {}", path.display())))?;
+    if !meta.is_file() {
+        return Err(PeerError::IdentityFile {
+            path: path.to_path_buf(),
+            problem: IdentityFileProblem::NotRegularFile,
+        });
+    }
+    Ok(file)
+}
+
+/// Reads an identity file (at most [`MAX_PEM_LEN`](juxta_proto::identity::MAX_PEM_LEN)
+/// bytes, never through a symbolic link); `None` if it does not exist.
+fn read_identity_file(path: &Path) -> Result<Option<String>, PeerError> {
+    use std::io::Read;
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(PeerError::Io {
+                what: format!("reading {}", path.display()),
+                source: e,
+            })
+        }
+        Ok(_) => {}
+    }
+    let file = open_nofollow(std::fs::OpenOptions::new().read(true), path)?;
+    let limit = juxta_proto::identity::MAX_PEM_LEN as u64;
+    let mut text = String::new();
+    file.take(limit + 1)
+        .read_to_string(&mut text)
+        .map_err(io_err(format!("reading {}", path.display())))?;
+    if text.len() as u64 > limit {
+        return Err(PeerError::IdentityFile {
+            path: path.to_path_buf(),
+            problem: IdentityFileProblem::TooLarge,
+        });
+    }
+    Ok(Some(text))
+}
+
+/// Creates a new identity file: `O_CREAT | O_EXCL | O_NOFOLLOW`, so an
+/// existing file or symbolic link is never written through or replaced.
+fn write_new_file(path: &Path, text: &str, private: bool) -> Result<(), PeerError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    if private {
+        opts.mode(0o600);
+    }
+    let mut f = open_nofollow(&mut opts, path)?;
+    f.write_all(text.as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(io_err(format!("writing {}", path.display())))
+}
+
+/// Loads the identity in `cfg.home` (`identity.key`, `identity.crt`), or
+/// creates one on first start. Files are never followed through symbolic
+/// links nor overwritten; a lost certificate is issued again from the key.
+/// The caller holds the home's [`HomeLock`].
 fn load_or_create_identity(cfg: &PeerConfig) -> Result<Identity, PeerError> {
     let home = &cfg.home;
-    std::fs::create_dir_all(home).map_err(io_err(format!("creating {}", home.display())))?;
     let key_path = home.join("identity.key");
     let crt_path = home.join("identity.crt");
     let id_err = |source| PeerError::Identity {
         path: home.display().to_string(),
         source,
     };
-    if key_path.exists() && crt_path.exists() {
-        let key = std::fs::read_to_string(&key_path)
-            .map_err(io_err(format!("reading {}", key_path.display())))?;
-        let crt = std::fs::read_to_string(&crt_path)
-            .map_err(io_err(format!("reading {}", crt_path.display())))?;
-        return Identity::from_pem(&key, &crt).map_err(id_err);
+    let now = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO)
+            .as_secs()
+    };
+    match (
+        read_identity_file(&key_path)?,
+        read_identity_file(&crt_path)?,
+    ) {
+        (Some(key), Some(crt)) => Identity::from_pem(&key, &crt).map_err(id_err),
+        (Some(key), None) => {
+            let id = Identity::from_key_pem(&mut rand::thread_rng(), &key, &cfg.name, now())
+                .map_err(id_err)?;
+            let (_, crt) = id.to_pem().map_err(id_err)?;
+            write_new_file(&crt_path, &crt, false)?;
+            tracing::warn!(
+                peer = %id.peer_id(),
+                home = %home.display(),
+                "identity.crt was missing: issued a new certificate for the existing key"
+            );
+            Ok(id)
+        }
+        (None, Some(_)) => Err(PeerError::IdentityFile {
+            path: crt_path,
+            problem: IdentityFileProblem::CertificateWithoutKey,
+        }),
+        (None, None) => {
+            let id = Identity::generate(&mut rand::thread_rng(), cfg.key_bits, &cfg.name, now())
+                .map_err(id_err)?;
+            let (key, crt) = id.to_pem().map_err(id_err)?;
+            write_new_file(&key_path, &key, true)?;
+            write_new_file(&crt_path, &crt, false)?;
+            tracing::info!(peer = %id.peer_id(), home = %home.display(), "created a new identity");
+            Ok(id)
+        }
     }
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO)
-        .as_secs();
-    let id = Identity::generate(&mut rand::thread_rng(), cfg.key_bits, &cfg.name, now)
-        .map_err(id_err)?;
-    let (key, crt) = id.to_pem().map_err(id_err)?;
-    write_private(&key_path, &key)?;
-    std::fs::write(&crt_path, crt).map_err(io_err(format!("writing {}", crt_path.display())))?;
-    tracing::info!(peer = %id.peer_id(), home = %home.display(), "created a new identity");
-    Ok(id)
-}
-
-fn write_private(path: &Path, text: &str) -> Result<(), PeerError> {
-    use std::io::Write;
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let mut f = opts
-        .open(path)
-        .map_err(io_err(format!("writing {}", path.display())))?;
-    f.write_all(text.as_bytes())
-        .map_err(io_err(format!("writing {}", path.display())))
 }
 
 impl Peer {
     /// Starts a peer: loads (or creates) its identity in the home directory
     /// and, if configured, listens for TCP connections.
+    ///
+    /// The home directory is locked for as long as the peer lives: a second
+    /// peer started on the same home, in this process or another, fails
+    /// with [`PeerError::HomeLocked`] until this one is dropped.
     pub async fn start(cfg: PeerConfig) -> Result<Peer, PeerError> {
+        let home_lock = HomeLock::acquire(&cfg.home)?;
         let identity = Arc::new(load_or_create_identity(&cfg)?);
         let multicast = crate::transport::multicast::Multicast::open(&cfg, &identity)?;
         let cache = crate::cache::CacheHandle::spawn(
@@ -620,6 +782,7 @@ impl Peer {
             service_tasks,
             rendezvous,
             http,
+            _home_lock: home_lock,
         })
     }
 

@@ -158,11 +158,13 @@ pub fn sign(
     };
     sig.info = sig.build_info();
     sig.info_digest = sig.info.sha1(&[]);
-    let hashed = Sha1::digest(sig.info_digest);
-    let key: &rsa::RsaPrivateKey = identity.signing_key().as_ref();
-    sig.signature = key
-        .sign(sha1_scheme(), &hashed)
-        .map_err(|_| SignatureError::Sign)?;
+    // SHA1withRSA over the 20 info-digest bytes: SHA-1 of them, signed
+    // (constant-time, by OpenSSL: see `Identity::sign_sha1_prehash`).
+    let hashed: [u8; 20] = Sha1::digest(sig.info_digest).into();
+    sig.signature = identity
+        .sign_sha1_prehash(&hashed)
+        .map_err(|_| SignatureError::Sign)?
+        .to_vec();
     Ok(sig)
 }
 
@@ -354,6 +356,16 @@ mod tests {
         let mut d = XmlElement::adv_root("jxta:APA");
         d.push_text("EA", "tcp://127.0.0.1:1");
         d
+    }
+
+    #[test]
+    fn signature_is_unchanged_by_the_openssl_signer() {
+        let s = sign(&doc(), me(), true, true).unwrap();
+        let hashed: [u8; 20] = Sha1::digest(s.info_digest).into();
+        assert_eq!(
+            s.signature,
+            crate::identity::reference::sign_sha1(me(), &hashed)
+        );
     }
 
     #[test]

@@ -379,6 +379,32 @@ mod tests {
         PeerId::from_public_key_spki(&[n])
     }
 
+    #[test]
+    fn fingerprint_signature_is_unchanged_by_the_openssl_signer() {
+        let me = &ids()[0];
+        let fp = fingerprint_for(me);
+        // Three u32-length fields: payload, certificate, signature.
+        let mut fields = Vec::new();
+        let mut rest = &fp[..];
+        while !rest.is_empty() {
+            let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+            fields.push(&rest[4..4 + len]);
+            rest = &rest[4 + len..];
+        }
+        assert_eq!(fields.len(), 3);
+        assert_eq!(fields[0], me.peer_id().endpoint_address().as_bytes());
+        assert_eq!(fields[1], &me.cert_der()[..]);
+        let digest: [u8; 32] = Sha256::new()
+            .chain_update(fields[0])
+            .chain_update(fields[1])
+            .finalize()
+            .into();
+        assert_eq!(
+            fields[2],
+            &crate::identity::reference::sign_sha256(me, &digest)[..]
+        );
+    }
+
     fn msg(h: &RouterHeader, fp: Option<Bytes>) -> Message {
         let mut m = Message::new().with(Element::bytes("app", "x", &b"1"[..]));
         m.push(Element::xml(NS_JXTA, ELEM_ERM, h.to_xml()));

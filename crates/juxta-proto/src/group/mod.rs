@@ -9,6 +9,31 @@
 //! [`make_psswd`] of the password (a fixed letter substitution: it is
 //! obfuscation, not security). Joining checks the password and yields a
 //! `jxta:Cred` of type `jxta:PasswdCred` ([`PasswdCredential`]).
+//!
+//! # Security: password membership protects nothing
+//!
+//! It is implemented for compatibility with JXSE only (see
+//! `docs/security.md`, "Password membership"):
+//!
+//! - **The passwords are public.** The group advertisement is a public
+//!   document (published, cached by rendezvous peers, answered to any
+//!   discovery query) and the "encoded" password in it is a fixed,
+//!   keyless letter substitution: anyone holding the advertisement reads
+//!   every password back (up to letter case, which is ignored anyway).
+//!   There is no hash, no salt and no secret.
+//! - **An empty stored password accepts any password.**
+//! - **Credentials prove nothing.** A [`PasswdCredential`] is plain XML
+//!   whose "signature" is the constant `blah`
+//!   ([`PASSWD_CRED_SIGNATURE`]): anyone can write one for any login, and
+//!   no other peer can tell a forged one from a real one.
+//! - **The check is local.** [`PasswdMembership::check`] runs on the
+//!   joining peer itself; [`Memberships::may_deliver`] only decides what
+//!   *this* peer accepts. Nothing stops another peer from sending to, or
+//!   reading, a group's traffic, which is not encrypted by membership.
+//!
+//! Use password groups as names, never as access control. To restrict who
+//! can talk to whom, authenticate peers by their `cbid` peer IDs (derived
+//! from their certificates) and use TLS pipes for confidentiality.
 
 use rand::RngCore;
 
@@ -121,6 +146,11 @@ fn group_id_with_parent(rng: &mut dyn RngCore, parent: [u8; 16]) -> PeerGroupId 
 /// becomes `'A' + index` of its upper-case form in
 /// `DQKWHRTENOGXCVYSFJPILZABMU`; other characters are kept.
 ///
+/// **Not a hash.** This is a fixed, public, keyless substitution that
+/// anyone can invert, and its output is published in the group
+/// advertisement: the password is readable by everyone who has the
+/// advertisement (see the [module documentation](self#security-password-membership-protects-nothing)).
+///
 /// ```
 /// assert_eq!(juxta_proto::group::make_psswd("abc"), "WXM");
 /// assert_eq!(juxta_proto::group::make_psswd("AbC1!"), "WXM1!");
@@ -143,6 +173,9 @@ pub fn make_psswd(source: &str) -> String {
 
 /// The `Parm` of the membership `Svc` entry for a list of
 /// `(login, password)` pairs: `<login>name:ENCODED:</login>` each.
+///
+/// The passwords are only obfuscated ([`make_psswd`]): anyone who reads the
+/// advertisement can recover them. Never reuse a real password here.
 pub fn passwd_params<'a>(logins: impl IntoIterator<Item = (&'a str, &'a str)>) -> XmlElement {
     let mut parm = XmlElement::new("Parm");
     for (user, pw) in logins {
@@ -154,6 +187,10 @@ pub fn passwd_params<'a>(logins: impl IntoIterator<Item = (&'a str, &'a str)>) -
 /// A subgroup advertisement using password membership: the given group
 /// ID, implementation spec and name, with the logins in the membership
 /// service parameters.
+///
+/// The logins and their (trivially decoded) passwords become part of a
+/// public document: this gives JXSE compatibility, not access control (see
+/// the [module documentation](self#security-password-membership-protects-nothing)).
 ///
 /// ```
 /// use juxta_proto::group::{self, PasswdMembership};
@@ -176,6 +213,10 @@ pub fn passwd_group_advertisement<'a>(
 
 /// A password credential (`jxta:Cred type="jxta:PasswdCred"`), as JXSE's
 /// `PasswdCredential.getDocument` writes it.
+///
+/// It proves nothing: its only "signature" is the constant `blah`, so
+/// anyone can make one for any group, peer and login. Never accept a
+/// received credential as evidence of membership.
 ///
 /// ```
 /// use juxta_proto::group::PasswdCredential;
@@ -252,6 +293,11 @@ impl PasswdCredential {
 
 /// The password membership service of one group: its logins, read from
 /// the group advertisement.
+///
+/// Everything it checks comes from a public document and the check runs on
+/// the joining peer itself: it keeps honest peers out of groups they were
+/// not told the password of, and nothing more (see the
+/// [module documentation](self#security-password-membership-protects-nothing)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PasswdMembership {
     group_id: PeerGroupId,
@@ -302,6 +348,9 @@ impl PasswdMembership {
 
     /// JXSE's `checkPasswd`: the login must exist and the encoded
     /// password match (an empty stored password accepts anything).
+    ///
+    /// Letter case is ignored and the stored value can be decoded by anyone
+    /// holding the advertisement: this is not authentication.
     pub fn check(&self, identity: &str, password: &str) -> bool {
         match self.logins.iter().find(|(l, _)| l == identity) {
             None => false,
@@ -325,6 +374,9 @@ impl PasswdMembership {
 
 /// The groups this peer has joined, with its credential in each. The
 /// World and Net groups need no membership.
+///
+/// A local filter only: [`Memberships::may_deliver`] decides what this peer
+/// accepts, not who may send or read a group's traffic.
 ///
 /// ```
 /// use juxta_proto::group::{self, Memberships};
@@ -415,6 +467,42 @@ pub fn may_deliver(group: &PeerGroupId, peer_groups: &[PeerGroupId]) -> bool {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+
+    /// The inverse of `make_psswd`, which anyone can write: the documented
+    /// weakness, checked.
+    fn decode_psswd(encoded: &str) -> String {
+        const TABLE: &[u8; 26] = b"DQKWHRTENOGXCVYSFJPILZABMU";
+        encoded
+            .chars()
+            .map(|c| match c {
+                'A'..='Z' => TABLE[(c as u8 - b'A') as usize] as char,
+                _ => c,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn passwords_in_a_group_advertisement_are_readable_by_anyone() {
+        let gid = new_group_id(&mut rand::rngs::StdRng::seed_from_u64(1));
+        let spec = spec(ALL_PURPOSE_GROUP_SPEC).unwrap();
+        let adv = passwd_group_advertisement(gid, spec, "club", [("alice", "Tr0ub4dor-3")]);
+        // What a stranger sees: the public advertisement's XML.
+        let xml = adv.to_xml();
+        let start = xml.find("<login>alice:").unwrap() + "<login>alice:".len();
+        let encoded = &xml[start..start + xml[start..].find(':').unwrap()];
+        let recovered = decode_psswd(encoded);
+        assert_eq!(recovered, "TR0UB4DOR-3");
+        // …which joins, as letter case is ignored.
+        let m = PasswdMembership::from_group(&adv).unwrap();
+        assert!(m.check("alice", &recovered));
+        // And a credential anyone can write is indistinguishable.
+        let pid: PeerId = PID.parse().unwrap();
+        let forged = PasswdCredential::parse(&PasswdCredential::new(gid, pid, "alice").to_xml());
+        assert_eq!(
+            forged.unwrap(),
+            m.join("alice", "Tr0ub4dor-3", pid).unwrap()
+        );
+    }
 
     const PID: &str =
         "urn:jxta:cbid-59616261646162614A78746150325033D9D9238EC0EEFCB122CB5D3DFE39A9CC03";

@@ -303,6 +303,22 @@ mod tests {
     }
 
     #[test]
+    fn trailer_signature_is_unchanged_by_the_openssl_signer() {
+        let me = identity();
+        let enc = encode_v0(&sample_message(), JavaHashOrder::Java8).unwrap();
+        let t = parse_trailer(trailer_for(me, &enc.chunks)).unwrap();
+        let digest = signed_digest(
+            enc.chunks.iter().map(|c| &c[..]),
+            me.cert_der(),
+            me.peer_urn(),
+        );
+        assert_eq!(
+            &t.sig[..],
+            &crate::identity::reference::sign_sha256(me, &digest)[..]
+        );
+    }
+
+    #[test]
     fn round_trip_and_tamper() {
         let me = identity();
         let enc = encode_v0(&sample_message(), JavaHashOrder::Java8).unwrap();

@@ -221,3 +221,29 @@ pub fn verify(cert: &RemoteCert, digest: &[u8; 32], sig: &[u8]) -> Result<(), Ha
     cert.verify_sha256_prehash(digest, sig)
         .map_err(|_| HandshakeError::BadSignature)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn transcript_signature_is_unchanged_by_the_openssl_signer() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let a = Identity::generate(&mut rng, 1024, "A", 1_700_000_000).unwrap();
+        let b = Identity::generate(&mut rng, 1024, "B", 1_700_000_000).unwrap();
+        let digest = transcript("accept", &[1; 16], &[2; 16], a.peer_id(), b.peer_id());
+        let sig = sign(&a, &digest);
+        assert_eq!(
+            &sig[..],
+            &crate::identity::reference::sign_sha256(&a, &digest)[..]
+        );
+        let cert = check_cert(a.cert_der().clone(), a.peer_id()).unwrap();
+        verify(&cert, &digest, &sig).unwrap();
+        let other = transcript("accept", &[1; 16], &[3; 16], a.peer_id(), b.peer_id());
+        assert!(matches!(
+            verify(&cert, &other, &sig),
+            Err(HandshakeError::BadSignature)
+        ));
+    }
+}

@@ -93,7 +93,6 @@ use std::sync::{Arc, OnceLock};
 use bytes::{Bytes, BytesMut};
 use juxta_proto::id::PeerId;
 use juxta_proto::identity::{Identity, IdentityError, RemoteCert};
-use rsa::pkcs8::EncodePrivateKey;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::{
@@ -449,18 +448,14 @@ impl SigningKey for PreferPssSha256 {
     }
 }
 
-/// Our certificate and `ring` signing key. The PKCS#8 export of the private
-/// key lives in a zeroizing buffer and is wiped once `ring` has parsed it.
+/// Our certificate and `ring` signing key (`ring` parses the identity's
+/// PKCS#8 private key, which stays in the identity's zeroizing buffer).
 fn certified_key(identity: &Identity) -> Result<Arc<CertifiedKey>, TlsError> {
     let bits = identity.key_bits();
     if !(MIN_RSA_BITS..=MAX_OWN_RSA_BITS).contains(&bits) {
         return Err(TlsError::KeySize { bits });
     }
-    let pkcs8 = identity
-        .signing_key()
-        .to_pkcs8_der()
-        .map_err(|e| TlsError::BadKey(format!("PKCS#8 export: {e}")))?;
-    let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pkcs8.as_bytes()));
+    let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(identity.private_key_pkcs8_der()));
     let key = rustls::crypto::ring::sign::any_supported_type(&der)
         .map_err(|e| TlsError::BadKey(e.to_string()))?;
     let certified = CertifiedKey::new(
@@ -1118,8 +1113,7 @@ mod tests {
             Err(TlsError::KeySize { bits: 1024 })
         ));
         // Not only our check: ring itself refuses to sign with it.
-        let pkcs8 = small.signing_key().to_pkcs8_der().unwrap();
-        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pkcs8.as_bytes()));
+        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(small.private_key_pkcs8_der()));
         assert!(rustls::crypto::ring::sign::any_supported_type(&der).is_err());
         // And a peer presenting such a key is refused.
         let cert = CertificateDer::from(small.cert_der().to_vec());
