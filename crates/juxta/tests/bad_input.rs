@@ -520,3 +520,173 @@ async fn compact_handshake_offer_with_another_peers_certificate_is_closed() {
     assert_eq!(failed(&peer), 1);
     still_serves(&peer, &dir).await;
 }
+
+// ------------------------------------------------------ hostile peers (#20)
+
+/// A JXTA-framed message framed by `out` (CBJX off) whose trailer is
+/// forged: `signer`'s certificate and signature, `src` = `claimed`.
+fn forged_trailer_frame(
+    out: &mut Outbound,
+    signer: &Identity,
+    claimed: &PeerId,
+    m: Message,
+) -> Vec<u8> {
+    let enc = out.encode(&probe_to(), m).unwrap();
+    // chunks[0] is the frame header; the rest is the message body.
+    let body: Vec<u8> = enc.chunks[1..].iter().flat_map(|c| c.to_vec()).collect();
+    let cert = signer.cert_der().clone();
+    let src = Bytes::from(claimed.to_string());
+    let digest = juxta_proto::message::cbjx::signed_digest([&body[..]], &cert, &src);
+    let trailer = juxta_proto::message::cbjx::Trailer {
+        cert,
+        src,
+        sig: signer.sign_sha256_prehash(&digest),
+    }
+    .encode();
+    let mut wire = frame::encode_header((body.len() + trailer.len()) as u64).to_vec();
+    wire.extend_from_slice(&body);
+    wire.extend_from_slice(&trailer);
+    wire
+}
+
+/// A raw client with CBJX off in its outbound half (the tests add their
+/// own trailers).
+async fn raw_unsigned_client(peer: &Peer, claimed: PeerId) -> (TcpStream, SocketAddr, Outbound) {
+    let (mut s, local) = connect(peer).await;
+    send(&mut s, &welcome_line(peer, claimed)).await;
+    let w = read_welcome(&mut s, &mut BytesMut::new()).await;
+    let cfg = ConnectionConfig {
+        handshake: false,
+        compact: false,
+        cbjx: false,
+        ..ConnectionConfig::default()
+    };
+    let mut out = Outbound::new(cfg, Role::Initiator, identity());
+    out.on_remote_welcome(w, &mut rand::thread_rng()).unwrap();
+    (s, local, out)
+}
+
+#[tokio::test]
+async fn impersonation_with_the_attackers_own_key_is_refused() {
+    // Issue #20's attack: a welcome naming victim V, then a message signed
+    // with the attacker's own key and a trailer whose src is V.
+    let dir = tempfile::tempdir().unwrap();
+    let peer = target(&dir, |_| {}).await;
+    let victim = identity();
+    let mallory = identity();
+    let (mut s, local, mut out) = raw_unsigned_client(&peer, *victim.peer_id()).await;
+    let wire = forged_trailer_frame(&mut out, &mallory, victim.peer_id(), small_message());
+    send(&mut s, &wire).await;
+    expect_closed(&mut s).await;
+    assert_closed_because(local, "certificate that derives another peer ID");
+    assert!(!peer.is_connected_to(victim.peer_id()));
+    assert_eq!(failed(&peer), 1);
+    still_serves(&peer, &dir).await;
+}
+
+#[tokio::test]
+async fn replayed_signed_message_proves_nothing_on_another_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = target(&dir, |_| {}).await;
+    let mut inbox = peer.listen("probe", Some("in")).unwrap();
+    let victim = identity();
+    // The victim's message names the receiver (as a routed JXSE message's
+    // router header does), so it proves the victim's first connection.
+    let naming = small_message().with(Element::text(
+        "app",
+        "to",
+        &peer.peer_id().endpoint_address(),
+    ));
+    let (mut s1, _, mut out1) = raw_unsigned_client(&peer, *victim.peer_id()).await;
+    let wire = forged_trailer_frame(&mut out1, &victim, victim.peer_id(), naming.clone());
+    send(&mut s1, &wire).await;
+    tokio::time::timeout(HANG_GUARD, inbox.recv())
+        .await
+        .expect("the victim's message is delivered")
+        .unwrap();
+    assert!(peer.is_connected_to(victim.peer_id()));
+    let replays = || peer.stats().replayed_signatures.load(Ordering::Relaxed);
+    assert_eq!(replays(), 0);
+    // Mallory replays the same bytes on her own connection, claiming V.
+    let (mut s2, _, _) = raw_unsigned_client(&peer, *victim.peer_id()).await;
+    send(&mut s2, &wire).await;
+    let end = tokio::time::Instant::now() + HANG_GUARD;
+    while replays() == 0 {
+        assert!(tokio::time::Instant::now() < end, "replay not counted");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(replays(), 1);
+    drop(s1);
+    drop(s2);
+    still_serves(&peer, &dir).await;
+}
+
+#[tokio::test]
+async fn unsolicited_discovery_answers_and_foreign_remote_publishes_are_not_cached() {
+    use juxta_proto::advertisement::{AdvKind, Advertisement, PeerAdvertisement};
+    use juxta_proto::discovery::{DiscoveryEntry, DiscoveryResponse};
+    use juxta_proto::id::PeerGroupId;
+    use juxta_proto::resolver::{response_queue, RESOLVER_SERVICE};
+    let dir = tempfile::tempdir().unwrap();
+    let peer = target(&dir, |_| {}).await;
+    let mut cfg = PeerConfig::new(dir.path().join("mallory"));
+    cfg.key_bits = 1024;
+    let mallory = Peer::start(cfg).await.unwrap();
+    let m = mallory.connect(peer.local_addr().unwrap()).await.unwrap();
+    let victim = random_peer_id();
+    let forged_pa = Advertisement::Peer(PeerAdvertisement::new(victim, PeerGroupId::NET, "v"));
+    let own_pa = Advertisement::Peer(PeerAdvertisement::new(
+        peer.peer_id(),
+        PeerGroupId::NET,
+        "evil twin",
+    ));
+    let response = |entries: Vec<DiscoveryEntry>| DiscoveryResponse {
+        kind: AdvKind::Peer,
+        peer_adv: None,
+        attr: None,
+        value: None,
+        responses: entries,
+    };
+    // An answer to a query the peer never sent (query ID 77).
+    let r = response(vec![DiscoveryEntry::new(&forged_pa, 60_000)]);
+    let msg = Message::new().with(r.to_resolver_response(77).to_element(NET_GROUP_UNIQUE));
+    m.send_routed(
+        RESOLVER_SERVICE,
+        Some(&response_queue(NET_GROUP_UNIQUE)),
+        msg,
+    )
+    .await
+    .unwrap();
+    // A remote publish (query ID 0) of another peer's advertisement and of
+    // the target's own.
+    let r = response(vec![
+        DiscoveryEntry::new(&forged_pa, 60_000),
+        DiscoveryEntry::new(&own_pa, 60_000),
+    ]);
+    let msg = Message::new().with(r.to_resolver_response(0).to_element(NET_GROUP_UNIQUE));
+    m.send_routed(
+        RESOLVER_SERVICE,
+        Some(&response_queue(NET_GROUP_UNIQUE)),
+        msg,
+    )
+    .await
+    .unwrap();
+    let stats = peer.stats();
+    let end = tokio::time::Instant::now() + HANG_GUARD;
+    while stats.discovery_late.load(Ordering::Relaxed) < 1
+        || stats.discovery_rejected.load(Ordering::Relaxed) < 2
+    {
+        assert!(tokio::time::Instant::now() < end, "refusals not counted");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let cached = peer
+        .discovery()
+        .get_local(AdvKind::Peer, None, None, 100)
+        .await
+        .unwrap();
+    assert!(
+        cached.iter().all(|a| !matches!(a, Advertisement::Peer(pa)
+            if pa.peer_id == victim || pa.name == "evil twin")),
+        "{cached:?}"
+    );
+}

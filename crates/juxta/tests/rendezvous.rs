@@ -779,3 +779,77 @@ async fn a_lookup_with_an_extreme_hop_count_is_forwarded_safely() {
         .unwrap();
     assert!(none.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_and_disconnects_in_another_peers_name_are_refused() {
+    use juxta::proto::advertisement::PeerAdvertisement;
+    use juxta::proto::id::{PeerGroupId, PeerId};
+    use juxta::proto::rendezvous::messages::{lease_address, LeaseMessage};
+    let dir = tempfile::tempdir().unwrap();
+    let rdv = start(&dir, "rdv", true, RendezvousConfig::rendezvous()).await;
+    let es = edges(&dir, 1, &[rdv.local_addr().unwrap()]).await;
+    let edge = &es[0];
+    let status = || rdv.rendezvous().unwrap().status();
+    assert!(eventually(|| status().clients == 1).await);
+    let mut events = rdv.rendezvous().unwrap().subscribe();
+    // Mallory, an ordinary peer that proves its own ID, asks in the names
+    // of a victim (lease) and of the edge (disconnect), then for herself.
+    let mut c = PeerConfig::new(dir.path().join("mallory"));
+    c.key_bits = 1024;
+    let mallory = Peer::start(c).await.unwrap();
+    let m = mallory.connect(rdv.local_addr().unwrap()).await.unwrap();
+    let lease = lease_address(&PeerGroupId::NET);
+    let pa = |p: PeerId| -> bytes::Bytes {
+        PeerAdvertisement::new(p, PeerGroupId::NET, "x")
+            .to_xml()
+            .into()
+    };
+    let victim: PeerId =
+        "urn:jxta:cbid-59616261646162614A78746150325033DEADBEEFDEADBEEFDEADBEEFDEADBEEF03"
+            .parse()
+            .unwrap();
+    let forged = [
+        LeaseMessage::Request {
+            peer: victim,
+            peer_adv: pa(victim),
+        },
+        LeaseMessage::Disconnect {
+            peer: edge.peer_id(),
+            peer_adv: pa(edge.peer_id()),
+        },
+        LeaseMessage::Request {
+            peer: mallory.peer_id(),
+            peer_adv: pa(mallory.peer_id()),
+        },
+    ];
+    for f in forged {
+        m.send(&lease.service, lease.param.as_deref(), f.to_message())
+            .await
+            .unwrap();
+    }
+    // The last (honest) request is handled after the two forged ones, in
+    // order on one connection: once Mallory is leased, both were refused.
+    let mut seen = Vec::new();
+    loop {
+        let ev = tokio::time::timeout(WAIT, events.recv())
+            .await
+            .expect("no rendezvous event")
+            .unwrap();
+        let done = ev == RendezvousEvent::ClientJoined(mallory.peer_id());
+        seen.push(ev);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![RendezvousEvent::ClientJoined(mallory.peer_id())],
+        "neither the victim's lease nor the edge's disconnect took effect"
+    );
+    assert_eq!(status().clients, 2);
+    assert_eq!(
+        edge.rendezvous().unwrap().status().leased_to,
+        Some(rdv.peer_id()),
+        "the edge was not disconnected by Mallory"
+    );
+}
