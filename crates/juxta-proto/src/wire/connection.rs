@@ -195,7 +195,9 @@ impl Proof {
 pub struct SignedBy {
     /// The certificate derives the connection's peer ID.
     pub cert_matches_id: bool,
-    /// The signed bytes name this peer's ID (the message was meant for us).
+    /// The signed bytes name this peer's ID or this connection (the
+    /// message was meant for us). Only computed while the connection is not
+    /// proven yet (`false` after).
     pub names_local: bool,
     /// The first 16 bytes of the signature: with the signer, identifies
     /// the message for a replay check (PKCS#1 v1.5 signatures are
@@ -444,10 +446,13 @@ impl Inbound {
                 // peers never prove more than this).
                 self.full_limit = true;
             }
-            let names_local = self
-                .local_names
-                .iter()
-                .any(|me| memchr::memmem::find(&body[..end], me).is_some());
+            // Only needed until the connection is proven: a proven
+            // connection skips the search (large messages stay one pass).
+            let names_local = !self.proof.is_proven()
+                && self
+                    .local_names
+                    .iter()
+                    .any(|me| memchr::memmem::find(&body[..end], me).is_some());
             let mut tag = [0u8; 16];
             let n = trailer.sig.len().min(16);
             tag[..n].copy_from_slice(&trailer.sig[..n]);
