@@ -405,10 +405,19 @@ impl Inbound {
         let Some(h) = frame::parse_header(rx, self.message_limit())? else {
             return Ok(None);
         };
-        let total = h.header_len + h.content_length as usize;
+        let total = h.header_len.saturating_add(h.content_length as usize);
         if rx.len() < total {
-            if rx.capacity() < total {
-                rx.reserve(total - rx.len());
+            // A proven peer's frame is read straight into place; before
+            // proof the buffer grows only in step with what has arrived (at
+            // most doubling, plus 64 KiB), so a header alone never makes
+            // this peer allocate what it announces.
+            let want = if self.proof.is_proven() {
+                total
+            } else {
+                total.min(rx.len().saturating_mul(2).saturating_add(64 * 1024))
+            };
+            if rx.capacity() < want {
+                rx.reserve(want - rx.len());
             }
             return Ok(None);
         }
@@ -1269,6 +1278,24 @@ mod tests {
         let mut rx = BytesMut::from(&forged_cbjx(ib, ib.peer_id(), "x")[..]);
         inb.poll(&mut rx).unwrap().unwrap();
         assert_eq!(inb.message_limit(), frame::DEFAULT_MAX_MESSAGE);
+    }
+
+    #[test]
+    fn an_announced_length_alone_reserves_little_before_proof() {
+        // CBJX off: the full limit applies from the start, so only the
+        // step-wise growth keeps a header from reserving 32 MiB.
+        let [ia, ib, _] = identities();
+        let mut inb = Inbound::new(ConnectionConfig {
+            cbjx: false,
+            ..cfg(false)
+        })
+        .with_local(ia.peer_id());
+        let w = Welcome::new("tcp://a:1".into(), "tcp://b:2".into(), *ib.peer_id()).to_line();
+        let mut rx = BytesMut::from(&w[..]);
+        inb.poll(&mut rx).unwrap().unwrap();
+        rx.extend_from_slice(&frame::encode_header(32 << 20));
+        assert!(inb.poll(&mut rx).unwrap().is_none());
+        assert!(rx.capacity() < 1 << 20, "reserved {}", rx.capacity());
     }
 
     #[test]
