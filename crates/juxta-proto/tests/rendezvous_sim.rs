@@ -393,7 +393,7 @@ impl Sim {
             } else if p == srdi_queue(GROUP) {
                 let r = &mut self.rdvs[i];
                 let view = global_view(r.srv.me(), r.srv.peer_view().members());
-                let _ = r.srdi.handle_srdi(&tx.message, &view, now);
+                let _ = r.srdi.handle_srdi(&from, &tx.message, &view, now);
             }
         } else {
             let _ = self.rdvs[i]
@@ -739,9 +739,10 @@ fn memory_bounds_hold_under_bogus_floods() {
             message: m.to_message(),
         });
     }
-    // A bogus publisher floods SRDI entries: 12,000 entries in messages
-    // that each fit the 64 KiB document bound.
-    let bogus = pid(9, 999_999);
+    // A publisher floods SRDI entries in its own name (entries in another
+    // peer's name are refused outright): 12,000 entries in messages that
+    // each fit the 64 KiB document bound.
+    let bogus = sim.edge_id(0);
     for k in 0..30 {
         let m = SrdiMessage {
             peer: bogus,

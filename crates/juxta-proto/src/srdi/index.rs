@@ -21,6 +21,9 @@ pub const DEFAULT_MAX_PER_PEER: usize = 10_000;
 /// Lifetime given to entries published with a negative `Expiration`
 /// (JXSE's default advertisement expiration, 2 h).
 pub const DEFAULT_ENTRY_LIFETIME_MS: u64 = 2 * 60 * 60 * 1000;
+/// The longest an SRDI entry is kept, whatever expiration it was sent
+/// with (a peer cannot pin entries in the index for years).
+pub const MAX_ENTRY_LIFETIME_MS: u64 = DEFAULT_ENTRY_LIFETIME_MS;
 
 /// Why an entry was not indexed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -198,7 +201,9 @@ impl SrdiIndex {
                     out.removed += 1;
                     continue;
                 }
-                e => e as u64,
+                // Capped: an edge republishes while it is leased, so no
+                // entry needs to outlive JXSE's default expiration.
+                e => (e as u64).min(MAX_ENTRY_LIFETIME_MS),
             };
             match self.add(
                 &msg.primary_key,
@@ -360,6 +365,25 @@ mod tests {
         assert!(matches("abc", "abc"));
         assert!(!matches("abd", "abc"));
         assert!(!matches("*d*", "abc"));
+    }
+
+    #[test]
+    fn an_extreme_expiration_is_capped() {
+        let mut ix = SrdiIndex::new(10, 3);
+        let m = SrdiMessage {
+            peer: peer(1),
+            primary_key: "Adv".into(),
+            scope: 0,
+            entries: vec![SrdiEntry {
+                key: "Name".into(),
+                value: "a".into(),
+                expiration: i64::MAX,
+            }],
+        };
+        assert_eq!(ix.add_message(&m, 1_000).stored, 1);
+        let got = ix.entries_of(&peer(1), 1_000);
+        assert_eq!(got["Adv"][0].expiration, MAX_ENTRY_LIFETIME_MS as i64);
+        assert_eq!(ix.expire(1_000 + MAX_ENTRY_LIFETIME_MS), 1);
     }
 
     #[test]

@@ -59,6 +59,15 @@ pub const DISCOVERY_PKEYS: [&str; 3] = ["Peers", "Groups", "Adv"];
 /// Errors from an SRDI message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SrdiError {
+    /// An edge pushed entries in another peer's name (only peer-view
+    /// members replicate entries of other peers).
+    #[error("SRDI entries of {owner} pushed by {sender}")]
+    NotOwner {
+        /// The peer the entries name.
+        owner: Box<crate::id::PeerId>,
+        /// The peer that sent them.
+        sender: Box<crate::id::PeerId>,
+    },
     /// The XML is too large, malformed or has the wrong root.
     #[error(transparent)]
     Xml(#[from] XmlError),

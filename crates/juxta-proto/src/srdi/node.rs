@@ -221,8 +221,12 @@ impl SrdiNode {
     /// Handles an SRDI message (the `<group>Srdi` element) received at
     /// `now`, with the current global view: indexes it and replicates it
     /// (SRDI model), or hands it to the central server (centralized model).
+    ///
+    /// `from` is the (proven) sender: an edge may push only its own
+    /// entries; peers of the `view` replicate entries of others.
     pub fn handle_srdi(
         &mut self,
+        from: &PeerId,
         msg: &Message,
         view: &[PeerId],
         now: Millis,
@@ -230,6 +234,13 @@ impl SrdiNode {
         let sm = ResolverSrdi::from_message(msg, &self.group_unique)
             .and_then(|e| e.srdi_message())
             .inspect_err(|_| self.stats.malformed += 1)?;
+        if sm.peer != *from && !view.contains(from) {
+            self.stats.refused_entries += sm.entries.len() as u64;
+            return Err(SrdiError::NotOwner {
+                owner: Box::new(sm.peer),
+                sender: Box::new(*from),
+            });
+        }
         if let SearchModel::Centralized { server } = self.cfg.model {
             if server != self.me {
                 self.send_srdi(server, &SrdiMessage { scope: 0, ..sm });
@@ -424,7 +435,15 @@ mod tests {
         );
         let values: Vec<String> = (0..20).map(|i| format!("v{i}")).collect();
         let refs: Vec<&str> = values.iter().map(String::as_str).collect();
-        let out = n.handle_srdi(&publish(peer(50), &refs), &view, 0).unwrap();
+        // Another peer cannot push entries in peer 50's name.
+        assert!(matches!(
+            n.handle_srdi(&peer(51), &publish(peer(50), &refs), &view, 0),
+            Err(SrdiError::NotOwner { .. })
+        ));
+        assert!(n.index().is_empty());
+        let out = n
+            .handle_srdi(&peer(50), &publish(peer(50), &refs), &view, 0)
+            .unwrap();
         assert_eq!(out.stored, 20);
         let mut replicated = 0;
         while let Some(a) = n.poll_action() {
@@ -494,7 +513,7 @@ mod tests {
         ));
         // The publisher leaves: its entries go.
         assert_eq!(n.remove_peer(&peer(50)), 20);
-        assert!(n.handle_srdi(&Message::new(), &view, 0).is_err());
+        assert!(n.handle_srdi(&peer(50), &Message::new(), &view, 0).is_err());
         assert_eq!(n.stats().malformed, 1);
     }
 
@@ -510,7 +529,8 @@ mod tests {
                 ..Default::default()
             },
         );
-        n.handle_srdi(&publish(peer(50), &["a"]), &view, 0).unwrap();
+        n.handle_srdi(&peer(50), &publish(peer(50), &["a"]), &view, 0)
+            .unwrap();
         assert!(n.index().is_empty());
         let Some(SrdiAction::Send(t)) = n.poll_action() else {
             panic!()

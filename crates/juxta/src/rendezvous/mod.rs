@@ -967,7 +967,7 @@ impl Task {
     fn on_srdi(&mut self, from: Option<PeerId>, message: &Message) {
         let now = self.now();
         if let Role::Rdv(r) = &mut self.role {
-            if from.is_none() {
+            let Some(sender) = from else {
                 if let Some(inner) = self.inner.upgrade() {
                     inner
                         .stats
@@ -975,12 +975,12 @@ impl Task {
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 return;
-            }
+            };
             // Only leased edges (and, for replicas, peer view members) may
             // index entries here.
-            if from.is_some_and(|p| r.srv.is_client(&p) || r.srv.peer_view().contains(&p)) {
+            if r.srv.is_client(&sender) || r.srv.peer_view().contains(&sender) {
                 let view = global_view(r.srv.me(), r.srv.peer_view().members());
-                match r.srdi.handle_srdi(message, &view, now) {
+                match r.srdi.handle_srdi(&sender, message, &view, now) {
                     Ok(o) => tracing::debug!(from = ?from, outcome = ?o, "SRDI entries indexed"),
                     Err(e) => tracing::debug!(error = %e, "SRDI message refused"),
                 }
