@@ -178,12 +178,23 @@ async fn raw_jxta_client(
     signer: &Arc<Identity>,
     claimed: PeerId,
 ) -> (TcpStream, SocketAddr, Outbound) {
+    raw_client(peer, signer, claimed, true).await
+}
+
+/// [`raw_jxta_client`], with the outbound half's CBJX trailer on or off.
+async fn raw_client(
+    peer: &Peer,
+    signer: &Arc<Identity>,
+    claimed: PeerId,
+    cbjx: bool,
+) -> (TcpStream, SocketAddr, Outbound) {
     let (mut s, local) = connect(peer).await;
     send(&mut s, &welcome_line(peer, claimed)).await;
     let w = read_welcome(&mut s, &mut BytesMut::new()).await;
     let cfg = ConnectionConfig {
         handshake: false,
         compact: false,
+        cbjx,
         ..ConnectionConfig::default()
     };
     let mut out = Outbound::new(cfg, Role::Initiator, signer.clone());
@@ -552,18 +563,7 @@ fn forged_trailer_frame(
 /// A raw client with CBJX off in its outbound half (the tests add their
 /// own trailers).
 async fn raw_unsigned_client(peer: &Peer, claimed: PeerId) -> (TcpStream, SocketAddr, Outbound) {
-    let (mut s, local) = connect(peer).await;
-    send(&mut s, &welcome_line(peer, claimed)).await;
-    let w = read_welcome(&mut s, &mut BytesMut::new()).await;
-    let cfg = ConnectionConfig {
-        handshake: false,
-        compact: false,
-        cbjx: false,
-        ..ConnectionConfig::default()
-    };
-    let mut out = Outbound::new(cfg, Role::Initiator, identity());
-    out.on_remote_welcome(w, &mut rand::thread_rng()).unwrap();
-    (s, local, out)
+    raw_client(peer, &identity(), claimed, false).await
 }
 
 #[tokio::test]
