@@ -50,6 +50,32 @@ pub(crate) fn configure(stream: &TcpStream, buffer: Option<usize>) -> io::Result
     Ok(())
 }
 
+/// The `writev` slices for `chunks` from chunk `idx`, byte `off` on (at
+/// most [`MAX_IOV`]).
+fn io_slices<B: AsRef<[u8]>>(chunks: &[B], idx: usize, off: usize) -> Vec<IoSlice<'_>> {
+    let mut iov = Vec::with_capacity((chunks.len() - idx).min(MAX_IOV));
+    iov.push(IoSlice::new(&chunks[idx].as_ref()[off..]));
+    for c in chunks[idx + 1..].iter().take(MAX_IOV - 1) {
+        iov.push(IoSlice::new(c.as_ref()));
+    }
+    iov
+}
+
+/// Moves the write position (`idx`, `off`) past `n` written bytes.
+fn advance<B: AsRef<[u8]>>(chunks: &[B], idx: &mut usize, off: &mut usize, mut n: usize) {
+    while n > 0 && *idx < chunks.len() {
+        let avail = chunks[*idx].as_ref().len() - *off;
+        if n >= avail {
+            n -= avail;
+            *idx += 1;
+            *off = 0;
+        } else {
+            *off += n;
+            n = 0;
+        }
+    }
+}
+
 /// Writes all chunks with as few `writev` calls as the kernel allows (one,
 /// unless the socket buffer fills). Shared with the benchmark's TCP baseline
 /// so both time the same write path.
@@ -62,28 +88,13 @@ where
     let mut off = 0;
     while idx < chunks.len() {
         let n = {
-            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity((chunks.len() - idx).min(MAX_IOV));
-            iov.push(IoSlice::new(&chunks[idx].as_ref()[off..]));
-            for c in chunks[idx + 1..].iter().take(MAX_IOV - 1) {
-                iov.push(IoSlice::new(c.as_ref()));
-            }
+            let iov = io_slices(chunks, idx, off);
             w.write_vectored(&iov).await?
         };
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
-        let mut left = n;
-        while left > 0 && idx < chunks.len() {
-            let avail = chunks[idx].as_ref().len() - off;
-            if left >= avail {
-                left -= avail;
-                idx += 1;
-                off = 0;
-            } else {
-                off += left;
-                left = 0;
-            }
-        }
+        advance(chunks, &mut idx, &mut off, n);
     }
     Ok(())
 }
@@ -102,11 +113,7 @@ pub(crate) async fn write_all_deadline<B: AsRef<[u8]>>(
     let mut off = 0;
     while idx < chunks.len() {
         let r = {
-            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity((chunks.len() - idx).min(MAX_IOV));
-            iov.push(IoSlice::new(&chunks[idx].as_ref()[off..]));
-            for c in chunks[idx + 1..].iter().take(MAX_IOV - 1) {
-                iov.push(IoSlice::new(c.as_ref()));
-            }
+            let iov = io_slices(chunks, idx, off);
             half.try_write_vectored(&iov)
         };
         let n = match r {
@@ -121,18 +128,7 @@ pub(crate) async fn write_all_deadline<B: AsRef<[u8]>>(
             }
             Err(e) => return Err(e),
         };
-        let mut left = n;
-        while left > 0 && idx < chunks.len() {
-            let avail = chunks[idx].as_ref().len() - off;
-            if left >= avail {
-                left -= avail;
-                idx += 1;
-                off = 0;
-            } else {
-                off += left;
-                left = 0;
-            }
-        }
+        advance(chunks, &mut idx, &mut off, n);
     }
     Ok(())
 }
@@ -246,12 +242,7 @@ impl WriterSide {
         let mut off = 0;
         while idx < enc.chunks.len() {
             let r = {
-                let mut iov: Vec<IoSlice<'_>> =
-                    Vec::with_capacity((enc.chunks.len() - idx).min(MAX_IOV));
-                iov.push(IoSlice::new(&enc.chunks[idx][off..]));
-                for c in enc.chunks[idx + 1..].iter().take(MAX_IOV - 1) {
-                    iov.push(IoSlice::new(c));
-                }
+                let iov = io_slices(&enc.chunks, idx, off);
                 half.try_write_vectored(&iov)
             };
             let n = match r {
@@ -264,18 +255,7 @@ impl WriterSide {
                 }
                 Err(e) => return Err(e),
             };
-            let mut left = n;
-            while left > 0 && idx < enc.chunks.len() {
-                let avail = enc.chunks[idx].len() - off;
-                if left >= avail {
-                    left -= avail;
-                    idx += 1;
-                    off = 0;
-                } else {
-                    off += left;
-                    left = 0;
-                }
-            }
+            advance(&enc.chunks, &mut idx, &mut off, n);
         }
         Ok(true)
     }
