@@ -230,6 +230,20 @@ pub(crate) struct Inner {
     pub(crate) router: crate::relay::Router,
     /// Signed messages seen, so that a replayed one proves no identity.
     pub(crate) replay: std::sync::Mutex<juxta_proto::wire::replay::ReplayCache>,
+    /// The RSA work remote peers can ask for (verifying the CBJX signature
+    /// of each message they send in JXTA framing; signing the resolver's
+    /// answers to them) takes a permit: at most all cores but one do it at
+    /// once, so a flood of signed messages leaves a core for everything
+    /// else (compact connections, local services) instead of holding the
+    /// runtime's workers for a scheduling budget's worth of signatures.
+    pub(crate) crypto: Semaphore,
+}
+
+/// Permits of [`Inner::crypto`]: all cores but one, at least one.
+fn crypto_permits() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get().saturating_sub(1))
+        .max(1)
 }
 
 impl Inner {
@@ -732,6 +746,7 @@ impl Peer {
             rendezvous: std::sync::OnceLock::new(),
             conn_tasks: std::sync::Mutex::new(Vec::new()),
             router: crate::relay::Router::new(local_peer, cfg_relay.as_ref()),
+            crypto: Semaphore::new(crypto_permits()),
             replay: std::sync::Mutex::new(juxta_proto::wire::replay::ReplayCache::new(
                 juxta_proto::wire::replay::DEFAULT_REPLAY_CAPACITY,
             )),

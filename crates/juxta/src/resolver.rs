@@ -273,6 +273,12 @@ async fn send_response(
     // Answers are posted (written now or queued on the connection, never
     // awaited): one querier that stops reading cannot stall the resolver.
     if let Some(m) = inner.messenger(&to) {
+        // An answer in JXTA framing is signed here (CBJX): a crypto permit.
+        let _permit = if m.is_compact() {
+            None
+        } else {
+            inner.crypto.acquire().await.ok()
+        };
         m.post_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg)?;
         return Ok(());
     }
@@ -312,6 +318,11 @@ async fn send_response(
     let m = via
         .and_then(|v| inner.messenger(&v))
         .ok_or(Fault::NoRoute(to))?;
+    let _permit = if m.is_compact() {
+        None
+    } else {
+        inner.crypto.acquire().await.ok()
+    };
     m.post_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg)?;
     Ok(())
 }

@@ -688,7 +688,17 @@ async fn read_loop(
     let mut held_bytes = 0usize;
     let mut holding = false;
     loop {
-        match inbound.poll(rx) {
+        // JXTA framing: the next message may need an RSA verification
+        // (CBJX); it waits for a crypto permit (see `Inner::crypto`).
+        let gated = !rx.is_empty() && !conn.compact_rx.load(Ordering::Acquire);
+        let permit = if gated {
+            inner.crypto.acquire().await.ok()
+        } else {
+            None
+        };
+        let event = inbound.poll(rx);
+        drop(permit);
+        match event {
             Ok(Some(InboundEvent::Message(m))) if holding => {
                 held_bytes = held_bytes.saturating_add(m.wire_len);
                 held.push(m);
