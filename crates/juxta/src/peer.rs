@@ -170,6 +170,10 @@ pub struct Stats {
     /// Requests refused because they came from a peer that has not proven
     /// its ID (leases, SRDI, peer view, relay, binding answers, ...).
     pub unproven_refused: AtomicU64,
+    /// Dials another peer's message asked for (answering a query over the
+    /// route it carried) not made: too many at once or too often
+    /// (see `resolver::AnswerDials`).
+    pub dials_throttled: AtomicU64,
     /// Connections closed because the welcome lines, or a compact handshake
     /// the remote started, did not complete within
     /// [`PeerConfig::welcome_timeout`].
@@ -237,6 +241,8 @@ pub(crate) struct Inner {
     /// else (compact connections, local services) instead of holding the
     /// runtime's workers for a scheduling budget's worth of signatures.
     pub(crate) crypto: Semaphore,
+    /// Dials triggered by remote queries: bounded and rate-limited.
+    pub(crate) answer_dials: crate::resolver::AnswerDials,
 }
 
 /// Permits of [`Inner::crypto`]: all cores but one, at least one.
@@ -747,6 +753,7 @@ impl Peer {
             conn_tasks: std::sync::Mutex::new(Vec::new()),
             router: crate::relay::Router::new(local_peer, cfg_relay.as_ref()),
             crypto: Semaphore::new(crypto_permits()),
+            answer_dials: crate::resolver::AnswerDials::default(),
             replay: std::sync::Mutex::new(juxta_proto::wire::replay::ReplayCache::new(
                 juxta_proto::wire::replay::DEFAULT_REPLAY_CAPACITY,
             )),

@@ -126,7 +126,10 @@ fn is_discovery(handler: &str) -> bool {
     handler.starts_with(DISCOVERY_HANDLER)
 }
 
-/// Flow control of one peer's queries; `false` (counted): drop it.
+/// Flow control of one peer's queries (discovery, peer info, pipe binding,
+/// route queries share one budget per peer, see
+/// [`crate::discovery::DiscoveryConfig::query_rate`]); `false` (counted):
+/// drop it.
 fn admit(inner: &Inner, d: &Delivery, src: PeerId) -> bool {
     let who = d.from.unwrap_or(src);
     if inner.discovery.allow_query(who, Instant::now()) {
@@ -185,6 +188,9 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
         return Ok(());
     }
     if q.handler == juxta_proto::endpoint::route_query::ROUTER_HANDLER {
+        if !admit(inner, &d, q.src_peer) {
+            return Ok(());
+        }
         return match crate::relay::route::on_query(inner, g, &q, d.from).await? {
             Some(resp) => send_response(inner, g, &q, d.from, resp).await,
             None => Ok(()),
@@ -207,6 +213,9 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
     }
     if q.handler != PIPE_RESOLVER_HANDLER {
         tracing::debug!(handler = %q.handler, "resolver query for a handler we do not run");
+        return Ok(());
+    }
+    if !admit(inner, &d, q.src_peer) {
         return Ok(());
     }
     let msg = PipeResolverMsg::parse(&q.query)?;
@@ -253,6 +262,93 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
     send_response(inner, g, &q, d.from, resp).await
 }
 
+/// Dials made to answer queries from peers we have no connection to
+/// (a query's `SrcPeerRoute`): any peer can send a query naming any
+/// address, so these dials are bounded: one at a time per querier, at most
+/// [`AnswerDials::MAX_IN_FLIGHT`] at once, and at most
+/// [`AnswerDials::RATE`] new ones per second (burst
+/// [`AnswerDials::BURST`]). A query beyond that is not answered (counted in
+/// [`crate::Stats::dials_throttled`]); the querier's retry, or its
+/// rendezvous, gets the answer later.
+#[derive(Debug)]
+pub(crate) struct AnswerDials {
+    state: std::sync::Mutex<DialState>,
+}
+
+#[derive(Debug)]
+struct DialState {
+    in_flight: std::collections::HashSet<PeerId>,
+    tokens: f64,
+    at: Option<Instant>,
+}
+
+impl Default for AnswerDials {
+    fn default() -> AnswerDials {
+        AnswerDials {
+            state: std::sync::Mutex::new(DialState {
+                in_flight: std::collections::HashSet::new(),
+                tokens: AnswerDials::BURST,
+                at: None,
+            }),
+        }
+    }
+}
+
+impl AnswerDials {
+    /// Most answer dials in progress at once.
+    pub(crate) const MAX_IN_FLIGHT: usize = 16;
+    /// New answer dials per second, sustained.
+    pub(crate) const RATE: f64 = 8.0;
+    /// New answer dials allowed at once after a quiet period.
+    pub(crate) const BURST: f64 = 16.0;
+
+    /// Whether `to` may be dialled now; if so it counts as in progress
+    /// until [`AnswerDials::finish`].
+    fn try_start(&self, to: PeerId, now: Instant) -> bool {
+        let mut s = self.state.lock().expect("answer dials lock");
+        if let Some(at) = s.at {
+            let refill = now.saturating_duration_since(at).as_secs_f64() * Self::RATE;
+            s.tokens = (s.tokens + refill).min(Self::BURST);
+        }
+        s.at = Some(now);
+        if s.in_flight.len() >= Self::MAX_IN_FLIGHT || s.tokens < 1.0 || s.in_flight.contains(&to)
+        {
+            return false;
+        }
+        s.tokens -= 1.0;
+        s.in_flight.insert(to);
+        true
+    }
+
+    fn finish(&self, to: &PeerId) {
+        if let Ok(mut s) = self.state.lock() {
+            s.in_flight.remove(to);
+        }
+    }
+}
+
+/// An answer dial in progress: ends when dropped.
+pub(crate) struct DialTicket {
+    inner: Arc<Inner>,
+    to: PeerId,
+}
+
+impl DialTicket {
+    /// A ticket for dialling `to` now, or `None` when the dial is refused.
+    pub(crate) fn start(inner: &Arc<Inner>, to: PeerId, now: Instant) -> Option<DialTicket> {
+        inner.answer_dials.try_start(to, now).then(|| DialTicket {
+            inner: inner.clone(),
+            to,
+        })
+    }
+}
+
+impl Drop for DialTicket {
+    fn drop(&mut self) {
+        self.inner.answer_dials.finish(&self.to);
+    }
+}
+
 /// Most time spent dialling a querier's route to answer it.
 const ANSWER_DIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -292,9 +388,17 @@ async fn send_response(
         .take(4)
         .collect();
     if !dial.is_empty() {
+        let Some(ticket) = DialTicket::start(inner, to, Instant::now()) else {
+            let n = inner.stats.dials_throttled.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::info!(querier = %to, throttled = n, "dial to answer a query not made");
+            }
+            return Ok(());
+        };
         let inner = inner.clone();
         let queue = response_queue(g);
         tokio::spawn(async move {
+            let _ticket = ticket;
             for addr in dial {
                 let c = tokio::time::timeout(
                     ANSWER_DIAL_TIMEOUT,
@@ -363,4 +467,50 @@ async fn on_response(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fau
     let msg = PipeResolverMsg::parse(&r.response)?;
     inner.pipes.on_answer(r.query_id, msg, d.from);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(n: u8) -> PeerId {
+        PeerId::from_public_key_spki(&[n])
+    }
+
+    #[test]
+    fn answer_dials_are_bounded_per_peer_in_flight_and_in_rate() {
+        let d = AnswerDials::default();
+        let t0 = Instant::now();
+        assert!(d.try_start(peer(0), t0));
+        // One dial at a time per querier.
+        assert!(!d.try_start(peer(0), t0));
+        d.finish(&peer(0));
+        assert!(d.try_start(peer(0), t0));
+        d.finish(&peer(0));
+        // The burst is spent (two tokens used above); no more than
+        // MAX_IN_FLIGHT at once either way.
+        let mut started = 0;
+        for i in 1..=100u8 {
+            if d.try_start(peer(i), t0) {
+                started += 1;
+            }
+        }
+        assert_eq!(started, AnswerDials::BURST as usize - 2);
+        assert!(started <= AnswerDials::MAX_IN_FLIGHT);
+        for i in 1..=100u8 {
+            d.finish(&peer(i));
+        }
+        // Nothing more without time passing; one second refills RATE.
+        assert!(!d.try_start(peer(200), t0));
+        let t1 = t0 + std::time::Duration::from_secs(1);
+        let mut refilled = 0;
+        for i in 101..=200u8 {
+            if d.try_start(peer(i), t1) {
+                refilled += 1;
+            }
+        }
+        assert_eq!(refilled, AnswerDials::RATE as usize);
+        // A clock that goes backwards refills nothing and does not panic.
+        assert!(!d.try_start(peer(201), t0));
+    }
 }

@@ -95,7 +95,10 @@ pub enum Rejected {
 /// Flow control and bounds of the discovery service.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DiscoveryConfig {
-    /// Queries per second answered for one peer, sustained.
+    /// Resolver queries per second answered for one peer, sustained:
+    /// discovery, peer info, pipe binding and route queries share this
+    /// budget (a query beyond it is dropped and counted in
+    /// [`crate::Stats::discovery_throttled`]).
     pub query_rate: f64,
     /// Queries one peer may send in a burst before it is throttled.
     pub query_burst: u32,
