@@ -105,6 +105,16 @@ pub struct PeerConfig {
     /// default): the peer neither leases nor forwards (it still routes its
     /// own messages through relays it learns of).
     pub relay: Option<crate::relay::RelayConfig>,
+    /// Whether route answers that the destination did not sign are
+    /// believed (default `false`). A route is otherwise learned only from
+    /// the connection itself, from the relay this peer leases (which
+    /// carries all of its traffic anyway), or from an answer carrying the
+    /// destination's signed route that names the last hop as one of its
+    /// relays (see `juxta_proto::endpoint::signed_route`). JXSE peers never
+    /// sign routes: turn this on to route to a JXSE peer through a JXSE
+    /// relay or rendezvous, accepting that any peer answering a route
+    /// query can then put itself on the path (docs/security.md).
+    pub accept_unsigned_routes: bool,
 }
 
 /// Settings of the IP multicast transport: propagate pipes also send each
@@ -203,6 +213,7 @@ impl PeerConfig {
             http_listen: None,
             http: crate::transport::http::HttpConfig::default(),
             relay: None,
+            accept_unsigned_routes: false,
         }
     }
 

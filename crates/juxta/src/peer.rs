@@ -174,6 +174,15 @@ pub struct Stats {
     /// route it carried) not made: too many at once or too often
     /// (see `resolver::AnswerDials`).
     pub dials_throttled: AtomicU64,
+    /// Routes not learned because nothing vouched for them: a route
+    /// answer without a valid signed route of its destination naming the
+    /// last hop (and not from this peer's own relay), a reverse hop from
+    /// another link than this peer's relay, a relay lease carrying an
+    /// invalid signed route (see [`crate::PeerConfig::accept_unsigned_routes`]).
+    pub routes_unverified: AtomicU64,
+    /// Secure sessions refused because their peer already holds
+    /// `MAX_SESSIONS_PER_PEER` (64) here.
+    pub secure_sessions_refused: AtomicU64,
     /// Connections closed because the welcome lines, or a compact handshake
     /// the remote started, did not complete within
     /// [`PeerConfig::welcome_timeout`].

@@ -311,8 +311,7 @@ impl AnswerDials {
             s.tokens = (s.tokens + refill).min(Self::BURST);
         }
         s.at = Some(now);
-        if s.in_flight.len() >= Self::MAX_IN_FLIGHT || s.tokens < 1.0 || s.in_flight.contains(&to)
-        {
+        if s.in_flight.len() >= Self::MAX_IN_FLIGHT || s.tokens < 1.0 || s.in_flight.contains(&to) {
             return false;
         }
         s.tokens -= 1.0;

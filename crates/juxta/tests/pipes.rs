@@ -304,3 +304,43 @@ async fn unknown_pipe_and_missing_pipe() {
         Err(PipeError::AlreadyOpen(_))
     ));
 }
+
+/// One peer may hold at most 64 secure sessions with another: the 65th
+/// secure output pipe is refused with a typed error and counted; the
+/// sessions already open keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secure_sessions_per_peer_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = peer(&dir, "a", true, true).await;
+    let b = peer(&dir, "b", false, true).await;
+    let ad = adv(PipeType::UnicastSecure);
+    let mut input = a.pipes().create_input_pipe(&ad).unwrap();
+    b.connect(a.local_addr().unwrap()).await.unwrap();
+    let mut open = Vec::new();
+    for _ in 0..64 {
+        open.push(
+            b.pipes()
+                .create_output_pipe(&ad, &[a.peer_id()], WAIT)
+                .await
+                .unwrap(),
+        );
+    }
+    let r = b
+        .pipes()
+        .create_output_pipe(&ad, &[a.peer_id()], WAIT)
+        .await;
+    assert!(r.is_err(), "a 65th secure session to one peer was refused");
+    let refused = |p: &Peer| {
+        p.stats()
+            .secure_sessions_refused
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(refused(&b) + refused(&a), 1);
+    let p = payload(10);
+    open[63].send(data_msg(&p)).await.unwrap();
+    let got = tokio::time::timeout(WAIT, input.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.message.get("test", "data").unwrap().data, p);
+}

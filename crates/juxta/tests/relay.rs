@@ -501,3 +501,56 @@ async fn relay_figures() {
     }
     println!("relay counters: {:?}", r.relay().unwrap().counters());
 }
+
+/// Routes are believed only when something vouches for them. X is no relay
+/// client, only connected to R; it asks R for routes.
+/// - To B, which leases R: R's answer carries B's route signed by B naming
+///   R, so X learns it and reaches B.
+/// - To C, which is merely connected to R (no lease, so no signed route
+///   naming R): R's answer is R's word alone ("C is behind me"), which any
+///   peer could say of any other; X refuses it and counts it, unless
+///   configured to accept unsigned routes (as towards JXSE routers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_signed_or_own_relay_routes_are_learned() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, _a, b) = trio(&dir, RelayConfig::server()).await;
+    let c = start(&dir, "c", |c| c).await;
+    c.connect(r.local_addr().unwrap()).await.unwrap();
+    let x = start(&dir, "x", |c| c).await;
+    x.connect(r.local_addr().unwrap()).await.unwrap();
+    let short = Duration::from_secs(3);
+
+    // Signed by B, naming R as its relay: learned.
+    let to_b = x.route_to(&b.peer_id(), WAIT).await.unwrap();
+    assert!(to_b.is_routed());
+    let mut inbox = b.listen("chat", None).unwrap();
+    to_b.send(
+        "chat",
+        None,
+        Message::new().with(Element::text("", "t", "via a signed route")),
+    )
+    .await
+    .unwrap();
+    let got = tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.from, Some(x.peer_id()));
+    assert!(!got.proven, "a relayed message never counts as proven");
+    assert_eq!(x.stats().routes_unverified.load(Ordering::Relaxed), 0);
+
+    // R's unsigned word about C: refused and counted.
+    assert!(x.route_to(&c.peer_id(), short).await.is_err());
+    assert!(x.stats().routes_unverified.load(Ordering::Relaxed) >= 1);
+
+    // A peer that accepts unsigned routes takes R's word.
+    let y = start(&dir, "y", |mut cfg| {
+        cfg.accept_unsigned_routes = true;
+        cfg
+    })
+    .await;
+    y.connect(r.local_addr().unwrap()).await.unwrap();
+    let to_c = y.route_to(&c.peer_id(), WAIT).await.unwrap();
+    assert!(to_c.is_routed());
+    assert_eq!(y.stats().routes_unverified.load(Ordering::Relaxed), 0);
+}

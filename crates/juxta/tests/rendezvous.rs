@@ -853,3 +853,84 @@ async fn leases_and_disconnects_in_another_peers_name_are_refused() {
         "the edge was not disconnected by Mallory"
     );
 }
+
+/// Mallory, a peer that proves her own ID but is neither a leased edge nor
+/// a rendezvous of the view, tries to (1) put a victim rendezvous into the
+/// peer view by advertising it as her own, and (2) make the rendezvous
+/// flood a message to its edges. Both are refused and counted; the view
+/// stays empty and the edge receives nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_peer_view_and_stranger_propagation_are_refused() {
+    use juxta::proto::id::{PeerGroupId, PeerId};
+    use juxta::proto::message::Element;
+    use juxta::proto::rendezvous::messages::{
+        minimal_rdv_adv, peerview_address, propagate_address, PeerViewKind, PeerViewMessage,
+        PropagateHeader,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rdv = start(&dir, "rdv", true, RendezvousConfig::rendezvous()).await;
+    let es = edges(&dir, 1, &[rdv.local_addr().unwrap()]).await;
+    let edge = &es[0];
+    let status = || rdv.rendezvous().unwrap().status();
+    assert!(eventually(|| status().clients == 1).await);
+    let mut inbox = edge.listen("chat", Some("in")).unwrap();
+
+    let mut c = PeerConfig::new(dir.path().join("mallory"));
+    c.key_bits = 1024;
+    let mallory = Peer::start(c).await.unwrap();
+    let m = mallory.connect(rdv.local_addr().unwrap()).await.unwrap();
+    let victim: PeerId =
+        "urn:jxta:cbid-59616261646162614A78746150325033DEADBEEFDEADBEEFDEADBEEFDEADBEEF03"
+            .parse()
+            .unwrap();
+    let group = PeerGroupId::NET;
+    // (1) A probe advertising the victim as the sender.
+    let probe = PeerViewMessage {
+        kind: PeerViewKind::Probe,
+        rdv_peer: victim,
+        rdv_adv: minimal_rdv_adv(&victim, &group, "victim").into(),
+        cached: false,
+        failure: false,
+        edge: false,
+        src_route: None,
+    };
+    let pv = peerview_address(&group);
+    m.send(&pv.service, pv.param.as_deref(), probe.to_message())
+        .await
+        .unwrap();
+    // (2) A message for the edges' `chat/in` listener, to be propagated.
+    let hdr = PropagateHeader {
+        msg_id: "6f0f3a52-4f6e-4d0c-9e1e-0a0b0c0d0e0f".into(),
+        dest_service: "chat".into(),
+        dest_param: Some("in".into()),
+        ttl: 3,
+        path: vec![mallory.peer_id().to_string()],
+    };
+    let flood = Message::new()
+        .with(hdr.to_element(&group.unique_value()))
+        .with(Element::text("", "t", "from a stranger"));
+    let prop = propagate_address(&group);
+    m.send(&prop.service, prop.param.as_deref(), flood)
+        .await
+        .unwrap();
+    // Both handled in order on one connection: once two refusals are
+    // counted, neither took effect.
+    assert!(
+        eventually(|| status().refused >= 2).await,
+        "refusals counted: {:?}",
+        status()
+    );
+    assert_eq!(status().view, 0, "the victim was not put in the view");
+    // Nothing to wait for on correct code; a delivery would have come
+    // before the refusal was counted.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), inbox.recv())
+            .await
+            .is_err(),
+        "the stranger's message was not propagated to the edge"
+    );
+    assert_eq!(
+        edge.rendezvous().unwrap().status().leased_to,
+        Some(rdv.peer_id())
+    );
+}

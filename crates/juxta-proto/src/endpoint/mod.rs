@@ -11,6 +11,7 @@ pub mod forward;
 pub mod route_cache;
 pub mod route_query;
 pub mod router;
+pub mod signed_route;
 
 /// `jxta:EndpointSourceAddress`, set by the sending transport.
 pub const ELEM_SOURCE_ADDRESS: &str = "EndpointSourceAddress";

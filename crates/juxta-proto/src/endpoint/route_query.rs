@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 
 use super::route_cache::check_route;
+use super::signed_route::SignedRoute;
 use crate::advertisement::tree::XmlElement;
 use crate::advertisement::{parse_xml, AccessPointAdvertisement, AdvError, RouteAdvertisement};
 use crate::id::PeerId;
@@ -23,6 +24,8 @@ pub const ROUTER_HANDLER: &str = "EndpointRouter";
 pub const ROUTE_QUERY_ROOT: &str = "jxta:ERQ";
 /// Root of a route answer.
 pub const ROUTE_RESPONSE_ROOT: &str = "jxta:ERR";
+/// The child of a route answer holding the destination's signed route.
+pub const SIGNED_DEST: &str = "SignedDst";
 /// Most `Bad` hops read from a query.
 pub const MAX_BAD_HOPS: usize = 16;
 
@@ -139,6 +142,10 @@ pub struct RouteResponse {
     pub dest_route: RouteAdvertisement,
     /// The answering peer's route (`Src`), if given.
     pub src_route: Option<RouteAdvertisement>,
+    /// The destination's own route, signed by it (`SignedDst`, a Juxta
+    /// extension JXSE ignores), if the answering peer holds one; verify it
+    /// with [`RouteResponse::signed_dest`].
+    pub signed_dest: Option<XmlElement>,
 }
 
 impl RouteResponse {
@@ -153,7 +160,23 @@ impl RouteResponse {
             s.push(ra.to_element().copied());
             root.push(s);
         }
+        if let Some(e) = &self.signed_dest {
+            let mut s = XmlElement::new(SIGNED_DEST);
+            s.push(e.clone());
+            root.push(s);
+        }
         root.to_document()
+    }
+
+    /// The destination's signed route, verified at `now_ms`: `None` when
+    /// the answer carries none.
+    pub fn signed_dest(
+        &self,
+        now_ms: u64,
+    ) -> Option<Result<SignedRoute, super::signed_route::SignedRouteError>> {
+        self.signed_dest
+            .as_ref()
+            .map(|e| SignedRoute::from_element(e, now_ms))
     }
 
     /// Parses an answer document; its `Dst` route must name its peer.
@@ -174,9 +197,14 @@ impl RouteResponse {
             Some(n) => Some(RouteAdvertisement::from_node(n)?),
             None => None,
         };
+        let signed_dest = root
+            .child(SIGNED_DEST)
+            .and_then(|s| s.child(crate::advertisement::route::ROUTE_ROOT))
+            .map(XmlElement::from_node);
         Ok(RouteResponse {
             dest_route,
             src_route,
+            signed_dest,
         })
     }
 }
@@ -461,6 +489,7 @@ mod tests {
                 &[(p(9), vec!["tcp://10.0.0.9:9701".into()])],
             ),
             src_route: None,
+            signed_dest: None,
         };
         assert_eq!(RouteResponse::parse(&r.to_xml()).unwrap(), r);
         assert!(matches!(

@@ -21,6 +21,11 @@ use crate::message::{Element, Message};
 pub const RELAY_SERVICE: &str = "uuid-DEADBEEFDEAFBABAFEEDBABE0000000F05";
 /// Namespace of the control elements.
 pub const NS_RELAY: &str = "relay";
+/// The element of a lease request (`connect`) holding the edge's route
+/// through the relay, signed by the edge (a Juxta extension: see
+/// [`crate::endpoint::signed_route`]); the relay hands it out with its
+/// route answers for the edge.
+pub const SIGNED_ROUTE: &str = "signedRoute";
 /// Largest control element value accepted.
 pub const MAX_CONTROL_LEN: usize = 64 * 1024;
 
@@ -144,6 +149,12 @@ pub enum Control {
     Request(RelayRequest),
     /// A response.
     Response(RelayResponse),
+}
+
+/// The signed route a lease request carries, as XML, if any (at most
+/// [`MAX_CONTROL_LEN`] bytes).
+pub fn signed_route_xml(m: &Message) -> Result<Option<&str>, RelayError> {
+    text(m, SIGNED_ROUTE)
 }
 
 impl RelayRequest {

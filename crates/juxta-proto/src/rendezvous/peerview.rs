@@ -91,6 +91,9 @@ pub struct PeerViewStats {
     pub transmit_overflow: u64,
     /// Events discarded because the owner did not drain the queue.
     pub event_overflow: u64,
+    /// Probes or responses refused because they advertised another
+    /// rendezvous than their sender.
+    pub not_sender: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -305,26 +308,47 @@ impl PeerView {
         now: Millis,
     ) -> Result<(), RdvMessageError> {
         let pv = PeerViewMessage::from_message(msg)?;
-        self.handle(from, pv, now);
-        Ok(())
+        self.handle(from, pv, now)
     }
 
-    /// Handles a parsed peer view message.
-    pub fn handle(&mut self, from: PeerId, pv: PeerViewMessage, now: Millis) {
+    /// Handles a parsed peer view message from `from` (a proven sender).
+    ///
+    /// A peer speaks for itself only: a probe or response that is not a
+    /// referral (`Cached`) must advertise its sender
+    /// ([`RdvMessageError::NotSender`] otherwise), and a failure report
+    /// removes a member only when the member itself sends it (leaving). A
+    /// third party's failure report about a member not heard from within
+    /// the probe interval makes us probe that member instead: it stays
+    /// until it fails to answer, as any member does.
+    pub fn handle(
+        &mut self,
+        from: PeerId,
+        pv: PeerViewMessage,
+        now: Millis,
+    ) -> Result<(), RdvMessageError> {
         if pv.rdv_peer == self.me {
-            return;
+            return Ok(());
         }
         if pv.failure {
-            // Don't believe a third party about a peer we heard from within
-            // the failure timeout; the peer itself can't be failed.
-            let recent = self
+            if from == pv.rdv_peer {
+                self.remove(&pv.rdv_peer, false);
+                return Ok(());
+            }
+            let stale = self
                 .members
                 .get(&pv.rdv_peer.unique_value())
-                .is_some_and(|m| now.saturating_sub(m.last_heard) < self.cfg.probe_interval_ms);
-            if from != pv.rdv_peer && !recent {
-                self.remove(&pv.rdv_peer, false);
+                .is_some_and(|m| now.saturating_sub(m.last_heard) >= self.cfg.probe_interval_ms);
+            if stale {
+                self.send(pv.rdv_peer, self.own(PeerViewKind::Probe));
             }
-            return;
+            return Ok(());
+        }
+        if !pv.cached && pv.rdv_peer != from {
+            self.stats.not_sender += 1;
+            return Err(RdvMessageError::NotSender {
+                claimed: Box::new(pv.rdv_peer),
+                sender: Box::new(from),
+            });
         }
         match (pv.kind, pv.cached) {
             (PeerViewKind::Probe, false) => {
@@ -357,6 +381,7 @@ impl PeerView {
             }
             (PeerViewKind::Probe, true) => {}
         }
+        Ok(())
     }
 
     /// The transport says `peer` cannot be reached: remove it now and
@@ -499,7 +524,7 @@ mod tests {
                 edge: false,
                 src_route: None,
             };
-            v.handle(peer(n), m, 0);
+            v.handle(peer(n), m, 0).unwrap();
         }
         assert_eq!(v.len(), 2);
         assert_eq!(v.stats().refused_full, 6);
@@ -519,10 +544,36 @@ mod tests {
             edge: false,
             src_route: None,
         };
-        v.handle(peer(3), fail.clone(), 10);
+        while v.poll_transmit().is_some() {}
+        v.handle(peer(3), fail.clone(), 10).unwrap();
         assert!(v.contains(&peer(2)), "heard recently: kept");
-        v.handle(peer(3), fail, 10_000);
+        assert!(v.poll_transmit().is_none(), "and not even probed");
+        // Heard long ago: a third party's word makes us probe it, not drop it.
+        v.handle(peer(3), fail.clone(), 10_000).unwrap();
+        assert!(v.contains(&peer(2)));
+        let probe = v.poll_transmit().expect("the reported member is probed");
+        assert_eq!(probe.to, peer(2));
+        // The member itself leaving is believed.
+        let mut leaving = fail;
+        leaving.cached = false;
+        v.handle(peer(2), leaving, 10_000).unwrap();
         assert!(!v.contains(&peer(2)));
+        // A probe advertising another rendezvous than its sender: refused.
+        let forged = PeerViewMessage {
+            kind: PeerViewKind::Probe,
+            rdv_peer: peer(30),
+            rdv_adv: minimal_rdv_adv(&peer(30), &PeerGroupId::NET, "r").into(),
+            cached: false,
+            failure: false,
+            edge: false,
+            src_route: None,
+        };
+        assert!(matches!(
+            v.handle(peer(3), forged, 10_000),
+            Err(RdvMessageError::NotSender { .. })
+        ));
+        assert!(!v.contains(&peer(30)));
+        assert_eq!(v.stats().not_sender, 1);
         // Edge probes get answers but don't join.
         let edge = PeerViewMessage {
             kind: PeerViewKind::Probe,
@@ -533,7 +584,7 @@ mod tests {
             edge: true,
             src_route: None,
         };
-        v.handle(peer(20), edge, 10_000);
+        v.handle(peer(20), edge, 10_000).unwrap();
         assert!(!v.contains(&peer(20)));
         assert!(v.handle_message(peer(3), &Message::new(), 0).is_err());
     }

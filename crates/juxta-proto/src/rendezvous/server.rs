@@ -60,6 +60,11 @@ pub struct ServerConfig {
     pub max_clients: usize,
     /// The peer view's timers and bound.
     pub peer_view: PeerViewConfig,
+    /// Propagated and walked messages accepted per second from one sender
+    /// (a leased edge or a peer-view member), sustained; also the burst.
+    /// Each one fans out to every edge and neighbour, so beyond this they
+    /// are dropped and counted ([`ServerStats::over_rate`]).
+    pub propagate_rate: u32,
 }
 
 impl Default for ServerConfig {
@@ -68,9 +73,13 @@ impl Default for ServerConfig {
             lease_ms: DEFAULT_LEASE_MS,
             max_clients: DEFAULT_MAX_CLIENTS,
             peer_view: PeerViewConfig::default(),
+            propagate_rate: DEFAULT_PROPAGATE_RATE,
         }
     }
 }
+
+/// Default [`ServerConfig::propagate_rate`].
+pub const DEFAULT_PROPAGATE_RATE: u32 = 2_000;
 
 /// Why an edge left the lease table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +137,12 @@ pub struct ServerStats {
     pub transmit_overflow: u64,
     /// Events discarded because the owner did not drain.
     pub event_overflow: u64,
+    /// Propagated or walked messages refused because their sender is
+    /// neither a leased edge nor a peer-view member.
+    pub not_member: u64,
+    /// Propagated or walked messages dropped because their sender passed
+    /// [`ServerConfig::propagate_rate`].
+    pub over_rate: u64,
 }
 
 /// The rendezvous state machine.
@@ -139,6 +154,10 @@ pub struct RendezvousServer {
     my_pa: Bytes,
     cfg: ServerConfig,
     clients: HashMap<PeerId, Millis>,
+    /// Per-sender token buckets of propagated/walked messages: (tokens,
+    /// last refill). Only leased edges and view members get one, so it is
+    /// bounded by their number.
+    prop_budget: HashMap<PeerId, (f64, Millis)>,
     next_expiry: Option<Millis>,
     peer_view: PeerView,
     dedup: DuplicateFilter,
@@ -172,6 +191,7 @@ impl RendezvousServer {
             peer_view: PeerView::new(me, my_rdv_adv, group, cfg.peer_view),
             cfg,
             clients: HashMap::new(),
+            prop_budget: HashMap::new(),
             next_expiry: None,
             dedup: DuplicateFilter::new(DEDUP_WINDOW),
             ids: IdGen::new(seed ^ 0x5244_565f_5345_5256),
@@ -311,12 +331,18 @@ impl RendezvousServer {
         let r = if dest.service == RDV_SERVICE {
             self.handle_lease(from, &msg, now)
         } else if dest.service == PROPAGATE_SERVICE {
+            if !self.admit_propagated(&from, now) {
+                return Ok(());
+            }
             self.handle_propagated(from, msg)
         } else if dest.service == PEERVIEW_SERVICE {
             let r = self.peer_view.handle_message(from, &msg, now);
             self.pull_peer_view();
             r
         } else if dest.service.starts_with(WALK_SERVICE_PREFIX) {
+            if !self.admit_propagated(&from, now) {
+                return Ok(());
+            }
             self.handle_walked(from, msg)
         } else {
             return Err(RdvMessageError::NotThisProtocol);
@@ -430,6 +456,36 @@ impl RendezvousServer {
         hdr.msg_id
     }
 
+    /// Whether a propagated or walked message from `from` is taken: only
+    /// from leased edges and peer-view members (each one fans out to all
+    /// of them: a stranger must not be able to make us flood), within
+    /// [`ServerConfig::propagate_rate`] per sender. Refusals are counted.
+    fn admit_propagated(&mut self, from: &PeerId, now: Millis) -> bool {
+        if !self.clients.contains_key(from) && !self.peer_view.contains(from) {
+            self.stats.not_member += 1;
+            self.prop_budget.remove(from);
+            return false;
+        }
+        let rate = f64::from(self.cfg.propagate_rate.max(1));
+        if self.prop_budget.len() > self.clients.len() + self.peer_view.len() + 16 {
+            // Forget senders that are no longer edges or members.
+            let (clients, view) = (&self.clients, &self.peer_view);
+            self.prop_budget
+                .retain(|p, _| clients.contains_key(p) || view.contains(p));
+        }
+        let b = self.prop_budget.entry(*from).or_insert((rate, now));
+        let elapsed = now.saturating_sub(b.1) as f64 / 1000.0;
+        b.0 = (b.0 + elapsed * rate).min(rate);
+        b.1 = now.max(b.1);
+        if b.0 >= 1.0 {
+            b.0 -= 1.0;
+            true
+        } else {
+            self.stats.over_rate += 1;
+            false
+        }
+    }
+
     fn handle_propagated(&mut self, from: PeerId, msg: Message) -> Result<(), RdvMessageError> {
         let mut hdr = PropagateHeader::from_message(&msg, &self.group_unique)?;
         if hdr.ttl <= 0 {
@@ -538,6 +594,24 @@ mod tests {
         .to_message()
     }
 
+    /// Makes `peer(n)` a member of `s`'s peer view (it probes `s`
+    /// advertising itself); drains what that produced.
+    fn join_view(s: &mut RendezvousServer, n: u8) {
+        let probe = crate::rendezvous::messages::PeerViewMessage {
+            kind: crate::rendezvous::messages::PeerViewKind::Probe,
+            rdv_peer: peer(n),
+            rdv_adv: minimal_rdv_adv(&peer(n), &PeerGroupId::NET, "rdv").into(),
+            cached: false,
+            failure: false,
+            edge: false,
+            src_route: None,
+        };
+        let pv = crate::rendezvous::messages::peerview_address(&PeerGroupId::NET);
+        s.handle_message(peer(n), &pv, probe.to_message(), 0)
+            .unwrap();
+        drain(s);
+    }
+
     fn drain(s: &mut RendezvousServer) -> (Vec<Transmit>, Vec<ServerEvent>) {
         let mut t = Vec::new();
         while let Some(x) = s.poll_transmit() {
@@ -644,10 +718,22 @@ mod tests {
         let m = t[0].message.clone();
         let h = PropagateHeader::from_message(&m, "jxta-NetGroup").unwrap();
         assert_eq!((h.ttl, h.path.clone()), (3, vec![peer(1).to_string()]));
-        // b receives it (say via a member): delivers and forwards to its edges.
+        // b receives it from a (a member of b's view): delivers and
+        // forwards to its edges.
         let pa = propagate_address(&PeerGroupId::NET);
+        // From a stranger (neither edge nor member): refused, counted.
+        b.handle_message(peer(1), &pa, m.clone(), 0).unwrap();
+        assert_eq!(b.stats().not_member, 1);
+        let (t, e) = drain(&mut b);
+        assert!(t.is_empty() && e.is_empty());
+        join_view(&mut b, 1);
+        join_view(&mut b, 3);
+        join_view(&mut a, 2);
         b.handle_message(peer(1), &pa, m.clone(), 0).unwrap();
         let (t, e) = drain(&mut b);
+        // Its two edges and the other member (3); never back to a.
+        assert_eq!(t.len(), 3);
+        let t: Vec<Transmit> = t.into_iter().filter(|t| t.to != peer(3)).collect();
         assert_eq!(t.len(), 2);
         let h2 = PropagateHeader::from_message(&t[0].message, "jxta-NetGroup").unwrap();
         assert_eq!(h2.ttl, 2);
@@ -672,6 +758,48 @@ mod tests {
         let (t, e) = drain(&mut b);
         assert!(t.is_empty());
         assert_eq!(e.len(), 1);
+    }
+
+    #[test]
+    fn propagation_is_rate_limited_per_sender() {
+        let mut b = server(
+            2,
+            ServerConfig {
+                propagate_rate: 5,
+                ..Default::default()
+            },
+        );
+        let lease = lease_address(&PeerGroupId::NET);
+        b.handle_message(peer(20), &lease, request(20), 0).unwrap();
+        drain(&mut b);
+        let pa = propagate_address(&PeerGroupId::NET);
+        let send = |b: &mut RendezvousServer, i: u32, now: Millis| {
+            let h = PropagateHeader {
+                msg_id: format!("m{i}"),
+                dest_service: "svc".into(),
+                dest_param: None,
+                ttl: 2,
+                path: vec![peer(20).to_string()],
+            };
+            let mut m = Message::new();
+            h.write_into(&mut m, "jxta-NetGroup");
+            b.handle_message(peer(20), &pa, m, now).unwrap();
+        };
+        for i in 0..7 {
+            send(&mut b, i, 0);
+        }
+        assert_eq!(b.stats().over_rate, 2);
+        let (_, e) = drain(&mut b);
+        assert_eq!(e.len(), 5, "five delivered here");
+        // A second later the bucket is full again; time going backwards
+        // refills nothing.
+        send(&mut b, 100, 1_000);
+        send(&mut b, 101, 500);
+        assert_eq!(b.stats().over_rate, 2);
+        for i in 0..10 {
+            send(&mut b, 200 + i, 1_000);
+        }
+        assert_eq!(b.stats().over_rate, 9);
     }
 
     #[test]

@@ -86,8 +86,9 @@ pub enum Rejected {
     /// The cache refused it (field too long, cache full, ...).
     #[error("cache refused the advertisement: {0}")]
     Cache(#[from] CacheError),
-    /// A peer advertisement of this peer, or (in a remote publish) of
-    /// another peer than the sender: a peer speaks only for itself.
+    /// A peer advertisement of this peer, or an unsigned one of another
+    /// peer than the sender: a peer speaks only for itself (another's
+    /// advertisement needs that peer's signature).
     #[error("peer advertisement of {0} not from that peer")]
     NotFromPeer(PeerId),
 }
@@ -574,8 +575,14 @@ pub(crate) async fn on_response(
     for e in &r.responses {
         let checked = validate_entry(e, st.cfg.max_adv_bytes).and_then(|adv| match &adv {
             Advertisement::Peer(pa) if pa.peer_id == me => Err(Rejected::NotFromPeer(pa.peer_id)),
-            Advertisement::Peer(pa) if query_id == 0 && Some(pa.peer_id) != from => {
-                Err(Rejected::NotFromPeer(pa.peer_id))
+            // Another peer's advertisement (in an answer or a remote
+            // publish): believed only when that peer signed it, since it
+            // names where that peer can be reached.
+            Advertisement::Peer(pa) if Some(pa.peer_id) != from => {
+                match Advertisement::parse_signed(&e.adv) {
+                    Ok((_, Some(signer))) if signer == pa.peer_id => Ok(adv),
+                    _ => Err(Rejected::NotFromPeer(pa.peer_id)),
+                }
             }
             _ => Ok(adv),
         });

@@ -46,6 +46,10 @@ const CHUNK: usize = 256 * 1024;
 const MAX_INNER: usize = 64 * 1024 * 1024;
 /// Most TLS sessions a peer keeps.
 const MAX_SESSIONS: usize = 1024;
+/// Most secure sessions one peer may hold here at once (each costs a TLS
+/// handshake's CPU and a session's buffers): one peer cannot take the
+/// whole table.
+pub(crate) const MAX_SESSIONS_PER_PEER: usize = 64;
 
 /// Session table key: the remote peer and the client-chosen session id.
 type Key = (PeerId, u64);
@@ -129,6 +133,13 @@ impl Sessions {
         }
         if m.len() >= MAX_SESSIONS {
             return Err(TlsError::TooManySessions(MAX_SESSIONS));
+        }
+        if m.keys().filter(|(p, _)| *p == key.0).count() >= MAX_SESSIONS_PER_PEER {
+            inner
+                .stats
+                .secure_sessions_refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(TlsError::TooManySessions(MAX_SESSIONS_PER_PEER));
         }
         m.insert(key, s);
         Ok(())

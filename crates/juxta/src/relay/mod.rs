@@ -48,6 +48,7 @@ use bytes::Bytes;
 use juxta_proto::endpoint::forward::{FingerprintVerifier, DEFAULT_MAX_FORWARD_HOPS};
 use juxta_proto::endpoint::route_cache::RouteCache;
 use juxta_proto::endpoint::route_query::{RouteResolver, RouteResolverConfig};
+use juxta_proto::endpoint::signed_route::SignedRoute;
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
 use juxta_proto::relay::client::{ClientAction, ClientConfig, RelayClient};
@@ -256,6 +257,13 @@ pub(crate) struct Router {
     /// Responses for the edge's lease task.
     client_tx: Option<mpsc::Sender<(PeerId, RelayResponse)>>,
     client_rx: Mutex<Option<mpsc::Receiver<(PeerId, RelayResponse)>>>,
+    /// Signed routes of other peers (edges leased here, destinations of
+    /// routes learned from signed answers), handed on with route answers.
+    /// At most [`route::MAX_PROOFS`].
+    pub(crate) proofs: Mutex<HashMap<PeerId, SignedRoute>>,
+    /// This peer's own route, signed (re-signed when it changes or nears
+    /// its expiry).
+    pub(crate) own_signed: Mutex<Option<SignedRoute>>,
 }
 
 impl Router {
@@ -287,6 +295,8 @@ impl Router {
             leased: watch::channel(None).0,
             client_tx,
             client_rx: Mutex::new(client_rx),
+            proofs: Mutex::new(HashMap::new()),
+            own_signed: Mutex::new(None),
         }
     }
 
@@ -379,6 +389,7 @@ pub(crate) async fn on_control(inner: &Arc<Inner>, conn: &Arc<Connection>, messa
                     );
                     if matches!(resp, RelayResponse::Connected { .. }) {
                         start_drain(inner, s, conn);
+                        route::keep_lease_route(inner, conn, &message);
                     }
                     resp
                 }
@@ -618,8 +629,21 @@ async fn send_request(inner: &Arc<Inner>, relay: PeerId, request: RelayRequest) 
     let Some(conn) = inner.connection(&relay) else {
         return;
     };
+    let mut msg = request.to_message();
+    if matches!(request, RelayRequest::Connect { .. }) {
+        // The route through this relay, signed: the relay hands it to
+        // peers asking for a route to us, who believe it because we
+        // signed it.
+        if let Some(e) = route::signed_own(inner, route::route_via(inner, relay)) {
+            msg.push(juxta_proto::message::Element::xml(
+                juxta_proto::relay::NS_RELAY,
+                juxta_proto::relay::SIGNED_ROUTE,
+                e.to_document(),
+            ));
+        }
+    }
     let m = crate::Messenger::new(conn, inner.clone());
-    if let Err(e) = m.post(RELAY_SERVICE, None, request.to_message()) {
+    if let Err(e) = m.post(RELAY_SERVICE, None, msg) {
         tracing::debug!(%relay, error = %e, "relay request not sent");
     }
 }

@@ -6,11 +6,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use juxta_proto::advertisement::tree::XmlElement;
 use juxta_proto::advertisement::RouteAdvertisement;
 use juxta_proto::endpoint::forward::{self, ForwardError, Inspected};
 use juxta_proto::endpoint::route_query::{
     route_from_answer, route_through, Requested, RouteQuery, RouteResponse, Waiter, ROUTER_HANDLER,
 };
+use juxta_proto::endpoint::signed_route::SignedRoute;
 use juxta_proto::endpoint::{demangle, mangle, Delivery, ServiceAddress, ROUTER_SERVICE};
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
@@ -103,9 +105,17 @@ fn refused(inner: &Inner, link: &PeerId, e: &ForwardError) {
     }
 }
 
-/// Learns the route back to the origin of a verified routed message.
+/// Learns the route back to the origin of a verified routed message:
+/// only through the relay this peer leases (which carries all of its
+/// traffic anyway) unless unsigned routes are accepted. The router
+/// fingerprint that "verifies" the origin is a bearer token anyone who saw
+/// it can replay, so a reverse hop proves nothing about the path.
 fn learn_back(inner: &Inner, local: &PeerId, link: &PeerId, m: &Inspected) {
     if inner.connection(&m.src).is_some() {
+        return;
+    }
+    let own_relay = *inner.router.leased.borrow() == Some(*link);
+    if !own_relay && !inner.cfg.accept_unsigned_routes {
         return;
     }
     if let Some(hops) = forward::route_back(local, link, m) {
@@ -222,26 +232,127 @@ async fn forward_message(
 /// lease, else its TCP address.
 pub(crate) fn own_route(inner: &Inner) -> RouteAdvertisement {
     let me = *inner.identity.peer_id();
-    match *inner.router.leased.borrow() {
-        Some(relay) => {
-            let relay_eas = inner
-                .connection(&relay)
-                .map(|c| vec![format!("tcp://{}", c.peer_addr())])
-                .unwrap_or_default();
-            route_through(
-                me,
-                vec![format!("relay://{}", relay.unique_value())],
-                &[(relay, relay_eas)],
-            )
-        }
+    let leased = *inner.router.leased.borrow();
+    match leased {
+        Some(relay) => route_via(inner, relay),
         None => RouteAdvertisement::direct(me, [inner.public_addr.clone()]),
+    }
+}
+
+/// This peer's route through `relay`.
+pub(crate) fn route_via(inner: &Inner, relay: PeerId) -> RouteAdvertisement {
+    let relay_eas = inner
+        .connection(&relay)
+        .map(|c| vec![format!("tcp://{}", c.peer_addr())])
+        .unwrap_or_default();
+    route_through(
+        *inner.identity.peer_id(),
+        vec![format!("relay://{}", relay.unique_value())],
+        &[(relay, relay_eas)],
+    )
+}
+
+/// Most signed routes of other peers held (see `Router::proofs`).
+pub(crate) const MAX_PROOFS: usize = 4096;
+/// How long this peer's own signed route is valid.
+const OWN_ROUTE_LIFETIME_MS: u64 = 60 * 60 * 1000;
+
+/// `route` (this peer's own) signed by this peer: the cached signature
+/// while the route is unchanged and valid for more than half its
+/// lifetime, else a new one (one RSA signature).
+pub(crate) fn signed_own(inner: &Inner, route: RouteAdvertisement) -> Option<XmlElement> {
+    let now = crate::cache::unix_now_ms();
+    let mut own = inner.router.own_signed.lock().expect("route lock");
+    if let Some(s) = own.as_ref() {
+        if *s.route() == route && s.expires_ms().saturating_sub(now) > OWN_ROUTE_LIFETIME_MS / 2 {
+            return Some(s.to_element());
+        }
+    }
+    match SignedRoute::sign(route, &inner.identity, now, OWN_ROUTE_LIFETIME_MS) {
+        Ok(s) => {
+            let e = s.to_element();
+            *own = Some(s);
+            Some(e)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "own route not signed");
+            None
+        }
+    }
+}
+
+/// Keeps another peer's signed route (already verified), within
+/// [`MAX_PROOFS`] (expired ones make room first).
+fn keep_proof(inner: &Inner, s: SignedRoute) {
+    let now = crate::cache::unix_now_ms();
+    let mut p = inner.router.proofs.lock().expect("route lock");
+    if !p.contains_key(&s.dest()) && p.len() >= MAX_PROOFS {
+        p.retain(|_, v| v.is_valid_at(now));
+        if p.len() >= MAX_PROOFS {
+            return;
+        }
+    }
+    p.insert(s.dest(), s);
+}
+
+/// The signed route of `dest` this peer holds, if still valid.
+fn proof_for(inner: &Inner, dest: &PeerId) -> Option<XmlElement> {
+    if dest == inner.identity.peer_id() {
+        return signed_own(inner, own_route(inner));
+    }
+    let now = crate::cache::unix_now_ms();
+    let p = inner.router.proofs.lock().expect("route lock");
+    p.get(dest)
+        .filter(|s| s.is_valid_at(now))
+        .map(SignedRoute::to_element)
+}
+
+fn count_unverified(inner: &Inner, dest: &PeerId, why: &str) {
+    let n = inner
+        .stats
+        .routes_unverified
+        .fetch_add(1, Ordering::Relaxed)
+        + 1;
+    if n.is_power_of_two() {
+        tracing::info!(%dest, why, count = n, "route not learned: nothing vouches for it");
+    } else {
+        tracing::debug!(%dest, why, "route not learned");
+    }
+}
+
+/// A relay granted a lease on `conn`: keeps the edge's signed route from
+/// the request, if it is the edge's own, names this relay, and verifies.
+pub(crate) fn keep_lease_route(inner: &Inner, conn: &Connection, request: &Message) {
+    let xml = match juxta_proto::relay::signed_route_xml(request) {
+        Ok(Some(x)) => x,
+        Ok(None) => return,
+        Err(_) => return count_unverified(inner, &conn.remote, "lease route too long"),
+    };
+    match SignedRoute::parse(xml, crate::cache::unix_now_ms()) {
+        Ok(s) if s.dest() == conn.remote && s.allows_last_hop(inner.identity.peer_id()) => {
+            keep_proof(inner, s)
+        }
+        Ok(_) => count_unverified(inner, &conn.remote, "lease route for another path"),
+        Err(e) => {
+            tracing::debug!(edge = %conn.remote, error = %e, "lease route refused");
+            count_unverified(inner, &conn.remote, "lease route signature")
+        }
     }
 }
 
 /// The route this peer can vouch for to `dest`, if any: itself, an edge
 /// leased here, or (a relay only) a peer it is connected to or has a route
 /// to, through itself.
-fn known_route(inner: &Inner, dest: &PeerId) -> Option<RouteAdvertisement> {
+fn known_route(inner: &Inner, dest: &PeerId) -> Option<RouteResponse> {
+    let ra = known_route_adv(inner, dest)?;
+    Some(RouteResponse {
+        dest_route: ra,
+        src_route: Some(own_route(inner)),
+        signed_dest: proof_for(inner, dest),
+    })
+}
+
+fn known_route_adv(inner: &Inner, dest: &PeerId) -> Option<RouteAdvertisement> {
     let me = *inner.identity.peer_id();
     if *dest == me {
         return Some(own_route(inner));
@@ -296,11 +407,7 @@ pub(crate) async fn on_query(
     from: Option<PeerId>,
 ) -> Result<Option<ResolverResponse>, RouteFault> {
     let rq = RouteQuery::parse(&q.query)?;
-    if let Some(ra) = known_route(inner, &rq.dest) {
-        let resp = RouteResponse {
-            dest_route: ra,
-            src_route: Some(own_route(inner)),
-        };
+    if let Some(resp) = known_route(inner, &rq.dest) {
         return Ok(Some(q.response(resp.to_xml())));
     }
     if !inner.router.forwards() {
@@ -381,13 +488,39 @@ pub(crate) async fn on_response(
     let Some(answering) = from else {
         return Ok(());
     };
-    let hops = route_from_answer(&local, &rr.dest_route, &answering, |p| {
-        inner.connection(p).is_some()
-    });
+    // The destination's own signed route, when the answer carries a
+    // valid one: its hops (its relays) are what it vouches for.
+    let signed = match rr.signed_dest(crate::cache::unix_now_ms()) {
+        Some(Ok(s)) if s.dest() == dest => Some(s),
+        Some(Ok(_)) => None,
+        Some(Err(e)) => {
+            tracing::debug!(%dest, error = %e, "signed route in a route answer refused");
+            None
+        }
+        None => None,
+    };
+    let ra = signed.as_ref().map_or(&rr.dest_route, SignedRoute::route);
+    let hops = route_from_answer(&local, ra, &answering, |p| inner.connection(p).is_some());
     let Some(hops) = hops else {
         tracing::debug!(%dest, "route answer with no usable route");
         return Ok(());
     };
+    // Believed when: the answer comes from the relay this peer leases and
+    // the route starts there (it carries all our traffic anyway); or the
+    // destination signed a route naming the last hop as its relay; or the
+    // user accepts unsigned routes.
+    let own_relay = *inner.router.leased.borrow() == Some(answering) && hops[0] == answering;
+    let vouched = signed
+        .as_ref()
+        .zip(hops.last())
+        .is_some_and(|(s, last)| s.allows_last_hop(last));
+    if !(own_relay || vouched || inner.cfg.accept_unsigned_routes) {
+        count_unverified(inner, &dest, "route answer");
+        return Ok(());
+    }
+    if let Some(s) = signed {
+        keep_proof(inner, s);
+    }
     let now = inner.router.now_ms();
     if inner
         .router
@@ -401,17 +534,13 @@ pub(crate) async fn on_response(
     }
     for w in answered.waiters {
         if let Waiter::Remote { peer, query_id } = w {
-            let Some(ra) = known_route(inner, &dest) else {
+            let Some(rr) = known_route(inner, &dest) else {
                 continue;
             };
             let resp = ResolverResponse {
                 handler: ROUTER_HANDLER.to_string(),
                 query_id,
-                response: RouteResponse {
-                    dest_route: ra,
-                    src_route: Some(own_route(inner)),
-                }
-                .to_xml(),
+                response: rr.to_xml(),
             };
             let Some(m) = inner.messenger(&peer) else {
                 continue;

@@ -246,6 +246,11 @@ pub struct RendezvousStatus {
     pub busy: u64,
     /// Edge: lookups answered.
     pub answered: u64,
+    /// Rendezvous: peer-view messages advertising another rendezvous than
+    /// their sender, and propagated or walked messages from peers that are
+    /// neither leased edges nor peer-view members or over their rate:
+    /// refused.
+    pub refused: u64,
 }
 
 /// Errors of the rendezvous service API.
@@ -1377,6 +1382,10 @@ impl Task {
                     queries: s.queries,
                     busy: s.busy,
                     answered: 0,
+                    refused: {
+                        let v = r.srv.stats();
+                        v.not_member + v.over_rate + r.srv.peer_view().stats().not_sender
+                    },
                 }
             }
             Role::Edge(e) => RendezvousStatus {
@@ -1389,6 +1398,7 @@ impl Task {
                 queries: 0,
                 busy: e.busy,
                 answered: e.answered,
+                refused: 0,
             },
         };
         self.status.send_if_modified(|old| {
