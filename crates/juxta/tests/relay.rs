@@ -554,3 +554,48 @@ async fn only_signed_or_own_relay_routes_are_learned() {
     assert!(to_c.is_routed());
     assert_eq!(y.stats().routes_unverified.load(Ordering::Relaxed), 0);
 }
+
+/// The router fingerprint is a bearer token: M, holding a copy of V's
+/// (as any peer that ever received a routed message from V does), sends B
+/// a routed message "from V". B delivers it as not proven, and does not
+/// learn M as the way back to V (which would let M intercept what B sends
+/// to V).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_fingerprint_proves_nothing_and_teaches_no_route() {
+    use juxta_proto::endpoint::forward::{fingerprint_for, originate};
+    use juxta_proto::endpoint::router::{ELEM_ERM, ELEM_ERM_FINGERPRINT};
+    use juxta_proto::message::NS_JXTA;
+
+    let dir = tempfile::tempdir().unwrap();
+    let b = start(&dir, "b", |c| c.listen("127.0.0.1:0".parse().unwrap())).await;
+    let m = start(&dir, "m", |c| c).await;
+    let v = start(&dir, "v", |c| c).await;
+    let to_b = m.connect(b.local_addr().unwrap()).await.unwrap();
+    let mut inbox = b.listen("chat", None).unwrap();
+    let h = originate(&v.peer_id(), &b.peer_id(), "chat", None, &[]);
+    let msg = Message::new()
+        .with(Element::text("", "t", "from V, says M"))
+        .with(Element::typed(
+            NS_JXTA,
+            ELEM_ERM,
+            "text/xml;charset=UTF-8",
+            h.to_xml().into_bytes(),
+        ))
+        .with(Element::bytes(
+            NS_JXTA,
+            ELEM_ERM_FINGERPRINT,
+            fingerprint_for(v.identity()),
+        ));
+    to_b.send("EndpointRouter", None, msg).await.unwrap();
+    let got = tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.from, Some(v.peer_id()));
+    assert!(got.routed);
+    assert!(!got.proven, "a relayed origin is never proven");
+    assert!(
+        b.messenger(&v.peer_id()).is_err(),
+        "B learned M as the route back to V"
+    );
+}
