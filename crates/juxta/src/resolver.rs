@@ -418,16 +418,38 @@ async fn send_response(
         });
         return Ok(());
     }
-    let m = via
-        .and_then(|v| inner.messenger(&v))
-        .ok_or(Fault::NoRoute(to))?;
-    let _permit = if m.is_compact() {
-        None
-    } else {
-        inner.crypto.acquire().await.ok()
-    };
-    m.post_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg)?;
-    Ok(())
+    // A querier we cannot dial (an edge behind its relay; the query came
+    // forwarded by a rendezvous): answer over a route to it, found in the
+    // background (through our relay, or a relay that holds its signed
+    // route) so the resolver keeps serving. Sending the answer to `via`
+    // instead would hand it to a peer that never asked.
+    if via.is_some_and(|v| v != to) || via.is_none() {
+        let Some(ticket) = DialTicket::start(inner, to, Instant::now()) else {
+            let n = inner.stats.dials_throttled.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::info!(querier = %to, throttled = n, "route to answer a query not sought");
+            }
+            return Ok(());
+        };
+        let inner = inner.clone();
+        let queue = response_queue(g);
+        tokio::spawn(async move {
+            let _ticket = ticket;
+            match crate::relay::route::find_route(&inner, &to, ANSWER_DIAL_TIMEOUT).await {
+                Some(m) => {
+                    if let Err(e) = m.send_routed(RESOLVER_SERVICE, Some(&queue), msg).await {
+                        tracing::debug!(%to, error = %e, "answer not sent");
+                    }
+                }
+                None => {
+                    inner.stats.resolver_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%to, "no route to the querier for the answer");
+                }
+            }
+        });
+        return Ok(());
+    }
+    Err(Fault::NoRoute(to))
 }
 
 async fn on_response(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault> {

@@ -599,3 +599,89 @@ async fn a_replayed_fingerprint_proves_nothing_and_teaches_no_route() {
         "B learned M as the route back to V"
     );
 }
+
+/// The new user's scenario of the firewalled-edges issue: one peer is
+/// both rendezvous and relay; two edges do not listen and hold a relay
+/// lease there. B discovers, by name, an advertisement A published, binds
+/// an output pipe to it without naming A, and sends. Every answer must
+/// find its way back to a querier nobody can dial.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edges_that_do_not_listen_discover_and_bind_through_the_rendezvous_relay() {
+    use juxta::rendezvous::RendezvousConfig;
+    use juxta_proto::advertisement::{AdvKind, Advertisement};
+
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&dir, "r", |c| {
+        c.listen("127.0.0.1:0".parse().unwrap())
+            .relay(RelayConfig::server())
+            .rendezvous(RendezvousConfig::rendezvous())
+    })
+    .await;
+    let seeds = vec![r.local_addr().unwrap()];
+    let edge = |name: &'static str| {
+        let seeds = seeds.clone();
+        start(&dir, name, move |c| {
+            c.relay(RelayConfig::client(seeds.clone()))
+                .rendezvous(RendezvousConfig::edge(seeds))
+        })
+    };
+    let a = edge("a").await;
+    let b = edge("b").await;
+    for p in [&a, &b] {
+        assert_eq!(
+            p.relay().unwrap().wait_leased(WAIT).await,
+            Some(r.peer_id())
+        );
+        assert!(p.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    }
+    let ad = adv("firewalled-printer");
+    a.discovery()
+        .publish(&Advertisement::Pipe(ad.clone()))
+        .await
+        .unwrap();
+    let mut input = a.pipes().create_input_pipe(&ad).unwrap();
+    let rh = r.rendezvous().unwrap();
+    for _ in 0..400 {
+        if rh.status().index_entries >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(rh.status().index_entries >= 3, "{:?}", rh.status());
+
+    // First try, no retry.
+    let found = b
+        .discovery()
+        .get_remote(
+            AdvKind::Adv,
+            Some("Name"),
+            Some("firewalled-printer"),
+            1,
+            None,
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let [Advertisement::Pipe(got)] = &found[..] else {
+        panic!("found {found:?}");
+    };
+    assert_eq!(got.id, ad.id);
+    let out = b.pipes().create_output_pipe(got, &[], WAIT).await.unwrap();
+    for i in 0..10 {
+        out.send(Message::new().with(Element::text("", "n", &i.to_string())))
+            .await
+            .unwrap();
+    }
+    for i in 0..10 {
+        let m = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            m.message.get("", "n").unwrap().as_str(),
+            Some(&*i.to_string())
+        );
+        assert_eq!(m.from, Some(b.peer_id()));
+    }
+    assert!(!a.is_connected_to(&b.peer_id()));
+}
