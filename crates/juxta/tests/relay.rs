@@ -683,5 +683,28 @@ async fn edges_that_do_not_listen_discover_and_bind_through_the_rendezvous_relay
         );
         assert_eq!(m.from, Some(b.peer_id()));
     }
+    // A 4 MiB socket stream from B to A, checked by hash.
+    let sadv = adv("firewalled-socket");
+    let mut server = JxtaServerSocket::bind(&a, &sadv, SocketConfig::default()).unwrap();
+    let data: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+    let want = Sha256::digest(&data);
+    let client = tokio::spawn({
+        let (pipes, a_id) = (b.pipes(), a.peer_id());
+        async move {
+            let mut s = JxtaSocket::connect(&pipes, &sadv, a_id, SocketConfig::default())
+                .await
+                .unwrap();
+            s.write_all(&data).await.unwrap();
+            s.shutdown().await.unwrap();
+        }
+    });
+    let mut s = tokio::time::timeout(WAIT, server.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).await.unwrap();
+    client.await.unwrap();
+    assert_eq!(Sha256::digest(&got), want);
     assert!(!a.is_connected_to(&b.peer_id()));
 }
