@@ -8,9 +8,11 @@
 //! the binary installs [`counting_alloc::CountingAlloc`] as its global
 //! allocator (the fuzz targets and the stable replay do).
 //!
-//! This file only depends on `juxta_proto` and `bytes`.
+//! This file only depends on `juxta_proto` and `bytes`. The targets for
+//! the protocol documents and control messages are in [`proto`].
 
 pub mod counting_alloc;
+pub mod proto;
 
 use bytes::{Bytes, BytesMut};
 use counting_alloc::{check, check_since, current};
@@ -278,4 +280,14 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("cbjx_trailer", cbjx_trailer),
     ("inbound", inbound),
     ("http", http),
+    ("advertisement", proto::advertisement),
+    ("resolver", proto::resolver),
+    ("discovery", proto::discovery),
+    ("srdi", proto::srdi),
+    ("rendezvous", proto::rendezvous),
+    ("relay", proto::relay),
+    ("router", proto::router),
+    ("reliable", proto::reliable),
+    ("socket_setup", proto::socket_setup),
+    ("pipe", proto::pipe),
 ];

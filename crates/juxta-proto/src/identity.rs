@@ -134,6 +134,11 @@ pub enum IdentityError {
     /// The certificate is not valid DER / PEM X.509.
     #[error("malformed certificate: {0}")]
     CertDecode(der::Error),
+    /// A DER element of the certificate claims more bytes than its
+    /// enclosing element holds (refused before decoding: the decoder would
+    /// allocate the claimed length first).
+    #[error("malformed certificate: DER length beyond its enclosing element")]
+    CertDerLength,
     /// Encoding a certificate or key failed.
     #[error("encoding failed: {0}")]
     Encode(der::Error),
@@ -600,6 +605,59 @@ fn raw_tbs(der: &[u8]) -> Result<&[u8], der::Error> {
     r.tlv_bytes()
 }
 
+/// Deepest DER nesting [`der_lengths_fit`] follows (X.509 needs about 8).
+const MAX_DER_DEPTH: usize = 32;
+
+/// Whether no DER element in `b` claims more bytes than its enclosing
+/// element holds, recursively into constructed elements, at most
+/// [`MAX_DER_DEPTH`] deep. Only tags and lengths are read; a malformed
+/// header (cut short, indefinite or over-long length) ends the walk with
+/// `true`, since the decoder refuses it before allocating anything.
+fn der_lengths_fit(mut b: &[u8], depth: usize) -> bool {
+    if depth > MAX_DER_DEPTH {
+        return false;
+    }
+    while let Some((&tag, rest)) = b.split_first() {
+        b = rest;
+        if tag & 0x1f == 0x1f {
+            // High tag number: base-128 continuation bytes (at most 4).
+            let n = b.iter().take_while(|&&x| x & 0x80 != 0).count() + 1;
+            if n > 4 || n > b.len() {
+                return true;
+            }
+            b = &b[n..];
+        }
+        let Some((&first, rest)) = b.split_first() else {
+            return true;
+        };
+        b = rest;
+        let len = if first < 0x80 {
+            first as usize
+        } else {
+            let n = (first & 0x7f) as usize;
+            // 0x80 is the indefinite length (not DER); over 4 bytes is more
+            // than `der` reads: both are refused by the decoder as such.
+            if n == 0 || n > 4 || n > b.len() {
+                return true;
+            }
+            let len = b[..n]
+                .iter()
+                .fold(0usize, |acc, &x| (acc << 8) | x as usize);
+            b = &b[n..];
+            len
+        };
+        if len > b.len() {
+            return false;
+        }
+        let (value, rest) = b.split_at(len);
+        if tag & 0x20 != 0 && !der_lengths_fit(value, depth + 1) {
+            return false;
+        }
+        b = rest;
+    }
+    true
+}
+
 impl RemoteCert {
     /// Parses a DER certificate (at most [`MAX_CERT_LEN`] bytes, RSA key
     /// of at most [`MAX_KEY_BITS`] bits) and checks that it is self-signed
@@ -608,6 +666,12 @@ impl RemoteCert {
     pub fn parse(der: Bytes) -> Result<RemoteCert, IdentityError> {
         if der.len() > MAX_CERT_LEN {
             return Err(IdentityError::TooLarge { len: der.len() });
+        }
+        // `der` 0.7 allocates an owned field's claimed length before
+        // reading it: a 2 KiB certificate claiming a 50 MB extension value
+        // cost 50 MB. Every length must fit its parent first.
+        if !der_lengths_fit(&der, 0) {
+            return Err(IdentityError::CertDerLength);
         }
         let cert = Certificate::from_der(&der).map_err(IdentityError::CertDecode)?;
         let tbs = &cert.tbs_certificate;
@@ -1029,6 +1093,21 @@ mod tests {
             t[i] ^= 0x80;
             assert!(RemoteCert::parse(Bytes::from(t)).is_err(), "byte {i}");
         }
+        // An element claiming more than its parent holds is refused before
+        // the decoder allocates the claimed length (a fuzzed CBJX trailer
+        // whose certificate claimed a 50 MB field cost 50 MB).
+        assert!(der_lengths_fit(&der, 0));
+        let claims = [0x30, 0x06, 0x04, 0x84, 0x03, 0x02, 0x00, 0x00];
+        assert!(!der_lengths_fit(&claims, 0));
+        assert_eq!(
+            RemoteCert::parse(Bytes::copy_from_slice(&claims)).unwrap_err(),
+            IdentityError::CertDerLength
+        );
+        let mut deep = Vec::new();
+        for _ in 0..=MAX_DER_DEPTH + 1 {
+            deep.splice(0..0, [0x30, deep.len() as u8]);
+        }
+        assert!(!der_lengths_fit(&deep, 0));
         // Random bytes never panic.
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
         for len in 0..400 {

@@ -319,3 +319,572 @@ fn generate_seeds() {
         &with_mode(6, compact),
     );
 }
+
+/// Every message in the captured JXSE 2.7 byte streams
+/// (`tests/data/jxse-2.7-*/stream_*.bin`): welcome line, then JXTA frames
+/// whose bodies are binary messages (with a CBJX trailer in the stock run).
+fn jxse_captured_messages() -> Vec<juxta_proto::message::Message> {
+    use juxta_proto::message::codec::decode_v0;
+    use juxta_proto::wire::frame::parse_header;
+    use juxta_proto::wire::welcome::Welcome;
+
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let mut out = Vec::new();
+    for run in ["jxse-2.7-stock", "jxse-2.7-cbjx-off"] {
+        for dir in ["stream_c2s.bin", "stream_s2c.bin"] {
+            let bytes = std::fs::read(data.join(run).join(dir)).unwrap();
+            let (_, mut at) = Welcome::parse(&bytes).unwrap().unwrap();
+            while at < bytes.len() {
+                let Ok(Some(h)) = parse_header(&bytes[at..], u64::MAX) else {
+                    break;
+                };
+                let start = at + h.header_len;
+                let end = start + h.content_length as usize;
+                let body = bytes::Bytes::copy_from_slice(&bytes[start..end]);
+                out.push(decode_v0(body).unwrap().message);
+                at = end;
+            }
+        }
+    }
+    assert!(
+        out.len() > 20,
+        "captured streams hold {} messages",
+        out.len()
+    );
+    out
+}
+
+/// Writes the seeds of the protocol-document targets (`fuzz/src/proto.rs`):
+/// documents and messages built with the library (deterministic: fixed RNG
+/// seed and certificate time), and the documents and messages of the
+/// captured JXSE 2.7 streams (`jxse_*`), sorted to the targets by their
+/// root element or namespace.
+#[test]
+#[ignore = "writes fuzz/seeds; run by hand"]
+fn generate_proto_seeds() {
+    use std::collections::BTreeMap;
+    use std::io::Write;
+
+    use juxta_proto::advertisement::{
+        AccessPointAdvertisement, Advertisement, ModuleClassAdvertisement, ModuleImplAdvertisement,
+        ModuleSpecAdvertisement, PeerAdvertisement, PipeAdvertisement, PipeType, RdvAdvertisement,
+        RouteAdvertisement, XmlElement,
+    };
+    use juxta_proto::discovery::peerinfo::{PeerInfoQuery, PeerInfoResponse};
+    use juxta_proto::discovery::{DiscoveryEntry, DiscoveryQuery, DiscoveryResponse};
+    use juxta_proto::endpoint::address::EndpointAddress;
+    use juxta_proto::endpoint::forward::fingerprint_for;
+    use juxta_proto::endpoint::route_query::{RouteQuery, RouteResponse};
+    use juxta_proto::endpoint::router::{Hop, RouterHeader, ELEM_ERM, ELEM_ERM_FINGERPRINT};
+    use juxta_proto::group::{self, passwd_group_advertisement};
+    use juxta_proto::id::{PeerGroupId, PipeId};
+    use juxta_proto::identity::Identity;
+    use juxta_proto::message::{Message, NS_JXTA};
+    use juxta_proto::pipe::binding::PipeResolverMsg;
+    use juxta_proto::pipe::wire_header::JxtaWireHeader;
+    use juxta_proto::relay::{Control, Refusal, RelayRequest, RelayResponse};
+    use juxta_proto::rendezvous::messages::{
+        set_walk_target, BusyNotice, LeaseMessage, PeerViewKind, PeerViewMessage, PropagateHeader,
+        WalkDirection, WalkHeader,
+    };
+    use juxta_proto::resolver::{ResolverQuery, ResolverResponse};
+    use juxta_proto::socket::reliable::{
+        ack_element, block_element, keepalive_element, retry_element,
+    };
+    use juxta_proto::socket::setup::{CloseSignal, ConnectRequest, ConnectResponse, SetupKind};
+    use juxta_proto::srdi::{ResolverSrdi, SrdiEntry, SrdiMessage};
+    use rand::SeedableRng;
+    use targets::proto::{message_to_fuzz, FUZZ_GROUP};
+
+    // target -> file name -> bytes (a map, so a rerun writes the same set).
+    let mut seeds: BTreeMap<&str, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
+    let mut put = |t: &'static str, name: String, data: Vec<u8>| {
+        seeds.entry(t).or_default().insert(name, data);
+    };
+
+    let mut rng = rand::rngs::StdRng::seed_from_u64(20241124);
+    let a = Identity::generate(&mut rng, 1024, "FuzzSeedA", 1_700_000_000).unwrap();
+    let b = Identity::generate(&mut rng, 1024, "FuzzSeedB", 1_700_000_000).unwrap();
+    let pa_id = *a.peer_id();
+    let pb_id = *b.peer_id();
+    let net = PeerGroupId::NET;
+    let pipe_id = PipeId::random(&mut rng);
+    let msid = group::spec(group::ALL_PURPOSE_GROUP_SPEC).unwrap();
+    let mcid = group::membership_class();
+    let ra = RouteAdvertisement {
+        hops: vec![AccessPointAdvertisement::new(
+            Some(pb_id),
+            ["tcp://127.0.0.1:9702".to_string()],
+        )],
+        ..RouteAdvertisement::direct(
+            pa_id,
+            [
+                "tcp://127.0.0.1:9701".to_string(),
+                "relay://cbid-0001".to_string(),
+            ],
+        )
+    };
+    let pa = PeerAdvertisement::new(pa_id, net, "FuzzSeedA")
+        .with_desc("a <peer> & co")
+        .with_route(ra.clone());
+    let pipe = PipeAdvertisement::new(pipe_id, PipeType::Unicast).with_name("chat");
+    let mut comp = XmlElement::new("Comp");
+    comp.push_text("Efmt", "JRE1.5");
+    comp.push_text("Bind", "V2.0 Ref Impl");
+    let advs = [
+        ("pa", Advertisement::Peer(pa.clone())),
+        (
+            "pga",
+            Advertisement::Group(
+                passwd_group_advertisement(net, msid, "fuzzgroup", [("alice", "secret")])
+                    .with_desc("a group"),
+            ),
+        ),
+        ("pipe", Advertisement::Pipe(pipe.clone())),
+        (
+            "pipe_propagate",
+            Advertisement::Pipe(PipeAdvertisement::new(pipe_id, PipeType::Propagate)),
+        ),
+        (
+            "mca",
+            Advertisement::ModuleClass(
+                ModuleClassAdvertisement::new(mcid)
+                    .with_name("cls")
+                    .with_desc("d"),
+            ),
+        ),
+        (
+            "msa",
+            Advertisement::ModuleSpec(ModuleSpecAdvertisement::new(msid).with_name("spec")),
+        ),
+        (
+            "mia",
+            Advertisement::ModuleImpl(ModuleImplAdvertisement::new(
+                msid,
+                comp,
+                "net.jxta.impl.Fuzz",
+            )),
+        ),
+        ("ra", Advertisement::Route(ra.clone())),
+        ("apa", Advertisement::AccessPoint(ra.dest.clone())),
+        (
+            "rdv",
+            Advertisement::Rdv(
+                RdvAdvertisement::new(net, pa_id, "svc")
+                    .with_name("r")
+                    .with_route(ra.clone()),
+            ),
+        ),
+    ];
+    for (name, adv) in &advs {
+        put("advertisement", format!("gen_{name}"), adv.to_xml().into());
+        put(
+            "advertisement",
+            format!("gen_{name}_jxse_string"),
+            adv.to_jxse_string().into(),
+        );
+    }
+    let signed_pa = Advertisement::Peer(PeerAdvertisement::new(pa_id, net, "signed"))
+        .to_signed_xml(&a)
+        .unwrap();
+    put(
+        "advertisement",
+        "gen_pa_signed".into(),
+        signed_pa.clone().into(),
+    );
+    let signed_ra = Advertisement::Route(RouteAdvertisement::direct(
+        pa_id,
+        ["tcp://127.0.0.1:9701".to_string()],
+    ))
+    .to_signed_xml(&a)
+    .unwrap();
+    put("advertisement", "gen_ra_signed".into(), signed_ra.into());
+
+    // resolver
+    let rq = ResolverQuery {
+        handler: "urn:jxta:uuid-DEADBEEFDEAFBABAFEEDBABE0000000305".into(),
+        query_id: 7,
+        hop_count: 1,
+        src_peer: pa_id,
+        query: DiscoveryQuery::new(juxta_proto::advertisement::AdvKind::Adv, 5)
+            .matching("Name", "chat*")
+            .to_xml(),
+        src_route: Some(ra.clone()),
+    };
+    put("resolver", "gen_query".into(), rq.to_xml().into());
+    let rr = ResolverResponse {
+        handler: rq.handler.clone(),
+        query_id: 7,
+        response: "<x a=\"1\">&amp;</x>".into(),
+    };
+    put("resolver", "gen_response".into(), rr.to_xml().into());
+
+    // discovery
+    let dq = DiscoveryQuery::new(juxta_proto::advertisement::AdvKind::Peer, 3)
+        .matching("Name", "Fuzz*")
+        .with_peer_adv(&pa);
+    put("discovery", "gen_query".into(), dq.to_xml().into());
+    let mut dr = DiscoveryResponse::remote_publish(&advs[2].1, 7_200_000);
+    dr.responses.push(DiscoveryEntry::new(&advs[0].1, 1000));
+    dr.responses
+        .push(DiscoveryEntry::document(&signed_pa, u64::MAX / 2));
+    put("discovery", "gen_response".into(), dr.to_xml().into());
+    let mut req = XmlElement::new("app");
+    req.push_text("q", "uptime");
+    let piq = PeerInfoQuery {
+        source: pa_id,
+        target: pb_id,
+        request: Some(req.clone()),
+    };
+    put(
+        "discovery",
+        "gen_peerinfo_query".into(),
+        piq.to_xml().into(),
+    );
+    let pir = PeerInfoResponse {
+        source: pb_id,
+        target: pa_id,
+        response: Some(req),
+        uptime_ms: 12345,
+        timestamp_ms: 1_700_000_000_000,
+    };
+    put(
+        "discovery",
+        "gen_peerinfo_response".into(),
+        pir.to_xml().into(),
+    );
+
+    // srdi
+    let sm = SrdiMessage {
+        peer: pa_id,
+        primary_key: "Adv".into(),
+        scope: 1,
+        entries: vec![
+            SrdiEntry {
+                key: "Name".into(),
+                value: "chat".into(),
+                expiration: 7_200_000,
+            },
+            SrdiEntry {
+                key: "Id".into(),
+                value: pipe_id.to_string(),
+                expiration: -1,
+            },
+        ],
+    };
+    put("srdi", "gen_srdi_message".into(), sm.to_xml().into());
+    let rs = ResolverSrdi {
+        handler: "urn:jxta:uuid-DEADBEEFDEAFBABAFEEDBABE0000000305".into(),
+        payload: sm.to_xml(),
+    };
+    put("srdi", "gen_resolver_srdi".into(), rs.to_xml().into());
+    put(
+        "srdi",
+        "gen_resolver_srdi_gzip".into(),
+        rs.to_element(FUZZ_GROUP).data.to_vec(),
+    );
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&vec![b' '; 200_000]).unwrap();
+    put("srdi", "gen_gzip_bomb_200k".into(), gz.finish().unwrap());
+
+    // rendezvous
+    let pa_xml = bytes::Bytes::from(PeerAdvertisement::new(pa_id, net, "edge").to_xml());
+    let rdv_xml = bytes::Bytes::from(
+        Advertisement::Rdv(RdvAdvertisement::new(net, pb_id, "svc").with_route(ra.clone()))
+            .to_xml(),
+    );
+    let msg = |m: &Message| message_to_fuzz(m);
+    put(
+        "rendezvous",
+        "gen_lease_request".into(),
+        msg(&LeaseMessage::Request {
+            peer: pa_id,
+            peer_adv: pa_xml.clone(),
+        }
+        .to_message()),
+    );
+    put(
+        "rendezvous",
+        "gen_lease_granted".into(),
+        msg(&LeaseMessage::Granted {
+            rdv: pb_id,
+            rdv_adv: pa_xml.clone(),
+            lease_ms: 1_200_000,
+            refuse_reason: Some("full".into()),
+        }
+        .to_message()),
+    );
+    put(
+        "rendezvous",
+        "gen_lease_disconnect".into(),
+        msg(&LeaseMessage::Disconnect {
+            peer: pa_id,
+            peer_adv: pa_xml.clone(),
+        }
+        .to_message()),
+    );
+    for (name, kind) in [
+        ("gen_peerview_probe", PeerViewKind::Probe),
+        ("gen_peerview_response", PeerViewKind::Response),
+    ] {
+        put(
+            "rendezvous",
+            name.into(),
+            msg(&PeerViewMessage {
+                kind,
+                rdv_peer: pb_id,
+                rdv_adv: rdv_xml.clone(),
+                cached: true,
+                failure: kind == PeerViewKind::Response,
+                edge: true,
+                src_route: Some(ra.to_xml().into()),
+            }
+            .to_message()),
+        );
+    }
+    let mut walk = Message::new();
+    WalkHeader {
+        ttl: 3,
+        direction: WalkDirection::Both,
+        src_peer: pa_id,
+        src_service: "svc".into(),
+        src_param: Some("p".into()),
+    }
+    .write_into(&mut walk);
+    set_walk_target(
+        &mut walk,
+        &juxta_proto::endpoint::ServiceAddress::new("LR-Greeter", Some("x")),
+    );
+    PropagateHeader {
+        msg_id: juxta_proto::rendezvous::messages::uuid_string(0x1234_5678_9abc_def0),
+        dest_service: "svc".into(),
+        dest_param: None,
+        ttl: 5,
+        path: vec![pa_id.to_string(), pb_id.to_string()],
+    }
+    .write_into(&mut walk, FUZZ_GROUP);
+    walk.push(
+        BusyNotice {
+            query_id: 9,
+            retry_after_ms: 250,
+        }
+        .to_element(),
+    );
+    put("rendezvous", "gen_walk_propagate_busy".into(), msg(&walk));
+
+    // relay
+    for (name, c) in [
+        (
+            "connect",
+            Control::Request(RelayRequest::Connect {
+                lease_ms: Some(7_200_000),
+            }),
+        ),
+        ("pid", Control::Request(RelayRequest::Pid)),
+        (
+            "connected",
+            Control::Response(RelayResponse::Connected {
+                lease_ms: 60_000,
+                relay: Some(pb_id),
+                relay_adv: Some(pa_xml.iter().map(|&b| b as char).collect()),
+            }),
+        ),
+        (
+            "refused",
+            Control::Response(RelayResponse::Refused(Refusal::QueueFull)),
+        ),
+    ] {
+        let m = match &c {
+            Control::Request(r) => r.to_message(),
+            Control::Response(r) => r.to_message(),
+        };
+        put("relay", format!("gen_{name}"), msg(&m));
+    }
+
+    // router
+    let erm = RouterHeader {
+        forward: vec![Hop {
+            pid: Some(pb_id.to_string()),
+            addresses: vec!["tcp://127.0.0.1:9702".into()],
+        }],
+        reverse: vec![Hop {
+            pid: Some(pa_id.to_string()),
+            addresses: vec![],
+        }],
+        ..RouterHeader::direct(
+            EndpointAddress::peer(&pa_id, None, None),
+            EndpointAddress::peer(&pb_id, Some("PipeService"), Some("p")),
+        )
+    };
+    put("router", "gen_erm".into(), erm.to_xml().into());
+    let mut erq = RouteQuery::new(pb_id);
+    erq.src_route = Some(ra.clone());
+    erq.bad.push(pa_id);
+    put("router", "gen_erq".into(), erq.to_xml().into());
+    let err = RouteResponse {
+        dest_route: ra.clone(),
+        src_route: Some(RouteAdvertisement::direct(
+            pb_id,
+            ["tcp://1.2.3.4:9701".into()],
+        )),
+    };
+    put("router", "gen_err".into(), err.to_xml().into());
+    put(
+        "router",
+        "gen_fingerprint".into(),
+        fingerprint_for(&a).to_vec(),
+    );
+
+    // reliable
+    let mut rel = Message::new();
+    rel.push(block_element(1, bytes::Bytes::from_static(b"abcd")))
+        .push(block_element(3, bytes::Bytes::from_static(b"ef")))
+        .push(retry_element());
+    put("reliable", "gen_blocks_retry".into(), msg(&rel));
+    let mut ack = Message::new();
+    ack.push(ack_element(1, &[3, 4, 9]))
+        .push(keepalive_element());
+    put("reliable", "gen_ack_sacks".into(), msg(&ack));
+
+    // socket setup
+    let setup_msgs = [
+        (
+            "socket_request",
+            ConnectRequest::socket(pipe.clone(), pa.clone(), true).to_message(),
+        ),
+        ("bidi_request", {
+            let mut r = ConnectRequest::bidi(pipe.clone(), pa.clone(), false);
+            r.connection_properties = Some(bytes::Bytes::from_static(b"props"));
+            r.to_message()
+        }),
+        (
+            "socket_response",
+            ConnectResponse::socket(pipe.clone(), pa.clone(), true).to_message(),
+        ),
+        (
+            "bidi_response",
+            ConnectResponse::bidi(pipe.clone(), pa.clone()).to_message(),
+        ),
+        (
+            "socket_close",
+            CloseSignal::Close.to_message(SetupKind::Socket),
+        ),
+        (
+            "bidi_close_ack",
+            CloseSignal::CloseAck.to_message(SetupKind::BiDi),
+        ),
+    ];
+    for (name, m) in &setup_msgs {
+        put("socket_setup", format!("gen_{name}"), msg(m));
+    }
+
+    // pipe binding and wire header
+    let bq = PipeResolverMsg::Query {
+        pipe_id,
+        pipe_type: PipeType::Unicast,
+        peers: vec![pb_id],
+    };
+    put("pipe", "gen_binding_query".into(), bq.to_xml().into());
+    let ba = PipeResolverMsg::Answer {
+        pipe_id,
+        pipe_type: PipeType::UnicastSecure,
+        peers: vec![pa_id],
+        found: true,
+        peer_adv: None,
+    }
+    .with_peer_adv(pa.to_xml());
+    put("pipe", "gen_binding_answer".into(), ba.to_xml().into());
+    let mut wh = JxtaWireHeader::new(pipe_id, "msg-1".into(), 3);
+    wh.src_peer = Some(pa_id);
+    put("pipe", "gen_wire_header".into(), wh.to_xml().into());
+    put(
+        "pipe",
+        "gen_wire_header_message".into(),
+        msg(&Message::new().with(wh.to_element())),
+    );
+
+    // The captured JXSE messages: each whole message (in the fuzz record
+    // format) and each XML element, sorted by what it holds.
+    let xml_target = |text: &str| -> Option<&'static str> {
+        let root = text
+            .split('<')
+            .filter(|s| !s.starts_with('?') && !s.starts_with('!'))
+            .find(|s| !s.trim().is_empty())?;
+        let root = root.split([' ', '>', '/', '\n', '\t']).next()?;
+        Some(match root {
+            "jxta:ResolverQuery" | "jxta:ResolverResponse" => "resolver",
+            "jxta:DiscoveryQuery" | "jxta:DiscoveryResponse" => "discovery",
+            "jxta:ResolverSrdi" | "jxta:GenSRDI" => "srdi",
+            "jxta:ERM" | "jxta:ERQ" | "jxta:ERR" => "router",
+            "jxta:PipeResolver" | "JxtaWire" => "pipe",
+            "jxta:RendezVousPropagateMessage" | "jxta:LimitedRangeRdvMessage" => "rendezvous",
+            _ => "advertisement",
+        })
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut xml_docs: Vec<String> = Vec::new();
+    for (i, m) in jxse_captured_messages().iter().enumerate() {
+        let namespaces: Vec<&str> = m.elements.iter().map(|e| &*e.namespace).collect();
+        let body = msg(m);
+        if !seen.insert(body.clone()) {
+            continue;
+        }
+        let has = |ns: &str| namespaces.contains(&ns);
+        if has("JXTASOC") || has("JXTABIP") {
+            put("socket_setup", format!("jxse_msg_{i}"), body.clone());
+        }
+        if has("jxtarel") {
+            put("reliable", format!("jxse_msg_{i}"), body.clone());
+        }
+        if m.get(NS_JXTA, ELEM_ERM).is_some() {
+            // The ERM and its fingerprint, as `forward::inspect` sees them.
+            let erm = m.get(NS_JXTA, ELEM_ERM).unwrap();
+            put("router", format!("jxse_erm_{i}"), erm.data.to_vec());
+            if let Some(fp) = m.get(NS_JXTA, ELEM_ERM_FINGERPRINT) {
+                put("router", "jxse_fingerprint".into(), fp.data.to_vec());
+            }
+        }
+        for e in &m.elements {
+            if let Some(t) = e.as_str().filter(|t| t.trim_start().starts_with('<')) {
+                xml_docs.push(t.to_string());
+            }
+        }
+    }
+    // Nested documents (a discovery response inside a resolver response,
+    // the advertisements inside that) are seeds too.
+    let mut i = 0;
+    while i < xml_docs.len() {
+        let t = xml_docs[i].clone();
+        i += 1;
+        if let Ok(r) = ResolverResponse::parse(&t) {
+            xml_docs.push(r.response);
+        }
+        if let Ok(q) = ResolverQuery::parse(&t) {
+            xml_docs.push(q.query);
+        }
+        if let Ok(r) = DiscoveryResponse::parse(&t) {
+            xml_docs.extend(r.responses.into_iter().map(|e| e.adv));
+            xml_docs.extend(r.peer_adv);
+        }
+        if let Ok(q) = DiscoveryQuery::parse(&t) {
+            xml_docs.extend(q.peer_adv);
+        }
+    }
+    let mut seen_docs = std::collections::HashSet::new();
+    for (i, t) in xml_docs.iter().enumerate() {
+        if !seen_docs.insert(t.clone()) {
+            continue;
+        }
+        if let Some(target) = xml_target(t) {
+            put(target, format!("jxse_doc_{i}"), t.clone().into_bytes());
+        }
+    }
+
+    let dir = fuzz_dir().join("seeds");
+    for (t, files) in seeds {
+        std::fs::create_dir_all(dir.join(t)).unwrap();
+        for (name, data) in files {
+            std::fs::write(dir.join(t).join(name), data).unwrap();
+        }
+    }
+}

@@ -115,6 +115,11 @@ fn peer_element(pa: &PeerAdvertisement) -> XmlElement {
     if let Some(d) = &pa.desc {
         e.push_text("Desc", d);
     }
+    // The route too, as `to_xml` writes it: without it a PA sent in JXSE's
+    // `toString` form (discovery) or signed lost the peer's route.
+    if let Some(r) = &pa.route {
+        e.push(super::peer::route_service(r));
+    }
     e
 }
 

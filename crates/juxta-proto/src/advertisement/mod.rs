@@ -297,6 +297,11 @@ pub(crate) fn parse_xml_limited(xml: &str, max_len: usize) -> Result<XmlNode, Xm
             let name = std::str::from_utf8(s.name().as_ref())
                 .map_err(malformed)?
                 .to_string();
+            if !is_xml_name(&name) {
+                return Err(XmlError::Malformed(truncate(&format!(
+                    "bad element name {name:?}"
+                ))));
+            }
             let mut attrs = Vec::new();
             for a in s.attributes() {
                 let a = a.map_err(malformed)?;
@@ -306,6 +311,11 @@ pub(crate) fn parse_xml_limited(xml: &str, max_len: usize) -> Result<XmlNode, Xm
                 let key = std::str::from_utf8(a.key.as_ref())
                     .map_err(malformed)?
                     .to_string();
+                if !is_xml_name(&key) {
+                    return Err(XmlError::Malformed(truncate(&format!(
+                        "bad attribute name {key:?}"
+                    ))));
+                }
                 let value = a.unescape_value().map_err(malformed)?.into_owned();
                 attrs.push((key, value));
             }
@@ -347,6 +357,21 @@ pub(crate) fn parse_xml_limited(xml: &str, max_len: usize) -> Result<XmlNode, Xm
         return Err(XmlError::Malformed("unclosed element".into()));
     }
     root.ok_or(XmlError::NoRoot)
+}
+
+/// Whether `s` is an XML name as far as this crate's printer needs: ASCII
+/// letters, `_` or `:` first, then also digits, `-` and `.`; any other
+/// character must be non-ASCII and neither whitespace nor a control
+/// character. The reader lets through names such as `a"b`, `a/b` or the
+/// empty name, which would print as a different (or broken) document.
+fn is_xml_name(s: &str) -> bool {
+    let ok = |c: char, first: bool| match c {
+        'a'..='z' | 'A'..='Z' | '_' | ':' => true,
+        '0'..='9' | '-' | '.' => !first,
+        c => !c.is_ascii() && !c.is_whitespace() && !c.is_control(),
+    };
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| ok(c, true)) && chars.all(|c| ok(c, false))
 }
 
 fn close(stack: &mut [XmlNode], root: &mut Option<XmlNode>, node: XmlNode) {
@@ -533,6 +558,27 @@ impl AdvDoc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn element_and_attribute_names_must_print_back() {
+        // Found by the `advertisement` and `discovery` fuzz targets: the
+        // reader accepted these names, the printer made another document.
+        for bad in [
+            "<a\"b/>",
+            "<a/b/>",
+            "<r><\t/></r>",
+            "<r x\"y=\"1\"/>",
+            "<1a/>",
+        ] {
+            assert!(
+                matches!(parse_xml(bad), Err(XmlError::Malformed(_))),
+                "{bad}"
+            );
+        }
+        for good in ["<jxta:PA/>", "<a-b.c_d x:y=\"1\"/>", "<\u{e9}t\u{e9}/>"] {
+            assert!(parse_xml(good).is_ok(), "{good}");
+        }
+    }
 
     #[test]
     fn pipe_type_names() {

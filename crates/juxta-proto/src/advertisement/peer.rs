@@ -83,12 +83,7 @@ impl PeerAdvertisement {
             d.field("Desc", s);
         }
         if let Some(r) = &self.route {
-            let mut svc = XmlElement::new("Svc");
-            svc.push_text("MCID", ENDPOINT_CLASS_ID);
-            let mut parm = XmlElement::new("Parm");
-            parm.push(r.to_element());
-            svc.push(parm);
-            d.raw(&svc.to_compact());
+            d.raw(&route_service(r).to_compact());
         }
         d.finish()
     }
@@ -99,6 +94,17 @@ impl PeerAdvertisement {
     pub fn parse(xml: &str) -> Result<PeerAdvertisement, AdvError> {
         from_node(&parse_xml(xml)?.expect_root(PEER_ADV_ROOT)?)
     }
+}
+
+/// The endpoint service entry carrying a peer's route: `Svc` with the
+/// endpoint `MCID` and the route advertisement as its `Parm`.
+pub(crate) fn route_service(route: &RouteAdvertisement) -> XmlElement {
+    let mut svc = XmlElement::new("Svc");
+    svc.push_text("MCID", ENDPOINT_CLASS_ID);
+    let mut parm = XmlElement::new("Parm");
+    parm.push(route.to_element());
+    svc.push(parm);
+    svc
 }
 
 /// Reads the children of a `jxta:PA` element.

@@ -173,14 +173,20 @@ impl RouteAdvertisement {
         }
         let mut hops = Vec::new();
         if let Some(h) = n.child("Hops") {
-            for apa in h.children_named(APA_ROOT) {
-                if hops.len() >= MAX_HOPS {
+            for (i, apa) in h.children_named(APA_ROOT).enumerate() {
+                if i >= MAX_HOPS {
                     return Err(AdvError::TooMany {
                         field: "Hops",
                         max: MAX_HOPS,
                     });
                 }
-                hops.push(AccessPointAdvertisement::from_node(apa)?);
+                // A hop without `PID` names no peer to route through; it is
+                // dropped here as `fill` (JXSE's `getDocument`) drops it on
+                // the way out, so a route reads the same after a re-send.
+                let hop = AccessPointAdvertisement::from_node(apa)?;
+                if hop.peer_id.is_some() {
+                    hops.push(hop);
+                }
             }
         }
         Ok(RouteAdvertisement {
@@ -232,6 +238,15 @@ mod tests {
         assert_eq!(ra.dest.peer_id, None);
         assert_eq!(ra.hops, vec![hop]);
         assert_eq!(RouteAdvertisement::parse(&ra.to_xml()).unwrap(), ra);
+        // A hop without PID is dropped on reading, as on writing (found by
+        // the `resolver` fuzz target: it did not survive a re-send).
+        let pidless = xml.replace(
+            "</Hops>",
+            "<jxta:APA><EA>tcp://nopid:1</EA></jxta:APA></Hops>",
+        );
+        let ra2 = RouteAdvertisement::parse(&pidless).unwrap();
+        assert_eq!(ra2, ra);
+        assert_eq!(RouteAdvertisement::parse(&ra2.to_xml()).unwrap(), ra2);
         assert_eq!(
             RouteAdvertisement::parse("<jxta:RA><DstPID/></jxta:RA>"),
             Err(AdvError::Missing("Dst"))

@@ -21,6 +21,10 @@ pub enum AddressError {
     /// A `jxta://` address that does not hold a peer ID.
     #[error("jxta:// address is not a peer: {0}")]
     NotAPeer(#[from] crate::id::IdError),
+    /// Whitespace or a control character (an address is a URI: a document
+    /// that trims its text would change it).
+    #[error("endpoint address with whitespace or a control character: {0:?}")]
+    BadChar(String),
 }
 
 /// An endpoint address.
@@ -83,6 +87,9 @@ impl EndpointAddress {
 impl FromStr for EndpointAddress {
     type Err = AddressError;
     fn from_str(s: &str) -> Result<EndpointAddress, AddressError> {
+        if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(AddressError::BadChar(s.chars().take(80).collect()));
+        }
         if let Some(rest) = s.get(..9).filter(|p| p.eq_ignore_ascii_case("urn:jxta:")) {
             let _ = rest;
             let id: JxtaId = s.parse()?;
@@ -148,6 +155,22 @@ mod tests {
         assert_eq!(u.to_string(), "jxta://cbid-0003");
         let t: EndpointAddress = "tcp://127.0.0.1:1".parse().unwrap();
         assert_eq!(t.service, None);
+        // Whitespace would not survive a document that trims its text
+        // (found by the `router` fuzz target in an ERM's `Dest`).
+        for bad in [
+            "jxta://a\n/",
+            " tcp://h:1",
+            "tcp://h:1/s/p ",
+            "tcp://h\u{0}:1",
+        ] {
+            assert!(
+                matches!(
+                    bad.parse::<EndpointAddress>(),
+                    Err(AddressError::BadChar(_))
+                ),
+                "{bad:?}"
+            );
+        }
         assert!(t.peer_id().is_none());
         assert!(matches!(
             "nothing".parse::<EndpointAddress>(),
