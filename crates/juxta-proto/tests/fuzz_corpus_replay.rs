@@ -727,6 +727,7 @@ fn generate_proto_seeds() {
             pb_id,
             ["tcp://1.2.3.4:9701".into()],
         )),
+        signed_dest: None,
     };
     put("router", "gen_err".into(), err.to_xml().into());
     put(
