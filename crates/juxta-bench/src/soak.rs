@@ -96,6 +96,8 @@ pub struct SoakSeries {
     pub ops: Vec<f64>,
     /// Errors so far.
     pub errors: Vec<f64>,
+    /// Rendezvous: entries in its SRDI index (0 for other processes).
+    pub srdi_entries: Vec<f64>,
 }
 
 /// One row per long-lived process.
@@ -145,6 +147,17 @@ pub struct SoakRow {
     /// Errors (ping timeouts, failed lookups, failed sends, connects and
     /// segments).
     pub errors: u64,
+    /// Rendezvous: SRDI index entries at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub srdi_entries_end: Option<f64>,
+    /// Rendezvous: SRDI index slope after the warm-up, per 10 minutes
+    /// (edges that join publish an entry each; entries of edges gone stay
+    /// until they expire).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub srdi_entries_per_10min: Option<f64>,
+    /// Rendezvous: leased edges at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rdv_clients_end: Option<f64>,
     /// The samples.
     pub series: SoakSeries,
 }
@@ -266,6 +279,7 @@ pub fn process_row(
     let per10 = |ys: &[f64]| slope(&series.t_s[from..], &ys[from..]).map(|s| s * 600.0);
     let at = |ys: &[f64], i: usize| ys.get(i).copied().unwrap_or(0.0);
     let last = series.t_s.len().saturating_sub(1);
+    let rdv = role == WorkerRole::Rendezvous;
     SoakRow {
         scenario: "soak",
         process: process.to_string(),
@@ -288,6 +302,13 @@ pub fn process_row(
         tasks_per_10min: per10(&series.tasks),
         ops: log.stat("ops") as u64,
         errors: log.stat("errors") as u64,
+        srdi_entries_end: rdv.then(|| at(&series.srdi_entries, last)),
+        srdi_entries_per_10min: if rdv {
+            per10(&series.srdi_entries)
+        } else {
+            None
+        },
+        rdv_clients_end: rdv.then(|| log.stat("rdv_clients")),
         series,
     }
 }
@@ -449,6 +470,7 @@ pub async fn run(
             s.tasks.push(log.stat("tasks"));
             s.ops.push(log.stat("ops"));
             s.errors.push(log.stat("errors"));
+            s.srdi_entries.push(log.stat("rdv_index"));
         }
         // Edges join and leave: when the current one has left, the next
         // one joins (with a new identity).
@@ -653,7 +675,16 @@ pub fn write_outputs(
 }
 
 /// Columns of `soak-samples.csv` after the process name.
-pub const SAMPLE_COLUMNS: [&str; 7] = ["t_s", "rss_mb", "fds", "threads", "tasks", "ops", "errors"];
+pub const SAMPLE_COLUMNS: [&str; 8] = [
+    "t_s",
+    "rss_mb",
+    "fds",
+    "threads",
+    "tasks",
+    "ops",
+    "errors",
+    "srdi_entries",
+];
 
 #[cfg(test)]
 mod tests {

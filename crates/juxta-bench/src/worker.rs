@@ -193,13 +193,20 @@ struct Counters {
     segments_ok: AtomicU64,
     segments_failed: AtomicU64,
     connect_errors: AtomicU64,
+    /// Rendezvous: leased edges, SRDI index entries, lookups admitted.
+    rdv_clients: AtomicU64,
+    rdv_index: AtomicU64,
+    rdv_queries: AtomicU64,
 }
 
 impl Counters {
     fn line(&self) -> String {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let ops =
-            g(&self.lookups_ok) + g(&self.pings_acked) + g(&self.echoed) + g(&self.segments_ok);
+        let ops = g(&self.lookups_ok)
+            + g(&self.pings_acked)
+            + g(&self.echoed)
+            + g(&self.segments_ok)
+            + g(&self.rdv_queries);
         let errors = g(&self.lookups_failed)
             + g(&self.ping_timeouts)
             + g(&self.ping_send_errors)
@@ -210,7 +217,7 @@ impl Counters {
             .map(|h| h.metrics().num_alive_tasks())
             .unwrap_or(0);
         format!(
-            "STATS tasks={tasks} ops={ops} errors={errors} lookups_ok={} lookups_failed={} pings_sent={} pings_acked={} ping_timeouts={} ping_send_errors={} late_acks={} echoed={} echo_dups={} echo_errors={} stream_bytes_out={} stream_bytes_in={} segments_ok={} segments_failed={} connect_errors={}",
+            "STATS tasks={tasks} ops={ops} errors={errors} lookups_ok={} lookups_failed={} pings_sent={} pings_acked={} ping_timeouts={} ping_send_errors={} late_acks={} echoed={} echo_dups={} echo_errors={} stream_bytes_out={} stream_bytes_in={} segments_ok={} segments_failed={} connect_errors={} rdv_clients={} rdv_index={} rdv_queries={}",
             g(&self.lookups_ok),
             g(&self.lookups_failed),
             g(&self.pings_sent),
@@ -226,6 +233,9 @@ impl Counters {
             g(&self.segments_ok),
             g(&self.segments_failed),
             g(&self.connect_errors),
+            g(&self.rdv_clients),
+            g(&self.rdv_index),
+            g(&self.rdv_queries),
         )
     }
 }
@@ -316,11 +326,29 @@ pub async fn run(spec: WorkerSpec) -> Result<(), BenchError> {
                 peers: spec.peers.clone(),
                 central: None,
             };
-            let mut s = stop.clone();
-            tokio::select! {
-                r = crate::rendezvous::serve(opts, |a, p| println!("READY {a} {p}")) => r?,
-                _ = s.wait_for(|s| *s) => {}
+            let listen = opts.listen;
+            let peer = crate::rendezvous::start(opts).await?;
+            println!(
+                "READY {} {}",
+                peer.local_addr().unwrap_or(listen),
+                peer.peer_id()
+            );
+            if let Some(h) = peer.rendezvous() {
+                let (h, c) = (h.clone(), counters.clone());
+                tokio::spawn(async move {
+                    loop {
+                        let st = h.status();
+                        c.rdv_clients.store(st.clients as u64, Ordering::Relaxed);
+                        c.rdv_index
+                            .store(st.index_entries as u64, Ordering::Relaxed);
+                        c.rdv_queries.store(st.queries, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                });
             }
+            let mut s = stop.clone();
+            let _ = s.wait_for(|s| *s).await;
+            drop(peer);
         }
         WorkerRole::Relay => {
             let mut s = stop.clone();

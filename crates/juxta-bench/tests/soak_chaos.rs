@@ -54,6 +54,13 @@ async fn a_short_soak_samples_every_process_and_loses_no_byte() {
             r.process
         );
     }
+    // The rendezvous reports its index; the others do not.
+    let rdv = &out.processes[0];
+    assert!(rdv.srdi_entries_end.is_some() && rdv.srdi_entries_per_10min.is_some());
+    assert!(rdv.rdv_clients_end.is_some());
+    assert!(out.processes[1..]
+        .iter()
+        .all(|r| r.srdi_entries_end.is_none()));
     // The load ran: pings were acked (direct and relayed), bytes streamed.
     let client = &out.processes[3];
     assert!(client.ops > 0, "client did nothing");

@@ -615,6 +615,8 @@ pub fn soak(rows: &[Row<'_>]) -> Option<Table> {
             ("threads_per_10min", "threads/10 min"),
             ("tasks_end", "tasks end"),
             ("tasks_per_10min", "tasks/10 min"),
+            ("srdi_entries_end", "SRDI entries end"),
+            ("srdi_entries_per_10min", "SRDI entries/10 min"),
             ("ops", "ops"),
             ("errors", "errors"),
         ],
