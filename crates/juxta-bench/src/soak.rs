@@ -625,11 +625,18 @@ pub fn write_outputs(
     std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
     let mut files = Vec::new();
     let json = dir.join("results.json");
-    std::fs::write(
-        &json,
-        serde_json::to_string_pretty(doc).unwrap_or_else(|_| "{}".into()),
-    )
-    .map_err(io(format!("writing {}", json.display())))?;
+    // Per-second samples make a soak document large: those are written
+    // compactly, others indented.
+    let has_series = doc["results"]
+        .as_array()
+        .is_some_and(|rs| rs.iter().any(|r| r.get("series").is_some()));
+    let text = if has_series {
+        serde_json::to_string(doc)
+    } else {
+        serde_json::to_string_pretty(doc)
+    };
+    std::fs::write(&json, text.unwrap_or_else(|_| "{}".into()))
+        .map_err(io(format!("writing {}", json.display())))?;
     files.push(json);
     // Samples: one CSV line per process and second.
     let mut samples = String::new();
