@@ -10,8 +10,12 @@
 //! propagate fan-out to 1..n receivers), [`throughput`] (one-way messages/s,
 //! smooth and bursty, with loss counted by message id), [`composition`]
 //! (one 20 KB message split into 1..20 elements) and [`senders`] (1..n
-//! sender peers into one input pipe).
+//! sender peers into one input pipe). Opt-in, long-running: [`soak`]
+//! (resource growth under a mixed load) and [`chaos`] (kills and
+//! restarts while sockets stream and queries run), with their peers as
+//! [`worker`] processes.
 
+pub mod chaos;
 pub mod compare;
 pub mod composition;
 pub mod csv_out;
@@ -26,9 +30,11 @@ pub mod relay;
 pub mod rendezvous;
 pub mod report;
 pub mod senders;
+pub mod soak;
 pub mod suite;
 pub mod throughput;
 pub mod util;
+pub mod worker;
 
 /// Errors from a benchmark run.
 #[derive(Debug, thiserror::Error)]

@@ -76,6 +76,15 @@ pub async fn serve(
     opts: ServeOptions,
     ready: impl FnOnce(SocketAddr, PeerId),
 ) -> Result<(), BenchError> {
+    let listen = opts.listen;
+    let peer = start(opts).await?;
+    ready(peer.local_addr().unwrap_or(listen), peer.peer_id());
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// Starts the rendezvous peer [`serve`] runs and returns it.
+pub async fn start(opts: ServeOptions) -> Result<Peer, BenchError> {
     let model_name = parse_model(&opts.model)?;
     let rate = opts.rate_limit.max(1);
     let adm = AdmissionConfig {
@@ -106,10 +115,7 @@ pub async fn serve(
         .admission(adm)
         .model(model)
         .peers(opts.peers.clone());
-    let peer = Peer::start(cfg.rendezvous(rc)).await?;
-    ready(peer.local_addr().unwrap_or(opts.listen), peer.peer_id());
-    std::future::pending::<()>().await;
-    Ok(())
+    Ok(Peer::start(cfg.rendezvous(rc)).await?)
 }
 
 /// A rendezvous child process (killed when dropped).

@@ -153,8 +153,8 @@ pub fn pattern(n: usize) -> Vec<u8> {
 }
 
 /// 64 random bits from the standard library's per-process random hash keys
-/// (enough for unique pipe IDs; the bench has no other use for randomness).
-fn random_u64() -> u64 {
+/// (enough for unique pipe IDs and connection tags; not for cryptography).
+pub fn random_u64() -> u64 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut h = RandomState::new().build_hasher();
     h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));

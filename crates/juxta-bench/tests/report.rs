@@ -137,6 +137,37 @@ fn synthetic_doc() -> Value {
                 "delivered_msgs_per_s": f64::min(offered, 8000.0), "loss_pct": 0.0, "relay_rss_mb_max": 20.0}));
         }
     }
+    for (i, process) in ["rendezvous", "relay", "client"].iter().enumerate() {
+        let t: Vec<f64> = (0..60).map(|s| s as f64).collect();
+        let rss: Vec<f64> = t.iter().map(|s| 15.0 + i as f64 + s / 600.0).collect();
+        rows.push(
+            json!({"scenario": "soak", "process": process, "role": "edge",
+            "duration_s": 60.0, "samples": 60, "warmup_s": 30.0,
+            "rss_mb_start": 15.05, "rss_mb_end": 15.1, "rss_mb_per_10min": 1.0,
+            "fds_start": 20, "fds_end": 20, "fds_per_10min": 0.0,
+            "threads_end": 6, "threads_per_10min": 0.0, "tasks_end": 9, "tasks_per_10min": 0.0,
+            "ops": 1000, "errors": 0,
+            "series": {"t_s": t, "rss_mb": rss, "fds": vec![20.0; 60], "threads": vec![6.0; 60],
+                "tasks": vec![9.0; 60], "ops": vec![1.0; 60], "errors": vec![0.0; 60]}}),
+        );
+    }
+    rows.push(
+        json!({"scenario": "soak", "process": "total", "churn_edges": 6, "ops": 3000,
+        "errors": 0, "socket_conns_ok": 10, "socket_conns_err": 0, "socket_bytes_lost": 0}),
+    );
+    for (i, kind) in ["rendezvous", "rendezvous", "relay", "edge"]
+        .iter()
+        .enumerate()
+    {
+        rows.push(json!({"scenario": "chaos", "row": "event", "event": i, "kind": kind,
+            "target": format!("p{i}"), "live_rendezvous": 3 - i.min(2), "affected": 2, "recovered": 2,
+            "never_recovered": 0, "recovery_ms": [50.0 + i as f64, 60.0], "recovery_ms_p50": 50.0,
+            "recovery_ms_p99": 60.0, "recovery_ms_max": 60.0}));
+    }
+    rows.push(json!({"scenario": "chaos", "row": "summary", "rendezvous_kills": 2,
+        "release_ms_p50": 55.0, "release_ms_p99": 60.0, "release_ms_max": 60.0, "never_recovered": 0,
+        "socket_conns_ok": 10, "socket_conns_err": 1, "socket_bytes_lost": 0,
+        "socket_bytes_out_of_order": 0, "lookups_failed_outside_recovery": 0}));
     rows.push(json!({"scenario": "future-scenario", "mystery": [1, 2], "x": {"y": 1}}));
     json!({
         "command": "juxta bench --net lan",
@@ -173,6 +204,11 @@ const SYNTHETIC_PLOTS: &[&str] = &[
     "plot-relay-rtt",
     "plot-relay-bandwidth",
     "plot-relay-overload",
+    "plot-soak-rss",
+    "plot-soak-fds",
+    "plot-soak-threads",
+    "plot-soak-tasks",
+    "plot-chaos-recovery",
 ];
 
 const SYNTHETIC_TABLES: &[&str] = &[
@@ -185,6 +221,10 @@ const SYNTHETIC_TABLES: &[&str] = &[
     "table-rendezvous",
     "table-recovery",
     "table-relay",
+    "table-soak",
+    "table-soak-totals",
+    "table-chaos-events",
+    "table-chaos-summary",
 ];
 
 fn real_docs() -> Vec<(PathBuf, Value)> {
@@ -239,6 +279,8 @@ fn csv_per_scenario_with_union_header() {
         "rendezvous",
         "recovery",
         "relay",
+        "soak",
+        "chaos",
         "future-scenario",
     ] {
         assert!(
@@ -371,6 +413,11 @@ fn real_documents_render() {
         "plot-relay-rtt",
         "plot-relay-bandwidth",
         "plot-relay-overload",
+        "plot-soak-rss",
+        "plot-soak-fds",
+        "plot-soak-threads",
+        "plot-soak-tasks",
+        "plot-chaos-recovery",
     ];
     assert_eq!(s.plot_ids, expected);
     assert_ids(&html, &expected);

@@ -65,6 +65,13 @@ enum Cmd {
     /// prints `READY <addr> <peer id> [<http addr>]`.
     #[command(hide = true)]
     RelayServe(RelayServeArgs),
+    /// Internal: a peer process of the soak and chaos benchmarks (a
+    /// rendezvous, a relay or an edge, described by a JSON spec).
+    #[command(hide = true)]
+    SoakWorker {
+        /// The worker's spec (JSON).
+        spec: String,
+    },
     /// Internal: the responder process of a benchmark.
     #[command(hide = true)]
     BenchResponder {
@@ -165,6 +172,17 @@ enum BenchCmd {
     /// overload run against a relay process (offered vs delivered, loss,
     /// relay memory, and another edge pair's RTT meanwhile).
     Relay(RelayArgs),
+    /// Opt-in, long: a mixed load (rendezvous, relay, edges pinging over
+    /// pipes, streaming over sockets, looking up, joining and leaving), each
+    /// peer its own process, sampled every second (RSS, descriptors,
+    /// threads, tokio tasks); reports the growth per 10 minutes after the
+    /// warm-up. Writes results.json, CSV files and report.html.
+    Soak(SoakArgs),
+    /// Opt-in: kills rendezvous (4 -> 1), a relay and edges by PID while
+    /// sockets stream and lookups run, restarting them; checks that no
+    /// socket byte is lost or reordered and reports the edges' re-lease
+    /// times. Writes results.json, CSV files and report.html.
+    Chaos(ChaosArgs),
     /// Compare two result sets (a results directory or a results.json
     /// each): prints B / A for every figure and writes an HTML page with
     /// the ratios plotted.
@@ -423,6 +441,53 @@ struct RecoveryArgs {
 }
 
 #[derive(clap::Args, Clone)]
+struct SoakArgs {
+    /// Length of the run in minutes (fractions allowed).
+    #[arg(long, default_value_t = 30.0)]
+    minutes: f64,
+    /// Length of the run in seconds (overrides --minutes).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Socket stream rate, bytes/s.
+    #[arg(long, default_value_t = 1_000_000)]
+    stream_rate: u64,
+    /// How long each joining edge stays, seconds.
+    #[arg(long, default_value_t = 10)]
+    churn_secs: u64,
+    /// RSA key size of the peers.
+    #[arg(long, default_value_t = 1024)]
+    key_bits: usize,
+    /// Output directory (default results/soak-<unix time>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Clone)]
+struct ChaosArgs {
+    /// Rendezvous processes (each round kills all but one).
+    #[arg(long, default_value_t = 4)]
+    rendezvous: usize,
+    /// Edges that only publish and look up (besides server and client).
+    #[arg(long, default_value_t = 4)]
+    lookup_edges: usize,
+    /// Rounds of rendezvous kills (the killed ones restart after each).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// Relay kills (each followed by a restart).
+    #[arg(long, default_value_t = 1)]
+    relay_kills: usize,
+    /// Edge kills (each followed by a restart).
+    #[arg(long, default_value_t = 2)]
+    edge_kills: usize,
+    /// RSA key size of the peers.
+    #[arg(long, default_value_t = 1024)]
+    key_bits: usize,
+    /// Output directory (default results/chaos-<unix time>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Clone)]
 struct RelayServeArgs {
     #[arg(long)]
     listen: SocketAddr,
@@ -491,6 +556,8 @@ fn main() -> ExitCode {
                     // (responders killed at the end of a step reset their
                     // connections, which would log warnings).
                     Cmd::Bench { scenario: None, .. } => "error".into(),
+                    // Workers are killed and their peers vanish on purpose.
+                    Cmd::SoakWorker { .. } => "error".into(),
                     _ => "warn".into(),
                 }
             }),
@@ -507,6 +574,7 @@ fn main() -> ExitCode {
         } => multi_thread().block_on(run_peer(listen, home, !no_compact, !no_cbjx, key_bits)),
         Cmd::RdvServe(a) => multi_thread().block_on(run_rdv_serve(a)),
         Cmd::RelayServe(a) => multi_thread().block_on(run_relay_serve(a)),
+        Cmd::SoakWorker { spec } => return juxta_bench::worker::main_json(&spec),
         Cmd::BenchResponder {
             layer,
             core,
@@ -545,6 +613,8 @@ fn main() -> ExitCode {
             Some(BenchCmd::Rendezvous(a)) => run_rendezvous(a),
             Some(BenchCmd::Recovery(a)) => run_recovery(a),
             Some(BenchCmd::Relay(a)) => run_relay(a),
+            Some(BenchCmd::Soak(a)) => run_soak(a),
+            Some(BenchCmd::Chaos(a)) => run_chaos(a),
             Some(BenchCmd::Compare { a, b, html }) => run_compare(a, b, html),
             None => match run_suite(suite) {
                 Ok(code) => return code,
@@ -1191,4 +1261,81 @@ fn run_relay(a: RelayArgs) -> Result<(), CliError> {
     };
     let rows = multi_thread().block_on(juxta_bench::relay::run(&opts, |l| eprintln!("{l}")))?;
     write_rows(a.json, serde_json::json!(rows))
+}
+
+fn stamped_out_dir(prefix: &str) -> PathBuf {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    PathBuf::from("results").join(format!("{prefix}-{secs}"))
+}
+
+fn print_files(files: &[PathBuf]) {
+    eprintln!("wrote:");
+    for f in files {
+        eprintln!("  {}", f.display());
+    }
+}
+
+fn run_soak(a: SoakArgs) -> Result<(), CliError> {
+    let secs = a.seconds.unwrap_or(a.minutes * 60.0);
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(CliError::Msg(format!(
+            "--minutes/--seconds must be positive (got {secs} s)"
+        )));
+    }
+    let opts = juxta_bench::soak::SoakOptions {
+        duration: std::time::Duration::from_secs_f64(secs),
+        stream_rate_bytes_per_s: a.stream_rate.max(1),
+        churn_lifetime: std::time::Duration::from_secs(a.churn_secs.max(1)),
+        key_bits: a.key_bits,
+        ..Default::default()
+    };
+    let out = a.out.unwrap_or_else(|| stamped_out_dir("soak"));
+    let outcome = multi_thread().block_on(juxta_bench::soak::run(&opts, |l| eprintln!("{l}")))?;
+    let options = serde_json::json!({
+        "duration_s": secs,
+        "sample_every_s": opts.sample_every.as_secs_f64(),
+        "churn_lifetime_s": opts.churn_lifetime.as_secs_f64(),
+        "stream_rate_bytes_per_s": opts.stream_rate_bytes_per_s,
+        "segment_bytes": opts.segment_bytes,
+        "ping_every_ms": opts.ping_every_ms,
+        "lookup_every_ms": opts.lookup_every_ms,
+        "key_bits": opts.key_bits,
+    });
+    let doc = juxta_bench::soak::document(options, outcome.rows());
+    print_files(&juxta_bench::soak::write_outputs(&out, &doc)?);
+    Ok(())
+}
+
+fn run_chaos(a: ChaosArgs) -> Result<(), CliError> {
+    let opts = juxta_bench::chaos::ChaosOptions {
+        rendezvous: a.rendezvous.max(1),
+        lookup_edges: a.lookup_edges,
+        rounds: a.rounds,
+        relay_kills: a.relay_kills,
+        edge_kills: a.edge_kills,
+        key_bits: a.key_bits,
+        ..Default::default()
+    };
+    let out = a.out.unwrap_or_else(|| stamped_out_dir("chaos"));
+    let outcome = multi_thread().block_on(juxta_bench::chaos::run(&opts, |l| eprintln!("{l}")))?;
+    let options = serde_json::json!({
+        "rendezvous": opts.rendezvous,
+        "lookup_edges": opts.lookup_edges,
+        "rounds": opts.rounds,
+        "relay_kills": opts.relay_kills,
+        "edge_kills": opts.edge_kills,
+        "settle_s": opts.settle.as_secs_f64(),
+        "recovery_limit_s": opts.recovery_limit.as_secs_f64(),
+        "stream_rate_bytes_per_s": opts.stream_rate_bytes_per_s,
+        "segment_bytes": opts.segment_bytes,
+        "ping_every_ms": opts.ping_every_ms,
+        "lookup_every_ms": opts.lookup_every_ms,
+        "key_bits": opts.key_bits,
+    });
+    let doc = juxta_bench::soak::document(options, outcome.rows());
+    print_files(&juxta_bench::soak::write_outputs(&out, &doc)?);
+    Ok(())
 }

@@ -223,3 +223,64 @@ fn compare_prints_ratios_and_writes_a_page() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("/nonexistent/a"), "{}", stderr(&o));
 }
+
+#[test]
+fn soak_refuses_a_bad_length_and_the_worker_a_bad_spec() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("soak");
+    let o = juxta(&[
+        "bench",
+        "soak",
+        "--seconds",
+        "0",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("must be positive"), "{}", stderr(&o));
+    assert!(!out.exists(), "nothing may run or be written");
+    let o = juxta(&["soak-worker", "{not json"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("bad spec"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_short_soak_runs_its_peers_as_juxta_processes() {
+    // Every peer is this binary re-run as `juxta soak-worker`.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("soak");
+    let o = juxta(&[
+        "bench",
+        "soak",
+        "--seconds",
+        "3",
+        "--churn-secs",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    let rows = doc["results"].as_array().unwrap();
+    let procs: Vec<&str> = rows.iter().filter_map(|r| r["process"].as_str()).collect();
+    assert_eq!(
+        procs,
+        [
+            "rendezvous",
+            "relay",
+            "server",
+            "client",
+            "relay-echo",
+            "relay-ping",
+            "total"
+        ]
+    );
+    for r in &rows[..6] {
+        assert!(r["samples"].as_u64().unwrap() >= 1, "{r}");
+        assert!(r["rss_mb_end"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert_eq!(rows[6]["socket_bytes_lost"], 0);
+    assert_eq!(rows[6]["socket_bytes_out_of_order"], 0);
+    assert!(out.join("report.html").exists() && out.join("soak-samples.csv").exists());
+}

@@ -131,6 +131,12 @@ pub const SECTIONS: &[(&str, &str, &str)] = &[
         "Rendezvous: recovery after failure",
     ),
     ("relay", "sec-relay", "Relays"),
+    (
+        "soak",
+        "sec-soak",
+        "Soak: resource growth under a mixed load",
+    ),
+    ("chaos", "sec-chaos", "Chaos: kills and restarts"),
 ];
 
 type PlotFn = fn(&[Row<'_>]) -> Result<Option<Plot>, ReportError>;
@@ -251,6 +257,27 @@ pub fn sections(doc: &Value) -> Result<Vec<Section>, ReportError> {
                         published::RELAY_NOTES.join("; ")
                     )));
                 }
+            }
+            "soak" => {
+                let r = scenario_rows(&all, "soak");
+                push_plots(
+                    &mut items,
+                    &r,
+                    &[
+                        plots::soak_rss,
+                        plots::soak_fds,
+                        plots::soak_threads,
+                        plots::soak_tasks,
+                    ],
+                )?;
+                push_table(&mut items, tables::soak(&r));
+                push_table(&mut items, tables::soak_totals(&r));
+            }
+            "chaos" => {
+                let r = scenario_rows(&all, "chaos");
+                push_plots(&mut items, &r, &[plots::chaos_recovery])?;
+                push_table(&mut items, tables::chaos_events(&r));
+                push_table(&mut items, tables::chaos_summary(&r));
             }
             _ => {}
         }

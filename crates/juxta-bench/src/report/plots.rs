@@ -782,3 +782,135 @@ pub fn size_text(v: f64) -> String {
         format!("{v} B")
     }
 }
+
+/// One series per soak process of `field` of its `series` against time
+/// (minutes).
+fn soak_series(rows: &[Row<'_>], field: &str) -> Vec<Series> {
+    rows.iter()
+        .filter_map(|r| {
+            let s = r.0.get("series")?;
+            let col = |k: &str| -> Vec<f64> {
+                s.get(k)
+                    .and_then(|v| v.as_array())
+                    .map(|a| a.iter().map(|x| x.as_f64().unwrap_or(f64::NAN)).collect())
+                    .unwrap_or_default()
+            };
+            let points: Vec<(f64, f64)> = col("t_s")
+                .into_iter()
+                .zip(col(field))
+                .filter(|(t, y)| t.is_finite() && y.is_finite())
+                .map(|(t, y)| (t / 60.0, y))
+                .collect();
+            (!points.is_empty()).then(|| (r.s("process").unwrap_or("?").to_string(), points))
+        })
+        .enumerate()
+        .map(|(i, (label, points))| Series {
+            label,
+            color: PALETTE[i % PALETTE.len()],
+            dashed: false,
+            bold: false,
+            marker: Marker::None,
+            kind: Kind::Line,
+            points,
+        })
+        .collect()
+}
+
+const SOAK_METHOD: &str = "Every peer is its own process under a mixed load (pipe ping-pong direct and through a relay, a paced socket stream, lookups through the rendezvous, an edge joining and leaving every few seconds); sampled from /proc every second.";
+
+fn soak_plot(
+    rows: &[Row<'_>],
+    field: &str,
+    id: &str,
+    title: &str,
+    y: &str,
+) -> Result<Option<Plot>, ReportError> {
+    finish(
+        id,
+        title,
+        SOAK_METHOD,
+        Axis::linear("time (minutes)"),
+        Axis::linear(y),
+        soak_series(rows, field),
+    )
+}
+
+/// Soak: RSS of every process over time.
+pub fn soak_rss(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    soak_plot(
+        rows,
+        "rss_mb",
+        "plot-soak-rss",
+        "Soak: resident memory",
+        "RSS (MB)",
+    )
+}
+
+/// Soak: open descriptors of every process over time.
+pub fn soak_fds(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    soak_plot(
+        rows,
+        "fds",
+        "plot-soak-fds",
+        "Soak: open file descriptors",
+        "descriptors",
+    )
+}
+
+/// Soak: threads of every process over time.
+pub fn soak_threads(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    soak_plot(
+        rows,
+        "threads",
+        "plot-soak-threads",
+        "Soak: threads",
+        "threads",
+    )
+}
+
+/// Soak: tokio tasks alive in every process over time.
+pub fn soak_tasks(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    soak_plot(
+        rows,
+        "tasks",
+        "plot-soak-tasks",
+        "Soak: tokio tasks alive",
+        "tasks",
+    )
+}
+
+/// Chaos: every recovery time per kill.
+pub fn chaos_recovery(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    let mut groups: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for r in rows {
+        let (Some(kind), Some(ev)) = (r.s("kind"), r.f("event")) else {
+            continue;
+        };
+        let Some(v) = r.0.get("recovery_ms").and_then(|v| v.as_array()) else {
+            continue;
+        };
+        let g = groups.entry(kind.to_string()).or_default();
+        g.extend(v.iter().filter_map(|x| x.as_f64()).map(|ms| (ev, ms)));
+    }
+    let s = groups
+        .into_iter()
+        .enumerate()
+        .map(|(i, (label, points))| Series {
+            label: format!("{label} killed"),
+            color: PALETTE[i % PALETTE.len()],
+            dashed: false,
+            bold: false,
+            marker: Marker::Circle,
+            kind: Kind::Markers,
+            points,
+        })
+        .collect();
+    finish(
+        "plot-chaos-recovery",
+        "Chaos: recovery after each kill",
+        "Each point is one affected process: for a rendezvous kill an orphaned edge's new lease, for a relay kill (restarted at once) a client's new relay connection, for an edge kill the restarted edge's lease; time from the SIGKILL.",
+        Axis::linear("kill (in order)"),
+        Axis::linear("recovery (ms)"),
+        s,
+    )
+}

@@ -590,3 +590,119 @@ pub fn relay(rows: &[Row<'_>]) -> Option<Table> {
         ],
     )
 }
+
+/// Soak: one line per process (growth after the warm-up).
+pub fn soak(rows: &[Row<'_>]) -> Option<Table> {
+    let procs: Vec<Row<'_>> = rows
+        .iter()
+        .copied()
+        .filter(|r| r.s("process") != Some("total"))
+        .collect();
+    rows_table(
+        "table-soak",
+        "Soak, per process: values at the end of the warm-up and at the end, and the least-squares slope after the warm-up per 10 minutes (target: RSS <= 1 MB per 10 minutes, no growth of descriptors, threads or tasks).",
+        &procs,
+        &[
+            ("process", "process"),
+            ("duration_s", "s"),
+            ("rss_mb_start", "RSS MB"),
+            ("rss_mb_end", "RSS MB end"),
+            ("rss_mb_per_10min", "RSS MB/10 min"),
+            ("fds_start", "fds"),
+            ("fds_end", "fds end"),
+            ("fds_per_10min", "fds/10 min"),
+            ("threads_end", "threads end"),
+            ("threads_per_10min", "threads/10 min"),
+            ("tasks_end", "tasks end"),
+            ("tasks_per_10min", "tasks/10 min"),
+            ("srdi_entries_end", "SRDI entries end"),
+            ("srdi_entries_per_10min", "SRDI entries/10 min"),
+            ("ops", "ops"),
+            ("errors", "errors"),
+        ],
+    )
+}
+
+/// Soak: the run's totals.
+pub fn soak_totals(rows: &[Row<'_>]) -> Option<Table> {
+    let t: Vec<Row<'_>> = rows
+        .iter()
+        .copied()
+        .filter(|r| r.s("process") == Some("total"))
+        .collect();
+    rows_table(
+        "table-soak-totals",
+        "Soak totals: edges that joined and left, operations and errors of all processes, the socket stream's accounting (bytes written on connections closed without error and not read are lost) and the pipe echoes' duplicates.",
+        &t,
+        &[
+            ("churn_edges", "edges joined"),
+            ("ops", "ops"),
+            ("errors", "errors"),
+            ("lookups_failed", "lookups failed"),
+            ("ping_timeouts", "ping timeouts"),
+            ("socket_conns_ok", "sockets ok"),
+            ("socket_conns_err", "sockets err"),
+            ("socket_bytes_ok", "bytes"),
+            ("socket_bytes_lost", "bytes lost"),
+            ("socket_bytes_out_of_order", "bytes out of order"),
+            ("pipe_duplicates", "pipe duplicates"),
+        ],
+    )
+}
+
+/// Chaos: one line per kill.
+pub fn chaos_events(rows: &[Row<'_>]) -> Option<Table> {
+    let ev: Vec<Row<'_>> = rows
+        .iter()
+        .copied()
+        .filter(|r| r.s("row") == Some("event"))
+        .collect();
+    rows_table(
+        "table-chaos-events",
+        "Chaos, per kill: processes that had to recover and how long they took from the SIGKILL (target: edges re-leased within 200 ms p99, none never).",
+        &ev,
+        &[
+            ("event", "#"),
+            ("kind", "killed"),
+            ("target", "process"),
+            ("live_rendezvous", "rdv alive"),
+            ("affected", "affected"),
+            ("recovered", "recovered"),
+            ("never_recovered", "never"),
+            ("recovery_ms_p50", "p50 ms"),
+            ("recovery_ms_p99", "p99 ms"),
+            ("recovery_ms_max", "max ms"),
+        ],
+    )
+}
+
+/// Chaos: the checks.
+pub fn chaos_summary(rows: &[Row<'_>]) -> Option<Table> {
+    let s: Vec<Row<'_>> = rows
+        .iter()
+        .copied()
+        .filter(|r| r.s("row") == Some("summary"))
+        .collect();
+    rows_table(
+        "table-chaos-summary",
+        "Chaos checks: re-lease after rendezvous kills, socket bytes (target: none lost or out of order; connections that reported an error are counted apart), pipe pings and duplicates, lookups failed outside a recovery window.",
+        &s,
+        &[
+            ("rendezvous_kills", "rdv kills"),
+            ("release_ms_p50", "re-lease p50 ms"),
+            ("release_ms_p99", "p99 ms"),
+            ("release_ms_max", "max ms"),
+            ("never_recovered", "never recovered"),
+            ("relay_release_ms_max", "relay re-lease max ms"),
+            ("socket_conns_ok", "sockets ok"),
+            ("socket_conns_err", "sockets err"),
+            ("socket_bytes_lost", "bytes lost"),
+            ("socket_bytes_out_of_order", "out of order"),
+            ("pings_acked", "pings acked"),
+            ("ping_timeouts", "ping timeouts"),
+            ("pipe_duplicates", "duplicates"),
+            ("lookups_failed", "lookups failed"),
+            ("lookups_failed_outside_recovery", "outside recovery"),
+        ],
+    )
+}
