@@ -850,6 +850,21 @@ impl Task {
                 if r.srv.poll_timeout().is_some_and(|t| t <= now) {
                     r.srv.handle_timeout(now);
                 }
+                // An edge whose connection closed has left (it leases
+                // again, here or elsewhere, when it reconnects): its lease
+                // and SRDI entries go now, not when the lease would expire
+                // (found by the soak: departed edges' leases and entries
+                // piled up for 20 minutes).
+                if let Some(inner) = self.inner.upgrade() {
+                    let gone: Vec<PeerId> = r
+                        .srv
+                        .clients()
+                        .filter(|p| inner.connection(p).is_none())
+                        .collect();
+                    for p in gone {
+                        r.srv.handle_unreachable(&p);
+                    }
+                }
                 r.srdi.handle_timeout(now);
                 r.relayed
                     .retain(|_, (_, _, at)| now.saturating_sub(*at) < RELAY_TTL_MS);
