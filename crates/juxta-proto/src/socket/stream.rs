@@ -77,7 +77,7 @@ pub const MIN_WINDOW: u64 = 64 * 1024;
 /// further than this beyond the bytes sent.
 pub const MAX_WINDOW: u64 = 256 * 1024 * 1024;
 /// Largest data element a sender puts in one message.
-pub const MAX_DATA_CHUNK: usize = 256 * 1024;
+pub const MAX_DATA_CHUNK: usize = 1024 * 1024;
 
 /// Why a stream was reset (the byte of [`ELEM_RESET`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -488,7 +488,12 @@ pub fn offer_element(window: u64) -> Element {
 /// The window of a stream-mode offer in a set-up message, if there is one
 /// (clamped; an unparsable value counts as no offer).
 pub fn offered_window(msg: &Message) -> Option<u64> {
-    let v = msg.get(NS_STREAM, ELEM_OFFER)?.as_str()?.trim().parse().ok()?;
+    let v = msg
+        .get(NS_STREAM, ELEM_OFFER)?
+        .as_str()?
+        .trim()
+        .parse()
+        .ok()?;
     Some(clamp_window(v))
 }
 
@@ -654,7 +659,10 @@ mod tests {
 
         let mut w = StreamState::new(MIN_WINDOW, MIN_WINDOW);
         w.handle(Item::Stop).unwrap();
-        assert_eq!(w.write_error().unwrap().io_kind(), std::io::ErrorKind::BrokenPipe);
+        assert_eq!(
+            w.write_error().unwrap().io_kind(),
+            std::io::ErrorKind::BrokenPipe
+        );
 
         let mut w = StreamState::new(MIN_WINDOW, MIN_WINDOW);
         w.handle(data(4)).unwrap();
@@ -697,7 +705,9 @@ mod tests {
         assert_eq!(errs[0], Err(StreamError::Malformed(ELEM_CREDIT)));
         assert_eq!(errs[1], Err(StreamError::Malformed(ELEM_RESET)));
         assert_eq!(errs[2], Err(StreamError::Malformed("unknown")));
-        assert!(!is_stream_message(&Message::new().with(Element::text("jxtarel", "x", ""))));
+        assert!(!is_stream_message(
+            &Message::new().with(Element::text("jxtarel", "x", ""))
+        ));
     }
 
     #[test]

@@ -622,7 +622,14 @@ impl JxtaSocket {
     /// all zero in stream mode.
     pub fn stats(&self) -> reliable::ReliableStats {
         match &self.imp {
-            Imp::Reliable(h) => h.0.state.lock().expect("socket lock").engine.stats().clone(),
+            Imp::Reliable(h) => {
+                h.0.state
+                    .lock()
+                    .expect("socket lock")
+                    .engine
+                    .stats()
+                    .clone()
+            }
             Imp::Stream(_) => reliable::ReliableStats::default(),
         }
     }
@@ -957,11 +964,7 @@ impl Shared {
         Poll::Pending
     }
 
-    fn poll_write(
-        self: &Arc<Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    fn poll_write(self: &Arc<Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let mut st = self.state.lock().expect("socket lock");
         if st.error.is_some() {
             return Poll::Ready(Err(err(&st)));

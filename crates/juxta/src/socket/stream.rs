@@ -38,6 +38,22 @@ use crate::endpoint::Messenger;
 use crate::peer::Inner;
 use crate::pipe::{InputPipe, PIPE_SERVICE};
 
+/// Stands for the caller's bytes in a frame written straight from them
+/// (see `Messenger::try_send_borrowed`); never sent itself.
+static PLACEHOLDER: [u8; MAX_DATA_CHUNK] = [0; MAX_DATA_CHUNK];
+
+// TEMP: chunk size experiments.
+fn chunk() -> usize {
+    static C: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *C.get_or_init(|| {
+        std::env::var("JUXTA_STREAM_CHUNK")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(MAX_DATA_CHUNK)
+            .min(MAX_DATA_CHUNK)
+    })
+}
+
 struct State {
     s: StreamState,
     read_waker: Option<Waker>,
@@ -127,10 +143,9 @@ impl Shared {
     }
 
     fn send_grant(&self, limit: u64) {
-        self.send_control(
-            Message::new().with(proto::credit_element(limit)),
-            |st| st.pending_grant = Some(st.pending_grant.unwrap_or(0).max(limit)),
-        );
+        self.send_control(Message::new().with(proto::credit_element(limit)), |st| {
+            st.pending_grant = Some(st.pending_grant.unwrap_or(0).max(limit))
+        });
     }
 
     fn send_reset(&self, code: ResetCode) {
@@ -289,7 +304,10 @@ impl StreamSocket {
     /// task that the next write waits for.
     fn send(&mut self, msg: Message) -> io::Result<()> {
         let sh = &self.shared;
-        match sh.messenger.try_send(PIPE_SERVICE, Some(&sh.remote_pipe), msg) {
+        match sh
+            .messenger
+            .try_send(PIPE_SERVICE, Some(&sh.remote_pipe), msg)
+        {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(msg)) => {
                 let sh = sh.clone();
@@ -354,13 +372,34 @@ impl StreamSocket {
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        let n = data.len().min(st.s.writable()).min(MAX_DATA_CHUNK);
+        let n = data.len().min(st.s.writable()).min(chunk());
         if n == 0 {
             st.write_waker = Some(cx.waker().clone());
             return Poll::Pending;
         }
         st.s.on_sent(n);
         drop(st);
+        let sh = &self.shared;
+        if n > crate::endpoint::BORROW_MIN {
+            // Straight from the caller's buffer when the connection is free.
+            let ph = &PLACEHOLDER[..n];
+            let msg = Message::new().with(proto::data_element(Bytes::from_static(ph)));
+            match sh.messenger.try_send_borrowed(
+                PIPE_SERVICE,
+                Some(&sh.remote_pipe),
+                msg,
+                ph,
+                &data[..n],
+            ) {
+                Ok(Ok(_)) => return Poll::Ready(Ok(n)),
+                Ok(Err(_)) => {}
+                Err(e) => {
+                    let mut st = sh.lock();
+                    st.fail_conn(io::ErrorKind::ConnectionReset, e.to_string());
+                    return Poll::Ready(Err(st.write_err().expect("failed above")));
+                }
+            }
+        }
         let msg = Message::new().with(proto::data_element(Bytes::copy_from_slice(&data[..n])));
         self.send(msg)?;
         Poll::Ready(Ok(n))

@@ -261,6 +261,70 @@ impl WriterSide {
     }
 }
 
+impl WriterSide {
+    /// [`WriterSide::try_write_now`] of a frame in which the chunk that is
+    /// `placeholder` (compared by address and length) stands for
+    /// `payload`: the bytes go to the socket straight from `payload`, and
+    /// only what the socket does not take now is copied (to the backlog).
+    /// The backlog must be empty.
+    pub(crate) fn try_write_now_borrowed(
+        &mut self,
+        enc: &EncodedMessage,
+        placeholder: &[u8],
+        payload: &[u8],
+    ) -> io::Result<bool> {
+        debug_assert!(self.backlog.is_empty());
+        let is_ph = |c: &bytes::Bytes| {
+            c.len() == payload.len() && std::ptr::eq(c.as_ptr(), placeholder.as_ptr())
+        };
+        let half = match &mut self.half {
+            Sink::Tcp(half) => half,
+            Sink::Http(_) => {
+                let mut owned = EncodedMessage::default();
+                for c in &enc.chunks {
+                    owned.push(if is_ph(c) {
+                        bytes::Bytes::copy_from_slice(payload)
+                    } else {
+                        c.clone()
+                    });
+                }
+                return self.try_write_now(&owned);
+            }
+        };
+        let slices: Vec<&[u8]> = enc
+            .chunks
+            .iter()
+            .map(|c| if is_ph(c) { payload } else { &c[..] })
+            .collect();
+        let mut idx = 0;
+        let mut off = 0;
+        while idx < slices.len() {
+            let r = {
+                let iov = io_slices(&slices, idx, off);
+                half.try_write_vectored(&iov)
+            };
+            let n = match r {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    for (i, c) in enc.chunks.iter().enumerate().skip(idx) {
+                        let from = if i == idx { off } else { 0 };
+                        self.backlog.push(if is_ph(c) {
+                            bytes::Bytes::copy_from_slice(&payload[from..])
+                        } else {
+                            c.slice(from..)
+                        });
+                    }
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            };
+            advance(&slices, &mut idx, &mut off, n);
+        }
+        Ok(true)
+    }
+}
+
 /// A live connection to a remote peer.
 pub struct Connection {
     pub(crate) id: u64,
