@@ -435,7 +435,10 @@ impl Messenger {
     /// `payload` itself, and only the part the socket does not take now is
     /// copied. Handed back (`Ok(Err(msg))`, still holding the placeholder)
     /// when the connection is busy or the framing did not keep the
-    /// placeholder as a chunk of its own.
+    /// placeholder as a chunk of its own. When the socket took only part
+    /// of the frame, the rest is copied and written by a task, whose
+    /// handle comes back: wait for it before the next send to find the
+    /// connection free again.
     pub(crate) fn try_send_borrowed(
         &self,
         service: &str,
@@ -443,7 +446,7 @@ impl Messenger {
         mut msg: Message,
         placeholder: &'static [u8],
         payload: &[u8],
-    ) -> Result<Result<usize, Message>, SendError> {
+    ) -> Result<Result<Option<tokio::task::JoinHandle<()>>, Message>, SendError> {
         if self.conn.is_closed() {
             return Err(SendError::Closed(self.conn.remote));
         }
@@ -482,19 +485,19 @@ impl Messenger {
                 source,
             })?;
         drop(w);
-        if !whole {
-            let conn = self.conn.clone();
-            tokio::spawn(async move {
-                let mut w = conn.writer.lock().await;
-                if let Err(e) = w.drain_backlog().await {
-                    tracing::debug!(remote = %conn.remote, error = %e, "write failed");
-                }
-            });
-        }
         self.conn
             .bytes_out
             .fetch_add(enc.len as u64, Ordering::Relaxed);
-        Ok(Ok(enc.len))
+        if whole {
+            return Ok(Ok(None));
+        }
+        let conn = self.conn.clone();
+        Ok(Ok(Some(tokio::spawn(async move {
+            let mut w = conn.writer.lock().await;
+            if let Err(e) = w.drain_backlog().await {
+                tracing::debug!(remote = %conn.remote, error = %e, "write failed");
+            }
+        }))))
     }
 
     /// [`Messenger::try_send`] of `msg` as it is, to the wire service

@@ -3,13 +3,16 @@
 //! bytes as plain compact messages, with credit-based flow control instead
 //! of `jxtarel` blocks, acks and timers.
 //!
-//! Data path: `poll_write` copies the caller's bytes once into a message of
-//! at most [`MAX_DATA_CHUNK`] bytes and hands it to the connection at once
-//! (`writev`, no task switch); only when the connection is busy does a task
-//! finish the send, and the next write waits for it (one message in
-//! flight). Received messages reach the socket on the connection's reader
-//! task and are queued as the `Bytes` the decoder produced; `poll_read`
-//! copies them into the caller's buffer.
+//! Data path: `poll_write` takes up to [`MAX_DATA_CHUNK`] bytes as one
+//! message and writes its frame to the connection at once (`writev`, no
+//! task switch) straight from the caller's buffer; only what the kernel
+//! does not take now is copied, and a task finishes it while the next
+//! write waits (one message in flight). When the connection is busy with
+//! another sender, the bytes are copied once and a task sends them. Small
+//! writes (4 KiB or less) are copied into the frame. Received messages
+//! reach the socket on the connection's reader task and are queued as the
+//! `Bytes` the decoder produced; `poll_read` copies them into the caller's
+//! buffer.
 //!
 //! Errors: a reset by the peer, or the connection closing, fail reads and
 //! writes with [`io::ErrorKind::ConnectionReset`]; a peer protocol error
@@ -39,19 +42,11 @@ use crate::peer::Inner;
 use crate::pipe::{InputPipe, PIPE_SERVICE};
 
 /// Stands for the caller's bytes in a frame written straight from them
-/// (see `Messenger::try_send_borrowed`); never sent itself.
-static PLACEHOLDER: [u8; MAX_DATA_CHUNK] = [0; MAX_DATA_CHUNK];
-
-// TEMP: chunk size experiments.
-fn chunk() -> usize {
-    static C: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *C.get_or_init(|| {
-        std::env::var("JUXTA_STREAM_CHUNK")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(MAX_DATA_CHUNK)
-            .min(MAX_DATA_CHUNK)
-    })
+/// (see `Messenger::try_send_borrowed`); never sent itself. Zeroed
+/// memory that is never touched, so it is never actually mapped.
+fn placeholder(n: usize) -> &'static [u8] {
+    static P: std::sync::OnceLock<Box<[u8]>> = std::sync::OnceLock::new();
+    &P.get_or_init(|| vec![0u8; MAX_DATA_CHUNK].into_boxed_slice())[..n]
 }
 
 struct State {
@@ -372,7 +367,7 @@ impl StreamSocket {
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        let n = data.len().min(st.s.writable()).min(chunk());
+        let n = data.len().min(st.s.writable()).min(MAX_DATA_CHUNK);
         if n == 0 {
             st.write_waker = Some(cx.waker().clone());
             return Poll::Pending;
@@ -382,7 +377,7 @@ impl StreamSocket {
         let sh = &self.shared;
         if n > crate::endpoint::BORROW_MIN {
             // Straight from the caller's buffer when the connection is free.
-            let ph = &PLACEHOLDER[..n];
+            let ph = placeholder(n);
             let msg = Message::new().with(proto::data_element(Bytes::from_static(ph)));
             match sh.messenger.try_send_borrowed(
                 PIPE_SERVICE,
@@ -391,7 +386,13 @@ impl StreamSocket {
                 ph,
                 &data[..n],
             ) {
-                Ok(Ok(_)) => return Poll::Ready(Ok(n)),
+                Ok(Ok(drain)) => {
+                    // A partly written frame: the next write waits until
+                    // its rest is out, then writes from its caller's
+                    // buffer again.
+                    self.inflight = drain;
+                    return Poll::Ready(Ok(n));
+                }
                 Ok(Err(_)) => {}
                 Err(e) => {
                     let mut st = sh.lock();

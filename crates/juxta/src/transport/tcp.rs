@@ -29,6 +29,12 @@ use crate::peer::Inner;
 
 /// Smallest free space kept in the receive buffer before a read.
 const READ_RESERVE: usize = 64 * 1024;
+/// Most space reserved up front for the next frame, after frames this
+/// large arrived (see `read_loop`).
+const READ_RESERVE_MAX: usize = 2 * 1024 * 1024;
+/// Receive buffers kept for reuse once the frames read into them are
+/// consumed (see `read_loop`).
+const SPARE_BUFFERS: usize = 2;
 /// Most slices handed to one `writev`.
 const MAX_IOV: usize = 64;
 
@@ -751,6 +757,16 @@ async fn read_loop(
     let mut held: Vec<Received> = Vec::new();
     let mut held_bytes = 0usize;
     let mut holding = false;
+    // The size of the last frame: when the buffer is empty, this much (at
+    // most READ_RESERVE_MAX) is reserved at once, so a stream of large
+    // frames (a socket's data) is read in one allocation per frame instead
+    // of growing (and copying) each in steps. Only a size the peer has
+    // already sent in full is reserved ahead.
+    let mut frame_hint = READ_RESERVE;
+    // Buffers whose frames are still held by the application: once those
+    // are consumed, the memory is taken back (warm, already mapped) rather
+    // than allocated anew for every large frame.
+    let mut spare: Vec<BytesMut> = Vec::new();
     loop {
         match inbound.poll(rx) {
             Ok(Some(InboundEvent::Message(m))) if holding => {
@@ -761,6 +777,7 @@ async fn read_loop(
                 }
             }
             Ok(Some(InboundEvent::Message(m))) => {
+                frame_hint = m.wire_len.clamp(READ_RESERVE, READ_RESERVE_MAX);
                 if let Some(s) = &m.signed {
                     if s.cert_matches_id
                         && s.names_local
@@ -825,7 +842,17 @@ async fn read_loop(
             }
             Ok(Some(InboundEvent::Welcome(_))) => {}
             Ok(None) => {
-                if rx.capacity() - rx.len() < READ_RESERVE / 4 {
+                if rx.is_empty() && rx.capacity() < frame_hint && !rx.try_reclaim(frame_hint) {
+                    let fresh = match spare.iter_mut().position(|b| b.try_reclaim(frame_hint)) {
+                        Some(i) => spare.swap_remove(i),
+                        None => BytesMut::with_capacity(frame_hint),
+                    };
+                    let old = std::mem::replace(rx, fresh);
+                    if spare.len() >= SPARE_BUFFERS {
+                        spare.remove(0);
+                    }
+                    spare.push(old);
+                } else if rx.capacity() - rx.len() < READ_RESERVE / 4 {
                     rx.reserve(READ_RESERVE);
                 }
                 let r = match clock.deadline(inbound.received(), !rx.is_empty()) {
