@@ -446,6 +446,7 @@ impl Messenger {
         mut msg: Message,
         placeholder: &'static [u8],
         payload: &[u8],
+        scratch: &mut bytes::BytesMut,
     ) -> Result<Result<Option<tokio::task::JoinHandle<()>>, Message>, SendError> {
         if self.conn.is_closed() {
             return Err(SendError::Closed(self.conn.remote));
@@ -479,7 +480,7 @@ impl Messenger {
             });
         }
         let whole = w
-            .try_write_now_borrowed(&enc, placeholder, payload)
+            .try_write_now_borrowed(&enc, placeholder, payload, scratch)
             .map_err(|source| SendError::Io {
                 peer: self.conn.remote,
                 source,

@@ -27,7 +27,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
 use juxta_proto::socket::stream::{
@@ -207,6 +207,8 @@ pub(super) struct StreamSocket {
     /// A send the connection could not take at once, finished by a task;
     /// the next write (or flush/shutdown) waits for it.
     inflight: Option<JoinHandle<()>>,
+    /// Memory for the copies of unsent bytes, reused once they are out.
+    scratch: BytesMut,
 }
 
 impl StreamSocket {
@@ -261,6 +263,7 @@ impl StreamSocket {
         StreamSocket {
             shared,
             inflight: None,
+            scratch: BytesMut::new(),
         }
     }
 
@@ -385,6 +388,7 @@ impl StreamSocket {
                 msg,
                 ph,
                 &data[..n],
+                &mut self.scratch,
             ) {
                 Ok(Ok(drain)) => {
                     // A partly written frame: the next write waits until
@@ -401,7 +405,13 @@ impl StreamSocket {
                 }
             }
         }
-        let msg = Message::new().with(proto::data_element(Bytes::copy_from_slice(&data[..n])));
+        let chunk = &data[..n];
+        self.scratch.clear();
+        if !self.scratch.try_reclaim(n) {
+            self.scratch = BytesMut::with_capacity(n);
+        }
+        self.scratch.extend_from_slice(chunk);
+        let msg = Message::new().with(proto::data_element(self.scratch.split().freeze()));
         self.send(msg)?;
         Poll::Ready(Ok(n))
     }

@@ -271,13 +271,15 @@ impl WriterSide {
     /// [`WriterSide::try_write_now`] of a frame in which the chunk that is
     /// `placeholder` (compared by address and length) stands for
     /// `payload`: the bytes go to the socket straight from `payload`, and
-    /// only what the socket does not take now is copied (to the backlog).
+    /// only what the socket does not take now is copied (to the backlog),
+    /// into `scratch` (whose memory is reused once that copy is written).
     /// The backlog must be empty.
     pub(crate) fn try_write_now_borrowed(
         &mut self,
         enc: &EncodedMessage,
         placeholder: &[u8],
         payload: &[u8],
+        scratch: &mut BytesMut,
     ) -> io::Result<bool> {
         debug_assert!(self.backlog.is_empty());
         let is_ph = |c: &bytes::Bytes| {
@@ -316,7 +318,13 @@ impl WriterSide {
                     for (i, c) in enc.chunks.iter().enumerate().skip(idx) {
                         let from = if i == idx { off } else { 0 };
                         self.backlog.push(if is_ph(c) {
-                            bytes::Bytes::copy_from_slice(&payload[from..])
+                            let rest = &payload[from..];
+                            scratch.clear();
+                            if !scratch.try_reclaim(rest.len()) {
+                                *scratch = BytesMut::with_capacity(rest.len());
+                            }
+                            scratch.extend_from_slice(rest);
+                            scratch.split().freeze()
                         } else {
                             c.slice(from..)
                         });
