@@ -33,8 +33,9 @@ const READ_RESERVE: usize = 64 * 1024;
 /// large arrived (see `read_loop`).
 const READ_RESERVE_MAX: usize = 2 * 1024 * 1024;
 /// Receive buffers kept for reuse once the frames read into them are
-/// consumed (see `read_loop`).
-const SPARE_BUFFERS: usize = 2;
+/// consumed (see `read_loop`): at most this many, each at most
+/// [`READ_RESERVE_MAX`], and only while large frames keep coming.
+const SPARE_BUFFERS: usize = 4;
 /// Most slices handed to one `writev`.
 const MAX_IOV: usize = 64;
 
@@ -786,6 +787,10 @@ async fn read_loop(
             }
             Ok(Some(InboundEvent::Message(m))) => {
                 frame_hint = m.wire_len.clamp(READ_RESERVE, READ_RESERVE_MAX);
+                if frame_hint == READ_RESERVE && !spare.is_empty() && rx.is_empty() {
+                    // Small frames again: let the large buffers go.
+                    spare.clear();
+                }
                 if let Some(s) = &m.signed {
                     if s.cert_matches_id
                         && s.names_local
