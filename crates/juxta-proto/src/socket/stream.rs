@@ -37,9 +37,9 @@
 //! ```
 //! use bytes::Bytes;
 //! use juxta_proto::socket::stream::{StreamState, Item};
-//! let mut a = StreamState::new(1024, 1024);
-//! let mut b = StreamState::new(1024, 1024);
-//! assert_eq!(a.writable(), 1024);
+//! let mut a = StreamState::new(1 << 20, 1 << 20);
+//! let mut b = StreamState::new(1 << 20, 1 << 20);
+//! assert_eq!(a.writable(), 1 << 20);
 //! a.on_sent(5);
 //! b.handle(Item::Data(Bytes::from_static(b"hello"))).unwrap();
 //! let mut buf = [0u8; 16];

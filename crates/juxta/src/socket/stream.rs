@@ -469,15 +469,15 @@ impl Drop for StreamSocket {
             drop(st);
             sh.wake_driver.notify_one();
         };
-        match self.inflight.take() {
+        match (self.inflight.take(), tokio::runtime::Handle::try_current()) {
             // The FIN goes after the data still being sent.
-            Some(h) => {
-                tokio::spawn(async move {
+            (Some(h), Ok(rt)) => {
+                rt.spawn(async move {
                     let _ = h.await;
                     finish();
                 });
             }
-            None => finish(),
+            _ => finish(),
         }
     }
 }
