@@ -469,11 +469,13 @@ async fn abort_and_closed_connection_surface_as_connection_reset() {
     // abort(): the peer's reads fail.
     let ad = adv("abort");
     let mut server = JxtaServerSocket::bind(&a, &ad, SocketConfig::default()).unwrap();
+    let (got_tx, got_rx) = tokio::sync::oneshot::channel::<()>();
     let srv = tokio::spawn(async move {
         let mut s = server.accept().await.unwrap();
         let mut buf = [0u8; 16];
         let n = s.read(&mut buf).await.unwrap();
         assert_eq!(&buf[..n], b"hi");
+        got_tx.send(()).unwrap();
         let e = s.read(&mut buf).await.unwrap_err();
         (e.kind(), server)
     });
@@ -483,19 +485,21 @@ async fn abort_and_closed_connection_surface_as_connection_reset() {
     assert_eq!(c.mode(), SocketMode::Stream);
     c.write_all(b"hi").await.unwrap();
     c.flush().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::timeout(WAIT, got_rx).await.unwrap().unwrap();
     c.abort();
     let (kind, mut server) = tokio::time::timeout(WAIT, srv).await.unwrap().unwrap();
     assert_eq!(kind, std::io::ErrorKind::ConnectionReset);
 
     // The connection closing fails a blocked read and later writes with
     // ConnectionReset on both ends: never a silent end of stream.
+    let (got_tx, got_rx) = tokio::sync::oneshot::channel::<()>();
     let srv = tokio::spawn(async move {
         let mut s = server.accept().await.unwrap();
         assert_eq!(s.mode(), SocketMode::Stream);
         let mut buf = [0u8; 16];
         let n = s.read(&mut buf).await.unwrap();
         assert_eq!(n, 3);
+        got_tx.send(()).unwrap();
         let e = s.read(&mut buf).await.unwrap_err();
         let w = s.write_all(b"after").await.unwrap_err();
         (e.kind(), w.kind())
@@ -505,7 +509,7 @@ async fn abort_and_closed_connection_surface_as_connection_reset() {
         .unwrap();
     c.write_all(b"abc").await.unwrap();
     c.flush().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::timeout(WAIT, got_rx).await.unwrap().unwrap();
     cut.send(()).unwrap();
     let (r, w) = tokio::time::timeout(WAIT, srv).await.unwrap().unwrap();
     assert_eq!(r, std::io::ErrorKind::ConnectionReset);
