@@ -75,15 +75,19 @@ pub enum Layer {
     SecurePipe,
     /// A bidirectional pipe; the ack comes back on the same pipe.
     BidiPipe,
-    /// A JXTA socket; the ack is one byte written back.
+    /// A JXTA socket; the ack is one byte written back. Between Juxta
+    /// peers on compact framing it runs stream mode.
     Socket,
+    /// A JXTA socket over JXTA framing with CBJX, as towards JXSE: the
+    /// `jxtarel` engine.
+    SocketCompat,
     /// A propagate pipe to 1..n receivers, each acking on a unicast pipe.
     Propagate,
 }
 
 impl Layer {
     /// Every layer, in report order.
-    pub const ALL: [Layer; 8] = [
+    pub const ALL: [Layer; 9] = [
         Layer::Tcp,
         Layer::Endpoint,
         Layer::EndpointCompat,
@@ -91,6 +95,7 @@ impl Layer {
         Layer::SecurePipe,
         Layer::BidiPipe,
         Layer::Socket,
+        Layer::SocketCompat,
         Layer::Propagate,
     ];
 
@@ -112,6 +117,7 @@ impl Layer {
             Layer::SecurePipe => "secure-pipe",
             Layer::BidiPipe => "bidi-pipe",
             Layer::Socket => "socket",
+            Layer::SocketCompat => "socket-compat",
             Layer::Propagate => "propagate",
         }
     }
@@ -126,7 +132,7 @@ impl Layer {
     }
 
     fn compact(self) -> bool {
-        self != Layer::EndpointCompat
+        !matches!(self, Layer::EndpointCompat | Layer::SocketCompat)
     }
 
     /// Checks that `layer` is one of `allowed` for `scenario`.
@@ -801,8 +807,8 @@ pub async fn run_responder(
                 });
             }
         }
-        Layer::Socket => {
-            let h = start_peer(key_bits, true, Some(spec.bind)).await?;
+        Layer::Socket | Layer::SocketCompat => {
+            let h = start_peer(key_bits, layer.compact(), Some(spec.bind)).await?;
             let a = adv(crate::util::random_pipe_id(), PipeType::Unicast);
             let mut server = JxtaServerSocket::bind(&h.peer, &a, SocketConfig::default())?;
             on_ready(&Ready {
@@ -1028,7 +1034,7 @@ impl Client {
                     .await?;
                 Kind::Bidi { pipe }
             }
-            Layer::Socket => {
+            Layer::Socket | Layer::SocketCompat => {
                 let conn = link(h.peer.connect(addr).await?).await?;
                 Kind::Socket {
                     sock: None,

@@ -200,7 +200,7 @@ enum BenchCmd {
 #[derive(clap::Args, Clone)]
 struct PingPongArgs {
     /// Layers (tcp is always measured): tcp, endpoint, endpoint-compat,
-    /// unicast-pipe, secure-pipe, bidi-pipe, socket, propagate.
+    /// unicast-pipe, secure-pipe, bidi-pipe, socket, socket-compat, propagate.
     #[arg(long, default_value = "tcp,endpoint,endpoint-compat")]
     layers: String,
     /// Payload sizes in bytes (suffixes K and M allowed).

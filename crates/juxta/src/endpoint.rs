@@ -84,6 +84,10 @@ struct Via {
     forward: Vec<PeerId>,
 }
 
+/// Smallest payload [`Messenger::try_send_borrowed`] writes from the
+/// caller's buffer (compact framing copies up to 512 bytes inline).
+pub(crate) const BORROW_MIN: usize = 4096;
+
 /// Sends messages to one peer: over the connection to it, or (a routed
 /// messenger) through a route whose first hop is the connection's peer,
 /// each message wrapped in an ERM for its final destination.
@@ -422,6 +426,79 @@ impl Messenger {
         }
         let to = self.direct_to(service, param, &mut msg);
         self.write_now(w, &to, msg).map(Ok)
+    }
+
+    /// [`Messenger::try_send`] of a message one of whose elements holds
+    /// `placeholder` (a `Bytes::from_static` slice of `payload`'s length,
+    /// longer than the compact framing copies inline) in place of
+    /// `payload`: over a free connection the frame is written from
+    /// `payload` itself, and only the part the socket does not take now is
+    /// copied. Handed back (`Ok(Err(msg))`, still holding the placeholder)
+    /// when the connection is busy or the framing did not keep the
+    /// placeholder as a chunk of its own. When the socket took only part
+    /// of the frame, the rest is copied and written by a task, whose
+    /// handle comes back: wait for it before the next send to find the
+    /// connection free again.
+    pub(crate) fn try_send_borrowed(
+        &self,
+        service: &str,
+        param: Option<&str>,
+        mut msg: Message,
+        placeholder: &'static [u8],
+        payload: &[u8],
+        scratch: &mut bytes::BytesMut,
+    ) -> Result<Result<Option<tokio::task::JoinHandle<()>>, Message>, SendError> {
+        if self.conn.is_closed() {
+            return Err(SendError::Closed(self.conn.remote));
+        }
+        let Ok(mut w) = self.conn.writer.try_lock() else {
+            return Ok(Err(msg));
+        };
+        // Compact framing keeps every payload over 512 bytes as a chunk
+        // of its own (JXTA framing would sign the placeholder).
+        if !w.backlog.is_empty()
+            || self.via.is_some()
+            || !w.out.is_compact()
+            || payload.len() <= BORROW_MIN
+        {
+            return Ok(Err(msg));
+        }
+        let to = self.direct_to(service, param, &mut msg);
+        let enc = w.out.encode(&to, msg)?;
+        let kept = enc
+            .chunks
+            .iter()
+            .any(|c| c.len() == payload.len() && std::ptr::eq(c.as_ptr(), placeholder.as_ptr()));
+        if !kept {
+            // Unreachable with compact framing; never write placeholder bytes.
+            return Err(SendError::Io {
+                peer: self.conn.remote,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "payload placeholder not kept as a chunk",
+                ),
+            });
+        }
+        let whole = w
+            .try_write_now_borrowed(&enc, placeholder, payload, scratch)
+            .map_err(|source| SendError::Io {
+                peer: self.conn.remote,
+                source,
+            })?;
+        drop(w);
+        self.conn
+            .bytes_out
+            .fetch_add(enc.len as u64, Ordering::Relaxed);
+        if whole {
+            return Ok(Ok(None));
+        }
+        let conn = self.conn.clone();
+        Ok(Ok(Some(tokio::spawn(async move {
+            let mut w = conn.writer.lock().await;
+            if let Err(e) = w.drain_backlog().await {
+                tracing::debug!(remote = %conn.remote, error = %e, "write failed");
+            }
+        }))))
     }
 
     /// [`Messenger::try_send`] of `msg` as it is, to the wire service

@@ -128,6 +128,8 @@ async fn jxta_socket_juxta_client_jxse_server() {
     )
     .await
     .unwrap();
+    // JXSE never sees (nor answers) the stream-mode offer: jxtarel.
+    assert_eq!(s.mode(), juxta::socket::SocketMode::Reliable);
     let up = payload(TEN_MB);
     let io = async {
         s.write_all(&(TEN_MB as u64).to_be_bytes()).await.unwrap();
@@ -173,6 +175,7 @@ async fn jxta_socket_jxse_client_juxta_server() {
     ));
     let serve = async {
         let mut s = server.accept().await.unwrap();
+        assert_eq!(s.mode(), juxta::socket::SocketMode::Reliable);
         assert_eq!(s.remote(), jxse.peer_id);
         let mut len = [0u8; 8];
         s.read_exact(&mut len).await.unwrap();

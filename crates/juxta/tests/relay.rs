@@ -150,6 +150,8 @@ async fn endpoint_pipe_and_socket_through_a_relay() {
     let mut c = JxtaSocket::connect(&a.pipes(), &sad, b.peer_id(), SocketConfig::default())
         .await
         .unwrap();
+    // A routed path can lose messages: jxtarel, not stream mode.
+    assert_eq!(c.mode(), juxta::socket::SocketMode::Reliable);
     c.write_all(&up).await.unwrap();
     c.flush().await.unwrap();
     let mut got = vec![0u8; n];

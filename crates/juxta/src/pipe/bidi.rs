@@ -93,7 +93,7 @@ impl BidiListener {
     /// Waits for the next connection request and answers it.
     pub async fn accept(&mut self) -> Result<BidiPipe, PipeError> {
         loop {
-            let (req, messenger) =
+            let (req, messenger, _) =
                 super::next_setup_request(&self.inner, &mut self.input, SetupKind::BiDi)
                     .await
                     .ok_or(PipeError::Stopped)?;

@@ -126,12 +126,17 @@ pub(crate) fn ephemeral_adv(server: &PipeAdvertisement, suffix: &str) -> PipeAdv
 
 /// The next set-up request of `kind` on a server pipe whose sender has a
 /// live connection, with a messenger back to it; other messages are logged
-/// and skipped. `None` once the peer stops.
+/// and skipped (the request's message comes too, for elements beyond
+/// JXSE's). `None` once the peer stops.
 pub(crate) async fn next_setup_request(
     inner: &Inner,
     input: &mut InputPipe,
     kind: juxta_proto::socket::setup::SetupKind,
-) -> Option<(juxta_proto::socket::setup::ConnectRequest, crate::Messenger)> {
+) -> Option<(
+    juxta_proto::socket::setup::ConnectRequest,
+    crate::Messenger,
+    Message,
+)> {
     use juxta_proto::socket::setup::ConnectRequest;
     loop {
         let m = input.recv().await?;
@@ -148,7 +153,7 @@ pub(crate) async fn next_setup_request(
             .messenger(&client)
             .or_else(|| m.from.and_then(|p| inner.messenger(&p)))
         {
-            Some(messenger) => return Some((req, messenger)),
+            Some(messenger) => return Some((req, messenger, m.message)),
             None => {
                 tracing::info!(%client, ?kind, "connection request from a peer with no connection ignored");
             }

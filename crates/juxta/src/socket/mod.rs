@@ -9,6 +9,22 @@
 //! window grows with the acks (it is not fixed at JXSE's 20 x 64 KB), so a
 //! socket keeps up with the link without tuning.
 //!
+//! Between two Juxta peers on a direct compact connection (TCP, both ends
+//! Juxta, compact framing agreed) the set-up also negotiates *stream mode*
+//! (an element JXSE ignores, see [`juxta_proto::socket::stream`]): the
+//! connection is already reliable and ordered, so data goes as plain
+//! compact messages with credit-based flow control, a FIN and a reset, and
+//! no `jxtarel` sequence numbers, acks or timers. [`JxtaSocket::mode`] says
+//! which mode a socket runs. JXSE peers, JXTA-framed connections and routed
+//! (relayed) or HTTP paths keep `jxtarel`.
+//!
+//! Errors in stream mode: a reset by the peer or the connection closing
+//! fail reads and writes with [`io::ErrorKind::ConnectionReset`]; a peer
+//! breaking the protocol (sending past its credit, data after its FIN)
+//! resets the stream and fails them with [`io::ErrorKind::InvalidData`];
+//! writes after `shutdown`, or after the peer dropped its socket, fail with
+//! [`io::ErrorKind::BrokenPipe`].
+//!
 //! [`JxtaSocket`] implements tokio's `AsyncRead` and `AsyncWrite`.
 //!
 //! ```no_run
@@ -64,6 +80,10 @@ use crate::peer::Inner;
 use crate::pipe::{InputPipe, PipeError, PipeService, PIPE_SERVICE};
 use crate::Peer;
 
+mod stream;
+
+pub use juxta_proto::socket::stream::StreamStats;
+
 /// Socket settings. The defaults need no tuning: the window adapts to the
 /// link.
 #[derive(Debug, Clone)]
@@ -78,6 +98,25 @@ pub struct SocketConfig {
     /// Engine settings (block size, window bounds, timers). The block size
     /// and window are set per peer at connect time unless changed here.
     pub reliable: Option<ReliableConfig>,
+    /// Offer (client) or accept (server) stream mode when the path to the
+    /// peer is a direct compact connection (default `true`); `false` keeps
+    /// `jxtarel` everywhere.
+    pub stream: bool,
+    /// Stream mode: bytes the peer may send ahead of this side's reads
+    /// (the receive buffer's bound). Default
+    /// [`juxta_proto::socket::stream::DEFAULT_WINDOW`] (16 MiB); clamped to
+    /// 64 KiB..=256 MiB.
+    pub stream_window: u64,
+}
+
+/// Which protocol a connected socket runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketMode {
+    /// JXSE's `jxtarel` (blocks, acks, retransmission): towards JXSE peers
+    /// and over JXTA-framed, relayed or HTTP paths.
+    Reliable,
+    /// Juxta's stream mode over a direct compact connection.
+    Stream,
 }
 
 impl Default for SocketConfig {
@@ -87,6 +126,8 @@ impl Default for SocketConfig {
             dead_peer_timeout: Duration::from_secs(10),
             close_timeout: Duration::from_secs(15),
             reliable: None,
+            stream: true,
+            stream_window: juxta_proto::socket::stream::DEFAULT_WINDOW,
         }
     }
 }
@@ -149,7 +190,7 @@ impl JxtaServerSocket {
     /// that cannot be parsed or answered are logged and skipped.
     pub async fn accept(&mut self) -> Result<JxtaSocket, SocketError> {
         loop {
-            let (req, messenger) =
+            let (req, messenger, raw) =
                 crate::pipe::next_setup_request(&self.inner, &mut self.input, SetupKind::Socket)
                     .await
                     .ok_or(SocketError::Closed)?;
@@ -168,6 +209,17 @@ impl JxtaServerSocket {
                 encrypt: Some(false),
             };
             let remote_pipe = req.req_pipe.id.to_string();
+            // Stream mode only if the client offered it and our own path
+            // back to it is a direct compact connection.
+            let stream_window = juxta_proto::socket::stream::offered_window(&raw).filter(|_| {
+                self.cfg.stream && messenger.is_compact() && messenger.remote() == client
+            });
+            let mut answer = resp.to_message();
+            if stream_window.is_some() {
+                answer.push(juxta_proto::socket::stream::offer_element(
+                    self.cfg.stream_window,
+                ));
+            }
             // Ready to receive before the client hears of our pipe.
             let socket = JxtaSocket::start(
                 &self.inner,
@@ -176,9 +228,10 @@ impl JxtaServerSocket {
                 &local,
                 input,
                 &self.cfg,
+                stream_window,
             );
             if let Err(e) = messenger
-                .send(PIPE_SERVICE, Some(&remote_pipe), resp.to_message())
+                .send(PIPE_SERVICE, Some(&remote_pipe), answer)
                 .await
             {
                 tracing::info!(%client, error = %e, "socket answer not sent");
@@ -452,13 +505,22 @@ impl crate::pipe::DirectSink for Sink {
 /// `AsyncRead` and `AsyncWrite`. `shutdown` performs JXTA's close
 /// handshake; dropping the socket closes it in the background.
 pub struct JxtaSocket {
-    shared: Arc<Shared>,
+    imp: Imp,
     remote: PeerId,
 }
 
-impl Drop for JxtaSocket {
+enum Imp {
+    Reliable(RelHandle),
+    Stream(stream::StreamSocket),
+}
+
+/// The application's handle on a `jxtarel` socket: dropping it closes the
+/// socket in the background.
+struct RelHandle(Arc<Shared>);
+
+impl Drop for RelHandle {
     fn drop(&mut self) {
-        let mut st = self.shared.state.lock().expect("socket lock");
+        let mut st = self.0.state.lock().expect("socket lock");
         if !st.closed {
             st.engine.flush();
             st.closing = true;
@@ -466,7 +528,7 @@ impl Drop for JxtaSocket {
         drop(st);
         // The driver sends what is left and finishes the close handshake
         // (bounded by the close timeout) on its own.
-        self.shared.wake_driver.notify_one();
+        self.0.wake_driver.notify_one();
     }
 }
 
@@ -495,18 +557,28 @@ impl JxtaSocket {
             connection_properties: None,
         };
         let server_pipe = adv.id.to_string();
+        // Offer stream mode when the path is a direct compact connection.
+        let offer = cfg.stream && messenger.is_compact();
+        let mut msg = req.to_message();
+        if offer {
+            msg.push(juxta_proto::socket::stream::offer_element(
+                cfg.stream_window,
+            ));
+        }
         messenger
-            .send(PIPE_SERVICE, Some(&server_pipe), req.to_message())
+            .send(PIPE_SERVICE, Some(&server_pipe), msg)
             .await
             .map_err(PipeError::from)?;
-        let resp = loop {
+        let (resp, stream_window) = loop {
             let m = tokio::time::timeout_at(deadline, input.recv())
                 .await
                 .map_err(|_| SocketError::ConnectTimeout(cfg.connect_timeout))?
                 .ok_or(SocketError::Closed)?;
             match classify(&m.message) {
                 Some(SetupMessage::Response) => {
-                    break ConnectResponse::from_message(&m.message)?;
+                    let w = juxta_proto::socket::stream::offered_window(&m.message)
+                        .filter(|_| offer && messenger.is_compact());
+                    break (ConnectResponse::from_message(&m.message)?, w);
                 }
                 _ => continue,
             }
@@ -527,6 +599,7 @@ impl JxtaSocket {
             &local,
             input,
             &cfg,
+            stream_window,
         ))
     }
 
@@ -535,18 +608,89 @@ impl JxtaSocket {
         self.remote
     }
 
-    /// Engine counters (blocks, retransmissions, RTT estimate).
-    pub fn stats(&self) -> reliable::ReliableStats {
-        self.shared
-            .state
-            .lock()
-            .expect("socket lock")
-            .engine
-            .stats()
-            .clone()
+    /// Which protocol the socket runs: [`SocketMode::Stream`] between two
+    /// Juxta peers on a direct compact connection, else
+    /// [`SocketMode::Reliable`] (`jxtarel`).
+    pub fn mode(&self) -> SocketMode {
+        match self.imp {
+            Imp::Reliable(_) => SocketMode::Reliable,
+            Imp::Stream(_) => SocketMode::Stream,
+        }
     }
 
+    /// `jxtarel` engine counters (blocks, retransmissions, RTT estimate);
+    /// all zero in stream mode.
+    pub fn stats(&self) -> reliable::ReliableStats {
+        match &self.imp {
+            Imp::Reliable(h) => {
+                h.0.state
+                    .lock()
+                    .expect("socket lock")
+                    .engine
+                    .stats()
+                    .clone()
+            }
+            Imp::Stream(_) => reliable::ReliableStats::default(),
+        }
+    }
+
+    /// Stream-mode counters (credit grants, refusals, protocol violations
+    /// by the peer); `None` in `jxtarel` mode.
+    pub fn stream_stats(&self) -> Option<StreamStats> {
+        match &self.imp {
+            Imp::Reliable(_) => None,
+            Imp::Stream(s) => Some(s.stats()),
+        }
+    }
+
+    /// Stream mode: messages for this socket refused because they did not
+    /// come straight from its peer; `None` in `jxtarel` mode.
+    pub fn stream_foreign(&self) -> Option<u64> {
+        match &self.imp {
+            Imp::Reliable(_) => None,
+            Imp::Stream(s) => Some(s.foreign()),
+        }
+    }
+
+    /// Aborts a stream-mode socket: reads and writes fail here and at the
+    /// peer with [`io::ErrorKind::ConnectionReset`]. A `jxtarel` socket
+    /// has no abort (JXSE has none): this closes it like a drop.
+    pub fn abort(self) {
+        if let Imp::Stream(mut s) = self.imp {
+            s.abort();
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn start(
+        inner: &Arc<Inner>,
+        messenger: Messenger,
+        remote_pipe: String,
+        local: &PipeAdvertisement,
+        input: InputPipe,
+        cfg: &SocketConfig,
+        stream_window: Option<u64>,
+    ) -> JxtaSocket {
+        let remote = messenger.remote();
+        if let Some(peer_window) = stream_window {
+            let s = stream::StreamSocket::start(
+                inner,
+                messenger,
+                remote_pipe,
+                local,
+                input,
+                cfg.stream_window,
+                peer_window,
+            );
+            return JxtaSocket {
+                imp: Imp::Stream(s),
+                remote,
+            };
+        }
+        JxtaSocket::start_reliable(inner, messenger, remote_pipe, local, input, cfg)
+    }
+
+    fn start_reliable(
         inner: &Arc<Inner>,
         messenger: Messenger,
         remote_pipe: String,
@@ -604,7 +748,10 @@ impl JxtaSocket {
             input,
             cfg.close_timeout,
         ));
-        JxtaSocket { shared, remote }
+        JxtaSocket {
+            imp: Imp::Reliable(RelHandle(shared)),
+            remote,
+        }
     }
 }
 
@@ -792,19 +939,19 @@ fn err(st: &State) -> io::Error {
     )
 }
 
-impl AsyncRead for JxtaSocket {
+impl Shared {
     fn poll_read(
-        self: Pin<&mut Self>,
+        self: &Arc<Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let mut st = self.shared.state.lock().expect("socket lock");
+        let mut st = self.state.lock().expect("socket lock");
         let n = st.engine.read(buf.initialize_unfilled());
         if n > 0 {
             buf.advance(n);
             drop(st);
             // Consuming a block makes an ack due: send it from here.
-            self.shared.pump_now();
+            self.pump_now();
             return Poll::Ready(Ok(()));
         }
         if st.error.is_some() {
@@ -816,15 +963,9 @@ impl AsyncRead for JxtaSocket {
         st.read_waker = Some(cx.waker().clone());
         Poll::Pending
     }
-}
 
-impl AsyncWrite for JxtaSocket {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let mut st = self.shared.state.lock().expect("socket lock");
+    fn poll_write(self: &Arc<Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let mut st = self.state.lock().expect("socket lock");
         if st.error.is_some() {
             return Poll::Ready(Err(err(&st)));
         }
@@ -841,31 +982,31 @@ impl AsyncWrite for JxtaSocket {
             return Poll::Pending;
         }
         drop(st);
-        self.shared.pump_now();
+        self.pump_now();
         if idle {
             // Data in flight: the driver must watch the timers.
-            self.shared.unpark_driver();
+            self.unpark_driver();
         }
         Poll::Ready(Ok(n))
     }
 
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut st = self.shared.state.lock().expect("socket lock");
+    fn poll_flush(self: &Arc<Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut st = self.state.lock().expect("socket lock");
         if st.error.is_some() {
             return Poll::Ready(Err(err(&st)));
         }
         let idle = st.engine.all_acked();
         st.engine.flush();
         drop(st);
-        self.shared.pump_now();
+        self.pump_now();
         if idle {
-            self.shared.unpark_driver();
+            self.unpark_driver();
         }
         Poll::Ready(Ok(()))
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut st = self.shared.state.lock().expect("socket lock");
+    fn poll_shutdown(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut st = self.state.lock().expect("socket lock");
         if st.closed {
             return Poll::Ready(Ok(()));
         }
@@ -878,7 +1019,47 @@ impl AsyncWrite for JxtaSocket {
         }
         st.close_waker = Some(cx.waker().clone());
         drop(st);
-        self.shared.wake_driver.notify_one();
+        self.wake_driver.notify_one();
         Poll::Pending
+    }
+}
+
+impl AsyncRead for JxtaSocket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().imp {
+            Imp::Reliable(h) => h.0.poll_read(cx, buf),
+            Imp::Stream(s) => s.poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for JxtaSocket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.get_mut().imp {
+            Imp::Reliable(h) => h.0.poll_write(cx, data),
+            Imp::Stream(s) => s.poll_write(cx, data),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().imp {
+            Imp::Reliable(h) => h.0.poll_flush(cx),
+            Imp::Stream(s) => s.poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().imp {
+            Imp::Reliable(h) => h.0.poll_shutdown(cx),
+            Imp::Stream(s) => s.poll_shutdown(cx),
+        }
     }
 }

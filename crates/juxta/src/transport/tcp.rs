@@ -29,6 +29,13 @@ use crate::peer::Inner;
 
 /// Smallest free space kept in the receive buffer before a read.
 const READ_RESERVE: usize = 64 * 1024;
+/// Most space reserved up front for the next frame, after frames this
+/// large arrived (see `read_loop`).
+const READ_RESERVE_MAX: usize = 2 * 1024 * 1024;
+/// Receive buffers kept for reuse once the frames read into them are
+/// consumed (see `read_loop`): at most this many, each at most
+/// [`READ_RESERVE_MAX`], and only while large frames keep coming.
+const SPARE_BUFFERS: usize = 4;
 /// Most slices handed to one `writev`.
 const MAX_IOV: usize = 64;
 
@@ -256,6 +263,78 @@ impl WriterSide {
                 Err(e) => return Err(e),
             };
             advance(&enc.chunks, &mut idx, &mut off, n);
+        }
+        Ok(true)
+    }
+}
+
+impl WriterSide {
+    /// [`WriterSide::try_write_now`] of a frame in which the chunk that is
+    /// `placeholder` (compared by address and length) stands for
+    /// `payload`: the bytes go to the socket straight from `payload`, and
+    /// only what the socket does not take now is copied (to the backlog),
+    /// into `scratch` (whose memory is reused once that copy is written).
+    /// The backlog must be empty.
+    pub(crate) fn try_write_now_borrowed(
+        &mut self,
+        enc: &EncodedMessage,
+        placeholder: &[u8],
+        payload: &[u8],
+        scratch: &mut BytesMut,
+    ) -> io::Result<bool> {
+        debug_assert!(self.backlog.is_empty());
+        let is_ph = |c: &bytes::Bytes| {
+            c.len() == payload.len() && std::ptr::eq(c.as_ptr(), placeholder.as_ptr())
+        };
+        let half = match &mut self.half {
+            Sink::Tcp(half) => half,
+            Sink::Http(_) => {
+                let mut owned = EncodedMessage::default();
+                for c in &enc.chunks {
+                    owned.push(if is_ph(c) {
+                        bytes::Bytes::copy_from_slice(payload)
+                    } else {
+                        c.clone()
+                    });
+                }
+                return self.try_write_now(&owned);
+            }
+        };
+        let slices: Vec<&[u8]> = enc
+            .chunks
+            .iter()
+            .map(|c| if is_ph(c) { payload } else { &c[..] })
+            .collect();
+        let mut idx = 0;
+        let mut off = 0;
+        while idx < slices.len() {
+            let r = {
+                let iov = io_slices(&slices, idx, off);
+                half.try_write_vectored(&iov)
+            };
+            let n = match r {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    for (i, c) in enc.chunks.iter().enumerate().skip(idx) {
+                        let from = if i == idx { off } else { 0 };
+                        self.backlog.push(if is_ph(c) {
+                            let rest = &payload[from..];
+                            scratch.clear();
+                            if !scratch.try_reclaim(rest.len()) {
+                                *scratch = BytesMut::with_capacity(rest.len());
+                            }
+                            scratch.extend_from_slice(rest);
+                            scratch.split().freeze()
+                        } else {
+                            c.slice(from..)
+                        });
+                    }
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            };
+            advance(&slices, &mut idx, &mut off, n);
         }
         Ok(true)
     }
@@ -687,6 +766,16 @@ async fn read_loop(
     let mut held: Vec<Received> = Vec::new();
     let mut held_bytes = 0usize;
     let mut holding = false;
+    // The size of the last frame: when the buffer is empty, this much (at
+    // most READ_RESERVE_MAX) is reserved at once, so a stream of large
+    // frames (a socket's data) is read in one allocation per frame instead
+    // of growing (and copying) each in steps. Only a size the peer has
+    // already sent in full is reserved ahead.
+    let mut frame_hint = READ_RESERVE;
+    // Buffers whose frames are still held by the application: once those
+    // are consumed, the memory is taken back (warm, already mapped) rather
+    // than allocated anew for every large frame.
+    let mut spare: Vec<BytesMut> = Vec::new();
     loop {
         // JXTA framing: the next message may need an RSA verification
         // (CBJX); it waits for a crypto permit (see `Inner::crypto`).
@@ -707,6 +796,11 @@ async fn read_loop(
                 }
             }
             Ok(Some(InboundEvent::Message(m))) => {
+                frame_hint = m.wire_len.clamp(READ_RESERVE, READ_RESERVE_MAX);
+                if frame_hint == READ_RESERVE && !spare.is_empty() && rx.is_empty() {
+                    // Small frames again: let the large buffers go.
+                    spare.clear();
+                }
                 if let Some(s) = &m.signed {
                     if s.cert_matches_id
                         && s.names_local
@@ -771,7 +865,17 @@ async fn read_loop(
             }
             Ok(Some(InboundEvent::Welcome(_))) => {}
             Ok(None) => {
-                if rx.capacity() - rx.len() < READ_RESERVE / 4 {
+                if rx.is_empty() && rx.capacity() < frame_hint && !rx.try_reclaim(frame_hint) {
+                    let fresh = match spare.iter_mut().position(|b| b.try_reclaim(frame_hint)) {
+                        Some(i) => spare.swap_remove(i),
+                        None => BytesMut::with_capacity(frame_hint),
+                    };
+                    let old = std::mem::replace(rx, fresh);
+                    if spare.len() >= SPARE_BUFFERS {
+                        spare.remove(0);
+                    }
+                    spare.push(old);
+                } else if rx.capacity() - rx.len() < READ_RESERVE / 4 {
                     rx.reserve(READ_RESERVE);
                 }
                 let r = match clock.deadline(inbound.received(), !rx.is_empty()) {

@@ -1,0 +1,537 @@
+//! The runtime half of stream mode ([`juxta_proto::socket::stream`]): a
+//! socket between two Juxta peers on a direct compact connection sends its
+//! bytes as plain compact messages, with credit-based flow control instead
+//! of `jxtarel` blocks, acks and timers.
+//!
+//! Data path: `poll_write` takes up to [`MAX_DATA_CHUNK`] bytes as one
+//! message and writes its frame to the connection at once (`writev`, no
+//! task switch) straight from the caller's buffer; only what the kernel
+//! does not take now is copied, and a task finishes it while the next
+//! write waits (one message in flight). When the connection is busy with
+//! another sender, the bytes are copied once and a task sends them. Small
+//! writes (4 KiB or less) are copied into the frame. Received messages
+//! reach the socket on the connection's reader task and are queued as the
+//! `Bytes` the decoder produced; `poll_read` copies them into the caller's
+//! buffer.
+//!
+//! Errors: a reset by the peer, or the connection closing, fail reads and
+//! writes with [`io::ErrorKind::ConnectionReset`]; a peer protocol error
+//! (sending past its credit, data after its FIN) resets the stream and
+//! fails them with [`io::ErrorKind::InvalidData`]; writes after
+//! `shutdown`, or after the peer closed its socket, fail with
+//! [`io::ErrorKind::BrokenPipe`].
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Waker};
+
+use bytes::{Bytes, BytesMut};
+use juxta_proto::id::PeerId;
+use juxta_proto::message::Message;
+use juxta_proto::socket::stream::{
+    self as proto, ResetCode, StreamError, StreamState, StreamStats, MAX_DATA_CHUNK,
+};
+use tokio::io::ReadBuf;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::endpoint::Messenger;
+use crate::peer::Inner;
+use crate::pipe::{InputPipe, PIPE_SERVICE};
+
+/// Stands for the caller's bytes in a frame written straight from them
+/// (see `Messenger::try_send_borrowed`); never sent itself. Zeroed
+/// memory that is never touched, so it is never actually mapped.
+fn placeholder(n: usize) -> &'static [u8] {
+    static P: std::sync::OnceLock<Box<[u8]>> = std::sync::OnceLock::new();
+    &P.get_or_init(|| vec![0u8; MAX_DATA_CHUNK].into_boxed_slice())[..n]
+}
+
+struct State {
+    s: StreamState,
+    read_waker: Option<Waker>,
+    write_waker: Option<Waker>,
+    /// The connection failed (closed, or a send failed): kind and reason.
+    conn_error: Option<(io::ErrorKind, String)>,
+    /// Control the driver must send (a direct send found the connection
+    /// busy). Credit limits are absolute: only the latest matters.
+    pending_grant: Option<u64>,
+    pending_reset: Option<ResetCode>,
+    pending_stop: bool,
+    pending_fin: Option<u64>,
+    /// The application dropped the socket; waiting for in-flight data
+    /// before the FIN.
+    dropped: bool,
+    fin_queued: bool,
+    /// Stream messages refused because they did not come straight from the
+    /// socket's peer.
+    foreign: u64,
+}
+
+impl State {
+    fn wake_all(&mut self) {
+        if let Some(w) = self.read_waker.take() {
+            w.wake();
+        }
+        if let Some(w) = self.write_waker.take() {
+            w.wake();
+        }
+    }
+
+    fn fail_conn(&mut self, kind: io::ErrorKind, why: String) {
+        if self.conn_error.is_none() {
+            self.conn_error = Some((kind, why));
+        }
+        self.wake_all();
+    }
+
+    fn read_err(&self) -> Option<io::Error> {
+        if let Some(e) = self.s.read_error() {
+            return Some(io::Error::new(e.io_kind(), e));
+        }
+        self.conn_error
+            .as_ref()
+            .map(|(k, why)| io::Error::new(*k, why.clone()))
+    }
+
+    fn write_err(&self) -> Option<io::Error> {
+        if let Some(e) = self.s.write_error() {
+            return Some(io::Error::new(e.io_kind(), e));
+        }
+        self.conn_error
+            .as_ref()
+            .map(|(k, why)| io::Error::new(*k, why.clone()))
+    }
+}
+
+pub(super) struct Shared {
+    st: Mutex<State>,
+    messenger: Messenger,
+    remote_pipe: String,
+    remote: PeerId,
+    wake_driver: Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.st.lock().expect("stream socket lock")
+    }
+
+    /// Sends a control message now if the connection is free, else leaves
+    /// it to the driver (`stash` records it in the state).
+    fn send_control(&self, msg: Message, stash: impl FnOnce(&mut State)) {
+        match self
+            .messenger
+            .try_send(PIPE_SERVICE, Some(&self.remote_pipe), msg)
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => {
+                stash(&mut self.lock());
+                self.wake_driver.notify_one();
+            }
+            Err(e) => self
+                .lock()
+                .fail_conn(io::ErrorKind::ConnectionReset, e.to_string()),
+        }
+    }
+
+    fn send_grant(&self, limit: u64) {
+        self.send_control(Message::new().with(proto::credit_element(limit)), |st| {
+            st.pending_grant = Some(st.pending_grant.unwrap_or(0).max(limit))
+        });
+    }
+
+    fn send_reset(&self, code: ResetCode) {
+        self.send_control(Message::new().with(proto::reset_element(code)), |st| {
+            st.pending_reset = Some(code)
+        });
+    }
+
+    /// Handles one message for the socket's pipe (on the connection's
+    /// reader task).
+    fn on_message(&self, d: juxta_proto::endpoint::Delivery) {
+        let mut st = self.lock();
+        if d.routed || d.from != Some(self.remote) {
+            st.foreign += 1;
+            tracing::debug!(from = ?d.from, "stream socket message not from the socket's peer ignored");
+            return;
+        }
+        let mut reset = None;
+        for it in proto::items(&d.message) {
+            let r = it.and_then(|item| st.s.handle(item));
+            match r {
+                Ok(()) => {}
+                Err(StreamError::AfterReset) => break,
+                Err(e) => {
+                    tracing::info!(peer = %self.remote, error = %e, "stream socket reset: peer broke the protocol");
+                    if !st.s.is_reset() {
+                        st.s.reset(ResetCode::Protocol);
+                    }
+                    reset = Some(ResetCode::Protocol);
+                    break;
+                }
+            }
+        }
+        let wake_r = st.s.readable() > 0 || st.s.at_eof() || st.s.is_reset();
+        let wake_w = st.s.writable() > 0 || st.s.write_error().is_some();
+        if wake_r {
+            if let Some(w) = st.read_waker.take() {
+                w.wake();
+            }
+        }
+        if wake_w {
+            if let Some(w) = st.write_waker.take() {
+                w.wake();
+            }
+        }
+        drop(st);
+        if let Some(code) = reset {
+            self.send_reset(code);
+        }
+    }
+}
+
+struct Sink(Arc<Shared>);
+
+impl crate::pipe::DirectSink for Sink {
+    fn deliver(&self, d: juxta_proto::endpoint::Delivery) {
+        self.0.on_message(d);
+    }
+}
+
+/// A stream-mode socket (the application's handle).
+pub(super) struct StreamSocket {
+    shared: Arc<Shared>,
+    /// A send the connection could not take at once, finished by a task;
+    /// the next write (or flush/shutdown) waits for it.
+    inflight: Option<JoinHandle<()>>,
+    /// Memory for the copies of unsent bytes, reused once they are out.
+    scratch: BytesMut,
+}
+
+impl StreamSocket {
+    /// Starts a stream socket: registers it for the messages of `local`
+    /// (taking over those already queued on `input`) and spawns its driver.
+    pub(super) fn start(
+        inner: &Arc<Inner>,
+        messenger: Messenger,
+        remote_pipe: String,
+        local: &juxta_proto::advertisement::PipeAdvertisement,
+        mut input: InputPipe,
+        local_window: u64,
+        peer_window: u64,
+    ) -> StreamSocket {
+        let remote = messenger.remote();
+        let shared = Arc::new(Shared {
+            st: Mutex::new(State {
+                s: StreamState::new(local_window, peer_window),
+                read_waker: None,
+                write_waker: None,
+                conn_error: None,
+                pending_grant: None,
+                pending_reset: None,
+                pending_stop: false,
+                pending_fin: None,
+                dropped: false,
+                fin_queued: false,
+                foreign: 0,
+            }),
+            messenger,
+            remote_pipe,
+            remote,
+            wake_driver: Notify::new(),
+        });
+        let urn = local.id.to_string();
+        inner
+            .direct
+            .write()
+            .expect("direct lock")
+            .insert(urn.clone(), Arc::new(Sink(shared.clone())));
+        while let Some(m) = input.try_recv() {
+            shared.on_message(juxta_proto::endpoint::Delivery {
+                group: None,
+                to: juxta_proto::endpoint::ServiceAddress::new(PIPE_SERVICE, Some(&urn)),
+                from: m.from,
+                message: m.message,
+                routed: false,
+                proven: true,
+            });
+        }
+        tokio::spawn(drive(Arc::downgrade(inner), shared.clone(), urn, input));
+        StreamSocket {
+            shared,
+            inflight: None,
+            scratch: BytesMut::new(),
+        }
+    }
+
+    /// Counters of the stream.
+    pub(super) fn stats(&self) -> StreamStats {
+        self.shared.lock().s.stats().clone()
+    }
+
+    /// Messages refused because they did not come from the socket's peer.
+    pub(super) fn foreign(&self) -> u64 {
+        self.shared.lock().foreign
+    }
+
+    /// Aborts the stream: both sides' reads and writes fail with
+    /// `ConnectionReset`.
+    pub(super) fn abort(&mut self) {
+        let fresh = self.shared.lock().s.reset(ResetCode::Abort);
+        if fresh {
+            self.shared.send_reset(ResetCode::Abort);
+        }
+        self.shared.lock().wake_all();
+    }
+
+    /// Waits for the in-flight send, if any.
+    fn poll_inflight(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if let Some(h) = &mut self.inflight {
+            if Pin::new(h).poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.inflight = None;
+        }
+        Poll::Ready(())
+    }
+
+    /// Hands `msg` to the connection: now if it is free, else through a
+    /// task that the next write waits for.
+    fn send(&mut self, msg: Message) -> io::Result<()> {
+        let sh = &self.shared;
+        match sh
+            .messenger
+            .try_send(PIPE_SERVICE, Some(&sh.remote_pipe), msg)
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(msg)) => {
+                let sh = sh.clone();
+                self.inflight = Some(tokio::spawn(async move {
+                    if let Err(e) = sh
+                        .messenger
+                        .send(PIPE_SERVICE, Some(&sh.remote_pipe), msg)
+                        .await
+                    {
+                        sh.lock()
+                            .fail_conn(io::ErrorKind::ConnectionReset, e.to_string());
+                    }
+                }));
+                Ok(())
+            }
+            Err(e) => {
+                let mut st = sh.lock();
+                st.fail_conn(io::ErrorKind::ConnectionReset, e.to_string());
+                Err(st.write_err().expect("failed above"))
+            }
+        }
+    }
+
+    pub(super) fn poll_read(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let mut st = self.shared.lock();
+        if st.s.readable() > 0 {
+            let n = st.s.read(buf.initialize_unfilled());
+            buf.advance(n);
+            let grant = st.s.poll_grant();
+            drop(st);
+            if let Some(g) = grant {
+                self.shared.send_grant(g);
+            }
+            return Poll::Ready(Ok(()));
+        }
+        if let Some(e) = st.read_err() {
+            return Poll::Ready(Err(e));
+        }
+        if st.s.at_eof() {
+            return Poll::Ready(Ok(()));
+        }
+        st.read_waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    pub(super) fn poll_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if self.poll_inflight(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let mut st = self.shared.lock();
+        if let Some(e) = st.write_err() {
+            return Poll::Ready(Err(e));
+        }
+        if data.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let n = data.len().min(st.s.writable()).min(MAX_DATA_CHUNK);
+        if n == 0 {
+            st.write_waker = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        st.s.on_sent(n);
+        drop(st);
+        let sh = &self.shared;
+        if n > crate::endpoint::BORROW_MIN {
+            // Straight from the caller's buffer when the connection is free.
+            let ph = placeholder(n);
+            let msg = Message::new().with(proto::data_element(Bytes::from_static(ph)));
+            match sh.messenger.try_send_borrowed(
+                PIPE_SERVICE,
+                Some(&sh.remote_pipe),
+                msg,
+                ph,
+                &data[..n],
+                &mut self.scratch,
+            ) {
+                Ok(Ok(drain)) => {
+                    // A partly written frame: the next write waits until
+                    // its rest is out, then writes from its caller's
+                    // buffer again.
+                    self.inflight = drain;
+                    return Poll::Ready(Ok(n));
+                }
+                Ok(Err(_)) => {}
+                Err(e) => {
+                    let mut st = sh.lock();
+                    st.fail_conn(io::ErrorKind::ConnectionReset, e.to_string());
+                    return Poll::Ready(Err(st.write_err().expect("failed above")));
+                }
+            }
+        }
+        let chunk = &data[..n];
+        self.scratch.clear();
+        if !self.scratch.try_reclaim(n) {
+            self.scratch = BytesMut::with_capacity(n);
+        }
+        self.scratch.extend_from_slice(chunk);
+        let msg = Message::new().with(proto::data_element(self.scratch.split().freeze()));
+        self.send(msg)?;
+        Poll::Ready(Ok(n))
+    }
+
+    pub(super) fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.poll_inflight(cx).is_pending() {
+            return Poll::Pending;
+        }
+        match self.shared.lock().conn_error.as_ref() {
+            Some((k, why)) => Poll::Ready(Err(io::Error::new(*k, why.clone()))),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+
+    pub(super) fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.poll_inflight(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let mut st = self.shared.lock();
+        if let Some((k, why)) = st.conn_error.as_ref() {
+            return Poll::Ready(Err(io::Error::new(*k, why.clone())));
+        }
+        if let Some(e) = st.s.read_error() {
+            return Poll::Ready(Err(io::Error::new(e.io_kind(), e)));
+        }
+        let Some(total) = st.s.fin() else {
+            // FIN handed over already (or nothing to end).
+            return Poll::Ready(Ok(()));
+        };
+        st.fin_queued = true;
+        drop(st);
+        self.send(Message::new().with(proto::fin_element(total)))?;
+        if self.poll_inflight(cx).is_pending() {
+            return Poll::Pending;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl Drop for StreamSocket {
+    fn drop(&mut self) {
+        let sh = self.shared.clone();
+        let finish = move || {
+            let mut st = sh.lock();
+            st.dropped = true;
+            if !st.s.is_reset() {
+                if let Some(total) = st.s.fin() {
+                    st.pending_fin = Some(total);
+                }
+                if !st.s.fin_received() {
+                    // The peer's further writes fail (BrokenPipe).
+                    st.pending_stop = true;
+                }
+            }
+            drop(st);
+            sh.wake_driver.notify_one();
+        };
+        match (self.inflight.take(), tokio::runtime::Handle::try_current()) {
+            // The FIN goes after the data still being sent.
+            (Some(h), Ok(rt)) => {
+                rt.spawn(async move {
+                    let _ = h.await;
+                    finish();
+                });
+            }
+            _ => finish(),
+        }
+    }
+}
+
+/// The driver: sends the control messages that could not be sent at once
+/// (and the FIN/STOP of a dropped socket), and fails the socket when the
+/// connection closes. Data never goes through it.
+async fn drive(inner: Weak<Inner>, shared: Arc<Shared>, urn: String, _input: InputPipe) {
+    let conn = shared.messenger.connection().clone();
+    loop {
+        let (msg, done) = {
+            let mut st = shared.lock();
+            let mut m = Message::new();
+            if let Some(g) = st.pending_grant.take() {
+                m.push(proto::credit_element(g));
+            }
+            if let Some(c) = st.pending_reset.take() {
+                m.push(proto::reset_element(c));
+            }
+            if let Some(total) = st.pending_fin.take() {
+                m.push(proto::fin_element(total));
+            }
+            if std::mem::take(&mut st.pending_stop) {
+                m.push(proto::stop_element());
+            }
+            (m, st.dropped)
+        };
+        if !msg.elements.is_empty() {
+            if let Err(e) = shared
+                .messenger
+                .send(PIPE_SERVICE, Some(&shared.remote_pipe), msg)
+                .await
+            {
+                shared
+                    .lock()
+                    .fail_conn(io::ErrorKind::ConnectionReset, e.to_string());
+            }
+            continue;
+        }
+        if done || shared.lock().conn_error.is_some() {
+            break;
+        }
+        tokio::select! {
+            _ = shared.wake_driver.notified() => {}
+            _ = conn.closed() => {
+                shared.lock().fail_conn(
+                    io::ErrorKind::ConnectionReset,
+                    "connection to the peer closed".into(),
+                );
+                break;
+            }
+        }
+    }
+    if let Some(inner) = inner.upgrade() {
+        inner.direct.write().expect("direct lock").remove(&urn);
+    }
+}
