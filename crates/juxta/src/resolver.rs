@@ -351,11 +351,11 @@ impl Drop for DialTicket {
 /// Most time spent dialling a querier's route to answer it.
 const ANSWER_DIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Sends `resp` to the issuer of `q`: over a live connection to it; else
-/// over a new connection to a TCP address of the route its query carried
-/// (`SrcPeerRoute`: a query a rendezvous forwarded here, from a peer never
-/// met), dialled in the background so the resolver keeps serving; else
-/// through the peer the query came from (`via`).
+/// Sends `resp` to the issuer of `q`: over a live connection (or known
+/// route) to it; else, in the background, over a new connection to a TCP
+/// address of the route its query carried (`SrcPeerRoute`), or over a
+/// route found to it. Never through `via`, the peer the query came from,
+/// unless that is the issuer.
 async fn send_response(
     inner: &Arc<Inner>,
     g: &str,
@@ -386,70 +386,57 @@ async fn send_response(
         .filter(|a: &std::net::SocketAddr| !a.ip().is_unspecified() && a.port() != 0)
         .take(4)
         .collect();
-    if !dial.is_empty() {
-        let Some(ticket) = DialTicket::start(inner, to, Instant::now()) else {
-            let n = inner.stats.dials_throttled.fetch_add(1, Ordering::Relaxed) + 1;
-            if n.is_power_of_two() {
-                tracing::info!(querier = %to, throttled = n, "dial to answer a query not made");
-            }
-            return Ok(());
-        };
-        let inner = inner.clone();
-        let queue = response_queue(g);
-        tokio::spawn(async move {
-            let _ticket = ticket;
-            for addr in dial {
-                let c = tokio::time::timeout(
-                    ANSWER_DIAL_TIMEOUT,
-                    crate::peer::connect_to_peer(&inner, addr, Some(to)),
-                )
-                .await;
-                if let Ok(Ok(m)) = c {
-                    if m.remote() == to {
-                        if let Err(e) = m.send_routed(RESOLVER_SERVICE, Some(&queue), msg).await {
-                            tracing::debug!(%to, error = %e, "answer not sent");
-                        }
-                        return;
-                    }
-                }
-            }
-            inner.stats.resolver_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(%to, "no route to the querier for the answer");
-        });
-        return Ok(());
+    // No connection to the querier: answer in the background, so the
+    // resolver keeps serving. First over a new connection to an address
+    // its query's route named (a query a rendezvous forwarded here, from a
+    // peer never met); else, for a querier nobody can dial (an edge behind
+    // its relay), over a route to it (through our relay, or a relay that
+    // holds its signed route). Handing the answer to `via`, the peer that
+    // forwarded the query, would give it to a peer that never asked.
+    if via == Some(to) {
+        return Err(Fault::NoRoute(to));
     }
-    // A querier we cannot dial (an edge behind its relay; the query came
-    // forwarded by a rendezvous): answer over a route to it, found in the
-    // background (through our relay, or a relay that holds its signed
-    // route) so the resolver keeps serving. Sending the answer to `via`
-    // instead would hand it to a peer that never asked.
-    if via.is_some_and(|v| v != to) || via.is_none() {
-        let Some(ticket) = DialTicket::start(inner, to, Instant::now()) else {
-            let n = inner.stats.dials_throttled.fetch_add(1, Ordering::Relaxed) + 1;
-            if n.is_power_of_two() {
-                tracing::info!(querier = %to, throttled = n, "route to answer a query not sought");
-            }
-            return Ok(());
-        };
-        let inner = inner.clone();
-        let queue = response_queue(g);
-        tokio::spawn(async move {
-            let _ticket = ticket;
-            match crate::relay::route::find_route(&inner, &to, ANSWER_DIAL_TIMEOUT).await {
-                Some(m) => {
-                    if let Err(e) = m.send_routed(RESOLVER_SERVICE, Some(&queue), msg).await {
-                        tracing::debug!(%to, error = %e, "answer not sent");
-                    }
-                }
-                None => {
-                    inner.stats.resolver_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(%to, "no route to the querier for the answer");
-                }
-            }
-        });
+    let Some(ticket) = DialTicket::start(inner, to, Instant::now()) else {
+        let n = inner.stats.dials_throttled.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            tracing::info!(querier = %to, throttled = n, "answer to a querier we have no connection to not sent");
+        }
         return Ok(());
-    }
-    Err(Fault::NoRoute(to))
+    };
+    let inner = inner.clone();
+    let queue = response_queue(g);
+    tokio::spawn(async move {
+        let _ticket = ticket;
+        let mut found = None;
+        for addr in dial {
+            let c = tokio::time::timeout(
+                ANSWER_DIAL_TIMEOUT,
+                crate::peer::connect_to_peer(&inner, addr, Some(to)),
+            )
+            .await;
+            if let Ok(Ok(m)) = c {
+                if m.remote() == to {
+                    found = Some(m);
+                    break;
+                }
+            }
+        }
+        if found.is_none() {
+            found = crate::relay::route::find_route(&inner, &to, ANSWER_DIAL_TIMEOUT).await;
+        }
+        match found {
+            Some(m) => {
+                if let Err(e) = m.send_routed(RESOLVER_SERVICE, Some(&queue), msg).await {
+                    tracing::debug!(%to, error = %e, "answer not sent");
+                }
+            }
+            None => {
+                inner.stats.resolver_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%to, "no route to the querier for the answer");
+            }
+        }
+    });
+    Ok(())
 }
 
 async fn on_response(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault> {

@@ -359,6 +359,22 @@ async fn pingpong(
     rtts
 }
 
+/// An echo service on `s`: what arrives on `echo/in` goes back to its
+/// sender's `echo/back`.
+fn echo_service(s: &Arc<Peer>) -> tokio::task::JoinHandle<()> {
+    let mut inbox = s.listen("echo", Some("in")).unwrap();
+    let echo_peer = s.clone();
+    tokio::spawn(async move {
+        while let Some(d) = inbox.recv().await {
+            let from = d.from.expect("echo: sender known");
+            let m = echo_peer.messenger(&from).expect("echo: route back");
+            m.send("echo", Some("back"), d.message)
+                .await
+                .expect("echo: send back");
+        }
+    })
+}
+
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -392,17 +408,7 @@ async fn two_hundred_hostile_connections_do_not_stall_an_honest_pair() {
     let server = s.local_addr().unwrap();
 
     // Echo service on the attacked peer.
-    let mut inbox = s.listen("echo", Some("in")).unwrap();
-    let echo_peer = s.clone();
-    let echo = tokio::spawn(async move {
-        while let Some(d) = inbox.recv().await {
-            let from = d.from.expect("echo: sender known");
-            let m = echo_peer.messenger(&from).expect("echo: route back");
-            m.send("echo", Some("back"), d.message)
-                .await
-                .expect("echo: send back");
-        }
-    });
+    let echo = echo_service(&s);
     let mut back = c.listen("echo", Some("back")).unwrap();
     let to_s = c.connect(server).await.unwrap();
     assert!(to_s.wait_compact(HANG_GUARD).await);
@@ -688,17 +694,7 @@ async fn a_connection_flood_from_100_addresses_leaves_memory_bounded_and_honest_
     let s = Arc::new(start(dir.path(), "server", |c| c.welcome_timeout = T).await);
     let c = start(dir.path(), "client", |_| {}).await;
     let server = s.local_addr().unwrap();
-    let mut inbox = s.listen("echo", Some("in")).unwrap();
-    let echo_peer = s.clone();
-    let echo = tokio::spawn(async move {
-        while let Some(d) = inbox.recv().await {
-            let from = d.from.expect("echo: sender known");
-            let m = echo_peer.messenger(&from).expect("echo: route back");
-            m.send("echo", Some("back"), d.message)
-                .await
-                .expect("echo: send back");
-        }
-    });
+    let echo = echo_service(&s);
     let mut back = c.listen("echo", Some("back")).unwrap();
     let to_s = c.connect(server).await.unwrap();
     let mut seq = 0u64;
