@@ -26,6 +26,7 @@
 //! with the length it announces.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use bytestring::ByteString;
@@ -154,8 +155,8 @@ fn name_cost(e: &Element) -> usize {
 pub struct CompactEncoder {
     channels: HashMap<ServiceAddress, u64>,
     channel_bytes: usize,
-    /// Keyed by `namespace \0 name \0 mime`, built in `scratch` so a
-    /// lookup allocates nothing once a name is interned.
+    /// Keyed by `len(namespace):namespace len(name):name mime`, built in
+    /// `scratch` so a lookup allocates nothing once a name is interned.
     names: HashMap<String, u64>,
     name_bytes: usize,
     scratch: String,
@@ -249,11 +250,14 @@ impl CompactEncoder {
         };
         let mut name_ids = Vec::with_capacity(msg.elements.len());
         for e in &msg.elements {
+            // Length-prefixed parts: names may contain any character,
+            // NUL included, and two different names must never share a
+            // key (("", "\0", none) and ("", "", "\0") once did).
             self.scratch.clear();
+            let _ = write!(self.scratch, "{}:", e.namespace.len());
             self.scratch.push_str(&e.namespace);
-            self.scratch.push('\0');
+            let _ = write!(self.scratch, "{}:", e.name.len());
             self.scratch.push_str(&e.name);
-            self.scratch.push('\0');
             self.scratch.push_str(e.mime.as_deref().unwrap_or(""));
             let id = match self.names.get(self.scratch.as_str()) {
                 Some(&id) => id,
@@ -534,6 +538,28 @@ mod tests {
         assert_eq!(second.len(), 7);
         let (_, got, n) = dec.decode(&mut second, 1 << 20).unwrap().unwrap();
         assert_eq!((got, n), (m, 7));
+    }
+
+    /// Found by the `compact` fuzz target: names containing NUL made two
+    /// different element names share one intern key, so the second was
+    /// sent as the first.
+    #[test]
+    fn names_with_nul_keep_distinct_intern_entries() {
+        let mut enc = CompactEncoder::new();
+        let mut dec = CompactDecoder::new();
+        let to = ServiceAddress::new("s", None);
+        let mut a = Element::bytes("", "\0", &b"1"[..]);
+        a.mime = None;
+        let mut b = Element::bytes("", "", &b"2"[..]);
+        b.mime = Some("\0".into());
+        let mut c = Element::bytes("\0", "", &b"3"[..]);
+        c.mime = None;
+        let m = Message::new().with(a).with(b).with(c);
+        for _ in 0..2 {
+            let mut f = frame(&mut enc, &to, &m);
+            let (_, got, _) = dec.decode(&mut f, 1 << 20).unwrap().unwrap();
+            assert_eq!(got, m);
+        }
     }
 
     #[test]
