@@ -342,10 +342,15 @@ impl SrdiMessage {
             "PID" => *peer = Some(text.parse()?),
             "PKey" => *pkey = Some(check(text, "PKey")?),
             "ttl" => {
-                *scope = text.parse().map_err(|_| SrdiError::BadNumber {
-                    field: "ttl",
-                    value: truncate(text),
-                })?
+                // A negative scope means what 0 means (no replication) and
+                // is read as 0, so the message is written back the same.
+                *scope = text
+                    .parse::<i32>()
+                    .map_err(|_| SrdiError::BadNumber {
+                        field: "ttl",
+                        value: truncate(text),
+                    })?
+                    .max(0)
             }
             "Entry" => {
                 if entries.len() >= MAX_ENTRIES_PER_MESSAGE {
@@ -489,6 +494,13 @@ mod tests {
             format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<!DOCTYPE jxta:GenSRDI>\n<jxta:GenSRDI xmlns:jxta=\"http://jxta.org\">\n\t\n\t<PID>\n\t\t{P1}\n\t</PID>\n\t<PKey>\n\t\tJxtaUnicast\n\t</PKey>\n\t<ttl>\n\t\t1\n\t</ttl>\n\t<Entry SKey=\"Id\" Expiration=\"7200000\">\n\t\turn:jxta:uuid-59616261646162614E50472050325033C0FFEE04\n\t</Entry>\n\t<Entry SKey=\"Name\" Expiration=\"-1\">\n\t\ta &amp; &lt;b>\n\t</Entry>\n</jxta:GenSRDI>\n")
         );
         assert_eq!(SrdiMessage::parse(&xml).unwrap(), m);
+        // Found by the `srdi` fuzz target: a negative ttl was kept, and
+        // not written back (only > 0 is). It reads as 0.
+        let neg = m
+            .to_xml()
+            .replace("<ttl>\n\t\t1\n\t</ttl>", "<ttl>-1</ttl>");
+        assert!(neg.contains("<ttl>-1</ttl>"));
+        assert_eq!(SrdiMessage::parse(&neg).unwrap().scope, 0);
         let mut no_scope = m.clone();
         no_scope.scope = 0;
         assert!(!no_scope.to_xml().contains("<ttl>"));
