@@ -10,23 +10,28 @@
 //! turns those lines into the same [`PingPongRow`] and [`ThroughputRow`]
 //! structs Juxta's scenarios produce, with `impl = "jxse"`.
 //!
-//! Wire bytes: unless [`JxseOptions::count_wire`] is off, both JVMs reach
-//! each other only through a small counting TCP forwarder on loopback (the
-//! harness `ROUTE`s each peer to it), and `wire_bytes` is what the client
-//! peer wrote per message/ack pair (its message plus its share of acks and
-//! control traffic), measured over [`JxseOptions::wire_pairs`] extra pairs.
-//! The forwarder adds one loopback hop each way (tens of microseconds);
-//! JXSE round trips are milliseconds.
-//!
-//! Budgets are small by default (JXSE takes milliseconds per message): each
-//! (layer, size) gets at most [`JxseOptions::budget_ms`] of timed pairs, so
-//! the whole JXSE part of a run stays around a minute.
+//! Method: the same harness as every other implementation
+//! ([`crate::pingpong`]): the JXSE layers are lanes beside a `tcp` lane
+//! started in the same run; each size first warms every lane with the same
+//! number of pairs as Juxta gets ([`crate::pingpong::warmup_pairs`]), then
+//! the timed runs (5 x 100 pairs by default, always completed) alternate
+//! tcp, JXSE layer, tcp, next layer, ... Before the first timed size the
+//! JVMs are warmed on every size (JIT compilation of the large-message
+//! paths happens before anything is timed). Each timed run is one harness
+//! command: the JVM times its pairs itself. Both JVMs connect directly
+//! (nothing in the timed path); bytes on the wire are the kernel's counters
+//! of the client JVM's sockets ([`crate::socket_bytes`]), the same counter
+//! as for Juxta and tcp. JXSE runs as shipped (CBJX signature on every
+//! message) unless [`JxseOptions::cbjx`] is off (its
+//! `WireFormatMessageFactory.CBJX_DISABLE` property), reported as
+//! `impl = "jxse-nocbjx"`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), juxta_bench::BenchError> {
 //! use juxta_bench::jxse::{run_pingpong, JxseOptions};
+//! use juxta_bench::layers::Host;
 //! let opts = JxseOptions { sizes: vec![1, 1 << 20], ..JxseOptions::default() };
-//! let run = run_pingpong(&opts, &[], &mut |line: &str| eprintln!("{line}")).await;
+//! let run = run_pingpong(&Host::Thread, &opts, &mut |line: &str| eprintln!("{line}")).await;
 //! for row in &run.rows {
 //!     println!("{} {} B: {:.0} us", row.layer, row.size, row.rtt_us_median);
 //! }
@@ -38,21 +43,19 @@ use std::collections::VecDeque;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
-use tokio::task::{JoinHandle, JoinSet};
 
-use crate::layers::Layer;
+use crate::layers::{Host, Layer, Ping};
 use crate::pingpong::PingPongRow;
+use crate::socket_bytes::ClientSockets;
 use crate::throughput::{Pattern, ThroughputRow};
-use crate::util::{loss_pct, percentile, Pin};
+use crate::util::{loss_pct, Pin};
 use crate::BenchError;
 
 /// The layers JXSE is measured on.
@@ -152,6 +155,9 @@ pub enum JxseError {
     /// A layer JXSE is not measured on.
     #[error("layer {0} is not measured for JXSE (choose from: endpoint, unicast-pipe, socket)")]
     UnsupportedLayer(String),
+    /// The tcp lane measured beside JXSE failed.
+    #[error("the tcp lane beside JXSE failed: {0}")]
+    TcpLane(#[source] Box<BenchError>),
     /// Bad option value.
     #[error("bad JXSE option: {0}")]
     BadOption(String),
@@ -173,18 +179,15 @@ pub struct JxseOptions {
     pub layers: Vec<Layer>,
     /// Payload sizes in bytes (at most [`MAX_SIZE`]).
     pub sizes: Vec<usize>,
-    /// Warm-up pairs per layer and size (cut short after a quarter of `budget_ms`).
+    /// Warm-up pairs per layer and size, the same rule as Juxta's
+    /// ([`crate::pingpong::warmup_pairs`]: capped at 256 MiB of payload).
     pub warmup: usize,
-    /// Timed runs.
+    /// Timed runs (always completed).
     pub runs: usize,
-    /// Pairs per timed run (a run ends early once it used `budget_ms / runs`).
+    /// Pairs per timed run (always completed).
     pub pairs: usize,
-    /// Time budget of the timed runs of one layer and size (ms).
-    pub budget_ms: u64,
-    /// Route both JVMs through a counting forwarder and report `wire_bytes`.
-    pub count_wire: bool,
-    /// Extra (untimed) pairs the wire bytes are averaged over.
-    pub wire_pairs: usize,
+    /// CBJX signatures on (JXSE as shipped) or off.
+    pub cbjx: bool,
     /// Throughput: how long to send per layer and size (ms).
     pub throughput_duration_ms: u64,
     /// Throughput: at most this many messages per layer and size.
@@ -208,12 +211,10 @@ impl Default for JxseOptions {
         JxseOptions {
             layers: JXSE_LAYERS.to_vec(),
             sizes: vec![1, 1024, 65536, 1_048_576],
-            warmup: 50,
+            warmup: 1000,
             runs: 5,
             pairs: 100,
-            budget_ms: 3000,
-            count_wire: true,
-            wire_pairs: 10,
+            cbjx: true,
             throughput_duration_ms: 1000,
             throughput_max_count: 20_000,
             harness_dir: None,
@@ -237,9 +238,9 @@ impl JxseOptions {
                 "size {s} is above the harness limit of {MAX_SIZE} bytes"
             )));
         }
-        if self.runs == 0 || self.pairs == 0 || self.budget_ms == 0 {
+        if self.runs == 0 || self.pairs == 0 {
             return Err(JxseError::BadOption(
-                "runs, pairs and budget_ms must be at least 1".into(),
+                "runs and pairs must be at least 1".into(),
             ));
         }
         if self.throughput_max_count == 0 {
@@ -429,7 +430,7 @@ fn free_port() -> Result<u16, JxseError> {
 }
 
 impl Jvm {
-    fn spawn(role: &'static str, dir: &Path, java: &Path) -> Result<Jvm, JxseError> {
+    fn spawn(role: &'static str, dir: &Path, java: &Path, cbjx: bool) -> Result<Jvm, JxseError> {
         let port = free_port()?;
         let home = tempfile::Builder::new()
             .prefix("juxta-bench-jxse-")
@@ -445,6 +446,10 @@ impl Jvm {
         );
         let mut child = Command::new(java)
             .arg("-Dnet.jxta.logging.Logging=WARNING")
+            .arg(format!(
+                "-Dnet.jxta.endpoint.WireFormatMessageFactory.CBJX_DISABLE={}",
+                !cbjx
+            ))
             .arg("-cp")
             .arg(cp)
             .arg("org.juxta.harness.Main")
@@ -622,87 +627,6 @@ impl Jvm {
     }
 }
 
-// ------------------------------------------------------------------ counting forwarder
-
-/// A loopback TCP forwarder counting bytes each way; stops when dropped.
-struct Forwarder {
-    port: u16,
-    /// bytes from the side that connected to the forwarder
-    up: Arc<AtomicU64>,
-    /// bytes towards the side that connected
-    down: Arc<AtomicU64>,
-    task: JoinHandle<()>,
-}
-
-impl Forwarder {
-    async fn start(target: u16) -> Result<Forwarder, JxseError> {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|source| JxseError::Io {
-                what: "binding the wire-counting forwarder".into(),
-                source,
-            })?;
-        let port = listener
-            .local_addr()
-            .map_err(|source| JxseError::Io {
-                what: "binding the wire-counting forwarder".into(),
-                source,
-            })?
-            .port();
-        let up = Arc::new(AtomicU64::new(0));
-        let down = Arc::new(AtomicU64::new(0));
-        let (u, d) = (up.clone(), down.clone());
-        let task = tokio::spawn(async move {
-            // Dropping the set (when this task is aborted) aborts every connection.
-            let mut conns = JoinSet::new();
-            while let Ok((inbound, _)) = listener.accept().await {
-                let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
-                    continue;
-                };
-                let _ = inbound.set_nodelay(true);
-                let _ = outbound.set_nodelay(true);
-                let (ir, iw) = inbound.into_split();
-                let (or, ow) = outbound.into_split();
-                conns.spawn(pump(ir, ow, u.clone()));
-                conns.spawn(pump(or, iw, d.clone()));
-                while conns.try_join_next().is_some() {}
-            }
-        });
-        Ok(Forwarder {
-            port,
-            up,
-            down,
-            task,
-        })
-    }
-}
-
-impl Drop for Forwarder {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    count: Arc<AtomicU64>,
-) {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if to.write_all(&buf[..n]).await.is_err() {
-                    break;
-                }
-                count.fetch_add(n as u64, Ordering::Relaxed);
-            }
-        }
-    }
-    let _ = to.shutdown().await;
-}
-
 // ------------------------------------------------------------------ the bench
 
 /// Two harness JVMs (client and responder) set up for benchmarking. Every
@@ -711,8 +635,6 @@ async fn pump(
 pub struct JxseBench {
     client: Jvm,
     responder: Jvm,
-    /// client -> responder and responder -> client forwarders
-    wire: Option<(Forwarder, Forwarder)>,
     opts: JxseOptions,
 }
 
@@ -743,8 +665,8 @@ fn parse_runs(line: &str, text: &str) -> Result<Vec<Vec<f64>>, JxseError> {
 
 impl JxseBench {
     /// Starts both JVMs (building the harness first if allowed and
-    /// needed), connects them (through the counting forwarders if
-    /// `count_wire`) and sets up the responder and the client.
+    /// needed), connects them directly and sets up the responder and the
+    /// client.
     pub async fn start(opts: &JxseOptions) -> Result<JxseBench, JxseError> {
         opts.check()?;
         let dir = match &opts.harness_dir {
@@ -771,8 +693,8 @@ impl JxseBench {
                     source: std::io::Error::other(e.to_string()),
                 })??;
         }
-        let mut responder = Jvm::spawn("responder", &dir, &opts.java)?;
-        let mut client = Jvm::spawn("client", &dir, &opts.java)?;
+        let mut responder = Jvm::spawn("responder", &dir, &opts.java, opts.cbjx)?;
+        let mut client = Jvm::spawn("client", &dir, &opts.java, opts.cbjx)?;
         let startup = Duration::from_millis(opts.startup_timeout_ms);
         let (r, c) = tokio::join!(
             responder.expect("startup", "READY", startup),
@@ -791,18 +713,7 @@ impl JxseBench {
         client.peer = ready_peer(c?)?;
         responder.pin(opts.pin.responder_core());
         client.pin(opts.pin.client_core());
-        let wire = if opts.count_wire {
-            Some((
-                Forwarder::start(responder.port).await?,
-                Forwarder::start(client.port).await?,
-            ))
-        } else {
-            None
-        };
-        let (to_resp, to_client) = match &wire {
-            Some((a, b)) => (a.port, b.port),
-            None => (responder.port, client.port),
-        };
+        let (to_resp, to_client) = (responder.port, client.port);
         let t = Duration::from_secs(30);
         let cmd = format!("ROUTE {} tcp://127.0.0.1:{to_resp}", responder.peer);
         client.call(&cmd, "ROUTED", t).await?;
@@ -829,7 +740,6 @@ impl JxseBench {
         Ok(JxseBench {
             client,
             responder,
-            wire,
             opts: opts.clone(),
         })
     }
@@ -842,35 +752,40 @@ impl JxseBench {
             .collect()
     }
 
-    fn client_bytes(&self) -> Option<u64> {
-        self.wire.as_ref().map(|(to_resp, to_client)| {
-            to_resp.up.load(Ordering::Relaxed) + to_client.down.load(Ordering::Relaxed)
-        })
+    /// The client JVM's side of the connections between the two JVMs.
+    pub fn sockets(&self) -> ClientSockets {
+        ClientSockets {
+            server_ports: vec![self.responder.port],
+            client_ports: vec![self.client.port],
+        }
     }
 
-    /// Runs the ping-pong of one layer and size; ratios are computed
-    /// against `tcp` (a tcp row of the same size from the same run), or 0
-    /// without one.
-    pub async fn pingpong(
-        &mut self,
-        layer: Layer,
-        size: usize,
-        tcp: Option<&PingPongRow>,
-    ) -> Result<PingPongRow, JxseError> {
+    /// `n` untimed pairs of `layer` at `size` (warm-up).
+    pub async fn warm(&mut self, layer: Layer, size: usize, n: usize) -> Result<(), JxseError> {
         if !JXSE_LAYERS.contains(&layer) {
             return Err(JxseError::UnsupportedLayer(layer.name().into()));
         }
-        let o = &self.opts;
-        let cmd = format!(
-            "BENCH_PINGPONG {} {size} {} {} {} {}",
-            layer.name(),
-            o.warmup,
-            o.runs,
-            o.pairs,
-            o.budget_ms
-        );
-        // Every pair may wait 30 s for its ack in Java: allow that plus the budget.
-        let within = Duration::from_millis(o.budget_ms * 2 + 90_000);
+        let cmd = format!("BENCH_PAIRS {} {size} {n}", layer.name());
+        // Every pair may wait 30 s for its ack in Java.
+        let within = Duration::from_secs(30).saturating_mul(n as u32 + 1);
+        self.client.call(&cmd, "BENCH_PAIRS_DONE", within).await?;
+        Ok(())
+    }
+
+    /// One timed run of `pairs` pairs of `layer` at `size`, timed by the
+    /// client JVM; the RTT of each pair (µs).
+    pub async fn timed_run(
+        &mut self,
+        layer: Layer,
+        size: usize,
+        pairs: usize,
+    ) -> Result<Vec<f64>, JxseError> {
+        if !JXSE_LAYERS.contains(&layer) {
+            return Err(JxseError::UnsupportedLayer(layer.name().into()));
+        }
+        // No warm-up here, one run, every pair completed (budget 0).
+        let cmd = format!("BENCH_PINGPONG {} {size} 0 1 {pairs} 0", layer.name());
+        let within = Duration::from_secs(30).saturating_mul(pairs as u32 + 1);
         let line = self.client.call(&cmd, "BENCH_PINGPONG", within).await?;
         let mut f = line.split_whitespace();
         f.next();
@@ -879,26 +794,21 @@ impl JxseBench {
             field(&line, f.next(), "size")?,
         );
         let _warm: usize = field(&line, f.next(), "warm-up count")?;
-        let runs = parse_runs(&line, f.next().unwrap_or(""))?;
         if l != layer.name() || s != size {
             return Err(JxseError::Parse {
                 line,
                 reason: format!("answer for {l} {s}, asked for {} {size}", layer.name()),
             });
         }
-        let mut wire = 0;
-        if self.wire.is_some() && o.wire_pairs > 0 {
-            let before = self.client_bytes().unwrap_or(0);
-            let n = o.wire_pairs;
-            let cmd = format!("BENCH_PAIRS {} {size} {n}", layer.name());
-            let within = Duration::from_millis(n as u64 * 30_000 + 30_000);
-            self.client.call(&cmd, "BENCH_PAIRS_DONE", within).await?;
-            // Let the last ack's bytes pass the forwarder.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let after = self.client_bytes().unwrap_or(0);
-            wire = (after.saturating_sub(before) + n as u64 / 2) / n as u64;
+        let mut runs = parse_runs(&line, f.next().unwrap_or(""))?;
+        let run = runs.pop().unwrap_or_default();
+        if run.len() != pairs || !runs.is_empty() {
+            return Err(JxseError::Parse {
+                line: line.chars().take(300).collect(),
+                reason: format!("expected one run of {pairs} samples"),
+            });
         }
-        Ok(row_of(layer, size, &runs, wire, tcp, self.opts.pin))
+        Ok(run)
     }
 
     /// Runs the (smooth) throughput of one layer and size.
@@ -948,87 +858,54 @@ impl JxseBench {
     /// Ends both JVMs (QUIT, killed if they linger) and the forwarders.
     pub async fn stop(self) {
         let JxseBench {
-            client,
-            responder,
-            wire,
-            ..
+            client, responder, ..
         } = self;
         tokio::join!(client.stop(), responder.stop());
-        drop(wire);
     }
 }
 
-/// The row of one layer and size from its per-run RTTs (µs).
-fn row_of(
+/// One JXSE layer as a lane of the common ping-pong harness.
+pub(crate) struct JxseLane {
+    bench: Arc<tokio::sync::Mutex<JxseBench>>,
     layer: Layer,
-    size: usize,
-    runs: &[Vec<f64>],
-    wire: u64,
-    tcp: Option<&PingPongRow>,
-    pin: Pin,
-) -> PingPongRow {
-    let mut all: Vec<f64> = runs.iter().flatten().copied().collect();
-    all.sort_by(f64::total_cmp);
-    let median = percentile(&all, 0.5);
-    let run_medians: Vec<f64> = runs
-        .iter()
-        .filter(|r| !r.is_empty())
-        .map(|r| {
-            let mut r = r.clone();
-            r.sort_by(f64::total_cmp);
-            percentile(&r, 0.5)
-        })
-        .collect();
-    let (lo, hi) = run_medians
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
-    let spread = if median > 0.0 && hi >= lo {
-        (hi - lo) / median
-    } else {
-        0.0
-    };
-    let bw = if median > 0.0 {
-        size as f64 / median
-    } else {
-        0.0
-    };
-    let (rtt_ratio, bw_ratio) = match tcp {
-        Some(t) if t.rtt_us_median > 0.0 && t.bandwidth_mb_s > 0.0 => {
-            (median / t.rtt_us_median, bw / t.bandwidth_mb_s)
-        }
-        _ => (0.0, 0.0),
-    };
-    PingPongRow {
-        scenario: "pingpong",
-        implementation: "jxse",
-        layer: layer.name(),
-        size,
-        receivers: None,
-        rtt_us_median: median,
-        rtt_us_p99: percentile(&all, 0.99),
-        bandwidth_mb_s: bw,
-        wire_bytes: wire,
-        rtt_ratio_vs_tcp: rtt_ratio,
-        bandwidth_ratio_vs_tcp: bw_ratio,
-        run_spread: spread,
-        pin,
-        samples: all.len(),
+    sockets: ClientSockets,
+}
+
+impl JxseLane {
+    pub(crate) fn sockets(&self) -> ClientSockets {
+        self.sockets.clone()
+    }
+
+    pub(crate) async fn warm(&self, size: usize, n: usize) -> Result<(), JxseError> {
+        self.bench.lock().await.warm(self.layer, size, n).await
+    }
+
+    pub(crate) async fn timed_run(&self, size: usize, pairs: usize) -> Result<Vec<f64>, JxseError> {
+        self.bench
+            .lock()
+            .await
+            .timed_run(self.layer, size, pairs)
+            .await
     }
 }
 
-fn tcp_row_for(tcp_rows: &[PingPongRow], size: usize) -> Option<&PingPongRow> {
-    tcp_rows
-        .iter()
-        .find(|r| r.layer == "tcp" && r.size == size && r.receivers.is_none())
+/// The `impl` of JXSE rows: `jxse` as shipped, `jxse-nocbjx` without CBJX.
+pub fn impl_name(cbjx: bool) -> &'static str {
+    if cbjx {
+        "jxse"
+    } else {
+        "jxse-nocbjx"
+    }
 }
 
-/// Runs the JXSE ping-pong for every layer and size of `opts` (sizes in
-/// the outer loop); ratios are against the `tcp` row of the same size in
-/// `tcp_rows` (measured by the caller in the same run). Returns what was
-/// measured, also when something failed part-way.
+/// Runs the JXSE ping-pong for every layer and size of `opts` with the
+/// common harness: a `tcp` lane (its responder started on `host`) and one
+/// lane per JXSE layer, warmed and timed alike and interleaved (see the
+/// module docs). Returns the tcp rows and the JXSE rows (ratios against
+/// that tcp lane), also those measured before a failure.
 pub async fn run_pingpong(
+    host: &Host,
     opts: &JxseOptions,
-    tcp_rows: &[PingPongRow],
     progress: &mut dyn FnMut(&str),
 ) -> JxseRun<PingPongRow> {
     let mut run = JxseRun {
@@ -1037,7 +914,7 @@ pub async fn run_pingpong(
         jvm_pids: Vec::new(),
     };
     progress("jxse: starting two JXSE 2.7 peers");
-    let mut bench = match JxseBench::start(opts).await {
+    let bench = match JxseBench::start(opts).await {
         Ok(b) => b,
         Err(e) => {
             run.error = Some(e);
@@ -1045,23 +922,85 @@ pub async fn run_pingpong(
         }
     };
     run.jvm_pids = bench.pids();
-    'outer: for &size in &opts.sizes {
-        for &layer in &opts.layers {
-            progress(&format!("jxse pingpong: {} {size} B", layer.name()));
-            match bench
-                .pingpong(layer, size, tcp_row_for(tcp_rows, size))
-                .await
-            {
-                Ok(r) => run.rows.push(r),
-                Err(e) => {
-                    run.error = Some(e);
-                    break 'outer;
-                }
-            }
+    let sockets = bench.sockets();
+    let bench = Arc::new(tokio::sync::Mutex::new(bench));
+    if let Err(e) = pingpong_lanes(host, opts, &bench, sockets, &mut run.rows, progress).await {
+        run.error = Some(match e {
+            BenchError::Jxse(j) => j,
+            other => JxseError::TcpLane(Box::new(other)),
+        });
+    }
+    match Arc::try_unwrap(bench) {
+        Ok(b) => b.into_inner().stop().await,
+        Err(_) => {
+            // Unreachable (the lanes are gone); the JVMs die with the last handle.
         }
     }
-    bench.stop().await;
     run
+}
+
+async fn pingpong_lanes(
+    host: &Host,
+    opts: &JxseOptions,
+    bench: &Arc<tokio::sync::Mutex<JxseBench>>,
+    sockets: ClientSockets,
+    rows: &mut Vec<PingPongRow>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(), BenchError> {
+    use crate::pingpong::{connect_lanes, measure, rows_of, warmup_pairs, Driver, Lane, RunLabel};
+    let net = crate::net::Net::default();
+    let (tcp, responders) =
+        connect_lanes(host, &[(Layer::Tcp, None)], 1024, opts.pin, &net, progress).await?;
+    let mut lanes: Vec<Lane> = tcp;
+    let mut shape = vec![(Layer::Tcp, None)];
+    for &layer in &opts.layers {
+        lanes.push(Lane {
+            layer,
+            receivers: None,
+            client: Driver::Jxse(JxseLane {
+                bench: bench.clone(),
+                layer,
+                sockets: sockets.clone(),
+            }),
+        });
+        shape.push((layer, None));
+    }
+    let result = async {
+        // The JIT sees every size before anything is timed.
+        for &size in &opts.sizes {
+            for &layer in &opts.layers {
+                progress(&format!("jxse: JVM warm-up {} {size} B", layer.name()));
+                let n = warmup_pairs(opts.warmup, size);
+                bench.lock().await.warm(layer, size, n).await?;
+            }
+        }
+        for &size in &opts.sizes {
+            let ping = Ping::single(size);
+            let samples = measure(
+                &mut lanes,
+                &ping,
+                opts.warmup,
+                opts.runs,
+                opts.pairs,
+                &format!("jxse size {size}"),
+                progress,
+            )
+            .await?;
+            let label = RunLabel {
+                implementation: impl_name(opts.cbjx),
+                warmup: warmup_pairs(opts.warmup, size),
+                cbjx: Some(opts.cbjx),
+            };
+            rows.extend(rows_of(&shape, &samples, size, opts.pin, &label));
+        }
+        Ok::<(), BenchError>(())
+    }
+    .await;
+    drop(lanes);
+    for r in responders {
+        r.stop().await;
+    }
+    result
 }
 
 /// Runs the JXSE throughput (smooth) for every layer and size of `opts`.
@@ -1105,23 +1044,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rows_from_runs() {
-        let runs = vec![vec![10.0, 20.0, 30.0], vec![40.0, 50.0]];
-        let tcp = row_of(Layer::Endpoint, 100, &[vec![1.0]], 0, None, Pin::None);
-        let r = row_of(Layer::Socket, 100, &runs, 123, Some(&tcp), Pin::Split);
-        assert_eq!(r.pin, Pin::Split);
-        assert_eq!(r.implementation, "jxse");
-        assert_eq!(r.layer, "socket");
-        assert_eq!(r.samples, 5);
-        assert_eq!(r.rtt_us_median, 30.0);
-        assert_eq!(r.rtt_us_p99, 50.0);
-        assert_eq!(r.bandwidth_mb_s, 100.0 / 30.0);
-        assert_eq!(r.rtt_ratio_vs_tcp, 30.0);
-        assert_eq!(r.wire_bytes, 123);
-        // run medians 20 and 45 (index round(0.5) = 1 of [40, 50] is 50)
-        assert!(r.run_spread > 0.0);
-        let none = row_of(Layer::Socket, 100, &runs, 0, None, Pin::None);
-        assert_eq!(none.rtt_ratio_vs_tcp, 0.0);
+    fn configurations_have_their_own_impl() {
+        assert_eq!(impl_name(true), "jxse");
+        assert_eq!(impl_name(false), "jxse-nocbjx");
     }
 
     #[test]

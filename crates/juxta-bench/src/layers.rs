@@ -33,6 +33,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWrite
 use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
 
+use crate::socket_bytes::ClientSockets;
 use crate::util::{pattern, Report, SeqCounter};
 use crate::BenchError;
 
@@ -81,21 +82,34 @@ pub enum Layer {
     /// A JXTA socket over JXTA framing with CBJX, as towards JXSE: the
     /// `jxtarel` engine.
     SocketCompat,
+    /// A unicast pipe in JXTA framing with CBJX, as towards JXSE (the
+    /// like-for-like peer of JXSE's unicast pipe).
+    PipeCompat,
+    /// `endpoint-compat` without CBJX signatures (beside JXSE with CBJX off).
+    EndpointCompatNoCbjx,
+    /// `pipe-compat` without CBJX signatures.
+    PipeCompatNoCbjx,
+    /// `socket-compat` without CBJX signatures.
+    SocketCompatNoCbjx,
     /// A propagate pipe to 1..n receivers, each acking on a unicast pipe.
     Propagate,
 }
 
 impl Layer {
     /// Every layer, in report order.
-    pub const ALL: [Layer; 9] = [
+    pub const ALL: [Layer; 13] = [
         Layer::Tcp,
         Layer::Endpoint,
         Layer::EndpointCompat,
+        Layer::EndpointCompatNoCbjx,
         Layer::UnicastPipe,
+        Layer::PipeCompat,
+        Layer::PipeCompatNoCbjx,
         Layer::SecurePipe,
         Layer::BidiPipe,
         Layer::Socket,
         Layer::SocketCompat,
+        Layer::SocketCompatNoCbjx,
         Layer::Propagate,
     ];
 
@@ -118,6 +132,10 @@ impl Layer {
             Layer::BidiPipe => "bidi-pipe",
             Layer::Socket => "socket",
             Layer::SocketCompat => "socket-compat",
+            Layer::PipeCompat => "pipe-compat",
+            Layer::EndpointCompatNoCbjx => "endpoint-compat-nocbjx",
+            Layer::PipeCompatNoCbjx => "pipe-compat-nocbjx",
+            Layer::SocketCompatNoCbjx => "socket-compat-nocbjx",
             Layer::Propagate => "propagate",
         }
     }
@@ -132,7 +150,19 @@ impl Layer {
     }
 
     fn compact(self) -> bool {
-        !matches!(self, Layer::EndpointCompat | Layer::SocketCompat)
+        self.cbjx().is_none()
+    }
+
+    /// For layers in JXTA framing (as towards JXSE): whether messages
+    /// carry CBJX signatures. `None` for compact layers and `tcp`.
+    pub fn cbjx(self) -> Option<bool> {
+        match self {
+            Layer::EndpointCompat | Layer::PipeCompat | Layer::SocketCompat => Some(true),
+            Layer::EndpointCompatNoCbjx | Layer::PipeCompatNoCbjx | Layer::SocketCompatNoCbjx => {
+                Some(false)
+            }
+            _ => None,
+        }
     }
 
     /// Checks that `layer` is one of `allowed` for `scenario`.
@@ -418,14 +448,16 @@ struct Hold {
 
 async fn start_peer(
     key_bits: usize,
-    compact: bool,
+    layer: Layer,
     listen: Option<IpAddr>,
 ) -> Result<Hold, BenchError> {
     let home = tempfile::tempdir().map_err(|source| BenchError::Io {
         what: "creating a temporary home".into(),
         source,
     })?;
-    let mut cfg = PeerConfig::new(home.path()).compact(compact);
+    let mut cfg = PeerConfig::new(home.path())
+        .compact(layer.compact())
+        .cbjx(layer.cbjx().unwrap_or(true));
     if let Some(ip) = listen {
         cfg = cfg.listen(SocketAddr::new(ip, 0));
     }
@@ -739,8 +771,8 @@ pub async fn run_responder(
                 });
             }
         }
-        Layer::Endpoint | Layer::EndpointCompat => {
-            let h = start_peer(key_bits, layer.compact(), Some(spec.bind)).await?;
+        Layer::Endpoint | Layer::EndpointCompat | Layer::EndpointCompatNoCbjx => {
+            let h = start_peer(key_bits, layer, Some(spec.bind)).await?;
             let mut pings = h.peer.listen(BENCH_SERVICE, Some("ping"))?;
             on_ready(&Ready {
                 addrs: vec![h.peer.local_addr().expect("listening")],
@@ -768,13 +800,13 @@ pub async fn run_responder(
             }
             Ok(())
         }
-        Layer::UnicastPipe | Layer::SecurePipe => {
+        Layer::UnicastPipe | Layer::SecurePipe | Layer::PipeCompat | Layer::PipeCompatNoCbjx => {
             let ty = if layer == Layer::SecurePipe {
                 PipeType::UnicastSecure
             } else {
                 PipeType::Unicast
             };
-            let h = start_peer(key_bits, true, Some(spec.bind)).await?;
+            let h = start_peer(key_bits, layer, Some(spec.bind)).await?;
             let ping = adv(crate::util::random_pipe_id(), ty);
             let ack = adv(crate::util::random_pipe_id(), ty);
             let input = h.peer.pipes().create_input_pipe(&ping)?;
@@ -786,7 +818,7 @@ pub async fn run_responder(
             Ok(())
         }
         Layer::BidiPipe => {
-            let h = start_peer(key_bits, true, Some(spec.bind)).await?;
+            let h = start_peer(key_bits, layer, Some(spec.bind)).await?;
             let a = adv(crate::util::random_pipe_id(), PipeType::Unicast);
             let mut l = h.peer.pipes().bind_bidi(&a)?;
             on_ready(&Ready {
@@ -807,8 +839,8 @@ pub async fn run_responder(
                 });
             }
         }
-        Layer::Socket | Layer::SocketCompat => {
-            let h = start_peer(key_bits, layer.compact(), Some(spec.bind)).await?;
+        Layer::Socket | Layer::SocketCompat | Layer::SocketCompatNoCbjx => {
+            let h = start_peer(key_bits, layer, Some(spec.bind)).await?;
             let a = adv(crate::util::random_pipe_id(), PipeType::Unicast);
             let mut server = JxtaServerSocket::bind(&h.peer, &a, SocketConfig::default())?;
             on_ready(&Ready {
@@ -830,7 +862,7 @@ pub async fn run_responder(
             let mut addrs = Vec::new();
             let mut tasks = tokio::task::JoinSet::new();
             for _ in 0..spec.receivers.max(1) {
-                let h = start_peer(key_bits, true, Some(spec.bind)).await?;
+                let h = start_peer(key_bits, layer, Some(spec.bind)).await?;
                 let input = h.peer.pipes().create_input_pipe(&ping)?;
                 addrs.push(h.peer.local_addr().expect("listening"));
                 let ack = ack.clone();
@@ -944,6 +976,7 @@ enum Kind {
 pub struct Client {
     layer: Layer,
     kind: Kind,
+    sockets: ClientSockets,
     // Dropped after `kind`: pipes and sockets go before their peer.
     _hold: Option<Hold>,
 }
@@ -977,10 +1010,14 @@ impl Client {
             return Ok(Client {
                 layer,
                 kind: Kind::Tcp { stream },
+                sockets: ClientSockets {
+                    server_ports: vec![addr.port()],
+                    client_ports: vec![],
+                },
                 _hold: None,
             });
         }
-        let h = start_peer(key_bits, layer.compact(), None).await?;
+        let h = start_peer(key_bits, layer, None).await?;
         let link = |m: Messenger| async move {
             if layer.compact() && !m.wait_compact(Duration::from_secs(10)).await {
                 return Err(BenchError::Responder {
@@ -992,12 +1029,15 @@ impl Client {
         };
         let kind = match layer {
             Layer::Tcp => unreachable!("handled above"),
-            Layer::Endpoint | Layer::EndpointCompat => {
+            Layer::Endpoint | Layer::EndpointCompat | Layer::EndpointCompatNoCbjx => {
                 let acks = h.peer.listen(BENCH_SERVICE, Some("ack"))?;
                 let messenger = link(h.peer.connect(addr).await?).await?;
                 Kind::Endpoint { messenger, acks }
             }
-            Layer::UnicastPipe | Layer::SecurePipe => {
+            Layer::UnicastPipe
+            | Layer::SecurePipe
+            | Layer::PipeCompat
+            | Layer::PipeCompatNoCbjx => {
                 let ty = if layer == Layer::SecurePipe {
                     PipeType::UnicastSecure
                 } else {
@@ -1019,6 +1059,12 @@ impl Client {
                         reason: "the output pipe is not in compact framing".into(),
                     });
                 }
+                if layer.cbjx().is_some() && out.is_compact() {
+                    return Err(BenchError::Responder {
+                        layer: layer.name().into(),
+                        reason: "the output pipe is in compact framing, not JXTA framing".into(),
+                    });
+                }
                 Kind::Pipe { out, acks }
             }
             Layer::BidiPipe => {
@@ -1034,7 +1080,7 @@ impl Client {
                     .await?;
                 Kind::Bidi { pipe }
             }
-            Layer::Socket | Layer::SocketCompat => {
+            Layer::Socket | Layer::SocketCompat | Layer::SocketCompatNoCbjx => {
                 let conn = link(h.peer.connect(addr).await?).await?;
                 Kind::Socket {
                     sock: None,
@@ -1074,9 +1120,18 @@ impl Client {
                 }
             }
         };
+        let dialled = if layer == Layer::Propagate {
+            &ready.addrs[..receivers]
+        } else {
+            &ready.addrs[..1]
+        };
         Ok(Client {
             layer,
             kind,
+            sockets: ClientSockets {
+                server_ports: dialled.iter().map(|a| a.port()).collect(),
+                client_ports: vec![],
+            },
             _hold: Some(h),
         })
     }
@@ -1126,19 +1181,15 @@ impl Client {
         Ok(())
     }
 
-    /// A counter of bytes this client has put on its connection, for
-    /// layers whose per-message wire size is not returned by a send (the
-    /// socket: data blocks and the acks it sends).
-    pub fn wire_counter(&self) -> Option<u64> {
-        match &self.kind {
-            Kind::Socket { conn, .. } => Some(conn.connection().bytes_out()),
-            _ => None,
-        }
+    /// The client's side of this lane's connections, whose kernel
+    /// counters give the bytes on the wire.
+    pub fn sockets(&self) -> &ClientSockets {
+        &self.sockets
     }
 
-    /// One message/ack pair; returns the bytes the message took on the
-    /// wire (propagate: per receiver connection).
-    pub async fn pair(&mut self, ping: &Ping) -> Result<u64, BenchError> {
+    /// One message/ack pair (propagate: the ack of every receiver). Bytes
+    /// on the wire are counted by the kernel ([`Client::sockets`]).
+    pub async fn pair(&mut self, ping: &Ping) -> Result<(), BenchError> {
         if matches!(self.kind, Kind::Socket { .. }) {
             self.socket_mode(SockMode::Fixed(ping.len())).await?;
         }
@@ -1153,30 +1204,30 @@ impl Client {
                     .read_exact(&mut ack)
                     .await
                     .map_err(io_err("tcp ack"))?;
-                Ok(4 + ping.len() as u64)
+                Ok(())
             }
             Kind::Endpoint { messenger, acks } => {
-                let n = messenger
+                messenger
                     .send(BENCH_SERVICE, Some("ping"), ping.message())
                     .await?;
                 if acks.recv().await.is_none() {
                     return Err(self.closed("ack listener"));
                 }
-                Ok(n as u64)
+                Ok(())
             }
             Kind::Pipe { out, acks } => {
-                let n = out.send(ping.message()).await?;
+                out.send(ping.message()).await?;
                 if acks.recv().await.is_none() {
                     return Err(self.closed("ack pipe"));
                 }
-                Ok(n as u64)
+                Ok(())
             }
             Kind::Bidi { pipe } => {
-                let n = pipe.send(ping.message()).await?;
+                pipe.send(ping.message()).await?;
                 if pipe.recv().await.is_none() {
                     return Err(self.closed("bidi pipe"));
                 }
-                Ok(n as u64)
+                Ok(())
             }
             Kind::Socket { sock, .. } => {
                 let s = sock.as_mut().expect("opened above");
@@ -1186,20 +1237,20 @@ impl Client {
                 s.flush().await.map_err(io_err("socket flush"))?;
                 let mut ack = [0u8; 1];
                 s.read_exact(&mut ack).await.map_err(io_err("socket ack"))?;
-                Ok(0)
+                Ok(())
             }
             Kind::Propagate {
                 out,
                 acks,
                 receivers,
             } => {
-                let n = out.send(ping.message()).await?;
+                out.send(ping.message()).await?;
                 for _ in 0..*receivers {
                     if acks.recv().await.is_none() {
                         return Err(self.closed("ack pipe"));
                     }
                 }
-                Ok((n / *receivers) as u64)
+                Ok(())
             }
         }
     }

@@ -31,6 +31,7 @@ pub mod rendezvous;
 pub mod report;
 pub mod senders;
 pub mod soak;
+pub mod socket_bytes;
 pub mod suite;
 pub mod throughput;
 pub mod util;
@@ -40,7 +41,7 @@ pub mod worker;
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     /// A layer name that does not exist.
-    #[error("unknown layer {0:?} (known: tcp, endpoint, endpoint-compat, unicast-pipe, secure-pipe, bidi-pipe, socket, socket-compat, propagate)")]
+    #[error("unknown layer {0:?} (known: tcp, endpoint, endpoint-compat, endpoint-compat-nocbjx, unicast-pipe, pipe-compat, pipe-compat-nocbjx, secure-pipe, bidi-pipe, socket, socket-compat, socket-compat-nocbjx, propagate)")]
     UnknownLayer(String),
     /// A layer the scenario does not measure.
     #[error("layer {layer} is not measured by {scenario} (choose from: {allowed})")]
@@ -96,4 +97,7 @@ pub enum BenchError {
     /// Operations scenario error.
     #[error(transparent)]
     Ops(#[from] ops::OpsError),
+    /// Reading the kernel's byte counters failed.
+    #[error(transparent)]
+    SocketBytes(#[from] socket_bytes::SocketBytesError),
 }

@@ -17,12 +17,13 @@ use serde::Serialize;
 
 pub use crate::layers::{run_responder, Layer, BENCH_SERVICE};
 use crate::layers::{spawn_responder, Client, Host, Ping, Responder, ResponderSpec};
+use crate::socket_bytes::{ClientSockets, Counted};
 use crate::util::percentile;
 pub use crate::util::{pin_current, Pin};
 use crate::BenchError;
 
 /// Layers the ping-pong measures.
-pub const LAYERS: [Layer; 9] = Layer::ALL;
+pub const LAYERS: [Layer; 13] = Layer::ALL;
 
 /// Options of a ping-pong run.
 #[derive(Debug, Clone, Serialize)]
@@ -84,10 +85,14 @@ pub struct PingPongRow {
     pub rtt_us_p99: f64,
     /// size / median RTT, 10^6 bytes/s.
     pub bandwidth_mb_s: f64,
-    /// Bytes one message of this payload occupies on the socket, in steady
-    /// state (propagate: per receiver connection; socket: bytes the client
-    /// wrote per ping, data blocks and its acks).
+    /// Bytes the client's sockets sent per timed pair, counted by the
+    /// kernel (TCP payload, no headers; [`crate::socket_bytes`]): the
+    /// message one way plus the client's share of acks and control traffic
+    /// (propagate: per receiver connection).
     pub wire_bytes: u64,
+    /// Bytes both directions carried per timed round trip (message, ack,
+    /// acks of the transport, control traffic), counted the same way.
+    pub wire_bytes_rtt: u64,
     /// Median RTT over the tcp median of the same size (1.0 for tcp).
     pub rtt_ratio_vs_tcp: f64,
     /// Bandwidth over the tcp bandwidth of the same size.
@@ -98,13 +103,74 @@ pub struct PingPongRow {
     pub pin: Pin,
     /// Timed samples.
     pub samples: usize,
+    /// Warm-up pairs before the timed runs of this size.
+    pub warmup: usize,
+    /// Whether messages carried a CBJX signature (JXTA-framed rows only:
+    /// JXSE and the `*-compat` layers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cbjx: Option<bool>,
 }
 
 /// One measured lane: a layer (and receiver count) with its client.
 pub(crate) struct Lane {
     pub layer: Layer,
     pub receivers: Option<usize>,
-    pub client: Client,
+    pub client: Driver,
+}
+
+/// What drives a lane's pairs: a client in this process (tcp and every
+/// Juxta layer), or the JXSE client JVM, which times its own pairs with
+/// `System.nanoTime` (one command per timed run, so the control channel is
+/// never inside a measurement). Both get the same warm-up, the same runs
+/// and pairs, the same interleaving with `tcp` and the same byte counter.
+pub(crate) enum Driver {
+    /// A client in this process.
+    Local(Box<Client>),
+    /// A layer of the JXSE client JVM.
+    Jxse(crate::jxse::JxseLane),
+}
+
+impl Driver {
+    fn sockets(&self) -> ClientSockets {
+        match self {
+            Driver::Local(c) => c.sockets().clone(),
+            Driver::Jxse(j) => j.sockets(),
+        }
+    }
+
+    async fn warm(&mut self, ping: &Ping, n: usize) -> Result<(), BenchError> {
+        match self {
+            Driver::Local(c) => {
+                for _ in 0..n {
+                    c.pair(ping).await?;
+                }
+                Ok(())
+            }
+            Driver::Jxse(j) => Ok(j.warm(ping.len(), n).await?),
+        }
+    }
+
+    /// One timed run: the RTT of each pair (µs).
+    async fn timed(&mut self, ping: &Ping, pairs: usize) -> Result<Vec<f64>, BenchError> {
+        match self {
+            Driver::Local(c) => {
+                let mut run = Vec::with_capacity(pairs);
+                for _ in 0..pairs {
+                    let t = Instant::now();
+                    c.pair(ping).await?;
+                    run.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+                Ok(run)
+            }
+            Driver::Jxse(j) => Ok(j.timed_run(ping.len(), pairs).await?),
+        }
+    }
+}
+
+/// Warm-up pairs of one size: `warmup`, capped at 256 MiB of payload, at
+/// least 10. The same rule for every implementation.
+pub(crate) fn warmup_pairs(warmup: usize, size: usize) -> usize {
+    warmup.min((256 << 20) / size.max(1)).max(10)
 }
 
 impl Lane {
@@ -123,11 +189,38 @@ pub(crate) struct Samples {
     pub all: Vec<f64>,
     /// Median of each timed run.
     pub run_medians: Vec<f64>,
-    /// Wire bytes of one message in steady state.
-    pub wire: u64,
+    /// Bytes the client's sockets sent and received over the timed pairs
+    /// (kernel counters).
+    pub counted: Counted,
+    /// Timed pairs the counters cover.
+    pub counted_pairs: usize,
+    /// Receivers per pair (propagate), 1 otherwise.
+    pub fanout: usize,
 }
 
 impl Samples {
+    /// Bytes the client sent per message (per receiver connection for
+    /// propagate): its message plus its share of acks and control traffic.
+    pub(crate) fn wire_one_way(&self) -> u64 {
+        let n = (self.counted_pairs * self.fanout.max(1)) as u64;
+        (self.counted.sent.saturating_add(n / 2))
+            .checked_div(n)
+            .unwrap_or(0)
+    }
+
+    /// Bytes both directions carried per round trip (message, ack and
+    /// everything else on the lane's connections).
+    pub(crate) fn wire_round_trip(&self) -> u64 {
+        let n = self.counted_pairs as u64;
+        (self
+            .counted
+            .sent
+            .saturating_add(self.counted.received)
+            .saturating_add(n / 2))
+        .checked_div(n)
+        .unwrap_or(0)
+    }
+
     pub(crate) fn median(&self) -> f64 {
         percentile(&self.all, 0.5)
     }
@@ -146,21 +239,17 @@ impl Samples {
 }
 
 async fn timed_run(
-    client: &mut Client,
+    lane: &mut Driver,
     ping: &Ping,
     pairs: usize,
     s: &mut Samples,
 ) -> Result<(), BenchError> {
-    let mut run = Vec::with_capacity(pairs);
-    let before = client.wire_counter();
-    for _ in 0..pairs {
-        let t = Instant::now();
-        s.wire = client.pair(ping).await?;
-        run.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    if let (Some(b), Some(a)) = (before, client.wire_counter()) {
-        s.wire = (a - b + pairs as u64 / 2) / pairs as u64;
-    }
+    let sockets = lane.sockets();
+    let before = sockets.read()?;
+    let mut run = lane.timed(ping, pairs).await?;
+    let after = sockets.read()?;
+    s.counted.add(after.since(before));
+    s.counted_pairs += run.len();
     s.all.extend_from_slice(&run);
     run.sort_by(f64::total_cmp);
     s.run_medians.push(percentile(&run, 0.5));
@@ -179,17 +268,21 @@ pub(crate) async fn measure(
     what: &str,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<Samples>, BenchError> {
-    let warmup = warmup.min((256 << 20) / ping.len().max(1)).max(10);
+    let warmup = warmup_pairs(warmup, ping.len());
     for lane in lanes.iter_mut() {
         progress(&format!(
             "{what}: warm-up {} ({warmup} pairs)",
             lane.label()
         ));
-        for _ in 0..warmup {
-            lane.client.pair(ping).await?;
-        }
+        lane.client.warm(ping, warmup).await?;
     }
-    let mut samples: Vec<Samples> = lanes.iter().map(|_| Samples::default()).collect();
+    let mut samples: Vec<Samples> = lanes
+        .iter()
+        .map(|l| Samples {
+            fanout: l.receivers.unwrap_or(1),
+            ..Samples::default()
+        })
+        .collect();
     for run in 0..runs {
         progress(&format!("{what}: timed run {}/{runs}", run + 1));
         if lanes.len() == 1 {
@@ -265,7 +358,7 @@ pub(crate) async fn connect_lanes(
         out.push(Lane {
             layer,
             receivers,
-            client,
+            client: Driver::Local(Box::new(client)),
         });
     }
     let rs = order
@@ -275,12 +368,23 @@ pub(crate) async fn connect_lanes(
     Ok((out, rs))
 }
 
+/// Who the non-tcp lanes of a run are.
+pub(crate) struct RunLabel {
+    /// `impl` of the non-tcp rows (`juxta`, `jxse`, ...).
+    pub implementation: &'static str,
+    /// Warm-up pairs per size.
+    pub warmup: usize,
+    /// CBJX on or off, when the run sets it for every JXTA-framed lane.
+    pub cbjx: Option<bool>,
+}
+
 /// Builds the rows of one size from the lanes' samples (lane 0 is tcp).
 pub(crate) fn rows_of(
     lanes: &[(Layer, Option<usize>)],
     samples: &[Samples],
     size: usize,
     pin: Pin,
+    run: &RunLabel,
 ) -> Vec<PingPongRow> {
     let tcp_median = samples[0].median();
     let tcp_bw = size as f64 / tcp_median;
@@ -292,14 +396,19 @@ pub(crate) fn rows_of(
             let bw = size as f64 / median;
             PingPongRow {
                 scenario: "pingpong",
-                implementation: if layer == Layer::Tcp { "tcp" } else { "juxta" },
+                implementation: if layer == Layer::Tcp {
+                    "tcp"
+                } else {
+                    run.implementation
+                },
                 layer: layer.name(),
                 size,
                 receivers,
                 rtt_us_median: median,
                 rtt_us_p99: percentile(&s.all, 0.99),
                 bandwidth_mb_s: bw,
-                wire_bytes: s.wire,
+                wire_bytes: s.wire_one_way(),
+                wire_bytes_rtt: s.wire_round_trip(),
                 rtt_ratio_vs_tcp: if tcp_median > 0.0 {
                     median / tcp_median
                 } else {
@@ -309,6 +418,12 @@ pub(crate) fn rows_of(
                 run_spread: s.spread(),
                 pin,
                 samples: s.all.len(),
+                warmup: run.warmup,
+                cbjx: if layer == Layer::Tcp {
+                    None
+                } else {
+                    run.cbjx.or(layer.cbjx())
+                },
             }
         })
         .collect()
@@ -356,7 +471,12 @@ async fn run_here(
             &mut progress,
         )
         .await?;
-        rows.extend(rows_of(&lanes, &samples, size, opts.pin));
+        let label = RunLabel {
+            implementation: "juxta",
+            warmup: warmup_pairs(opts.warmup, size),
+            cbjx: None,
+        };
+        rows.extend(rows_of(&lanes, &samples, size, opts.pin, &label));
     }
     drop(clients);
     for r in responders {
@@ -395,13 +515,23 @@ mod tests {
     #[test]
     fn rows_carry_ratios_and_receivers() {
         let lanes = vec![(Layer::Tcp, None), (Layer::Propagate, Some(4))];
-        let mk = |v: Vec<f64>, wire| Samples {
+        let mk = |v: Vec<f64>, sent: u64, fanout| Samples {
             run_medians: vec![v[0], v[v.len() - 1]],
+            counted_pairs: v.len(),
             all: v,
-            wire,
+            counted: Counted { sent, received: 3 },
+            fanout,
         };
-        let samples = vec![mk(vec![10.0, 10.0, 10.0], 5), mk(vec![20.0, 20.0, 30.0], 9)];
-        let rows = rows_of(&lanes, &samples, 1000, Pin::Same);
+        let samples = vec![
+            mk(vec![10.0, 10.0, 10.0], 15, 1),
+            mk(vec![20.0, 20.0, 30.0], 108, 4),
+        ];
+        let label = RunLabel {
+            implementation: "juxta",
+            warmup: 10,
+            cbjx: None,
+        };
+        let rows = rows_of(&lanes, &samples, 1000, Pin::Same, &label);
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].implementation, "tcp");
         assert_eq!(rows[0].rtt_ratio_vs_tcp, 1.0);
@@ -409,7 +539,12 @@ mod tests {
         assert_eq!(rows[1].rtt_ratio_vs_tcp, 2.0);
         assert_eq!(rows[1].bandwidth_ratio_vs_tcp, 0.5);
         assert_eq!(rows[1].bandwidth_mb_s, 50.0);
+        assert_eq!(rows[0].wire_bytes, 5);
+        assert_eq!(rows[0].wire_bytes_rtt, 6);
+        // 108 bytes over 3 pairs to 4 receivers: 9 per receiver connection.
         assert_eq!(rows[1].wire_bytes, 9);
+        assert_eq!(rows[1].wire_bytes_rtt, 37);
+        assert_eq!(rows[1].warmup, 10);
         assert_eq!(rows[1].run_spread, 0.5);
         let j = serde_json::to_value(&rows).unwrap();
         assert!(j[0].get("receivers").is_none());
@@ -425,6 +560,8 @@ mod tests {
             "rtt_us_p99",
             "bandwidth_mb_s",
             "wire_bytes",
+            "wire_bytes_rtt",
+            "warmup",
             "rtt_ratio_vs_tcp",
             "bandwidth_ratio_vs_tcp",
             "run_spread",

@@ -317,11 +317,30 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                 } else {
                     vec![1, 1024, 16384, 65536, 262_144, 1 << 20, 4 << 20]
                 };
+                let mut layers = layers;
                 if opts.jxse {
+                    // Juxta in JXTA framing beside JXSE, with and without
+                    // CBJX: the like-for-like rows.
+                    for l in [
+                        Layer::EndpointCompat,
+                        Layer::PipeCompat,
+                        Layer::SocketCompat,
+                        Layer::EndpointCompatNoCbjx,
+                        Layer::PipeCompatNoCbjx,
+                        Layer::SocketCompatNoCbjx,
+                    ] {
+                        if !layers.contains(&l) {
+                            layers.push(l);
+                        }
+                    }
                     if let Some(j) = jxse_options(opts, &layers) {
                         // JXSE first: its JVMs start while nothing else
-                        // runs, and its rows are read against the tcp
-                        // reruns of the whole scenario.
+                        // runs. As shipped (CBJX on), then with CBJX off,
+                        // each beside its own tcp lane.
+                        steps.push(Step::JxsePingpong(JxseOptions {
+                            cbjx: false,
+                            ..j.clone()
+                        }));
                         steps.push(Step::JxsePingpong(j));
                     }
                 }
@@ -511,7 +530,6 @@ fn jxse_options(opts: &SuiteOptions, layers: &[Layer]) -> Option<JxseOptions> {
     };
     if opts.full {
         j.sizes = vec![1, 1024, 16384, 65536, 262_144, 1 << 20];
-        j.budget_ms = 10_000;
         j.throughput_duration_ms = 3000;
     }
     Some(j)
@@ -776,17 +794,6 @@ impl Gathered {
     }
 
     /// Per size, the tcp rerun with the median RTT.
-    fn tcp_rows(&self) -> Vec<PingPongRow> {
-        self.pingpong_tcp
-            .values()
-            .map(|reruns| {
-                let mut sorted: Vec<&PingPongRow> = reruns.iter().collect();
-                sorted.sort_by(|a, b| a.rtt_us_median.total_cmp(&b.rtt_us_median));
-                sorted[sorted.len() / 2].clone()
-            })
-            .collect()
-    }
-
     fn all_rows(&self) -> (Vec<Value>, Value) {
         let (mut tcp, noise) = self.tcp_and_noise();
         tcp.extend(self.rows.iter().cloned());
@@ -870,22 +877,16 @@ async fn run_step(
                 .extend(to_values(&relay::run(&o, &mut detail).await?));
         }
         Step::JxsePingpong(o) => {
-            // The juxta steps run later: measure the tcp bound now, in the
-            // same conditions, if nothing has yet.
-            if g.pingpong_tcp.is_empty() {
-                let tcp = PingPongOptions {
-                    layers: vec![],
-                    sizes: o.sizes.clone(),
-                    pin: o.pin,
-                    ..PingPongOptions::default()
-                };
-                for r in pingpong::run(host, &tcp, &mut detail).await? {
+            // Its own tcp lane, interleaved with the JXSE lanes: those
+            // rows join the tcp reruns of the other pingpong steps.
+            let run = jxse::run_pingpong(host, o, &mut detail).await;
+            for r in run.rows.iter().cloned() {
+                if r.implementation == "tcp" {
                     g.pingpong_tcp.entry(r.size).or_default().push(r);
+                } else {
+                    g.rows.push(serde_json::to_value(&r).unwrap_or(Value::Null));
                 }
             }
-            let tcp = g.tcp_rows();
-            let run = jxse::run_pingpong(o, &tcp, &mut detail).await;
-            g.rows.extend(to_values(&run.rows));
             run.into_result()?;
         }
         Step::JxseThroughput(o) => {

@@ -52,6 +52,15 @@ async fn pingpong_new_layers() {
             .unwrap()
     };
     assert_eq!(get("tcp", 1).rtt_ratio_vs_tcp, 1.0);
+    // Counted by the kernel at the client's socket: tcp's 4-byte length
+    // and 1-byte payload out, its 1-byte ack back, nothing else.
+    assert_eq!(get("tcp", 1).wire_bytes, 5);
+    assert_eq!(get("tcp", 1).wire_bytes_rtt, 6);
+    assert_eq!(get("tcp", 5000).wire_bytes, 5004);
+    for r in &rows {
+        assert!(r.wire_bytes_rtt > r.wire_bytes, "{r:?}");
+        assert_eq!(r.warmup, 10, "{r:?}");
+    }
     assert_eq!(get("tcp", 1).implementation, "tcp");
     assert_eq!(get("unicast-pipe", 1).implementation, "juxta");
     // Steady state on a compact connection: the pipe is a small number.
@@ -62,6 +71,44 @@ async fn pingpong_new_layers() {
         .map(|r| r.receivers.unwrap())
         .collect();
     assert_eq!(prop, vec![1, 3]);
+}
+
+/// The JXTA-framed layers Juxta is compared with JXSE on, with and without
+/// CBJX: rows say which, and the signature shows in the counted bytes.
+#[tokio::test]
+async fn jxta_framed_layers_with_and_without_cbjx() {
+    let opts = PingPongOptions {
+        layers: vec![
+            Layer::EndpointCompat,
+            Layer::EndpointCompatNoCbjx,
+            Layer::PipeCompat,
+            Layer::PipeCompatNoCbjx,
+            Layer::SocketCompatNoCbjx,
+        ],
+        sizes: vec![1],
+        pin: Pin::None,
+        warmup: 10,
+        runs: 1,
+        pairs: 5,
+        ..PingPongOptions::default()
+    };
+    let rows = pingpong::run(&Host::Thread, &opts, quiet).await.unwrap();
+    assert_eq!(rows.len(), 6);
+    let get = |layer: &str| rows.iter().find(|r| r.layer == layer).unwrap();
+    assert_eq!(get("tcp").cbjx, None);
+    assert_eq!(get("endpoint-compat").cbjx, Some(true));
+    assert_eq!(get("pipe-compat").cbjx, Some(true));
+    assert_eq!(get("pipe-compat-nocbjx").cbjx, Some(false));
+    assert_eq!(get("socket-compat-nocbjx").cbjx, Some(false));
+    // A CBJX trailer (signature and certificate) per message.
+    assert!(
+        get("endpoint-compat-nocbjx").wire_bytes + 100 < get("endpoint-compat").wire_bytes,
+        "{rows:?}"
+    );
+    assert!(
+        get("pipe-compat-nocbjx").wire_bytes + 100 < get("pipe-compat").wire_bytes,
+        "{rows:?}"
+    );
 }
 
 #[tokio::test]

@@ -200,7 +200,9 @@ enum BenchCmd {
 #[derive(clap::Args, Clone)]
 struct PingPongArgs {
     /// Layers (tcp is always measured): tcp, endpoint, endpoint-compat,
-    /// unicast-pipe, secure-pipe, bidi-pipe, socket, socket-compat, propagate.
+    /// endpoint-compat-nocbjx, unicast-pipe, pipe-compat, pipe-compat-nocbjx,
+    /// secure-pipe, bidi-pipe, socket, socket-compat, socket-compat-nocbjx,
+    /// propagate.
     #[arg(long, default_value = "tcp,endpoint,endpoint-compat")]
     layers: String,
     /// Payload sizes in bytes (suffixes K and M allowed).
@@ -886,23 +888,33 @@ fn run_pingpong(args: PingPongArgs) -> Result<(), CliError> {
     let host = host()?;
     let mut rows = drive(|progress| pingpong::run(&host, &opts, progress))?;
     if let Some(layers) = jxse {
-        let tcp: Vec<_> = rows.iter().filter(|r| r.layer == "tcp").cloned().collect();
-        let j = juxta_bench::jxse::JxseOptions {
-            layers,
-            sizes: opts.sizes.clone(),
-            pin: opts.pin,
-            ..Default::default()
-        };
-        let run = drive(|mut progress| async move {
-            Ok(juxta_bench::jxse::run_pingpong(&j, &tcp, &mut progress).await)
-        })?;
-        rows.extend(run.rows);
-        if let Some(e) = run.error {
-            eprintln!("juxta: the JXSE side stopped early: {e}");
+        // JXSE as shipped (CBJX on), then with CBJX off: each beside its
+        // own tcp lane, with Juxta's warm-up, runs and pairs.
+        for cbjx in [true, false] {
+            let j = juxta_bench::jxse::JxseOptions {
+                layers: layers.clone(),
+                sizes: opts.sizes.clone(),
+                pin: opts.pin,
+                warmup: opts.warmup,
+                runs: opts.runs,
+                pairs: opts.pairs,
+                cbjx,
+                ..Default::default()
+            };
+            let host = &host;
+            let run = drive(|mut progress| async move {
+                Ok(juxta_bench::jxse::run_pingpong(host, &j, &mut progress).await)
+            })?;
+            rows.extend(run.rows);
+            if let Some(e) = run.error {
+                eprintln!("juxta: the JXSE side stopped early: {e}");
+                break;
+            }
         }
     }
     println!(
-        "{:<16} {:>4} {:>9} {:>12} {:>11} {:>12} {:>10} {:>9} {:>8}",
+        "{:<11} {:<22} {:>4} {:>9} {:>12} {:>11} {:>12} {:>10} {:>10} {:>9} {:>8}",
+        "impl",
         "layer",
         "rcv",
         "size",
@@ -910,12 +922,14 @@ fn run_pingpong(args: PingPongArgs) -> Result<(), CliError> {
         "rtt_p99_us",
         "bw_MB_s",
         "wire_B",
+        "wire_rtt_B",
         "rtt/tcp",
         "bw/tcp"
     );
     for r in &rows {
         println!(
-            "{:<16} {:>4} {:>9} {:>12.1} {:>11.1} {:>12.1} {:>10} {:>9.2} {:>8.2}",
+            "{:<11} {:<22} {:>4} {:>9} {:>12.1} {:>11.1} {:>12.1} {:>10} {:>10} {:>9.2} {:>8.2}",
+            r.implementation,
             r.layer,
             r.receivers.map(|n| n.to_string()).unwrap_or_default(),
             r.size,
@@ -923,6 +937,7 @@ fn run_pingpong(args: PingPongArgs) -> Result<(), CliError> {
             r.rtt_us_p99,
             r.bandwidth_mb_s,
             r.wire_bytes,
+            r.wire_bytes_rtt,
             r.rtt_ratio_vs_tcp,
             r.bandwidth_ratio_vs_tcp
         );

@@ -73,9 +73,9 @@ fn layer_key(r: &Row<'_>, suffix: &str) -> Key {
         rank: (layer_rank(layer), impl_rank(imp), label.clone()),
         label,
         color: layer_color(layer),
-        dashed: imp == "jxse",
+        dashed: imp.starts_with("jxse"),
         bold: layer == "tcp",
-        marker: if imp == "jxse" {
+        marker: if imp.starts_with("jxse") {
             Marker::Triangle
         } else if layer == "tcp" {
             Marker::Square

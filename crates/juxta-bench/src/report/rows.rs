@@ -83,14 +83,19 @@ pub fn scenario_rows<'a>(all: &[Row<'a>], scenario: &str) -> Vec<Row<'a>> {
 
 /// Rank of a layer in the conventional order (unknown layers last).
 pub fn layer_rank(layer: &str) -> usize {
-    const ORDER: [&str; 8] = [
+    const ORDER: [&str; 13] = [
         "tcp",
         "endpoint",
         "endpoint-compat",
+        "endpoint-compat-nocbjx",
         "unicast-pipe",
+        "pipe-compat",
+        "pipe-compat-nocbjx",
         "secure-pipe",
         "bidi-pipe",
         "socket",
+        "socket-compat",
+        "socket-compat-nocbjx",
         "propagate",
     ];
     ORDER
@@ -105,7 +110,8 @@ pub fn impl_rank(imp: &str) -> usize {
         "tcp" => 0,
         "juxta" => 1,
         "jxse" => 2,
-        _ => 3,
+        "jxse-nocbjx" => 3,
+        _ => 4,
     }
 }
 

@@ -248,6 +248,77 @@ pub fn pingpong_wire(rows: &[Row<'_>]) -> Option<Table> {
     })
 }
 
+/// The like-for-like pairs: (JXSE impl, JXSE layer, Juxta layer in the
+/// same framing).
+const LIKE_FOR_LIKE: [(&str, &str, &str); 6] = [
+    ("jxse", "endpoint", "endpoint-compat"),
+    ("jxse", "unicast-pipe", "pipe-compat"),
+    ("jxse", "socket", "socket-compat"),
+    ("jxse-nocbjx", "endpoint", "endpoint-compat-nocbjx"),
+    ("jxse-nocbjx", "unicast-pipe", "pipe-compat-nocbjx"),
+    ("jxse-nocbjx", "socket", "socket-compat-nocbjx"),
+];
+
+/// JXSE beside Juxta in the same framing (JXTA framing, CBJX on as JXSE
+/// ships, and both with CBJX off), per layer and size: RTT and bandwidth
+/// of each, and how many times Juxta is faster. Juxta's compact framing
+/// is what two Juxta peers get, never the comparison with JXSE.
+pub fn like_for_like(rows: &[Row<'_>]) -> Option<Table> {
+    let rows = one_to_one(rows);
+    let mut out = Vec::new();
+    for (jimp, jlayer, xlayer) in LIKE_FOR_LIKE {
+        let mut sizes: Vec<f64> = rows
+            .iter()
+            .filter(|r| r.imp() == jimp && r.layer() == jlayer)
+            .filter_map(|r| r.f("size"))
+            .collect();
+        sizes.sort_by(f64::total_cmp);
+        sizes.dedup();
+        for size in sizes {
+            let pick = |imp: &str, layer: &str| {
+                rows.iter()
+                    .copied()
+                    .find(|r| r.imp() == imp && r.layer() == layer && r.f("size") == Some(size))
+            };
+            let Some(j) = pick(jimp, jlayer) else {
+                continue;
+            };
+            let Some(x) = pick("juxta", xlayer) else {
+                continue;
+            };
+            let (Some(jr), Some(xr)) = (j.f("rtt_us_median"), x.f("rtt_us_median")) else {
+                continue;
+            };
+            let bw = |r: &Row<'_>| r.f("bandwidth_mb_s").unwrap_or(f64::NAN);
+            out.push(vec![
+                format!("{jimp} {jlayer} / juxta {xlayer}"),
+                size_text(size),
+                format!("{} / {}", us_text(jr), us_text(xr)),
+                format!("{} / {} MB/s", num(bw(&j)), num(bw(&x))),
+                if xr > 0.0 { num(jr / xr) } else { "n/a".into() },
+                format!(
+                    "{} / {} B",
+                    num(j.f("wire_bytes").unwrap_or(f64::NAN)),
+                    num(x.f("wire_bytes").unwrap_or(f64::NAN))
+                ),
+            ]);
+        }
+    }
+    (!out.is_empty()).then(|| Table {
+        id: "table-like-for-like".into(),
+        caption: "Like for like: JXSE 2.7 beside Juxta in the same framing (JXTA framing with CBJX as JXSE ships it; and both with CBJX off), measured by the same harness in the same run (same warm-up, samples, pinning, interleaved with tcp; bytes counted by the kernel at the client's sockets). Juxta's compact framing is what two Juxta peers get and is not part of this comparison.".into(),
+        head: vec![
+            "pair".into(),
+            "size".into(),
+            "RTT median (JXSE / Juxta)".into(),
+            "bandwidth (JXSE / Juxta)".into(),
+            "Juxta faster (x)".into(),
+            "wire bytes per message (JXSE / Juxta)".into(),
+        ],
+        rows: out,
+    })
+}
+
 /// Propagate RTT per receivers beside the published propagate rate.
 pub fn propagate_published(rows: &[Row<'_>]) -> Option<Table> {
     let mut out = Vec::new();
@@ -705,4 +776,44 @@ pub fn chaos_summary(rows: &[Row<'_>]) -> Option<Table> {
             ("lookups_failed_outside_recovery", "outside recovery"),
         ],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Map, Value};
+
+    fn row(imp: &str, layer: &str, size: u64, rtt: f64, wire: u64) -> Map<String, Value> {
+        let v = json!({
+            "scenario": "pingpong", "impl": imp, "layer": layer, "size": size,
+            "rtt_us_median": rtt, "bandwidth_mb_s": size as f64 / rtt, "wire_bytes": wire,
+        });
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn like_for_like_pairs_jxse_with_juxta_in_the_same_framing() {
+        let maps = [
+            row("jxse", "unicast-pipe", 1, 5000.0, 2456),
+            row("juxta", "pipe-compat", 1, 250.0, 1288),
+            // Compact framing is never the comparison.
+            row("juxta", "unicast-pipe", 1, 20.0, 7),
+            row("jxse-nocbjx", "unicast-pipe", 1, 2000.0, 929),
+            row("juxta", "pipe-compat-nocbjx", 1, 50.0, 900),
+            // No Juxta partner: no line.
+            row("jxse", "socket", 1, 9000.0, 3000),
+        ];
+        let rows: Vec<Row<'_>> = maps.iter().map(Row).collect();
+        let t = like_for_like(&rows).expect("a table");
+        assert_eq!(t.rows.len(), 2);
+        assert_eq!(t.rows[0][0], "jxse unicast-pipe / juxta pipe-compat");
+        assert_eq!(t.rows[0][4], num(20.0));
+        assert!(t.rows[0][5].contains("2456") || t.rows[0][5].contains("2,456"));
+        assert_eq!(
+            t.rows[1][0],
+            "jxse-nocbjx unicast-pipe / juxta pipe-compat-nocbjx"
+        );
+        assert_eq!(t.rows[1][4], num(40.0));
+        assert!(like_for_like(&rows[2..3]).is_none());
+    }
 }

@@ -597,9 +597,11 @@ final class Bench {
     }
 
     /**
-     * BENCH_PINGPONG <layer> <size> <warmup> <runs> <pairs> <budget ms>: warm-up pairs (at most
-     * a quarter of the budget), then `runs` timed runs of up to `pairs` pairs each, a run
-     * ending early once it used budget/runs ms (at least 3 pairs per run).
+     * BENCH_PINGPONG <layer> <size> <warmup> <runs> <pairs> <budget ms>: exactly `warmup`
+     * warm-up pairs, then `runs` timed runs of `pairs` pairs each. With a budget of 0 (what
+     * juxta-bench sends: every implementation gets the same samples) every run completes;
+     * a positive budget ends a run early once it used budget/runs ms (at least 3 pairs) and
+     * stops the warm-up after a quarter of it (the old method, kept for manual runs).
      * Answer: BENCH_PINGPONG <layer> <size> <warm-up pairs done> <run1 µs,µs,...;run2 ...>.
      */
     private String pingpong(String[] p) throws Exception {
@@ -611,35 +613,43 @@ final class Bench {
         int warmup = intArg(p[3], Integer.MAX_VALUE);
         int runs = Math.max(1, intArg(p[4], 10_000));
         int pairs = Math.max(1, intArg(p[5], Integer.MAX_VALUE));
-        long budget = TimeUnit.MILLISECONDS.toNanos(Math.max(1, intArg(p[6], Integer.MAX_VALUE)));
+        long budgetMs = intArg(p[6], Integer.MAX_VALUE);
+        boolean bounded = budgetMs > 0;
+        long budget = TimeUnit.MILLISECONDS.toNanos(Math.max(1, budgetMs));
         Sender s = sender(layer);
         acks.clear();
         byte[] payload = Main.pattern(size);
         long warmEnd = System.nanoTime() + budget / 4;
         int warmed = 0;
-        while (warmed < warmup && (warmed < 3 || System.nanoTime() < warmEnd)) {
+        while (warmed < warmup && (!bounded || warmed < 3 || System.nanoTime() < warmEnd)) {
             s.pair(payload);
             warmed++;
         }
         StringBuilder sb = new StringBuilder("BENCH_PINGPONG ").append(layer).append(' ').append(size)
                 .append(' ').append(warmed).append(' ');
         long perRun = budget / runs;
+        long[] samples = new long[pairs];
         for (int r = 0; r < runs; r++) {
             if (r > 0) {
                 sb.append(';');
             }
             long runEnd = System.nanoTime() + perRun;
+            int done = 0;
+            // Timestamps only inside the loop: formatting waits until the run ends.
             for (int i = 0; i < pairs; i++) {
                 long t0 = System.nanoTime();
                 s.pair(payload);
                 long t1 = System.nanoTime();
+                samples[done++] = t1 - t0;
+                if (bounded && i >= 2 && t1 > runEnd) {
+                    break;
+                }
+            }
+            for (int i = 0; i < done; i++) {
                 if (i > 0) {
                     sb.append(',');
                 }
-                sb.append(String.format(java.util.Locale.ROOT, "%.1f", (t1 - t0) / 1000.0));
-                if (i >= 2 && t1 > runEnd) {
-                    break;
-                }
+                sb.append(String.format(java.util.Locale.ROOT, "%.1f", samples[i] / 1000.0));
             }
         }
         return sb.toString();
