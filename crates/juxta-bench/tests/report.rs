@@ -213,6 +213,7 @@ const SYNTHETIC_PLOTS: &[&str] = &[
 
 const SYNTHETIC_TABLES: &[&str] = &[
     "table-pingpong-published",
+    "table-like-for-like",
     "table-pingpong-wire",
     "table-propagate",
     "table-throughput-published",
