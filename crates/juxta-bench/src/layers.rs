@@ -30,7 +30,7 @@ use juxta_proto::id::{PeerId, PipeId};
 use juxta_proto::message::{Element, Message};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::process::{Child, Command};
 
 use crate::socket_bytes::ClientSockets;
@@ -59,6 +59,13 @@ const HDR_CONTROL: u32 = 0x8000_0000;
 const LEN_MASK: u32 = 0x3FFF_FFFF;
 /// Socket preamble selecting the framed protocol.
 pub const SOCKET_FRAMED: u32 = 0xFFFF_FFFF;
+
+/// Largest UDP payload over IPv4 (65,535 - 20 - 8).
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// How long the udp lane waits for an answer before failing (a lost
+/// datagram on loopback means something is wrong; never hang).
+const UDP_WAIT: Duration = Duration::from_secs(5);
 
 /// A layer a scenario can measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -91,13 +98,17 @@ pub enum Layer {
     PipeCompatNoCbjx,
     /// `socket-compat` without CBJX signatures.
     SocketCompatNoCbjx,
+    /// Plain UDP datagrams (payloads up to [`MAX_UDP_PAYLOAD`]), a 1-byte
+    /// datagram back: the unreliable socket de Souza measured. Its rows
+    /// have `impl = "udp"`.
+    Udp,
     /// A propagate pipe to 1..n receivers, each acking on a unicast pipe.
     Propagate,
 }
 
 impl Layer {
     /// Every layer, in report order.
-    pub const ALL: [Layer; 13] = [
+    pub const ALL: [Layer; 14] = [
         Layer::Tcp,
         Layer::Endpoint,
         Layer::EndpointCompat,
@@ -111,6 +122,7 @@ impl Layer {
         Layer::SocketCompat,
         Layer::SocketCompatNoCbjx,
         Layer::Propagate,
+        Layer::Udp,
     ];
 
     /// Parses a layer name.
@@ -137,6 +149,7 @@ impl Layer {
             Layer::PipeCompatNoCbjx => "pipe-compat-nocbjx",
             Layer::SocketCompatNoCbjx => "socket-compat-nocbjx",
             Layer::Propagate => "propagate",
+            Layer::Udp => "udp",
         }
     }
 
@@ -161,6 +174,21 @@ impl Layer {
             Layer::EndpointCompatNoCbjx | Layer::PipeCompatNoCbjx | Layer::SocketCompatNoCbjx => {
                 Some(false)
             }
+            _ => None,
+        }
+    }
+
+    /// Whether the layer can carry a payload of `size` bytes.
+    pub fn carries(self, size: usize) -> bool {
+        self != Layer::Udp || size <= MAX_UDP_PAYLOAD
+    }
+
+    /// The `impl` of this layer's rows when Juxta is measured: `tcp` and
+    /// `udp` are the sockets themselves.
+    pub fn implementation(self) -> Option<&'static str> {
+        match self {
+            Layer::Tcp => Some("tcp"),
+            Layer::Udp => Some("udp"),
             _ => None,
         }
     }
@@ -749,6 +777,28 @@ pub async fn run_responder(
     let layer = spec.layer;
     let key_bits = layer.key_bits(spec.key_bits);
     match layer {
+        Layer::Udp => {
+            let sock = UdpSocket::bind(SocketAddr::new(spec.bind, 0))
+                .await
+                .map_err(|source| BenchError::Io {
+                    what: "binding udp responder".into(),
+                    source,
+                })?;
+            on_ready(&Ready {
+                addrs: vec![sock.local_addr().expect("bound")],
+                pipes: vec![],
+            });
+            let mut buf = vec![0u8; MAX_UDP_PAYLOAD + 1];
+            loop {
+                let (_, from) = sock
+                    .recv_from(&mut buf)
+                    .await
+                    .map_err(io_err("udp receive"))?;
+                sock.send_to(&[1u8], from)
+                    .await
+                    .map_err(io_err("udp ack"))?;
+            }
+        }
         Layer::Tcp => {
             let l = TcpListener::bind(SocketAddr::new(spec.bind, 0))
                 .await
@@ -947,6 +997,10 @@ enum Kind {
     Tcp {
         stream: TcpStream,
     },
+    Udp {
+        sock: UdpSocket,
+        ack: [u8; 16],
+    },
     Endpoint {
         messenger: Messenger,
         acks: Listener,
@@ -999,6 +1053,25 @@ impl Client {
     ) -> Result<Client, BenchError> {
         let key_bits = layer.key_bits(key_bits);
         let addr = ready.addrs[0];
+        if layer == Layer::Udp {
+            let local = SocketAddr::new(
+                if addr.is_ipv4() {
+                    IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+                } else {
+                    IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+                },
+                0,
+            );
+            let sock = UdpSocket::bind(local).await.map_err(io_err("udp bind"))?;
+            sock.connect(addr).await.map_err(io_err("udp connect"))?;
+            return Ok(Client {
+                layer,
+                kind: Kind::Udp { sock, ack: [0; 16] },
+                // No stream counters for datagrams: see `Client::pair`.
+                sockets: ClientSockets::default(),
+                _hold: None,
+            });
+        }
         if layer == Layer::Tcp {
             let stream = TcpStream::connect(addr)
                 .await
@@ -1028,7 +1101,7 @@ impl Client {
             Ok(m)
         };
         let kind = match layer {
-            Layer::Tcp => unreachable!("handled above"),
+            Layer::Tcp | Layer::Udp => unreachable!("handled above"),
             Layer::Endpoint | Layer::EndpointCompat | Layer::EndpointCompatNoCbjx => {
                 let acks = h.peer.listen(BENCH_SERVICE, Some("ack"))?;
                 let messenger = link(h.peer.connect(addr).await?).await?;
@@ -1194,6 +1267,27 @@ impl Client {
             self.socket_mode(SockMode::Fixed(ping.len())).await?;
         }
         match &mut self.kind {
+            Kind::Udp { sock, ack } => {
+                if ping.len() > MAX_UDP_PAYLOAD {
+                    return Err(BenchError::BadOption(format!(
+                        "udp carries at most {MAX_UDP_PAYLOAD} bytes, asked for {}",
+                        ping.len()
+                    )));
+                }
+                sock.send(&ping.flat).await.map_err(io_err("udp send"))?;
+                match tokio::time::timeout(UDP_WAIT, sock.recv(ack)).await {
+                    Ok(Ok(1)) => Ok(()),
+                    Ok(Ok(n)) => Err(BenchError::Responder {
+                        layer: "udp".into(),
+                        reason: format!("a {n}-byte answer where 1 byte was expected"),
+                    }),
+                    Ok(Err(e)) => Err(io_err("udp receive")(e)),
+                    Err(_) => Err(io_err("udp receive")(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no answer within {UDP_WAIT:?} (datagram lost)"),
+                    ))),
+                }
+            }
             Kind::Tcp { stream } => {
                 let hdr = Frame::Ping(ping.len()).header();
                 juxta::transport::tcp::write_all_vectored(stream, &[&hdr[..], &ping.flat[..]])
@@ -1284,7 +1378,7 @@ impl Client {
                 s.write_all(payload).await.map_err(io_err("socket write"))?;
                 s.flush().await.map_err(io_err("socket flush"))?;
             }
-            Kind::Propagate { .. } => {
+            Kind::Propagate { .. } | Kind::Udp { .. } => {
                 return Err(BenchError::Unsupported {
                     layer: self.layer.name().into(),
                     scenario: "one-way sends".into(),
@@ -1346,7 +1440,7 @@ impl Client {
                     let m = pipe.recv().await.map(|d| d.message);
                     message_answer(layer, kind, m)
                 }
-                Kind::Propagate { .. } => Err(BenchError::Unsupported {
+                Kind::Propagate { .. } | Kind::Udp { .. } => Err(BenchError::Unsupported {
                     layer: layer.name().into(),
                     scenario: "one-way sends".into(),
                     allowed: "every other layer".into(),
@@ -1412,7 +1506,10 @@ mod tests {
         for l in Layer::ALL {
             assert_eq!(Layer::parse(l.name()).unwrap(), l);
         }
-        assert!(Layer::parse("udp").is_err());
+        assert!(Layer::parse("sctp").is_err());
+        assert!(Layer::Udp.carries(65_507) && !Layer::Udp.carries(65_508));
+        assert_eq!(Layer::Udp.implementation(), Some("udp"));
+        assert_eq!(Layer::Socket.implementation(), None);
         assert_eq!(Layer::SecurePipe.key_bits(1024), 2048);
         assert_eq!(Layer::UnicastPipe.key_bits(1024), 1024);
         let v = parse_layers("unicast-pipe,tcp,unicast-pipe,socket", "x", &Layer::ALL).unwrap();

@@ -23,7 +23,7 @@ pub use crate::util::{pin_current, Pin};
 use crate::BenchError;
 
 /// Layers the ping-pong measures.
-pub const LAYERS: [Layer; 13] = Layer::ALL;
+pub const LAYERS: [Layer; 14] = Layer::ALL;
 
 /// Options of a ping-pong run.
 #[derive(Debug, Clone, Serialize)]
@@ -131,6 +131,10 @@ pub(crate) enum Driver {
 }
 
 impl Driver {
+    fn is_datagram(&self) -> bool {
+        matches!(self, Driver::Local(c) if c.layer() == Layer::Udp)
+    }
+
     fn sockets(&self) -> ClientSockets {
         match self {
             Driver::Local(c) => c.sockets().clone(),
@@ -249,6 +253,16 @@ async fn timed_run(
     let mut run = lane.timed(ping, pairs).await?;
     let after = sockets.read()?;
     s.counted.add(after.since(before));
+    if lane.is_datagram() {
+        // No stream counters for UDP: each pair is one datagram of the
+        // payload out and one 1-byte datagram back (UDP adds only its
+        // 8-byte header, as TCP's headers are not counted either).
+        let n = run.len() as u64;
+        s.counted.add(Counted {
+            sent: n.saturating_mul(ping.len() as u64),
+            received: n,
+        });
+    }
     s.counted_pairs += run.len();
     s.all.extend_from_slice(&run);
     run.sort_by(f64::total_cmp);
@@ -396,11 +410,7 @@ pub(crate) fn rows_of(
             let bw = size as f64 / median;
             PingPongRow {
                 scenario: "pingpong",
-                implementation: if layer == Layer::Tcp {
-                    "tcp"
-                } else {
-                    run.implementation
-                },
+                implementation: layer.implementation().unwrap_or(run.implementation),
                 layer: layer.name(),
                 size,
                 receivers,
@@ -461,8 +471,16 @@ async fn run_here(
     let mut rows = Vec::new();
     for &size in &opts.sizes {
         let ping = Ping::single(size);
+        // Lanes that cannot carry this size (udp above 64 KB) sit it out.
+        type Placed = Vec<(usize, Lane)>;
+        let (mut here, aside): (Placed, Placed) = clients
+            .drain(..)
+            .enumerate()
+            .partition(|(_, l)| l.layer.carries(size));
+        let shape: Vec<(Layer, Option<usize>)> = here.iter().map(|(i, _)| lanes[*i]).collect();
+        let mut measured: Vec<Lane> = here.drain(..).map(|(_, l)| l).collect();
         let samples = measure(
-            &mut clients,
+            &mut measured,
             &ping,
             opts.warmup,
             opts.runs,
@@ -470,13 +488,23 @@ async fn run_here(
             &format!("size {size}"),
             &mut progress,
         )
-        .await?;
+        .await;
+        // Put every lane back in its place before anything can fail.
+        let mut back: Vec<(usize, Lane)> = shape
+            .iter()
+            .zip(measured)
+            .map(|(sh, l)| (lanes.iter().position(|x| x == sh).expect("a lane"), l))
+            .chain(aside)
+            .collect();
+        back.sort_by_key(|(i, _)| *i);
+        clients = back.into_iter().map(|(_, l)| l).collect();
+        let samples = samples?;
         let label = RunLabel {
             implementation: "juxta",
             warmup: warmup_pairs(opts.warmup, size),
             cbjx: None,
         };
-        rows.extend(rows_of(&lanes, &samples, size, opts.pin, &label));
+        rows.extend(rows_of(&shape, &samples, size, opts.pin, &label));
     }
     drop(clients);
     for r in responders {

@@ -154,6 +154,9 @@ pub struct SuiteOptions {
     /// Also run the original JXSE 2.7 (two harness JVMs) on the endpoint,
     /// unicast pipe and socket layers of pingpong and throughput.
     pub jxse: bool,
+    /// Also run plain UDP datagrams in the pingpong (payloads up to 64 KB),
+    /// as de Souza measured.
+    pub udp: bool,
     /// Network profile: loopback, or namespaces joined by a rate-limited,
     /// delayed link (`lan`, `san`, `wan`; needs root).
     pub net: Profile,
@@ -171,6 +174,7 @@ impl SuiteOptions {
             pin: Pin::Same,
             key_bits: 1024,
             jxse: false,
+            udp: false,
             net: Profile::Loopback,
             out,
         }
@@ -318,6 +322,9 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                     vec![1, 1024, 16384, 65536, 262_144, 1 << 20, 4 << 20]
                 };
                 let mut layers = layers;
+                if opts.udp && !layers.contains(&Layer::Udp) {
+                    layers.push(Layer::Udp);
+                }
                 if opts.jxse {
                     // Juxta in JXTA framing beside JXSE, with and without
                     // CBJX: the like-for-like rows.
@@ -350,7 +357,7 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                         sizes: if l == Layer::Propagate {
                             vec![1, 65536]
                         } else {
-                            sizes.clone()
+                            sizes.iter().copied().filter(|s| l.carries(*s)).collect()
                         },
                         receivers: if opts.full {
                             vec![1, 2, 4, 8, 16]
@@ -523,9 +530,11 @@ fn jxse_options(opts: &SuiteOptions, layers: &[Layer]) -> Option<JxseOptions> {
     if layers.is_empty() {
         return None;
     }
+    // The same warm-up as the Juxta pingpong steps (see `plan`).
     let mut j = JxseOptions {
         layers,
         pin: opts.pin,
+        warmup: if opts.full { 1000 } else { 500 },
         ..JxseOptions::default()
     };
     if opts.full {

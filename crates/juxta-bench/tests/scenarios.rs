@@ -111,6 +111,33 @@ async fn jxta_framed_layers_with_and_without_cbjx() {
     );
 }
 
+/// UDP datagrams as de Souza measured: rows of their own `impl`, only for
+/// payloads a datagram carries, the tcp lane still beside them.
+#[tokio::test]
+async fn udp_lane_up_to_64k() {
+    let opts = PingPongOptions {
+        layers: vec![Layer::Udp],
+        sizes: vec![1, 5000, 100_000],
+        pin: Pin::None,
+        warmup: 10,
+        runs: 1,
+        pairs: 5,
+        ..PingPongOptions::default()
+    };
+    let rows = pingpong::run(&Host::Thread, &opts, quiet).await.unwrap();
+    let udp: Vec<_> = rows.iter().filter(|r| r.layer == "udp").collect();
+    assert_eq!(udp.len(), 2, "{rows:?}");
+    for r in &udp {
+        assert_eq!(r.implementation, "udp");
+        assert_eq!(r.wire_bytes, r.size as u64);
+        assert_eq!(r.wire_bytes_rtt, r.size as u64 + 1);
+        assert_eq!(r.samples, 5);
+        assert!(r.rtt_ratio_vs_tcp > 0.0);
+    }
+    assert!(rows.iter().any(|r| r.layer == "tcp" && r.size == 100_000));
+    assert!(!rows.iter().any(|r| r.layer == "udp" && r.size == 100_000));
+}
+
 #[tokio::test]
 async fn throughput_every_layer() {
     let opts = ThroughputOptions {

@@ -128,21 +128,31 @@ struct SuiteArgs {
     implementations: String,
 }
 
-/// Parses `--impl`: whether JXSE runs beside Juxta.
-fn parse_impls(s: &str) -> Result<bool, CliError> {
-    let mut jxse = false;
+/// What `--impl` asks for besides tcp and Juxta (always measured).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Impls {
+    /// The original JXSE 2.7 (two harness JVMs).
+    jxse: bool,
+    /// Plain UDP datagrams (pingpong, payloads up to 64 KB).
+    udp: bool,
+}
+
+/// Parses `--impl`.
+fn parse_impls(s: &str) -> Result<Impls, CliError> {
+    let mut i = Impls::default();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         match part {
-            "juxta" => {}
-            "jxse" => jxse = true,
+            "juxta" | "tcp" => {}
+            "jxse" => i.jxse = true,
+            "udp" => i.udp = true,
             other => {
                 return Err(CliError::Msg(format!(
-                    "unknown implementation {other:?} for --impl (known: juxta, jxse)"
+                    "unknown implementation {other:?} for --impl (known: tcp, juxta, udp, jxse)"
                 )))
             }
         }
     }
-    Ok(jxse)
+    Ok(i)
 }
 
 #[derive(Subcommand)]
@@ -760,7 +770,9 @@ fn run_suite(args: SuiteArgs) -> Result<ExitCode, CliError> {
     }
     opts.pin = Pin::parse(&args.pin)?;
     opts.key_bits = args.key_bits;
-    opts.jxse = parse_impls(&args.implementations)?;
+    let impls = parse_impls(&args.implementations)?;
+    opts.jxse = impls.jxse;
+    opts.udp = impls.udp;
     opts.net =
         juxta_bench::net::Profile::parse(&args.net).map_err(juxta_bench::BenchError::from)?;
     if opts.jxse {
@@ -801,7 +813,7 @@ fn jxse_side(
     net: &str,
     layers: &[Layer],
 ) -> Result<Option<Vec<Layer>>, CliError> {
-    if !parse_impls(implementations)? {
+    if !parse_impls(implementations)?.jxse {
         return Ok(None);
     }
     if net != "loopback" {
@@ -859,10 +871,13 @@ fn run_compare(a: PathBuf, b: PathBuf, html: Option<PathBuf>) -> Result<(), CliE
 }
 
 fn run_pingpong(args: PingPongArgs) -> Result<(), CliError> {
-    let layers: Vec<Layer> = layers::parse_layers(&args.layers, "pingpong", &pingpong::LAYERS)?
+    let mut layers: Vec<Layer> = layers::parse_layers(&args.layers, "pingpong", &pingpong::LAYERS)?
         .into_iter()
         .filter(|l| *l != Layer::Tcp)
         .collect();
+    if parse_impls(&args.implementations)?.udp && !layers.contains(&Layer::Udp) {
+        layers.push(Layer::Udp);
+    }
     let opts = PingPongOptions {
         layers,
         sizes: parse_sizes(&args.sizes)?,
