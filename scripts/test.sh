@@ -15,6 +15,9 @@ command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 pkg-config --exists openssl 2>/dev/null || need_apt+=(libssl-dev)
+# The bench's other stacks: ZeroMQ (juxta-bench/peers/zmq_pingpong.c, built by the bench).
+pkg-config --exists libzmq 2>/dev/null || need_apt+=(libzmq3-dev)
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing ${need_apt[*]} with apt-get" >&2

@@ -514,24 +514,8 @@ impl Jvm {
     /// later inherit it from their creator). Best effort: a JVM that cannot
     /// be pinned still runs.
     fn pin(&self, core: Option<usize>) {
-        use nix::sched::{sched_setaffinity, CpuSet};
-        use nix::unistd::Pid;
-        let Some(pid) = self.pid() else { return };
-        let mut set = CpuSet::new();
-        let cores = match core {
-            Some(c) => c..c + 1,
-            None => 0..CpuSet::count(),
-        };
-        for c in cores {
-            let _ = set.set(c);
-        }
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-            return;
-        };
-        for t in tasks.flatten() {
-            if let Some(tid) = t.file_name().to_str().and_then(|s| s.parse().ok()) {
-                let _ = sched_setaffinity(Pid::from_raw(tid), &set);
-            }
+        if let Some(pid) = self.pid() {
+            crate::util::pin_process(pid, core);
         }
     }
 

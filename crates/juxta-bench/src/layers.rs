@@ -102,13 +102,16 @@ pub enum Layer {
     /// datagram back: the unreliable socket de Souza measured. Its rows
     /// have `impl = "udp"`.
     Udp,
+    /// ZeroMQ (libzmq) REQ/REP over TCP ([`crate::stacks`]); rows have
+    /// `impl = "zmq"`.
+    ZmqReqRep,
     /// A propagate pipe to 1..n receivers, each acking on a unicast pipe.
     Propagate,
 }
 
 impl Layer {
     /// Every layer, in report order.
-    pub const ALL: [Layer; 14] = [
+    pub const ALL: [Layer; 15] = [
         Layer::Tcp,
         Layer::Endpoint,
         Layer::EndpointCompat,
@@ -123,6 +126,7 @@ impl Layer {
         Layer::SocketCompatNoCbjx,
         Layer::Propagate,
         Layer::Udp,
+        Layer::ZmqReqRep,
     ];
 
     /// Parses a layer name.
@@ -150,6 +154,7 @@ impl Layer {
             Layer::SocketCompatNoCbjx => "socket-compat-nocbjx",
             Layer::Propagate => "propagate",
             Layer::Udp => "udp",
+            Layer::ZmqReqRep => "tcp-req-rep",
         }
     }
 
@@ -189,6 +194,14 @@ impl Layer {
         match self {
             Layer::Tcp => Some("tcp"),
             Layer::Udp => Some("udp"),
+            _ => self.stack().map(crate::stacks::Stack::name),
+        }
+    }
+
+    /// The other stack this lane runs, if it is one ([`crate::stacks`]).
+    pub fn stack(self) -> Option<crate::stacks::Stack> {
+        match self {
+            Layer::ZmqReqRep => Some(crate::stacks::Stack::Zmq),
             _ => None,
         }
     }
@@ -777,6 +790,11 @@ pub async fn run_responder(
     let layer = spec.layer;
     let key_bits = layer.key_bits(spec.key_bits);
     match layer {
+        Layer::ZmqReqRep => Err(BenchError::Unsupported {
+            layer: layer.name().into(),
+            scenario: "bench-responder".into(),
+            allowed: "the layers of juxta and the sockets (stacks run their own programs)".into(),
+        }),
         Layer::Udp => {
             let sock = UdpSocket::bind(SocketAddr::new(spec.bind, 0))
                 .await
@@ -1102,6 +1120,14 @@ impl Client {
         };
         let kind = match layer {
             Layer::Tcp | Layer::Udp => unreachable!("handled above"),
+            Layer::ZmqReqRep => {
+                return Err(BenchError::Unsupported {
+                    layer: layer.name().into(),
+                    scenario: "a juxta client".into(),
+                    allowed: "the layers of juxta and the sockets (stacks run their own programs)"
+                        .into(),
+                })
+            }
             Layer::Endpoint | Layer::EndpointCompat | Layer::EndpointCompatNoCbjx => {
                 let acks = h.peer.listen(BENCH_SERVICE, Some("ack"))?;
                 let messenger = link(h.peer.connect(addr).await?).await?;

@@ -32,6 +32,7 @@ pub mod report;
 pub mod senders;
 pub mod soak;
 pub mod socket_bytes;
+pub mod stacks;
 pub mod suite;
 pub mod throughput;
 pub mod util;
@@ -41,7 +42,7 @@ pub mod worker;
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     /// A layer name that does not exist.
-    #[error("unknown layer {0:?} (known: tcp, endpoint, endpoint-compat, endpoint-compat-nocbjx, unicast-pipe, pipe-compat, pipe-compat-nocbjx, secure-pipe, bidi-pipe, socket, socket-compat, socket-compat-nocbjx, propagate)")]
+    #[error("unknown layer {0:?} (known: tcp, endpoint, endpoint-compat, endpoint-compat-nocbjx, unicast-pipe, pipe-compat, pipe-compat-nocbjx, secure-pipe, bidi-pipe, socket, socket-compat, socket-compat-nocbjx, propagate, udp, tcp-req-rep)")]
     UnknownLayer(String),
     /// A layer the scenario does not measure.
     #[error("layer {layer} is not measured by {scenario} (choose from: {allowed})")]
@@ -97,6 +98,9 @@ pub enum BenchError {
     /// Operations scenario error.
     #[error(transparent)]
     Ops(#[from] ops::OpsError),
+    /// Another stack (ZeroMQ, ...) failed.
+    #[error(transparent)]
+    Stack(#[from] stacks::StackError),
     /// Reading the kernel's byte counters failed.
     #[error(transparent)]
     SocketBytes(#[from] socket_bytes::SocketBytesError),

@@ -23,7 +23,7 @@ pub use crate::util::{pin_current, Pin};
 use crate::BenchError;
 
 /// Layers the ping-pong measures.
-pub const LAYERS: [Layer; 14] = Layer::ALL;
+pub const LAYERS: [Layer; 15] = Layer::ALL;
 
 /// Options of a ping-pong run.
 #[derive(Debug, Clone, Serialize)]
@@ -128,6 +128,8 @@ pub(crate) enum Driver {
     Local(Box<Client>),
     /// A layer of the JXSE client JVM.
     Jxse(crate::jxse::JxseLane),
+    /// Another stack's client process ([`crate::stacks`]).
+    Stack(Box<crate::stacks::StackLane>),
 }
 
 impl Driver {
@@ -139,6 +141,7 @@ impl Driver {
         match self {
             Driver::Local(c) => c.sockets().clone(),
             Driver::Jxse(j) => j.sockets(),
+            Driver::Stack(k) => k.sockets(),
         }
     }
 
@@ -151,6 +154,7 @@ impl Driver {
                 Ok(())
             }
             Driver::Jxse(j) => Ok(j.warm(ping.len(), n).await?),
+            Driver::Stack(k) => Ok(k.warm(ping.len(), n).await?),
         }
     }
 
@@ -167,6 +171,7 @@ impl Driver {
                 Ok(run)
             }
             Driver::Jxse(j) => Ok(j.timed_run(ping.len(), pairs).await?),
+            Driver::Stack(k) => Ok(k.timed_run(ping.len(), pairs).await?),
         }
     }
 }
@@ -348,7 +353,7 @@ pub(crate) async fn connect_lanes(
     let mut responders: HashMap<Layer, Responder> = HashMap::new();
     let mut order = Vec::new();
     for &(layer, _) in lanes {
-        if responders.contains_key(&layer) {
+        if responders.contains_key(&layer) || layer.stack().is_some() {
             continue;
         }
         let receivers = lanes
@@ -367,12 +372,30 @@ pub(crate) async fn connect_lanes(
     }
     let mut out = Vec::new();
     for &(layer, receivers) in lanes {
-        let ready = &responders[&layer].ready;
-        let client = Client::connect(layer, ready, key_bits, receivers.unwrap_or(1)).await?;
+        let client = match layer.stack() {
+            Some(stack) => {
+                if net.responder_ns.is_some() {
+                    return Err(BenchError::BadOption(format!(
+                        "{} runs on loopback only: drop --net",
+                        stack.name()
+                    )));
+                }
+                progress(&format!("building and starting {}", stack.name()));
+                let lane =
+                    crate::stacks::StackLane::start(stack, pin.client_core(), pin.responder_core())
+                        .await?;
+                Driver::Stack(Box::new(lane))
+            }
+            None => {
+                let ready = &responders[&layer].ready;
+                let c = Client::connect(layer, ready, key_bits, receivers.unwrap_or(1)).await?;
+                Driver::Local(Box::new(c))
+            }
+        };
         out.push(Lane {
             layer,
             receivers,
-            client: Driver::Local(Box::new(client)),
+            client,
         });
     }
     let rs = order

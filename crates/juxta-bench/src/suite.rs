@@ -157,6 +157,8 @@ pub struct SuiteOptions {
     /// Also run plain UDP datagrams in the pingpong (payloads up to 64 KB),
     /// as de Souza measured.
     pub udp: bool,
+    /// Also run ZeroMQ (libzmq REQ/REP) in the pingpong.
+    pub zmq: bool,
     /// Network profile: loopback, or namespaces joined by a rate-limited,
     /// delayed link (`lan`, `san`, `wan`; needs root).
     pub net: Profile,
@@ -175,6 +177,7 @@ impl SuiteOptions {
             key_bits: 1024,
             jxse: false,
             udp: false,
+            zmq: false,
             net: Profile::Loopback,
             out,
         }
@@ -322,8 +325,10 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                     vec![1, 1024, 16384, 65536, 262_144, 1 << 20, 4 << 20]
                 };
                 let mut layers = layers;
-                if opts.udp && !layers.contains(&Layer::Udp) {
-                    layers.push(Layer::Udp);
+                for (on, l) in [(opts.udp, Layer::Udp), (opts.zmq, Layer::ZmqReqRep)] {
+                    if on && !layers.contains(&l) {
+                        layers.push(l);
+                    }
                 }
                 if opts.jxse {
                     // Juxta in JXTA framing beside JXSE, with and without

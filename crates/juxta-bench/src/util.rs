@@ -63,6 +63,30 @@ pub fn pin_current(core: Option<usize>) {
     }
 }
 
+/// Pins every thread of process `pid` to `core` (`None`: every CPU);
+/// threads it starts later inherit the mask. Best effort: a process that
+/// exits meanwhile is left alone.
+pub fn pin_process(pid: u32, core: Option<usize>) {
+    use nix::sched::{sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let mut set = CpuSet::new();
+    let cores = match core {
+        Some(c) => c..c + 1,
+        None => 0..CpuSet::count(),
+    };
+    for c in cores {
+        let _ = set.set(c);
+    }
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return;
+    };
+    for t in tasks.flatten() {
+        if let Some(tid) = t.file_name().to_str().and_then(|s| s.parse().ok()) {
+            let _ = sched_setaffinity(Pid::from_raw(tid), &set);
+        }
+    }
+}
+
 /// Splits a comma-separated list, trimming blanks, and parses each item.
 pub fn parse_list<T>(
     s: &str,

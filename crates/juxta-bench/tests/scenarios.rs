@@ -9,6 +9,8 @@ use juxta_bench::senders::{self, SendersOptions};
 use juxta_bench::throughput::{self, Pattern, ThroughputOptions};
 use juxta_bench::util::Pin;
 
+mod prereq;
+
 fn quiet(_: &str) {}
 
 #[tokio::test]
@@ -136,6 +138,42 @@ async fn udp_lane_up_to_64k() {
     }
     assert!(rows.iter().any(|r| r.layer == "tcp" && r.size == 100_000));
     assert!(!rows.iter().any(|r| r.layer == "udp" && r.size == 100_000));
+}
+
+/// ZeroMQ in the same harness: its own programs (built here with the C
+/// compiler against libzmq), rows of its own `impl`, every sample, bytes
+/// counted by the kernel at its client's socket.
+#[tokio::test]
+async fn zmq_lane_beside_tcp() {
+    let have = std::process::Command::new("pkg-config")
+        .args(["--exists", "libzmq"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !prereq::require("libzmq (Debian: libzmq3-dev) and pkg-config", have)
+        || !prereq::require("a C compiler `cc`", prereq::on_path(&["cc"]).is_some())
+    {
+        return;
+    }
+    let opts = PingPongOptions {
+        layers: vec![Layer::ZmqReqRep],
+        sizes: vec![1, 100_000],
+        pin: Pin::None,
+        warmup: 10,
+        runs: 2,
+        pairs: 5,
+        ..PingPongOptions::default()
+    };
+    let rows = pingpong::run(&Host::Thread, &opts, quiet).await.unwrap();
+    let zmq: Vec<_> = rows.iter().filter(|r| r.implementation == "zmq").collect();
+    assert_eq!(zmq.len(), 2, "{rows:?}");
+    for r in zmq {
+        assert_eq!(r.layer, "tcp-req-rep");
+        assert_eq!(r.samples, 10);
+        assert!(r.rtt_us_median > 0.0 && r.rtt_ratio_vs_tcp > 0.0, "{r:?}");
+        // ZMTP frames the payload: a few bytes more, counted at the socket.
+        assert!(r.wire_bytes > r.size as u64, "{r:?}");
+        assert!(r.wire_bytes < r.size as u64 + 64, "{r:?}");
+    }
 }
 
 #[tokio::test]

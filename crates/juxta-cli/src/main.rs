@@ -120,10 +120,11 @@ struct SuiteArgs {
     /// 45 us) or wan (1 Gb/s, 11.2 ms); all but loopback need root.
     #[arg(long, default_value = "loopback")]
     net: String,
-    /// Implementations beside the tcp bound: juxta, or juxta,jxse (jxse:
-    /// the original JXSE 2.7 as two JVMs of interop/jxse, on the endpoint,
-    /// unicast-pipe and socket layers of pingpong and throughput; needs
-    /// Java 17 and Maven).
+    /// Implementations beside the tcp bound and juxta (always measured):
+    /// udp (datagram pingpong up to 64 KB), zmq (libzmq REQ/REP pingpong;
+    /// needs a C compiler and libzmq3-dev), jxse (the original JXSE 2.7 as
+    /// two JVMs of interop/jxse, on the endpoint, unicast-pipe and socket
+    /// layers of pingpong and throughput; needs Java 17 and Maven), or all.
     #[arg(long = "impl", default_value = "juxta")]
     implementations: String,
 }
@@ -135,6 +136,8 @@ struct Impls {
     jxse: bool,
     /// Plain UDP datagrams (pingpong, payloads up to 64 KB).
     udp: bool,
+    /// libzmq REQ/REP (pingpong).
+    zmq: bool,
 }
 
 /// Parses `--impl`.
@@ -145,9 +148,15 @@ fn parse_impls(s: &str) -> Result<Impls, CliError> {
             "juxta" | "tcp" => {}
             "jxse" => i.jxse = true,
             "udp" => i.udp = true,
+            "zmq" => i.zmq = true,
+            "all" => {
+                i.jxse = true;
+                i.udp = true;
+                i.zmq = true;
+            }
             other => {
                 return Err(CliError::Msg(format!(
-                    "unknown implementation {other:?} for --impl (known: tcp, juxta, udp, jxse)"
+                    "unknown implementation {other:?} for --impl (known: tcp, juxta, udp, zmq, jxse, all)"
                 )))
             }
         }
@@ -236,9 +245,11 @@ struct PingPongArgs {
     /// RSA key size of the bench peers (JXSE uses 1024).
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
-    /// Implementations beside the tcp bound: juxta, or juxta,jxse (adds
-    /// the original JXSE 2.7 on the endpoint, unicast-pipe and socket
-    /// layers; needs Java 17 and Maven; loopback only).
+    /// Implementations beside the tcp bound and juxta: udp (datagrams up
+    /// to 64 KB), zmq (libzmq REQ/REP; needs a C compiler and
+    /// libzmq3-dev), jxse (the original JXSE 2.7 on the endpoint,
+    /// unicast-pipe and socket layers, as shipped and with CBJX off; needs
+    /// Java 17 and Maven), all; loopback only.
     #[arg(long = "impl", default_value = "juxta")]
     implementations: String,
     /// Network profile: loopback, lan (100 Mb/s, 70 us), san (1 Gb/s,
@@ -773,6 +784,7 @@ fn run_suite(args: SuiteArgs) -> Result<ExitCode, CliError> {
     let impls = parse_impls(&args.implementations)?;
     opts.jxse = impls.jxse;
     opts.udp = impls.udp;
+    opts.zmq = impls.zmq;
     opts.net =
         juxta_bench::net::Profile::parse(&args.net).map_err(juxta_bench::BenchError::from)?;
     if opts.jxse {
@@ -875,8 +887,11 @@ fn run_pingpong(args: PingPongArgs) -> Result<(), CliError> {
         .into_iter()
         .filter(|l| *l != Layer::Tcp)
         .collect();
-    if parse_impls(&args.implementations)?.udp && !layers.contains(&Layer::Udp) {
-        layers.push(Layer::Udp);
+    let impls = parse_impls(&args.implementations)?;
+    for (on, l) in [(impls.udp, Layer::Udp), (impls.zmq, Layer::ZmqReqRep)] {
+        if on && !layers.contains(&l) {
+            layers.push(l);
+        }
     }
     let opts = PingPongOptions {
         layers,

@@ -1,0 +1,511 @@
+//! The stacks people pick today, beside Juxta in the same harness.
+//!
+//! Why: a user choosing a messaging or P2P stack compares Juxta with
+//! ZeroMQ, MPI or libp2p, and those comparisons are only worth something
+//! when they are measured like Juxta's layers: the same warm-up, the same
+//! 5 x 100 pairs, interleaved with a `tcp` lane of the same run, the same
+//! pinning, bytes counted by the kernel at the client's sockets
+//! ([`crate::socket_bytes`]).
+//!
+//! Each stack is a small program of its own (a client and a responder
+//! process) that speaks one line protocol on the client's stdin/stdout:
+//! `PAIRS <size> <n>` (untimed pairs, answer `DONE`), `TIMED <size> <n>`
+//! (pairs timed by the client itself with a monotonic clock, answer
+//! `TIMED us,us,...`: the control channel is never inside a
+//! measurement) and `QUIT`. The harness drives it as a lane
+//! ([`crate::pingpong`]), exactly as it drives the JXSE JVMs.
+//!
+//! Stacks: `zmq` (libzmq REQ/REP over TCP, [`Stack::Zmq`]). The program's C
+//! source is compiled into the binary and built at run time with the
+//! system's C compiler against the installed library (Debian:
+//! `libzmq3-dev`); a missing compiler or library is a typed error naming
+//! what to install.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), juxta_bench::stacks::StackError> {
+//! use juxta_bench::stacks::{Stack, StackLane};
+//! let mut lane = StackLane::start(Stack::Zmq, None, None).await?;
+//! lane.warm(1, 100).await?;
+//! let rtts_us = lane.timed_run(1, 100).await?;
+//! println!("median of {} pairs", rtts_us.len());
+//! lane.stop().await;
+//! # Ok(()) }
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use crate::socket_bytes::ClientSockets;
+
+/// C source of the ZeroMQ client and responder.
+const ZMQ_SOURCE: &str = include_str!("../peers/zmq_pingpong.c");
+
+/// How long a program may take to build or to say `READY`.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Largest payload a stack is asked to carry.
+pub const MAX_SIZE: usize = 64 << 20;
+
+/// A stack measured beside Juxta.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stack {
+    /// libzmq, REQ/REP sockets over TCP.
+    Zmq,
+}
+
+impl Stack {
+    /// Every stack, in report order.
+    pub const ALL: [Stack; 1] = [Stack::Zmq];
+
+    /// The `impl` of its rows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stack::Zmq => "zmq",
+        }
+    }
+
+    /// The `layer` of its rows: its configuration.
+    pub fn configuration(self) -> &'static str {
+        match self {
+            Stack::Zmq => "tcp-req-rep",
+        }
+    }
+
+    /// Parses an `--impl` name.
+    pub fn parse(s: &str) -> Option<Stack> {
+        Stack::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    fn source(self) -> (&'static str, &'static str) {
+        match self {
+            Stack::Zmq => ("zmq_pingpong", ZMQ_SOURCE),
+        }
+    }
+
+    fn pkg_config(self) -> (&'static str, &'static str) {
+        match self {
+            Stack::Zmq => ("libzmq", "libzmq3-dev"),
+        }
+    }
+}
+
+/// Errors running a stack.
+#[derive(Debug, thiserror::Error)]
+pub enum StackError {
+    /// The C compiler or pkg-config is missing.
+    #[error("{tool} not found: building the {stack} bench program needs it (Debian: apt-get install {package})")]
+    ToolMissing {
+        /// the stack
+        stack: &'static str,
+        /// the missing tool
+        tool: &'static str,
+        /// what to install
+        package: &'static str,
+    },
+    /// The stack's library is not installed.
+    #[error("{library} not found by pkg-config: install it to measure {stack} (Debian: apt-get install {package})")]
+    LibraryMissing {
+        /// the stack
+        stack: &'static str,
+        /// its pkg-config name
+        library: &'static str,
+        /// what to install
+        package: &'static str,
+    },
+    /// Compiling the program failed.
+    #[error("building the {stack} bench program failed: {output}")]
+    BuildFailed {
+        /// the stack
+        stack: &'static str,
+        /// the compiler's output
+        output: String,
+    },
+    /// A process could not be started, written or read.
+    #[error("{stack} {role}: {what}: {source}")]
+    Io {
+        /// the stack
+        stack: &'static str,
+        /// `client` or `responder`
+        role: &'static str,
+        /// what was done
+        what: &'static str,
+        /// the error
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program answered something else than the protocol says.
+    #[error("{stack} {role} answered {line:?} to {command:?}")]
+    Protocol {
+        /// the stack
+        stack: &'static str,
+        /// `client` or `responder`
+        role: &'static str,
+        /// the command (or `startup`)
+        command: String,
+        /// the answer (or `end of output`)
+        line: String,
+    },
+    /// The program did not answer in time (it is killed).
+    #[error("{stack} {role} did not answer {command:?} within {after:?}")]
+    Timeout {
+        /// the stack
+        stack: &'static str,
+        /// `client` or `responder`
+        role: &'static str,
+        /// the command (or `startup`)
+        command: String,
+        /// how long was waited
+        after: Duration,
+    },
+    /// A size the stack cannot carry.
+    #[error("{stack}: size {size} is above the limit of {MAX_SIZE} bytes")]
+    TooLarge {
+        /// the stack
+        stack: &'static str,
+        /// the size asked
+        size: usize,
+    },
+}
+
+/// Builds `stack`'s program into `dir`; returns its path.
+fn build(stack: Stack, dir: &Path) -> Result<PathBuf, StackError> {
+    let name = stack.name();
+    let (bin, source) = stack.source();
+    let (library, package) = stack.pkg_config();
+    let flags = match std::process::Command::new("pkg-config")
+        .args(["--cflags", "--libs", library])
+        .output()
+    {
+        Err(_) => {
+            return Err(StackError::ToolMissing {
+                stack: name,
+                tool: "pkg-config",
+                package: "pkg-config",
+            })
+        }
+        Ok(o) if !o.status.success() => {
+            return Err(StackError::LibraryMissing {
+                stack: name,
+                library,
+                package,
+            })
+        }
+        Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
+    };
+    let src = dir.join(format!("{bin}.c"));
+    let exe = dir.join(bin);
+    std::fs::write(&src, source).map_err(|source| StackError::Io {
+        stack: name,
+        role: "build",
+        what: "writing the source",
+        source,
+    })?;
+    let out = std::process::Command::new("cc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .args(flags.split_whitespace())
+        .output()
+        .map_err(|_| StackError::ToolMissing {
+            stack: name,
+            tool: "cc",
+            package: "gcc",
+        })?;
+    if !out.status.success() {
+        let mut output = String::from_utf8_lossy(&out.stderr).into_owned();
+        output.truncate(2000);
+        return Err(StackError::BuildFailed {
+            stack: name,
+            output,
+        });
+    }
+    Ok(exe)
+}
+
+/// One stack's client and responder processes, driven as a bench lane.
+/// Both processes are killed when this is dropped.
+pub struct StackLane {
+    stack: Stack,
+    client: Child,
+    responder: Child,
+    stdin: ChildStdin,
+    lines: Lines<BufReader<ChildStdout>>,
+    sockets: ClientSockets,
+    _dir: tempfile::TempDir,
+}
+
+async fn next_line(
+    stack: Stack,
+    role: &'static str,
+    lines: &mut Lines<BufReader<ChildStdout>>,
+    command: &str,
+    within: Duration,
+) -> Result<String, StackError> {
+    match tokio::time::timeout(within, lines.next_line()).await {
+        Err(_) => Err(StackError::Timeout {
+            stack: stack.name(),
+            role,
+            command: command.into(),
+            after: within,
+        }),
+        Ok(Err(source)) => Err(StackError::Io {
+            stack: stack.name(),
+            role,
+            what: "reading its output",
+            source,
+        }),
+        Ok(Ok(None)) => Err(StackError::Protocol {
+            stack: stack.name(),
+            role,
+            command: command.into(),
+            line: "end of output".into(),
+        }),
+        Ok(Ok(Some(l))) => Ok(l),
+    }
+}
+
+fn spawn(
+    stack: Stack,
+    role: &'static str,
+    exe: &Path,
+    args: &[&str],
+) -> Result<(Child, ChildStdout), StackError> {
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| StackError::Io {
+            stack: stack.name(),
+            role,
+            what: "starting",
+            source,
+        })?;
+    let out = child.stdout.take().ok_or_else(|| StackError::Protocol {
+        stack: stack.name(),
+        role,
+        command: "startup".into(),
+        line: "no stdout".into(),
+    })?;
+    Ok((child, out))
+}
+
+impl StackLane {
+    /// Builds and starts `stack`'s responder (pinned to `responder_core`)
+    /// and client (pinned to `client_core`) on loopback.
+    pub async fn start(
+        stack: Stack,
+        client_core: Option<usize>,
+        responder_core: Option<usize>,
+    ) -> Result<StackLane, StackError> {
+        let name = stack.name();
+        let dir = tempfile::Builder::new()
+            .prefix("juxta-bench-stack-")
+            .tempdir()
+            .map_err(|source| StackError::Io {
+                stack: name,
+                role: "build",
+                what: "creating a build directory",
+                source,
+            })?;
+        let d = dir.path().to_path_buf();
+        let exe = tokio::task::spawn_blocking(move || build(stack, &d))
+            .await
+            .map_err(|e| StackError::Io {
+                stack: name,
+                role: "build",
+                what: "building",
+                source: std::io::Error::other(e),
+            })??;
+        let (mut responder, rout) =
+            spawn(stack, "responder", &exe, &["serve", "tcp://127.0.0.1:*"])?;
+        let mut rlines = BufReader::new(rout).lines();
+        let ready = next_line(stack, "responder", &mut rlines, "startup", START_TIMEOUT).await;
+        let endpoint = match ready.as_deref().map(|l| l.strip_prefix("READY ")) {
+            Ok(Some(ep)) => ep.trim().to_string(),
+            Ok(None) | Err(_) => {
+                let _ = responder.start_kill();
+                return Err(match ready {
+                    Err(e) => e,
+                    Ok(line) => StackError::Protocol {
+                        stack: name,
+                        role: "responder",
+                        command: "startup".into(),
+                        line,
+                    },
+                });
+            }
+        };
+        let port = endpoint
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .ok_or_else(|| StackError::Protocol {
+                stack: name,
+                role: "responder",
+                command: "startup".into(),
+                line: endpoint.clone(),
+            })?;
+        let (mut client, cout) = spawn(stack, "client", &exe, &["client", &endpoint])?;
+        let mut lines = BufReader::new(cout).lines();
+        let line = next_line(stack, "client", &mut lines, "startup", START_TIMEOUT).await?;
+        if line.trim() != "READY" {
+            let _ = client.start_kill();
+            return Err(StackError::Protocol {
+                stack: name,
+                role: "client",
+                command: "startup".into(),
+                line,
+            });
+        }
+        if let Some(pid) = responder.id() {
+            crate::util::pin_process(pid, responder_core);
+        }
+        if let Some(pid) = client.id() {
+            crate::util::pin_process(pid, client_core);
+        }
+        let stdin = client.stdin.take().ok_or_else(|| StackError::Protocol {
+            stack: name,
+            role: "client",
+            command: "startup".into(),
+            line: "no stdin".into(),
+        })?;
+        // Keep reading the responder's output so it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = rlines.next_line().await {} });
+        Ok(StackLane {
+            stack,
+            client,
+            responder,
+            stdin,
+            lines,
+            sockets: ClientSockets {
+                server_ports: vec![port],
+                client_ports: vec![],
+            },
+            _dir: dir,
+        })
+    }
+
+    /// The stack.
+    pub fn stack(&self) -> Stack {
+        self.stack
+    }
+
+    /// The client's side of the connections to the responder.
+    pub fn sockets(&self) -> ClientSockets {
+        self.sockets.clone()
+    }
+
+    async fn call(&mut self, command: String, within: Duration) -> Result<String, StackError> {
+        let name = self.stack.name();
+        let io = |what, source| StackError::Io {
+            stack: name,
+            role: "client",
+            what,
+            source,
+        };
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await
+            .map_err(|e| io("writing a command", e))?;
+        self.stdin
+            .flush()
+            .await
+            .map_err(|e| io("writing a command", e))?;
+        let r = next_line(self.stack, "client", &mut self.lines, &command, within).await;
+        if r.is_err() {
+            let _ = self.client.start_kill();
+        }
+        r
+    }
+
+    fn bound(n: usize) -> Duration {
+        // A second per pair is far beyond any stack on loopback: only a hang gets there.
+        Duration::from_secs(30).saturating_add(Duration::from_secs(n as u64))
+    }
+
+    /// `n` untimed pairs of `size` bytes.
+    pub async fn warm(&mut self, size: usize, n: usize) -> Result<(), StackError> {
+        self.check(size)?;
+        let cmd = format!("PAIRS {size} {n}");
+        let line = self.call(cmd.clone(), Self::bound(n)).await?;
+        if line.trim() == "DONE" {
+            Ok(())
+        } else {
+            Err(self.protocol(cmd, line))
+        }
+    }
+
+    /// `n` pairs of `size` bytes timed by the client: each RTT in µs.
+    pub async fn timed_run(&mut self, size: usize, n: usize) -> Result<Vec<f64>, StackError> {
+        self.check(size)?;
+        let cmd = format!("TIMED {size} {n}");
+        let line = self.call(cmd.clone(), Self::bound(n)).await?;
+        let Some(list) = line.trim().strip_prefix("TIMED ") else {
+            return Err(self.protocol(cmd, line));
+        };
+        let v: Option<Vec<f64>> = list
+            .split(',')
+            .map(|x| x.parse::<f64>().ok().filter(|f| f.is_finite() && *f >= 0.0))
+            .collect();
+        match v {
+            Some(v) if v.len() == n => Ok(v),
+            _ => Err(self.protocol(cmd, line)),
+        }
+    }
+
+    fn check(&self, size: usize) -> Result<(), StackError> {
+        if size > MAX_SIZE {
+            return Err(StackError::TooLarge {
+                stack: self.stack.name(),
+                size,
+            });
+        }
+        Ok(())
+    }
+
+    fn protocol(&self, command: String, mut line: String) -> StackError {
+        line.truncate(300);
+        StackError::Protocol {
+            stack: self.stack.name(),
+            role: "client",
+            command,
+            line,
+        }
+    }
+
+    /// Ends both processes.
+    pub async fn stop(mut self) {
+        let _ = self.stdin.write_all(b"QUIT\n").await;
+        let _ = self.stdin.flush().await;
+        if tokio::time::timeout(Duration::from_secs(5), self.client.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.client.start_kill();
+            let _ = self.client.wait().await;
+        }
+        let _ = self.responder.start_kill();
+        let _ = self.responder.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back() {
+        for s in Stack::ALL {
+            assert_eq!(Stack::parse(s.name()), Some(s));
+        }
+        assert_eq!(Stack::parse("nanomsg"), None);
+        assert_eq!(Stack::Zmq.configuration(), "tcp-req-rep");
+    }
+}
