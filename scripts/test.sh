@@ -15,8 +15,10 @@ command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 pkg-config --exists openssl 2>/dev/null || need_apt+=(libssl-dev)
-# The bench's other stacks: ZeroMQ (juxta-bench/peers/zmq_pingpong.c, built by the bench).
+# The bench's other stacks (crates/juxta-bench/peers/*.c, built by the bench):
+# ZeroMQ and Open MPI.
 pkg-config --exists libzmq 2>/dev/null || need_apt+=(libzmq3-dev)
+command -v mpicc >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 if [ ${#need_apt[@]} -gt 0 ]; then

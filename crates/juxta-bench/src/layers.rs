@@ -105,13 +105,17 @@ pub enum Layer {
     /// ZeroMQ (libzmq) REQ/REP over TCP ([`crate::stacks`]); rows have
     /// `impl = "zmq"`.
     ZmqReqRep,
+    /// Open MPI over its TCP transport; rows `impl = "mpi"`, `layer = "tcp"`.
+    MpiTcp,
+    /// Open MPI over shared memory; rows `impl = "mpi"`, `layer = "sm"`.
+    MpiSm,
     /// A propagate pipe to 1..n receivers, each acking on a unicast pipe.
     Propagate,
 }
 
 impl Layer {
     /// Every layer, in report order.
-    pub const ALL: [Layer; 15] = [
+    pub const ALL: [Layer; 17] = [
         Layer::Tcp,
         Layer::Endpoint,
         Layer::EndpointCompat,
@@ -127,6 +131,8 @@ impl Layer {
         Layer::Propagate,
         Layer::Udp,
         Layer::ZmqReqRep,
+        Layer::MpiTcp,
+        Layer::MpiSm,
     ];
 
     /// Parses a layer name.
@@ -155,6 +161,8 @@ impl Layer {
             Layer::Propagate => "propagate",
             Layer::Udp => "udp",
             Layer::ZmqReqRep => "tcp-req-rep",
+            Layer::MpiTcp => "mpi-tcp",
+            Layer::MpiSm => "mpi-sm",
         }
     }
 
@@ -202,6 +210,8 @@ impl Layer {
     pub fn stack(self) -> Option<crate::stacks::Stack> {
         match self {
             Layer::ZmqReqRep => Some(crate::stacks::Stack::Zmq),
+            Layer::MpiTcp => Some(crate::stacks::Stack::MpiTcp),
+            Layer::MpiSm => Some(crate::stacks::Stack::MpiSm),
             _ => None,
         }
     }
@@ -790,7 +800,7 @@ pub async fn run_responder(
     let layer = spec.layer;
     let key_bits = layer.key_bits(spec.key_bits);
     match layer {
-        Layer::ZmqReqRep => Err(BenchError::Unsupported {
+        Layer::ZmqReqRep | Layer::MpiTcp | Layer::MpiSm => Err(BenchError::Unsupported {
             layer: layer.name().into(),
             scenario: "bench-responder".into(),
             allowed: "the layers of juxta and the sockets (stacks run their own programs)".into(),
@@ -1103,7 +1113,7 @@ impl Client {
                 kind: Kind::Tcp { stream },
                 sockets: ClientSockets {
                     server_ports: vec![addr.port()],
-                    client_ports: vec![],
+                    ..ClientSockets::default()
                 },
                 _hold: None,
             });
@@ -1120,7 +1130,7 @@ impl Client {
         };
         let kind = match layer {
             Layer::Tcp | Layer::Udp => unreachable!("handled above"),
-            Layer::ZmqReqRep => {
+            Layer::ZmqReqRep | Layer::MpiTcp | Layer::MpiSm => {
                 return Err(BenchError::Unsupported {
                     layer: layer.name().into(),
                     scenario: "a juxta client".into(),
@@ -1229,7 +1239,7 @@ impl Client {
             kind,
             sockets: ClientSockets {
                 server_ports: dialled.iter().map(|a| a.port()).collect(),
-                client_ports: vec![],
+                ..ClientSockets::default()
             },
             _hold: Some(h),
         })

@@ -23,7 +23,7 @@ pub use crate::util::{pin_current, Pin};
 use crate::BenchError;
 
 /// Layers the ping-pong measures.
-pub const LAYERS: [Layer; 15] = Layer::ALL;
+pub const LAYERS: [Layer; 17] = Layer::ALL;
 
 /// Options of a ping-pong run.
 #[derive(Debug, Clone, Serialize)]
@@ -434,7 +434,7 @@ pub(crate) fn rows_of(
             PingPongRow {
                 scenario: "pingpong",
                 implementation: layer.implementation().unwrap_or(run.implementation),
-                layer: layer.name(),
+                layer: layer.stack().map_or(layer.name(), |k| k.configuration()),
                 size,
                 receivers,
                 rtt_us_median: median,

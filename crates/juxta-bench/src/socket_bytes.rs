@@ -21,7 +21,7 @@
 //!
 //! ```no_run
 //! use juxta_bench::socket_bytes::{ClientSockets, Counted};
-//! let lane = ClientSockets { server_ports: vec![9701], client_ports: vec![] };
+//! let lane = ClientSockets { server_ports: vec![9701], ..ClientSockets::default() };
 //! let before = lane.read().unwrap();
 //! // ... timed pairs ...
 //! let after = lane.read().unwrap();
@@ -80,16 +80,24 @@ pub struct ClientSockets {
     pub server_ports: Vec<u16>,
     /// Listening ports of the client (the responder may dial them).
     pub client_ports: Vec<u16>,
+    /// Processes whose every TCP socket is the client's (for stacks whose
+    /// ports are not known in advance, such as MPI's TCP transport).
+    pub pids: Vec<u32>,
 }
 
 impl ClientSockets {
     /// Reads the counters of the client's sockets now.
     pub fn read(&self) -> Result<Counted, SocketBytesError> {
-        if self.server_ports.is_empty() && self.client_ports.is_empty() {
+        if self.server_ports.is_empty() && self.client_ports.is_empty() && self.pids.is_empty() {
             return Ok(Counted::default());
         }
+        let args = if self.pids.is_empty() {
+            "-tinH"
+        } else {
+            "-tinpH"
+        };
         let out = Command::new("ss")
-            .args(["-tinH"])
+            .arg(args)
             .output()
             .map_err(SocketBytesError::Spawn)?;
         if !out.status.success() {
@@ -117,7 +125,9 @@ impl ClientSockets {
                     f.get(4).and_then(|a| port(a)),
                 ) {
                     (Some(local), Some(peer)) => {
-                        self.server_ports.contains(&peer) || self.client_ports.contains(&local)
+                        self.server_ports.contains(&peer)
+                            || self.client_ports.contains(&local)
+                            || owner(line).is_some_and(|p| self.pids.contains(&p))
                     }
                     _ => false,
                 };
@@ -137,6 +147,15 @@ impl ClientSockets {
         }
         total
     }
+}
+
+/// The first process owning a socket, from `users:(("x",pid=12,fd=3))`.
+fn owner(line: &str) -> Option<u32> {
+    let rest = &line[line.find("pid=")? + 4..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
 }
 
 /// The port of `127.0.0.1:80`, `[::1]:80` or `*:80`.
@@ -161,7 +180,7 @@ ESTAB 0      0      127.0.0.1:1234 127.0.0.1:5555\n\
     fn counts_only_the_client_side() {
         let c = ClientSockets {
             server_ports: vec![58263],
-            client_ports: vec![],
+            ..ClientSockets::default()
         };
         assert_eq!(
             c.count(SS),
@@ -173,6 +192,7 @@ ESTAB 0      0      127.0.0.1:1234 127.0.0.1:5555\n\
         let c = ClientSockets {
             server_ports: vec![58263, 9000],
             client_ports: vec![1234],
+            pids: vec![],
         };
         assert_eq!(
             c.count(SS),
@@ -182,6 +202,27 @@ ESTAB 0      0      127.0.0.1:1234 127.0.0.1:5555\n\
             }
         );
         assert_eq!(ClientSockets::default().count(SS), Counted::default());
+    }
+
+    #[test]
+    fn counts_the_sockets_of_a_process() {
+        let ss = "ESTAB 0 0 127.0.0.1:40001 127.0.0.1:40002 users:((\"a\",pid=77,fd=5))\n\
+\t cubic bytes_sent:11 bytes_received:4\n\
+ESTAB 0 0 127.0.0.1:40002 127.0.0.1:40001 users:((\"b\",pid=78,fd=5))\n\
+\t cubic bytes_sent:4 bytes_received:11\n";
+        let c = ClientSockets {
+            pids: vec![77],
+            ..ClientSockets::default()
+        };
+        assert_eq!(
+            c.count(ss),
+            Counted {
+                sent: 11,
+                received: 4
+            }
+        );
+        assert_eq!(owner("x users:((\"a\",pid=123,fd=1))"), Some(123));
+        assert_eq!(owner("no owner"), None);
     }
 
     #[test]
@@ -210,7 +251,7 @@ ESTAB 0      0      127.0.0.1:1234 127.0.0.1:5555\n\
         let port = l.local_addr().unwrap().port();
         let lane = ClientSockets {
             server_ports: vec![port],
-            client_ports: vec![],
+            ..ClientSockets::default()
         };
         let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         let (mut a, _) = l.accept().unwrap();

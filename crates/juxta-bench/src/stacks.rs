@@ -15,11 +15,14 @@
 //! measurement) and `QUIT`. The harness drives it as a lane
 //! ([`crate::pingpong`]), exactly as it drives the JXSE JVMs.
 //!
-//! Stacks: `zmq` (libzmq REQ/REP over TCP, [`Stack::Zmq`]). The program's C
-//! source is compiled into the binary and built at run time with the
-//! system's C compiler against the installed library (Debian:
-//! `libzmq3-dev`); a missing compiler or library is a typed error naming
-//! what to install.
+//! Stacks: `zmq` (libzmq REQ/REP over TCP, [`Stack::Zmq`]) and `mpi` (Open
+//! MPI, two ranks under `mpirun`, over its TCP transport restricted to
+//! loopback and over shared memory: [`Stack::MpiTcp`], [`Stack::MpiSm`]).
+//! Each program's C source is compiled into the binary and built at run
+//! time (`cc` against libzmq, `mpicc`); a missing compiler or library is a
+//! typed error naming what to install (Debian: `libzmq3-dev`, `openmpi-bin
+//! libopenmpi-dev`). MPI's ranks keep Open MPI's default binding (see
+//! [`StackLane::start`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), juxta_bench::stacks::StackError> {
@@ -43,6 +46,8 @@ use crate::socket_bytes::ClientSockets;
 
 /// C source of the ZeroMQ client and responder.
 const ZMQ_SOURCE: &str = include_str!("../peers/zmq_pingpong.c");
+/// C source of the two MPI ranks.
+const MPI_SOURCE: &str = include_str!("../peers/mpi_pingpong.c");
 
 /// How long a program may take to build or to say `READY`.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -55,16 +60,22 @@ pub const MAX_SIZE: usize = 64 << 20;
 pub enum Stack {
     /// libzmq, REQ/REP sockets over TCP.
     Zmq,
+    /// Open MPI, two ranks, `MPI_Send`/`MPI_Recv` over its TCP transport
+    /// (`btl tcp,self`, loopback only).
+    MpiTcp,
+    /// Open MPI, two ranks, over shared memory (`btl vader,self`).
+    MpiSm,
 }
 
 impl Stack {
     /// Every stack, in report order.
-    pub const ALL: [Stack; 1] = [Stack::Zmq];
+    pub const ALL: [Stack; 3] = [Stack::Zmq, Stack::MpiTcp, Stack::MpiSm];
 
     /// The `impl` of its rows.
     pub fn name(self) -> &'static str {
         match self {
             Stack::Zmq => "zmq",
+            Stack::MpiTcp | Stack::MpiSm => "mpi",
         }
     }
 
@@ -72,24 +83,25 @@ impl Stack {
     pub fn configuration(self) -> &'static str {
         match self {
             Stack::Zmq => "tcp-req-rep",
+            Stack::MpiTcp => "tcp",
+            Stack::MpiSm => "sm",
         }
     }
 
-    /// Parses an `--impl` name.
-    pub fn parse(s: &str) -> Option<Stack> {
-        Stack::ALL.into_iter().find(|k| k.name() == s)
+    /// The stacks an `--impl` name selects.
+    pub fn parse(s: &str) -> Vec<Stack> {
+        Stack::ALL.into_iter().filter(|k| k.name() == s).collect()
     }
 
     fn source(self) -> (&'static str, &'static str) {
         match self {
             Stack::Zmq => ("zmq_pingpong", ZMQ_SOURCE),
+            Stack::MpiTcp | Stack::MpiSm => ("mpi_pingpong", MPI_SOURCE),
         }
     }
 
-    fn pkg_config(self) -> (&'static str, &'static str) {
-        match self {
-            Stack::Zmq => ("libzmq", "libzmq3-dev"),
-        }
+    fn is_mpi(self) -> bool {
+        matches!(self, Stack::MpiTcp | Stack::MpiSm)
     }
 }
 
@@ -175,27 +187,6 @@ pub enum StackError {
 fn build(stack: Stack, dir: &Path) -> Result<PathBuf, StackError> {
     let name = stack.name();
     let (bin, source) = stack.source();
-    let (library, package) = stack.pkg_config();
-    let flags = match std::process::Command::new("pkg-config")
-        .args(["--cflags", "--libs", library])
-        .output()
-    {
-        Err(_) => {
-            return Err(StackError::ToolMissing {
-                stack: name,
-                tool: "pkg-config",
-                package: "pkg-config",
-            })
-        }
-        Ok(o) if !o.status.success() => {
-            return Err(StackError::LibraryMissing {
-                stack: name,
-                library,
-                package,
-            })
-        }
-        Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
-    };
     let src = dir.join(format!("{bin}.c"));
     let exe = dir.join(bin);
     std::fs::write(&src, source).map_err(|source| StackError::Io {
@@ -204,18 +195,55 @@ fn build(stack: Stack, dir: &Path) -> Result<PathBuf, StackError> {
         what: "writing the source",
         source,
     })?;
-    let out = std::process::Command::new("cc")
-        .arg("-O2")
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .args(flags.split_whitespace())
-        .output()
-        .map_err(|_| StackError::ToolMissing {
-            stack: name,
-            tool: "cc",
-            package: "gcc",
-        })?;
+    let mut cmd = if stack.is_mpi() {
+        let mut c = std::process::Command::new("mpicc");
+        c.arg("-O2").arg("-o").arg(&exe).arg(&src);
+        c
+    } else {
+        let (library, package) = ("libzmq", "libzmq3-dev");
+        let flags = match std::process::Command::new("pkg-config")
+            .args(["--cflags", "--libs", library])
+            .output()
+        {
+            Err(_) => {
+                return Err(StackError::ToolMissing {
+                    stack: name,
+                    tool: "pkg-config",
+                    package: "pkg-config",
+                })
+            }
+            Ok(o) if !o.status.success() => {
+                return Err(StackError::LibraryMissing {
+                    stack: name,
+                    library,
+                    package,
+                })
+            }
+            Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
+        };
+        let mut c = std::process::Command::new("cc");
+        c.arg("-O2")
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .args(flags.split_whitespace());
+        c
+    };
+    let out = cmd.output().map_err(|_| {
+        if stack.is_mpi() {
+            StackError::ToolMissing {
+                stack: name,
+                tool: "mpicc",
+                package: "openmpi-bin libopenmpi-dev",
+            }
+        } else {
+            StackError::ToolMissing {
+                stack: name,
+                tool: "cc",
+                package: "gcc",
+            }
+        }
+    })?;
     if !out.status.success() {
         let mut output = String::from_utf8_lossy(&out.stderr).into_owned();
         output.truncate(2000);
@@ -232,7 +260,8 @@ fn build(stack: Stack, dir: &Path) -> Result<PathBuf, StackError> {
 pub struct StackLane {
     stack: Stack,
     client: Child,
-    responder: Child,
+    /// Separate responder process (MPI's second rank is mpirun's).
+    responder: Option<Child>,
     stdin: ChildStdin,
     lines: Lines<BufReader<ChildStdout>>,
     sockets: ClientSockets,
@@ -277,6 +306,9 @@ fn spawn(
 ) -> Result<(Child, ChildStdout), StackError> {
     let mut child = Command::new(exe)
         .args(args)
+        // mpirun refuses to run as root without these (tests run as root).
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -299,7 +331,10 @@ fn spawn(
 
 impl StackLane {
     /// Builds and starts `stack`'s responder (pinned to `responder_core`)
-    /// and client (pinned to `client_core`) on loopback.
+    /// and client (pinned to `client_core`) on loopback. MPI's two ranks
+    /// keep Open MPI's default binding (one core each): its ranks
+    /// busy-poll, and pinned to one core they take turns by scheduler
+    /// slices (milliseconds per round trip), which measures the scheduler.
     pub async fn start(
         stack: Stack,
         client_core: Option<usize>,
@@ -324,6 +359,9 @@ impl StackLane {
                 what: "building",
                 source: std::io::Error::other(e),
             })??;
+        if stack.is_mpi() {
+            return Self::start_mpi(stack, exe, dir).await;
+        }
         let (mut responder, rout) =
             spawn(stack, "responder", &exe, &["serve", "tcp://127.0.0.1:*"])?;
         let mut rlines = BufReader::new(rout).lines();
@@ -381,12 +419,89 @@ impl StackLane {
         Ok(StackLane {
             stack,
             client,
-            responder,
+            responder: Some(responder),
             stdin,
             lines,
             sockets: ClientSockets {
                 server_ports: vec![port],
-                client_ports: vec![],
+                ..ClientSockets::default()
+            },
+            _dir: dir,
+        })
+    }
+
+    async fn start_mpi(
+        stack: Stack,
+        exe: PathBuf,
+        dir: tempfile::TempDir,
+    ) -> Result<StackLane, StackError> {
+        let name = stack.name();
+        let exe_s = exe.to_string_lossy().into_owned();
+        let mut args = vec!["-n", "2"];
+        match stack {
+            // Loopback only, for the data and for mpirun's own channel.
+            Stack::MpiTcp => args.extend([
+                "--mca",
+                "btl",
+                "tcp,self",
+                "--mca",
+                "btl_tcp_if_include",
+                "lo",
+                "--mca",
+                "oob_tcp_if_include",
+                "lo",
+            ]),
+            _ => args.extend([
+                "--mca",
+                "btl",
+                "vader,self",
+                "--mca",
+                "oob_tcp_if_include",
+                "lo",
+            ]),
+        }
+        args.push(&exe_s);
+        let (mut client, out) =
+            spawn(stack, "client", Path::new("mpirun"), &args).map_err(|e| match e {
+                StackError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                    StackError::ToolMissing {
+                        stack: name,
+                        tool: "mpirun",
+                        package: "openmpi-bin",
+                    }
+                }
+                other => other,
+            })?;
+        let mut lines = BufReader::new(out).lines();
+        let line = next_line(stack, "client", &mut lines, "startup", START_TIMEOUT).await?;
+        let Some(pid) = line
+            .trim()
+            .strip_prefix("READY ")
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            let _ = client.start_kill();
+            return Err(StackError::Protocol {
+                stack: name,
+                role: "client",
+                command: "startup".into(),
+                line,
+            });
+        };
+        let stdin = client.stdin.take().ok_or_else(|| StackError::Protocol {
+            stack: name,
+            role: "client",
+            command: "startup".into(),
+            line: "no stdin".into(),
+        })?;
+        Ok(StackLane {
+            stack,
+            client,
+            responder: None,
+            stdin,
+            lines,
+            sockets: ClientSockets {
+                pids: vec![pid],
+                ..ClientSockets::default()
             },
             _dir: dir,
         })
@@ -491,8 +606,10 @@ impl StackLane {
             let _ = self.client.start_kill();
             let _ = self.client.wait().await;
         }
-        let _ = self.responder.start_kill();
-        let _ = self.responder.wait().await;
+        if let Some(mut r) = self.responder.take() {
+            let _ = r.start_kill();
+            let _ = r.wait().await;
+        }
     }
 }
 
@@ -503,9 +620,11 @@ mod tests {
     #[test]
     fn names_parse_back() {
         for s in Stack::ALL {
-            assert_eq!(Stack::parse(s.name()), Some(s));
+            assert!(Stack::parse(s.name()).contains(&s));
         }
-        assert_eq!(Stack::parse("nanomsg"), None);
+        assert!(Stack::parse("nanomsg").is_empty());
+        assert_eq!(Stack::parse("mpi"), vec![Stack::MpiTcp, Stack::MpiSm]);
         assert_eq!(Stack::Zmq.configuration(), "tcp-req-rep");
+        assert_eq!(Stack::MpiSm.configuration(), "sm");
     }
 }

@@ -159,6 +159,8 @@ pub struct SuiteOptions {
     pub udp: bool,
     /// Also run ZeroMQ (libzmq REQ/REP) in the pingpong.
     pub zmq: bool,
+    /// Also run Open MPI (TCP and shared memory) in the pingpong.
+    pub mpi: bool,
     /// Network profile: loopback, or namespaces joined by a rate-limited,
     /// delayed link (`lan`, `san`, `wan`; needs root).
     pub net: Profile,
@@ -178,6 +180,7 @@ impl SuiteOptions {
             jxse: false,
             udp: false,
             zmq: false,
+            mpi: false,
             net: Profile::Loopback,
             out,
         }
@@ -325,7 +328,12 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                     vec![1, 1024, 16384, 65536, 262_144, 1 << 20, 4 << 20]
                 };
                 let mut layers = layers;
-                for (on, l) in [(opts.udp, Layer::Udp), (opts.zmq, Layer::ZmqReqRep)] {
+                for (on, l) in [
+                    (opts.udp, Layer::Udp),
+                    (opts.zmq, Layer::ZmqReqRep),
+                    (opts.mpi, Layer::MpiTcp),
+                    (opts.mpi, Layer::MpiSm),
+                ] {
                     if on && !layers.contains(&l) {
                         layers.push(l);
                     }

@@ -176,6 +176,40 @@ async fn zmq_lane_beside_tcp() {
     }
 }
 
+/// Open MPI in the same harness: two ranks under mpirun, its TCP transport
+/// (bytes counted at rank 0's sockets) and shared memory (no socket).
+#[tokio::test]
+async fn mpi_lanes_beside_tcp() {
+    if !prereq::require(
+        "Open MPI (Debian: openmpi-bin libopenmpi-dev)",
+        prereq::on_path(&["mpicc"]).is_some() && prereq::on_path(&["mpirun"]).is_some(),
+    ) {
+        return;
+    }
+    let opts = PingPongOptions {
+        layers: vec![Layer::MpiTcp, Layer::MpiSm],
+        sizes: vec![1, 100_000],
+        pin: Pin::None,
+        warmup: 10,
+        runs: 2,
+        pairs: 5,
+        ..PingPongOptions::default()
+    };
+    let rows = pingpong::run(&Host::Thread, &opts, quiet).await.unwrap();
+    let mpi: Vec<_> = rows.iter().filter(|r| r.implementation == "mpi").collect();
+    assert_eq!(mpi.len(), 4, "{rows:?}");
+    for r in mpi {
+        assert_eq!(r.samples, 10, "{r:?}");
+        assert!(r.rtt_us_median > 0.0, "{r:?}");
+        match r.layer {
+            // Its headers on top of the payload, and the 1-byte answer's.
+            "tcp" => assert!(r.wire_bytes > r.size as u64, "{r:?}"),
+            "sm" => assert_eq!(r.wire_bytes, 0, "{r:?}"),
+            other => panic!("unexpected mpi layer {other}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn throughput_every_layer() {
     let opts = ThroughputOptions {

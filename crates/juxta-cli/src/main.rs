@@ -122,7 +122,8 @@ struct SuiteArgs {
     net: String,
     /// Implementations beside the tcp bound and juxta (always measured):
     /// udp (datagram pingpong up to 64 KB), zmq (libzmq REQ/REP pingpong;
-    /// needs a C compiler and libzmq3-dev), jxse (the original JXSE 2.7 as
+    /// needs a C compiler and libzmq3-dev), mpi (Open MPI over TCP and
+    /// shared memory, pingpong; needs openmpi-bin libopenmpi-dev), jxse (the original JXSE 2.7 as
     /// two JVMs of interop/jxse, on the endpoint, unicast-pipe and socket
     /// layers of pingpong and throughput; needs Java 17 and Maven), or all.
     #[arg(long = "impl", default_value = "juxta")]
@@ -138,6 +139,8 @@ struct Impls {
     udp: bool,
     /// libzmq REQ/REP (pingpong).
     zmq: bool,
+    /// Open MPI, TCP and shared memory (pingpong).
+    mpi: bool,
 }
 
 /// Parses `--impl`.
@@ -149,14 +152,16 @@ fn parse_impls(s: &str) -> Result<Impls, CliError> {
             "jxse" => i.jxse = true,
             "udp" => i.udp = true,
             "zmq" => i.zmq = true,
+            "mpi" => i.mpi = true,
             "all" => {
                 i.jxse = true;
                 i.udp = true;
                 i.zmq = true;
+                i.mpi = true;
             }
             other => {
                 return Err(CliError::Msg(format!(
-                    "unknown implementation {other:?} for --impl (known: tcp, juxta, udp, zmq, jxse, all)"
+                    "unknown implementation {other:?} for --impl (known: tcp, juxta, udp, zmq, mpi, jxse, all)"
                 )))
             }
         }
@@ -247,7 +252,8 @@ struct PingPongArgs {
     key_bits: usize,
     /// Implementations beside the tcp bound and juxta: udp (datagrams up
     /// to 64 KB), zmq (libzmq REQ/REP; needs a C compiler and
-    /// libzmq3-dev), jxse (the original JXSE 2.7 on the endpoint,
+    /// libzmq3-dev), mpi (Open MPI, TCP and shared memory; needs
+    /// openmpi-bin libopenmpi-dev), jxse (the original JXSE 2.7 on the endpoint,
     /// unicast-pipe and socket layers, as shipped and with CBJX off; needs
     /// Java 17 and Maven), all; loopback only.
     #[arg(long = "impl", default_value = "juxta")]
@@ -785,6 +791,7 @@ fn run_suite(args: SuiteArgs) -> Result<ExitCode, CliError> {
     opts.jxse = impls.jxse;
     opts.udp = impls.udp;
     opts.zmq = impls.zmq;
+    opts.mpi = impls.mpi;
     opts.net =
         juxta_bench::net::Profile::parse(&args.net).map_err(juxta_bench::BenchError::from)?;
     if opts.jxse {
@@ -888,7 +895,12 @@ fn run_pingpong(args: PingPongArgs) -> Result<(), CliError> {
         .filter(|l| *l != Layer::Tcp)
         .collect();
     let impls = parse_impls(&args.implementations)?;
-    for (on, l) in [(impls.udp, Layer::Udp), (impls.zmq, Layer::ZmqReqRep)] {
+    for (on, l) in [
+        (impls.udp, Layer::Udp),
+        (impls.zmq, Layer::ZmqReqRep),
+        (impls.mpi, Layer::MpiTcp),
+        (impls.mpi, Layer::MpiSm),
+    ] {
         if on && !layers.contains(&l) {
             layers.push(l);
         }

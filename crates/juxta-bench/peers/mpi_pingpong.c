@@ -1,0 +1,130 @@
+/*
+ * Open MPI side of `juxta bench pingpong --impl mpi`: two ranks started by
+ * mpirun, MPI_Send of the payload from rank 0 to rank 1 and a 1-byte
+ * MPI_Send back per pair, as every other implementation in the bench.
+ * Rank 0 reads the bench's commands on stdin (mpirun forwards its stdin to
+ * rank 0) and answers on stdout:
+ *   at start                   "READY <pid of rank 0>"
+ *   PAIRS <size> <n>           n untimed pairs                -> "DONE"
+ *   TIMED <size> <n>           n pairs, each timed with MPI_Wtime
+ *                                                             -> "TIMED us,us,..."
+ *   QUIT                       both ranks finalize and exit 0
+ * Errors: "ERROR <what>" and MPI_Abort.
+ *
+ * Built by juxta-bench at run time with mpicc -O2.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_SIZE (64ul << 20)
+#define TAG_CTL 1
+#define TAG_DATA 2
+#define TAG_ACK 3
+
+enum { CMD_PAIRS = 1, CMD_QUIT = 2 };
+
+static void fail(const char *what) {
+    printf("ERROR %s\n", what);
+    fflush(stdout);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static char *grow(char *buf, size_t *have, size_t size) {
+    if (size <= *have && buf) return buf;
+    free(buf);
+    buf = malloc(size ? size : 1);
+    if (!buf) fail("out of memory");
+    for (size_t i = 0; i < size; i++) buf[i] = (char)(i * 31 + 7);
+    *have = size;
+    return buf;
+}
+
+static void responder(void) {
+    char *buf = NULL;
+    size_t have = 0;
+    char ack = 1;
+    for (;;) {
+        unsigned long ctl[3];
+        MPI_Recv(ctl, 3, MPI_UNSIGNED_LONG, 0, TAG_CTL, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (ctl[0] == CMD_QUIT) break;
+        buf = grow(buf, &have, ctl[1]);
+        for (unsigned long i = 0; i < ctl[2]; i++) {
+            MPI_Recv(buf, (int)ctl[1], MPI_BYTE, 0, TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(&ack, 1, MPI_BYTE, 0, TAG_ACK, MPI_COMM_WORLD);
+        }
+    }
+    free(buf);
+}
+
+static void pair(char *payload, unsigned long size) {
+    char ack;
+    MPI_Send(payload, (int)size, MPI_BYTE, 1, TAG_DATA, MPI_COMM_WORLD);
+    MPI_Recv(&ack, 1, MPI_BYTE, 1, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+}
+
+static void client(void) {
+    printf("READY %ld\n", (long)getpid());
+    fflush(stdout);
+    char line[256];
+    char *payload = NULL;
+    size_t have = 0;
+    double *samples = NULL;
+    size_t room = 0;
+    while (fgets(line, sizeof line, stdin)) {
+        char cmd[16];
+        unsigned long size = 0, n = 0;
+        if (sscanf(line, "%15s %lu %lu", cmd, &size, &n) < 1) continue;
+        if (strcmp(cmd, "QUIT") == 0) break;
+        int timed = strcmp(cmd, "TIMED") == 0;
+        if (!timed && strcmp(cmd, "PAIRS") != 0) {
+            printf("ERROR unknown command %s\n", cmd);
+            fflush(stdout);
+            continue;
+        }
+        if (size > MAX_SIZE || n > 100000000ul) fail("out of range");
+        payload = grow(payload, &have, size);
+        if (timed && n > room) {
+            free(samples);
+            samples = malloc(n * sizeof *samples);
+            if (!samples) fail("out of memory");
+            room = n;
+        }
+        unsigned long ctl[3] = {CMD_PAIRS, size, n};
+        MPI_Send(ctl, 3, MPI_UNSIGNED_LONG, 1, TAG_CTL, MPI_COMM_WORLD);
+        for (unsigned long i = 0; i < n; i++) {
+            double t0 = MPI_Wtime();
+            pair(payload, size);
+            if (timed) samples[i] = (MPI_Wtime() - t0) * 1e6;
+        }
+        if (timed) {
+            /* Formatting only after the run: nothing else inside the timing. */
+            fputs("TIMED ", stdout);
+            for (unsigned long i = 0; i < n; i++) printf(i ? ",%.2f" : "%.2f", samples[i]);
+            putchar('\n');
+        } else {
+            puts("DONE");
+        }
+        fflush(stdout);
+    }
+    unsigned long quit[3] = {CMD_QUIT, 0, 0};
+    MPI_Send(quit, 3, MPI_UNSIGNED_LONG, 1, TAG_CTL, MPI_COMM_WORLD);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != 2) {
+        if (rank == 0) fail("run with exactly 2 ranks");
+    } else if (rank == 0) {
+        client();
+    } else {
+        responder();
+    }
+    MPI_Finalize();
+    return 0;
+}
