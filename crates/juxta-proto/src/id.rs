@@ -415,9 +415,24 @@ impl PeerId {
 }
 
 impl PipeId {
-    /// A new random pipe ID in the Net group.
+    /// A new random pipe ID in the Net group, from the caller's RNG (for
+    /// reproducible IDs in tests; [`PipeId::new_random`] needs none).
     pub fn random(rng: &mut dyn RngCore) -> PipeId {
         PipeId(JxtaId::random_in(NET_GROUP_UUID, IdType::Pipe, rng))
+    }
+
+    /// A new random pipe ID in the Net group, from the operating system's
+    /// random source (no RNG to pass, no `rand` version tied to the
+    /// caller).
+    ///
+    /// ```
+    /// use juxta_proto::id::PipeId;
+    /// let a = PipeId::new_random();
+    /// assert_ne!(a, PipeId::new_random());
+    /// assert!(a.to_string().starts_with("urn:jxta:cbid-"));
+    /// ```
+    pub fn new_random() -> PipeId {
+        PipeId::random(&mut rand::rngs::OsRng)
     }
 }
 

@@ -22,7 +22,7 @@ async fn main() {
     cb.key_bits = 1024;
     let a = Peer::start(ca).await.unwrap();
     let b = Peer::start(cb).await.unwrap();
-    let adv = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+    let adv = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
     let mut server = JxtaServerSocket::bind(&a, &adv, SocketConfig::default()).unwrap();
     let m = b.connect(a.local_addr().unwrap()).await.unwrap();
     m.wait_compact(Duration::from_secs(5)).await;
