@@ -443,7 +443,8 @@ async fn send_queries(
     hop_count: u32,
     query: &RouteQuery,
     skip: &[Option<PeerId>],
-) {
+) -> Vec<PeerId> {
+    let mut sent = Vec::new();
     let doc = ResolverQuery {
         handler: ROUTER_HANDLER.to_string(),
         query_id,
@@ -461,10 +462,12 @@ async fn send_queries(
         };
         let msg = Message::new().with(doc.to_element(g));
         let m = crate::Messenger::new(conn, inner.clone());
-        if let Err(e) = m.post_routed(RESOLVER_SERVICE, Some(&query_queue(g)), msg) {
-            tracing::debug!(peer = %p, error = %e, "route query not sent");
+        match m.post_routed(RESOLVER_SERVICE, Some(&query_queue(g)), msg) {
+            Ok(_) => sent.push(p),
+            Err(e) => tracing::debug!(peer = %p, error = %e, "route query not sent"),
         }
     }
+    sent
 }
 
 /// A route answer from `from`: caches the route and answers the peers
@@ -555,21 +558,24 @@ pub(crate) async fn on_response(
 }
 
 /// A messenger to `peer`: direct, through a cached route, or through a
-/// route found by asking the connected peers within `timeout`.
+/// route found by asking the connected peers. Gives up after `timeout`, or
+/// after `route_query_timeout` without a usable answer, or at once with
+/// nobody to ask; the error lists what was tried.
 pub(crate) async fn find_route(
     inner: &Arc<Inner>,
     peer: &PeerId,
     timeout: Duration,
-) -> Option<crate::Messenger> {
-    let deadline = tokio::time::Instant::now() + timeout;
+) -> Result<crate::Messenger, super::NoRoute> {
+    use super::RouteAttempt;
+    let start = tokio::time::Instant::now();
+    let deadline = start + timeout.min(inner.cfg.route_query_timeout);
     let g = inner.group_unique().to_string();
+    let unverified_before = inner.stats.routes_unverified.load(Ordering::Relaxed);
+    let mut asked: Vec<PeerId> = Vec::new();
     loop {
         let learned = inner.router.learned.notified();
         if let Some(m) = inner.messenger(peer) {
-            return Some(m);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return None;
+            return Ok(m);
         }
         let now = inner.router.now_ms();
         let r =
@@ -585,9 +591,44 @@ pub(crate) async fn find_route(
             query,
         }) = r
         {
-            send_queries(inner, &g, query_id, hop_count, &query, &[]).await;
+            for p in send_queries(inner, &g, query_id, hop_count, &query, &[]).await {
+                if !asked.contains(&p) {
+                    asked.push(p);
+                }
+            }
+        }
+        let nobody = asked.is_empty()
+            && !inner
+                .connected_peers()
+                .iter()
+                .any(|p| p != peer && inner.connection(p).is_some());
+        if nobody || tokio::time::Instant::now() >= deadline {
+            let mut tried = vec![RouteAttempt::NoConnection, RouteAttempt::NoCachedRoute];
+            if inner.router.leased.borrow().is_none() {
+                tried.push(RouteAttempt::NoRelayLease);
+            }
+            if nobody {
+                tried.push(RouteAttempt::NobodyToAsk);
+            }
+            tried.extend(asked.into_iter().map(RouteAttempt::Asked));
+            if inner.stats.routes_unverified.load(Ordering::Relaxed) != unverified_before {
+                tried.push(RouteAttempt::AnswerNotVouched);
+            }
+            return Err(super::NoRoute { peer: *peer, tried });
         }
         let wait = (deadline - tokio::time::Instant::now()).min(Duration::from_millis(250));
         let _ = tokio::time::timeout(wait, learned).await;
+    }
+}
+
+/// A messenger to `peer` after a binding named it: as [`find_route`].
+pub(crate) async fn messenger_to(
+    inner: &Arc<Inner>,
+    peer: &PeerId,
+    timeout: Duration,
+) -> Result<crate::Messenger, super::NoRoute> {
+    match inner.messenger(peer) {
+        Some(m) => Ok(m),
+        None => find_route(inner, peer, timeout).await,
     }
 }
