@@ -281,6 +281,7 @@ async fn relay_paths_and_overload_rows() {
         warmup: 2,
         pairs: 5,
         stream: std::time::Duration::from_millis(50),
+        transfer: 1 << 20,
         overload: Some(OverloadOptions {
             duration: std::time::Duration::from_millis(1000),
             sink_msgs_per_s: 500,
@@ -293,7 +294,30 @@ async fn relay_paths_and_overload_rows() {
     let rows = relay::run(&opts, quiet).await.expect("relay run");
     let j = serde_json::to_value(&rows).unwrap();
     let rows = j.as_array().unwrap();
-    for path in ["direct", "tcp-relay", "http-relay", "two-relays"] {
+    // One SHA-256-checked socket transfer per path that has one.
+    for path in ["direct", "tcp-relay", "firewalled"] {
+        let t = rows
+            .iter()
+            .find(|r| r["path"] == path && r["run"] == "transfer")
+            .unwrap_or_else(|| panic!("no transfer row {path}"));
+        assert_eq!(t["layer"], "socket-transfer");
+        assert_eq!(t["size"], 1 << 20);
+        assert!(t["bandwidth_mb_s"].as_f64().unwrap() > 0.0, "{t}");
+        assert!(
+            t["bandwidth_ratio_vs_direct"].as_f64().unwrap() > 0.0,
+            "{t}"
+        );
+    }
+    assert!(!rows
+        .iter()
+        .any(|r| r["run"] == "transfer" && r["path"] == "two-relays"));
+    for path in [
+        "direct",
+        "tcp-relay",
+        "http-relay",
+        "two-relays",
+        "firewalled",
+    ] {
         for layer in ["unicast-pipe", "socket"] {
             for size in [1, 4096] {
                 let r = rows
