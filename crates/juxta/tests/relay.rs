@@ -257,6 +257,8 @@ async fn bad_router_messages_are_refused_and_counted() {
     let nobody = juxta_proto::id::PeerId::from_public_key_spki(b"nobody");
     send(erm(&originate(&xp, &nobody, "chat", None, &[])), None).await;
     eventually("no route counted", || stat(&r, |s| &s.route_no_route) == 1).await;
+    // ... and the sender is told, typed (`notLeased`), and counts it.
+    eventually("X told", || stat(&x, |s| &s.relay_refused) == 1).await;
 
     // The relay still works, and nothing above reached B.
     let mut inbox = b.listen("chat", None).unwrap();
@@ -951,6 +953,26 @@ async fn a_peer_nobody_knows_is_reported_as_no_route() {
     // out (this only tells the route query timeout from the caller's).
     assert!(started.elapsed() < WAIT);
 
+    // Told a route through R to a peer that never leased there: R refuses
+    // to forward (typed `notLeased` refusal, counted on both sides).
+    let refused_before = stat(&a, |s| &s.relay_refused);
+    a.add_route(nobody, vec![r.peer_id()]).unwrap();
+    a.messenger(&nobody)
+        .unwrap()
+        .send(
+            "chat",
+            None,
+            Message::new().with(Element::text("", "t", "to nobody")),
+        )
+        .await
+        .unwrap();
+    eventually("R counted no route", || {
+        stat(&r, |s| &s.route_no_route) >= 1
+    })
+    .await;
+    eventually("A told", || stat(&a, |s| &s.relay_refused) > refused_before).await;
+    assert_eq!(a.relay().unwrap().relay(), Some(r.peer_id()), "lease kept");
+
     // A peer with no connection at all: nobody to ask.
     let alone = start(&dir, "alone", |c| c).await;
     match alone.route_to(&nobody, WAIT).await {
@@ -965,4 +987,59 @@ async fn a_peer_nobody_knows_is_reported_as_no_route() {
         panic!("route to nobody");
     };
     assert!(e.to_string().contains("nobody to ask"), "{e}");
+}
+
+/// Reflection: M sends A a pipe binding query in the name of Q, a peer
+/// nobody knows, whose route (`SrcPeerRoute`) names T's address and T as
+/// hop. A must not hand its answer to T (it dials T's address, finds T is
+/// not Q: refused and counted), nor to M (the peer the query came
+/// through), and learns no route to Q through T; the answer is dropped
+/// (counted) once no route to Q is found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_not_reflected_to_a_third_peer_the_query_names() {
+    use juxta_proto::endpoint::route_query::route_through;
+    use juxta_proto::pipe::binding::{PipeResolverMsg, PIPE_RESOLVER_HANDLER};
+    use juxta_proto::resolver::{query_queue, ResolverQuery, RESOLVER_SERVICE};
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(&dir, "a", |c| c.listen("127.0.0.1:0".parse().unwrap())).await;
+    let t = start(&dir, "t", |c| c.listen("127.0.0.1:0".parse().unwrap())).await;
+    let m = start(&dir, "m", |c| c).await;
+    let ad = adv("reflected");
+    let _input = a.pipes().create_input_pipe(&ad).unwrap();
+    let q = juxta_proto::id::PeerId::from_public_key_spki(b"querier Q");
+    let t_ea = format!("tcp://{}", t.local_addr().unwrap());
+    let route = route_through(q, vec![t_ea.clone()], &[(t.peer_id(), vec![t_ea])]);
+    let query = PipeResolverMsg::Query {
+        pipe_id: ad.id,
+        pipe_type: PipeType::Unicast,
+        peers: vec![a.peer_id()],
+    };
+    let rq = ResolverQuery {
+        handler: PIPE_RESOLVER_HANDLER.into(),
+        query_id: 42,
+        hop_count: 0,
+        src_peer: q,
+        query: query.to_xml(),
+        src_route: Some(route),
+    };
+    let to_a = m.connect(a.local_addr().unwrap()).await.unwrap();
+    to_a.send_routed(
+        RESOLVER_SERVICE,
+        Some(&query_queue("jxta-NetGroup")),
+        Message::new().with(rq.to_element("jxta-NetGroup")),
+    )
+    .await
+    .unwrap();
+    eventually("A refused T as Q", || {
+        stat(&a, |s| &s.identity_refused) >= 1
+    })
+    .await;
+    eventually("the answer dropped: no route to Q", || {
+        stat(&a, |s| &s.resolver_errors) >= 1
+    })
+    .await;
+    assert!(a.messenger(&q).is_err(), "A learned a route to Q");
+    eventually("A not connected to T", || !a.is_connected_to(&t.peer_id())).await;
+    assert!(!m.is_connected_to(&t.peer_id()));
+    assert_eq!(stat(&t, |s| &s.resolver_errors), 0);
 }

@@ -156,12 +156,19 @@ async fn forward_message(
         .expect("route lock")
         .lookup(&m.dest, now)
         .map(<[PeerId]>::to_vec);
-    let nh = forward::next_hop(
+    let nh = match forward::next_hop(
         &local,
         &m,
         |p| inner.connection(p).is_some(),
         cached.as_deref(),
-    )?;
+    ) {
+        Ok(nh) => nh,
+        Err(e @ ForwardError::NoRoute(_)) => {
+            refuse_not_leased(inner, conn);
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
     let h = forward::forwarded_header(&local, &m.header, &nh.forward);
     forward::rewrite(&mut message, &h);
     let to = mangle(
@@ -176,9 +183,12 @@ async fn forward_message(
             .lease_conn(&m.dest, now)
             .is_some();
     if !leased {
-        let hop = inner
-            .connection(&nh.hop)
-            .ok_or(ForwardError::NoRoute(nh.hop))?;
+        let Some(hop) = inner.connection(&nh.hop) else {
+            if nh.hop == m.dest {
+                refuse_not_leased(inner, conn);
+            }
+            return Err(ForwardError::NoRoute(nh.hop));
+        };
         crate::Messenger::new(hop, inner.clone())
             .send_raw(&to, message)
             .await
@@ -226,6 +236,16 @@ async fn forward_message(
             }
         }
     }
+}
+
+/// A relay asked to forward to a destination that holds no lease here (it
+/// never leased, or its lease ended) and that it cannot reach otherwise:
+/// the (proven) sender is told, typed (`notLeased`); the caller counts the
+/// message in [`crate::Stats::route_no_route`]. The refusal is a service
+/// message, queued within [`crate::PeerConfig::service_queue`].
+fn refuse_not_leased(inner: &Arc<Inner>, conn: &Arc<Connection>) {
+    let refusal = RelayResponse::Refused(Refusal::NotLeased).to_message();
+    let _ = crate::Messenger::new(conn.clone(), inner.clone()).post(RELAY_SERVICE, None, refusal);
 }
 
 /// This peer's own route advertisement: behind its relay when it holds a
