@@ -135,8 +135,10 @@ pub struct PeerConfig {
     /// from the peers it asked (its relay, rendezvous and other connected
     /// peers) before reporting [`crate::PeerError::NoRoute`]; bounded in
     /// turn by the caller's own timeout. With no connected peer to ask the
-    /// search fails at once. Default 1 s (answers on a LAN or through one
-    /// relay come back in milliseconds).
+    /// search fails at once. Default 900 ms, so that a peer nobody can
+    /// reach is reported within a second (route answers on a LAN or
+    /// through one relay come back in milliseconds; JXTA has no negative
+    /// route answer, so "nobody knows" is the absence of answers).
     pub route_query_timeout: Duration,
 }
 
@@ -238,7 +240,7 @@ impl PeerConfig {
             relay: None,
             accept_unsigned_routes: false,
             auto_relay: true,
-            route_query_timeout: Duration::from_secs(1),
+            route_query_timeout: Duration::from_millis(900),
         }
     }
 

@@ -904,7 +904,7 @@ async fn automatic_relay_lease_only_for_peers_that_cannot_be_dialled() {
 /// No route: connecting a socket, binding a pipe named to a peer, or
 /// asking for a messenger to a peer ID nobody knows fails with a typed
 /// `NoRoute` listing what was tried, after the route query timeout
-/// (1 s), not after the caller's (60 s) timeout.
+/// (900 ms), not after the caller's (60 s) timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_nobody_knows_is_reported_as_no_route() {
     use juxta::pipe::PipeError;
@@ -918,7 +918,13 @@ async fn a_peer_nobody_knows_is_reported_as_no_route() {
         ..SocketConfig::default()
     };
     let started = tokio::time::Instant::now();
-    match JxtaSocket::connect(&a.pipes(), &adv("nowhere"), nobody, long).await {
+    let connected = JxtaSocket::connect(&a.pipes(), &adv("nowhere"), nobody, long).await;
+    // Printed, not asserted (timing): about route_query_timeout (900 ms).
+    eprintln!(
+        "JxtaSocket::connect to nobody failed after {:?}",
+        started.elapsed()
+    );
+    match connected {
         Err(SocketError::NoRoute { peer, tried }) => {
             assert_eq!(peer, nobody);
             assert!(tried.contains(&RouteAttempt::NoConnection), "{tried:?}");
@@ -975,7 +981,13 @@ async fn a_peer_nobody_knows_is_reported_as_no_route() {
 
     // A peer with no connection at all: nobody to ask.
     let alone = start(&dir, "alone", |c| c).await;
-    match alone.route_to(&nobody, WAIT).await {
+    let t0 = tokio::time::Instant::now();
+    let alone_route = alone.route_to(&nobody, WAIT).await;
+    eprintln!(
+        "route_to with nobody to ask failed after {:?}",
+        t0.elapsed()
+    );
+    match alone_route {
         Err(juxta::PeerError::NoRoute { tried, .. }) => {
             assert!(tried.contains(&RouteAttempt::NobodyToAsk), "{tried:?}");
             assert!(tried.contains(&RouteAttempt::NoRelayLease), "{tried:?}");

@@ -228,7 +228,7 @@ impl PipeService {
     /// this peer has no connection or known route to is looked for first
     /// (route query to the connected peers); when none of them can be
     /// reached this fails with [`PipeError::NoRoute`] after at most
-    /// [`crate::PeerConfig::route_query_timeout`] (default 1 s; at once with
+    /// [`crate::PeerConfig::route_query_timeout`] (default 900 ms; at once with
     /// no connected peer to ask), not after `timeout`. The binding query
     /// then waits up to `timeout` for an answer
     /// ([`PipeError::ResolveTimeout`]); a "not here" from every peer asked

@@ -758,7 +758,7 @@ impl crate::Peer {
     /// the connected peers (route query).
     ///
     /// Timeouts: the search gives up after `timeout` or after
-    /// [`crate::PeerConfig::route_query_timeout`] (default 1 s) without a
+    /// [`crate::PeerConfig::route_query_timeout`] (default 900 ms) without a
     /// usable answer, whichever comes first, and at once when there is no
     /// connected peer to ask; it then fails with
     /// [`PeerError::NoRoute`] listing what was tried.

@@ -556,7 +556,7 @@ impl JxtaSocket {
     ///
     /// Timeouts: route discovery and the pipe binding start together. A
     /// peer with no connection, no known route and no usable route answer
-    /// within [`crate::PeerConfig::route_query_timeout`] (default 1 s; at
+    /// within [`crate::PeerConfig::route_query_timeout`] (default 900 ms; at
     /// once with no connected peer to ask) fails with
     /// [`SocketError::NoRoute`]; a binding with no answer within
     /// `cfg.connect_timeout` fails with [`SocketError::Bind`]; the
