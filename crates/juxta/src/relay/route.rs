@@ -163,9 +163,11 @@ async fn forward_message(
         cached.as_deref(),
     ) {
         Ok(nh) => nh,
-        Err(e @ ForwardError::NoRoute(_)) => {
-            refuse_not_leased(inner, conn);
-            return Err(e);
+        Err(ForwardError::NoRoute(hop)) => {
+            if hop == m.dest {
+                refuse_not_leased(inner, conn);
+            }
+            return Err(ForwardError::NoRoute(hop));
         }
         Err(e) => return Err(e),
     };
