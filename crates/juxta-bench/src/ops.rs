@@ -7,7 +7,13 @@
 //!   peers are its edges, with no direct connection between them at the
 //!   start. Remote discovery goes to R, which forwards the query by its SRDI
 //!   index to the publishing edge, which answers the querier directly (over
-//!   the route the query carries). Pipe binding asks R too.
+//!   the route the query carries). Pipe binding asks R too;
+//! - `firewalled` (not run by default: `--configs firewalled`): as
+//!   `rendezvous`, but R is also a relay and the edges do not listen (they
+//!   cannot be dialled, as behind a firewall): they lease R as relay by
+//!   default, `start` lasts until both leases (rendezvous and relay) are
+//!   held, answers reach the querier through the relay, and
+//!   `open-output-pipe` binds without naming a peer, as a user would.
 //!
 //! Operations (each repeated [`OpsOptions::runs`] times, median and p99 in
 //! ms): `start` (a peer with an existing identity; in `rendezvous`, until
@@ -59,7 +65,10 @@ pub const OPERATIONS: [&str; 10] = [
 ];
 
 /// The configurations, in run order.
-pub const CONFIGS: [&str; 2] = ["ad-hoc", "rendezvous"];
+pub const CONFIGS: [&str; 3] = ["ad-hoc", "rendezvous", "firewalled"];
+
+/// The configurations run by default.
+pub const DEFAULT_CONFIGS: [&str; 2] = ["ad-hoc", "rendezvous"];
 
 /// How long a remote operation may take before it counts as failed.
 const OP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -79,14 +88,17 @@ pub enum OpsError {
     #[error("{0}: nothing found")]
     NotFound(&'static str),
     /// A configuration name that does not exist.
-    #[error("unknown ops configuration {0:?} (known: ad-hoc, rendezvous)")]
+    #[error("unknown ops configuration {0:?} (known: ad-hoc, rendezvous, firewalled)")]
     UnknownConfig(String),
     /// No configuration to run.
-    #[error("no ops configuration given (known: ad-hoc, rendezvous)")]
+    #[error("no ops configuration given (known: ad-hoc, rendezvous, firewalled)")]
     NoConfig,
     /// An edge did not lease its rendezvous in time.
     #[error("{0}: not leased by the rendezvous within {1:?}")]
     NotLeased(&'static str, Duration),
+    /// An edge that cannot be dialled did not lease its relay in time.
+    #[error("{0}: no relay lease within {1:?}")]
+    NotRelayed(&'static str, Duration),
 }
 
 /// Checks a configuration name; returns its canonical spelling.
@@ -110,8 +122,8 @@ pub struct OpsOptions {
     pub runs: usize,
     /// RSA key size of the peers' identities (default 1024).
     pub key_bits: usize,
-    /// Configurations to measure, in order (default: every one of
-    /// [`CONFIGS`]).
+    /// Configurations to measure, in order (default:
+    /// [`DEFAULT_CONFIGS`]; any of [`CONFIGS`]).
     pub configs: Vec<String>,
 }
 
@@ -120,7 +132,7 @@ impl Default for OpsOptions {
         OpsOptions {
             runs: 20,
             key_bits: 1024,
-            configs: CONFIGS.iter().map(|c| c.to_string()).collect(),
+            configs: DEFAULT_CONFIGS.iter().map(|c| c.to_string()).collect(),
         }
     }
 }
@@ -275,7 +287,9 @@ pub async fn run_report(
     for config in configs {
         let first = report.rows.len();
         let t = if config == "rendezvous" {
-            rendezvous(opts, runs, &dir.path().join("rdv"), &mut progress).await?
+            rendezvous(opts, runs, &dir.path().join("rdv"), false, &mut progress).await?
+        } else if config == "firewalled" {
+            rendezvous(opts, runs, &dir.path().join("fw"), true, &mut progress).await?
         } else {
             ad_hoc(opts, runs, &dir.path().join("ad-hoc"), &mut progress).await?
         };
@@ -414,24 +428,36 @@ async fn ad_hoc(
     Ok(t)
 }
 
-/// Starts an edge of the rendezvous at `seed` and waits until it is leased.
+/// Starts an edge of the rendezvous at `seed` and waits until it is
+/// leased; `firewalled`: the edge does not listen, and is also waited for
+/// until it holds its (default) relay lease at `seed`.
 async fn start_edge(
     dir: &Path,
     name: &str,
     key_bits: usize,
     seed: SocketAddr,
+    firewalled: bool,
 ) -> Result<Result<Peer, OpsError>, BenchError> {
-    let cfg = peer_cfg(dir, name, key_bits, true).rendezvous(RendezvousConfig::edge(vec![seed]));
+    let cfg =
+        peer_cfg(dir, name, key_bits, !firewalled).rendezvous(RendezvousConfig::edge(vec![seed]));
     let p = Peer::start(cfg).await?;
     let leased = match p.rendezvous() {
         Some(h) => h.wait_leased(OP_TIMEOUT).await.is_some(),
         None => false,
     };
-    Ok(if leased {
-        Ok(p)
-    } else {
-        Err(OpsError::NotLeased("edge", OP_TIMEOUT))
-    })
+    if !leased {
+        return Ok(Err(OpsError::NotLeased("edge", OP_TIMEOUT)));
+    }
+    if firewalled {
+        let relayed = match p.relay() {
+            Some(h) => h.wait_leased(OP_TIMEOUT).await.is_some(),
+            None => false,
+        };
+        if !relayed {
+            return Ok(Err(OpsError::NotRelayed("edge", OP_TIMEOUT)));
+        }
+    }
+    Ok(Ok(p))
 }
 
 /// Publishes `adv` on `peer` and waits until the rendezvous `r` indexed its
@@ -480,22 +506,31 @@ async fn wait_index(
 
 /// Two edges of a rendezvous: operation failures are recorded, set-up
 /// failures (the rendezvous, the edges' leases) fail the run.
+/// `firewalled`: the rendezvous is also a relay and the edges do not
+/// listen (configuration `firewalled`).
 async fn rendezvous(
     opts: &OpsOptions,
     runs: usize,
     dir: &Path,
+    firewalled: bool,
     progress: &mut impl FnMut(&str),
 ) -> Result<Tally, BenchError> {
     let kb = opts.key_bits;
-    let mut t = Tally::new("rendezvous", runs);
+    let config = if firewalled {
+        "firewalled"
+    } else {
+        "rendezvous"
+    };
+    let mut t = Tally::new(config, runs);
 
-    progress("ops: rendezvous: rendezvous peer");
+    progress(&format!("ops: {config}: rendezvous peer"));
     // Room for the edges started by `start` (their leases outlive them).
-    let r = Peer::start(
-        peer_cfg(dir, "r", kb, true)
-            .rendezvous(RendezvousConfig::rendezvous().max_clients(runs + 8)),
-    )
-    .await?;
+    let mut rcfg = peer_cfg(dir, "r", kb, true)
+        .rendezvous(RendezvousConfig::rendezvous().max_clients(runs + 8));
+    if firewalled {
+        rcfg = rcfg.relay(juxta::relay::RelayConfig::server().max_clients(runs + 8));
+    }
+    let r = Peer::start(rcfg).await?;
     let r_addr = r
         .local_addr()
         .ok_or(OpsError::NotFound("rendezvous listen address"))?;
@@ -505,7 +540,7 @@ async fn rendezvous(
         .ok_or(OpsError::NotFound("rendezvous service"))?
         .clone();
 
-    progress("ops: rendezvous: start (until leased)");
+    progress(&format!("ops: {config}: start (until leased)"));
     // One identity per start, created beforehand (`start` loads it): a
     // restarted edge with the same peer ID is not leased again while the
     // rendezvous still holds its previous lease.
@@ -514,7 +549,7 @@ async fn rendezvous(
     }
     for i in 0..runs {
         let t0 = Instant::now();
-        match start_edge(dir, &format!("s{i}"), kb, r_addr).await? {
+        match start_edge(dir, &format!("s{i}"), kb, r_addr, firewalled).await? {
             Ok(p) => {
                 t.add("start", t0.elapsed());
                 drop(p);
@@ -526,13 +561,13 @@ async fn rendezvous(
         }
     }
 
-    progress("ops: rendezvous: two edges");
-    let a = start_edge(dir, "a", kb, r_addr).await??;
-    let b = start_edge(dir, "b", kb, r_addr).await??;
+    progress(&format!("ops: {config}: two edges"));
+    let a = start_edge(dir, "a", kb, r_addr, firewalled).await??;
+    let b = start_edge(dir, "b", kb, r_addr, firewalled).await??;
     let aid = a.peer_id();
     let (da, db) = (a.discovery(), b.discovery());
 
-    progress("ops: rendezvous: groups");
+    progress(&format!("ops: {config}: groups"));
     for i in 0..runs {
         let t0 = Instant::now();
         let g = match a
@@ -574,7 +609,7 @@ async fn rendezvous(
     publish_indexed(&a, &rh, &own, progress).await?;
     let aid_text = aid.to_string();
 
-    progress("ops: rendezvous: pipes and discovery");
+    progress(&format!("ops: {config}: pipes and discovery"));
     let mut inputs = Vec::with_capacity(runs);
     for i in 0..runs {
         let adv = pipe(format!("ops-rdv-pipe-{i}"));
@@ -691,11 +726,14 @@ async fn rendezvous(
         }
 
         if t.live("open-output-pipe") {
-            // Bound through the rendezvous: the query goes to R only.
+            // Bound through the rendezvous: the query goes to R only (a
+            // firewalled edge is connected to R only and names no peer,
+            // as a user would; A's answer comes through the relay).
+            let named = if firewalled { vec![] } else { vec![rid] };
             let t0 = Instant::now();
             match b
                 .pipes()
-                .create_output_pipe(&target, &[rid], OP_TIMEOUT)
+                .create_output_pipe(&target, &named, OP_TIMEOUT)
                 .await
             {
                 Ok(out) => {

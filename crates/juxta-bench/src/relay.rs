@@ -6,12 +6,19 @@
 //! This scenario measures, in one run, two edges connected **directly**
 //! (the baseline), through **one TCP relay**, through **one HTTP relay**
 //! (both edges speak only HTTP to it) and through **two relays** (A leases
-//! R1, B leases R2, R1 is connected to R2), over unicast pipes and JXTA
-//! sockets:
+//! R1, B leases R2, R1 is connected to R2) and **firewalled** (one peer is
+//! rendezvous and relay; A and B do not listen, are its rendezvous edges and
+//! lease it as relay by default, and find each other's pipes by discovery
+//! by name and bind them without naming the holder, as a user would), over
+//! unicast pipes and JXTA sockets:
 //!
 //! - RTT: message/ack ping-pong (warm-up, then `pairs` pairs; median);
 //! - bandwidth: messages (or socket writes) of `size` streamed for a fixed
-//!   time; MB/s delivered at the receiver.
+//!   time; MB/s delivered at the receiver;
+//! - transfer (paths `direct`, `tcp-relay` and `firewalled`, socket layer):
+//!   [`RelayOptions::transfer`] bytes (default 100 MB) over one JXTA
+//!   socket, checked by SHA-256 at the receiver; row layer
+//!   `socket-transfer`, run `transfer`.
 //!
 //! The edges run in this process; each relay runs as its own process
 //! (`juxta relay-serve`, see [`serve`]; for two relays R1 is started with
@@ -75,15 +82,19 @@ pub enum RelayPath {
     HttpRelay,
     /// A leases R1, B leases R2, R1 is connected to R2.
     TwoRelays,
+    /// One rendezvous that is also a relay; A and B do not listen, lease
+    /// it by default, and discover and bind each other's pipes through it.
+    Firewalled,
 }
 
 impl RelayPath {
     /// Every path, baseline first.
-    pub const ALL: [RelayPath; 4] = [
+    pub const ALL: [RelayPath; 5] = [
         RelayPath::Direct,
         RelayPath::TcpRelay,
         RelayPath::HttpRelay,
         RelayPath::TwoRelays,
+        RelayPath::Firewalled,
     ];
 
     /// The name used in rows and on the command line.
@@ -93,6 +104,7 @@ impl RelayPath {
             RelayPath::TcpRelay => "tcp-relay",
             RelayPath::HttpRelay => "http-relay",
             RelayPath::TwoRelays => "two-relays",
+            RelayPath::Firewalled => "firewalled",
         }
     }
 
@@ -104,7 +116,7 @@ impl RelayPath {
             .find(|p| p.name() == s)
             .ok_or_else(|| {
                 BenchError::BadOption(format!(
-                    "unknown relay path {s:?} (known: direct, tcp-relay, http-relay, two-relays)"
+                    "unknown relay path {s:?} (known: direct, tcp-relay, http-relay, two-relays, firewalled)"
                 ))
             })
     }
@@ -170,6 +182,9 @@ pub struct RelayOptions {
     pub pairs: usize,
     /// Streaming time per layer and size.
     pub stream: Duration,
+    /// Bytes of the one-socket transfer on the `direct`, `tcp-relay` and
+    /// `firewalled` paths (socket layer; 0: none). Default 100 MB.
+    pub transfer: u64,
     /// The overload run (`None`: skipped).
     pub overload: Option<OverloadOptions>,
     /// The `juxta` binary re-run as the relays (paths and overload).
@@ -192,6 +207,7 @@ impl Default for RelayOptions {
             warmup: 200,
             pairs: 200,
             stream: Duration::from_millis(1000),
+            transfer: 100_000_000,
             overload: Some(OverloadOptions::default()),
             exe: crate::rendezvous::default_exe(),
             key_bits: 1024,
@@ -205,13 +221,13 @@ impl Default for RelayOptions {
 pub struct RelayRow {
     /// Always `relay`.
     pub scenario: &'static str,
-    /// `direct`, `tcp-relay`, `http-relay` or `two-relays`.
+    /// `direct`, `tcp-relay`, `http-relay`, `two-relays` or `firewalled`.
     pub path: &'static str,
     /// Layer name.
     pub layer: &'static str,
     /// Payload bytes.
     pub size: usize,
-    /// `pingpong` (RTT and bandwidth) or `overload`.
+    /// `pingpong` (RTT and bandwidth), `transfer` or `overload`.
     pub run: &'static str,
     /// Median ping-pong RTT (µs).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -338,17 +354,22 @@ struct RelayAddrs {
 }
 
 /// Starts a relay (in this process or as `juxta relay-serve`), with an
-/// HTTP listener when `http`, connected to `peer` when given.
+/// HTTP listener when `http`, connected to `peer` when given, also a
+/// rendezvous when `rendezvous`.
 async fn start_relay(
     opts: &RelayOptions,
     homes: &Path,
     name: &str,
     http: bool,
     peer: Option<SocketAddr>,
+    rendezvous: bool,
 ) -> Result<(Relay, RelayAddrs), BenchError> {
     if opts.relays_in_process {
         let r = start_peer(homes, name, opts.key_bits, |c| {
-            let c = c.listen(loopback()).relay(RelayConfig::server());
+            let mut c = c.listen(loopback()).relay(RelayConfig::server());
+            if rendezvous {
+                c = c.rendezvous(juxta::rendezvous::RendezvousConfig::rendezvous());
+            }
             if http {
                 c.http_listen(loopback())
             } else {
@@ -367,7 +388,7 @@ async fn start_relay(
         };
         return Ok((Relay::InProcess(r), addrs));
     }
-    let r = RelayProcess::start(&opts.exe, opts.key_bits, http, peer).await?;
+    let r = RelayProcess::start_with(&opts.exe, opts.key_bits, http, peer, rendezvous).await?;
     let addrs = RelayAddrs {
         tcp: r.addr,
         http: r.http_addr,
@@ -381,6 +402,9 @@ struct Topo {
     b: Peer,
     /// Kept alive while the path is measured.
     relays: Vec<Relay>,
+    /// The edges find each other's pipes by discovery by name (through
+    /// their rendezvous) and bind without naming the holder.
+    discover: bool,
 }
 
 impl Topo {
@@ -412,10 +436,12 @@ async fn topology(path: RelayPath, homes: &Path, opts: &RelayOptions) -> Result<
                 a,
                 b,
                 relays: vec![],
+                discover: false,
             })
         }
         RelayPath::TcpRelay => {
-            let (r, addrs) = start_relay(opts, homes, &format!("{p}-r"), false, None).await?;
+            let (r, addrs) =
+                start_relay(opts, homes, &format!("{p}-r"), false, None, false).await?;
             let seeds = vec![addrs.tcp];
             let a = start_peer(homes, &format!("{p}-a"), key_bits, |c| {
                 c.relay(RelayConfig::client(seeds.clone()))
@@ -431,10 +457,11 @@ async fn topology(path: RelayPath, homes: &Path, opts: &RelayOptions) -> Result<
                 a,
                 b,
                 relays: vec![r],
+                discover: false,
             })
         }
         RelayPath::HttpRelay => {
-            let (r, addrs) = start_relay(opts, homes, &format!("{p}-r"), true, None).await?;
+            let (r, addrs) = start_relay(opts, homes, &format!("{p}-r"), true, None, false).await?;
             let seeds = vec![addrs
                 .http
                 .ok_or_else(|| fail("relay has no HTTP address"))?];
@@ -452,13 +479,14 @@ async fn topology(path: RelayPath, homes: &Path, opts: &RelayOptions) -> Result<
                 a,
                 b,
                 relays: vec![r],
+                discover: false,
             })
         }
         RelayPath::TwoRelays => {
             // R1 connects to R2 at start (before it is ready).
-            let (r2, a2) = start_relay(opts, homes, &format!("{p}-r2"), false, None).await?;
+            let (r2, a2) = start_relay(opts, homes, &format!("{p}-r2"), false, None, false).await?;
             let (r1, a1) =
-                start_relay(opts, homes, &format!("{p}-r1"), false, Some(a2.tcp)).await?;
+                start_relay(opts, homes, &format!("{p}-r1"), false, Some(a2.tcp), false).await?;
             let a = start_peer(homes, &format!("{p}-a"), key_bits, |c| {
                 c.relay(RelayConfig::client(vec![a1.tcp]))
             })
@@ -473,8 +501,77 @@ async fn topology(path: RelayPath, homes: &Path, opts: &RelayOptions) -> Result<
                 a,
                 b,
                 relays: vec![r1, r2],
+                discover: false,
             })
         }
+        RelayPath::Firewalled => {
+            let (r, addrs) = start_relay(opts, homes, &format!("{p}-r"), false, None, true).await?;
+            // Nothing about relays configured: edges with no listen
+            // address lease their rendezvous seed as relay by default.
+            let seeds = vec![addrs.tcp];
+            let edge = |c: PeerConfig| {
+                c.rendezvous(juxta::rendezvous::RendezvousConfig::edge(seeds.clone()))
+            };
+            let a = start_peer(homes, &format!("{p}-a"), key_bits, edge).await?;
+            let b = start_peer(homes, &format!("{p}-b"), key_bits, edge).await?;
+            for (e, what) in [(&a, "A"), (&b, "B")] {
+                leased(e, what).await?;
+                e.rendezvous()
+                    .ok_or_else(|| fail(format!("{what}: no rendezvous service")))?
+                    .wait_leased(WAIT)
+                    .await
+                    .ok_or_else(|| fail(format!("{what}: no rendezvous lease within {WAIT:?}")))?;
+            }
+            Ok(Topo {
+                a,
+                b,
+                relays: vec![r],
+                discover: true,
+            })
+        }
+    }
+}
+
+/// `holder` publishes `adv` (SRDI to its rendezvous); `asker` finds it by
+/// name through its rendezvous (asked again until found, within [`WAIT`]:
+/// the SRDI push is asynchronous).
+async fn discovered(
+    holder: &Peer,
+    asker: &Peer,
+    adv: &PipeAdvertisement,
+) -> Result<PipeAdvertisement, BenchError> {
+    use juxta::proto::advertisement::{AdvKind, Advertisement};
+    holder
+        .discovery()
+        .publish(&Advertisement::Pipe(adv.clone()))
+        .await
+        .map_err(|e| fail(format!("publish: {e}")))?;
+    let name = adv.name.clone().unwrap_or_default();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let found = asker
+            .discovery()
+            .get_remote(
+                AdvKind::Adv,
+                Some("Name"),
+                Some(&name),
+                1,
+                None,
+                Duration::from_secs(2),
+            )
+            .await
+            .map_err(|e| fail(format!("discovery of {name}: {e}")))?;
+        for f in found {
+            if let Advertisement::Pipe(p) = f {
+                if p.id == adv.id {
+                    return Ok(p);
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(fail(format!("{name} not discovered within {WAIT:?}")));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -529,14 +626,23 @@ async fn measure_pipes(
     let (adv_b, adv_a) = (pipe_adv("relay-bench-b"), pipe_adv("relay-bench-a"));
     let mut in_b = t.b.pipes().create_input_pipe(&adv_b)?;
     let mut in_a = t.a.pipes().create_input_pipe(&adv_a)?;
-    let out_ab =
-        t.a.pipes()
-            .create_output_pipe(&adv_b, &[t.b.peer_id()], WAIT)
-            .await?;
-    let out_ba =
-        t.b.pipes()
-            .create_output_pipe(&adv_a, &[t.a.peer_id()], WAIT)
-            .await?;
+    let (out_ab, out_ba) = if t.discover {
+        let found_b = discovered(&t.b, &t.a, &adv_b).await?;
+        let found_a = discovered(&t.a, &t.b, &adv_a).await?;
+        (
+            t.a.pipes().create_output_pipe(&found_b, &[], WAIT).await?,
+            t.b.pipes().create_output_pipe(&found_a, &[], WAIT).await?,
+        )
+    } else {
+        (
+            t.a.pipes()
+                .create_output_pipe(&adv_b, &[t.b.peer_id()], WAIT)
+                .await?,
+            t.b.pipes()
+                .create_output_pipe(&adv_a, &[t.a.peer_id()], WAIT)
+                .await?,
+        )
+    };
     let epoch = Instant::now();
     let recv = Arc::new(Received::default());
     let r2 = recv.clone();
@@ -620,6 +726,11 @@ async fn measure_socket(
 ) -> Result<Vec<Figures>, BenchError> {
     let sad = pipe_adv("relay-bench-socket");
     let mut server = JxtaServerSocket::bind(&t.b, &sad, SocketConfig::default())?;
+    let sad = if t.discover {
+        discovered(&t.b, &t.a, &sad).await?
+    } else {
+        sad
+    };
     let epoch = Instant::now();
     let recv = Arc::new(Received::default());
     let r2 = recv.clone();
@@ -725,6 +836,68 @@ async fn measure_socket(
     Ok(out)
 }
 
+/// One JXTA socket A -> B carrying `total` bytes (written in 1 MiB
+/// chunks, checked by SHA-256 at B); MB/s (10^6 bytes/s) from the first
+/// write to the last byte read.
+async fn measure_transfer(t: &Topo, total: u64) -> Result<f64, BenchError> {
+    use sha2::{Digest, Sha256};
+    let sad = pipe_adv("relay-bench-transfer");
+    let mut server = JxtaServerSocket::bind(&t.b, &sad, SocketConfig::default())?;
+    let sad = if t.discover {
+        discovered(&t.b, &t.a, &sad).await?
+    } else {
+        sad
+    };
+    let receiver = tokio::spawn(async move {
+        let mut s = server.accept().await?;
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut got = 0u64;
+        loop {
+            let n = s.read(&mut buf).await.map_err(io("socket read"))?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+            got += n as u64;
+        }
+        Ok::<_, BenchError>((got, h.finalize(), Instant::now()))
+    });
+    let mut c =
+        JxtaSocket::connect(&t.a.pipes(), &sad, t.b.peer_id(), SocketConfig::default()).await?;
+    // Byte i of the stream is i mod 251: every chunk is a slice of one
+    // pattern buffer (no per-byte work on the sender).
+    const CHUNK: usize = 1 << 20;
+    let pattern: Vec<u8> = (0..CHUNK + 251).map(|i| (i % 251) as u8).collect();
+    let mut h = Sha256::new();
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    while sent < total {
+        let n = (total - sent).min(CHUNK as u64) as usize;
+        let off = (sent % 251) as usize;
+        let chunk = &pattern[off..off + n];
+        h.update(chunk);
+        c.write_all(chunk).await.map_err(io("socket write"))?;
+        sent += n as u64;
+    }
+    c.shutdown().await.map_err(io("socket shutdown"))?;
+    let (got, digest, end) = tokio::time::timeout(Duration::from_secs(600), receiver)
+        .await
+        .map_err(|_| fail("transfer: not received within 600 s"))?
+        .map_err(|e| fail(format!("transfer receiver: {e}")))??;
+    if got != total || digest != h.finalize() {
+        return Err(fail(format!(
+            "transfer: {got} of {total} bytes received, or a different SHA-256"
+        )));
+    }
+    let secs = end.duration_since(t0).as_secs_f64();
+    Ok(if secs > 0.0 {
+        total as f64 / secs / 1e6
+    } else {
+        0.0
+    })
+}
+
 /// Runs every path, layer and size, then the overload run; `progress`
 /// gets one line per step.
 pub async fn run(
@@ -760,6 +933,27 @@ pub async fn run(
             } else {
                 measure_pipes(&t, &opts.sizes, opts, &label, &mut progress).await?
             };
+            if layer == Layer::Socket
+                && opts.transfer > 0
+                && matches!(
+                    path,
+                    RelayPath::Direct | RelayPath::TcpRelay | RelayPath::Firewalled
+                )
+            {
+                progress(&format!("{label}: {} bytes transfer", opts.transfer));
+                let mb_s = measure_transfer(&t, opts.transfer).await?;
+                progress(&format!("{label}: transfer {mb_s:.1} MB/s"));
+                rows.push(RelayRow {
+                    scenario: "relay",
+                    path: path.name(),
+                    layer: "socket-transfer",
+                    size: opts.transfer as usize,
+                    run: "transfer",
+                    bandwidth_mb_s: Some(mb_s),
+                    samples: Some(1),
+                    ..RelayRow::default()
+                });
+            }
             for (&size, f) in opts.sizes.iter().zip(figs) {
                 let med = percentile(&f.rtts, 0.5);
                 progress(&format!(
@@ -824,9 +1018,26 @@ pub async fn serve(
     key_bits: usize,
     ready: impl FnOnce(SocketAddr, PeerId, Option<SocketAddr>),
 ) -> Result<(), BenchError> {
+    serve_with(listen, http_listen, peer_addr, home, key_bits, false, ready).await
+}
+
+/// [`serve`], also running the rendezvous service when `rendezvous`
+/// (the `firewalled` path's rendezvous and relay).
+pub async fn serve_with(
+    listen: SocketAddr,
+    http_listen: Option<SocketAddr>,
+    peer_addr: Option<SocketAddr>,
+    home: PathBuf,
+    key_bits: usize,
+    rendezvous: bool,
+    ready: impl FnOnce(SocketAddr, PeerId, Option<SocketAddr>),
+) -> Result<(), BenchError> {
     let mut cfg = PeerConfig::new(home)
         .listen(listen)
         .relay(RelayConfig::server());
+    if rendezvous {
+        cfg = cfg.rendezvous(juxta::rendezvous::RendezvousConfig::rendezvous());
+    }
     if let Some(h) = http_listen {
         cfg = cfg.http_listen(h);
     }
@@ -874,6 +1085,18 @@ impl RelayProcess {
         http: bool,
         peer: Option<SocketAddr>,
     ) -> Result<RelayProcess, BenchError> {
+        RelayProcess::start_with(exe, key_bits, http, peer, false).await
+    }
+
+    /// [`RelayProcess::start`], also running the rendezvous service when
+    /// `rendezvous` (`relay-serve --rendezvous`).
+    pub async fn start_with(
+        exe: &Path,
+        key_bits: usize,
+        http: bool,
+        peer: Option<SocketAddr>,
+        rendezvous: bool,
+    ) -> Result<RelayProcess, BenchError> {
         let home = tempfile::tempdir().map_err(io("creating a relay home"))?;
         let mut cmd = Command::new(exe);
         cmd.arg("relay-serve")
@@ -888,6 +1111,9 @@ impl RelayProcess {
         }
         if let Some(p) = peer {
             cmd.arg("--peer").arg(p.to_string());
+        }
+        if rendezvous {
+            cmd.arg("--rendezvous");
         }
         let mut child = cmd
             .stdout(Stdio::piped())

@@ -334,6 +334,30 @@ async fn reply_pipes_bind_while_a_sender_streams() {
     assert!(rows.iter().all(|r| r.loss_pct == 0.0 && r.msgs_per_s > 0.0));
 }
 
+/// `ops` in the `firewalled` configuration: edges without listeners
+/// behind the rendezvous, which is also their relay (leased by default):
+/// every operation is measured, none fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_firewalled_config() {
+    use juxta_bench::ops::{self, OpsOptions, OPERATIONS};
+    let opts = OpsOptions {
+        runs: 2,
+        configs: vec!["firewalled".into()],
+        ..OpsOptions::default()
+    };
+    let report = ops::run_report(&opts, quiet).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let ops: Vec<&str> = report.rows.iter().map(|r| r.operation.as_str()).collect();
+    assert_eq!(ops, OPERATIONS);
+    for r in &report.rows {
+        assert_eq!(
+            (r.scenario.as_str(), r.config.as_str(), r.runs),
+            ("ops", "firewalled", 2)
+        );
+        assert!(r.ms_p99 >= r.ms_median, "{r:?}");
+    }
+}
+
 /// The `rendezvous` configuration of the operations table: two edges of a
 /// rendezvous, discovery and pipe binding through it. Every operation is
 /// accounted for once (a row, or a failure saying why); the discovery
@@ -427,6 +451,7 @@ async fn relay_paths_and_overload_rows() {
         warmup: 2,
         pairs: 5,
         stream: std::time::Duration::from_millis(50),
+        transfer: 1 << 20,
         overload: Some(OverloadOptions {
             duration: std::time::Duration::from_millis(1000),
             sink_msgs_per_s: 500,
@@ -439,7 +464,30 @@ async fn relay_paths_and_overload_rows() {
     let rows = relay::run(&opts, quiet).await.expect("relay run");
     let j = serde_json::to_value(&rows).unwrap();
     let rows = j.as_array().unwrap();
-    for path in ["direct", "tcp-relay", "http-relay", "two-relays"] {
+    // One SHA-256-checked socket transfer per path that has one.
+    for path in ["direct", "tcp-relay", "firewalled"] {
+        let t = rows
+            .iter()
+            .find(|r| r["path"] == path && r["run"] == "transfer")
+            .unwrap_or_else(|| panic!("no transfer row {path}"));
+        assert_eq!(t["layer"], "socket-transfer");
+        assert_eq!(t["size"], 1 << 20);
+        assert!(t["bandwidth_mb_s"].as_f64().unwrap() > 0.0, "{t}");
+        assert!(
+            t["bandwidth_ratio_vs_direct"].as_f64().unwrap() > 0.0,
+            "{t}"
+        );
+    }
+    assert!(!rows
+        .iter()
+        .any(|r| r["run"] == "transfer" && r["path"] == "two-relays"));
+    for path in [
+        "direct",
+        "tcp-relay",
+        "http-relay",
+        "two-relays",
+        "firewalled",
+    ] {
         for layer in ["unicast-pipe", "socket"] {
             for size in [1, 4096] {
                 let r = rows

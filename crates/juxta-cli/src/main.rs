@@ -375,7 +375,9 @@ struct OpsArgs {
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
     /// Configurations: ad-hoc (two peers connected directly), rendezvous
-    /// (two edges of a rendezvous, discovery and binding through it).
+    /// (two edges of a rendezvous, discovery and binding through it),
+    /// firewalled (as rendezvous, but the edges do not listen and reach
+    /// each other through the rendezvous, which is also their relay).
     #[arg(long, default_value = "ad-hoc,rendezvous")]
     configs: String,
     /// Also write the rows as JSON to this file.
@@ -528,6 +530,9 @@ struct RelayServeArgs {
     /// Connect to this relay at start (R1 of the two-relays path).
     #[arg(long)]
     peer: Option<SocketAddr>,
+    /// Also run as a rendezvous (the firewalled path).
+    #[arg(long)]
+    rendezvous: bool,
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
 }
@@ -535,8 +540,11 @@ struct RelayServeArgs {
 #[derive(clap::Args, Clone)]
 struct RelayArgs {
     /// Paths (direct, the baseline, is always measured): direct,
-    /// tcp-relay, http-relay, two-relays.
-    #[arg(long, default_value = "direct,tcp-relay,http-relay,two-relays")]
+    /// tcp-relay, http-relay, two-relays, firewalled.
+    #[arg(
+        long,
+        default_value = "direct,tcp-relay,http-relay,two-relays,firewalled"
+    )]
     paths: String,
     /// Layers: unicast-pipe, socket.
     #[arg(long, default_value = "unicast-pipe,socket")]
@@ -550,6 +558,11 @@ struct RelayArgs {
     /// Streaming time per path, layer and size (ms).
     #[arg(long, default_value_t = 1000)]
     stream_ms: u64,
+    /// Bytes of one socket transfer on the direct, tcp-relay and
+    /// firewalled paths, checked by SHA-256 (suffixes K and M allowed; 0:
+    /// none).
+    #[arg(long, default_value = "100000000")]
+    transfer: String,
     /// Length of the overload run in seconds (0: no overload run).
     #[arg(long, default_value_t = 60)]
     overload_secs: u64,
@@ -1283,12 +1296,13 @@ fn run_recovery(a: RecoveryArgs) -> Result<(), CliError> {
 }
 
 async fn run_relay_serve(a: RelayServeArgs) -> Result<(), CliError> {
-    juxta_bench::relay::serve(
+    juxta_bench::relay::serve_with(
         a.listen,
         a.http_listen,
         a.peer,
         a.home,
         a.key_bits,
+        a.rendezvous,
         |addr, peer, http| match http {
             Some(h) => println!("READY {addr} {peer} {h}"),
             None => println!("READY {addr} {peer}"),
@@ -1308,6 +1322,7 @@ fn run_relay(a: RelayArgs) -> Result<(), CliError> {
         sizes: parse_sizes(&a.sizes)?,
         pairs: a.pairs.max(1),
         stream: std::time::Duration::from_millis(a.stream_ms.max(10)),
+        transfer: juxta_bench::util::parse_size(&a.transfer)? as u64,
         overload: (a.overload_secs > 0).then(|| OverloadOptions {
             duration: std::time::Duration::from_secs(a.overload_secs),
             sink_msgs_per_s: a.sink_rate.max(1),

@@ -95,14 +95,14 @@ fn the_relay_overload_runs_against_a_relay_process() {
 fn the_relay_paths_run_against_relay_processes() {
     // Each path's relay is this binary re-run as `juxta relay-serve`
     // (two-relays: R1 started with `--peer <R2>`; http-relay: with
-    // `--http-listen`).
+    // `--http-listen`; firewalled: with `--rendezvous`).
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("relay.json");
     let o = juxta(&[
         "bench",
         "relay",
         "--paths",
-        "http-relay,two-relays",
+        "http-relay,two-relays,firewalled",
         "--layers",
         "unicast-pipe,socket",
         "--sizes",
@@ -111,6 +111,8 @@ fn the_relay_paths_run_against_relay_processes() {
         "3",
         "--stream-ms",
         "50",
+        "--transfer",
+        "1M",
         "--overload-secs",
         "0",
         "--json",
@@ -119,7 +121,15 @@ fn the_relay_paths_run_against_relay_processes() {
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let rows = doc["results"].as_array().unwrap();
-    for path in ["direct", "http-relay", "two-relays"] {
+    for path in ["direct", "firewalled"] {
+        let t = rows
+            .iter()
+            .find(|r| r["path"] == path && r["run"] == "transfer")
+            .unwrap_or_else(|| panic!("no {path} transfer row: {rows:?}"));
+        assert_eq!(t["size"], 1 << 20);
+        assert!(t["bandwidth_mb_s"].as_f64().unwrap() > 0.0, "{t}");
+    }
+    for path in ["direct", "http-relay", "two-relays", "firewalled"] {
         for layer in ["unicast-pipe", "socket"] {
             let r = rows
                 .iter()

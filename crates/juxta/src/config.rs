@@ -115,6 +115,31 @@ pub struct PeerConfig {
     /// relay or rendezvous, accepting that any peer answering a route
     /// query can then put itself on the path (docs/security.md).
     pub accept_unsigned_routes: bool,
+    /// Whether a peer that cannot be dialled leases a relay by itself
+    /// (default `true`). A peer with no listen address (neither
+    /// [`PeerConfig::listen`] nor [`PeerConfig::http_listen`]), no
+    /// [`PeerConfig::relay`] configured and rendezvous seeds
+    /// ([`crate::rendezvous::RendezvousConfig::edge`]) leases one of those
+    /// seeds as its relay, as if configured with
+    /// [`crate::relay::RelayConfig::client`] on them: answers, pipe
+    /// messages and socket traffic for it then reach it through that
+    /// relay, although nobody can connect to it. A seed that answers it is
+    /// no relay is not asked again; once every seed has said so, the lease
+    /// task ends. Turn it off with [`PeerConfig::auto_relay`]`(false)`, or
+    /// configure the relay service explicitly (which always wins).
+    /// [`PeerConfig::effective_relay`] tells what a configuration ends up
+    /// with.
+    pub auto_relay: bool,
+    /// How long a search for a route to a peer this one has neither a
+    /// connection nor a known route to waits for a usable route answer
+    /// from the peers it asked (its relay, rendezvous and other connected
+    /// peers) before reporting [`crate::PeerError::NoRoute`]; bounded in
+    /// turn by the caller's own timeout. With no connected peer to ask the
+    /// search fails at once. Default 900 ms, so that a peer nobody can
+    /// reach is reported within a second (route answers on a LAN or
+    /// through one relay come back in milliseconds; JXTA has no negative
+    /// route answer, so "nobody knows" is the absence of answers).
+    pub route_query_timeout: Duration,
 }
 
 /// Settings of the IP multicast transport: propagate pipes also send each
@@ -214,6 +239,45 @@ impl PeerConfig {
             http: crate::transport::http::HttpConfig::default(),
             relay: None,
             accept_unsigned_routes: false,
+            auto_relay: true,
+            route_query_timeout: Duration::from_millis(900),
+        }
+    }
+
+    /// Turns the automatic relay lease of a peer that cannot be dialled on
+    /// (the default) or off; see [`PeerConfig::auto_relay`].
+    ///
+    /// ```
+    /// use juxta::rendezvous::RendezvousConfig;
+    /// let seeds = vec!["127.0.0.1:9701".parse().unwrap()];
+    /// let edge = juxta::PeerConfig::new("/tmp/juxta-doc-auto").rendezvous(RendezvousConfig::edge(seeds.clone()));
+    /// // No listen address, a rendezvous seed: the seed is leased as relay.
+    /// assert_eq!(edge.effective_relay(), Some(juxta::relay::RelayConfig::auto(seeds)));
+    /// assert_eq!(edge.clone().auto_relay(false).effective_relay(), None);
+    /// // A peer that listens can be dialled: no automatic lease.
+    /// assert_eq!(edge.listen("127.0.0.1:0".parse().unwrap()).effective_relay(), None);
+    /// ```
+    pub fn auto_relay(mut self, on: bool) -> PeerConfig {
+        self.auto_relay = on;
+        self
+    }
+
+    /// The relay service this configuration runs: [`PeerConfig::relay`]
+    /// when set; else, for a peer with no listen address and rendezvous
+    /// seeds while [`PeerConfig::auto_relay`] is on, a lease at one of
+    /// those seeds ([`crate::relay::RelayConfig::auto`]); else none.
+    pub fn effective_relay(&self) -> Option<crate::relay::RelayConfig> {
+        if self.relay.is_some() {
+            return self.relay.clone();
+        }
+        if !self.auto_relay || self.listen.is_some() || self.http_listen.is_some() {
+            return None;
+        }
+        match &self.rendezvous.as_ref()?.role {
+            crate::rendezvous::RendezvousRole::Edge { seeds } if !seeds.is_empty() => {
+                Some(crate::relay::RelayConfig::auto(seeds.clone()))
+            }
+            _ => None,
         }
     }
 

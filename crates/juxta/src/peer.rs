@@ -88,6 +88,26 @@ pub enum PeerError {
     /// A configured route is not usable (no hops, too long, loops).
     #[error("route: {0}")]
     Route(#[from] juxta_proto::endpoint::route_cache::RouteCacheError),
+    /// No way to reach `peer`: no connection, no known route, and no
+    /// usable route answer from the peers asked within
+    /// [`PeerConfig::route_query_timeout`] (at once when there was nobody
+    /// to ask). `tried` lists what was tried, in order.
+    #[error("no route to {peer} (tried: {})", crate::relay::describe(tried))]
+    NoRoute {
+        /// The peer.
+        peer: PeerId,
+        /// What was tried.
+        tried: Vec<crate::relay::RouteAttempt>,
+    },
+}
+
+impl From<crate::relay::NoRoute> for PeerError {
+    fn from(e: crate::relay::NoRoute) -> Self {
+        PeerError::NoRoute {
+            peer: e.peer,
+            tried: e.tried,
+        }
+    }
 }
 
 /// What is wrong with an identity file ([`PeerError::IdentityFile`]).
@@ -709,7 +729,14 @@ impl Peer {
     /// The home directory is locked for as long as the peer lives: a second
     /// peer started on the same home, in this process or another, fails
     /// with [`PeerError::HomeLocked`] until this one is dropped.
-    pub async fn start(cfg: PeerConfig) -> Result<Peer, PeerError> {
+    ///
+    /// A peer with no listen address and rendezvous seeds also leases a
+    /// relay there unless configured otherwise
+    /// ([`PeerConfig::auto_relay`]); [`Peer::relay`] is then set.
+    pub async fn start(mut cfg: PeerConfig) -> Result<Peer, PeerError> {
+        // A peer nobody can dial leases its rendezvous seed as relay
+        // unless told otherwise (`PeerConfig::auto_relay`).
+        cfg.relay = cfg.effective_relay();
         let home_lock = HomeLock::acquire(&cfg.home)?;
         let identity = Arc::new(load_or_create_identity(&cfg)?);
         let multicast = crate::transport::multicast::Multicast::open(&cfg, &identity)?;

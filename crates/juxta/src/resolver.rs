@@ -422,7 +422,9 @@ async fn send_response(
             }
         }
         if found.is_none() {
-            found = crate::relay::route::find_route(&inner, &to, ANSWER_DIAL_TIMEOUT).await;
+            found = crate::relay::route::find_route(&inner, &to, ANSWER_DIAL_TIMEOUT)
+                .await
+                .ok();
         }
         match found {
             Some(m) => {

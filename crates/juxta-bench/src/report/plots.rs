@@ -688,14 +688,20 @@ fn relay_key(r: &Row<'_>) -> Option<Key> {
     } else {
         format!("{path} {layer}")
     };
-    let rank = ["direct", "tcp-relay", "http-relay", "two-relays"]
-        .iter()
-        .position(|p| *p == path)
-        .unwrap_or(4);
+    let rank = [
+        "direct",
+        "tcp-relay",
+        "http-relay",
+        "two-relays",
+        "firewalled",
+    ]
+    .iter()
+    .position(|p| *p == path)
+    .unwrap_or(5);
     Some(plain_key(label, rank as f64))
 }
 
-const RELAY_METHOD: &str = "Message/ack ping-pong between two edges connected directly, through one TCP relay, one HTTP relay or two relays.";
+const RELAY_METHOD: &str = "Message/ack ping-pong between two edges connected directly, through one TCP relay, one HTTP relay, two relays, or (firewalled) one rendezvous and relay that edges with no listener lease by default.";
 
 /// RTT per relay path vs size.
 pub fn relay_rtt(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {

@@ -48,9 +48,7 @@ impl PipeService {
         let local = super::ephemeral_adv(adv, "");
         let mut input = InputPipe::open(inner, &local)?;
         let bound = self.resolve(adv, &[peer], timeout).await?;
-        let messenger = inner
-            .messenger(&bound)
-            .ok_or_else(|| PipeError::NotConnected(bound.to_string()))?;
+        let messenger = crate::relay::route::messenger_to(inner, &bound, timeout).await?;
         let req = ConnectRequest {
             kind: SetupKind::BiDi,
             req_pipe: local,

@@ -91,9 +91,27 @@ pub enum PipeError {
     /// The peer is shutting down.
     #[error("the peer has stopped")]
     Stopped,
+    /// No route to `peer`, a peer named for the binding or the peer that
+    /// answered it: see [`crate::PeerError::NoRoute`].
+    #[error("no route to {peer} (tried: {})", crate::relay::describe(tried))]
+    NoRoute {
+        /// The peer.
+        peer: PeerId,
+        /// What was tried.
+        tried: Vec<crate::relay::RouteAttempt>,
+    },
     /// A listener could not be registered.
     #[error(transparent)]
     Peer(#[from] Box<crate::PeerError>),
+}
+
+impl From<crate::relay::NoRoute> for PipeError {
+    fn from(e: crate::relay::NoRoute) -> Self {
+        PipeError::NoRoute {
+            peer: e.peer,
+            tried: e.tried,
+        }
+    }
 }
 
 impl From<crate::PeerError> for PipeError {
@@ -205,6 +223,18 @@ impl PipeService {
     /// pipe, and binds to the first that answers, within `timeout`. For a
     /// propagate pipe, sends to every peer in `peers` (every connected peer
     /// if empty) with no resolution.
+    ///
+    /// Timeouts and errors of a unicast pipe: a peer named in `peers` that
+    /// this peer has no connection or known route to is looked for first
+    /// (route query to the connected peers); when none of them can be
+    /// reached this fails with [`PipeError::NoRoute`] after at most
+    /// [`crate::PeerConfig::route_query_timeout`] (default 900 ms; at once with
+    /// no connected peer to ask), not after `timeout`. The binding query
+    /// then waits up to `timeout` for an answer
+    /// ([`PipeError::ResolveTimeout`]); a "not here" from every peer asked
+    /// ends it at once ([`PipeError::NotFound`]). A binding answered by a
+    /// peer with no route back (neither connection nor route) fails with
+    /// [`PipeError::NoRoute`] too.
     pub async fn create_output_pipe(
         &self,
         adv: &PipeAdvertisement,

@@ -62,9 +62,7 @@ impl OutputPipe {
                 session: SecureSession::connect(inner, adv, peer, timeout).await?,
             },
             _ => Kind::Unicast {
-                messenger: inner
-                    .messenger(&peer)
-                    .ok_or_else(|| PipeError::NotConnected(peer.to_string()))?,
+                messenger: crate::relay::route::messenger_to(inner, &peer, timeout).await?,
             },
         };
         Ok(OutputPipe {

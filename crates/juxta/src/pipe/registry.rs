@@ -128,9 +128,39 @@ pub(crate) async fn resolve(
 ) -> Result<PeerId, PipeError> {
     // Peers named but not connected: find a route to them first (through
     // a relay), so the binding query and the pipe can use it.
-    for p in peers {
-        if inner.messenger(p).is_none() {
-            crate::relay::route::find_route(inner, p, timeout).await;
+    // Searched in parallel; when none of them can be reached, the first
+    // one's reasons are reported at once (no binding timeout to wait for).
+    if !peers.is_empty() {
+        let mut search = tokio::task::JoinSet::new();
+        for (i, p) in peers.iter().enumerate() {
+            let (inner, p) = (inner.clone(), *p);
+            search.spawn(async move {
+                (
+                    i,
+                    crate::relay::route::messenger_to(&inner, &p, timeout).await,
+                )
+            });
+        }
+        let mut first_err: Option<(usize, crate::relay::NoRoute)> = None;
+        let mut reached = false;
+        while let Some(r) = search.join_next().await {
+            match r {
+                // One reachable peer is enough to ask; the others' search
+                // goes on in the background only as far as it got.
+                Ok((_, Ok(_))) => {
+                    reached = true;
+                    break;
+                }
+                Ok((i, Err(e))) => {
+                    if first_err.as_ref().is_none_or(|(j, _)| i < *j) {
+                        first_err = Some((i, e));
+                    }
+                }
+                Err(_) => return Err(PipeError::Stopped),
+            }
+        }
+        if let (false, Some((_, e))) = (reached, first_err) {
+            return Err(e.into());
         }
     }
     let candidates = if peers.is_empty() {

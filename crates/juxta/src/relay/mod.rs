@@ -71,6 +71,11 @@ pub enum RelayRole {
         /// reached over JXTA's HTTP transport (an edge that can only speak
         /// HTTP), instead of TCP.
         http: bool,
+        /// Chosen by default for a peer that cannot be dialled
+        /// ([`crate::PeerConfig::auto_relay`]): a seed answering that it
+        /// is no relay is not asked again, and once every seed has said
+        /// so the lease task ends.
+        auto: bool,
     },
     /// A relay: forwards routed messages and leases service to edges.
     Server,
@@ -94,7 +99,11 @@ impl RelayConfig {
     /// An edge leasing one of `seeds`.
     pub fn client(seeds: Vec<SocketAddr>) -> RelayConfig {
         RelayConfig {
-            role: RelayRole::Client { seeds, http: false },
+            role: RelayRole::Client {
+                seeds,
+                http: false,
+                auto: false,
+            },
             server: ServerConfig::default(),
             client: ClientConfig::default(),
             push_back: Duration::from_secs(2),
@@ -107,7 +116,26 @@ impl RelayConfig {
     /// relay and returned in its polls.
     pub fn client_http(seeds: Vec<SocketAddr>) -> RelayConfig {
         RelayConfig {
-            role: RelayRole::Client { seeds, http: true },
+            role: RelayRole::Client {
+                seeds,
+                http: true,
+                auto: false,
+            },
+            ..RelayConfig::client(Vec::new())
+        }
+    }
+
+    /// The lease a peer that cannot be dialled takes by default at its
+    /// rendezvous `seeds` ([`crate::PeerConfig::auto_relay`]): as
+    /// [`RelayConfig::client`], except that seeds answering that they are
+    /// no relay are given up on.
+    pub fn auto(seeds: Vec<SocketAddr>) -> RelayConfig {
+        RelayConfig {
+            role: RelayRole::Client {
+                seeds,
+                http: false,
+                auto: true,
+            },
             ..RelayConfig::client(Vec::new())
         }
     }
@@ -161,6 +189,62 @@ impl RelayConfig {
         self.client.lease_ms = ms;
         self
     }
+}
+
+/// One way of reaching a peer that was tried and failed, as listed by
+/// [`crate::PeerError::NoRoute`] (and the `NoRoute` variants of
+/// [`crate::pipe::PipeError`] and [`crate::socket::SocketError`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RouteAttempt {
+    /// No live connection to the peer.
+    NoConnection,
+    /// No route to the peer in the route cache (routes are learned from
+    /// the peer's signed route, from this peer's relay, or configured with
+    /// [`crate::Peer::add_route`]).
+    NoCachedRoute,
+    /// This peer holds no relay lease (its relay's answers would be
+    /// believed, and its relay would forward).
+    NoRelayLease,
+    /// A route query went to this peer (this peer's relay, rendezvous or
+    /// another connected peer); no usable answer came in time.
+    Asked(PeerId),
+    /// Route answers came, but nothing vouched for them (neither the
+    /// destination's signed route nor this peer's relay); counted in
+    /// [`crate::Stats::routes_unverified`].
+    AnswerNotVouched,
+    /// No connected peer to ask for a route.
+    NobodyToAsk,
+}
+
+impl std::fmt::Display for RouteAttempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RouteAttempt::NoConnection => f.write_str("no connection"),
+            RouteAttempt::NoCachedRoute => f.write_str("no cached route"),
+            RouteAttempt::NoRelayLease => f.write_str("no relay lease"),
+            RouteAttempt::Asked(p) => write!(f, "asked {p}: no usable answer"),
+            RouteAttempt::AnswerNotVouched => f.write_str("answers not vouched for"),
+            RouteAttempt::NobodyToAsk => f.write_str("nobody to ask"),
+        }
+    }
+}
+
+/// `tried` as one line for error messages.
+pub(crate) fn describe(tried: &[RouteAttempt]) -> String {
+    let v: Vec<String> = tried.iter().map(ToString::to_string).collect();
+    v.join("; ")
+}
+
+/// No route to `peer`: what the route search tried. Converted into the
+/// `NoRoute` variant of the peer, pipe and socket errors.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no route to {peer} (tried: {})", describe(tried))]
+pub struct NoRoute {
+    /// The peer.
+    pub peer: PeerId,
+    /// What was tried, in order.
+    pub tried: Vec<RouteAttempt>,
 }
 
 /// Counters of a relay (see [`ServerCounters`]) plus what the router did.
@@ -327,7 +411,7 @@ pub(crate) fn spawn(
         inner: inner.clone(),
     };
     let task = match cfg.role {
-        RelayRole::Client { seeds, http } => {
+        RelayRole::Client { seeds, http, auto } => {
             let rx = inner
                 .router
                 .client_rx
@@ -339,6 +423,7 @@ pub(crate) fn spawn(
                 Arc::downgrade(inner),
                 seeds,
                 http,
+                auto,
                 cfg.client,
                 rx,
             )))
@@ -560,10 +645,13 @@ async fn client_task(
     weak: std::sync::Weak<Inner>,
     seeds: Vec<SocketAddr>,
     http: bool,
+    auto: bool,
     cfg: ClientConfig,
     mut rx: mpsc::Receiver<(PeerId, RelayResponse)>,
 ) {
     let mut sm = RelayClient::new(seeds.len(), cfg);
+    // Automatic lease: the seeds that said they are no relay.
+    let mut not_relays: Vec<PeerId> = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -573,6 +661,15 @@ async fn client_task(
         };
         let Some(inner) = weak.upgrade() else { return };
         let now = inner.router.now_ms();
+        if let (true, Some((from, RelayResponse::Refused(Refusal::NotRelay)))) = (auto, &event) {
+            if !not_relays.contains(from) {
+                not_relays.push(*from);
+            }
+            if not_relays.len() >= seeds.len() {
+                tracing::info!("no rendezvous seed is a relay: automatic relay lease off");
+                return;
+            }
+        }
         let mut actions = match event {
             Some((from, resp)) => sm.on_response(from, &resp, now),
             None => {
@@ -658,15 +755,30 @@ impl crate::Peer {
 
     /// A messenger to `peer`: over the direct connection if there is one,
     /// else through a known route, else through a route found by asking
-    /// the connected peers (route query), within `timeout`.
+    /// the connected peers (route query).
+    ///
+    /// Timeouts: the search gives up after `timeout` or after
+    /// [`crate::PeerConfig::route_query_timeout`] (default 900 ms) without a
+    /// usable answer, whichever comes first, and at once when there is no
+    /// connected peer to ask; it then fails with
+    /// [`PeerError::NoRoute`] listing what was tried.
+    ///
+    /// ```no_run
+    /// # async fn demo(peer: juxta::Peer, who: juxta_proto::id::PeerId) {
+    /// use std::time::Duration;
+    /// match peer.route_to(&who, Duration::from_secs(5)).await {
+    ///     Ok(m) => println!("routed: {}", m.is_routed()),
+    ///     Err(juxta::PeerError::NoRoute { tried, .. }) => println!("unreachable: {tried:?}"),
+    ///     Err(e) => println!("{e}"),
+    /// }
+    /// # }
+    /// ```
     pub async fn route_to(
         &self,
         peer: &PeerId,
         timeout: Duration,
     ) -> Result<crate::Messenger, PeerError> {
-        route::find_route(&self.inner, peer, timeout)
-            .await
-            .ok_or(PeerError::NotConnected(*peer))
+        Ok(route::find_route(&self.inner, peer, timeout).await?)
     }
 
     /// Caches `hops` (first hop first; the first must be connected) as the

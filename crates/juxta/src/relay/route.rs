@@ -156,12 +156,21 @@ async fn forward_message(
         .expect("route lock")
         .lookup(&m.dest, now)
         .map(<[PeerId]>::to_vec);
-    let nh = forward::next_hop(
+    let nh = match forward::next_hop(
         &local,
         &m,
         |p| inner.connection(p).is_some(),
         cached.as_deref(),
-    )?;
+    ) {
+        Ok(nh) => nh,
+        Err(ForwardError::NoRoute(hop)) => {
+            if hop == m.dest {
+                refuse_not_leased(inner, conn);
+            }
+            return Err(ForwardError::NoRoute(hop));
+        }
+        Err(e) => return Err(e),
+    };
     let h = forward::forwarded_header(&local, &m.header, &nh.forward);
     forward::rewrite(&mut message, &h);
     let to = mangle(
@@ -176,9 +185,12 @@ async fn forward_message(
             .lease_conn(&m.dest, now)
             .is_some();
     if !leased {
-        let hop = inner
-            .connection(&nh.hop)
-            .ok_or(ForwardError::NoRoute(nh.hop))?;
+        let Some(hop) = inner.connection(&nh.hop) else {
+            if nh.hop == m.dest {
+                refuse_not_leased(inner, conn);
+            }
+            return Err(ForwardError::NoRoute(nh.hop));
+        };
         crate::Messenger::new(hop, inner.clone())
             .send_raw(&to, message)
             .await
@@ -226,6 +238,16 @@ async fn forward_message(
             }
         }
     }
+}
+
+/// A relay asked to forward to a destination that holds no lease here (it
+/// never leased, or its lease ended) and that it cannot reach otherwise:
+/// the (proven) sender is told, typed (`notLeased`); the caller counts the
+/// message in [`crate::Stats::route_no_route`]. The refusal is a service
+/// message, queued within [`crate::PeerConfig::service_queue`].
+fn refuse_not_leased(inner: &Arc<Inner>, conn: &Arc<Connection>) {
+    let refusal = RelayResponse::Refused(Refusal::NotLeased).to_message();
+    let _ = crate::Messenger::new(conn.clone(), inner.clone()).post(RELAY_SERVICE, None, refusal);
 }
 
 /// This peer's own route advertisement: behind its relay when it holds a
@@ -443,7 +465,8 @@ async fn send_queries(
     hop_count: u32,
     query: &RouteQuery,
     skip: &[Option<PeerId>],
-) {
+) -> Vec<PeerId> {
+    let mut sent = Vec::new();
     let doc = ResolverQuery {
         handler: ROUTER_HANDLER.to_string(),
         query_id,
@@ -461,10 +484,12 @@ async fn send_queries(
         };
         let msg = Message::new().with(doc.to_element(g));
         let m = crate::Messenger::new(conn, inner.clone());
-        if let Err(e) = m.post_routed(RESOLVER_SERVICE, Some(&query_queue(g)), msg) {
-            tracing::debug!(peer = %p, error = %e, "route query not sent");
+        match m.post_routed(RESOLVER_SERVICE, Some(&query_queue(g)), msg) {
+            Ok(_) => sent.push(p),
+            Err(e) => tracing::debug!(peer = %p, error = %e, "route query not sent"),
         }
     }
+    sent
 }
 
 /// A route answer from `from`: caches the route and answers the peers
@@ -555,21 +580,24 @@ pub(crate) async fn on_response(
 }
 
 /// A messenger to `peer`: direct, through a cached route, or through a
-/// route found by asking the connected peers within `timeout`.
+/// route found by asking the connected peers. Gives up after `timeout`, or
+/// after `route_query_timeout` without a usable answer, or at once with
+/// nobody to ask; the error lists what was tried.
 pub(crate) async fn find_route(
     inner: &Arc<Inner>,
     peer: &PeerId,
     timeout: Duration,
-) -> Option<crate::Messenger> {
-    let deadline = tokio::time::Instant::now() + timeout;
+) -> Result<crate::Messenger, super::NoRoute> {
+    use super::RouteAttempt;
+    let start = tokio::time::Instant::now();
+    let deadline = start + timeout.min(inner.cfg.route_query_timeout);
     let g = inner.group_unique().to_string();
+    let unverified_before = inner.stats.routes_unverified.load(Ordering::Relaxed);
+    let mut asked: Vec<PeerId> = Vec::new();
     loop {
         let learned = inner.router.learned.notified();
         if let Some(m) = inner.messenger(peer) {
-            return Some(m);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return None;
+            return Ok(m);
         }
         let now = inner.router.now_ms();
         let r =
@@ -585,9 +613,44 @@ pub(crate) async fn find_route(
             query,
         }) = r
         {
-            send_queries(inner, &g, query_id, hop_count, &query, &[]).await;
+            for p in send_queries(inner, &g, query_id, hop_count, &query, &[]).await {
+                if !asked.contains(&p) {
+                    asked.push(p);
+                }
+            }
+        }
+        let nobody = asked.is_empty()
+            && !inner
+                .connected_peers()
+                .iter()
+                .any(|p| p != peer && inner.connection(p).is_some());
+        if nobody || tokio::time::Instant::now() >= deadline {
+            let mut tried = vec![RouteAttempt::NoConnection, RouteAttempt::NoCachedRoute];
+            if inner.router.leased.borrow().is_none() {
+                tried.push(RouteAttempt::NoRelayLease);
+            }
+            if nobody {
+                tried.push(RouteAttempt::NobodyToAsk);
+            }
+            tried.extend(asked.into_iter().map(RouteAttempt::Asked));
+            if inner.stats.routes_unverified.load(Ordering::Relaxed) != unverified_before {
+                tried.push(RouteAttempt::AnswerNotVouched);
+            }
+            return Err(super::NoRoute { peer: *peer, tried });
         }
         let wait = (deadline - tokio::time::Instant::now()).min(Duration::from_millis(250));
         let _ = tokio::time::timeout(wait, learned).await;
+    }
+}
+
+/// A messenger to `peer` after a binding named it: as [`find_route`].
+pub(crate) async fn messenger_to(
+    inner: &Arc<Inner>,
+    peer: &PeerId,
+    timeout: Duration,
+) -> Result<crate::Messenger, super::NoRoute> {
+    match inner.messenger(peer) {
+        Some(m) => Ok(m),
+        None => find_route(inner, peer, timeout).await,
     }
 }

@@ -135,9 +135,25 @@ impl Default for SocketConfig {
 /// Errors opening or accepting sockets.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
-    /// Pipe set-up failed (resolution, listener, send).
+    /// Pipe set-up failed (listener, send).
     #[error(transparent)]
     Pipe(#[from] PipeError),
+    /// The binding step of [`JxtaSocket::connect`] failed: the peer did
+    /// not answer for the server pipe within the connect timeout
+    /// ([`PipeError::ResolveTimeout`]), or said it does not hold it
+    /// ([`PipeError::NotFound`]).
+    #[error("binding the server pipe: {0}")]
+    Bind(PipeError),
+    /// The route step of [`JxtaSocket::connect`] failed: no connection to
+    /// `peer`, no known route, and no usable route answer from the peers
+    /// asked (see [`crate::PeerError::NoRoute`]).
+    #[error("no route to {peer} (tried: {})", crate::relay::describe(tried))]
+    NoRoute {
+        /// The peer.
+        peer: PeerId,
+        /// What was tried.
+        tried: Vec<crate::relay::RouteAttempt>,
+    },
     /// The server did not answer the connection request in time.
     #[error("no answer to the connection request within {0:?}")]
     ConnectTimeout(Duration),
@@ -533,8 +549,31 @@ impl Drop for RelHandle {
 }
 
 impl JxtaSocket {
-    /// Connects to the server socket on pipe `adv` held by `peer` (which
-    /// must be connected), as JXSE's `new JxtaSocket(group, peer, adv, ...)`.
+    /// Connects to the server socket on pipe `adv` held by `peer`, as
+    /// JXSE's `new JxtaSocket(group, peer, adv, ...)`: over a connection to
+    /// `peer`, or through a route (its relay) found by asking the
+    /// connected peers.
+    ///
+    /// Timeouts: route discovery and the pipe binding start together. A
+    /// peer with no connection, no known route and no usable route answer
+    /// within [`crate::PeerConfig::route_query_timeout`] (default 900 ms; at
+    /// once with no connected peer to ask) fails with
+    /// [`SocketError::NoRoute`]; a binding with no answer within
+    /// `cfg.connect_timeout` fails with [`SocketError::Bind`]; the
+    /// server's answer to the connection request must come within
+    /// `cfg.connect_timeout` of the call ([`SocketError::ConnectTimeout`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(peer: juxta::Peer, adv: juxta_proto::advertisement::PipeAdvertisement, who: juxta_proto::id::PeerId) {
+    /// use juxta::socket::{JxtaSocket, SocketConfig, SocketError};
+    /// match JxtaSocket::connect(&peer.pipes(), &adv, who, SocketConfig::default()).await {
+    ///     Ok(s) => println!("connected to {}", s.remote()),
+    ///     Err(SocketError::NoRoute { tried, .. }) => println!("unreachable: {tried:?}"),
+    ///     Err(SocketError::Bind(e)) => println!("nobody holds the pipe: {e}"),
+    ///     Err(e) => println!("{e}"),
+    /// }
+    /// # }
+    /// ```
     pub async fn connect(
         pipes: &PipeService,
         adv: &PipeAdvertisement,
@@ -545,10 +584,29 @@ impl JxtaSocket {
         let deadline = tokio::time::Instant::now() + cfg.connect_timeout;
         let local = crate::pipe::ephemeral_adv(adv, ".remote");
         let mut input = InputPipe::open(&inner, &local)?;
-        let bound = pipes.resolve(adv, &[peer], cfg.connect_timeout).await?;
-        let messenger = inner
-            .messenger(&bound)
-            .ok_or_else(|| PipeError::NotConnected(bound.to_string()))?;
+        // Route discovery and binding run in parallel: the binding query
+        // goes out as soon as a route to `peer` is known (the rendezvous
+        // answers for an edge behind a relay), and a peer nobody can reach
+        // is reported as such (the route step) rather than as a binding
+        // that timed out.
+        let route = crate::relay::route::find_route(&inner, &peer, cfg.connect_timeout);
+        let named = [peer];
+        let bind = pipes.resolve(adv, &named, cfg.connect_timeout);
+        let (route, bound) = tokio::join!(route, bind);
+        let messenger = route.map_err(|e| SocketError::NoRoute {
+            peer: e.peer,
+            tried: e.tried,
+        })?;
+        let bound = match bound {
+            Ok(b) => b,
+            Err(PipeError::NoRoute { peer, tried }) => {
+                return Err(SocketError::NoRoute { peer, tried })
+            }
+            Err(e) => return Err(SocketError::Bind(e)),
+        };
+        if bound != peer {
+            return Err(SocketError::WrongPeer(Box::new((peer, bound))));
+        }
         let req = ConnectRequest {
             kind: SetupKind::Socket,
             req_pipe: local.clone(),
