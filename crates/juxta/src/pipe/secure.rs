@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use juxta_proto::advertisement::PipeAdvertisement;
 use juxta_proto::endpoint::{Delivery, ServiceAddress};
 use juxta_proto::id::{PeerId, PipeId};
@@ -40,8 +40,10 @@ const ELEM_PIPE: &str = "pipe";
 /// Sent by the client when its output pipe closes: the server forgets the
 /// session.
 const ELEM_CLOSE: &str = "close";
-/// Plaintext accepted into a session before its records are sent.
+/// TLS bytes taken from a session at once during the handshake.
 const CHUNK: usize = 256 * 1024;
+/// Most plaintext sealed into one `JuxtaTls` message.
+const WIRE_PLAIN: usize = 4 * 1024 * 1024;
 /// Largest application message inside a session.
 const MAX_INNER: usize = 64 * 1024 * 1024;
 /// Most TLS sessions a peer keeps.
@@ -220,7 +222,11 @@ impl SecureSession {
         Ok(out)
     }
 
-    /// Encrypts and sends one message.
+    /// Encrypts and sends one message: the length prefix and the encoded
+    /// message are sealed straight from the message's buffers into one
+    /// outgoing buffer (records of 16 KiB, encrypted in place) and sent as
+    /// one `JuxtaTls` message per [`WIRE_PLAIN`] bytes of plaintext: a
+    /// message of up to 4 MiB is one endpoint message.
     pub(crate) async fn send(&self, msg: Message) -> Result<usize, PipeError> {
         let enc = encode_v0(&msg, JavaHashOrder::Java8)
             .map_err(|e| PipeError::Tls(TlsError::Failed(format!("cannot encode message: {e}"))))?;
@@ -230,51 +236,54 @@ impl SecureSession {
                 enc.len
             ))));
         }
+        let len = (enc.len as u32).to_be_bytes();
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(enc.chunks.len() + 1);
+        parts.push(&len);
+        parts.extend(enc.chunks.iter().map(|c| &c[..]));
         let _order = self.send_lock.lock().await;
-        let mut len = [0u8; 4];
-        (&mut len[..]).put_u32(enc.len as u32);
-        let mut pieces: Vec<Bytes> = Vec::with_capacity(enc.chunks.len() + 1);
-        pieces.push(Bytes::copy_from_slice(&len));
-        pieces.extend(enc.chunks.iter().cloned());
         let mut wire = 0;
-        for mut p in pieces {
-            while !p.is_empty() {
-                let records = {
-                    let mut g = self.session.lock().expect("session lock");
-                    if let Some(f) = &g.failed {
-                        return Err(PipeError::Tls(TlsError::Failed(f.clone())));
-                    }
-                    let n = g.chan.write_plaintext(&p)?;
-                    p.advance(n);
-                    let mut out = Vec::new();
-                    if n == 0 || g.chan.pending_tls() >= CHUNK {
-                        while let Some(b) = g.chan.take_tls(CHUNK * 2) {
-                            out.push(Bytes::from(b));
-                        }
-                    }
-                    out
-                };
-                wire += self.send_records(records).await?;
-            }
+        for group in groups(&parts, WIRE_PLAIN) {
+            let sealed = {
+                let mut g = self.session.lock().expect("session lock");
+                if let Some(f) = &g.failed {
+                    return Err(PipeError::Tls(TlsError::Failed(f.clone())));
+                }
+                let mut out = BytesMut::new();
+                g.chan.seal(&group, &mut out)?;
+                out.freeze()
+            };
+            let m = Message::new().with(Element::bytes(NS_JUXTA, ELEM_TLS, sealed));
+            wire += self
+                .messenger
+                .send(TLS_SERVICE, Some(&self.param), m)
+                .await?;
         }
-        let rest = self.take_outgoing()?;
-        wire += self.send_records(rest).await?;
         Ok(wire)
     }
+}
 
-    async fn send_records(&self, records: Vec<Bytes>) -> Result<usize, PipeError> {
-        if records.is_empty() {
-            return Ok(0);
+/// Splits `parts` into consecutive groups of at most `max` bytes each.
+fn groups<'a>(parts: &[&'a [u8]], max: usize) -> Vec<Vec<&'a [u8]>> {
+    let mut out = Vec::new();
+    let mut cur: Vec<&'a [u8]> = Vec::new();
+    let mut room = max;
+    for &p in parts {
+        let mut p = p;
+        while !p.is_empty() {
+            let k = p.len().min(room);
+            cur.push(&p[..k]);
+            p = &p[k..];
+            room -= k;
+            if room == 0 {
+                out.push(std::mem::take(&mut cur));
+                room = max;
+            }
         }
-        let mut m = Message::new();
-        for b in records {
-            m.push(Element::bytes(NS_JUXTA, ELEM_TLS, b));
-        }
-        Ok(self
-            .messenger
-            .send(TLS_SERVICE, Some(&self.param), m)
-            .await?)
     }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
 }
 
 /// Starts the task that receives TLS records for every session of a peer.
@@ -291,7 +300,7 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> Result<JoinHandle<()>, PeerError> {
     }))
 }
 
-async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
+async fn on_records(inner: &Arc<Inner>, mut d: Delivery) -> Result<(), TlsError> {
     let from = d
         .from
         .ok_or(TlsError::Failed("records from an unknown peer".into()))?;
@@ -341,13 +350,12 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
     let (replies, messages, pipe, notify) = {
         let mut g = session.lock().expect("session lock");
         let mut res = Ok(());
-        for e in d
-            .message
-            .elements
-            .iter()
+        for e in std::mem::take(&mut d.message.elements)
+            .into_iter()
             .filter(|e| e.name == ELEM_TLS && e.namespace == NS_JUXTA)
         {
-            res = g.chan.read_tls(&e.data);
+            // By value: decrypted in place when the buffer is ours alone.
+            res = g.chan.read_tls_bytes(e.data);
             if res.is_err() {
                 break;
             }
