@@ -78,7 +78,7 @@ pub(crate) struct Sessions {
     server_cfg: OnceLock<Arc<rustls::ServerConfig>>,
 }
 
-fn client_cfg(inner: &Inner) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+pub(crate) fn client_cfg(inner: &Inner) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     if let Some(c) = inner.secure.client_cfg.get() {
         return Ok(c.clone());
     }
@@ -86,7 +86,7 @@ fn client_cfg(inner: &Inner) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     Ok(inner.secure.client_cfg.get_or_init(|| c).clone())
 }
 
-fn server_cfg(inner: &Inner) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+pub(crate) fn server_cfg(inner: &Inner) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     if let Some(c) = inner.secure.server_cfg.get() {
         return Ok(c.clone());
     }
