@@ -40,7 +40,7 @@ pub mod worker;
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     /// A layer name that does not exist.
-    #[error("unknown layer {0:?} (known: tcp, endpoint, endpoint-compat, unicast-pipe, secure-pipe, bidi-pipe, socket, socket-compat, propagate)")]
+    #[error("unknown layer {0:?} (known: tcp, endpoint, endpoint-compat, unicast-pipe, secure-pipe, bidi-pipe, socket, socket-compat, secure-socket, propagate)")]
     UnknownLayer(String),
     /// A layer the scenario does not measure.
     #[error("layer {layer} is not measured by {scenario} (choose from: {allowed})")]

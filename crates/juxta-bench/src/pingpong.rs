@@ -22,7 +22,7 @@ pub use crate::util::{pin_current, Pin};
 use crate::BenchError;
 
 /// Layers the ping-pong measures.
-pub const LAYERS: [Layer; 9] = Layer::ALL;
+pub const LAYERS: [Layer; 10] = Layer::ALL;
 
 /// Options of a ping-pong run.
 #[derive(Debug, Clone, Serialize)]

@@ -19,7 +19,7 @@ use crate::util::{loss_pct, pin_current, CountedPayload, Pin};
 use crate::BenchError;
 
 /// Layers the throughput scenario measures.
-pub const LAYERS: [Layer; 7] = [
+pub const LAYERS: [Layer; 8] = [
     Layer::Tcp,
     Layer::Endpoint,
     Layer::EndpointCompat,
@@ -27,6 +27,7 @@ pub const LAYERS: [Layer; 7] = [
     Layer::SecurePipe,
     Layer::BidiPipe,
     Layer::Socket,
+    Layer::SecureSocket,
 ];
 
 /// How messages are sent.

@@ -200,7 +200,8 @@ enum BenchCmd {
 #[derive(clap::Args, Clone)]
 struct PingPongArgs {
     /// Layers (tcp is always measured): tcp, endpoint, endpoint-compat,
-    /// unicast-pipe, secure-pipe, bidi-pipe, socket, socket-compat, propagate.
+    /// unicast-pipe, secure-pipe, bidi-pipe, socket, socket-compat,
+    /// secure-socket, propagate.
     #[arg(long, default_value = "tcp,endpoint,endpoint-compat")]
     layers: String,
     /// Payload sizes in bytes (suffixes K and M allowed).
@@ -259,7 +260,7 @@ impl Default for PingPongArgs {
 #[derive(clap::Args, Clone)]
 struct ThroughputArgs {
     /// Layers: tcp, endpoint, endpoint-compat, unicast-pipe, secure-pipe,
-    /// bidi-pipe, socket.
+    /// bidi-pipe, socket, secure-socket.
     #[arg(
         long,
         default_value = "tcp,endpoint,unicast-pipe,secure-pipe,bidi-pipe,socket"

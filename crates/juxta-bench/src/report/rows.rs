@@ -83,7 +83,7 @@ pub fn scenario_rows<'a>(all: &[Row<'a>], scenario: &str) -> Vec<Row<'a>> {
 
 /// Rank of a layer in the conventional order (unknown layers last).
 pub fn layer_rank(layer: &str) -> usize {
-    const ORDER: [&str; 8] = [
+    const ORDER: [&str; 9] = [
         "tcp",
         "endpoint",
         "endpoint-compat",
@@ -91,6 +91,7 @@ pub fn layer_rank(layer: &str) -> usize {
         "secure-pipe",
         "bidi-pipe",
         "socket",
+        "secure-socket",
         "propagate",
     ];
     ORDER
