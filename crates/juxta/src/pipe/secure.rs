@@ -300,7 +300,17 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> Result<JoinHandle<()>, PeerError> {
     }))
 }
 
-async fn on_records(inner: &Arc<Inner>, mut d: Delivery) -> Result<(), TlsError> {
+/// Handles a `JuxtaTls` message on the connection's reader task (no queue
+/// and no task switch on the data path); replies are written without
+/// waiting (a task finishes them when the connection is busy), so the
+/// reader never blocks on its own connection's writer.
+pub(crate) async fn on_records_direct(inner: &Inner, d: Delivery) {
+    if let Err(e) = on_records(inner, d).await {
+        tracing::debug!(error = %e, "secure pipe records dropped");
+    }
+}
+
+async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
     let from = d
         .from
         .ok_or(TlsError::Failed("records from an unknown peer".into()))?;
@@ -422,18 +432,32 @@ async fn on_records(inner: &Arc<Inner>, mut d: Delivery) -> Result<(), TlsError>
         }
         (replies, messages, pipe, notify)
     };
-    if !replies.is_empty() {
-        if let Some(m) = inner.messenger(&from) {
+    // Client: established once our last flight is on the wire (or handed
+    // to the task writing it): application records must not overtake it.
+    let established = move || {
+        if let Some(ready) = notify {
+            session.lock().expect("session lock").established = true;
+            ready.notify_waiters();
+        }
+    };
+    match inner.messenger(&from).filter(|_| !replies.is_empty()) {
+        Some(m) => {
             let mut msg = Message::new();
             for b in replies {
                 msg.push(Element::bytes(NS_JUXTA, ELEM_TLS, b));
             }
-            let _ = m.send(TLS_SERVICE, Some(&format!("{sid:016x}")), msg).await;
+            let param = format!("{sid:016x}");
+            match m.try_send(TLS_SERVICE, Some(&param), msg) {
+                Ok(Err(msg)) => {
+                    tokio::spawn(async move {
+                        let _ = m.send(TLS_SERVICE, Some(&param), msg).await;
+                        established();
+                    });
+                }
+                Ok(Ok(_)) | Err(_) => established(),
+            }
         }
-    }
-    if let Some(ready) = notify {
-        session.lock().expect("session lock").established = true;
-        ready.notify_waiters();
+        None => established(),
     }
     if let Some((pipe, peer)) = pipe {
         if messages.is_empty() {
