@@ -10,6 +10,12 @@
 //! (`juxta:pipe`). Inside the session, each application message is a
 //! 4-byte big-endian length and the message in binary format v0.
 //!
+//! Data path: an application message is sealed into 16 KiB records
+//! straight from its encoded buffers ([`SecureChannel::seal`]) and sent as
+//! one `JuxtaTls` message (one per 4 MiB of plaintext); the receiving peer
+//! decrypts it on the connection's reader task, in place, and hands the
+//! message to the secure input pipe (see [`super::tls`], "Record layer").
+//!
 //! JXSE 2.7's secure pipes run its own TLS transport (JSSE TLSv1 over its
 //! reliable stream, `jxtatls://` addresses); rustls has no TLS 1.0, so the
 //! two do not interoperate (see `docs/interop.md`).
@@ -57,8 +63,15 @@ pub(crate) const MAX_SESSIONS_PER_PEER: usize = 64;
 type Key = (PeerId, u64);
 
 enum Role {
-    Client { ready: Arc<Notify> },
-    Server { pipe: PipeId, plain: BytesMut },
+    Client {
+        ready: Arc<Notify>,
+    },
+    Server {
+        pipe: PipeId,
+        plain: BytesMut,
+        /// The pipe's delivery address, built once.
+        to: ServiceAddress,
+    },
 }
 
 struct Session {
@@ -347,6 +360,7 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
             let s = Arc::new(Mutex::new(Session {
                 chan: SecureChannel::server(server_cfg(inner)?)?,
                 role: Role::Server {
+                    to: ServiceAddress::new(PIPE_SERVICE, Some(&pipe.to_string())),
                     pipe,
                     plain: BytesMut::new(),
                 },
@@ -410,7 +424,7 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
                 let mut sink = BytesMut::new();
                 let _ = chan.read_plaintext(&mut sink);
             }
-            Role::Server { pipe: p, plain } => {
+            Role::Server { pipe: p, plain, to } => {
                 chan.read_plaintext(plain)?;
                 while plain.len() >= 4 {
                     let n = u32::from_be_bytes([plain[0], plain[1], plain[2], plain[3]]) as usize;
@@ -427,7 +441,7 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
                         .map_err(|e| TlsError::Failed(format!("bad inner message: {e}")))?;
                     messages.push(m.message);
                 }
-                pipe = Some((*p, peer));
+                pipe = Some((*p, peer, to.clone()));
             }
         }
         (replies, messages, pipe, notify)
@@ -459,7 +473,7 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
         }
         None => established(),
     }
-    if let Some((pipe, peer)) = pipe {
+    if let Some((pipe, peer, to)) = pipe {
         if messages.is_empty() {
             return Ok(());
         }
@@ -467,11 +481,10 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
             .pipes
             .secure_sink(&pipe)
             .ok_or(TlsError::Failed(format!("secure input pipe {pipe} closed")))?;
-        let urn = pipe.to_string();
         for message in messages {
             let d = Delivery {
                 group: None,
-                to: ServiceAddress::new(PIPE_SERVICE, Some(&urn)),
+                to: to.clone(),
                 from: peer,
                 message,
                 routed: false,

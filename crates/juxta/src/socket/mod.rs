@@ -25,6 +25,12 @@
 //! writes after `shutdown`, or after the peer dropped its socket, fail with
 //! [`io::ErrorKind::BrokenPipe`].
 //!
+//! Secure sockets ([`SocketConfig::secure`], or a `JxtaUnicastSecure`
+//! server pipe) run TLS 1.3 over the socket's byte stream, with the peer-ID
+//! authentication of secure pipes: [`JxtaSocket::is_secure`], and see
+//! `socket::secure` for the set-up and the errors (a bad record fails
+//! that socket only, with [`io::ErrorKind::InvalidData`]).
+//!
 //! [`JxtaSocket`] implements tokio's `AsyncRead` and `AsyncWrite`.
 //!
 //! ```no_run
@@ -203,11 +209,13 @@ pub const MAX_PENDING_HANDSHAKES: usize = 64;
 /// What `accept` woke up for.
 enum Next {
     Request(
-        Option<(
-            juxta_proto::socket::setup::ConnectRequest,
-            Messenger,
-            Message,
-        )>,
+        Option<
+            Box<(
+                juxta_proto::socket::setup::ConnectRequest,
+                Messenger,
+                Message,
+            )>,
+        >,
     ),
     Handshake(Result<Result<JxtaSocket, SocketError>, tokio::task::JoinError>),
 }
@@ -254,7 +262,7 @@ impl JxtaServerSocket {
                     Next::Handshake(done)
                 }
                 r = crate::pipe::next_setup_request(&self.inner, &mut self.input, SetupKind::Socket) => {
-                    Next::Request(r)
+                    Next::Request(r.map(Box::new))
                 }
             };
             let (req, messenger, raw) = match next {
@@ -267,7 +275,7 @@ impl JxtaServerSocket {
                     tracing::info!(error = %e, "secure socket handshake task failed");
                     continue;
                 }
-                Next::Request(r) => r.ok_or(SocketError::Closed)?,
+                Next::Request(r) => *r.ok_or(SocketError::Closed)?,
             };
             let client = req.rem_peer.peer_id;
             let secure = secure::asks_secure(&raw);
