@@ -115,7 +115,10 @@ pub struct SecureSession {
     session: Arc<Mutex<Session>>,
     messenger: Messenger,
     param: String,
-    send_lock: tokio::sync::Mutex<()>,
+    /// Held while sending, so messages go out in order; the buffer their
+    /// records are sealed into, reclaimed once the connection let go of it
+    /// (no fresh memory, so no page faults, per message).
+    send_lock: tokio::sync::Mutex<BytesMut>,
 }
 
 impl Drop for SecureSession {
@@ -190,7 +193,7 @@ impl SecureSession {
             session,
             messenger,
             param: format!("{id:016x}"),
-            send_lock: tokio::sync::Mutex::new(()),
+            send_lock: tokio::sync::Mutex::new(BytesMut::new()),
         });
         let hello = s.take_outgoing()?;
         let mut first = Message::new();
@@ -253,17 +256,22 @@ impl SecureSession {
         let mut parts: Vec<&[u8]> = Vec::with_capacity(enc.chunks.len() + 1);
         parts.push(&len);
         parts.extend(enc.chunks.iter().map(|c| &c[..]));
-        let _order = self.send_lock.lock().await;
+        let mut scratch = self.send_lock.lock().await;
         let mut wire = 0;
         for group in groups(&parts, WIRE_PLAIN) {
+            let size: usize =
+                group.iter().map(|p| p.len()).sum::<usize>() + size_of_records_overhead(&group);
+            scratch.clear();
+            if !scratch.try_reclaim(size) {
+                *scratch = BytesMut::with_capacity(size);
+            }
             let sealed = {
                 let mut g = self.session.lock().expect("session lock");
                 if let Some(f) = &g.failed {
                     return Err(PipeError::Tls(TlsError::Failed(f.clone())));
                 }
-                let mut out = BytesMut::new();
-                g.chan.seal(&group, &mut out)?;
-                out.freeze()
+                g.chan.seal(&group, &mut scratch)?;
+                scratch.split().freeze()
             };
             let m = Message::new().with(Element::bytes(NS_JUXTA, ELEM_TLS, sealed));
             wire += self
@@ -273,6 +281,12 @@ impl SecureSession {
         }
         Ok(wire)
     }
+}
+
+/// Record overhead of sealing `group` (one record per 16 KiB).
+fn size_of_records_overhead(group: &[&[u8]]) -> usize {
+    let n: usize = group.iter().map(|p| p.len()).sum();
+    n.div_ceil(tls::MAX_RECORD_PLAINTEXT) * tls::RECORD_OVERHEAD
 }
 
 /// Splits `parts` into consecutive groups of at most `max` bytes each.
