@@ -95,7 +95,8 @@ impl Default for ThroughputOptions {
         ThroughputOptions {
             layers: LAYERS
                 .into_iter()
-                .filter(|l| *l != Layer::EndpointCompat)
+                // As the CLI's default: secure-socket on request only.
+                .filter(|l| !matches!(l, Layer::EndpointCompat | Layer::SecureSocket))
                 .collect(),
             sizes: vec![1, 1024, 65536, 1_048_576],
             patterns: vec![Pattern::Smooth, Pattern::Bursty],
