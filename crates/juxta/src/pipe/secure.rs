@@ -258,9 +258,16 @@ impl SecureSession {
         parts.extend(enc.chunks.iter().map(|c| &c[..]));
         let mut scratch = self.send_lock.lock().await;
         let mut wire = 0;
-        for group in groups(&parts, WIRE_PLAIN) {
+        // Split only messages over WIRE_PLAIN (no allocation for the rest).
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let split = (total > WIRE_PLAIN).then(|| groups(&parts, WIRE_PLAIN));
+        for i in 0..split.as_ref().map_or(1, |s| s.len()) {
+            let group: &[&[u8]] = match &split {
+                Some(s) => &s[i],
+                None => &parts,
+            };
             let size: usize =
-                group.iter().map(|p| p.len()).sum::<usize>() + size_of_records_overhead(&group);
+                group.iter().map(|p| p.len()).sum::<usize>() + size_of_records_overhead(group);
             scratch.clear();
             if !scratch.try_reclaim(size) {
                 *scratch = BytesMut::with_capacity(size);
@@ -270,7 +277,7 @@ impl SecureSession {
                 if let Some(f) = &g.failed {
                     return Err(PipeError::Tls(TlsError::Failed(f.clone())));
                 }
-                g.chan.seal(&group, &mut scratch)?;
+                g.chan.seal(group, &mut scratch)?;
                 scratch.split().freeze()
             };
             let m = Message::new().with(Element::bytes(NS_JUXTA, ELEM_TLS, sealed));
@@ -468,7 +475,10 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
             ready.notify_waiters();
         }
     };
-    match inner.messenger(&from).filter(|_| !replies.is_empty()) {
+    match (!replies.is_empty())
+        .then(|| inner.messenger(&from))
+        .flatten()
+    {
         Some(m) => {
             let mut msg = Message::new();
             for b in replies {
@@ -511,4 +521,29 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_split_at_the_bound_across_parts() {
+        let a = vec![1u8; 5];
+        let b = vec![2u8; 7];
+        let parts: Vec<&[u8]> = vec![&a, &b];
+        let g = groups(&parts, 4);
+        let sizes: Vec<Vec<usize>> = g
+            .iter()
+            .map(|g| g.iter().map(|p| p.len()).collect())
+            .collect();
+        assert_eq!(sizes, vec![vec![4], vec![1, 3], vec![4]]);
+        let flat: Vec<u8> = g.iter().flatten().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(flat, [a.clone(), b.clone()].concat());
+        assert_eq!(groups(&parts, 100).len(), 1);
+        assert_eq!(
+            size_of_records_overhead(&[&[0u8; tls::MAX_RECORD_PLAINTEXT + 1][..]]),
+            2 * tls::RECORD_OVERHEAD
+        );
+    }
 }
