@@ -16,7 +16,11 @@
 //!
 //! Data: each write seals up to [`MAX_WRITE`] bytes into records (one copy,
 //! encryption in place) whose bytes go to the plain socket as one write
-//! (framed straight from that buffer in stream mode); reads take the plain
+//! (framed straight from that buffer in stream mode). When the plain socket
+//! cannot take them at once (its previous write still going out, or no
+//! credit), they wait in the socket and go on with the next write, read,
+//! `flush` or `shutdown`: call `flush` after the last write of a burst
+//! unless a read follows (as with any buffered `AsyncWrite`). Reads take the plain
 //! socket's received chunks without copying, decrypt them in place (when
 //! the chunk's buffer is not shared) and copy the plaintext into the
 //! caller's buffer.
@@ -210,6 +214,13 @@ impl SecureSocket {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        // A write the plain socket could not take at once goes on from
+        // here too: a task that writes and then reads needs no flush.
+        if self.sent < self.out.len() && self.failed.is_none() {
+            if let Poll::Ready(Err(e)) = self.poll_out(cx) {
+                return Poll::Ready(Err(e));
+            }
+        }
         loop {
             if !self.plain_in.is_empty() {
                 let n = self.plain_in.len().min(buf.remaining());
@@ -321,8 +332,12 @@ impl Drop for SecureSocket {
         if self.close_sent || self.failed.is_some() {
             return;
         }
-        let waker = std::task::Waker::noop();
-        let mut cx = Context::from_waker(waker);
+        struct Noop;
+        impl std::task::Wake for Noop {
+            fn wake(self: Arc<Self>) {}
+        }
+        let waker = std::task::Waker::from(Arc::new(Noop));
+        let mut cx = Context::from_waker(&waker);
         if self.poll_out(&mut cx).is_pending() {
             return;
         }
