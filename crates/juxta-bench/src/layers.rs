@@ -109,13 +109,16 @@ pub enum Layer {
     MpiTcp,
     /// Open MPI over shared memory; rows `impl = "mpi"`, `layer = "sm"`.
     MpiSm,
+    /// A secure JXTA socket: TLS 1.3 over a socket (stream mode between
+    /// Juxta peers); the ack is one byte written back.
+    SecureSocket,
     /// A propagate pipe to 1..n receivers, each acking on a unicast pipe.
     Propagate,
 }
 
 impl Layer {
     /// Every layer, in report order.
-    pub const ALL: [Layer; 17] = [
+    pub const ALL: [Layer; 18] = [
         Layer::Tcp,
         Layer::Endpoint,
         Layer::EndpointCompat,
@@ -128,6 +131,7 @@ impl Layer {
         Layer::Socket,
         Layer::SocketCompat,
         Layer::SocketCompatNoCbjx,
+        Layer::SecureSocket,
         Layer::Propagate,
         Layer::Udp,
         Layer::ZmqReqRep,
@@ -158,6 +162,7 @@ impl Layer {
             Layer::EndpointCompatNoCbjx => "endpoint-compat-nocbjx",
             Layer::PipeCompatNoCbjx => "pipe-compat-nocbjx",
             Layer::SocketCompatNoCbjx => "socket-compat-nocbjx",
+            Layer::SecureSocket => "secure-socket",
             Layer::Propagate => "propagate",
             Layer::Udp => "udp",
             Layer::ZmqReqRep => "tcp-req-rep",
@@ -170,8 +175,16 @@ impl Layer {
     /// (rustls refuses smaller keys), the rest keep the bench's setting.
     pub fn key_bits(self, base: usize) -> usize {
         match self {
-            Layer::SecurePipe => base.max(2048),
+            Layer::SecurePipe | Layer::SecureSocket => base.max(2048),
             _ => base,
+        }
+    }
+
+    /// The socket settings of a socket layer (TLS for `secure-socket`).
+    fn socket_config(self) -> SocketConfig {
+        SocketConfig {
+            secure: self == Layer::SecureSocket,
+            ..SocketConfig::default()
         }
     }
 
@@ -917,10 +930,10 @@ pub async fn run_responder(
                 });
             }
         }
-        Layer::Socket | Layer::SocketCompat | Layer::SocketCompatNoCbjx => {
+        Layer::Socket | Layer::SocketCompat | Layer::SocketCompatNoCbjx | Layer::SecureSocket => {
             let h = start_peer(key_bits, layer, Some(spec.bind)).await?;
             let a = adv(crate::util::random_pipe_id(), PipeType::Unicast);
-            let mut server = JxtaServerSocket::bind(&h.peer, &a, SocketConfig::default())?;
+            let mut server = JxtaServerSocket::bind(&h.peer, &a, layer.socket_config())?;
             on_ready(&Ready {
                 addrs: vec![h.peer.local_addr().expect("listening")],
                 pipes: vec![a.id],
@@ -1189,7 +1202,10 @@ impl Client {
                     .await?;
                 Kind::Bidi { pipe }
             }
-            Layer::Socket | Layer::SocketCompat | Layer::SocketCompatNoCbjx => {
+            Layer::Socket
+            | Layer::SocketCompat
+            | Layer::SocketCompatNoCbjx
+            | Layer::SecureSocket => {
                 let conn = link(h.peer.connect(addr).await?).await?;
                 Kind::Socket {
                     sock: None,
@@ -1274,9 +1290,8 @@ impl Client {
         }
         // The previous socket closes in the background.
         *sock = None;
-        let mut s =
-            JxtaSocket::connect(&h.peer.pipes(), adv, conn.remote(), SocketConfig::default())
-                .await?;
+        let cfg = self.layer.socket_config();
+        let mut s = JxtaSocket::connect(&h.peer.pipes(), adv, conn.remote(), cfg).await?;
         let pre = match want {
             SockMode::Fixed(n) => n as u32,
             SockMode::Framed => SOCKET_FRAMED,

@@ -42,7 +42,7 @@ pub mod worker;
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     /// A layer name that does not exist.
-    #[error("unknown layer {0:?} (known: tcp, endpoint, endpoint-compat, endpoint-compat-nocbjx, unicast-pipe, pipe-compat, pipe-compat-nocbjx, secure-pipe, bidi-pipe, socket, socket-compat, socket-compat-nocbjx, propagate, udp, tcp-req-rep, mpi-tcp, mpi-sm)")]
+    #[error("unknown layer {0:?} (known: tcp, endpoint, endpoint-compat, endpoint-compat-nocbjx, unicast-pipe, pipe-compat, pipe-compat-nocbjx, secure-pipe, bidi-pipe, socket, socket-compat, socket-compat-nocbjx, secure-socket, propagate, udp, tcp-req-rep, mpi-tcp, mpi-sm)")]
     UnknownLayer(String),
     /// A layer the scenario does not measure.
     #[error("layer {layer} is not measured by {scenario} (choose from: {allowed})")]

@@ -19,7 +19,7 @@ use crate::util::{loss_pct, pin_current, CountedPayload, Pin};
 use crate::BenchError;
 
 /// Layers the throughput scenario measures.
-pub const LAYERS: [Layer; 7] = [
+pub const LAYERS: [Layer; 8] = [
     Layer::Tcp,
     Layer::Endpoint,
     Layer::EndpointCompat,
@@ -27,6 +27,7 @@ pub const LAYERS: [Layer; 7] = [
     Layer::SecurePipe,
     Layer::BidiPipe,
     Layer::Socket,
+    Layer::SecureSocket,
 ];
 
 /// How messages are sent.
@@ -94,7 +95,8 @@ impl Default for ThroughputOptions {
         ThroughputOptions {
             layers: LAYERS
                 .into_iter()
-                .filter(|l| *l != Layer::EndpointCompat)
+                // As the CLI's default: secure-socket on request only.
+                .filter(|l| !matches!(l, Layer::EndpointCompat | Layer::SecureSocket))
                 .collect(),
             sizes: vec![1, 1024, 65536, 1_048_576],
             patterns: vec![Pattern::Smooth, Pattern::Bursty],

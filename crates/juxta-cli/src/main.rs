@@ -226,7 +226,7 @@ struct PingPongArgs {
     /// Layers (tcp is always measured): tcp, endpoint, endpoint-compat,
     /// endpoint-compat-nocbjx, unicast-pipe, pipe-compat, pipe-compat-nocbjx,
     /// secure-pipe, bidi-pipe, socket, socket-compat, socket-compat-nocbjx,
-    /// propagate.
+    /// secure-socket, propagate.
     #[arg(long, default_value = "tcp,endpoint,endpoint-compat")]
     layers: String,
     /// Payload sizes in bytes (suffixes K and M allowed).
@@ -288,7 +288,7 @@ impl Default for PingPongArgs {
 #[derive(clap::Args, Clone)]
 struct ThroughputArgs {
     /// Layers: tcp, endpoint, endpoint-compat, unicast-pipe, secure-pipe,
-    /// bidi-pipe, socket.
+    /// bidi-pipe, socket, secure-socket.
     #[arg(
         long,
         default_value = "tcp,endpoint,unicast-pipe,secure-pipe,bidi-pipe,socket"

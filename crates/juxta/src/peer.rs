@@ -363,6 +363,12 @@ impl Inner {
 
     /// Hands a delivery to its listener (or pipe sink).
     async fn hand_over(&self, remote: PeerId, d: Delivery) {
+        if d.to.service == crate::pipe::secure::TLS_SERVICE {
+            // Secure pipe records are decrypted here, on the connection's
+            // reader: one task switch less per message.
+            crate::pipe::secure::on_records_direct(self, d).await;
+            return;
+        }
         if d.to.service == crate::pipe::PIPE_SERVICE {
             // Sockets take their messages straight from the connection's
             // reader: no queue and no task switch on the data path.

@@ -185,7 +185,8 @@ async fn secure_pipe_proves_the_sender() {
         .create_output_pipe(&ad, &[a.peer_id()], WAIT)
         .await
         .unwrap();
-    for size in [1usize, 100_000, 1 << 20] {
+    // 6 MiB: sealed into two `JuxtaTls` messages (4 MiB each at most).
+    for size in [1usize, 100_000, 1 << 20, 6 << 20] {
         let p = payload(size);
         out.send(data_msg(&p)).await.unwrap();
         let got = tokio::time::timeout(WAIT, input.recv())

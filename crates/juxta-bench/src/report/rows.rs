@@ -83,7 +83,7 @@ pub fn scenario_rows<'a>(all: &[Row<'a>], scenario: &str) -> Vec<Row<'a>> {
 
 /// Rank of a layer in the conventional order (unknown layers last).
 pub fn layer_rank(layer: &str) -> usize {
-    const ORDER: [&str; 13] = [
+    const ORDER: [&str; 14] = [
         "tcp",
         "endpoint",
         "endpoint-compat",
@@ -96,6 +96,7 @@ pub fn layer_rank(layer: &str) -> usize {
         "socket",
         "socket-compat",
         "socket-compat-nocbjx",
+        "secure-socket",
         "propagate",
     ];
     ORDER

@@ -10,6 +10,12 @@
 //! (`juxta:pipe`). Inside the session, each application message is a
 //! 4-byte big-endian length and the message in binary format v0.
 //!
+//! Data path: an application message is sealed into 16 KiB records
+//! straight from its encoded buffers ([`SecureChannel::seal`]) and sent as
+//! one `JuxtaTls` message (one per 4 MiB of plaintext); the receiving peer
+//! decrypts it on the connection's reader task, in place, and hands the
+//! message to the secure input pipe (see [`super::tls`], "Record layer").
+//!
 //! JXSE 2.7's secure pipes run its own TLS transport (JSSE TLSv1 over its
 //! reliable stream, `jxtatls://` addresses); rustls has no TLS 1.0, so the
 //! two do not interoperate (see `docs/interop.md`).
@@ -18,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use juxta_proto::advertisement::PipeAdvertisement;
 use juxta_proto::endpoint::{Delivery, ServiceAddress};
 use juxta_proto::id::{PeerId, PipeId};
@@ -40,8 +46,10 @@ const ELEM_PIPE: &str = "pipe";
 /// Sent by the client when its output pipe closes: the server forgets the
 /// session.
 const ELEM_CLOSE: &str = "close";
-/// Plaintext accepted into a session before its records are sent.
+/// TLS bytes taken from a session at once during the handshake.
 const CHUNK: usize = 256 * 1024;
+/// Most plaintext sealed into one `JuxtaTls` message.
+const WIRE_PLAIN: usize = 4 * 1024 * 1024;
 /// Largest application message inside a session.
 const MAX_INNER: usize = 64 * 1024 * 1024;
 /// Most TLS sessions a peer keeps.
@@ -55,8 +63,15 @@ pub(crate) const MAX_SESSIONS_PER_PEER: usize = 64;
 type Key = (PeerId, u64);
 
 enum Role {
-    Client { ready: Arc<Notify> },
-    Server { pipe: PipeId, plain: BytesMut },
+    Client {
+        ready: Arc<Notify>,
+    },
+    Server {
+        pipe: PipeId,
+        plain: BytesMut,
+        /// The pipe's delivery address, built once.
+        to: ServiceAddress,
+    },
 }
 
 struct Session {
@@ -76,7 +91,7 @@ pub(crate) struct Sessions {
     server_cfg: OnceLock<Arc<rustls::ServerConfig>>,
 }
 
-fn client_cfg(inner: &Inner) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+pub(crate) fn client_cfg(inner: &Inner) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     if let Some(c) = inner.secure.client_cfg.get() {
         return Ok(c.clone());
     }
@@ -84,7 +99,7 @@ fn client_cfg(inner: &Inner) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     Ok(inner.secure.client_cfg.get_or_init(|| c).clone())
 }
 
-fn server_cfg(inner: &Inner) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+pub(crate) fn server_cfg(inner: &Inner) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     if let Some(c) = inner.secure.server_cfg.get() {
         return Ok(c.clone());
     }
@@ -100,7 +115,10 @@ pub struct SecureSession {
     session: Arc<Mutex<Session>>,
     messenger: Messenger,
     param: String,
-    send_lock: tokio::sync::Mutex<()>,
+    /// Held while sending, so messages go out in order; the buffer their
+    /// records are sealed into, reclaimed once the connection let go of it
+    /// (no fresh memory, so no page faults, per message).
+    send_lock: tokio::sync::Mutex<BytesMut>,
 }
 
 impl Drop for SecureSession {
@@ -175,7 +193,7 @@ impl SecureSession {
             session,
             messenger,
             param: format!("{id:016x}"),
-            send_lock: tokio::sync::Mutex::new(()),
+            send_lock: tokio::sync::Mutex::new(BytesMut::new()),
         });
         let hello = s.take_outgoing()?;
         let mut first = Message::new();
@@ -220,7 +238,11 @@ impl SecureSession {
         Ok(out)
     }
 
-    /// Encrypts and sends one message.
+    /// Encrypts and sends one message: the length prefix and the encoded
+    /// message are sealed straight from the message's buffers into one
+    /// outgoing buffer (records of 16 KiB, encrypted in place) and sent as
+    /// one `JuxtaTls` message per [`WIRE_PLAIN`] bytes of plaintext: a
+    /// message of up to 4 MiB is one endpoint message.
     pub(crate) async fn send(&self, msg: Message) -> Result<usize, PipeError> {
         let enc = encode_v0(&msg, JavaHashOrder::Java8)
             .map_err(|e| PipeError::Tls(TlsError::Failed(format!("cannot encode message: {e}"))))?;
@@ -230,51 +252,72 @@ impl SecureSession {
                 enc.len
             ))));
         }
-        let _order = self.send_lock.lock().await;
-        let mut len = [0u8; 4];
-        (&mut len[..]).put_u32(enc.len as u32);
-        let mut pieces: Vec<Bytes> = Vec::with_capacity(enc.chunks.len() + 1);
-        pieces.push(Bytes::copy_from_slice(&len));
-        pieces.extend(enc.chunks.iter().cloned());
+        let len = (enc.len as u32).to_be_bytes();
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(enc.chunks.len() + 1);
+        parts.push(&len);
+        parts.extend(enc.chunks.iter().map(|c| &c[..]));
+        let mut scratch = self.send_lock.lock().await;
         let mut wire = 0;
-        for mut p in pieces {
-            while !p.is_empty() {
-                let records = {
-                    let mut g = self.session.lock().expect("session lock");
-                    if let Some(f) = &g.failed {
-                        return Err(PipeError::Tls(TlsError::Failed(f.clone())));
-                    }
-                    let n = g.chan.write_plaintext(&p)?;
-                    p.advance(n);
-                    let mut out = Vec::new();
-                    if n == 0 || g.chan.pending_tls() >= CHUNK {
-                        while let Some(b) = g.chan.take_tls(CHUNK * 2) {
-                            out.push(Bytes::from(b));
-                        }
-                    }
-                    out
-                };
-                wire += self.send_records(records).await?;
+        // Split only messages over WIRE_PLAIN (no allocation for the rest).
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let split = (total > WIRE_PLAIN).then(|| groups(&parts, WIRE_PLAIN));
+        for i in 0..split.as_ref().map_or(1, |s| s.len()) {
+            let group: &[&[u8]] = match &split {
+                Some(s) => &s[i],
+                None => &parts,
+            };
+            let size: usize =
+                group.iter().map(|p| p.len()).sum::<usize>() + size_of_records_overhead(group);
+            scratch.clear();
+            if !scratch.try_reclaim(size) {
+                *scratch = BytesMut::with_capacity(size);
             }
+            let sealed = {
+                let mut g = self.session.lock().expect("session lock");
+                if let Some(f) = &g.failed {
+                    return Err(PipeError::Tls(TlsError::Failed(f.clone())));
+                }
+                g.chan.seal(group, &mut scratch)?;
+                scratch.split().freeze()
+            };
+            let m = Message::new().with(Element::bytes(NS_JUXTA, ELEM_TLS, sealed));
+            wire += self
+                .messenger
+                .send(TLS_SERVICE, Some(&self.param), m)
+                .await?;
         }
-        let rest = self.take_outgoing()?;
-        wire += self.send_records(rest).await?;
         Ok(wire)
     }
+}
 
-    async fn send_records(&self, records: Vec<Bytes>) -> Result<usize, PipeError> {
-        if records.is_empty() {
-            return Ok(0);
+/// Record overhead of sealing `group` (one record per 16 KiB).
+fn size_of_records_overhead(group: &[&[u8]]) -> usize {
+    let n: usize = group.iter().map(|p| p.len()).sum();
+    n.div_ceil(tls::MAX_RECORD_PLAINTEXT) * tls::RECORD_OVERHEAD
+}
+
+/// Splits `parts` into consecutive groups of at most `max` bytes each.
+fn groups<'a>(parts: &[&'a [u8]], max: usize) -> Vec<Vec<&'a [u8]>> {
+    let mut out = Vec::new();
+    let mut cur: Vec<&'a [u8]> = Vec::new();
+    let mut room = max;
+    for &p in parts {
+        let mut p = p;
+        while !p.is_empty() {
+            let k = p.len().min(room);
+            cur.push(&p[..k]);
+            p = &p[k..];
+            room -= k;
+            if room == 0 {
+                out.push(std::mem::take(&mut cur));
+                room = max;
+            }
         }
-        let mut m = Message::new();
-        for b in records {
-            m.push(Element::bytes(NS_JUXTA, ELEM_TLS, b));
-        }
-        Ok(self
-            .messenger
-            .send(TLS_SERVICE, Some(&self.param), m)
-            .await?)
     }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
 }
 
 /// Starts the task that receives TLS records for every session of a peer.
@@ -291,7 +334,17 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> Result<JoinHandle<()>, PeerError> {
     }))
 }
 
-async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
+/// Handles a `JuxtaTls` message on the connection's reader task (no queue
+/// and no task switch on the data path); replies are written without
+/// waiting (a task finishes them when the connection is busy), so the
+/// reader never blocks on its own connection's writer.
+pub(crate) async fn on_records_direct(inner: &Inner, d: Delivery) {
+    if let Err(e) = on_records(inner, d).await {
+        tracing::debug!(error = %e, "secure pipe records dropped");
+    }
+}
+
+async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
     let from = d
         .from
         .ok_or(TlsError::Failed("records from an unknown peer".into()))?;
@@ -328,6 +381,7 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
             let s = Arc::new(Mutex::new(Session {
                 chan: SecureChannel::server(server_cfg(inner)?)?,
                 role: Role::Server {
+                    to: ServiceAddress::new(PIPE_SERVICE, Some(&pipe.to_string())),
                     pipe,
                     plain: BytesMut::new(),
                 },
@@ -341,13 +395,12 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
     let (replies, messages, pipe, notify) = {
         let mut g = session.lock().expect("session lock");
         let mut res = Ok(());
-        for e in d
-            .message
-            .elements
-            .iter()
+        for e in std::mem::take(&mut d.message.elements)
+            .into_iter()
             .filter(|e| e.name == ELEM_TLS && e.namespace == NS_JUXTA)
         {
-            res = g.chan.read_tls(&e.data);
+            // By value: decrypted in place when the buffer is ours alone.
+            res = g.chan.read_tls_bytes(e.data);
             if res.is_err() {
                 break;
             }
@@ -392,7 +445,7 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
                 let mut sink = BytesMut::new();
                 let _ = chan.read_plaintext(&mut sink);
             }
-            Role::Server { pipe: p, plain } => {
+            Role::Server { pipe: p, plain, to } => {
                 chan.read_plaintext(plain)?;
                 while plain.len() >= 4 {
                     let n = u32::from_be_bytes([plain[0], plain[1], plain[2], plain[3]]) as usize;
@@ -409,25 +462,42 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
                         .map_err(|e| TlsError::Failed(format!("bad inner message: {e}")))?;
                     messages.push(m.message);
                 }
-                pipe = Some((*p, peer));
+                pipe = Some((*p, peer, to.clone()));
             }
         }
         (replies, messages, pipe, notify)
     };
-    if !replies.is_empty() {
-        if let Some(m) = inner.messenger(&from) {
+    // Client: established once our last flight is on the wire (or handed
+    // to the task writing it): application records must not overtake it.
+    let established = move || {
+        if let Some(ready) = notify {
+            session.lock().expect("session lock").established = true;
+            ready.notify_waiters();
+        }
+    };
+    match (!replies.is_empty())
+        .then(|| inner.messenger(&from))
+        .flatten()
+    {
+        Some(m) => {
             let mut msg = Message::new();
             for b in replies {
                 msg.push(Element::bytes(NS_JUXTA, ELEM_TLS, b));
             }
-            let _ = m.send(TLS_SERVICE, Some(&format!("{sid:016x}")), msg).await;
+            let param = format!("{sid:016x}");
+            match m.try_send(TLS_SERVICE, Some(&param), msg) {
+                Ok(Err(msg)) => {
+                    tokio::spawn(async move {
+                        let _ = m.send(TLS_SERVICE, Some(&param), msg).await;
+                        established();
+                    });
+                }
+                Ok(Ok(_)) | Err(_) => established(),
+            }
         }
+        None => established(),
     }
-    if let Some(ready) = notify {
-        session.lock().expect("session lock").established = true;
-        ready.notify_waiters();
-    }
-    if let Some((pipe, peer)) = pipe {
+    if let Some((pipe, peer, to)) = pipe {
         if messages.is_empty() {
             return Ok(());
         }
@@ -435,11 +505,10 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
             .pipes
             .secure_sink(&pipe)
             .ok_or(TlsError::Failed(format!("secure input pipe {pipe} closed")))?;
-        let urn = pipe.to_string();
         for message in messages {
             let d = Delivery {
                 group: None,
-                to: ServiceAddress::new(PIPE_SERVICE, Some(&urn)),
+                to: to.clone(),
                 from: peer,
                 message,
                 routed: false,
@@ -452,4 +521,29 @@ async fn on_records(inner: &Arc<Inner>, d: Delivery) -> Result<(), TlsError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_split_at_the_bound_across_parts() {
+        let a = vec![1u8; 5];
+        let b = vec![2u8; 7];
+        let parts: Vec<&[u8]> = vec![&a, &b];
+        let g = groups(&parts, 4);
+        let sizes: Vec<Vec<usize>> = g
+            .iter()
+            .map(|g| g.iter().map(|p| p.len()).collect())
+            .collect();
+        assert_eq!(sizes, vec![vec![4], vec![1, 3], vec![4]]);
+        let flat: Vec<u8> = g.iter().flatten().flat_map(|p| p.iter().copied()).collect();
+        assert_eq!(flat, [a.clone(), b.clone()].concat());
+        assert_eq!(groups(&parts, 100).len(), 1);
+        assert_eq!(
+            size_of_records_overhead(&[&[0u8; tls::MAX_RECORD_PLAINTEXT + 1][..]]),
+            2 * tls::RECORD_OVERHEAD
+        );
+    }
 }

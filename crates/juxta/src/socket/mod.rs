@@ -25,6 +25,12 @@
 //! writes after `shutdown`, or after the peer dropped its socket, fail with
 //! [`io::ErrorKind::BrokenPipe`].
 //!
+//! Secure sockets ([`SocketConfig::secure`], or a `JxtaUnicastSecure`
+//! server pipe) run TLS 1.3 over the socket's byte stream, with the peer-ID
+//! authentication of secure pipes: [`JxtaSocket::is_secure`], and see
+//! `socket::secure` for the set-up and the errors (a bad record fails
+//! that socket only, with [`io::ErrorKind::InvalidData`]).
+//!
 //! [`JxtaSocket`] implements tokio's `AsyncRead` and `AsyncWrite`.
 //!
 //! ```no_run
@@ -65,7 +71,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use juxta_proto::advertisement::PipeAdvertisement;
+use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
 use juxta_proto::socket::reliable::{self, Incoming, ReliableConfig, ReliableStream, Transmit};
@@ -80,7 +86,10 @@ use crate::peer::Inner;
 use crate::pipe::{InputPipe, PipeError, PipeService, PIPE_SERVICE};
 use crate::Peer;
 
+mod secure;
 mod stream;
+
+pub use secure::MAX_WRITE as SECURE_MAX_WRITE;
 
 pub use juxta_proto::socket::stream::StreamStats;
 
@@ -107,6 +116,11 @@ pub struct SocketConfig {
     /// [`juxta_proto::socket::stream::DEFAULT_WINDOW`] (16 MiB); clamped to
     /// 64 KiB..=256 MiB.
     pub stream_window: u64,
+    /// Run TLS 1.3 over the socket (see [`JxtaSocket::is_secure`]): the
+    /// client asks for it, the server requires it. Default `false`; a pipe
+    /// advertisement of type `JxtaUnicastSecure` asks for it too, and a
+    /// server accepts a client's request for it either way.
+    pub secure: bool,
 }
 
 /// Which protocol a connected socket runs.
@@ -128,6 +142,7 @@ impl Default for SocketConfig {
             reliable: None,
             stream: true,
             stream_window: juxta_proto::socket::stream::DEFAULT_WINDOW,
+            secure: false,
         }
     }
 }
@@ -170,6 +185,24 @@ pub enum SocketError {
     /// The server socket is closed.
     #[error("server socket closed")]
     Closed,
+    /// A secure socket's TLS session failed: handshake refused, peer ID
+    /// mismatch (the server's certificate is not the expected peer's, or
+    /// the client's is not the connection's peer), bad record.
+    #[error("secure socket: {0}")]
+    Tls(#[from] crate::pipe::tls::TlsError),
+    /// The secure socket's TLS handshake did not complete in time.
+    #[error("TLS handshake not complete within {0:?}")]
+    HandshakeTimeout(Duration),
+    /// A secure socket was asked of a server that did not agree to TLS
+    /// (a JXSE peer, or an old Juxta peer).
+    #[error("the server did not agree to a secure socket")]
+    SecureRefused,
+    /// The server requires a secure socket; the client did not ask for one.
+    #[error("the server requires a secure socket")]
+    SecureRequired,
+    /// Reading or writing the socket failed during the TLS handshake.
+    #[error("socket IO during the TLS handshake: {0}")]
+    Io(#[from] io::Error),
 }
 
 /// A JXTA server socket (`JxtaServerSocket`): accepts socket connections
@@ -179,21 +212,51 @@ pub struct JxtaServerSocket {
     adv: PipeAdvertisement,
     input: InputPipe,
     cfg: SocketConfig,
+    /// Only secure sockets are accepted.
+    require_secure: bool,
+    /// Secure sockets whose TLS handshake is under way.
+    handshakes: tokio::task::JoinSet<Result<JxtaSocket, SocketError>>,
+}
+
+/// Most TLS handshakes a server socket runs at once; requests beyond are
+/// refused (logged) until one finishes.
+pub const MAX_PENDING_HANDSHAKES: usize = 64;
+
+/// What `accept` woke up for.
+enum Next {
+    Request(
+        Option<
+            Box<(
+                juxta_proto::socket::setup::ConnectRequest,
+                Messenger,
+                Message,
+            )>,
+        >,
+    ),
+    Handshake(Result<Result<JxtaSocket, SocketError>, tokio::task::JoinError>),
 }
 
 impl JxtaServerSocket {
-    /// Binds a server socket to the unicast pipe `adv` on `peer`.
+    /// Binds a server socket to the unicast pipe `adv` on `peer`. With a
+    /// `JxtaUnicastSecure` advertisement, or [`SocketConfig::secure`], it
+    /// accepts secure sockets only (TLS 1.3, see [`JxtaSocket::is_secure`]);
+    /// otherwise it accepts both kinds, as each client asks.
     pub fn bind(
         peer: &Peer,
         adv: &PipeAdvertisement,
         cfg: SocketConfig,
     ) -> Result<JxtaServerSocket, SocketError> {
-        let input = peer.pipes().create_input_pipe(adv)?;
+        let require_secure = cfg.secure || adv.pipe_type == PipeType::UnicastSecure;
+        // Requests travel in the clear either way: TLS runs inside the
+        // socket, not on the server pipe.
+        let input = peer.pipes().create_input_pipe(&unicast(adv))?;
         Ok(JxtaServerSocket {
             inner: peer.inner.clone(),
             adv: adv.clone(),
             input,
             cfg,
+            require_secure,
+            handshakes: tokio::task::JoinSet::new(),
         })
     }
 
@@ -203,14 +266,43 @@ impl JxtaServerSocket {
     }
 
     /// Waits for the next connection request and answers it. Requests
-    /// that cannot be parsed or answered are logged and skipped.
+    /// that cannot be parsed or answered are logged and skipped. Secure
+    /// sockets are returned once their TLS handshake completes; handshakes
+    /// run concurrently (at most [`MAX_PENDING_HANDSHAKES`]), each bounded
+    /// by [`SocketConfig::connect_timeout`], and failed ones are logged and
+    /// skipped.
     pub async fn accept(&mut self) -> Result<JxtaSocket, SocketError> {
         loop {
-            let (req, messenger, raw) =
-                crate::pipe::next_setup_request(&self.inner, &mut self.input, SetupKind::Socket)
-                    .await
-                    .ok_or(SocketError::Closed)?;
+            let next = tokio::select! {
+                Some(done) = self.handshakes.join_next(), if !self.handshakes.is_empty() => {
+                    Next::Handshake(done)
+                }
+                r = crate::pipe::next_setup_request(&self.inner, &mut self.input, SetupKind::Socket) => {
+                    Next::Request(r.map(Box::new))
+                }
+            };
+            let (req, messenger, raw) = match next {
+                Next::Handshake(Ok(Ok(s))) => return Ok(s),
+                Next::Handshake(Ok(Err(e))) => {
+                    tracing::info!(error = %e, "secure socket handshake failed");
+                    continue;
+                }
+                Next::Handshake(Err(e)) => {
+                    tracing::info!(error = %e, "secure socket handshake task failed");
+                    continue;
+                }
+                Next::Request(r) => *r.ok_or(SocketError::Closed)?,
+            };
             let client = req.rem_peer.peer_id;
+            let secure = secure::asks_secure(&raw);
+            if self.require_secure && !secure {
+                tracing::info!(%client, "plain socket request refused: this server socket is secure");
+                continue;
+            }
+            if secure && self.handshakes.len() >= MAX_PENDING_HANDSHAKES {
+                tracing::info!(%client, "secure socket request refused: too many handshakes under way");
+                continue;
+            }
             if !req.reliable {
                 tracing::info!(%client, "unreliable (stream=false) socket request refused: unsupported");
                 continue;
@@ -236,6 +328,9 @@ impl JxtaServerSocket {
                     self.cfg.stream_window,
                 ));
             }
+            if secure {
+                answer.push(secure::secure_element());
+            }
             // Ready to receive before the client hears of our pipe.
             let socket = JxtaSocket::start(
                 &self.inner,
@@ -251,6 +346,13 @@ impl JxtaServerSocket {
                 .await
             {
                 tracing::info!(%client, error = %e, "socket answer not sent");
+                continue;
+            }
+            if secure {
+                let inner = self.inner.clone();
+                let timeout = self.cfg.connect_timeout;
+                self.handshakes
+                    .spawn(async move { secure::handshake(&inner, socket, None, timeout).await });
                 continue;
             }
             return Ok(socket);
@@ -528,6 +630,16 @@ pub struct JxtaSocket {
 enum Imp {
     Reliable(RelHandle),
     Stream(stream::StreamSocket),
+    Secure(Box<secure::SecureSocket>),
+}
+
+/// `adv` as a plain unicast pipe (a secure socket's set-up is in the clear).
+fn unicast(adv: &PipeAdvertisement) -> PipeAdvertisement {
+    let mut a = adv.clone();
+    if a.pipe_type == PipeType::UnicastSecure {
+        a.pipe_type = PipeType::Unicast;
+    }
+    a
 }
 
 /// The application's handle on a `jxtarel` socket: dropping it closes the
@@ -582,6 +694,8 @@ impl JxtaSocket {
     ) -> Result<JxtaSocket, SocketError> {
         let inner = pipes.inner.clone();
         let deadline = tokio::time::Instant::now() + cfg.connect_timeout;
+        let secure = cfg.secure || adv.pipe_type == PipeType::UnicastSecure;
+        let adv = &unicast(adv);
         let local = crate::pipe::ephemeral_adv(adv, ".remote");
         let mut input = InputPipe::open(&inner, &local)?;
         // Route discovery and binding run in parallel: the binding query
@@ -623,11 +737,14 @@ impl JxtaSocket {
                 cfg.stream_window,
             ));
         }
+        if secure {
+            msg.push(secure::secure_element());
+        }
         messenger
             .send(PIPE_SERVICE, Some(&server_pipe), msg)
             .await
             .map_err(PipeError::from)?;
-        let (resp, stream_window) = loop {
+        let (resp, stream_window, agreed) = loop {
             let m = tokio::time::timeout_at(deadline, input.recv())
                 .await
                 .map_err(|_| SocketError::ConnectTimeout(cfg.connect_timeout))?
@@ -636,7 +753,11 @@ impl JxtaSocket {
                 Some(SetupMessage::Response) => {
                     let w = juxta_proto::socket::stream::offered_window(&m.message)
                         .filter(|_| offer && messenger.is_compact());
-                    break (ConnectResponse::from_message(&m.message)?, w);
+                    break (
+                        ConnectResponse::from_message(&m.message)?,
+                        w,
+                        secure::asks_secure(&m.message),
+                    );
                 }
                 _ => continue,
             }
@@ -650,7 +771,10 @@ impl JxtaSocket {
         if resp.encrypt == Some(true) {
             return Err(SocketError::EncryptionUnsupported);
         }
-        Ok(JxtaSocket::start(
+        if secure && !agreed {
+            return Err(SocketError::SecureRefused);
+        }
+        let plain = JxtaSocket::start(
             &inner,
             messenger,
             resp.rem_pipe.id.to_string(),
@@ -658,7 +782,52 @@ impl JxtaSocket {
             input,
             &cfg,
             stream_window,
-        ))
+        );
+        if !secure {
+            return Ok(plain);
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        secure::handshake(&inner, plain, Some(bound), left).await
+    }
+
+    /// Whether the socket runs TLS 1.3 (see [`SocketConfig::secure`]):
+    /// its bytes are encrypted and authenticated, and [`remote`](Self::remote)
+    /// was proven by the peer's certificate (the client expected that peer
+    /// ID; the server checked that the client's certificate derives the
+    /// peer at the other end of the connection).
+    pub fn is_secure(&self) -> bool {
+        matches!(self.imp, Imp::Secure(_))
+    }
+
+    /// The plain socket under a secure one, or this one.
+    fn plain(&self) -> Option<&JxtaSocket> {
+        match &self.imp {
+            Imp::Secure(s) => s.plain(),
+            _ => Some(self),
+        }
+    }
+
+    /// Like `poll_read`, without copying where the mode allows (stream
+    /// mode hands over its received chunks); `None` at the end.
+    fn poll_read_bytes(
+        &mut self,
+        cx: &mut Context<'_>,
+        max: usize,
+    ) -> Poll<io::Result<Option<bytes::Bytes>>> {
+        match &mut self.imp {
+            Imp::Stream(s) => s.poll_read_bytes(cx, max),
+            _ => {
+                let mut v = vec![0u8; max.min(256 * 1024)];
+                let mut rb = ReadBuf::new(&mut v);
+                std::task::ready!(Pin::new(&mut *self).poll_read(cx, &mut rb))?;
+                let n = rb.filled().len();
+                if n == 0 {
+                    return Poll::Ready(Ok(None));
+                }
+                v.truncate(n);
+                Poll::Ready(Ok(Some(bytes::Bytes::from(v))))
+            }
+        }
     }
 
     /// The peer at the other end.
@@ -670,16 +839,20 @@ impl JxtaSocket {
     /// Juxta peers on a direct compact connection, else
     /// [`SocketMode::Reliable`] (`jxtarel`).
     pub fn mode(&self) -> SocketMode {
-        match self.imp {
+        match &self.imp {
             Imp::Reliable(_) => SocketMode::Reliable,
             Imp::Stream(_) => SocketMode::Stream,
+            Imp::Secure(s) => s.plain().map_or(SocketMode::Stream, |p| p.mode()),
         }
     }
 
     /// `jxtarel` engine counters (blocks, retransmissions, RTT estimate);
     /// all zero in stream mode.
     pub fn stats(&self) -> reliable::ReliableStats {
-        match &self.imp {
+        let Some(this) = self.plain() else {
+            return reliable::ReliableStats::default();
+        };
+        match &this.imp {
             Imp::Reliable(h) => {
                 h.0.state
                     .lock()
@@ -688,25 +861,25 @@ impl JxtaSocket {
                     .stats()
                     .clone()
             }
-            Imp::Stream(_) => reliable::ReliableStats::default(),
+            _ => reliable::ReliableStats::default(),
         }
     }
 
     /// Stream-mode counters (credit grants, refusals, protocol violations
     /// by the peer); `None` in `jxtarel` mode.
     pub fn stream_stats(&self) -> Option<StreamStats> {
-        match &self.imp {
-            Imp::Reliable(_) => None,
+        match &self.plain()?.imp {
             Imp::Stream(s) => Some(s.stats()),
+            _ => None,
         }
     }
 
     /// Stream mode: messages for this socket refused because they did not
     /// come straight from its peer; `None` in `jxtarel` mode.
     pub fn stream_foreign(&self) -> Option<u64> {
-        match &self.imp {
-            Imp::Reliable(_) => None,
+        match &self.plain()?.imp {
             Imp::Stream(s) => Some(s.foreign()),
+            _ => None,
         }
     }
 
@@ -714,8 +887,10 @@ impl JxtaSocket {
     /// peer with [`io::ErrorKind::ConnectionReset`]. A `jxtarel` socket
     /// has no abort (JXSE has none): this closes it like a drop.
     pub fn abort(self) {
-        if let Imp::Stream(mut s) = self.imp {
-            s.abort();
+        match self.imp {
+            Imp::Stream(mut s) => s.abort(),
+            Imp::Secure(mut s) => s.abort(),
+            Imp::Reliable(_) => {}
         }
     }
 
@@ -1091,6 +1266,7 @@ impl AsyncRead for JxtaSocket {
         match &mut self.get_mut().imp {
             Imp::Reliable(h) => h.0.poll_read(cx, buf),
             Imp::Stream(s) => s.poll_read(cx, buf),
+            Imp::Secure(s) => s.poll_read(cx, buf),
         }
     }
 }
@@ -1104,6 +1280,7 @@ impl AsyncWrite for JxtaSocket {
         match &mut self.get_mut().imp {
             Imp::Reliable(h) => h.0.poll_write(cx, data),
             Imp::Stream(s) => s.poll_write(cx, data),
+            Imp::Secure(s) => s.poll_write(cx, data),
         }
     }
 
@@ -1111,6 +1288,7 @@ impl AsyncWrite for JxtaSocket {
         match &mut self.get_mut().imp {
             Imp::Reliable(h) => h.0.poll_flush(cx),
             Imp::Stream(s) => s.poll_flush(cx),
+            Imp::Secure(s) => s.poll_flush(cx),
         }
     }
 
@@ -1118,6 +1296,7 @@ impl AsyncWrite for JxtaSocket {
         match &mut self.get_mut().imp {
             Imp::Reliable(h) => h.0.poll_shutdown(cx),
             Imp::Stream(s) => s.poll_shutdown(cx),
+            Imp::Secure(s) => s.poll_shutdown(cx),
         }
     }
 }

@@ -355,6 +355,32 @@ impl StreamSocket {
         Poll::Pending
     }
 
+    /// Like [`poll_read`](Self::poll_read), without copying: the next
+    /// buffered chunk (up to `max` bytes), `None` at the end of the stream.
+    pub(super) fn poll_read_bytes(
+        &mut self,
+        cx: &mut Context<'_>,
+        max: usize,
+    ) -> Poll<io::Result<Option<Bytes>>> {
+        let mut st = self.shared.lock();
+        if let Some(b) = st.s.read_bytes(max) {
+            let grant = st.s.poll_grant();
+            drop(st);
+            if let Some(g) = grant {
+                self.shared.send_grant(g);
+            }
+            return Poll::Ready(Ok(Some(b)));
+        }
+        if let Some(e) = st.read_err() {
+            return Poll::Ready(Err(e));
+        }
+        if st.s.at_eof() {
+            return Poll::Ready(Ok(None));
+        }
+        st.read_waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
     pub(super) fn poll_write(
         &mut self,
         cx: &mut Context<'_>,
