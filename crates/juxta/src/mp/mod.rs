@@ -48,6 +48,7 @@
 mod boot;
 mod coll;
 mod datatype;
+pub mod launch;
 mod wire;
 
 use std::collections::{HashMap, VecDeque};
