@@ -286,7 +286,7 @@ pub fn multiply(a: &[f64], b: &[f64], c: &mut [f64], rows: usize, n: usize) {
 async fn matmul(n: usize) -> Result<Vec<String>, BenchError> {
     let c = Communicator::from_env().await.map_err(mp_err)?;
     let p = c.size();
-    if n == 0 || n % p != 0 {
+    if n == 0 || !n.is_multiple_of(p) {
         return Err(BenchError::BadOption(format!(
             "matmul: n = {n} is not a positive multiple of {p} ranks"
         )));

@@ -781,7 +781,7 @@ fn run_mp(a: MpArgs) -> Result<(), CliError> {
             }
         },
     };
-    if opts.matmul_n > 0 && opts.matmul_n % opts.matmul_ranks != 0 {
+    if opts.matmul_n > 0 && !opts.matmul_n.is_multiple_of(opts.matmul_ranks) {
         return Err(CliError::Msg(format!(
             "--matmul-n {} is not a multiple of --matmul-ranks {}",
             opts.matmul_n, opts.matmul_ranks

@@ -28,6 +28,9 @@ pub const ENV_JOB: &str = "JUXTA_MP_JOB";
 /// Environment variable: [`MpConfig::op_timeout`] in seconds (optional).
 pub const ENV_TIMEOUT: &str = "JUXTA_MP_TIMEOUT";
 
+/// Environment variable: [`MpConfig::spin`] in microseconds (optional).
+pub const ENV_SPIN_US: &str = "JUXTA_MP_SPIN_US";
+
 const BOOT_SERVICE: &str = "juxta-mp-boot";
 const NS: &str = "juxta-mp";
 
@@ -99,7 +102,8 @@ fn env_var<T: std::str::FromStr>(var: &'static str) -> Result<Option<T>, BootErr
 impl Communicator {
     /// Joins the job described by the launcher's environment
     /// (`juxta run -n N -- PROGRAM`): [`ENV_RANK`], [`ENV_SIZE`],
-    /// [`ENV_SEED`], optionally [`ENV_JOB`] and [`ENV_TIMEOUT`].
+    /// [`ENV_SEED`], optionally [`ENV_JOB`], [`ENV_TIMEOUT`] and
+    /// [`ENV_SPIN_US`].
     pub async fn from_env() -> Result<Communicator, MpError> {
         let need = |var: &'static str| BootError::Env {
             var,
@@ -119,6 +123,9 @@ impl Communicator {
                 .into());
             }
             cfg.op_timeout = Some(Duration::from_secs_f64(t));
+        }
+        if let Some(us) = env_var::<u64>(ENV_SPIN_US)? {
+            cfg.spin = Duration::from_micros(us);
         }
         Communicator::join(rank, size, seed, &job, cfg).await
     }

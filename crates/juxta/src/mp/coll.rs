@@ -369,7 +369,7 @@ impl Communicator {
     /// (pairwise exchange, `n - 1` rounds).
     pub async fn alltoall<T: Datatype>(&self, data: &[T]) -> Result<Vec<T>, MpError> {
         let (n, r) = (self.size(), self.rank());
-        if data.len() % n != 0 {
+        if !data.len().is_multiple_of(n) {
             return Err(MpError::BadLength {
                 len: data.len(),
                 why: "alltoall data is a multiple of the size",
