@@ -153,6 +153,10 @@ pub async fn launch(opts: &LaunchOptions) -> Result<(), LaunchError> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        if opts.ranks > cores && std::env::var_os(super::ENV_SPIN_US).is_none() {
+            // Oversubscribed: ranks park at once instead of spinning.
+            cmd.env(super::ENV_SPIN_US, "0");
+        }
         if let Some(t) = opts.op_timeout {
             cmd.env(super::ENV_TIMEOUT, t.as_secs_f64().to_string());
         }

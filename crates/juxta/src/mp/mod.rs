@@ -190,9 +190,13 @@ pub struct MpConfig {
     /// RSA key size of the ranks' peer identities (default 2048).
     pub key_bits: usize,
     /// How long a receive busy-polls (yielding to the runtime, which polls
-    /// the sockets without sleeping) before it parks (default 50 µs; zero:
-    /// never). Cuts the round trip of small messages by the wake-up of
-    /// a sleeping thread, at the cost of CPU while waiting.
+    /// the sockets without sleeping) before it parks (default 2 ms; zero:
+    /// never). Saves the wake-up of a parked thread on every message (and
+    /// on every socket read of a large one), at the cost of CPU while
+    /// waiting, as MPI's progress engine does. `juxta run` turns it off
+    /// (through [`ENV_SPIN_US`]) when the job has more ranks than the
+    /// machine has cores: spinning ranks would steal the CPU of the ones
+    /// computing.
     pub spin: Duration,
     /// Address this rank's peer listens on (default `127.0.0.1:0`; rank 0
     /// listens on the seed).
@@ -210,7 +214,7 @@ impl Default for MpConfig {
             max_message: juxta_proto::wire::frame::DEFAULT_MAX_MESSAGE,
             key_bits: 2048,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            spin: Duration::from_micros(50),
+            spin: Duration::from_millis(2),
         }
     }
 }
