@@ -185,6 +185,20 @@ async fn collectives_on_1_to_5_ranks() {
                     c.allreduce(&mut x, op).await.unwrap();
                     assert_eq!(x, [want; 5], "allreduce {op:?} n={n}");
                 }
+                // Large enough for reduce-scatter + allgather (uneven
+                // blocks: 5003 elements).
+                let mut big: Vec<f64> = (0..5003).map(|i| (i % 11) as f64 + r as f64).collect();
+                c.allreduce(&mut big, ReduceOp::Sum).await.unwrap();
+                let rs = (0..n).sum::<usize>() as f64;
+                assert!(
+                    big.iter()
+                        .enumerate()
+                        .all(|(i, v)| *v == n as f64 * (i % 11) as f64 + rs),
+                    "large allreduce n={n}"
+                );
+                let mut bigi: Vec<i32> = vec![r as i32 + 1; 9000];
+                c.allreduce(&mut bigi, ReduceOp::Max).await.unwrap();
+                assert!(bigi.iter().all(|v| *v == n as i32), "large max n={n}");
                 let mut xi = [r as i64 * 3, 1];
                 c.allreduce(&mut xi, ReduceOp::Sum).await.unwrap();
                 assert_eq!(xi, [3 * (0..n as i64).sum::<i64>(), n as i64]);

@@ -18,6 +18,11 @@ const SCATTER: u8 = 6;
 const ALLGATHER: u8 = 7;
 const ALLTOALL: u8 = 8;
 
+/// Allreduces of at least this many bytes (and one element per rank of
+/// the power of two) use reduce-scatter + allgather, which sends each
+/// rank's data about twice in all instead of once per round.
+const RABENSEIFNER_MIN: usize = 32 * 1024;
+
 fn bytes_of<T: Datatype>(v: &[T]) -> Bytes {
     Bytes::copy_from_slice(bytemuck::cast_slice(v))
 }
@@ -191,7 +196,10 @@ impl Communicator {
             Some(r - rem)
         };
         h.tag = 1;
-        if let Some(nr) = newrank {
+        if let Some(nr) = newrank.filter(|_| len >= RABENSEIFNER_MIN && buf.len() >= pof2) {
+            self.reduce_scatter_allgather(buf, op, nr, pof2, rem, &mut h)
+                .await?;
+        } else if let Some(nr) = newrank {
             let mut mask = 1;
             while mask < pof2 {
                 let nd = nr ^ mask;
@@ -221,6 +229,84 @@ impl Communicator {
                 check_len(&d, len, r + 1)?;
                 bytemuck::cast_slice_mut::<T, u8>(buf).copy_from_slice(&d);
             }
+        }
+        Ok(())
+    }
+
+    /// Rabenseifner's allreduce among the `pof2` ranks left after the
+    /// fold (`nr` is this rank's number among them): a reduce-scatter by
+    /// recursive halving (each round sends half of what is left), then an
+    /// allgather by recursive doubling; every block is reduced on one rank
+    /// only, so all ranks end with the same bits.
+    async fn reduce_scatter_allgather<T: Datatype>(
+        &self,
+        buf: &mut [T],
+        op: ReduceOp,
+        nr: usize,
+        pof2: usize,
+        rem: usize,
+        h: &mut Header,
+    ) -> Result<(), MpError> {
+        let count = buf.len();
+        let sz = std::mem::size_of::<T>();
+        let cnts: Vec<usize> = (0..pof2)
+            .map(|i| count / pof2 + usize::from(i < count % pof2))
+            .collect();
+        let mut disps = vec![0usize; pof2 + 1];
+        for i in 0..pof2 {
+            disps[i + 1] = disps[i] + cnts[i];
+        }
+        let real = |nd: usize| if nd < rem { nd * 2 + 1 } else { nd + rem };
+        let (mut send_idx, mut recv_idx, mut last_idx) = (0usize, 0usize, pof2);
+        let mut mask = 1;
+        while mask < pof2 {
+            let nd = nr ^ mask;
+            let dst = real(nd);
+            if nr < nd {
+                send_idx = recv_idx + pof2 / (mask * 2);
+            } else {
+                recv_idx = send_idx + pof2 / (mask * 2);
+            }
+            let (s0, s1, r0, r1) = if nr < nd {
+                (send_idx, last_idx, recv_idx, send_idx)
+            } else {
+                (send_idx, recv_idx, recv_idx, last_idx)
+            };
+            let out = bytes_of(&buf[disps[s0]..disps[s1]]);
+            let d = self.coll_exchange(dst, dst, h, out).await?;
+            check_len(&d, (disps[r1] - disps[r0]) * sz, dst)?;
+            T::reduce(op, &mut buf[disps[r0]..disps[r1]], &to_vec::<T>(&d)?);
+            send_idx = recv_idx;
+            mask <<= 1;
+            if mask < pof2 {
+                last_idx = recv_idx + pof2 / mask;
+            }
+            h.tag += 1;
+        }
+        mask >>= 1;
+        while mask > 0 {
+            let nd = nr ^ mask;
+            let dst = real(nd);
+            let (s0, s1, r0, r1);
+            if nr < nd {
+                if mask != pof2 / 2 {
+                    last_idx += pof2 / (mask * 2);
+                }
+                recv_idx = send_idx + pof2 / (mask * 2);
+                (s0, s1, r0, r1) = (send_idx, recv_idx, recv_idx, last_idx);
+            } else {
+                recv_idx = send_idx - pof2 / (mask * 2);
+                (s0, s1, r0, r1) = (send_idx, last_idx, recv_idx, send_idx);
+            }
+            let out = bytes_of(&buf[disps[s0]..disps[s1]]);
+            let d = self.coll_exchange(dst, dst, h, out).await?;
+            check_len(&d, (disps[r1] - disps[r0]) * sz, dst)?;
+            bytemuck::cast_slice_mut::<T, u8>(&mut buf[disps[r0]..disps[r1]]).copy_from_slice(&d);
+            if nr > nd {
+                send_idx = recv_idx;
+            }
+            mask >>= 1;
+            h.tag += 1;
         }
         Ok(())
     }
