@@ -13,6 +13,8 @@ fn cfg() -> MpConfig {
         key_bits: 1024,
         liveness_interval: Duration::from_millis(20),
         boot_timeout: Duration::from_secs(30),
+        // A bug that loses a message fails the test instead of hanging it.
+        op_timeout: Some(Duration::from_secs(60)),
         ..MpConfig::default()
     }
 }

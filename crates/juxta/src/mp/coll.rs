@@ -1,5 +1,6 @@
 //! Collectives: dissemination barrier, binomial-tree bcast, reduce,
-//! gather and scatter, recursive-doubling allreduce, Bruck allgather and
+//! gather and scatter, recursive-doubling allreduce (reduce-scatter +
+//! allgather from 32 KiB), Bruck allgather and
 //! pairwise-exchange alltoall. Every algorithm works for any rank count
 //! (not only powers of two) and takes `ceil(log2(n))` rounds except
 //! alltoall (`n - 1`).
@@ -167,8 +168,9 @@ impl Communicator {
     }
 
     /// Combines every rank's `buf` element by element with `op`, leaving
-    /// the result in every rank's `buf` (recursive doubling; ranks beyond
-    /// the largest power of two fold into a partner first).
+    /// the result in every rank's `buf` (recursive doubling, or from
+    /// 32 KiB reduce-scatter + allgather; ranks beyond the largest power of
+    /// two fold into a partner first).
     pub async fn allreduce<T: Datatype>(&self, buf: &mut [T], op: ReduceOp) -> Result<(), MpError> {
         let (n, r) = (self.size(), self.rank());
         let mut h = self.coll_header::<T>(ALLREDUCE, 0, buf.len());

@@ -17,7 +17,8 @@
 //!   wait in a bounded unexpected-message queue; when it is full the
 //!   communicator stops reading (push-back to the senders, counted).
 //! * Collectives use binomial trees (bcast, reduce, gather, scatter),
-//!   recursive doubling (allreduce), Bruck (allgather), dissemination
+//!   recursive doubling or, from 32 KiB, reduce-scatter + allgather
+//!   (allreduce), Bruck (allgather), dissemination
 //!   (barrier) and pairwise exchange (alltoall); each carries its kind,
 //!   root, count and datatype, so ranks that call different collectives
 //!   get [`MpError::CollectiveMismatch`].
