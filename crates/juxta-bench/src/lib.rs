@@ -22,6 +22,7 @@ pub mod csv_out;
 pub mod jxse;
 pub mod layers;
 pub mod machine;
+pub mod mp;
 pub mod net;
 pub mod ops;
 pub mod pingpong;

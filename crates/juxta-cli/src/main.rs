@@ -57,6 +57,32 @@ enum Cmd {
         #[command(flatten)]
         suite: SuiteArgs,
     },
+    /// Run a message-passing job: N processes of PROGRAM on this machine,
+    /// each told its rank, the job size and the seed (rank 0's address)
+    /// in JUXTA_MP_RANK, JUXTA_MP_SIZE, JUXTA_MP_SEED and JUXTA_MP_JOB
+    /// (`juxta::mp::Communicator::from_env`). Output lines are prefixed
+    /// `[rank]`. When a rank fails, the others are killed and the job
+    /// exits non-zero (the failed rank's code when it has one).
+    Run {
+        /// Number of ranks (processes).
+        #[arg(short = 'n', long = "np")]
+        n: usize,
+        /// CPU placement: none, or core (rank r on core r mod cores).
+        #[arg(long, default_value = "none")]
+        bind: String,
+        /// Kill the job after this many seconds.
+        #[arg(long)]
+        timeout: Option<f64>,
+        /// The ranks' operation timeout in seconds (JUXTA_MP_TIMEOUT).
+        #[arg(long)]
+        op_timeout: Option<f64>,
+        /// The program and its arguments (after `--`).
+        #[arg(last = true, required = true, num_args = 1..)]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// Internal: one rank of the message-passing benchmark.
+    #[command(hide = true)]
+    MpRank(juxta_bench::mp::RankArgs),
     /// Internal: a rendezvous peer as its own process (rendezvous and
     /// recovery benchmarks); prints `READY <addr> <peer id>`.
     #[command(hide = true)]
@@ -207,6 +233,12 @@ enum BenchCmd {
     /// socket byte is lost or reordered and reports the edges' re-lease
     /// times. Writes results.json, CSV files and report.html.
     Chaos(ChaosArgs),
+    /// Message passing (de Souza et al.): ping-pong of 2 B..1 MB over
+    /// TCP, the Juxta communicator and Open MPI (TCP and shared-memory
+    /// BTLs), matrix multiplication sequential (Rust, C -O0/-O3) and on 2
+    /// ranks (Juxta, Open MPI), and a 1 MB f64 allreduce over 4 ranks.
+    /// Open MPI rows need `mpirun`/`mpicc` (skipped with a note otherwise).
+    Mp(MpArgs),
     /// Compare two result sets (a results directory or a results.json
     /// each): prints B / A for every figure and writes an HTML page with
     /// the ratios plotted.
@@ -283,6 +315,45 @@ impl Default for PingPongArgs {
             json: None,
         }
     }
+}
+
+#[derive(clap::Args, Clone)]
+struct MpArgs {
+    /// Ping-pong sizes in bytes (default: the study's 16 sizes, 2 B..1 MB);
+    /// empty for none.
+    #[arg(long)]
+    sizes: Option<String>,
+    /// Warm-up round trips per size (capped at 256 MiB of payload).
+    #[arg(long, default_value_t = 200)]
+    warmup: usize,
+    /// Timed runs per size.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Round trips per timed run.
+    #[arg(long, default_value_t = 100)]
+    pairs: usize,
+    /// Matrix order of the matmul (0: no matmul).
+    #[arg(long, default_value_t = 2400)]
+    matmul_n: usize,
+    /// Ranks of the parallel matmul.
+    #[arg(long, default_value_t = 2)]
+    matmul_ranks: usize,
+    /// Skip the sequential C at -O0 (the slowest run).
+    #[arg(long)]
+    no_c_o0: bool,
+    /// Allreduce f64 elements per rank (0: no allreduce).
+    #[arg(long, default_value_t = 131_072)]
+    allreduce_doubles: usize,
+    /// Allreduce ranks.
+    #[arg(long, default_value_t = 4)]
+    allreduce_ranks: usize,
+    /// CPU placement: core (2-rank runs on cores 0 and 1, sequential runs
+    /// on core 0, for every implementation) or none.
+    #[arg(long, default_value = "core")]
+    bind: String,
+    /// Write {"results": [...]} here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Clone)]
@@ -614,6 +685,14 @@ fn main() -> ExitCode {
             no_cbjx,
             key_bits,
         } => multi_thread().block_on(run_peer(listen, home, !no_compact, !no_cbjx, key_bits)),
+        Cmd::Run {
+            n,
+            bind,
+            timeout,
+            op_timeout,
+            command,
+        } => return run_job(n, &bind, timeout, op_timeout, command),
+        Cmd::MpRank(a) => juxta_bench::mp::rank_main(&a).map_err(CliError::from),
         Cmd::RdvServe(a) => multi_thread().block_on(run_rdv_serve(a)),
         Cmd::RelayServe(a) => multi_thread().block_on(run_relay_serve(a)),
         Cmd::SoakWorker { spec } => return juxta_bench::worker::main_json(&spec),
@@ -658,6 +737,7 @@ fn main() -> ExitCode {
             Some(BenchCmd::Soak(a)) => run_soak(a),
             Some(BenchCmd::Chaos(a)) => run_chaos(a),
             Some(BenchCmd::Compare { a, b, html }) => run_compare(a, b, html),
+            Some(BenchCmd::Mp(a)) => run_mp(a),
             None => match run_suite(suite) {
                 Ok(code) => return code,
                 Err(e) => Err(e),
@@ -671,6 +751,127 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `juxta run`: launches the job and ends with its status.
+fn run_job(
+    n: usize,
+    bind: &str,
+    timeout: Option<f64>,
+    op_timeout: Option<f64>,
+    command: Vec<std::ffi::OsString>,
+) -> ExitCode {
+    use juxta::mp::launch::{launch, Bind, LaunchOptions};
+    let secs = |what: &str, t: Option<f64>| match t {
+        None => Ok(None),
+        Some(t) if t.is_finite() && t > 0.0 => Ok(Some(std::time::Duration::from_secs_f64(t))),
+        Some(t) => Err(format!("{what} {t}: expected a positive number of seconds")),
+    };
+    let opts = (|| {
+        Ok::<_, String>(LaunchOptions {
+            ranks: n,
+            command,
+            bind: match bind {
+                "none" => Bind::None,
+                "core" => Bind::Core,
+                other => return Err(format!("--bind {other:?} (expected none or core)")),
+            },
+            timeout: secs("--timeout", timeout)?,
+            op_timeout: secs("--op-timeout", op_timeout)?,
+            job: None,
+        })
+    })();
+    let opts = match opts {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("juxta run: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match multi_thread().block_on(launch(&opts)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("juxta run: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn run_mp(a: MpArgs) -> Result<(), CliError> {
+    use juxta_bench::mp::{MpOptions, DE_SOUZA_SIZES};
+    let opts = MpOptions {
+        sizes: match &a.sizes {
+            None => DE_SOUZA_SIZES.to_vec(),
+            Some(s) if s.trim().is_empty() => Vec::new(),
+            Some(s) => parse_sizes(s)?,
+        },
+        warmup: a.warmup,
+        runs: a.runs.max(1),
+        pairs: a.pairs.max(1),
+        matmul_n: a.matmul_n,
+        matmul_ranks: a.matmul_ranks.max(1),
+        c_o0: !a.no_c_o0,
+        allreduce_doubles: a.allreduce_doubles,
+        allreduce_ranks: a.allreduce_ranks.max(1),
+        bind: match a.bind.as_str() {
+            "core" => true,
+            "none" => false,
+            other => {
+                return Err(CliError::Msg(format!(
+                    "--bind {other:?} (expected core or none)"
+                )))
+            }
+        },
+    };
+    if opts.matmul_n > 0 && !opts.matmul_n.is_multiple_of(opts.matmul_ranks) {
+        return Err(CliError::Msg(format!(
+            "--matmul-n {} is not a multiple of --matmul-ranks {}",
+            opts.matmul_n, opts.matmul_ranks
+        )));
+    }
+    if let Some(p) = &a.json {
+        prepare_json(p)?;
+    }
+    let o = opts.clone();
+    let res = drive(|progress| async move { juxta_bench::mp::run(&o, progress).await })?;
+    println!(
+        "{:<6} {:<5} {:>9} {:>12} {:>12} {:>9} {:>8}",
+        "impl", "layer", "size", "rtt_med_us", "bw_MB_s", "rtt/mpi", "bw/mpi"
+    );
+    let ratio = |x: Option<f64>| x.map(|v| format!("{v:.2}")).unwrap_or_default();
+    for r in &res.pingpong {
+        println!(
+            "{:<6} {:<5} {:>9} {:>12.1} {:>12.1} {:>9} {:>8}",
+            r.implementation,
+            r.layer,
+            r.size,
+            r.rtt_us_median,
+            r.bandwidth_mb_s,
+            ratio(r.rtt_ratio_vs_mpi_tcp),
+            ratio(r.bandwidth_ratio_vs_mpi_tcp)
+        );
+    }
+    for r in &res.matmul {
+        println!(
+            "matmul {:<9} ranks {} n {} {:>9.3} s speedup {:.2} checksum {:.6e}",
+            r.implementation, r.ranks, r.n, r.seconds, r.speedup, r.checksum
+        );
+    }
+    for r in &res.allreduce {
+        println!(
+            "allreduce {:<6} ranks {} {} B {:>10.1} us",
+            r.implementation, r.ranks, r.bytes, r.us_median
+        );
+    }
+    for n in &res.notes {
+        println!("{n}");
+    }
+    if let Some(p) = &a.json {
+        let mut opts_json = serde_json::to_value(&opts).expect("json");
+        opts_json["notes"] = serde_json::to_value(&res.notes).expect("json");
+        write_json(p, opts_json, serde_json::Value::Array(res.rows()))?;
+    }
+    Ok(())
 }
 
 fn multi_thread() -> tokio::runtime::Runtime {

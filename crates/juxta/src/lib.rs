@@ -15,6 +15,7 @@ pub mod config;
 pub mod discovery;
 pub mod endpoint;
 pub mod group;
+pub mod mp;
 pub mod peer;
 pub mod pipe;
 pub mod relay;
