@@ -243,14 +243,16 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
     }
     let directed = matches!(&msg, PipeResolverMsg::Query { peers, .. } if peers.contains(&me));
     // Secure pipes speak TLS 1.3 to Juxta peers only (JXSE's secure pipes
-    // use TLS 1.0 over its own transport): a peer on a connection in JXTA
-    // framing is not told we hold one.
-    let juxta_peer = d
+    // use TLS 1.0 over its own transport): a peer on a direct connection in
+    // JXTA framing is not told we hold one. A querier reached through a
+    // relay may be either; it is answered, and its TLS handshake decides
+    // (a JXSE peer fails there, with a clear error on its side).
+    let jxta_framed_direct = d
         .from
         .and_then(|p| inner.messenger(&p))
-        .is_some_and(|m| m.is_compact());
+        .is_some_and(|m| !m.is_routed() && !m.is_compact());
     let Some(answer) = juxta_proto::pipe::binding::answer_query(&me, &msg, directed, |id, ty| {
-        (ty != PipeType::UnicastSecure || juxta_peer) && inner.pipes.has_input(id, ty)
+        (ty != PipeType::UnicastSecure || !jxta_framed_direct) && inner.pipes.has_input(id, ty)
     }) else {
         return Ok(());
     };

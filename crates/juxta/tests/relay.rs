@@ -1055,3 +1055,74 @@ async fn an_answer_is_not_reflected_to_a_third_peer_the_query_names() {
     assert!(!m.is_connected_to(&t.peer_id()));
     assert_eq!(stat(&t, |s| &s.resolver_errors), 0);
 }
+
+/// Secure pipes (TLS 1.3 end to end) between two edges that do not listen:
+/// the records travel through the rendezvous/relay, which cannot read
+/// them, and each side proves its peer ID to the other (issue #19 item 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secure_pipe_between_edges_that_do_not_listen() {
+    use juxta::rendezvous::RendezvousConfig;
+    let dir = tempfile::tempdir().unwrap();
+    // TLS needs RSA keys of at least 2048 bits.
+    let start2048 = |name: &'static str, cfg: Box<dyn FnOnce(PeerConfig) -> PeerConfig + Send>| {
+        let home = dir.path().join(name);
+        async move {
+            let mut c = PeerConfig::new(home);
+            c.key_bits = 2048;
+            Peer::start(cfg(c)).await.unwrap()
+        }
+    };
+    let r = start2048(
+        "r",
+        Box::new(|c| {
+            c.listen("127.0.0.1:0".parse().unwrap())
+                .relay(RelayConfig::server())
+                .rendezvous(RendezvousConfig::rendezvous())
+        }),
+    )
+    .await;
+    let seeds = vec![r.local_addr().unwrap()];
+    let s1 = seeds.clone();
+    let a = start2048(
+        "a",
+        Box::new(move |c| c.rendezvous(RendezvousConfig::edge(s1))),
+    )
+    .await;
+    let b = start2048(
+        "b",
+        Box::new(move |c| c.rendezvous(RendezvousConfig::edge(seeds))),
+    )
+    .await;
+    for p in [&a, &b] {
+        assert!(p.local_addr().is_none());
+        assert_eq!(
+            p.relay().expect("automatic lease").wait_leased(WAIT).await,
+            Some(r.peer_id())
+        );
+    }
+    let mut sad = adv("firewalled-secure");
+    sad.pipe_type = PipeType::UnicastSecure;
+    let mut input = a.pipes().create_input_pipe(&sad).unwrap();
+    let out = b
+        .pipes()
+        .create_output_pipe(&sad, &[a.peer_id()], WAIT)
+        .await
+        .unwrap();
+    for i in 0..5 {
+        out.send(Message::new().with(Element::text("", "n", &i.to_string())))
+            .await
+            .unwrap();
+    }
+    for i in 0..5 {
+        let m = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            m.message.get("", "n").unwrap().as_str(),
+            Some(&*i.to_string())
+        );
+        assert_eq!(m.from, Some(b.peer_id()));
+    }
+    assert!(!a.is_connected_to(&b.peer_id()));
+}
