@@ -105,6 +105,9 @@ pub enum Layer {
     /// ZeroMQ (libzmq) REQ/REP over TCP ([`crate::stacks`]); rows have
     /// `impl = "zmq"`.
     ZmqReqRep,
+    /// rust-libp2p over TCP with noise and yamux, one stream kept open
+    /// ([`crate::stacks`]); rows have `impl = "libp2p"`.
+    Libp2p,
     /// Open MPI over its TCP transport; rows `impl = "mpi"`, `layer = "tcp"`.
     MpiTcp,
     /// Open MPI over shared memory; rows `impl = "mpi"`, `layer = "sm"`.
@@ -118,7 +121,7 @@ pub enum Layer {
 
 impl Layer {
     /// Every layer, in report order.
-    pub const ALL: [Layer; 18] = [
+    pub const ALL: [Layer; 19] = [
         Layer::Tcp,
         Layer::Endpoint,
         Layer::EndpointCompat,
@@ -135,6 +138,7 @@ impl Layer {
         Layer::Propagate,
         Layer::Udp,
         Layer::ZmqReqRep,
+        Layer::Libp2p,
         Layer::MpiTcp,
         Layer::MpiSm,
     ];
@@ -166,6 +170,7 @@ impl Layer {
             Layer::Propagate => "propagate",
             Layer::Udp => "udp",
             Layer::ZmqReqRep => "tcp-req-rep",
+            Layer::Libp2p => "tcp-noise-yamux",
             Layer::MpiTcp => "mpi-tcp",
             Layer::MpiSm => "mpi-sm",
         }
@@ -223,6 +228,7 @@ impl Layer {
     pub fn stack(self) -> Option<crate::stacks::Stack> {
         match self {
             Layer::ZmqReqRep => Some(crate::stacks::Stack::Zmq),
+            Layer::Libp2p => Some(crate::stacks::Stack::Libp2p),
             Layer::MpiTcp => Some(crate::stacks::Stack::MpiTcp),
             Layer::MpiSm => Some(crate::stacks::Stack::MpiSm),
             _ => None,
@@ -813,11 +819,14 @@ pub async fn run_responder(
     let layer = spec.layer;
     let key_bits = layer.key_bits(spec.key_bits);
     match layer {
-        Layer::ZmqReqRep | Layer::MpiTcp | Layer::MpiSm => Err(BenchError::Unsupported {
-            layer: layer.name().into(),
-            scenario: "bench-responder".into(),
-            allowed: "the layers of juxta and the sockets (stacks run their own programs)".into(),
-        }),
+        Layer::ZmqReqRep | Layer::Libp2p | Layer::MpiTcp | Layer::MpiSm => {
+            Err(BenchError::Unsupported {
+                layer: layer.name().into(),
+                scenario: "bench-responder".into(),
+                allowed: "the layers of juxta and the sockets (stacks run their own programs)"
+                    .into(),
+            })
+        }
         Layer::Udp => {
             let sock = UdpSocket::bind(SocketAddr::new(spec.bind, 0))
                 .await
@@ -1143,7 +1152,7 @@ impl Client {
         };
         let kind = match layer {
             Layer::Tcp | Layer::Udp => unreachable!("handled above"),
-            Layer::ZmqReqRep | Layer::MpiTcp | Layer::MpiSm => {
+            Layer::ZmqReqRep | Layer::Libp2p | Layer::MpiTcp | Layer::MpiSm => {
                 return Err(BenchError::Unsupported {
                     layer: layer.name().into(),
                     scenario: "a juxta client".into(),

@@ -15,14 +15,17 @@
 //! measurement) and `QUIT`. The harness drives it as a lane
 //! ([`crate::pingpong`]), exactly as it drives the JXSE JVMs.
 //!
-//! Stacks: `zmq` (libzmq REQ/REP over TCP, [`Stack::Zmq`]) and `mpi` (Open
-//! MPI, two ranks under `mpirun`, over its TCP transport restricted to
-//! loopback and over shared memory: [`Stack::MpiTcp`], [`Stack::MpiSm`]).
-//! Each program's C source is compiled into the binary and built at run
-//! time (`cc` against libzmq, `mpicc`); a missing compiler or library is a
-//! typed error naming what to install (Debian: `libzmq3-dev`, `openmpi-bin
-//! libopenmpi-dev`). MPI's ranks keep Open MPI's default binding (see
-//! [`StackLane::start`]).
+//! Stacks: `zmq` (libzmq REQ/REP over TCP, [`Stack::Zmq`]), `libp2p`
+//! (rust-libp2p over TCP + noise + yamux, one stream opened once and kept
+//! open, [`Stack::Libp2p`]) and `mpi` (Open MPI, two ranks under `mpirun`,
+//! over its TCP transport restricted to loopback and over shared memory:
+//! [`Stack::MpiTcp`], [`Stack::MpiSm`]). Each program's source is compiled
+//! into the binary and built at run time (`cc` against libzmq, `mpicc`,
+//! `cargo build --release --locked` for the libp2p crate with its committed
+//! Cargo.lock, into a target directory kept between runs: the first build
+//! takes minutes); a missing compiler or library is a typed error naming
+//! what to install (Debian: `libzmq3-dev`, `openmpi-bin libopenmpi-dev`).
+//! MPI's ranks keep Open MPI's default binding (see [`StackLane::start`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), juxta_bench::stacks::StackError> {
@@ -48,6 +51,21 @@ use crate::socket_bytes::ClientSockets;
 const ZMQ_SOURCE: &str = include_str!("../peers/zmq_pingpong.c");
 /// C source of the two MPI ranks.
 const MPI_SOURCE: &str = include_str!("../peers/mpi_pingpong.c");
+/// The rust-libp2p program: its manifest, lock file and source.
+const LIBP2P_FILES: [(&str, &str); 3] = [
+    (
+        "Cargo.toml",
+        include_str!("../peers/libp2p_pingpong/Cargo.toml"),
+    ),
+    (
+        "Cargo.lock",
+        include_str!("../peers/libp2p_pingpong/Cargo.lock"),
+    ),
+    (
+        "src/main.rs",
+        include_str!("../peers/libp2p_pingpong/src/main.rs"),
+    ),
+];
 
 /// How long a program may take to build or to say `READY`.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -60,6 +78,9 @@ pub const MAX_SIZE: usize = 64 << 20;
 pub enum Stack {
     /// libzmq, REQ/REP sockets over TCP.
     Zmq,
+    /// rust-libp2p 0.57, TCP + noise + yamux, one stream kept open
+    /// (libp2p-stream), each message a 4-byte length and the payload.
+    Libp2p,
     /// Open MPI, two ranks, `MPI_Send`/`MPI_Recv` over its TCP transport
     /// (`btl tcp,self`, loopback only).
     MpiTcp,
@@ -69,12 +90,13 @@ pub enum Stack {
 
 impl Stack {
     /// Every stack, in report order.
-    pub const ALL: [Stack; 3] = [Stack::Zmq, Stack::MpiTcp, Stack::MpiSm];
+    pub const ALL: [Stack; 4] = [Stack::Zmq, Stack::Libp2p, Stack::MpiTcp, Stack::MpiSm];
 
     /// The `impl` of its rows.
     pub fn name(self) -> &'static str {
         match self {
             Stack::Zmq => "zmq",
+            Stack::Libp2p => "libp2p",
             Stack::MpiTcp | Stack::MpiSm => "mpi",
         }
     }
@@ -83,6 +105,7 @@ impl Stack {
     pub fn configuration(self) -> &'static str {
         match self {
             Stack::Zmq => "tcp-req-rep",
+            Stack::Libp2p => "tcp-noise-yamux",
             Stack::MpiTcp => "tcp",
             Stack::MpiSm => "sm",
         }
@@ -96,6 +119,7 @@ impl Stack {
     fn source(self) -> (&'static str, &'static str) {
         match self {
             Stack::Zmq => ("zmq_pingpong", ZMQ_SOURCE),
+            Stack::Libp2p => ("libp2p_pingpong", LIBP2P_FILES[2].1),
             Stack::MpiTcp | Stack::MpiSm => ("mpi_pingpong", MPI_SOURCE),
         }
     }
@@ -127,6 +151,15 @@ pub enum StackError {
         library: &'static str,
         /// what to install
         package: &'static str,
+    },
+    /// Building the libp2p program with cargo failed (it fetches its
+    /// crates from crates.io the first time).
+    #[error("building the {stack} bench program with cargo failed (it needs crates.io the first time): {output}")]
+    CargoFailed {
+        /// the stack
+        stack: &'static str,
+        /// cargo's output (its end)
+        output: String,
     },
     /// Compiling the program failed.
     #[error("building the {stack} bench program failed: {output}")]
@@ -183,9 +216,85 @@ pub enum StackError {
     },
 }
 
+/// Where the libp2p program is built: kept between runs (the first build
+/// compiles rust-libp2p, minutes; later runs reuse it).
+/// `JUXTA_BENCH_LIBP2P_DIR` overrides.
+fn libp2p_dir() -> PathBuf {
+    std::env::var_os("JUXTA_BENCH_LIBP2P_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("juxta-bench-libp2p"))
+}
+
+/// Builds the rust-libp2p program (cargo, `--locked`, offline once its
+/// crates are fetched); returns its path.
+fn build_libp2p() -> Result<PathBuf, StackError> {
+    let name = Stack::Libp2p.name();
+    let dir = libp2p_dir();
+    let io = |what, source| StackError::Io {
+        stack: name,
+        role: "build",
+        what,
+        source,
+    };
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).map_err(|e| io("creating the build directory", e))?;
+    for (file, text) in LIBP2P_FILES {
+        let path = dir.join(file);
+        // Rewritten only when changed: cargo rebuilds on a newer mtime.
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
+            std::fs::write(&path, text).map_err(|e| io("writing the sources", e))?;
+        }
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--quiet",
+            "--manifest-path",
+        ])
+        .arg(dir.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        .env_remove("RUSTFLAGS")
+        .stdout(Stdio::null())
+        .output()
+        .map_err(|_| StackError::ToolMissing {
+            stack: name,
+            tool: "cargo",
+            package: "cargo (rustup)",
+        })?;
+    if !out.status.success() {
+        let text = String::from_utf8_lossy(&out.stderr);
+        let start = text.len().saturating_sub(2000);
+        let start = (start..text.len())
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(text.len());
+        return Err(StackError::CargoFailed {
+            stack: name,
+            output: text[start..].to_string(),
+        });
+    }
+    Ok(dir.join("target/release/libp2p_pingpong"))
+}
+
+/// The port of a responder's endpoint: `tcp://127.0.0.1:PORT` (zmq) or a
+/// multiaddr `/ip4/127.0.0.1/tcp/PORT/p2p/...` (libp2p).
+fn endpoint_port(endpoint: &str) -> Option<u16> {
+    if endpoint.starts_with('/') {
+        let mut parts = endpoint.split('/');
+        parts.find(|p| *p == "tcp")?;
+        return parts.next()?.parse().ok();
+    }
+    endpoint.rsplit_once(':')?.1.parse().ok()
+}
+
 /// Builds `stack`'s program into `dir`; returns its path.
 fn build(stack: Stack, dir: &Path) -> Result<PathBuf, StackError> {
     let name = stack.name();
+    if stack == Stack::Libp2p {
+        return build_libp2p();
+    }
     let (bin, source) = stack.source();
     let src = dir.join(format!("{bin}.c"));
     let exe = dir.join(bin);
@@ -381,15 +490,12 @@ impl StackLane {
                 });
             }
         };
-        let port = endpoint
-            .rsplit_once(':')
-            .and_then(|(_, p)| p.parse::<u16>().ok())
-            .ok_or_else(|| StackError::Protocol {
-                stack: name,
-                role: "responder",
-                command: "startup".into(),
-                line: endpoint.clone(),
-            })?;
+        let port = endpoint_port(&endpoint).ok_or_else(|| StackError::Protocol {
+            stack: name,
+            role: "responder",
+            command: "startup".into(),
+            line: endpoint.clone(),
+        })?;
         let (mut client, cout) = spawn(stack, "client", &exe, &["client", &endpoint])?;
         let mut lines = BufReader::new(cout).lines();
         let line = next_line(stack, "client", &mut lines, "startup", START_TIMEOUT).await?;
@@ -626,5 +732,20 @@ mod tests {
         assert_eq!(Stack::parse("mpi"), vec![Stack::MpiTcp, Stack::MpiSm]);
         assert_eq!(Stack::Zmq.configuration(), "tcp-req-rep");
         assert_eq!(Stack::MpiSm.configuration(), "sm");
+        assert_eq!(Stack::parse("libp2p"), vec![Stack::Libp2p]);
+    }
+
+    #[test]
+    fn responder_ports_are_read_from_both_endpoint_forms() {
+        assert_eq!(endpoint_port("tcp://127.0.0.1:5555"), Some(5555));
+        assert_eq!(
+            endpoint_port(
+                "/ip4/127.0.0.1/tcp/37867/p2p/12D3KooWAoryK88AtJj6cBv2xc9T6yCYU8ixHFLUQiCDJ9iS4TKi"
+            ),
+            Some(37867)
+        );
+        assert_eq!(endpoint_port("/ip4/127.0.0.1/udp/1"), None);
+        assert_eq!(endpoint_port("/ip4/127.0.0.1/tcp/99999"), None);
+        assert_eq!(endpoint_port("garbage"), None);
     }
 }

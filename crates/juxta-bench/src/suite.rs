@@ -159,6 +159,8 @@ pub struct SuiteOptions {
     pub udp: bool,
     /// Also run ZeroMQ (libzmq REQ/REP) in the pingpong.
     pub zmq: bool,
+    /// Also run rust-libp2p (TCP + noise + yamux) in the pingpong.
+    pub libp2p: bool,
     /// Also run Open MPI (TCP and shared memory) in the pingpong.
     pub mpi: bool,
     /// Network profile: loopback, or namespaces joined by a rate-limited,
@@ -180,6 +182,7 @@ impl SuiteOptions {
             jxse: false,
             udp: false,
             zmq: false,
+            libp2p: false,
             mpi: false,
             net: Profile::Loopback,
             out,
@@ -331,6 +334,7 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                 for (on, l) in [
                     (opts.udp, Layer::Udp),
                     (opts.zmq, Layer::ZmqReqRep),
+                    (opts.libp2p, Layer::Libp2p),
                     (opts.mpi, Layer::MpiTcp),
                     (opts.mpi, Layer::MpiSm),
                 ] {

@@ -176,6 +176,45 @@ async fn zmq_lane_beside_tcp() {
     }
 }
 
+/// rust-libp2p in the same harness: its program (a crate of its own built
+/// here with cargo from its committed Cargo.lock), TCP + noise + yamux
+/// with one stream kept open, rows of its own `impl`, every sample, bytes
+/// counted by the kernel at its client's socket.
+#[tokio::test]
+async fn libp2p_lane_beside_tcp() {
+    if !prereq::require(
+        "cargo (the libp2p program is built with it)",
+        std::env::var_os("CARGO").is_some() || prereq::on_path(&["cargo"]).is_some(),
+    ) {
+        return;
+    }
+    let opts = PingPongOptions {
+        layers: vec![Layer::Libp2p],
+        sizes: vec![1, 100_000],
+        pin: Pin::None,
+        warmup: 10,
+        runs: 2,
+        pairs: 5,
+        ..PingPongOptions::default()
+    };
+    let rows = pingpong::run(&Host::Thread, &opts, quiet).await.unwrap();
+    let p2p: Vec<_> = rows
+        .iter()
+        .filter(|r| r.implementation == "libp2p")
+        .collect();
+    assert_eq!(p2p.len(), 2, "{rows:?}");
+    for r in p2p {
+        assert_eq!(r.layer, "tcp-noise-yamux");
+        assert_eq!(r.samples, 10);
+        assert!(r.rtt_us_median > 0.0 && r.rtt_ratio_vs_tcp > 0.0, "{r:?}");
+        // noise (16-byte tag, 2-byte length) and yamux (12-byte header)
+        // frame every message, and yamux sends window updates: more
+        // bytes than the payload at the socket, but not a multiple of it.
+        assert!(r.wire_bytes > r.size as u64 + 4, "{r:?}");
+        assert!(r.wire_bytes < 2 * r.size as u64 + 512, "{r:?}");
+    }
+}
+
 /// Open MPI in the same harness: two ranks under mpirun, its TCP transport
 /// (bytes counted at rank 0's sockets) and shared memory (no socket).
 #[tokio::test]

@@ -148,7 +148,8 @@ struct SuiteArgs {
     net: String,
     /// Implementations beside the tcp bound and juxta (always measured):
     /// udp (datagram pingpong up to 64 KB), zmq (libzmq REQ/REP pingpong;
-    /// needs a C compiler and libzmq3-dev), mpi (Open MPI over TCP and
+    /// needs a C compiler and libzmq3-dev), libp2p (rust-libp2p TCP +
+    /// noise + yamux pingpong; built with cargo on first use), mpi (Open MPI over TCP and
     /// shared memory, pingpong; needs openmpi-bin libopenmpi-dev), jxse (the original JXSE 2.7 as
     /// two JVMs of interop/jxse, on the endpoint, unicast-pipe and socket
     /// layers of pingpong and throughput; needs Java 17 and Maven), or all.
@@ -165,6 +166,8 @@ struct Impls {
     udp: bool,
     /// libzmq REQ/REP (pingpong).
     zmq: bool,
+    /// rust-libp2p TCP + noise + yamux (pingpong).
+    libp2p: bool,
     /// Open MPI, TCP and shared memory (pingpong).
     mpi: bool,
 }
@@ -178,16 +181,18 @@ fn parse_impls(s: &str) -> Result<Impls, CliError> {
             "jxse" => i.jxse = true,
             "udp" => i.udp = true,
             "zmq" => i.zmq = true,
+            "libp2p" => i.libp2p = true,
             "mpi" => i.mpi = true,
             "all" => {
                 i.jxse = true;
                 i.udp = true;
                 i.zmq = true;
+                i.libp2p = true;
                 i.mpi = true;
             }
             other => {
                 return Err(CliError::Msg(format!(
-                    "unknown implementation {other:?} for --impl (known: tcp, juxta, udp, zmq, mpi, jxse, all)"
+                    "unknown implementation {other:?} for --impl (known: tcp, juxta, udp, zmq, libp2p, mpi, jxse, all)"
                 )))
             }
         }
@@ -284,8 +289,9 @@ struct PingPongArgs {
     key_bits: usize,
     /// Implementations beside the tcp bound and juxta: udp (datagrams up
     /// to 64 KB), zmq (libzmq REQ/REP; needs a C compiler and
-    /// libzmq3-dev), mpi (Open MPI, TCP and shared memory; needs
-    /// openmpi-bin libopenmpi-dev), jxse (the original JXSE 2.7 on the endpoint,
+    /// libzmq3-dev), libp2p (rust-libp2p TCP + noise + yamux, one stream;
+    /// built with cargo on first use), mpi (Open MPI, TCP and shared
+    /// memory; needs openmpi-bin libopenmpi-dev), jxse (the original JXSE 2.7 on the endpoint,
     /// unicast-pipe and socket layers, as shipped and with CBJX off; needs
     /// Java 17 and Maven), all; loopback only.
     #[arg(long = "impl", default_value = "juxta")]
@@ -1005,6 +1011,7 @@ fn run_suite(args: SuiteArgs) -> Result<ExitCode, CliError> {
     opts.jxse = impls.jxse;
     opts.udp = impls.udp;
     opts.zmq = impls.zmq;
+    opts.libp2p = impls.libp2p;
     opts.mpi = impls.mpi;
     opts.net =
         juxta_bench::net::Profile::parse(&args.net).map_err(juxta_bench::BenchError::from)?;
@@ -1112,6 +1119,7 @@ fn run_pingpong(args: PingPongArgs) -> Result<(), CliError> {
     for (on, l) in [
         (impls.udp, Layer::Udp),
         (impls.zmq, Layer::ZmqReqRep),
+        (impls.libp2p, Layer::Libp2p),
         (impls.mpi, Layer::MpiTcp),
         (impls.mpi, Layer::MpiSm),
     ] {

@@ -176,6 +176,7 @@ pub fn sections(doc: &Value) -> Result<Vec<Section>, ReportError> {
                 )?;
                 push_table(&mut items, tables::pingpong_published(&r));
                 push_table(&mut items, tables::like_for_like(&r));
+                push_table(&mut items, tables::stacks(&r));
                 push_plots(
                     &mut items,
                     &r,

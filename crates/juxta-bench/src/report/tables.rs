@@ -319,6 +319,77 @@ pub fn like_for_like(rows: &[Row<'_>]) -> Option<Table> {
     })
 }
 
+/// The other stacks measured in the pingpong ([`crate::stacks`]).
+const STACKS: [&str; 3] = ["zmq", "libp2p", "mpi"];
+
+/// Juxta's compact layers (what two Juxta peers use) beside every other
+/// stack of the same run, per stack configuration and size: the stack's
+/// RTT and bandwidth, and Juxta's unicast pipe and socket as a ratio to
+/// it (RTT: lower is better; bandwidth: higher is better).
+pub fn stacks(rows: &[Row<'_>]) -> Option<Table> {
+    let rows = one_to_one(rows);
+    let mut configs: Vec<(String, String)> = rows
+        .iter()
+        .filter(|r| STACKS.contains(&r.imp()))
+        .map(|r| (r.imp().to_string(), r.layer().to_string()))
+        .collect();
+    configs.sort();
+    configs.dedup();
+    let mut out = Vec::new();
+    for (imp, layer) in configs {
+        let mut sizes: Vec<f64> = rows
+            .iter()
+            .filter(|r| r.imp() == imp && r.layer() == layer)
+            .filter_map(|r| r.f("size"))
+            .collect();
+        sizes.sort_by(f64::total_cmp);
+        sizes.dedup();
+        for size in sizes {
+            let pick = |imp: &str, layer: &str| {
+                rows.iter()
+                    .copied()
+                    .find(|r| r.imp() == imp && r.layer() == layer && r.f("size") == Some(size))
+            };
+            let Some(st) = pick(&imp, &layer) else {
+                continue;
+            };
+            let (Some(srtt), Some(sbw)) = (st.f("rtt_us_median"), st.f("bandwidth_mb_s")) else {
+                continue;
+            };
+            let ratio = |jl: &str| match pick("juxta", jl) {
+                Some(j) => match (j.f("rtt_us_median"), j.f("bandwidth_mb_s")) {
+                    (Some(r), Some(b)) if srtt > 0.0 && sbw > 0.0 => {
+                        format!("{} / {}", num(r / srtt), num(b / sbw))
+                    }
+                    _ => "n/a".into(),
+                },
+                None => "not measured".into(),
+            };
+            out.push(vec![
+                format!("{imp} {layer}"),
+                size_text(size),
+                us_text(srtt),
+                format!("{} MB/s", num(sbw)),
+                ratio("unicast-pipe"),
+                ratio("socket"),
+            ]);
+        }
+    }
+    (!out.is_empty()).then(|| Table {
+        id: "table-stacks".into(),
+        caption: "Juxta beside the stacks people pick today, measured by the same harness in the same run (same warm-up, samples and pinning, interleaved with tcp; Open MPI on its default binding): each stack's median RTT and bandwidth, and Juxta's unicast pipe and socket (compact framing, between Juxta peers) as RTT ratio / bandwidth ratio to that stack. RTT ratio below 1 and bandwidth ratio above 1 mean Juxta is faster.".into(),
+        head: vec![
+            "stack".into(),
+            "size".into(),
+            "RTT median".into(),
+            "bandwidth".into(),
+            "juxta unicast-pipe (RTT x / bw x)".into(),
+            "juxta socket (RTT x / bw x)".into(),
+        ],
+        rows: out,
+    })
+}
+
 /// Propagate RTT per receivers beside the published propagate rate.
 pub fn propagate_published(rows: &[Row<'_>]) -> Option<Table> {
     let mut out = Vec::new();
@@ -815,5 +886,25 @@ mod tests {
         );
         assert_eq!(t.rows[1][4], num(40.0));
         assert!(like_for_like(&rows[2..3]).is_none());
+    }
+
+    #[test]
+    fn stacks_table_sets_juxta_beside_each_stack() {
+        let maps = [
+            row("libp2p", "tcp-noise-yamux", 1, 35.0, 60),
+            row("juxta", "unicast-pipe", 1, 17.5, 7),
+            row("juxta", "socket", 1, 35.0, 9),
+            row("zmq", "tcp-req-rep", 1, 50.0, 12),
+            // Not a stack: no line of its own.
+            row("jxse", "unicast-pipe", 1, 5000.0, 2456),
+        ];
+        let rows: Vec<Row<'_>> = maps.iter().map(Row).collect();
+        let t = stacks(&rows).expect("a table");
+        assert_eq!(t.rows.len(), 2);
+        assert_eq!(t.rows[0][0], "libp2p tcp-noise-yamux");
+        assert_eq!(t.rows[0][4], format!("{} / {}", num(0.5), num(2.0)));
+        assert_eq!(t.rows[0][5], format!("{} / {}", num(1.0), num(1.0)));
+        assert_eq!(t.rows[1][0], "zmq tcp-req-rep");
+        assert!(stacks(&rows[1..3]).is_none());
     }
 }

@@ -1,0 +1,167 @@
+//! rust-libp2p side of `juxta bench pingpong --impl libp2p`: TCP + noise +
+//! yamux on loopback, one stream opened once and kept open, one message
+//! (4-byte big-endian length + payload, as the `tcp` lane frames it) and a
+//! 1-byte reply per pair, as every other implementation in the bench.
+//!
+//!   libp2p_pingpong serve        listen on /ip4/127.0.0.1/tcp/0, print
+//!                                "READY <multiaddr>/p2p/<peer id>", answer
+//!                                every message with 1 byte until killed.
+//!   libp2p_pingpong client ADDR  dial, open the stream, print "READY",
+//!                                then read commands on stdin, one answer
+//!                                line each:
+//!     PAIRS <size> <n>           n untimed pairs            -> "DONE"
+//!     TIMED <size> <n>           n pairs, each timed with a monotonic
+//!                                clock                      -> "TIMED us,us,..."
+//!     QUIT                       exit 0
+//!   Errors: "ERROR <what>" and exit 1.
+//!
+//! Built by juxta-bench at run time (`cargo build --release --locked`).
+
+use std::time::{Duration, Instant};
+
+use futures::{AsyncReadExt, AsyncWriteExt, StreamExt};
+use libp2p::{multiaddr::Protocol, noise, swarm::SwarmEvent, tcp, yamux, Multiaddr, PeerId};
+use libp2p::{StreamProtocol, Swarm};
+use tokio::io::AsyncBufReadExt;
+
+const PROTOCOL: StreamProtocol = StreamProtocol::new("/juxta-bench/pingpong/1");
+const MAX_SIZE: usize = 64 << 20;
+
+fn die(what: impl std::fmt::Display) -> ! {
+    println!("ERROR {what}");
+    std::process::exit(1);
+}
+
+fn swarm() -> Swarm<libp2p_stream::Behaviour> {
+    libp2p::SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_tcp(
+            tcp::Config::default().nodelay(true),
+            noise::Config::new,
+            yamux::Config::default,
+        )
+        .unwrap_or_else(|e| die(format!("transport: {e}")))
+        .with_behaviour(|_| libp2p_stream::Behaviour::new())
+        .unwrap_or_else(|e| die(format!("behaviour: {e}")))
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(24 * 3600)))
+        .build()
+}
+
+async fn serve() {
+    let mut swarm = swarm();
+    let mut incoming = swarm
+        .behaviour()
+        .new_control()
+        .accept(PROTOCOL)
+        .unwrap_or_else(|e| die(format!("accept: {e}")));
+    let addr: Multiaddr = "/ip4/127.0.0.1/tcp/0".parse().expect("a valid multiaddr");
+    swarm
+        .listen_on(addr)
+        .unwrap_or_else(|e| die(format!("listen: {e}")));
+    let me = *swarm.local_peer_id();
+    loop {
+        if let SwarmEvent::NewListenAddr { address, .. } = swarm.select_next_some().await {
+            println!("READY {}", address.with(Protocol::P2p(me)));
+            break;
+        }
+    }
+    tokio::spawn(async move {
+        loop {
+            swarm.select_next_some().await;
+        }
+    });
+    while let Some((_peer, mut stream)) = incoming.next().await {
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            loop {
+                let mut len = [0u8; 4];
+                if stream.read_exact(&mut len).await.is_err() {
+                    return;
+                }
+                let n = u32::from_be_bytes(len) as usize;
+                if n > MAX_SIZE {
+                    return;
+                }
+                buf.resize(n, 0);
+                if stream.read_exact(&mut buf).await.is_err()
+                    || stream.write_all(&[1]).await.is_err()
+                    || stream.flush().await.is_err()
+                {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+async fn client(addr: &str) {
+    let addr: Multiaddr = addr
+        .parse()
+        .unwrap_or_else(|e| die(format!("address: {e}")));
+    let Some(Protocol::P2p(peer)) = addr.iter().last() else {
+        die("address has no /p2p/ peer id")
+    };
+    let peer: PeerId = peer;
+    let mut swarm = swarm();
+    let mut control = swarm.behaviour().new_control();
+    swarm.dial(addr).unwrap_or_else(|e| die(format!("dial: {e}")));
+    tokio::spawn(async move {
+        loop {
+            swarm.select_next_some().await;
+        }
+    });
+    let mut stream = control
+        .open_stream(peer, PROTOCOL)
+        .await
+        .unwrap_or_else(|e| die(format!("open stream: {e}")));
+    println!("READY");
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut payload = Vec::new();
+    let mut samples = Vec::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let mut it = line.split_whitespace();
+        let cmd = it.next().unwrap_or("");
+        if cmd == "QUIT" {
+            return;
+        }
+        let size: usize = it.next().and_then(|s| s.parse().ok()).unwrap_or(usize::MAX);
+        let n: usize = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        if !matches!(cmd, "PAIRS" | "TIMED") || size > MAX_SIZE || n == 0 {
+            die(format!("bad command {line:?}"));
+        }
+        payload.clear();
+        payload.extend_from_slice(&(size as u32).to_be_bytes());
+        payload.resize(4 + size, 0x5a);
+        samples.clear();
+        for _ in 0..n {
+            let t0 = Instant::now();
+            let mut ack = [0u8; 1];
+            if stream.write_all(&payload).await.is_err()
+                || stream.flush().await.is_err()
+                || stream.read_exact(&mut ack).await.is_err()
+            {
+                die("pair failed");
+            }
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        if cmd == "PAIRS" {
+            println!("DONE");
+        } else {
+            let list: Vec<String> = samples.iter().map(|s| format!("{s:.3}")).collect();
+            println!("TIMED {}", list.join(","));
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| die(format!("runtime: {e}")));
+    match args.get(1).map(String::as_str) {
+        Some("serve") => rt.block_on(serve()),
+        Some("client") if args.len() == 3 => rt.block_on(client(&args[2])),
+        _ => die("usage: libp2p_pingpong serve | client ADDR"),
+    }
+}
