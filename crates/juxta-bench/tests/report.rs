@@ -168,6 +168,46 @@ fn synthetic_doc() -> Value {
         "release_ms_p50": 55.0, "release_ms_p99": 60.0, "release_ms_max": 60.0, "never_recovered": 0,
         "socket_conns_ok": 10, "socket_conns_err": 1, "socket_bytes_lost": 0,
         "socket_bytes_out_of_order": 0, "lookups_failed_outside_recovery": 0}));
+    // Another stack beside Juxta in the pingpong.
+    for size in SIZES {
+        let rtt = 40.0 + size as f64 / 1000.0;
+        rows.push(json!({"scenario": "pingpong", "impl": "libp2p", "layer": "tcp-noise-yamux",
+            "size": size, "rtt_us_median": rtt, "bandwidth_mb_s": size as f64 / rtt, "samples": 500}));
+    }
+    // `juxta bench mp`: de Souza's sizes, the matmul and the allreduce.
+    for size in [
+        2u64, 200, 1000, 20_000, 100_000, 200_000, 600_000, 1_000_000,
+    ] {
+        for (imp, layer, k) in [
+            ("tcp", "tcp", 1.0),
+            ("juxta", "mp", 1.2),
+            ("mpi", "tcp", 0.9),
+        ] {
+            let rtt = k * (15.0 + size as f64 / 2000.0);
+            rows.push(
+                json!({"scenario": "mp-pingpong", "impl": imp, "layer": layer, "size": size,
+                "rtt_us_median": rtt, "bandwidth_mb_s": 2.0 * size as f64 / rtt}),
+            );
+        }
+    }
+    for (imp, ranks, seconds) in [
+        ("rust-seq", 1, 20.0),
+        ("c-O0", 1, 60.0),
+        ("c-O3", 1, 21.0),
+        ("juxta", 2, 11.0),
+        ("mpi", 2, 10.5),
+    ] {
+        rows.push(
+            json!({"scenario": "matmul", "impl": imp, "ranks": ranks, "n": 2400,
+            "seconds": seconds, "speedup": 20.0 / seconds, "checksum": 1.0}),
+        );
+    }
+    for (imp, us) in [("juxta", 2300.0), ("mpi", 3400.0)] {
+        rows.push(
+            json!({"scenario": "mp-allreduce", "impl": imp, "ranks": 4, "bytes": 1_048_576,
+            "us_median": us}),
+        );
+    }
     rows.push(json!({"scenario": "future-scenario", "mystery": [1, 2], "x": {"y": 1}}));
     json!({
         "command": "juxta bench --net lan",
@@ -209,11 +249,15 @@ const SYNTHETIC_PLOTS: &[&str] = &[
     "plot-soak-threads",
     "plot-soak-tasks",
     "plot-chaos-recovery",
+    "plot-mp-rtt-small",
+    "plot-mp-rtt-medium",
+    "plot-mp-rtt-large",
 ];
 
 const SYNTHETIC_TABLES: &[&str] = &[
     "table-pingpong-published",
     "table-like-for-like",
+    "table-stacks",
     "table-pingpong-wire",
     "table-propagate",
     "table-throughput-published",
@@ -226,6 +270,9 @@ const SYNTHETIC_TABLES: &[&str] = &[
     "table-soak-totals",
     "table-chaos-events",
     "table-chaos-summary",
+    "table-mp-pingpong",
+    "table-matmul",
+    "table-mp-allreduce",
 ];
 
 fn real_docs() -> Vec<(PathBuf, Value)> {
@@ -282,6 +329,9 @@ fn csv_per_scenario_with_union_header() {
         "relay",
         "soak",
         "chaos",
+        "mp-pingpong",
+        "matmul",
+        "mp-allreduce",
         "future-scenario",
     ] {
         assert!(
@@ -427,6 +477,9 @@ fn real_documents_render() {
         "plot-soak-threads",
         "plot-soak-tasks",
         "plot-chaos-recovery",
+        "plot-mp-rtt-small",
+        "plot-mp-rtt-medium",
+        "plot-mp-rtt-large",
     ];
     assert_eq!(s.plot_ids, expected);
     assert_ids(&html, &expected);

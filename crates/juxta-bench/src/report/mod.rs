@@ -137,7 +137,15 @@ pub const SECTIONS: &[(&str, &str, &str)] = &[
         "Soak: resource growth under a mixed load",
     ),
     ("chaos", "sec-chaos", "Chaos: kills and restarts"),
+    (
+        "mp-pingpong",
+        "sec-mp",
+        "Message passing (de Souza et al.): ping-pong, matrix multiplication, allreduce",
+    ),
 ];
+
+/// Scenarios drawn in another scenario's section (`juxta bench mp`'s).
+const DRAWN_ELSEWHERE: [&str; 2] = ["matmul", "mp-allreduce"];
 
 type PlotFn = fn(&[Row<'_>]) -> Result<Option<Plot>, ReportError>;
 
@@ -281,6 +289,24 @@ pub fn sections(doc: &Value) -> Result<Vec<Section>, ReportError> {
                 push_table(&mut items, tables::chaos_events(&r));
                 push_table(&mut items, tables::chaos_summary(&r));
             }
+            "mp-pingpong" => {
+                let r = scenario_rows(&all, "mp-pingpong");
+                push_plots(
+                    &mut items,
+                    &r,
+                    &[
+                        plots::mp_rtt_small,
+                        plots::mp_rtt_medium,
+                        plots::mp_rtt_large,
+                    ],
+                )?;
+                push_table(&mut items, tables::mp_pingpong(&r));
+                push_table(&mut items, tables::matmul(&scenario_rows(&all, "matmul")));
+                push_table(
+                    &mut items,
+                    tables::mp_allreduce(&scenario_rows(&all, "mp-allreduce")),
+                );
+            }
             _ => {}
         }
         out.push(Section {
@@ -312,7 +338,7 @@ fn unknown_scenarios(all: &[Row<'_>]) -> Vec<(String, usize)> {
     let mut v: Vec<(String, usize)> = Vec::new();
     for r in all {
         let s = r.scenario();
-        if SECTIONS.iter().any(|(k, _, _)| *k == s) {
+        if SECTIONS.iter().any(|(k, _, _)| *k == s) || DRAWN_ELSEWHERE.contains(&s) {
             continue;
         }
         let name = if s.is_empty() { "(none)" } else { s };

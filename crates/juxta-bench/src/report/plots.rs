@@ -921,3 +921,55 @@ pub fn chaos_recovery(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
         s,
     )
 }
+
+/// The de Souza size classes: (id suffix, title, smallest, largest).
+const MP_CLASSES: [(&str, &str, f64, f64); 3] = [
+    ("small", "small messages (2-1,000 B)", 0.0, 1_000.0),
+    ("medium", "medium messages (20-100 KB)", 1_001.0, 100_000.0),
+    (
+        "large",
+        "large messages (200 KB-1 MB)",
+        100_001.0,
+        f64::INFINITY,
+    ),
+];
+
+fn mp_rtt(rows: &[Row<'_>], class: usize) -> Result<Option<Plot>, ReportError> {
+    let (id, title, lo, hi) = MP_CLASSES[class];
+    let r: Vec<Row<'_>> = rows
+        .iter()
+        .copied()
+        .filter(|r| r.f("size").is_some_and(|s| s >= lo && s <= hi))
+        .collect();
+    let s = build(
+        &r,
+        Kind::Line,
+        |r| Some(layer_key(r, "")),
+        |r| r.f("size"),
+        |r| r.f("rtt_us_median"),
+        true,
+    );
+    finish(
+        &format!("plot-mp-rtt-{id}"),
+        &format!("Message passing ping-pong: {title}"),
+        "de Souza et al.'s ping-pong (their Figures 1-6: time vs size per routine, small, medium and large messages): rank 0 sends the message, rank 1 sends it back; median round trip after a warm-up. Each routine is started the same way (ranks bound to cores 0 and 1); Open MPI on its TCP and shared-memory transports.",
+        Axis::linear("message size (bytes)"),
+        Axis::linear("RTT median (us)"),
+        s,
+    )
+}
+
+/// Ping-pong RTT vs size, small messages (de Souza Figures 1-6).
+pub fn mp_rtt_small(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    mp_rtt(rows, 0)
+}
+
+/// Ping-pong RTT vs size, medium messages.
+pub fn mp_rtt_medium(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    mp_rtt(rows, 1)
+}
+
+/// Ping-pong RTT vs size, large messages.
+pub fn mp_rtt_large(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    mp_rtt(rows, 2)
+}

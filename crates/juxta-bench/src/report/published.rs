@@ -354,3 +354,29 @@ pub const RELAY_NOTES: &[&str] = &[
     "relays collapsed under overload after ~2,000-4,000 messages (no flow control)",
     "two relays made propagate pipes noticeably slow",
 ];
+
+/// de Souza et al. (performance-model.md section 5 (a), Athlon64 5200+):
+/// the dense matrix multiplication, wall seconds, as (configuration, the
+/// implementation of ours it is set beside, seconds). The study's
+/// sequential Java run stands beside our sequential Rust (each project's
+/// own language); its MPJ Express (Java message passing) beside Juxta's
+/// communicator; Open MPI beside Open MPI.
+pub const MATMUL_SECONDS: [(&str, &str, f64); 7] = [
+    ("sequential g++ without optimisation", "c-O0", 198.89),
+    ("sequential g++ -O3", "c-O3", 129.09),
+    ("sequential Java", "rust-seq", 127.30),
+    ("Open MPI, two computers", "", 67.78),
+    ("MPJ Express, two computers", "", 68.09),
+    ("Open MPI, two cores of one computer", "mpi", 64.52),
+    ("MPJ Express, two cores of one computer", "juxta", 64.37),
+];
+
+/// de Souza et al. (performance-model.md section 5 (b), GigE): ping-pong
+/// points the study states as numbers, as (size in bytes, routine, what it
+/// is compared with, ratio routine / socket). 200 B: a JXTA pipe 1,677
+/// against a Java socket's 439 (units as printed); 600 KB (the largest a
+/// JXTA pipe takes): JXTA 165% slower than a Java socket.
+pub const MP_PINGPONG_RATIOS: [(f64, &str, f64); 2] = [
+    (200.0, "JXTA 2.5 pipe vs Java socket", 1677.0 / 439.0),
+    (600_000.0, "JXTA 2.5 vs Java socket", 2.65),
+];

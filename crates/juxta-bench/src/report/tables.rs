@@ -390,6 +390,156 @@ pub fn stacks(rows: &[Row<'_>]) -> Option<Table> {
     })
 }
 
+/// The study's ping-pong points beside ours: each routine's RTT as a ratio
+/// to the plain socket's at the same size (theirs a Java socket on GigE,
+/// ours `tcp` of the same run), at the sizes the study states numbers for.
+pub fn mp_pingpong(rows: &[Row<'_>]) -> Option<Table> {
+    let mut out = Vec::new();
+    for (size, what, ratio) in published::MP_PINGPONG_RATIOS {
+        let at = |imp: &str, layer: &str| {
+            rows.iter()
+                .find(|r| r.imp() == imp && r.layer() == layer && r.f("size") == Some(size))
+                .and_then(|r| r.f("rtt_us_median"))
+        };
+        let Some(tcp) = at("tcp", "tcp").filter(|t| *t > 0.0) else {
+            continue;
+        };
+        let mut ours: Vec<String> = Vec::new();
+        for (imp, layer, label) in [
+            ("juxta", "mp", "juxta communicator"),
+            ("mpi", "tcp", "Open MPI tcp"),
+            ("mpi", "sm", "Open MPI sm"),
+        ] {
+            if let Some(v) = at(imp, layer) {
+                ours.push(format!("{label}: {} = {} x tcp", us_text(v), num(v / tcp)));
+            }
+        }
+        if ours.is_empty() {
+            continue;
+        }
+        out.push(vec![
+            size_text(size),
+            format!("{what}: {} x", num(ratio)),
+            format!("tcp {}\n{}", us_text(tcp), ours.join("\n")),
+        ]);
+    }
+    (!out.is_empty()).then(|| Table {
+        id: "table-mp-pingpong".into(),
+        caption: "de Souza et al.'s ping-pong, where the study gives numbers (performance-model.md section 5): the P2P routine's round trip as a ratio to a plain socket's, theirs (JXSE 2.5 on GigE against a Java socket) beside ours (Juxta's communicator and Open MPI against tcp measured in the same run, loopback).".into(),
+        head: vec!["size".into(), "published".into(), "ours".into()],
+        rows: out,
+    })
+}
+
+/// The matrix multiplication (de Souza Tables 1-3): our wall times and
+/// speed-ups beside the study's, each as a ratio to its own sequential
+/// optimised C (g++ -O3 there, `c-O3` here), since the hardware differs.
+pub fn matmul(rows: &[Row<'_>]) -> Option<Table> {
+    let seconds = |imp: &str| {
+        rows.iter()
+            .find(|r| r.imp() == imp)
+            .and_then(|r| r.f("seconds"))
+    };
+    let ours_o3 = seconds("c-O3").filter(|s| *s > 0.0);
+    let pub_o3 = published::MATMUL_SECONDS[1].2;
+    let mut out = Vec::new();
+    let mut seen = Vec::new();
+    for (config, imp, pubs) in published::MATMUL_SECONDS {
+        let ours = if imp.is_empty() {
+            "not run (one machine)".to_string()
+        } else {
+            seen.push(imp);
+            match (seconds(imp), ours_o3) {
+                (Some(s), Some(o3)) => format!("{imp}: {} s = {} x c-O3", num(s), num(s / o3)),
+                (Some(s), None) => format!("{imp}: {} s", num(s)),
+                _ => format!("{imp}: not measured"),
+            }
+        };
+        out.push(vec![
+            config.to_string(),
+            format!("{} s = {} x g++ -O3", num(pubs), num(pubs / pub_o3)),
+            ours,
+        ]);
+    }
+    for r in rows {
+        let imp = r.imp();
+        if seen.contains(&imp) {
+            continue;
+        }
+        if let Some(s) = r.f("seconds") {
+            seen.push(imp);
+            out.push(vec![
+                "no published figure".into(),
+                String::new(),
+                format!("{imp}: {} s", num(s)),
+            ]);
+        }
+    }
+    if rows.is_empty() {
+        return None;
+    }
+    let n = rows.iter().find_map(|r| r.f("n")).unwrap_or(0.0);
+    let speedups: Vec<String> = rows
+        .iter()
+        .filter(|r| r.f("ranks").is_some_and(|k| k > 1.0))
+        .filter_map(|r| {
+            Some(format!(
+                "{} {} ranks: {} x",
+                r.imp(),
+                num(r.f("ranks")?),
+                num(r.f("speedup")?)
+            ))
+        })
+        .collect();
+    Some(Table {
+        id: "table-matmul".into(),
+        caption: format!(
+            "de Souza et al.'s matrix multiplication (their Tables 1-3; performance-model.md section 5 (a), Athlon64 5200+) beside ours (n = {}, this machine): wall seconds, each as a ratio to its own sequential optimised C. Speed-up over our sequential Rust: {}. The study's figure for two cores is 129.09 / 64.52 = {} x over g++ -O3.",
+            num(n),
+            if speedups.is_empty() { "not measured".into() } else { speedups.join(", ") },
+            num(pub_o3 / 64.52)
+        ),
+        head: vec!["configuration (study)".into(), "published".into(), "ours".into()],
+        rows: out,
+    })
+}
+
+/// The 1 MB allreduce over 4 ranks: Juxta's communicator beside Open MPI.
+pub fn mp_allreduce(rows: &[Row<'_>]) -> Option<Table> {
+    let mpi = rows
+        .iter()
+        .find(|r| r.imp() == "mpi")
+        .and_then(|r| r.f("us_median"));
+    let out: Vec<Vec<String>> = rows
+        .iter()
+        .filter_map(|r| {
+            let us = r.f("us_median")?;
+            Some(vec![
+                r.imp().to_string(),
+                num(r.f("ranks")?),
+                size_text(r.f("bytes")?),
+                us_text(us),
+                match mpi {
+                    Some(m) if m > 0.0 => num(us / m),
+                    _ => "n/a".into(),
+                },
+            ])
+        })
+        .collect();
+    (!out.is_empty()).then(|| Table {
+        id: "table-mp-allreduce".into(),
+        caption: "Allreduce (sum of f64) across ranks, median time of one call at rank 0 (more ranks than cores: neither implementation is bound to cores). No published figure.".into(),
+        head: vec![
+            "impl".into(),
+            "ranks".into(),
+            "bytes per rank".into(),
+            "median".into(),
+            "x Open MPI".into(),
+        ],
+        rows: out,
+    })
+}
+
 /// Propagate RTT per receivers beside the published propagate rate.
 pub fn propagate_published(rows: &[Row<'_>]) -> Option<Table> {
     let mut out = Vec::new();
@@ -886,6 +1036,46 @@ mod tests {
         );
         assert_eq!(t.rows[1][4], num(40.0));
         assert!(like_for_like(&rows[2..3]).is_none());
+    }
+
+    #[test]
+    fn mp_tables_set_ours_beside_the_study() {
+        let pp = [
+            json!({"scenario": "mp-pingpong", "impl": "tcp", "layer": "tcp", "size": 200, "rtt_us_median": 20.0}),
+            json!({"scenario": "mp-pingpong", "impl": "juxta", "layer": "mp", "size": 200, "rtt_us_median": 30.0}),
+            json!({"scenario": "mp-pingpong", "impl": "juxta", "layer": "mp", "size": 2, "rtt_us_median": 25.0}),
+        ];
+        let maps: Vec<Map<String, Value>> =
+            pp.iter().map(|v| v.as_object().unwrap().clone()).collect();
+        let rows: Vec<Row<'_>> = maps.iter().map(Row).collect();
+        let t = mp_pingpong(&rows).expect("a table");
+        assert_eq!(t.rows.len(), 1, "only 200 B has both sides");
+        assert!(t.rows[0][1].contains(&num(1677.0 / 439.0)));
+        assert!(t.rows[0][2].contains(&format!("{} x tcp", num(1.5))));
+        assert!(mp_pingpong(&rows[1..]).is_none(), "no tcp: no ratio");
+
+        let mm = [
+            json!({"scenario": "matmul", "impl": "c-O3", "ranks": 1, "n": 8, "seconds": 10.0, "speedup": 1.0}),
+            json!({"scenario": "matmul", "impl": "juxta", "ranks": 2, "n": 8, "seconds": 5.0, "speedup": 2.0}),
+            json!({"scenario": "matmul", "impl": "future", "ranks": 2, "n": 8, "seconds": 7.0, "speedup": 1.0}),
+        ];
+        let maps: Vec<Map<String, Value>> =
+            mm.iter().map(|v| v.as_object().unwrap().clone()).collect();
+        let rows: Vec<Row<'_>> = maps.iter().map(Row).collect();
+        let t = matmul(&rows).expect("a table");
+        assert_eq!(
+            t.rows.len(),
+            8,
+            "seven published configurations and one of ours alone"
+        );
+        assert!(t.rows[1][2].contains(&format!("{} x c-O3", num(1.0))));
+        assert!(t.rows[6][2].contains(&format!("{} x c-O3", num(0.5))));
+        assert!(t.rows[3][2].contains("not run"));
+        assert!(t.rows[7][2].starts_with("future"));
+        assert!(t
+            .caption
+            .contains(&format!("juxta {} ranks: {} x", num(2.0), num(2.0))));
+        assert!(matmul(&[]).is_none());
     }
 
     #[test]
