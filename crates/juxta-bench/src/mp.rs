@@ -39,6 +39,18 @@ pub const SEQ_MATMUL_C: &str = include_str!("../mpi/matmul_seq.c");
 /// Data and kernel shared by the C matrix multiplications.
 pub const MATMUL_COMMON_H: &str = include_str!("../mpi/matmul_common.h");
 
+/// Layers `juxta bench mp` can measure through the common ping-pong
+/// harness beside the ranks (tcp is always there, as the harness's bound).
+pub const LAYERS: [crate::layers::Layer; 7] = [
+    crate::layers::Layer::Tcp,
+    crate::layers::Layer::UnicastPipe,
+    crate::layers::Layer::Socket,
+    crate::layers::Layer::Udp,
+    crate::layers::Layer::Endpoint,
+    crate::layers::Layer::BidiPipe,
+    crate::layers::Layer::SecurePipe,
+];
+
 /// The study's message sizes: small, medium and large.
 pub const DE_SOUZA_SIZES: [usize; 16] = [
     2, 200, 400, 600, 800, 1000, 20_000, 40_000, 60_000, 80_000, 100_000, 200_000, 400_000,
@@ -340,6 +352,14 @@ pub struct MpOptions {
     pub allreduce_ranks: usize,
     /// Bind 2-rank runs to cores 0 and 1 (and sequential runs to core 0).
     pub bind: bool,
+    /// Juxta layers (and `udp`) measured by the common ping-pong harness
+    /// at the same sizes, beside the ranks' echo ping-pong: the study's
+    /// pipes, sockets and UDP routines. Their reply is a 1-byte ack (the
+    /// rows say so in `reply`).
+    pub layers: Vec<crate::layers::Layer>,
+    /// JXSE 2.7's unicast pipe and socket through the harness (as shipped,
+    /// CBJX on), beside the layers.
+    pub jxse: bool,
 }
 
 impl Default for MpOptions {
@@ -355,6 +375,12 @@ impl Default for MpOptions {
             allreduce_doubles: 131_072,
             allreduce_ranks: 4,
             bind: true,
+            layers: vec![
+                crate::layers::Layer::UnicastPipe,
+                crate::layers::Layer::Socket,
+                crate::layers::Layer::Udp,
+            ],
+            jxse: false,
         }
     }
 }
@@ -364,16 +390,22 @@ impl Default for MpOptions {
 pub struct MpPingPongRow {
     /// `mp-pingpong`.
     pub scenario: &'static str,
-    /// `tcp`, `juxta` or `mpi`.
+    /// `tcp`, `juxta`, `mpi`, `udp` or `jxse`.
     #[serde(rename = "impl")]
     pub implementation: &'static str,
-    /// `tcp`, `mp`, or the MPI BTL (`tcp`, `sm`).
+    /// `tcp`, `mp`, the MPI BTL (`tcp`, `sm`), or a harness layer
+    /// (`unicast-pipe`, `socket`, `udp`).
     pub layer: &'static str,
+    /// `echo` (the message comes back: the ranks' ping-pong, as the study
+    /// ran it) or `ack` (a 1-byte reply: the common ping-pong harness,
+    /// [`crate::pingpong`]).
+    pub reply: &'static str,
     /// Payload bytes.
     pub size: usize,
     /// Median round trip (µs).
     pub rtt_us_median: f64,
-    /// 2 * size / median RTT (10^6 B/s).
+    /// Payload bytes carried per round trip over the median RTT (10^6
+    /// B/s): 2 * size for an echo, size for an ack.
     pub bandwidth_mb_s: f64,
     /// Median RTT over the MPI TCP BTL's for this size, when measured.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -618,6 +650,7 @@ fn mpirun(
 
 /// Runs the scenario; `progress` gets a line per step.
 pub async fn run(
+    host: &crate::layers::Host,
     opts: &MpOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<MpResults, BenchError> {
@@ -685,22 +718,34 @@ pub async fn run(
                 .collect()
         })
         .unwrap_or_default();
-    for (imp, layer, lines) in &pp {
-        for x in lines.iter().filter(|x| x.len() >= 2) {
-            let (size, rtt) = (x[0] as usize, x[1]);
-            let bw = 2.0 * size as f64 / rtt;
-            let base = mpi_tcp.iter().find(|(s, _)| *s == size).map(|p| p.1);
-            res.pingpong.push(MpPingPongRow {
-                scenario: "mp-pingpong",
-                implementation: imp,
-                layer,
-                size,
-                rtt_us_median: rtt,
-                bandwidth_mb_s: bw,
-                rtt_ratio_vs_mpi_tcp: base.map(|b| rtt / b),
-                bandwidth_ratio_vs_mpi_tcp: base.map(|b| bw / (2.0 * size as f64 / b)),
-            });
-        }
+    let mut acked: Vec<(&'static str, &'static str, usize, f64)> = Vec::new();
+    if !opts.sizes.is_empty() && (!opts.layers.is_empty() || opts.jxse) {
+        harness_rows(host, opts, &mut acked, &mut res.notes, &mut progress).await?;
+    }
+    let echoed = pp.iter().flat_map(|(imp, layer, lines)| {
+        lines
+            .iter()
+            .filter(|x| x.len() >= 2)
+            .map(move |x| (*imp, *layer, x[0] as usize, x[1]))
+    });
+    for (imp, layer, size, rtt, echo) in echoed
+        .map(|(i, l, s, r)| (i, l, s, r, true))
+        .chain(acked.into_iter().map(|(i, l, s, r)| (i, l, s, r, false)))
+    {
+        let carried = if echo { 2.0 } else { 1.0 } * size as f64;
+        let bw = carried / rtt;
+        let base = mpi_tcp.iter().find(|(s, _)| *s == size).map(|p| p.1);
+        res.pingpong.push(MpPingPongRow {
+            scenario: "mp-pingpong",
+            implementation: imp,
+            layer,
+            reply: if echo { "echo" } else { "ack" },
+            size,
+            rtt_us_median: rtt,
+            bandwidth_mb_s: bw,
+            rtt_ratio_vs_mpi_tcp: base.map(|b| rtt / b),
+            bandwidth_ratio_vs_mpi_tcp: base.map(|b| bw / (2.0 * size as f64 / b)),
+        });
     }
     if opts.matmul_n > 0 {
         let n = opts.matmul_n;
@@ -819,6 +864,70 @@ pub async fn run(
         }
     }
     Ok(res)
+}
+
+/// The study's pipe, socket and UDP routines through the common ping-pong
+/// harness at the job's sizes (Juxta's layers, then JXSE's as shipped),
+/// placed as the ranks are (client on core 0, responder on core 1). Their
+/// own `tcp` lanes stay out of the rows: the ranks' tcp echo is the
+/// study's socket. Returns (impl, layer, size, median RTT) per row.
+async fn harness_rows(
+    host: &crate::layers::Host,
+    opts: &MpOptions,
+    out: &mut Vec<(&'static str, &'static str, usize, f64)>,
+    notes: &mut Vec<String>,
+    progress: &mut impl FnMut(&str),
+) -> Result<(), BenchError> {
+    use crate::pingpong::PingPongOptions;
+    use crate::util::Pin;
+    let pin = if opts.bind { Pin::Split } else { Pin::None };
+    let keep = |r: &crate::pingpong::PingPongRow| r.implementation != "tcp";
+    if !opts.layers.is_empty() {
+        progress("ping-pong: juxta layers through the harness");
+        let po = PingPongOptions {
+            layers: opts.layers.clone(),
+            sizes: opts.sizes.clone(),
+            receivers: vec![1],
+            pin,
+            warmup: opts.warmup,
+            runs: opts.runs,
+            pairs: opts.pairs,
+            ..PingPongOptions::default()
+        };
+        let rows = crate::pingpong::run(host, &po, |m| progress(m)).await?;
+        out.extend(
+            rows.iter()
+                .filter(|r| keep(r))
+                .map(|r| (r.implementation, r.layer, r.size, r.rtt_us_median)),
+        );
+    }
+    if opts.jxse {
+        use crate::layers::Layer;
+        let j = crate::jxse::JxseOptions {
+            layers: vec![Layer::UnicastPipe, Layer::Socket],
+            sizes: opts.sizes.clone(),
+            pin,
+            warmup: opts.warmup,
+            runs: opts.runs,
+            pairs: opts.pairs,
+            cbjx: true,
+            ..Default::default()
+        };
+        let run = crate::jxse::run_pingpong(host, &j, &mut |m| progress(m)).await;
+        out.extend(
+            run.rows
+                .iter()
+                .filter(|r| keep(r))
+                .map(|r| (r.implementation, r.layer, r.size, r.rtt_us_median)),
+        );
+        if let Some(e) = run.error {
+            notes.push(format!("the JXSE side stopped early: {e}"));
+        }
+        notes.push(
+            "JXSE's unreliable sockets (stream=false) and unreliable pipes are not measured: the harness drives reliable ones only".into(),
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -357,6 +357,16 @@ struct MpArgs {
     /// on core 0, for every implementation) or none.
     #[arg(long, default_value = "core")]
     bind: String,
+    /// The study's pipe, socket and UDP routines through the common
+    /// ping-pong harness (1-byte ack, rows `reply: ack`): any of
+    /// unicast-pipe, socket, udp, endpoint, bidi-pipe, secure-pipe; empty
+    /// for none.
+    #[arg(long, default_value = "unicast-pipe,socket,udp")]
+    layers: String,
+    /// Also JXSE 2.7's unicast pipe and socket through the harness (jxse;
+    /// needs Java 17 and Maven).
+    #[arg(long = "impl", default_value = "juxta")]
+    implementations: String,
     /// Write {"results": [...]} here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -828,6 +838,8 @@ fn run_mp(a: MpArgs) -> Result<(), CliError> {
                 )))
             }
         },
+        layers: Vec::new(),
+        jxse: false,
     };
     if opts.matmul_n > 0 && !opts.matmul_n.is_multiple_of(opts.matmul_ranks) {
         return Err(CliError::Msg(format!(
@@ -835,21 +847,48 @@ fn run_mp(a: MpArgs) -> Result<(), CliError> {
             opts.matmul_n, opts.matmul_ranks
         )));
     }
+    let mut opts = opts;
+    opts.layers = if a.layers.trim().is_empty() {
+        Vec::new()
+    } else {
+        layers::parse_layers(&a.layers, "mp", &juxta_bench::mp::LAYERS)?
+            .into_iter()
+            .filter(|l| *l != Layer::Tcp)
+            .collect()
+    };
+    let impls = parse_impls(&a.implementations)?;
+    if impls
+        != (Impls {
+            jxse: impls.jxse,
+            ..Impls::default()
+        })
+    {
+        return Err(CliError::Msg(
+            "bench mp: --impl takes juxta or jxse (Open MPI runs whenever it is installed)".into(),
+        ));
+    }
+    opts.jxse = impls.jxse;
+    if opts.jxse {
+        juxta_bench::jxse::preflight().map_err(juxta_bench::BenchError::from)?;
+    }
     if let Some(p) = &a.json {
         prepare_json(p)?;
     }
     let o = opts.clone();
-    let res = drive(|progress| async move { juxta_bench::mp::run(&o, progress).await })?;
+    let host = host()?;
+    let host = &host;
+    let res = drive(|progress| async move { juxta_bench::mp::run(host, &o, progress).await })?;
     println!(
-        "{:<6} {:<5} {:>9} {:>12} {:>12} {:>9} {:>8}",
-        "impl", "layer", "size", "rtt_med_us", "bw_MB_s", "rtt/mpi", "bw/mpi"
+        "{:<6} {:<13} {:<5} {:>9} {:>12} {:>12} {:>9} {:>8}",
+        "impl", "layer", "reply", "size", "rtt_med_us", "bw_MB_s", "rtt/mpi", "bw/mpi"
     );
     let ratio = |x: Option<f64>| x.map(|v| format!("{v:.2}")).unwrap_or_default();
     for r in &res.pingpong {
         println!(
-            "{:<6} {:<5} {:>9} {:>12.1} {:>12.1} {:>9} {:>8}",
+            "{:<6} {:<13} {:<5} {:>9} {:>12.1} {:>12.1} {:>9} {:>8}",
             r.implementation,
             r.layer,
+            r.reply,
             r.size,
             r.rtt_us_median,
             r.bandwidth_mb_s,

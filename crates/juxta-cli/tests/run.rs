@@ -145,3 +145,105 @@ fn bad_jobs_are_refused() {
         text(&o.stderr)
     );
 }
+
+/// `juxta bench mp` end to end at a tiny budget: the ranks' echo
+/// ping-pong (tcp, the communicator, Open MPI when installed), the
+/// study's pipe, socket and UDP routines through the common harness
+/// (`reply: ack`), the matmul and the allreduce, all in one JSON file.
+#[test]
+fn bench_mp_writes_every_routine_s_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("mp.json");
+    let o = juxta(&[
+        "bench",
+        "mp",
+        "--sizes",
+        "2,1000,100000",
+        "--warmup",
+        "5",
+        "--runs",
+        "1",
+        "--pairs",
+        "5",
+        "--matmul-n",
+        "64",
+        "--no-c-o0",
+        "--allreduce-doubles",
+        "1024",
+        "--allreduce-ranks",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("the json file")).unwrap();
+    let rows = doc["results"].as_array().expect("results");
+    let pp = |imp: &str, layer: &str, reply: &str| {
+        rows.iter()
+            .filter(|r| {
+                r["scenario"] == "mp-pingpong"
+                    && r["impl"] == imp
+                    && r["layer"] == layer
+                    && r["reply"] == reply
+            })
+            .map(|r| {
+                let rtt = r["rtt_us_median"].as_f64().unwrap();
+                assert!(rtt > 0.0 && rtt.is_finite(), "{r}");
+                r["size"].as_u64().unwrap()
+            })
+            .collect::<Vec<_>>()
+    };
+    for (imp, layer, reply) in [
+        ("tcp", "tcp", "echo"),
+        ("juxta", "mp", "echo"),
+        ("juxta", "unicast-pipe", "ack"),
+        ("juxta", "socket", "ack"),
+    ] {
+        assert_eq!(pp(imp, layer, reply), [2, 1000, 100_000], "{imp} {layer}");
+    }
+    // UDP carries datagrams up to 64 KB only.
+    assert_eq!(pp("udp", "udp", "ack"), [2, 1000]);
+    let mpi = which("mpirun") && which("mpicc");
+    if std::env::var_os("CI").is_some() {
+        assert!(mpi, "CI installs Open MPI (openmpi-bin libopenmpi-dev)");
+    }
+    if mpi {
+        assert_eq!(pp("mpi", "tcp", "echo"), [2, 1000, 100_000]);
+        assert_eq!(pp("mpi", "sm", "echo"), [2, 1000, 100_000]);
+    } else {
+        eprintln!("skipped: the Open MPI rows (openmpi-bin libopenmpi-dev not installed)");
+    }
+    let mm: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["scenario"] == "matmul")
+        .filter_map(|r| r["impl"].as_str())
+        .collect();
+    for imp in ["rust-seq", "c-O3", "juxta"] {
+        assert!(mm.contains(&imp), "{mm:?}");
+    }
+    // Every matmul computes the same product.
+    let sums: Vec<f64> = rows
+        .iter()
+        .filter(|r| r["scenario"] == "matmul")
+        .map(|r| r["checksum"].as_f64().unwrap())
+        .collect();
+    assert!(
+        sums.windows(2)
+            .all(|w| (w[0] - w[1]).abs() <= 1e-9 * w[0].abs()),
+        "{sums:?}"
+    );
+    assert!(rows
+        .iter()
+        .any(|r| r["scenario"] == "mp-allreduce" && r["impl"] == "juxta"));
+}
+
+fn which(p: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(p).is_file()))
+}

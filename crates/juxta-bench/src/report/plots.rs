@@ -952,7 +952,7 @@ fn mp_rtt(rows: &[Row<'_>], class: usize) -> Result<Option<Plot>, ReportError> {
     finish(
         &format!("plot-mp-rtt-{id}"),
         &format!("Message passing ping-pong: {title}"),
-        "de Souza et al.'s ping-pong (their Figures 1-6: time vs size per routine, small, medium and large messages): rank 0 sends the message, rank 1 sends it back; median round trip after a warm-up. Each routine is started the same way (ranks bound to cores 0 and 1); Open MPI on its TCP and shared-memory transports.",
+        "de Souza et al.'s ping-pong (their Figures 1-6: time vs size per routine, small, medium and large messages): rank 0 sends the message, rank 1 sends it back; median round trip after a warm-up. Each routine is started the same way (ranks bound to cores 0 and 1); Open MPI on its TCP and shared-memory transports. Juxta's pipe and socket, UDP and JXSE's pipe and socket are measured by the common ping-pong harness, whose reply is a 1-byte ack (their rows say `reply: ack`), not an echo.",
         Axis::linear("message size (bytes)"),
         Axis::linear("RTT median (us)"),
         s,
