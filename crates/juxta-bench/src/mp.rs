@@ -360,6 +360,10 @@ pub struct MpOptions {
     /// JXSE 2.7's unicast pipe and socket through the harness (as shipped,
     /// CBJX on), beside the layers.
     pub jxse: bool,
+    /// The `juxta` binary the ranks run (`juxta mp-rank`); `None`: this
+    /// executable.
+    #[serde(skip)]
+    pub exe: Option<PathBuf>,
 }
 
 impl Default for MpOptions {
@@ -381,6 +385,7 @@ impl Default for MpOptions {
                 crate::layers::Layer::Udp,
             ],
             jxse: false,
+            exe: None,
         }
     }
 }
@@ -502,15 +507,19 @@ fn parse_lines(text: &str, kind: &str) -> Vec<Vec<f64>> {
         .collect()
 }
 
-fn exe() -> Result<OsString, BenchError> {
-    Ok(std::env::current_exe()
-        .map_err(io("finding the juxta binary"))?
-        .into_os_string())
+fn exe(given: &Option<PathBuf>) -> Result<OsString, BenchError> {
+    match given {
+        Some(p) => Ok(p.clone().into_os_string()),
+        None => Ok(std::env::current_exe()
+            .map_err(io("finding the juxta binary"))?
+            .into_os_string()),
+    }
 }
 
 /// Runs `juxta mp-rank MODE ...` as a job of `ranks` and returns rank 0's
 /// lines.
 async fn juxta_job(
+    juxta: &Option<PathBuf>,
     ranks: usize,
     bind: bool,
     mode: &str,
@@ -518,7 +527,7 @@ async fn juxta_job(
     dir: &Path,
 ) -> Result<String, BenchError> {
     let out = dir.join(format!("{mode}-{ranks}.txt"));
-    let mut command = vec![exe()?, "mp-rank".into(), mode.into()];
+    let mut command = vec![exe(juxta)?, "mp-rank".into(), mode.into()];
     command.extend(extra.iter().map(OsString::from));
     command.push("--out".into());
     command.push(out.clone().into_os_string());
@@ -686,10 +695,18 @@ pub async fn run(
     let mut pp: Vec<(&'static str, &'static str, Vec<Vec<f64>>)> = Vec::new();
     if !opts.sizes.is_empty() {
         progress("ping-pong: tcp");
-        let t = juxta_job(2, opts.bind, "tcp-pingpong", &pp_args, dir.path()).await?;
+        let t = juxta_job(
+            &opts.exe,
+            2,
+            opts.bind,
+            "tcp-pingpong",
+            &pp_args,
+            dir.path(),
+        )
+        .await?;
         pp.push(("tcp", "tcp", parse_lines(&t, "pingpong")));
         progress("ping-pong: juxta communicator");
-        let t = juxta_job(2, opts.bind, "pingpong", &pp_args, dir.path()).await?;
+        let t = juxta_job(&opts.exe, 2, opts.bind, "pingpong", &pp_args, dir.path()).await?;
         pp.push(("juxta", "mp", parse_lines(&t, "pingpong")));
         if let Some(prog) = &c.pingpong {
             let args: Vec<String> = [
@@ -753,7 +770,7 @@ pub async fn run(
         let na = ["--n".to_string(), n.to_string()];
         let mut mm: Vec<(&'static str, usize, Vec<f64>)> = Vec::new();
         progress(&format!("matmul n={n}: rust-seq"));
-        let t = juxta_job(1, opts.bind, "matmul-seq", &na, dir.path()).await?;
+        let t = juxta_job(&opts.exe, 1, opts.bind, "matmul-seq", &na, dir.path()).await?;
         mm.extend(
             parse_lines(&t, "matmul")
                 .into_iter()
@@ -787,7 +804,7 @@ pub async fn run(
             );
         }
         progress(&format!("matmul n={n}: juxta, {p} ranks"));
-        let t = juxta_job(p, opts.bind, "matmul", &na, dir.path()).await?;
+        let t = juxta_job(&opts.exe, p, opts.bind, "matmul", &na, dir.path()).await?;
         mm.extend(
             parse_lines(&t, "matmul")
                 .into_iter()
@@ -832,7 +849,7 @@ pub async fn run(
         // More ranks than cores: neither side binds.
         let bind = opts.bind && p <= 2;
         progress(&format!("allreduce: juxta, {p} ranks"));
-        let t = juxta_job(p, bind, "allreduce", &args, dir.path()).await?;
+        let t = juxta_job(&opts.exe, p, bind, "allreduce", &args, dir.path()).await?;
         let mut ar: Vec<(&'static str, Vec<f64>)> = parse_lines(&t, "allreduce")
             .into_iter()
             .map(|v| ("juxta", v))

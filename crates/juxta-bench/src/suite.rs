@@ -67,6 +67,10 @@ pub enum Scenario {
     Recovery,
     /// RTT and bandwidth directly vs through relays, and a relay overload.
     Relay,
+    /// de Souza's message passing: the ranks' ping-pong (tcp, the
+    /// communicator, Open MPI when installed), the matrix multiplication
+    /// and an allreduce ([`crate::mp`]).
+    Mp,
 }
 
 /// Scenarios of the model that are not built yet, with where they will
@@ -75,7 +79,7 @@ pub const NOT_YET: [(&str, &str); 0] = [];
 
 impl Scenario {
     /// Every scenario that exists, in run order.
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::Pingpong,
         Scenario::Throughput,
         Scenario::Composition,
@@ -84,6 +88,7 @@ impl Scenario {
         Scenario::Rendezvous,
         Scenario::Recovery,
         Scenario::Relay,
+        Scenario::Mp,
     ];
 
     /// The scenario's name.
@@ -97,6 +102,7 @@ impl Scenario {
             Scenario::Rendezvous => "rendezvous",
             Scenario::Recovery => "recovery",
             Scenario::Relay => "relay",
+            Scenario::Mp => "mp",
         }
     }
 
@@ -209,6 +215,8 @@ pub enum Step {
     Recovery(RecoveryOptions),
     /// Relay paths and the relay overload.
     Relay(RelayOptions),
+    /// Message passing (ranks, matmul, allreduce).
+    Mp(crate::mp::MpOptions),
     /// Ping-pong of JXSE 2.7 (read against the tcp rows gathered so far).
     JxsePingpong(JxseOptions),
     /// Throughput of JXSE 2.7.
@@ -227,6 +235,7 @@ impl Step {
             Step::Rendezvous(_) => Scenario::Rendezvous,
             Step::Recovery(_) => Scenario::Recovery,
             Step::Relay(_) => Scenario::Relay,
+            Step::Mp(_) => Scenario::Mp,
             Step::JxsePingpong(_) => Scenario::Pingpong,
             Step::JxseThroughput(_) => Scenario::Throughput,
         }
@@ -263,6 +272,12 @@ impl Step {
             Step::JxsePingpong(o) | Step::JxseThroughput(o) => {
                 format!("JXSE 2.7 {}", layers(&o.layers))
             }
+            Step::Mp(o) => format!(
+                "ping-pong {} sizes, matmul n={}, allreduce {} ranks",
+                o.sizes.len(),
+                o.matmul_n,
+                o.allreduce_ranks
+            ),
         };
         format!("{} {what}", self.scenario().name())
     }
@@ -292,7 +307,7 @@ fn default_layers(s: Scenario) -> Vec<Layer> {
         Scenario::Composition => vec![Layer::Endpoint, Layer::UnicastPipe],
         Scenario::Senders => vec![Layer::UnicastPipe],
         Scenario::Relay => relay::LAYERS.to_vec(),
-        Scenario::Ops | Scenario::Rendezvous | Scenario::Recovery => vec![],
+        Scenario::Ops | Scenario::Rendezvous | Scenario::Recovery | Scenario::Mp => vec![],
     }
 }
 
@@ -304,6 +319,9 @@ fn allowed(s: Scenario) -> &'static [Layer] {
         Scenario::Senders => &senders::LAYERS,
         Scenario::Relay => &relay::LAYERS,
         Scenario::Ops | Scenario::Rendezvous | Scenario::Recovery => &[],
+        // The pipe, socket and UDP rows of the study come from the
+        // pingpong scenario in a suite run.
+        Scenario::Mp => &[],
     }
 }
 
@@ -475,6 +493,27 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                     }));
                 }
             }
+            Scenario::Mp => steps.push(Step::Mp(if opts.full {
+                crate::mp::MpOptions {
+                    matmul_n: 3000,
+                    jxse: opts.jxse,
+                    ..crate::mp::MpOptions::default()
+                }
+            } else {
+                // A short budget: a size of each of the study's classes
+                // (small, medium, large), a matmul of about a second and
+                // the allreduce; Juxta's layers are in pingpong already.
+                crate::mp::MpOptions {
+                    sizes: vec![2, 1000, 100_000, 1_000_000],
+                    warmup: 50,
+                    runs: 3,
+                    pairs: 50,
+                    matmul_n: 600,
+                    c_o0: false,
+                    layers: Vec::new(),
+                    ..crate::mp::MpOptions::default()
+                }
+            })),
             Scenario::Recovery => steps.push(Step::Recovery(RecoveryOptions {
                 edges: if opts.full { 64 } else { 16 },
                 repeats: if opts.full { 10 } else { 3 },
@@ -532,6 +571,7 @@ fn shrink_for_link(step: &mut Step) {
         | Step::Rendezvous(_)
         | Step::Recovery(_)
         | Step::Relay(_)
+        | Step::Mp(_)
         | Step::JxsePingpong(_)
         | Step::JxseThroughput(_) => {}
     }
@@ -901,6 +941,20 @@ async fn run_step(
             };
             g.rows
                 .extend(to_values(&relay::run(&o, &mut detail).await?));
+        }
+        Step::Mp(o) => {
+            let o = crate::mp::MpOptions {
+                exe: match host {
+                    Host::Process(exe) => Some(exe.clone()),
+                    Host::Thread => o.exe.clone(),
+                },
+                ..o.clone()
+            };
+            let res = crate::mp::run(host, &o, &mut detail).await?;
+            for n in &res.notes {
+                detail(n);
+            }
+            g.rows.extend(res.rows());
         }
         Step::JxsePingpong(o) => {
             // Its own tcp lane, interleaved with the JXSE lanes: those

@@ -840,6 +840,7 @@ fn run_mp(a: MpArgs) -> Result<(), CliError> {
         },
         layers: Vec::new(),
         jxse: false,
+        exe: None,
     };
     if opts.matmul_n > 0 && !opts.matmul_n.is_multiple_of(opts.matmul_ranks) {
         return Err(CliError::Msg(format!(
