@@ -178,7 +178,7 @@ fn s(v: &Value) -> String {
 /// The answer for a person.
 fn human(name: &str, v: &Value) -> String {
     let mut o = String::new();
-    let mut line = |k: &str, val: String| o.push_str(&format!("{k:<14}{val}\n"));
+    let mut line = |k: &str, val: String| o.push_str(&format!("{k:<21}{val}\n"));
     match name {
         "status" => {
             line("peer", s(&v["peer_id"]));

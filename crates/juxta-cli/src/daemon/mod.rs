@@ -205,6 +205,7 @@ fn init_logging(s: &Settings) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = match s.file.log.format.unwrap_or_default() {
         LogFormat::Human => b.try_init(),
