@@ -260,7 +260,9 @@ async fn daemon(settings: Settings) -> Result<(), DaemonError> {
         ),
         None => None,
     };
+    let tp = Instant::now();
     let peer = Arc::new(Peer::start(cfg).await?);
+    let peer_start = tp.elapsed();
     let control_path = control::socket_path(&settings.home);
     let listener = control::bind(&control_path)?;
     let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
@@ -328,6 +330,7 @@ async fn daemon(settings: Settings) -> Result<(), DaemonError> {
         http = ?peer.http_local_addr(),
         metrics = ?metrics_addr,
         start_ms = t0.elapsed().as_secs_f64() * 1e3,
+        peer_start_ms = peer_start.as_secs_f64() * 1e3,
         "serving"
     );
     tokio::select! {
@@ -337,6 +340,15 @@ async fn daemon(settings: Settings) -> Result<(), DaemonError> {
     let t1 = Instant::now();
     for t in &tasks {
         t.abort();
+    }
+    // An edge ends its rendezvous lease politely first (the rendezvous
+    // releases the lease and its SRDI entries at once).
+    if let Some(h) = peer.rendezvous().filter(|h| !h.status().is_rendezvous) {
+        match tokio::time::timeout(STOP_BOUND / 2, h.shutdown()).await {
+            Ok(Ok(())) => tracing::info!("rendezvous lease released"),
+            Ok(Err(e)) => tracing::debug!(error = %e, "rendezvous lease not released"),
+            Err(_) => tracing::warn!("rendezvous lease release timed out"),
+        }
     }
     let _ = std::fs::remove_file(&control_path);
     // Dropping the peer aborts its tasks and closes its sockets (leases
