@@ -148,6 +148,19 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ControlError> {
             format!("unknown request {name:?} (known: {})", REQUESTS.join(", ")),
         ));
     }
+    // serde does not enforce `deny_unknown_fields` on the unit variants
+    // of an internally tagged enum.
+    if matches!(name, "status" | "peers" | "groups") {
+        if let Some(extra) = v
+            .as_object()
+            .and_then(|o| o.keys().find(|k| *k != "request"))
+        {
+            return Err(ControlError::new(
+                "bad_request",
+                format!("unknown field `{extra}` for request {name:?}"),
+            ));
+        }
+    }
     serde_json::from_value(v).map_err(|e| ControlError::new("bad_request", e.to_string()))
 }
 
@@ -464,7 +477,7 @@ mod tests {
 
     #[tokio::test]
     async fn long_lines_are_cut_at_the_bound() {
-        let data = vec![b'x'; 100];
+        let data = [b'x'; 100];
         let mut r = BufReader::new(&data[..]);
         assert!(matches!(
             read_line(&mut r, 10).await.unwrap(),
