@@ -493,7 +493,7 @@ impl control::Handler for State {
                     .map_err(failed)?
                     .into_iter()
                     .filter_map(|a| match a {
-                        Advertisement::Peer(pa) => Some(json!({
+                        Advertisement::Peer(pa) if pa.peer_id != p.peer_id() => Some(json!({
                             "peer": pa.peer_id.to_string(),
                             "name": pa.name,
                             "connected": p.is_connected_to(&pa.peer_id),
