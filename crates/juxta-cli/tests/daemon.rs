@@ -216,7 +216,10 @@ fn a_rendezvous_and_two_edges_answer_the_operator_commands() {
     let b_home = home(root.path(), "b");
     std::fs::write(
         b_home.join("juxta.toml"),
-        format!("seeds = [\"{rdv_addr}\"]\nkey_bits = 1024\n"),
+        format!(
+            "seeds = [\"{rdv_addr}\"]\nkey_bits = 1024\n\
+             [[groups]]\nname = \"team\"\npassword = \"pw\"\n"
+        ),
     )
     .unwrap();
     let b = Daemon::start(&b_home);
@@ -247,9 +250,16 @@ fn a_rendezvous_and_two_edges_answer_the_operator_commands() {
     assert!(connected.contains(&a.peer_id.as_str()), "{p}");
     assert!(connected.contains(&b.peer_id.as_str()), "{p}");
 
-    // groups: A created "team".
+    // groups: A created "team"; B joined it, found by name through the
+    // rendezvous.
     let g = a.ask("groups", &[]);
     assert_eq!(g["joined"][0]["name"], "team", "{g}");
+    let team = g["joined"][0]["id"].clone();
+    let gb = eventually("B joining team", || {
+        let g = b.ask("groups", &[]);
+        (g["joined"].as_array().unwrap().len() == 1).then_some(g)
+    });
+    assert_eq!(gb["joined"][0]["id"], team, "{gb}");
 
     // publish from the command line, then B finds both advertisements
     // through the rendezvous.
