@@ -535,6 +535,22 @@ fn unsafe_homes_and_sockets_are_refused_and_bad_requests_get_typed_errors() {
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).unwrap();
     let o = juxta_home("status", &h, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // A socket owned by another user is refused (making one needs root).
+    let me = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&h).unwrap());
+    if me == 0 {
+        std::os::unix::fs::chown(&sock, Some(65534), None).unwrap();
+        let o = juxta_home("status", &h, &[]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("owned by uid 65534"), "{}", stderr(&o));
+        std::os::unix::fs::chown(&sock, Some(0), None).unwrap();
+        assert!(juxta_home("status", &h, &[]).status.success());
+    } else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "the socket-owner check needs root (chown), and CI runs as root"
+        );
+        println!("skipped: a control socket owned by another user (needs root to chown)");
+    }
     // Something else than a socket in its place: refused.
     let fake = home(root.path(), "fake");
     std::fs::write(fake.join("control.sock"), b"").unwrap();
