@@ -4,15 +4,15 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod daemon;
+
 use clap::{Parser, Subcommand};
-use juxta::{Messenger, Peer, PeerConfig};
 use juxta_bench::composition::{self, CompositionOptions};
-use juxta_bench::layers::{self, Host, Layer, ResponderSpec, BENCH_SERVICE};
+use juxta_bench::layers::{self, Host, Layer, ResponderSpec};
 use juxta_bench::pingpong::{self, PingPongOptions};
 use juxta_bench::senders::{self, SendersOptions};
 use juxta_bench::throughput::{self, Pattern, ThroughputOptions};
 use juxta_bench::util::{parse_counts, parse_sizes, pin_current, Pin};
-use juxta_proto::message::{Element, Message};
 
 #[derive(Parser)]
 #[command(
@@ -29,25 +29,20 @@ struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run a peer until interrupted (Ctrl-C). It logs connections and
-    /// answers the benchmark ack service (JuxtaBench/ping -> JuxtaBench/ack).
-    Peer {
-        /// TCP address to listen on, e.g. 127.0.0.1:9701.
+    /// Run a peer until SIGINT/SIGTERM: settings from <home>/juxta.toml
+    /// (or --config) and flags; roles edge, rendezvous, relay; a control
+    /// socket for `juxta status` and the other operator commands; metrics
+    /// with --metrics. It answers the benchmark ack service
+    /// (JuxtaBench/ping -> JuxtaBench/ack). See docs/peer.md.
+    Peer(daemon::PeerArgs),
+    /// Print the peer ID of a home's identity.
+    Id {
+        /// Home directory (default $JUXTA_HOME or ~/.juxta).
         #[arg(long)]
-        listen: SocketAddr,
-        /// Home directory (identity key and certificate are kept there).
-        #[arg(long)]
-        home: PathBuf,
-        /// Do not offer or accept compact framing (always JXTA framing).
-        #[arg(long)]
-        no_compact: bool,
-        /// Do not sign messages with CBJX (both sides must agree).
-        #[arg(long)]
-        no_cbjx: bool,
-        /// RSA key size for a new identity (JXSE uses 1024).
-        #[arg(long, default_value_t = 2048)]
-        key_bits: usize,
+        home: Option<PathBuf>,
     },
+    #[command(flatten)]
+    Op(daemon::client::OpCmd),
     /// Run the benchmark suite. With no scenario: the default run, every
     /// scenario of the JXTA Performance Model in a short budget, written to
     /// results/<timestamp>/ (results.json, CSV files, report.html).
@@ -676,6 +671,9 @@ enum CliError {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Cmd::Peer(a) = cli.command {
+        return daemon::run(a); // sets up its own logging (level, format)
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
@@ -694,13 +692,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Cmd::Peer {
-            listen,
-            home,
-            no_compact,
-            no_cbjx,
-            key_bits,
-        } => multi_thread().block_on(run_peer(listen, home, !no_compact, !no_cbjx, key_bits)),
+        Cmd::Peer(a) => return daemon::run(a),
+        Cmd::Id { home } => return daemon::client::id(home),
+        Cmd::Op(c) => return daemon::client::run(c),
         Cmd::Run {
             n,
             bind,
@@ -940,50 +934,6 @@ fn default_out_dir() -> PathBuf {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     PathBuf::from("results").join(secs.to_string())
-}
-
-async fn run_peer(
-    listen: SocketAddr,
-    home: PathBuf,
-    compact: bool,
-    cbjx: bool,
-    key_bits: usize,
-) -> Result<(), CliError> {
-    let mut cfg = PeerConfig::new(home)
-        .listen(listen)
-        .compact(compact)
-        .cbjx(cbjx);
-    cfg.key_bits = key_bits;
-    let peer = Peer::start(cfg).await?;
-    let mut pings = peer.listen(BENCH_SERVICE, Some("ping"))?;
-    println!(
-        "peer {} listening on tcp://{}",
-        peer.peer_id(),
-        peer.local_addr().map(|a| a.to_string()).unwrap_or_default()
-    );
-    let serve = async {
-        let mut back: Option<Messenger> = None;
-        while let Some(d) = pings.recv().await {
-            let Some(from) = d.from else { continue };
-            if back.as_ref().map(|m| m.remote()) != Some(from) {
-                back = peer.messenger(&from).ok();
-            }
-            if let Some(m) = &back {
-                let ack = Message::new().with(Element::bytes("bench", "ack", &b"\x01"[..]));
-                if let Err(e) = m.send(BENCH_SERVICE, Some("ack"), ack).await {
-                    tracing::warn!(error = %e, "ack failed");
-                }
-            }
-        }
-    };
-    tokio::select! {
-        _ = serve => {}
-        r = tokio::signal::ctrl_c() => {
-            r.map_err(|e| CliError::Msg(format!("waiting for Ctrl-C: {e}")))?;
-            tracing::info!("interrupted; stopping");
-        }
-    }
-    Ok(())
 }
 
 fn host() -> Result<Host, CliError> {

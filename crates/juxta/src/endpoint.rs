@@ -134,6 +134,19 @@ impl Messenger {
         self.via.is_some()
     }
 
+    /// The peers messages pass through before the destination: none for
+    /// a direct messenger; for a routed one, the first hop (the peer of
+    /// [`Messenger::connection`]) and the rest of the route, in order.
+    pub fn hops(&self) -> Vec<PeerId> {
+        match &self.via {
+            None => Vec::new(),
+            Some(v) => std::iter::once(self.conn.remote)
+                .chain(v.forward.iter().copied())
+                .filter(|p| *p != v.dest)
+                .collect(),
+        }
+    }
+
     /// The underlying connection (counters, state); for a routed
     /// messenger, the connection to the first hop.
     pub fn connection(&self) -> &Arc<Connection> {
@@ -328,6 +341,7 @@ impl Messenger {
                         source,
                     })?;
                     conn.bytes_out.fetch_add(enc.len as u64, Ordering::Relaxed);
+                    self.inner.stats.count_out(enc.len);
                     if !whole {
                         q.draining = true;
                         drop(w);
@@ -366,6 +380,7 @@ impl Messenger {
     /// is bounded by [`crate::PeerConfig::write_timeout`], so the task ends.
     fn spawn_service_drain(&self) {
         let conn = self.conn.clone();
+        let inner = self.inner.clone();
         tokio::spawn(async move {
             loop {
                 let mut w = conn.writer.lock().await;
@@ -387,6 +402,7 @@ impl Messenger {
                             r = w.write(&enc).await;
                             if r.is_ok() {
                                 conn.bytes_out.fetch_add(enc.len as u64, Ordering::Relaxed);
+                                inner.stats.count_out(enc.len);
                             }
                         }
                         Err(e) => {
@@ -489,6 +505,7 @@ impl Messenger {
         self.conn
             .bytes_out
             .fetch_add(enc.len as u64, Ordering::Relaxed);
+        self.inner.stats.count_out(enc.len);
         if whole {
             return Ok(Ok(None));
         }
@@ -546,6 +563,7 @@ impl Messenger {
         self.conn
             .bytes_out
             .fetch_add(enc.len as u64, Ordering::Relaxed);
+        self.inner.stats.count_out(enc.len);
         Ok(enc.len)
     }
 
@@ -567,6 +585,7 @@ impl Messenger {
         self.conn
             .bytes_out
             .fetch_add(enc.len as u64, Ordering::Relaxed);
+        self.inner.stats.count_out(enc.len);
         Ok(enc.len)
     }
 }

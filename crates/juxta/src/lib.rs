@@ -27,4 +27,4 @@ pub mod transport;
 pub use config::PeerConfig;
 pub use endpoint::{Listener, Messenger, SendError};
 pub use juxta_proto as proto;
-pub use peer::{Peer, PeerError, Stats};
+pub use peer::{ConnectionInfo, Peer, PeerError, Stats};

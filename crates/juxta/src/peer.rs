@@ -229,6 +229,45 @@ pub struct Stats {
     /// route traffic) refused because their connection's service queue
     /// ([`PeerConfig::service_queue`]) was full.
     pub service_refused: AtomicU64,
+    /// Bytes read from TCP connections (whole frames, as received).
+    pub bytes_in: AtomicU64,
+    /// Bytes written to TCP connections (whole frames, as sent).
+    pub bytes_out: AtomicU64,
+    /// Messages read from TCP connections.
+    pub messages_in: AtomicU64,
+    /// Messages written to TCP connections.
+    pub messages_out: AtomicU64,
+}
+
+/// One live connection, as listed by [`Peer::connections`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    /// The remote peer.
+    pub peer: PeerId,
+    /// The remote's socket address.
+    pub addr: SocketAddr,
+    /// Bytes read on this connection.
+    pub bytes_in: u64,
+    /// Bytes written on this connection.
+    pub bytes_out: u64,
+    /// Whether both directions use compact framing.
+    pub compact: bool,
+    /// Whether the remote proved its peer ID (signature or handshake).
+    pub proven: bool,
+}
+
+impl Stats {
+    /// Counts one message of `len` bytes read.
+    pub(crate) fn count_in(&self, len: usize) {
+        self.bytes_in.fetch_add(len as u64, Ordering::Relaxed);
+        self.messages_in.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one message of `len` bytes written.
+    pub(crate) fn count_out(&self, len: usize) {
+        self.bytes_out.fetch_add(len as u64, Ordering::Relaxed);
+        self.messages_out.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 pub(crate) struct Inner {
@@ -877,6 +916,33 @@ impl Peer {
             .read()
             .expect("connections lock")
             .len()
+    }
+
+    /// A snapshot of the live connections (peer, address, traffic).
+    ///
+    /// ```no_run
+    /// # async fn demo(peer: juxta::Peer) {
+    /// for c in peer.connections() {
+    ///     println!("{} at {}: {} B in, {} B out", c.peer, c.addr, c.bytes_in, c.bytes_out);
+    /// }
+    /// # }
+    /// ```
+    pub fn connections(&self) -> Vec<ConnectionInfo> {
+        self.inner
+            .connections
+            .read()
+            .expect("connections lock")
+            .values()
+            .filter(|c| !c.is_closed())
+            .map(|c| ConnectionInfo {
+                peer: c.remote(),
+                addr: c.peer_addr(),
+                bytes_in: c.bytes_in(),
+                bytes_out: c.bytes_out(),
+                compact: c.is_compact(),
+                proven: c.proof() != juxta_proto::wire::connection::Proof::Claimed,
+            })
+            .collect()
     }
 
     /// Registers a listener for `service`/`param` in the Net peer group.

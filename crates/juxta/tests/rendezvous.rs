@@ -934,3 +934,39 @@ async fn forged_peer_view_and_stranger_propagation_are_refused() {
         Some(rdv.peer_id())
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edge_shutting_down_releases_its_lease_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let rdv = start(&dir, "rdv", true, RendezvousConfig::rendezvous()).await;
+    let es = edges(&dir, 2, &[rdv.local_addr().unwrap()]).await;
+    for e in &es {
+        assert_eq!(
+            e.rendezvous().unwrap().wait_leased(WAIT).await,
+            Some(rdv.peer_id())
+        );
+    }
+    assert!(eventually(|| rdv.rendezvous().unwrap().status().clients == 2).await);
+    let mut events = rdv.rendezvous().unwrap().subscribe();
+    es[0].rendezvous().unwrap().shutdown().await.unwrap();
+    // The connection stays open: the lease ends by the Disconnect.
+    let left = tokio::time::timeout(WAIT, async {
+        loop {
+            match events.recv().await {
+                Ok(RendezvousEvent::ClientLeft(p)) => return p,
+                Ok(_) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(left, es[0].peer_id());
+    assert!(rdv.is_connected_to(&es[0].peer_id()));
+    assert!(eventually(|| rdv.rendezvous().unwrap().status().clients == 1).await);
+    // A rendezvous has no lease to end.
+    assert_eq!(
+        rdv.rendezvous().unwrap().shutdown().await,
+        Err(RendezvousError::NotEdge)
+    );
+}

@@ -165,3 +165,43 @@ async fn an_unproven_welcome_does_not_capture_a_peer_id() {
     assert_eq!(&got.message.get("", "x").unwrap().data[..], b"2");
     drop(w);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traffic_counters_and_the_connection_list() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (a, b, _dir) = pair(true).await;
+    let mut a_in = a.listen("test", Some("in")).unwrap();
+    let to_a = b.connect(a.local_addr().unwrap()).await.unwrap();
+    assert!(to_a.hops().is_empty(), "a direct messenger has no hops");
+    let before_in = a.stats().messages_in.load(Relaxed);
+    let before_out = b.stats().messages_out.load(Relaxed);
+    let sent_bytes = b.stats().bytes_out.load(Relaxed);
+    for _ in 0..3 {
+        to_a.send(
+            "test",
+            Some("in"),
+            Message::new().with(Element::bytes("juxta", "payload", payload(1000))),
+        )
+        .await
+        .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), a_in.recv())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert!(b.stats().messages_out.load(Relaxed) >= before_out + 3);
+    assert!(a.stats().messages_in.load(Relaxed) >= before_in + 3);
+    assert!(b.stats().bytes_out.load(Relaxed) >= sent_bytes + 3000);
+    assert!(a.stats().bytes_in.load(Relaxed) >= 3000);
+    // The accepting side lists the connection once its peer is proven.
+    let conns = a.connections();
+    assert_eq!(conns.len(), 1, "{conns:?}");
+    let c = &conns[0];
+    assert_eq!(c.peer, b.peer_id());
+    assert!(c.proven && c.compact);
+    assert!(c.bytes_in >= 3000, "{c:?}");
+    assert_eq!(c.addr.ip(), std::net::IpAddr::from([127, 0, 0, 1]));
+    let bc = b.connections();
+    assert_eq!(bc[0].addr, a.local_addr().unwrap());
+    assert!(bc[0].bytes_out >= c.bytes_in, "{bc:?} {c:?}");
+}

@@ -296,6 +296,10 @@ enum Cmd {
     Response(ResolverResponse),
     /// A busy answer.
     Busy(BusyNotice),
+    /// Edge: end the lease politely and stop leasing.
+    Shutdown {
+        reply: oneshot::Sender<Result<(), RendezvousError>>,
+    },
 }
 
 /// The application's handle on a peer's rendezvous service (cheap to clone).
@@ -324,6 +328,29 @@ impl RendezvousHandle {
     /// The current state.
     pub fn status(&self) -> RendezvousStatus {
         self.status.borrow().clone()
+    }
+
+    /// Edge: ends the lease politely (sends `Disconnect` to the leased
+    /// rendezvous, which releases the lease and this edge's SRDI entries
+    /// at once) and stops leasing; returns once the message is handed to
+    /// the connection. For a graceful stop: the service leases no more
+    /// afterwards. [`RendezvousError::NotEdge`] on a rendezvous.
+    ///
+    /// ```no_run
+    /// # async fn demo(edge: juxta::Peer) {
+    /// if let Some(h) = edge.rendezvous() {
+    ///     let _ = h.shutdown().await;
+    /// }
+    /// drop(edge); // closes the sockets
+    /// # }
+    /// ```
+    pub async fn shutdown(&self) -> Result<(), RendezvousError> {
+        let (reply, rx) = oneshot::channel();
+        self.cmd
+            .send(Cmd::Shutdown { reply })
+            .await
+            .map_err(|_| RendezvousError::Stopped)?;
+        rx.await.map_err(|_| RendezvousError::Stopped)?
     }
 
     /// Subscribes to lease and client events (from now on).
@@ -610,6 +637,13 @@ impl Task {
             let at = self.t0 + Duration::from_millis(next);
             tokio::select! {
                 c = cmds.recv() => match c {
+                    Some(Cmd::Shutdown { reply }) => {
+                        let r = self.shutdown_edge();
+                        if !self.flush().await {
+                            return;
+                        }
+                        let _ = reply.send(r);
+                    }
                     Some(c) => self.on_cmd(c),
                     None => return,
                 },
@@ -722,6 +756,21 @@ impl Task {
         }
     }
 
+    /// Edge: sends `Disconnect` to the leased rendezvous (queued in
+    /// `out`) and stops leasing.
+    fn shutdown_edge(&mut self) -> Result<(), RendezvousError> {
+        let Role::Edge(e) = &mut self.role else {
+            return Err(RendezvousError::NotEdge);
+        };
+        if let Some(c) = e.cli.as_mut() {
+            c.shutdown();
+            while let Some(t) = c.poll_transmit() {
+                self.out.push(t);
+            }
+        }
+        Ok(())
+    }
+
     fn on_cmd(&mut self, c: Cmd) {
         let now = self.now();
         let g = self.g.clone();
@@ -795,7 +844,7 @@ impl Task {
                 );
                 self.send_lookups(now);
             }
-            Cmd::Query { .. } | Cmd::Response(_) | Cmd::Busy(_) => {}
+            Cmd::Query { .. } | Cmd::Response(_) | Cmd::Busy(_) | Cmd::Shutdown { .. } => {}
         }
     }
 

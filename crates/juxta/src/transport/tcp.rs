@@ -818,6 +818,7 @@ async fn read_loop(
                 }
                 conn.bytes_in
                     .fetch_add(m.wire_len as u64, Ordering::Relaxed);
+                inner.stats.count_in(m.wire_len);
                 inner.dispatch(conn, m).await;
             }
             Ok(Some(InboundEvent::Handshake(h))) => {
@@ -851,6 +852,7 @@ async fn read_loop(
                     for m in held.drain(..) {
                         conn.bytes_in
                             .fetch_add(m.wire_len as u64, Ordering::Relaxed);
+                        inner.stats.count_in(m.wire_len);
                         inner.dispatch(conn, m).await;
                     }
                     held_bytes = 0;
