@@ -508,7 +508,7 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                     warmup: 50,
                     runs: 3,
                     pairs: 50,
-                    matmul_n: 600,
+                    matmul_n: 1200,
                     c_o0: false,
                     layers: Vec::new(),
                     ..crate::mp::MpOptions::default()
