@@ -52,8 +52,9 @@ pub struct PeerOpts {
 /// How the two sides of `pipe` and `socket` meet.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct MeetOpts {
-    /// TCP address this peer listens on (listeners default to
-    /// 0.0.0.0:0, an ephemeral port on every interface; printed at start).
+    /// TCP address this peer listens on (listeners, and with --seed the
+    /// other side too, default to 0.0.0.0:0, an ephemeral port on every
+    /// interface; a listener prints its address at start).
     #[arg(long)]
     pub listen: Option<SocketAddr>,
     /// A rendezvous to meet through (repeatable): names are published to
@@ -64,6 +65,16 @@ pub struct MeetOpts {
     /// listening side printed.
     #[arg(long)]
     pub connect: Vec<SocketAddr>,
+}
+
+impl MeetOpts {
+    /// The listen address of the side that looks the name up: `--listen`,
+    /// or with a rendezvous 0.0.0.0:0 (answers routed through the
+    /// rendezvous come back to this address), or none.
+    pub fn connect_listen(&self) -> Option<SocketAddr> {
+        self.listen
+            .or_else(|| (!self.seed.is_empty()).then(|| "0.0.0.0:0".parse().expect("addr")))
+    }
 }
 
 /// Errors of the transfer commands.

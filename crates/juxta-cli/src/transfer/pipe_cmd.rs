@@ -121,7 +121,7 @@ async fn send(
         return Err(TransferError::NowhereToLook);
     }
     let timeout = opts.timeout()?;
-    let peer = opts.start(meet.listen, &meet.seed).await?;
+    let peer = opts.start(meet.connect_listen(), &meet.seed).await?;
     let direct = connect_all(&peer, &meet.connect).await?;
     let (adv, holder) = find_name(&peer, &name, &direct, timeout).await?;
     let pipe = peer

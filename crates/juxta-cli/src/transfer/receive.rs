@@ -146,6 +146,17 @@ pub async fn main(a: ReceiveArgs) -> Result<(), TransferError> {
     };
     let _ = s.write_all(&[status]).await;
     let _ = s.shutdown().await;
+    // The sender closes once it has the status: wait for that (bounded),
+    // so that the status is out before this process ends.
+    let mut rest = [0u8; 64];
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(3), async {
+        while let Ok(n) = s.read(&mut rest).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
     let files = outcome?;
     if got < want {
         if let Some(e) = read_err {

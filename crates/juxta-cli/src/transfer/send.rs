@@ -32,8 +32,8 @@ pub struct SendArgs {
     /// Keep serving after a receiver got everything (until Ctrl-C).
     #[arg(long)]
     pub keep: bool,
-    /// Testing: stop sending file data after this many bytes per
-    /// connection.
+    /// Testing: stop sending file data after this many bytes (first
+    /// connection only).
     #[arg(long, hide = true)]
     pub test_stop_after: Option<u64>,
     /// Testing: with --test-stop-after, keep the connection open but send
@@ -166,12 +166,17 @@ pub async fn main(a: SendArgs) -> Result<(), TransferError> {
     );
     let sources = Arc::new(sources);
     let (done_tx, mut done_rx) = tokio::sync::mpsc::channel::<()>(4);
+    // --test-stop-after applies to the first connection only.
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
     loop {
         tokio::select! {
             s = server.accept() => {
                 let s = s?;
                 let (sources, done_tx) = (sources.clone(), done_tx.clone());
-                let stop = a.test_stop_after.map(|n| (n, a.test_stall));
+                let stop = a
+                    .test_stop_after
+                    .filter(|_| first.swap(false, std::sync::atomic::Ordering::SeqCst))
+                    .map(|n| (n, a.test_stall));
                 tokio::spawn(async move {
                     let who = s.remote();
                     match serve(s, &sources, stop).await {

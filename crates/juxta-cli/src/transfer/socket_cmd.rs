@@ -66,7 +66,7 @@ pub async fn main(c: SocketCmd) -> Result<(), TransferError> {
                 return Err(TransferError::NowhereToLook);
             }
             let timeout = peer.timeout()?;
-            let p = peer.start(meet.listen, &meet.seed).await?;
+            let p = peer.start(meet.connect_listen(), &meet.seed).await?;
             let direct = connect_all(&p, &meet.connect).await?;
             for d in &direct {
                 if let Ok(m) = p.messenger(d) {
@@ -84,8 +84,13 @@ pub async fn main(c: SocketCmd) -> Result<(), TransferError> {
 }
 
 /// Copies stdin to the socket and the socket to stdout until both
-/// directions ended (stdin's end is sent as a half-close).
-async fn splice(s: JxtaSocket, _peer: Arc<Peer>) -> Result<(), TransferError> {
+/// directions ended (stdin's end is sent as a half-close). The side whose
+/// sending ended last then waits (up to 10 s) for the other to close the
+/// connection, so that its last bytes are read before it exits.
+async fn splice(s: JxtaSocket, peer: Arc<Peer>) -> Result<(), TransferError> {
+    let remote = s.remote();
+    let down_first = std::sync::atomic::AtomicBool::new(false);
+    let up_done = std::sync::atomic::AtomicBool::new(false);
     let (mut rd, mut wr) = tokio::io::split(s);
     let up = async {
         let mut stdin = stdin_reader(false);
@@ -97,6 +102,7 @@ async fn splice(s: JxtaSocket, _peer: Arc<Peer>) -> Result<(), TransferError> {
             wr.flush().await.map_err(TransferError::io("sending"))?;
         }
         wr.shutdown().await.map_err(TransferError::io("closing"))?;
+        up_done.store(true, std::sync::atomic::Ordering::SeqCst);
         Ok::<(), TransferError>(())
     };
     let down = async {
@@ -107,6 +113,9 @@ async fn splice(s: JxtaSocket, _peer: Arc<Peer>) -> Result<(), TransferError> {
                 .await
                 .map_err(TransferError::io("receiving"))?;
             if n == 0 {
+                if !up_done.load(std::sync::atomic::Ordering::SeqCst) {
+                    down_first.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
                 return Ok::<(), TransferError>(());
             }
             write_stdout(&buf[..n])?;
@@ -114,5 +123,12 @@ async fn splice(s: JxtaSocket, _peer: Arc<Peer>) -> Result<(), TransferError> {
     };
     let (a, b) = tokio::join!(up, down);
     b?;
-    a
+    a?;
+    if down_first.load(std::sync::atomic::Ordering::SeqCst) {
+        let end = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while peer.is_connected_to(&remote) && tokio::time::Instant::now() < end {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    Ok(())
 }
