@@ -618,3 +618,111 @@ fn socket_both_ways_with_half_close() {
     assert_eq!(l.out(), "hello from the connector\n");
     assert_eq!(c.out().as_bytes(), &big[..]);
 }
+
+/// A plain TCP copy of `src` to `dst` on loopback (std threads, 1 MiB
+/// reads and writes): the bound `juxta send`/`receive` is compared with.
+fn tcp_copy(src: &Path, dst: &Path) -> Duration {
+    use std::io::Read;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let src = src.to_path_buf();
+    let started = Instant::now();
+    let tx = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut f = std::fs::File::open(src).unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = f.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            s.write_all(&buf[..n]).unwrap();
+        }
+    });
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let mut f = std::fs::File::create(dst).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        f.write_all(&buf[..n]).unwrap();
+    }
+    f.flush().unwrap();
+    let t = started.elapsed();
+    tx.join().unwrap();
+    t
+}
+
+/// Opt-in benchmark: `juxta send`/`juxta receive` of one file (default
+/// 1 GB, `JUXTA_BENCH_BYTES`) on loopback against a plain TCP copy of the
+/// same file in the same run, alternating, 3 rounds each; the file is
+/// made in the system temp directory and deleted after.
+/// `cargo test --release -p juxta-cli --test transfer -- --ignored --nocapture bench_`
+#[test]
+#[ignore = "benchmark: run explicitly"]
+fn bench_send_receive_vs_tcp_copy() {
+    let bytes: usize = std::env::var("JUXTA_BENCH_BYTES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000_000);
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("bench.bin");
+    {
+        use rand::RngCore;
+        let mut f = std::fs::File::create(&file).unwrap();
+        let mut chunk = vec![0u8; 1 << 20];
+        let mut left = bytes;
+        while left > 0 {
+            rand::thread_rng().fill_bytes(&mut chunk);
+            let n = left.min(chunk.len());
+            f.write_all(&chunk[..n]).unwrap();
+            left -= n;
+        }
+    }
+    let mut tcp = Vec::new();
+    let mut jx = Vec::new();
+    for round in 0..3 {
+        let dst = d.path().join("tcp.out");
+        let t = tcp_copy(&file, &dst);
+        assert_eq!(std::fs::metadata(&dst).unwrap().len(), bytes as u64);
+        std::fs::remove_file(&dst).unwrap();
+        tcp.push(t.as_secs_f64());
+
+        let out = d.path().join("out");
+        let (mut s, ticket) = send(d.path(), &file, &[]);
+        let started = Instant::now();
+        let mut r = receive(d.path(), &ticket, &out, &[]);
+        assert!(r.wait(), "{}", r.err());
+        let t = started.elapsed().as_secs_f64();
+        assert!(s.wait());
+        assert_eq!(
+            std::fs::metadata(out.join("bench.bin")).unwrap().len(),
+            bytes as u64
+        );
+        std::fs::remove_dir_all(&out).unwrap();
+        jx.push(t);
+        eprintln!(
+            "round {round}: tcp copy {:.3} s ({:.0} MB/s), juxta receive {:.3} s ({:.0} MB/s) [{}]",
+            tcp[round],
+            bytes as f64 / tcp[round] / 1e6,
+            t,
+            bytes as f64 / t / 1e6,
+            r.err().trim()
+        );
+    }
+    std::fs::remove_file(&file).unwrap();
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let (t, j) = (med(&mut tcp), med(&mut jx));
+    eprintln!(
+        "median: tcp copy {:.0} MB/s, juxta send/receive {:.0} MB/s (whole receive process), ratio {:.2}",
+        bytes as f64 / t / 1e6,
+        bytes as f64 / j / 1e6,
+        t / j
+    );
+    assert!(j > 0.0 && t > 0.0);
+}
