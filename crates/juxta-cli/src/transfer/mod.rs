@@ -98,16 +98,10 @@ pub enum TransferError {
     /// None of the addresses answered.
     #[error("could not reach the peer: {}", describe_tried(.0))]
     Unreachable(Vec<(SocketAddr, String)>),
-    /// An address answered as another peer than expected.
-    #[error("{addr} answered as peer {got}, expected {want}")]
-    WrongPeer {
-        /// The address.
-        addr: SocketAddr,
-        /// Who answered.
-        got: PeerId,
-        /// Who the ticket names.
-        want: PeerId,
-    },
+    /// An address (first) answered as another peer (second) than the one
+    /// the ticket names (third).
+    #[error("{} answered as peer {}, expected {}", .0.0, .0.1, .0.2)]
+    WrongPeer(Box<(SocketAddr, PeerId, PeerId)>),
     /// A rendezvous did not grant a lease.
     #[error("no rendezvous among {0:?} answered within the timeout")]
     NoRendezvous(Vec<SocketAddr>),
@@ -429,10 +423,7 @@ pub fn stdin_reader(lines: bool) -> tokio::sync::mpsc::Receiver<std::io::Result<
                 lock.read_until(b'\n', &mut buf)
             } else {
                 buf.resize(64 << 10, 0);
-                lock.read(&mut buf).map(|n| {
-                    buf.truncate(n);
-                    n
-                })
+                lock.read(&mut buf).inspect(|&n| buf.truncate(n))
             };
             match r {
                 Ok(0) => return,

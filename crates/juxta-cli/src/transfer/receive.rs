@@ -76,11 +76,11 @@ pub async fn main(a: ReceiveArgs) -> Result<(), TransferError> {
     let peer = a.peer.start(None, &[]).await?;
     let m = connect_any(&peer, &t.addrs).await?;
     if m.remote() != t.peer {
-        return Err(TransferError::WrongPeer {
-            addr: t.addrs[0],
-            got: m.remote(),
-            want: t.peer,
-        });
+        return Err(TransferError::WrongPeer(Box::new((
+            t.addrs[0],
+            m.remote(),
+            t.peer,
+        ))));
     }
     // Stream mode needs the compact handshake done first.
     m.wait_compact(timeout.min(std::time::Duration::from_secs(5)))
