@@ -19,6 +19,10 @@ use super::{advertised_addrs, PeerOpts, TransferError};
 
 /// Bytes per read and per socket write.
 pub const CHUNK: usize = 1 << 20;
+/// Most receivers served at once.
+pub const MAX_RECEIVERS: usize = 16;
+/// How long a receiver may take to say hello and to send its offsets.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// `juxta send` options.
 #[derive(clap::Args, Clone, Debug)]
@@ -168,10 +172,19 @@ pub async fn main(a: SendArgs) -> Result<(), TransferError> {
     let (done_tx, mut done_rx) = tokio::sync::mpsc::channel::<()>(4);
     // --test-stop-after applies to the first connection only.
     let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    // At most MAX_RECEIVERS transfers at once; more are refused.
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_RECEIVERS));
     loop {
         tokio::select! {
             s = server.accept() => {
                 let s = s?;
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    eprintln!(
+                        "juxta: refusing {}: {MAX_RECEIVERS} transfers in progress",
+                        s.remote()
+                    );
+                    continue;
+                };
                 let (sources, done_tx) = (sources.clone(), done_tx.clone());
                 let stop = a
                     .test_stop_after
@@ -179,7 +192,9 @@ pub async fn main(a: SendArgs) -> Result<(), TransferError> {
                     .map(|n| (n, a.test_stall));
                 tokio::spawn(async move {
                     let who = s.remote();
-                    match serve(s, &sources, stop).await {
+                    let r = serve(s, &sources, stop).await;
+                    drop(slot);
+                    match r {
                         Ok(sent) => {
                             eprintln!("juxta: sent {sent} bytes to {who}; transfer complete");
                             let _ = done_tx.send(()).await;
@@ -212,10 +227,18 @@ async fn serve(
     sources: &[Source],
     stop: Option<(u64, bool)>,
 ) -> Result<u64, TransferError> {
-    wire::read_hello(&mut s).await?;
+    let timed_out = || TransferError::Io {
+        what: "waiting for the receiver".into(),
+        source: std::io::ErrorKind::TimedOut.into(),
+    };
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, wire::read_hello(&mut s))
+        .await
+        .map_err(|_| timed_out())??;
     let entries: Vec<FileEntry> = sources.iter().map(|s| s.entry.clone()).collect();
     wire::write_header(&mut s, &entries).await?;
-    let offsets = wire::read_offsets(&mut s, &entries).await?;
+    let offsets = tokio::time::timeout(HANDSHAKE_TIMEOUT, wire::read_offsets(&mut s, &entries))
+        .await
+        .map_err(|_| timed_out())??;
     let mut sent: u64 = 0;
     let limit = stop.map(|(n, _)| n).unwrap_or(u64::MAX);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Vec<u8>>>(8);
@@ -277,9 +300,9 @@ async fn serve(
     }
     let _ = reader.join();
     s.flush().await.map_err(TransferError::io("sending"))?;
-    let status = s
-        .read_u8()
+    let status = tokio::time::timeout(HANDSHAKE_TIMEOUT, s.read_u8())
         .await
+        .map_err(|_| timed_out())?
         .map_err(TransferError::io("waiting for the receiver's verdict"))?;
     if status != wire::STATUS_OK {
         return Err(TransferError::Status(status));
