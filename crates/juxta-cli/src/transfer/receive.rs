@@ -201,6 +201,12 @@ fn progress(total: u64, resumed: u64) -> indicatif::ProgressBar {
 /// right hash, partial files) and decides the offsets.
 fn plan(root: &Path, entries: Vec<FileEntry>) -> Result<Vec<Plan>, TransferError> {
     let partial = root.join(PARTIAL_DIR);
+    if std::fs::symlink_metadata(&partial).is_ok_and(|m| !m.is_dir()) {
+        return Err(TransferError::Usage(format!(
+            "{} is not a directory (a symbolic link?); remove it",
+            partial.display()
+        )));
+    }
     let mut out = Vec::with_capacity(entries.len());
     for entry in entries {
         let rel = wire::check_path(&entry.path).map_err(|why| wire::WireError::Path {
