@@ -43,12 +43,11 @@ use der::asn1::{Any, ObjectIdentifier, SetOfVec};
 use der::SecretDocument;
 use der::{Decode, DecodePem, Encode, EncodePem, Header, Reader, SliceReader, Tag};
 use openssl::md::{Md, MdRef};
-use openssl::pkey::{PKey, Private};
+use openssl::pkey::{PKey, Private, Public};
 use openssl::pkey_ctx::PkeyCtx;
 use rand::{CryptoRng, RngCore};
 use rsa::pkcs1v15::{Signature, VerifyingKey};
 use rsa::pkcs8::{EncodePrivateKey, EncodePublicKey, LineEnding};
-use rsa::signature::hazmat::PrehashVerifier;
 use rsa::signature::{Keypair, Signer};
 use rsa::traits::PublicKeyParts;
 use rsa::{BigUint, Pkcs1v15Sign, RsaPrivateKey, RsaPublicKey};
@@ -584,6 +583,10 @@ pub struct RemoteCert {
     der: Bytes,
     spki_der: Bytes,
     key: VerifyingKey<Sha256>,
+    /// The same public key in OpenSSL, which verifies message signatures
+    /// several times faster than the `rsa` crate (one CBJX verification
+    /// per received JXTA message).
+    ossl: PKey<Public>,
     derived_peer_id: PeerId,
 }
 
@@ -730,10 +733,14 @@ impl RemoteCert {
 
         let spki_der = rsa_spki_der(&public_key)?;
         let derived_peer_id = PeerId::from_public_key_spki(&spki_der);
+        // The SPKI is our own re-encoding of a key whose size was bounded
+        // above, so OpenSSL parses exactly the key the `rsa` crate checked.
+        let ossl = PKey::public_key_from_der(&spki_der).map_err(|_| IdentityError::BadPublicKey)?;
         Ok(RemoteCert {
             der,
             spki_der,
             key: VerifyingKey::<Sha256>::new(public_key),
+            ossl,
             derived_peer_id,
         })
     }
@@ -771,6 +778,32 @@ impl RemoteCert {
         digest: &[u8; 32],
         sig: &[u8],
     ) -> Result<(), IdentityError> {
+        // OpenSSL's RSA_verify: the signature must be exactly as long as
+        // the modulus and decode to DigestInfo(SHA-256, digest) under
+        // PKCS#1 v1.5 padding, as with the `rsa` crate (a test compares
+        // both on valid, tampered and mis-sized signatures).
+        let verify = || -> Result<bool, openssl::error::ErrorStack> {
+            let mut ctx = PkeyCtx::new(&self.ossl)?;
+            ctx.verify_init()?;
+            ctx.set_rsa_padding(openssl::rsa::Padding::PKCS1)?;
+            ctx.set_signature_md(Md::sha256())?;
+            ctx.verify(digest, sig)
+        };
+        match verify() {
+            Ok(true) => Ok(()),
+            _ => Err(IdentityError::BadSignature),
+        }
+    }
+
+    /// [`RemoteCert::verify_sha256_prehash`] by the `rsa` crate (the
+    /// verifier used before OpenSSL), for comparison in tests.
+    #[cfg(test)]
+    pub(crate) fn verify_sha256_prehash_rsa_crate(
+        &self,
+        digest: &[u8; 32],
+        sig: &[u8],
+    ) -> Result<(), IdentityError> {
+        use rsa::signature::hazmat::PrehashVerifier;
         let sig = Signature::try_from(sig).map_err(|_| IdentityError::BadSignature)?;
         self.key
             .verify_prehash(digest, &sig)
@@ -969,6 +1002,56 @@ mod tests {
         assert_eq!(me.peer_id(), &PeerId::from_public_key_spki(me.spki_der()));
         assert_eq!(&me.peer_urn()[..], me.peer_id().to_string().as_bytes());
         assert!(format!("{me:?}").contains("cbid-"));
+    }
+
+    /// OpenSSL's verifier accepts and refuses exactly what the `rsa`
+    /// crate's did: valid signatures, every single-bit flip of signature
+    /// and digest, signatures cut short, padded, zero, all ones, and a
+    /// signature by another key.
+    #[test]
+    fn openssl_verifier_agrees_with_the_rsa_crate() {
+        let me = identity();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(77);
+        let other = Identity::generate(&mut rng, 1024, "Other", 1_700_000_000).unwrap();
+        let remote = RemoteCert::parse(me.cert_der().clone()).unwrap();
+        let digest: [u8; 32] = Sha256::digest(b"agree").into();
+        let sig = me.sign_sha256_prehash(&digest).to_vec();
+        let check = |d: &[u8; 32], s: &[u8]| {
+            let a = remote.verify_sha256_prehash(d, s);
+            let b = remote.verify_sha256_prehash_rsa_crate(d, s);
+            assert_eq!(a, b, "sig {s:02x?}");
+            a.is_ok()
+        };
+        assert!(check(&digest, &sig));
+        let mut accepted = 0;
+        for i in 0..sig.len() * 8 {
+            let mut t = sig.clone();
+            t[i / 8] ^= 1 << (i % 8);
+            accepted += usize::from(check(&digest, &t));
+        }
+        for i in 0..256 {
+            let mut d = digest;
+            d[i / 8] ^= 1 << (i % 8);
+            accepted += usize::from(check(&d, &sig));
+        }
+        assert_eq!(accepted, 0);
+        let mut long = sig.clone();
+        long.push(0);
+        let mut long0 = vec![0u8];
+        long0.extend_from_slice(&sig);
+        for s in [
+            &sig[1..],
+            &sig[..sig.len() - 1],
+            &long[..],
+            &long0[..],
+            &[][..],
+            &[0u8; 128][..],
+            &[0xffu8; 128][..],
+        ] {
+            assert!(!check(&digest, s));
+        }
+        let foreign = other.sign_sha256_prehash(&digest);
+        assert!(!check(&digest, &foreign));
     }
 
     #[test]
