@@ -95,6 +95,12 @@ const SHA1_DIGEST_INFO_PREFIX: [u8; 15] = [
     0x30, 0x21, 0x30, 0x09, 0x06, 0x05, 0x2b, 0x0e, 0x03, 0x02, 0x1a, 0x05, 0x00, 0x04, 0x14,
 ];
 
+/// DER `DigestInfo` prefix for SHA-256 (RFC 8017 §9.2, note 1).
+const SHA256_DIGEST_INFO_PREFIX: [u8; 19] = [
+    0x30, 0x31, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x01, 0x05,
+    0x00, 0x04, 0x20,
+];
+
 /// Errors from creating, loading or checking identities and certificates.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdentityError {
@@ -586,7 +592,7 @@ pub struct RemoteCert {
     /// The same public key in OpenSSL, which verifies message signatures
     /// several times faster than the `rsa` crate (one CBJX verification
     /// per received JXTA message).
-    ossl: PKey<Public>,
+    ossl: openssl::rsa::Rsa<Public>,
     derived_peer_id: PeerId,
 }
 
@@ -735,7 +741,9 @@ impl RemoteCert {
         let derived_peer_id = PeerId::from_public_key_spki(&spki_der);
         // The SPKI is our own re-encoding of a key whose size was bounded
         // above, so OpenSSL parses exactly the key the `rsa` crate checked.
-        let ossl = PKey::public_key_from_der(&spki_der).map_err(|_| IdentityError::BadPublicKey)?;
+        let ossl = PKey::public_key_from_der(&spki_der)
+            .and_then(|k| k.rsa())
+            .map_err(|_| IdentityError::BadPublicKey)?;
         Ok(RemoteCert {
             der,
             spki_der,
@@ -778,20 +786,33 @@ impl RemoteCert {
         digest: &[u8; 32],
         sig: &[u8],
     ) -> Result<(), IdentityError> {
-        // OpenSSL's RSA_verify: the signature must be exactly as long as
-        // the modulus and decode to DigestInfo(SHA-256, digest) under
-        // PKCS#1 v1.5 padding, as with the `rsa` crate (a test compares
-        // both on valid, tampered and mis-sized signatures).
-        let verify = || -> Result<bool, openssl::error::ErrorStack> {
-            let mut ctx = PkeyCtx::new(&self.ossl)?;
-            ctx.verify_init()?;
-            ctx.set_rsa_padding(openssl::rsa::Padding::PKCS1)?;
-            ctx.set_signature_md(Md::sha256())?;
-            ctx.verify(digest, sig)
+        // What RSA_verify does, without OpenSSL 3's per-call context and
+        // digest fetch (most of a 1024-bit verification's time): the
+        // signature must be exactly as long as the modulus, its public-key
+        // operation must give a PKCS#1 v1.5 type-1 block (checked by
+        // OpenSSL), and the block's payload must be exactly
+        // DigestInfo(SHA-256, digest). A test compares this with the
+        // `rsa` crate's verifier on valid, tampered and mis-sized
+        // signatures.
+        let k = self.ossl.size() as usize;
+        if sig.len() != k {
+            return Err(IdentityError::BadSignature);
+        }
+        // The modulus is at most MAX_KEY_BITS (checked in `parse`).
+        let mut block = [0u8; MAX_KEY_BITS / 8];
+        let Some(out) = block.get_mut(..k) else {
+            return Err(IdentityError::BadSignature);
         };
-        match verify() {
-            Ok(true) => Ok(()),
-            _ => Err(IdentityError::BadSignature),
+        let n = self
+            .ossl
+            .public_decrypt(sig, out, openssl::rsa::Padding::PKCS1)
+            .map_err(|_| IdentityError::BadSignature)?;
+        let got = out.get(..n).ok_or(IdentityError::BadSignature)?;
+        let (prefix, value) = got.split_at(got.len().min(SHA256_DIGEST_INFO_PREFIX.len()));
+        if prefix == SHA256_DIGEST_INFO_PREFIX && value == digest {
+            Ok(())
+        } else {
+            Err(IdentityError::BadSignature)
         }
     }
 
