@@ -695,7 +695,6 @@ fn main() -> ExitCode {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
                 match cli.command {
-                    Cmd::Peer { .. } => "info".into(),
                     // The default run shows progress bars: only errors
                     // (responders killed at the end of a step reset their
                     // connections, which would log warnings).
@@ -710,6 +709,8 @@ fn main() -> ExitCode {
             }),
         )
         .with_writer(std::io::stderr)
+        // No colour codes in files and pipes.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
         Cmd::Peer(a) => return daemon::run(a),
