@@ -367,6 +367,20 @@ pub enum Host {
     Process(PathBuf),
     /// A thread of this process with its own runtime (tests).
     Thread,
+    /// The bench listener of `juxta peer --bench` on another host
+    /// ([`crate::remote`]): it starts `juxta bench-responder` there, bound
+    /// to the address this side reached it at.
+    Remote(crate::remote::RemoteHost),
+}
+
+impl Host {
+    /// The remote host, when responders run on another machine.
+    pub fn remote(&self) -> Option<&crate::remote::RemoteHost> {
+        match self {
+            Host::Remote(r) => Some(r),
+            _ => None,
+        }
+    }
 }
 
 /// A running responder; dropping it stops it.
@@ -375,13 +389,19 @@ pub struct Responder {
     pub ready: Ready,
     child: Option<Child>,
     _stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// A remote responder's control connection (closing it stops it).
+    control: Option<TcpStream>,
 }
 
 impl Responder {
-    /// Stops the responder (kills the child process).
+    /// Stops the responder (kills the child process, or closes the
+    /// control connection of a remote one, whose host then kills it).
     pub async fn stop(mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill().await;
+        }
+        if let Some(mut c) = self.control.take() {
+            let _ = c.shutdown().await;
         }
     }
 }
@@ -409,7 +429,7 @@ pub async fn spawn_responder(
             if let Some(c) = core {
                 cmd.arg("--core").arg(c.to_string());
             }
-            if !spec.bind.is_loopback() {
+            if spec.bind != IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) {
                 cmd.arg("--bind").arg(spec.bind.to_string());
             }
             if let Some(ns) = &spec.netns {
@@ -446,6 +466,21 @@ pub async fn spawn_responder(
                 ready,
                 child: Some(child),
                 _stop: None,
+                control: None,
+            })
+        }
+        Host::Remote(remote) => {
+            if spec.netns.is_some() {
+                return Err(BenchError::BadOption(
+                    "--remote runs responders on the other host: drop --net".into(),
+                ));
+            }
+            let r = remote.responder(spec).await?;
+            Ok(Responder {
+                ready: r.ready,
+                child: None,
+                _stop: None,
+                control: Some(r.control),
             })
         }
         Host::Thread => {
@@ -496,6 +531,7 @@ pub async fn spawn_responder(
                     ready,
                     child: None,
                     _stop: Some(stop_tx),
+                    control: None,
                 }),
                 Some(Err(reason)) => Err(BenchError::Responder {
                     layer: layer.into(),

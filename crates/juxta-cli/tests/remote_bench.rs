@@ -1,0 +1,300 @@
+//! Benchmarks against another host (`juxta peer --bench` and
+//! `juxta bench pingpong --remote`), on two network namespaces joined by
+//! a veth pair: the daemon runs in one as its own process, the bench
+//! client in the other.
+//!
+//! Namespace names include the process ID; a guard deletes them and
+//! kills the daemon (by PID) however the test ends. Without root or
+//! without `ip`, the test prints `skipped: ...` (and fails with env
+//! `CI=true`).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const JUXTA: &str = env!("CARGO_BIN_EXE_juxta");
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Whether namespaces can be made here (root and `ip`); else the reason.
+fn netns_possible() -> Result<(), String> {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().nth(1))
+        == Some("0");
+    if !root {
+        return Err("network namespaces need root".into());
+    }
+    match Command::new("ip").arg("-V").output() {
+        Ok(o) if o.status.success() => Ok(()),
+        _ => Err("network namespaces need `ip` (iproute2)".into()),
+    }
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("running ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Two namespaces joined by a veth pair, and the daemon started in the
+/// first; deleted and killed when dropped.
+struct Lab {
+    namespaces: Vec<String>,
+    daemon: Option<Child>,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            stop(&mut d);
+        }
+        for ns in self.namespaces.iter().rev() {
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// SIGTERM by PID (the daemon kills its responders as it stops), then
+/// SIGKILL if it is still there.
+fn stop(d: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &d.id().to_string()])
+        .status();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        if let Ok(Some(_)) = d.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = d.kill();
+    let _ = d.wait();
+}
+
+const SERVER_IP: &str = "10.77.0.1";
+const CLIENT_IP: &str = "10.77.0.2";
+
+impl Lab {
+    fn new() -> Result<(Lab, String, String), String> {
+        let mut lab = Lab {
+            namespaces: Vec::new(),
+            daemon: None,
+        };
+        let pid = std::process::id();
+        let (a, b) = (format!("jxb{pid}s"), format!("jxb{pid}c"));
+        for n in [&a, &b] {
+            let out = Command::new("ip")
+                .args(["netns", "add", n])
+                .output()
+                .map_err(|e| format!("cannot run `ip`: {e}"))?;
+            if !out.status.success() {
+                return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+            }
+            lab.namespaces.push(n.clone());
+            ip(&["-n", n, "link", "set", "lo", "up"]);
+        }
+        let (ia, ib) = (format!("vb{pid}s"), format!("vb{pid}c"));
+        ip(&[
+            "-n", &a, "link", "add", &ia, "type", "veth", "peer", "name", &ib, "netns", &b,
+        ]);
+        ip(&[
+            "-n",
+            &a,
+            "addr",
+            "add",
+            &format!("{SERVER_IP}/24"),
+            "dev",
+            &ia,
+        ]);
+        ip(&[
+            "-n",
+            &b,
+            "addr",
+            "add",
+            &format!("{CLIENT_IP}/24"),
+            "dev",
+            &ib,
+        ]);
+        ip(&["-n", &a, "link", "set", &ia, "up"]);
+        ip(&["-n", &b, "link", "set", &ib, "up"]);
+        Ok((lab, a, b))
+    }
+}
+
+/// `juxta bench pingpong --remote ...` in namespace `ns`.
+fn pingpong(ns: &str, remote: &str, token: &str, layers: &str, json: &Path) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns, JUXTA, "bench", "pingpong"])
+        .args(["--remote", remote, "--token", token, "--layers", layers])
+        .args(["--sizes", "1,65536", "--warmup", "5", "--runs", "1"])
+        .args(["--pairs", "5", "--pin", "none", "--json"])
+        .arg(json)
+        .output()
+        .expect("running juxta bench")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The daemon's children (its responders), by `ps`.
+fn children(pid: u32) -> Vec<String> {
+    let o = Command::new("ps")
+        .args(["--ppid", &pid.to_string(), "-o", "pid=,args="])
+        .output()
+        .expect("running ps");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+#[test]
+fn pingpong_against_a_daemon_in_another_namespace() {
+    if let Err(why) = netns_possible() {
+        if in_ci() {
+            panic!("missing prerequisite (CI=true, so this test must run): {why}");
+        }
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: pingpong_against_a_daemon_in_another_namespace: {why}"
+        );
+        return;
+    }
+    let (mut lab, server_ns, client_ns) = Lab::new().expect("namespaces");
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    // Bounded: three responders at once per client (tcp, unicast-pipe,
+    // socket); a fourth is refused.
+    let conf = dir.path().join("juxta.toml");
+    std::fs::write(&conf, "[bench]\nmax_responders = 3\n").unwrap();
+    let log = dir.path().join("daemon.log");
+    let mut daemon = Command::new("ip")
+        .args(["netns", "exec", &server_ns, JUXTA, "peer", "--home"])
+        .arg(&home)
+        .arg("--config")
+        .arg(&conf)
+        .args(["--listen", &format!("{SERVER_IP}:0"), "--key-bits", "1024"])
+        .args(["--bench", "--bench-listen", &format!("{SERVER_IP}:0")])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("starting juxta peer");
+    let out = daemon.stdout.take().unwrap();
+    let pid = daemon.id();
+    lab.daemon = Some(daemon);
+    let mut bench = None;
+    for line in BufReader::new(out).lines() {
+        let line = line.expect("daemon output");
+        if let Some(rest) = line.strip_prefix("bench tcp://") {
+            let (addr, token) = rest.split_once(" token ").expect("bench line");
+            bench = Some((addr.to_string(), token.to_string()));
+        }
+        if line == "ready" {
+            break;
+        }
+    }
+    let (addr, token) = bench.expect("the daemon printed its bench listener and token");
+    assert!(addr.starts_with(SERVER_IP), "{addr}");
+    assert!(token.len() >= 32, "token {token:?}");
+
+    // The run: tcp baseline, unicast pipe and socket against the daemon's
+    // responders, across the veth pair.
+    let json = dir.path().join("pp.json");
+    let o = pingpong(&client_ns, &addr, &token, "unicast-pipe,socket", &json);
+    assert!(o.status.success(), "bench failed: {}", stderr(&o));
+    println!("{}", String::from_utf8_lossy(&o.stdout));
+    let doc: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = doc["results"].as_array().expect("results");
+    for layer in ["tcp", "unicast-pipe", "socket"] {
+        for size in [1, 65536] {
+            let row = rows
+                .iter()
+                .find(|r| r["layer"] == layer && r["size"] == size)
+                .unwrap_or_else(|| panic!("no row for {layer} size {size}: {doc}"));
+            let rtt = row["rtt_us_median"].as_f64().unwrap();
+            assert!(rtt > 0.0, "{layer} {size}: rtt {rtt}");
+        }
+    }
+    // Both machines' facts: this one's and the remote's, fetched from it.
+    assert_eq!(doc["remote"]["addr"], addr.as_str(), "{doc}");
+    assert!(doc["remote"]["machine"]["cores"].as_u64().unwrap() >= 1);
+    assert!(doc["remote"]["machine"]["juxta_version"].is_string());
+    assert!(doc["machine"]["cores"].as_u64().unwrap() >= 1);
+    assert!(
+        !doc["command"].as_str().unwrap().contains(&token),
+        "the token is not written to the results"
+    );
+
+    // The responders died with the client's connections.
+    let t0 = Instant::now();
+    while !children(pid).is_empty() && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        children(pid),
+        Vec::<String>::new(),
+        "responders left behind"
+    );
+
+    // A wrong token is refused with a typed error naming it, and logged.
+    let o = pingpong(&client_ns, &addr, "not-the-token", "socket", &json);
+    assert!(!o.status.success(), "a wrong token was accepted");
+    assert!(stderr(&o).contains("wrong token"), "{}", stderr(&o));
+
+    // No token at all: refused before anything is sent.
+    let o = Command::new("ip")
+        .args(["netns", "exec", &client_ns, JUXTA, "bench", "pingpong"])
+        .args(["--remote", &addr, "--layers", "socket"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--token"), "{}", stderr(&o));
+
+    // A fourth responder at once is refused (max_responders = 3).
+    let o = pingpong(
+        &client_ns,
+        &addr,
+        &token,
+        "unicast-pipe,socket,endpoint",
+        &json,
+    );
+    assert!(!o.status.success(), "a fourth responder was started");
+    assert!(stderr(&o).contains("too many responders"), "{}", stderr(&o));
+
+    // Stacks run on this machine only: refused under --remote.
+    let o = Command::new("ip")
+        .args(["netns", "exec", &client_ns, JUXTA, "bench", "pingpong"])
+        .args(["--remote", &addr, "--token", &token, "--impl", "zmq"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--impl"), "{}", stderr(&o));
+
+    let mut d = lab.daemon.take().unwrap();
+    stop(&mut d);
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("bench: refused"), "{log}");
+    assert!(log.contains("wrong-token"), "{log}");
+    assert!(log.contains("too-many-responders"), "{log}");
+    assert!(log.contains("bench: responder started"), "{log}");
+    assert!(!log.contains(&token), "the token is not logged");
+}
