@@ -772,7 +772,7 @@ mod tests {
         let s = TcpStream::connect(addr).await.unwrap();
         let mut r = BufReader::new(s);
         read_line(&mut r).await.unwrap();
-        let junk = vec![b'x'; MAX_LINE + 10];
+        let junk = vec![b'x'; MAX_LINE + 1];
         let _ = r.get_mut().write_all(&junk).await;
         let answer = read_line(&mut r).await.unwrap();
         let reply: Reply = serde_json::from_str(&answer).unwrap();

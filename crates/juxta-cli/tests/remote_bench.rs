@@ -165,6 +165,41 @@ fn children(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// Starts a peer in `home` once (it creates its identity), stops it, and
+/// returns its peer ID.
+fn make_identity(ns: &str, home: &Path) -> String {
+    std::fs::create_dir_all(home).unwrap();
+    let mut p = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            JUXTA,
+            "peer",
+            "--key-bits",
+            "1024",
+            "--home",
+        ])
+        .arg(home)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting juxta peer");
+    let out = p.stdout.take().unwrap();
+    let mut id = None;
+    for line in BufReader::new(out).lines() {
+        let line = line.expect("peer output");
+        if let Some(rest) = line.strip_prefix("peer ") {
+            id = rest.split_whitespace().next().map(String::from);
+        }
+        if line == "ready" {
+            break;
+        }
+    }
+    stop(&mut p);
+    id.expect("the peer printed its ID")
+}
+
 #[test]
 fn pingpong_against_a_daemon_in_another_namespace() {
     if let Err(why) = netns_possible() {
@@ -182,10 +217,18 @@ fn pingpong_against_a_daemon_in_another_namespace() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
+    // A client identity (made by a first start of a peer in its home),
+    // whose peer ID the daemon allows without the token.
+    let client_home = dir.path().join("client");
+    let client_id = make_identity(&client_ns, &client_home);
     // Bounded: three responders at once per client (tcp, unicast-pipe,
     // socket); a fourth is refused.
     let conf = dir.path().join("juxta.toml");
-    std::fs::write(&conf, "[bench]\nmax_responders = 3\n").unwrap();
+    std::fs::write(
+        &conf,
+        format!("[bench]\nmax_responders = 3\nallowed_peers = [\"{client_id}\"]\n"),
+    )
+    .unwrap();
     let log = dir.path().join("daemon.log");
     let mut daemon = Command::new("ip")
         .args(["netns", "exec", &server_ns, JUXTA, "peer", "--home"])
@@ -255,6 +298,58 @@ fn pingpong_against_a_daemon_in_another_namespace() {
         "responders left behind"
     );
 
+    // Throughput against the same host.
+    let tjson = dir.path().join("tp.json");
+    let o = Command::new("ip")
+        .args(["netns", "exec", &client_ns, JUXTA, "bench", "throughput"])
+        .args(["--remote", &addr, "--token", &token])
+        .args(["--layers", "tcp,unicast-pipe", "--sizes", "1024"])
+        .args([
+            "--patterns",
+            "smooth",
+            "--duration-ms",
+            "200",
+            "--warmup",
+            "50",
+        ])
+        .args(["--pin", "none", "--json"])
+        .arg(&tjson)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "throughput failed: {}", stderr(&o));
+    println!("{}", String::from_utf8_lossy(&o.stdout));
+    let doc: Value = serde_json::from_slice(&std::fs::read(&tjson).unwrap()).unwrap();
+    for layer in ["tcp", "unicast-pipe"] {
+        let row = doc["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["layer"] == layer)
+            .unwrap_or_else(|| panic!("no throughput row for {layer}: {doc}"));
+        assert!(row["msgs_per_s"].as_f64().unwrap() > 0.0, "{row}");
+    }
+    assert!(doc["remote"]["machine"]["cores"].as_u64().unwrap() >= 1);
+
+    // A listed peer ID, proven, needs no token; an unlisted one is refused.
+    let o = Command::new("ip")
+        .args(["netns", "exec", &client_ns, JUXTA, "bench", "pingpong"])
+        .args(["--remote", &addr, "--identity"])
+        .arg(&client_home)
+        .args(["--layers", "socket", "--sizes", "1", "--warmup", "2"])
+        .args(["--runs", "1", "--pairs", "2", "--pin", "none"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "allowed peer refused: {}", stderr(&o));
+    let o = Command::new("ip")
+        .args(["netns", "exec", &client_ns, JUXTA, "bench", "pingpong"])
+        .args(["--remote", &addr, "--identity"])
+        .arg(&home)
+        .args(["--layers", "socket"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "an unlisted peer was served");
+    assert!(stderr(&o).contains("peer ID not allowed"), "{}", stderr(&o));
+
     // A wrong token is refused with a typed error naming it, and logged.
     let o = pingpong(&client_ns, &addr, "not-the-token", "socket", &json);
     assert!(!o.status.success(), "a wrong token was accepted");
@@ -295,6 +390,7 @@ fn pingpong_against_a_daemon_in_another_namespace() {
     assert!(log.contains("bench: refused"), "{log}");
     assert!(log.contains("wrong-token"), "{log}");
     assert!(log.contains("too-many-responders"), "{log}");
+    assert!(log.contains("peer-not-allowed"), "{log}");
     assert!(log.contains("bench: responder started"), "{log}");
     assert!(!log.contains(&token), "the token is not logged");
 }
