@@ -338,6 +338,10 @@ pub struct ResponderSpec {
     pub bind: IpAddr,
     /// Network namespace it runs in (`None`: the caller's).
     pub netns: Option<String>,
+    /// A process responder exits when its parent does (it watches a pipe
+    /// on its stdin), even if the parent is killed: the bench listener's
+    /// responders never outlive the daemon.
+    pub exit_with_parent: bool,
 }
 
 impl ResponderSpec {
@@ -349,6 +353,7 @@ impl ResponderSpec {
             receivers,
             bind: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
             netns: None,
+            exit_with_parent: false,
         }
     }
 
@@ -426,6 +431,11 @@ pub async fn spawn_responder(
                 .stdout(Stdio::piped())
                 .stdin(Stdio::null())
                 .kill_on_drop(true);
+            if spec.exit_with_parent {
+                // The pipe's write end stays in `child` (never written):
+                // it closes when this process ends, however it ends.
+                cmd.arg("--exit-with-parent").stdin(Stdio::piped());
+            }
             if let Some(c) = core {
                 cmd.arg("--core").arg(c.to_string());
             }

@@ -111,6 +111,10 @@ enum Cmd {
         /// Network namespace to enter first (network profiles).
         #[arg(long)]
         netns: Option<String>,
+        /// Exit when stdin reaches end of file (the parent holds the
+        /// pipe's other end: the responder ends with it).
+        #[arg(long)]
+        exit_with_parent: bool,
     },
 }
 
@@ -735,7 +739,21 @@ fn main() -> ExitCode {
             receivers,
             bind,
             netns,
+            exit_with_parent,
         } => {
+            if exit_with_parent {
+                std::thread::spawn(|| {
+                    // Nothing is ever written: read returns 0 (end of
+                    // file) or fails once the parent is gone.
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = std::io::Read::read(&mut std::io::stdin(), &mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                    std::process::exit(0);
+                });
+            }
             pin_current(core);
             let entered = match &netns {
                 Some(ns) => juxta_bench::net::enter_for_good(ns)

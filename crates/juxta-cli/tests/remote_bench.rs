@@ -394,3 +394,90 @@ fn pingpong_against_a_daemon_in_another_namespace() {
     assert!(log.contains("bench: responder started"), "{log}");
     assert!(!log.contains(&token), "the token is not logged");
 }
+
+/// Whether process `pid` still runs (a zombie counts as ended).
+fn running(pid: &str) -> bool {
+    let o = Command::new("ps")
+        .args(["-o", "stat=", "-p", pid])
+        .output()
+        .expect("running ps");
+    let stat = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    !stat.is_empty() && !stat.starts_with('Z')
+}
+
+#[test]
+fn responders_end_with_a_daemon_killed_by_sigkill() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let daemon = Command::new(JUXTA)
+        .args(["peer", "--key-bits", "1024", "--home"])
+        .arg(&home)
+        .args(["--bench", "--bench-listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting juxta peer");
+    // Stops the daemon (by PID) if an assertion fails first.
+    let mut lab = Lab {
+        namespaces: Vec::new(),
+        daemon: Some(daemon),
+    };
+    let daemon_pid = lab.daemon.as_ref().unwrap().id();
+    let out = lab.daemon.as_mut().unwrap().stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let mut bench = None;
+    for line in lines.by_ref() {
+        let line = line.expect("daemon output");
+        if let Some(rest) = line.strip_prefix("bench tcp://") {
+            let (addr, token) = rest.split_once(" token ").expect("bench line");
+            bench = Some((addr.to_string(), token.to_string()));
+        }
+        if line == "ready" {
+            break;
+        }
+    }
+    let (addr, token) = bench.expect("bench line");
+    // The protocol by hand: hello, one request, the READY answer.
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut hello = String::new();
+    r.read_line(&mut hello).unwrap();
+    let hello: Value = serde_json::from_str(&hello).unwrap();
+    assert_eq!(hello["protocol"], "juxta-bench-remote/1");
+    let req = serde_json::json!({"token": token, "op": "responder", "layer": "tcp"});
+    writeln!(s, "{req}").unwrap();
+    let mut answer = String::new();
+    r.read_line(&mut answer).unwrap();
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert!(
+        answer["ready"]
+            .as_str()
+            .unwrap()
+            .starts_with("READY 127.0.0.1:"),
+        "{answer}"
+    );
+    let kids = children(daemon_pid);
+    assert_eq!(kids.len(), 1, "one responder: {kids:?}");
+    assert!(kids[0].contains("bench-responder"), "{kids:?}");
+    let responder = kids[0].split_whitespace().next().unwrap().to_string();
+    // SIGKILL: the daemon cannot clean up; the responder sees its stdin
+    // pipe close and exits by itself.
+    let mut daemon = lab.daemon.take().unwrap();
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    let t0 = Instant::now();
+    while running(&responder) && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !running(&responder),
+        "responder {responder} outlived the daemon"
+    );
+    // And the control connection is gone with the daemon.
+    let mut rest = Vec::new();
+    let _ = r.read_to_end(&mut rest);
+    assert!(rest.is_empty());
+}
