@@ -783,6 +783,39 @@ mod tests {
         server.abort();
     }
 
+    #[tokio::test]
+    async fn connections_beyond_the_bound_are_refused_busy() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut c = cfg("good");
+        c.max_connections = 1;
+        let server = tokio::spawn(serve(l, c));
+        // One connection holds the only place (it says nothing yet).
+        let held = TcpStream::connect(addr).await.unwrap();
+        let mut held = BufReader::new(held);
+        read_line(&mut held).await.unwrap();
+        let ok = RemoteHost::new(addr, Some("good".into()));
+        match ok.machine().await {
+            Err(RemoteError::Refused {
+                kind: Refusal::Busy,
+                ..
+            }) => {}
+            other => panic!("expected busy, got {other:?}"),
+        }
+        // Once it is gone, the place is free again.
+        drop(held);
+        let mut served = false;
+        for _ in 0..100 {
+            if ok.machine().await.is_ok() {
+                served = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(served, "the place was not freed");
+        server.abort();
+    }
+
     #[test]
     fn peer_proofs_verify_only_for_listed_peers() {
         let mut rng = rand::thread_rng();
