@@ -396,9 +396,23 @@ pub struct Responder {
     _stop: Option<tokio::sync::oneshot::Sender<()>>,
     /// A remote responder's control connection (closing it stops it).
     control: Option<TcpStream>,
+    /// The write end of an `--exit-with-parent` responder's stdin (held
+    /// here: `Child::wait` would close it).
+    _stdin: Option<tokio::process::ChildStdin>,
 }
 
 impl Responder {
+    /// Resolves when a process responder has exited (never for the
+    /// others).
+    pub async fn exited(&mut self) {
+        match self.child.as_mut() {
+            Some(c) => {
+                let _ = c.wait().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
     /// Stops the responder (kills the child process, or closes the
     /// control connection of a remote one, whose host then kills it).
     pub async fn stop(mut self) {
@@ -432,8 +446,9 @@ pub async fn spawn_responder(
                 .stdin(Stdio::null())
                 .kill_on_drop(true);
             if spec.exit_with_parent {
-                // The pipe's write end stays in `child` (never written):
-                // it closes when this process ends, however it ends.
+                // The pipe's write end is kept in the `Responder` (never
+                // written): it closes when this process ends, however it
+                // ends.
                 cmd.arg("--exit-with-parent").stdin(Stdio::piped());
             }
             if let Some(c) = core {
@@ -472,11 +487,13 @@ pub async fn spawn_responder(
                 layer: layer.into(),
                 reason: format!("unexpected output {line:?}"),
             })?;
+            let stdin = child.stdin.take();
             Ok(Responder {
                 ready,
                 child: Some(child),
                 _stop: None,
                 control: None,
+                _stdin: stdin,
             })
         }
         Host::Remote(remote) => {
@@ -491,6 +508,7 @@ pub async fn spawn_responder(
                 child: None,
                 _stop: None,
                 control: Some(r.control),
+                _stdin: None,
             })
         }
         Host::Thread => {
@@ -542,6 +560,7 @@ pub async fn spawn_responder(
                     child: None,
                     _stop: Some(stop_tx),
                     control: None,
+                    _stdin: None,
                 }),
                 Some(Err(reason)) => Err(BenchError::Responder {
                     layer: layer.into(),

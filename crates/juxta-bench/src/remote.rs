@@ -634,7 +634,7 @@ async fn serve_client(stream: TcpStream, from: SocketAddr, cfg: &ServeConfig, sl
                 crate::layers::spawn_responder(&host, &spec, None),
             )
             .await;
-            let responder = match started {
+            let mut responder = match started {
                 Ok(Ok(x)) => x,
                 Ok(Err(e)) => {
                     return refuse(r.get_mut(), from, Refusal::Failed, e.to_string()).await
@@ -657,13 +657,22 @@ async fn serve_client(stream: TcpStream, from: SocketAddr, cfg: &ServeConfig, sl
             };
             if write_json(r.get_mut(), &reply).await.is_ok() {
                 // The responder lives until the client closes the
-                // connection; anything it sends is read and dropped
-                // (bounded buffer).
+                // connection (or it ends by itself: then the connection
+                // is closed); anything the client sends is read and
+                // dropped (bounded buffer).
                 let mut buf = [0u8; 512];
-                loop {
-                    match r.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) => {}
+                let closed = async {
+                    loop {
+                        match r.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(_) => {}
+                        }
+                    }
+                };
+                tokio::select! {
+                    _ = closed => {}
+                    _ = responder.exited() => {
+                        tracing::warn!(client = %from, layer = spec.layer.name(), "bench: responder ended by itself");
                     }
                 }
             }
