@@ -439,6 +439,18 @@ fn responders_end_with_a_daemon_killed_by_sigkill() {
         }
     }
     let (addr, token) = bench.expect("bench line");
+    // `juxta status` names the bench listener.
+    let o = Command::new(JUXTA)
+        .args(["status", "--json", "--home"])
+        .arg(&home)
+        .output()
+        .unwrap();
+    let status: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        status["result"]["addresses"]["bench"],
+        addr.as_str(),
+        "{status}"
+    );
     // The protocol by hand: hello, one request, the READY answer.
     let mut s = std::net::TcpStream::connect(&addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();

@@ -235,6 +235,8 @@ struct State {
     started: Instant,
     metrics: Option<SocketAddr>,
     control: PathBuf,
+    /// The bench listener's address, when it serves.
+    bench: Option<SocketAddr>,
 }
 
 async fn daemon(settings: Settings) -> Result<(), DaemonError> {
@@ -329,6 +331,7 @@ async fn daemon(settings: Settings) -> Result<(), DaemonError> {
         started: Instant::now(),
         metrics: metrics_addr,
         control: control_path.clone(),
+        bench: bench.as_ref().and_then(|(l, _, _)| l.local_addr().ok()),
     });
     tasks.push(tokio::spawn(control::serve(listener, state, max_clients)));
     let roles: Vec<&str> = settings.roles.iter().map(|r| r.as_str()).collect();
@@ -753,6 +756,7 @@ impl State {
                 "http": p.http_local_addr().map(|a| a.to_string()),
                 "metrics": self.metrics.map(|a| a.to_string()),
                 "control": self.control.display().to_string(),
+                "bench": self.bench.map(|a| a.to_string()),
             },
             "connections": p.connection_count(),
             "groups": p.groups().joined().len(),
