@@ -21,6 +21,8 @@ pkg-config --exists libzmq 2>/dev/null || need_apt+=(libzmq3-dev)
 command -v mpicc >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
+# README.md's session (crates/juxta-cli/tests/readme.rs) reads metrics with curl.
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing ${need_apt[*]} with apt-get" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"

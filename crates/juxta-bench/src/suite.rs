@@ -504,11 +504,11 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                 // (small, medium, large), a matmul of about a second and
                 // the allreduce; Juxta's layers are in pingpong already.
                 crate::mp::MpOptions {
-                    sizes: vec![2, 1000, 100_000, 1_000_000],
+                    sizes: vec![2, 200, 100_000, 600_000, 1_000_000],
                     warmup: 50,
                     runs: 3,
                     pairs: 50,
-                    matmul_n: 600,
+                    matmul_n: 1200,
                     c_o0: false,
                     layers: Vec::new(),
                     ..crate::mp::MpOptions::default()

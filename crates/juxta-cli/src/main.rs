@@ -14,6 +14,8 @@ use juxta_bench::senders::{self, SendersOptions};
 use juxta_bench::throughput::{self, Pattern, ThroughputOptions};
 use juxta_bench::util::{parse_counts, parse_sizes, pin_current, Pin};
 
+mod transfer;
+
 #[derive(Parser)]
 #[command(
     name = "juxta",
@@ -75,6 +77,21 @@ enum Cmd {
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<std::ffi::OsString>,
     },
+    /// Messages over a pipe found by name: `pipe listen NAME`, `pipe send NAME`.
+    Pipe {
+        #[command(subcommand)]
+        cmd: transfer::pipe_cmd::PipeCmd,
+    },
+    /// Netcat over a JXTA socket found by name: `socket listen NAME`,
+    /// `socket connect NAME`.
+    Socket {
+        #[command(subcommand)]
+        cmd: transfer::socket_cmd::SocketCmd,
+    },
+    /// Serve a file or directory and print a ticket for `juxta receive`.
+    Send(transfer::send::SendArgs),
+    /// Fetch what a `juxta send` serves (resumable, SHA-256 verified).
+    Receive(transfer::receive::ReceiveArgs),
     /// Internal: one rank of the message-passing benchmark.
     #[command(hide = true)]
     MpRank(juxta_bench::mp::RankArgs),
@@ -711,6 +728,9 @@ fn main() -> ExitCode {
                     Cmd::Bench { scenario: None, .. } => "error".into(),
                     // Workers are killed and their peers vanish on purpose.
                     Cmd::SoakWorker { .. } => "error".into(),
+                    Cmd::Pipe { .. } | Cmd::Socket { .. } | Cmd::Send(_) | Cmd::Receive(_) => {
+                        "error".into()
+                    }
                     _ => "warn".into(),
                 }
             }),
@@ -728,6 +748,10 @@ fn main() -> ExitCode {
             op_timeout,
             command,
         } => return run_job(n, &bind, timeout, op_timeout, command),
+        Cmd::Pipe { cmd } => return transfer::run(transfer::pipe_cmd::main(cmd)),
+        Cmd::Socket { cmd } => return transfer::run(transfer::socket_cmd::main(cmd)),
+        Cmd::Send(a) => return transfer::run(transfer::send::main(a)),
+        Cmd::Receive(a) => return transfer::run(transfer::receive::main(a)),
         Cmd::MpRank(a) => juxta_bench::mp::rank_main(&a).map_err(CliError::from),
         Cmd::RdvServe(a) => multi_thread().block_on(run_rdv_serve(a)),
         Cmd::RelayServe(a) => multi_thread().block_on(run_relay_serve(a)),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use juxta_proto::endpoint::{self, mangle, Delivery, ServiceAddress};
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
-use juxta_proto::wire::connection::ConnectionError;
+use juxta_proto::wire::connection::{ConnectionError, Framed};
 use tokio::sync::mpsc;
 
 use crate::peer::Inner;
@@ -577,15 +577,24 @@ impl Messenger {
             return Err(SendError::Closed(self.conn.remote));
         }
         let mut w = self.conn.writer.lock().await;
-        let enc = w.out.encode(to, msg)?;
-        w.write(&enc).await.map_err(|source| SendError::Io {
+        // A large CBJX-signed message is hashed piece by piece as it is
+        // written (same bytes on the wire).
+        let framed = w
+            .out
+            .encode_streamed(to, msg, 2 * crate::transport::tcp::STREAM_PIECE)?;
+        let (r, len) = match framed {
+            Framed::Whole(enc) => (w.write(&enc).await, enc.len),
+            Framed::Streamed(f) => {
+                let len = f.len;
+                (w.write_streamed(f).await, len)
+            }
+        };
+        r.map_err(|source| SendError::Io {
             peer: self.conn.remote,
             source,
         })?;
-        self.conn
-            .bytes_out
-            .fetch_add(enc.len as u64, Ordering::Relaxed);
-        self.inner.stats.count_out(enc.len);
-        Ok(enc.len)
+        self.conn.bytes_out.fetch_add(len as u64, Ordering::Relaxed);
+        self.inner.stats.count_out(len);
+        Ok(len)
     }
 }

@@ -473,6 +473,10 @@ async fn on_response(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fau
         crate::relay::route::on_response(inner, g, &r, d.from).await?;
         return Ok(());
     }
+    if r.handler == juxta_proto::endpoint::route_query::NO_ROUTE_HANDLER {
+        crate::relay::route::on_no_route(inner, g, &r, d.from)?;
+        return Ok(());
+    }
     if r.handler != PIPE_RESOLVER_HANDLER {
         return Ok(());
     }

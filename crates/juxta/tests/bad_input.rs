@@ -413,6 +413,29 @@ async fn wrong_cbjx_signature_is_closed() {
 }
 
 #[tokio::test]
+async fn wrong_cbjx_signature_of_a_message_hashed_as_it_arrives_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = target(&dir, |_| {}).await;
+    let me = identity();
+    let (mut s, local, mut out) = raw_jxta_client(&peer, &me, *me.peer_id()).await;
+    // One valid message first: the peer learns this connection's trailer
+    // length, so the next large frame is hashed while it arrives.
+    let first = out.encode(&probe_to(), small_message()).unwrap().to_bytes();
+    send(&mut s, &first).await;
+    let big = Message::new().with(Element::bytes("juxta", "data", vec![7u8; 300_000]));
+    let mut wire = out.encode(&probe_to(), big).unwrap().to_bytes().to_vec();
+    // A payload byte in the middle, hashed long before the trailer arrives.
+    wire[150_000] ^= 0x01;
+    for piece in wire.chunks(32 * 1024) {
+        send(&mut s, piece).await;
+    }
+    expect_closed(&mut s).await;
+    assert_closed_because(local, "CBJX signature does not verify");
+    assert_eq!(failed(&peer), 1);
+    still_serves(&peer, &dir).await;
+}
+
+#[tokio::test]
 async fn cbjx_signed_by_another_peer_than_the_welcome_is_spoofed() {
     let dir = tempfile::tempdir().unwrap();
     let peer = target(&dir, |_| {}).await;

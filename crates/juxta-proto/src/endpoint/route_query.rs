@@ -309,6 +309,39 @@ struct Pending {
     dest: PeerId,
     waiters: Vec<Waiter>,
     expires_ms: u64,
+    /// The peers the query went to (at most [`MAX_ASKED`]).
+    asked: Vec<PeerId>,
+    /// Those of them that answered they know no route.
+    denied: Vec<PeerId>,
+}
+
+/// Most peers a query is recorded as sent to (a query goes to the
+/// connected peers; beyond this many, negative answers are not tracked
+/// and the query waits for its timeout as before).
+pub const MAX_ASKED: usize = 64;
+
+/// Resolver handler of Juxta's negative route answers: "I know no route
+/// to this destination and asked nobody else", sent only to Juxta peers
+/// (over compact connections; JXSE never receives one). Its body is a
+/// [`RouteQuery`] naming the destination.
+pub const NO_ROUTE_HANDLER: &str = "JuxtaNoRoute";
+
+/// What a negative answer did ([`RouteResolver::on_no_route`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoRouteOutcome {
+    /// No such query in flight, another destination, or a peer it was not
+    /// sent to: ignored.
+    Ignored,
+    /// Recorded; other asked peers may still answer.
+    Noted,
+    /// Every asked peer said no: the query is over, its waiters get a
+    /// negative answer; `denied` lists who said no.
+    Exhausted {
+        /// The query's destination and waiters.
+        answered: Answered,
+        /// The peers that answered no (all that were asked).
+        denied: Vec<PeerId>,
+    },
 }
 
 /// What [`RouteResolver::request`] decided.
@@ -407,6 +440,8 @@ impl RouteResolver {
                 dest,
                 waiters: vec![waiter],
                 expires_ms: now_ms.saturating_add(self.cfg.timeout_ms),
+                asked: Vec::new(),
+                denied: Vec::new(),
             },
         );
         self.by_dest.insert(dest, query_id);
@@ -433,6 +468,68 @@ impl RouteResolver {
             dest: p.dest,
             waiters: p.waiters,
         })
+    }
+
+    /// Records that query `query_id` went to `peers` (negative answers
+    /// are believed only from them). More than [`MAX_ASKED`] peers: none
+    /// are recorded, the query waits for answers or its timeout.
+    pub fn asked(&mut self, query_id: i32, peers: &[PeerId]) {
+        if let Some(p) = self.pending.get_mut(&query_id) {
+            for peer in peers {
+                if p.asked.len() >= MAX_ASKED {
+                    p.asked.clear();
+                    return;
+                }
+                if !p.asked.contains(peer) {
+                    p.asked.push(*peer);
+                }
+            }
+        }
+    }
+
+    /// Ends query `query_id` at once (nobody could be asked): its waiters.
+    pub fn abandon(&mut self, query_id: i32) -> Option<Answered> {
+        let p = self.pending.remove(&query_id)?;
+        self.by_dest.remove(&p.dest);
+        Some(Answered {
+            dest: p.dest,
+            waiters: p.waiters,
+        })
+    }
+
+    /// `from` answered query `query_id` that it knows no route to `dest`.
+    /// When every peer the query went to said so, the query ends.
+    ///
+    /// ```
+    /// use juxta_proto::endpoint::route_query::*;
+    /// use juxta_proto::id::PeerId;
+    /// let (b, r1, r2) = (PeerId::from_public_key_spki(b"b"), PeerId::from_public_key_spki(b"r1"),
+    ///     PeerId::from_public_key_spki(b"r2"));
+    /// let mut r = RouteResolver::new(RouteResolverConfig::default());
+    /// let Requested::Send { query_id, .. } = r.request(b, Waiter::Local, 0, 0).unwrap() else { panic!() };
+    /// r.asked(query_id, &[r1, r2]);
+    /// assert_eq!(r.on_no_route(query_id, &b, &r1), NoRouteOutcome::Noted);
+    /// assert!(matches!(r.on_no_route(query_id, &b, &r2), NoRouteOutcome::Exhausted { .. }));
+    /// assert!(!r.is_pending(&b));
+    /// ```
+    pub fn on_no_route(&mut self, query_id: i32, dest: &PeerId, from: &PeerId) -> NoRouteOutcome {
+        let Some(p) = self.pending.get_mut(&query_id) else {
+            return NoRouteOutcome::Ignored;
+        };
+        if p.dest != *dest || !p.asked.contains(from) {
+            return NoRouteOutcome::Ignored;
+        }
+        if !p.denied.contains(from) {
+            p.denied.push(*from);
+        }
+        if p.denied.len() < p.asked.len() {
+            return NoRouteOutcome::Noted;
+        }
+        let denied = std::mem::take(&mut p.denied);
+        match self.abandon(query_id) {
+            Some(answered) => NoRouteOutcome::Exhausted { answered, denied },
+            None => NoRouteOutcome::Ignored,
+        }
     }
 
     /// Whether a query for `dest` is in flight.
@@ -586,5 +683,55 @@ mod tests {
         assert_eq!(timed_out.len(), 1);
         assert_eq!(timed_out[0].dest, p(2));
         assert_eq!(r.pending(), 0);
+    }
+
+    #[test]
+    fn negative_answers_end_a_query_only_when_every_asked_peer_said_no() {
+        let id = |s: &[u8]| PeerId::from_public_key_spki(s);
+        let (b, r1, r2, stranger) = (id(b"b"), id(b"r1"), id(b"r2"), id(b"x"));
+        let mut r = RouteResolver::new(RouteResolverConfig::default());
+        let Requested::Send { query_id, .. } = r.request(b, Waiter::Local, 0, 0).unwrap() else {
+            panic!("a new query")
+        };
+        // Nothing recorded as asked: no answer can end it.
+        assert_eq!(r.on_no_route(query_id, &b, &r1), NoRouteOutcome::Ignored);
+        r.asked(query_id, &[r1, r2]);
+        // A stranger, another destination, an unknown query: ignored.
+        assert_eq!(
+            r.on_no_route(query_id, &b, &stranger),
+            NoRouteOutcome::Ignored
+        );
+        assert_eq!(r.on_no_route(query_id, &r2, &r1), NoRouteOutcome::Ignored);
+        assert_eq!(
+            r.on_no_route(query_id + 1, &b, &r1),
+            NoRouteOutcome::Ignored
+        );
+        assert_eq!(r.on_no_route(query_id, &b, &r1), NoRouteOutcome::Noted);
+        // The same peer twice does not count twice.
+        assert_eq!(r.on_no_route(query_id, &b, &r1), NoRouteOutcome::Noted);
+        assert!(r.is_pending(&b));
+        match r.on_no_route(query_id, &b, &r2) {
+            NoRouteOutcome::Exhausted { answered, denied } => {
+                assert_eq!(answered.dest, b);
+                assert_eq!(answered.waiters, vec![Waiter::Local]);
+                assert_eq!(denied, vec![r1, r2]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!r.is_pending(&b));
+        // Too many asked to track: negative answers are not believed.
+        let Requested::Send { query_id, .. } = r.request(b, Waiter::Local, 0, 0).unwrap() else {
+            panic!("a new query")
+        };
+        let many: Vec<PeerId> = (0..=MAX_ASKED as u32)
+            .map(|i| id(&i.to_be_bytes()))
+            .collect();
+        r.asked(query_id, &many);
+        assert_eq!(
+            r.on_no_route(query_id, &b, &many[0]),
+            NoRouteOutcome::Ignored
+        );
+        assert!(r.abandon(query_id).is_some());
+        assert!(!r.is_pending(&b));
     }
 }

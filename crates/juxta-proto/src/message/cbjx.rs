@@ -156,6 +156,86 @@ pub fn trailer_for(identity: &Identity, message_chunks: &[Bytes]) -> Bytes {
     .encode()
 }
 
+/// The trailer of a message whose bytes are hashed while they are written
+/// (a large message need not be hashed whole before its first byte goes
+/// out): feed every signed byte to [`PendingTrailer::update`], in order,
+/// then [`PendingTrailer::finish`] signs and encodes the trailer, exactly
+/// as [`trailer_for`] would over the same bytes.
+///
+/// ```
+/// use juxta_proto::identity::Identity;
+/// use juxta_proto::message::cbjx::{trailer_for, PendingTrailer};
+/// use juxta_proto::message::{encode_v0, namespace_order::JavaHashOrder, Element, Message};
+/// use std::sync::Arc;
+/// let me = Arc::new(Identity::generate(&mut rand::thread_rng(), 1024, "Juxta", 1_700_000_000).unwrap());
+/// let msg = Message::new().with(Element::bytes("bench", "data", &b"abc"[..]));
+/// let enc = encode_v0(&msg, JavaHashOrder::Java8).unwrap();
+/// let mut pending = PendingTrailer::new(me.clone());
+/// for c in &enc.chunks {
+///     pending.update(c);
+/// }
+/// let len = pending.encoded_len();
+/// let trailer = pending.finish().unwrap();
+/// assert_eq!(trailer.len(), len);
+/// assert_eq!(trailer, trailer_for(&me, &enc.chunks));
+/// ```
+pub struct PendingTrailer {
+    hasher: Sha256,
+    identity: std::sync::Arc<Identity>,
+}
+
+impl std::fmt::Debug for PendingTrailer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingTrailer")
+            .field("signer", self.identity.peer_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PendingTrailer {
+    /// A trailer to be signed by `identity`, nothing hashed yet.
+    pub fn new(identity: std::sync::Arc<Identity>) -> PendingTrailer {
+        PendingTrailer {
+            hasher: Sha256::new(),
+            identity,
+        }
+    }
+
+    /// Hashes the next signed bytes of the message.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+    }
+
+    /// The length [`PendingTrailer::finish`] returns (known before the
+    /// message is hashed, for the frame's `content-length`): an RSA
+    /// PKCS#1 v1.5 signature is as long as the modulus.
+    pub fn encoded_len(&self) -> usize {
+        12 + self.identity.cert_der().len()
+            + self.identity.peer_urn().len()
+            + self.identity.key_bits().div_ceil(8)
+    }
+
+    /// Signs the bytes hashed so far and encodes the trailer. `None` if
+    /// the signature did not come out as long as announced (the signer
+    /// failed): the frame whose length counted it cannot be completed.
+    pub fn finish(self) -> Option<Bytes> {
+        let want = self.encoded_len();
+        let cert = self.identity.cert_der();
+        let src = self.identity.peer_urn();
+        let mut h = self.hasher;
+        h.update(cert);
+        h.update(src);
+        let digest: [u8; 32] = h.finalize().into();
+        let t = Trailer {
+            cert: cert.clone(),
+            src: src.clone(),
+            sig: self.identity.sign_sha256_prehash(&digest),
+        }
+        .encode();
+        (t.len() == want).then_some(t)
+    }
+}
+
 /// Parses a trailer. `buf` must be exactly the bytes after the last element
 /// (see [`DecodedMessage::elements_end`](super::DecodedMessage::elements_end));
 /// the fields are zero-copy slices of it.
@@ -231,6 +311,22 @@ impl CbjxVerifier {
         signed: &[&[u8]],
         trailer: &Trailer,
     ) -> Result<VerifiedSource, CbjxError> {
+        let mut h = Sha256::new();
+        for piece in signed {
+            h.update(piece);
+        }
+        self.verify_hashed(h, trailer)
+    }
+
+    /// [`CbjxVerifier::verify`] of a message whose signed bytes were
+    /// hashed as they arrived: `message` has absorbed exactly the bytes
+    /// from `jxmg` to the end of the last element, in order (the trailer's
+    /// `cert` and `src` are added here). Same checks, same errors.
+    pub fn verify_hashed(
+        &mut self,
+        message: Sha256,
+        trailer: &Trailer,
+    ) -> Result<VerifiedSource, CbjxError> {
         if !trailer.src.is_ascii() {
             return Err(CbjxError::SrcNotAscii);
         }
@@ -250,7 +346,10 @@ impl CbjxVerifier {
         };
         let cert = self.cert.insert(cached);
 
-        let digest = signed_digest(signed.iter().copied(), &trailer.cert, &trailer.src);
+        let mut h = message;
+        h.update(&trailer.cert);
+        h.update(&trailer.src);
+        let digest: [u8; 32] = h.finalize().into();
         cert.verify_sha256_prehash(&digest, &trailer.sig)
             .map_err(|_| CbjxError::BadSignature)?;
         Ok(VerifiedSource {

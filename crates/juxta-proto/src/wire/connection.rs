@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use rand::RngCore;
+use sha2::{Digest, Sha256};
 
 use super::compact::{CompactDecoder, CompactEncoder, CompactError};
 use super::frame::{self, FrameError};
@@ -25,7 +26,7 @@ use crate::endpoint::address::EndpointAddress;
 use crate::endpoint::{demangle, mangle, ServiceAddress, ELEM_DEST_ADDRESS, ELEM_SOURCE_ADDRESS};
 use crate::id::PeerId;
 use crate::identity::{Identity, RemoteCert};
-use crate::message::cbjx::{self, CbjxError, CbjxVerifier};
+use crate::message::cbjx::{self, CbjxError, CbjxVerifier, PendingTrailer};
 use crate::message::codec::{decode_v0, encode_v0, EncodedMessage, MessageError};
 use crate::message::namespace_order::JavaHashOrder;
 use crate::message::{Element, Message, NS_JXTA};
@@ -33,6 +34,11 @@ use crate::message::{Element, Message, NS_JXTA};
 /// Largest message accepted from a remote that has not proven its peer ID
 /// yet (see [`ConnectionConfig::max_unproven_message`]).
 pub const DEFAULT_MAX_UNPROVEN_MESSAGE: u64 = 64 * 1024;
+
+/// JXTA-framed messages from this size on are hashed (CBJX) while their
+/// bytes arrive, once the connection's trailer length is known (see
+/// [`Inbound::poll`]).
+pub const STREAM_HASH_MIN: usize = 64 * 1024;
 
 /// Settings shared by both halves.
 #[derive(Debug, Clone)]
@@ -231,6 +237,17 @@ pub enum InboundEvent {
     Handshake(HandshakeMsg),
 }
 
+/// The SHA-256 of the frame being received, over the bytes that arrived.
+struct RxHash {
+    hasher: Sha256,
+    /// Body bytes hashed so far.
+    hashed: usize,
+    /// Where the signed bytes are expected to end (the body length less
+    /// the connection's trailer length); checked against the decoded
+    /// message before the hash is used.
+    signed_len: usize,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RxMode {
     Welcome,
@@ -258,6 +275,13 @@ pub struct Inbound {
     /// Whether the full message limit applies (see
     /// [`ConnectionConfig::max_unproven_message`]).
     full_limit: bool,
+    /// The length of the last verified CBJX trailer: with one certificate
+    /// and one signer per connection, the next trailer is as long, so the
+    /// signed part of a large frame is known from its header and hashed
+    /// while the frame arrives.
+    trailer_len: Option<usize>,
+    /// That running hash, for the frame at the front of the buffer.
+    rx_hash: Option<RxHash>,
 }
 
 impl Inbound {
@@ -279,6 +303,8 @@ impl Inbound {
             proof: Proof::Claimed,
             pinned_cert: None,
             full_limit,
+            trailer_len: None,
+            rx_hash: None,
         }
     }
 
@@ -407,6 +433,7 @@ impl Inbound {
         };
         let total = h.header_len.saturating_add(h.content_length as usize);
         if rx.len() < total {
+            self.hash_ahead(rx, h.header_len, h.content_length as usize);
             // A proven peer's frame is read straight into place; before
             // proof the buffer grows only in step with what has arrived (at
             // most doubling, plus 64 KiB), so a header alone never makes
@@ -423,6 +450,7 @@ impl Inbound {
         }
         rx.advance(h.header_len);
         let body = rx.split_to(h.content_length as usize).freeze();
+        let streamed = self.rx_hash.take();
         let decoded = decode_v0(body.clone())?;
         let end = decoded.elements_end;
         let mut signed = None;
@@ -433,7 +461,18 @@ impl Inbound {
                     return Err(ConnectionError::CertificateChanged);
                 }
             }
-            let v = self.verifier.verify(&[&body[..end]], &trailer)?;
+            // The hash taken while the frame arrived counts only if it
+            // covers exactly the signed bytes; otherwise hash them now.
+            let hasher = match streamed {
+                Some(s) if s.signed_len == end && s.hashed <= end => {
+                    let mut h = s.hasher;
+                    h.update(&body[s.hashed..end]);
+                    h
+                }
+                _ => Sha256::new().chain_update(&body[..end]),
+            };
+            let v = self.verifier.verify_hashed(hasher, &trailer)?;
+            self.trailer_len = Some(body.len() - end);
             if let Some(peer) = self.remote {
                 if v.peer != peer {
                     return Err(ConnectionError::SpoofedSource {
@@ -500,6 +539,32 @@ impl Inbound {
             wire_len: total,
             signed,
         })))
+    }
+
+    /// Hashes what has arrived of the signed part of an incomplete large
+    /// frame (body of `content_length` bytes after `header_len`), so that
+    /// hashing overlaps the transfer and reads bytes still in cache. Only
+    /// once a trailer verified on this connection (its length predicts
+    /// where the signed bytes end); nothing is held beyond the frame
+    /// buffer itself.
+    fn hash_ahead(&mut self, rx: &BytesMut, header_len: usize, content_length: usize) {
+        let Some(tl) = self.trailer_len else {
+            return;
+        };
+        if content_length < STREAM_HASH_MIN || content_length <= tl {
+            return;
+        }
+        let st = self.rx_hash.get_or_insert_with(|| RxHash {
+            hasher: Sha256::new(),
+            hashed: 0,
+            signed_len: content_length - tl,
+        });
+        let avail = rx.len().saturating_sub(header_len).min(st.signed_len);
+        if avail > st.hashed {
+            st.hasher
+                .update(&rx[header_len + st.hashed..header_len + avail]);
+            st.hashed = avail;
+        }
     }
 }
 
@@ -745,7 +810,68 @@ impl Outbound {
         self.encode_jxta(to, msg)
     }
 
+    /// [`Outbound::encode`], except that a CBJX-signed JXTA frame whose
+    /// message is at least `stream_min` bytes comes back unsigned
+    /// ([`Framed::Streamed`]): its writer hashes each byte as it writes it
+    /// and appends the trailer last, so the first bytes leave before the
+    /// whole message is hashed. The bytes on the wire are the same.
+    pub fn encode_streamed(
+        &mut self,
+        to: &ServiceAddress,
+        msg: Message,
+        stream_min: usize,
+    ) -> Result<Framed, ConnectionError> {
+        if self.compact.is_some() || !self.cfg.cbjx {
+            return self.encode(to, msg).map(Framed::Whole);
+        }
+        if self.remote.is_none() {
+            return Err(ConnectionError::NotEstablished);
+        }
+        let body = self.jxta_body(to, msg)?;
+        if body.len < stream_min {
+            return Ok(Framed::Whole(self.frame_signed(body)));
+        }
+        let trailer = PendingTrailer::new(self.identity.clone());
+        let len = body.len + trailer.encoded_len();
+        let header = frame::encode_header(len as u64);
+        Ok(Framed::Streamed(StreamedFrame {
+            len: header.len() + len,
+            header,
+            body: body.chunks,
+            trailer,
+        }))
+    }
+
     fn encode_jxta(
+        &mut self,
+        to: &ServiceAddress,
+        msg: Message,
+    ) -> Result<EncodedMessage, ConnectionError> {
+        let body = self.jxta_body(to, msg)?;
+        Ok(self.frame_signed(body))
+    }
+
+    /// The header, `body` and (with CBJX) its trailer.
+    fn frame_signed(&self, body: EncodedMessage) -> EncodedMessage {
+        let trailer = self
+            .cfg
+            .cbjx
+            .then(|| cbjx::trailer_for(&self.identity, &body.chunks));
+        let len = body.len + trailer.as_ref().map_or(0, |t| t.len());
+        let mut out = EncodedMessage::default();
+        out.push(frame::encode_header(len as u64));
+        for c in body.chunks {
+            out.push(c);
+        }
+        if let Some(t) = trailer {
+            out.push(t);
+        }
+        out
+    }
+
+    /// The binary message of a JXTA frame: `msg` with the endpoint address
+    /// elements.
+    fn jxta_body(
         &mut self,
         to: &ServiceAddress,
         mut msg: Message,
@@ -765,21 +891,48 @@ impl Outbound {
             &self.source_address,
         ));
         msg.push(Element::text(NS_JXTA, ELEM_DEST_ADDRESS, &dest));
-        let body = encode_v0(&msg, self.cfg.hash_order)?;
-        let trailer = self
-            .cfg
-            .cbjx
-            .then(|| cbjx::trailer_for(&self.identity, &body.chunks));
-        let len = body.len + trailer.as_ref().map_or(0, |t| t.len());
+        Ok(encode_v0(&msg, self.cfg.hash_order)?)
+    }
+}
+
+/// A frame from [`Outbound::encode_streamed`].
+#[derive(Debug)]
+pub enum Framed {
+    /// Complete: write the chunks as they are.
+    Whole(EncodedMessage),
+    /// Signed while written.
+    Streamed(StreamedFrame),
+}
+
+/// A JXTA frame whose CBJX trailer is computed while it is written: write
+/// `header`, then each byte of `body` after passing it to
+/// [`PendingTrailer::update`], then [`PendingTrailer::finish`].
+#[derive(Debug)]
+pub struct StreamedFrame {
+    /// The frame header (not signed); its `content-length` counts the
+    /// trailer.
+    pub header: Bytes,
+    /// The binary message, in order (signed).
+    pub body: Vec<Bytes>,
+    /// The trailer being hashed.
+    pub trailer: PendingTrailer,
+    /// The whole frame's length.
+    pub len: usize,
+}
+
+impl StreamedFrame {
+    /// Hashes and signs the whole message now: the complete frame, for a
+    /// sink that cannot stream. `None` if signing failed.
+    pub fn into_whole(self) -> Option<EncodedMessage> {
+        let mut trailer = self.trailer;
         let mut out = EncodedMessage::default();
-        out.push(frame::encode_header(len as u64));
-        for c in body.chunks {
+        out.push(self.header);
+        for c in self.body {
+            trailer.update(&c);
             out.push(c);
         }
-        if let Some(t) = trailer {
-            out.push(t);
-        }
-        Ok(out)
+        out.push(trailer.finish()?);
+        Some(out)
     }
 }
 
@@ -1029,6 +1182,141 @@ mod tests {
         assert_eq!(got.source, Some(ia.peer_id().endpoint_address()));
         let (got, _) = p.send(false, &to(), payload_message(1));
         assert_eq!(got.source, Some(ib.peer_id().endpoint_address()));
+    }
+
+    /// Feeds `wire` to `inb` in `chunk`-byte reads; the last event.
+    fn feed(
+        inb: &mut Inbound,
+        rx: &mut BytesMut,
+        wire: &[u8],
+        chunk: usize,
+    ) -> Result<Option<InboundEvent>, ConnectionError> {
+        let mut last = None;
+        for piece in wire.chunks(chunk) {
+            rx.extend_from_slice(piece);
+            while let Some(ev) = inb.poll(rx)? {
+                last = Some(ev);
+            }
+        }
+        Ok(last)
+    }
+
+    /// A pair in JXTA framing with CBJX, after one verified message each
+    /// way (so each side knows its remote's trailer length).
+    fn jxta_pair() -> Pair {
+        let mut p = Pair::new(cfg(false), cfg(false), usize::MAX);
+        p.pump().unwrap();
+        p.send(true, &to(), payload_message(1));
+        p.send(false, &to(), payload_message(1));
+        assert!(p.a.inb.trailer_len.is_some() && p.i.inb.trailer_len.is_some());
+        p
+    }
+
+    #[test]
+    fn streamed_frames_are_the_whole_frames() {
+        let mut p = jxta_pair();
+        let m = payload_message(300_000);
+        let whole = p.i.out.encode(&to(), m.clone()).unwrap().to_bytes();
+        // Below the threshold: the whole frame.
+        let Framed::Whole(w) =
+            p.i.out
+                .encode_streamed(&to(), m.clone(), usize::MAX)
+                .unwrap()
+        else {
+            panic!("small frame streamed");
+        };
+        assert_eq!(w.to_bytes(), whole);
+        // Streamed: hashed piece by piece as a writer does, then signed.
+        let Framed::Streamed(f) = p.i.out.encode_streamed(&to(), m.clone(), 0).unwrap() else {
+            panic!("not streamed");
+        };
+        assert_eq!(f.len, whole.len());
+        let mut wire = f.header.to_vec();
+        let mut trailer = f.trailer;
+        for c in &f.body {
+            for piece in c.chunks(4096) {
+                trailer.update(piece);
+                wire.extend_from_slice(piece);
+            }
+        }
+        wire.extend_from_slice(&trailer.finish().unwrap());
+        assert_eq!(&wire[..], &whole[..], "same bytes, same signature");
+        let Framed::Streamed(f) = p.i.out.encode_streamed(&to(), m.clone(), 0).unwrap() else {
+            panic!("not streamed");
+        };
+        assert_eq!(f.into_whole().unwrap().to_bytes(), whole);
+        // And the receiver takes it, hashing as it arrives.
+        p.a.receive(&wire, 8192).unwrap();
+        assert_eq!(p.a.got.pop().unwrap().message, m);
+        // Compact framing and CBJX off never stream.
+        let mut off = ConnectionConfig {
+            cbjx: false,
+            ..cfg(false)
+        };
+        off.handshake = false;
+        let mut q = Pair::new(off.clone(), off, usize::MAX);
+        q.pump().unwrap();
+        assert!(matches!(
+            q.i.out.encode_streamed(&to(), m, 0).unwrap(),
+            Framed::Whole(_)
+        ));
+    }
+
+    #[test]
+    fn large_frames_are_hashed_as_they_arrive() {
+        let mut p = jxta_pair();
+        let m = payload_message(200_000);
+        let wire = p.i.out.encode(&to(), m.clone()).unwrap().to_bytes();
+        let (inb, rx) = (&mut p.a.inb, &mut p.a.rx);
+        // All but the last byte: no event, most of the message hashed.
+        assert!(feed(inb, rx, &wire[..wire.len() - 1], 4096)
+            .unwrap()
+            .is_none());
+        let st = inb.rx_hash.as_ref().expect("hashing while it arrives");
+        assert!(st.hashed > 190_000, "{}", st.hashed);
+        assert!(st.signed_len < wire.len() - inb.trailer_len.unwrap());
+        let Some(InboundEvent::Message(got)) = feed(inb, rx, &wire[wire.len() - 1..], 1).unwrap()
+        else {
+            panic!("message not delivered");
+        };
+        assert_eq!(got.message, m);
+        assert!(got.signed.is_some());
+        assert!(inb.rx_hash.is_none());
+        // A wrong prediction of the signed length (as if the trailer had
+        // another length) falls back to hashing the message whole.
+        inb.trailer_len = Some(inb.trailer_len.unwrap() + 7);
+        let Some(InboundEvent::Message(got)) = feed(inb, rx, &wire, 1000).unwrap() else {
+            panic!("message not delivered");
+        };
+        assert_eq!(got.message, m);
+    }
+
+    #[test]
+    fn tampered_large_frames_are_refused_when_hashed_as_they_arrive() {
+        let mut p = jxta_pair();
+        let m = payload_message(200_000);
+        let wire = p.i.out.encode(&to(), m).unwrap().to_bytes();
+        let tl = p.a.inb.trailer_len.unwrap();
+        // A payload byte hashed long before the end, one hashed with the
+        // last reads, and a signature byte: a typed signature failure.
+        for at in [1000, 150_000, 199_000, wire.len() - 1] {
+            let mut p = jxta_pair();
+            let mut bad = wire.to_vec();
+            bad[at] ^= 0x01;
+            assert_eq!(
+                feed(&mut p.a.inb, &mut p.a.rx, &bad, 4096).unwrap_err(),
+                ConnectionError::Cbjx(CbjxError::BadSignature),
+                "byte {at}"
+            );
+        }
+        // A certificate byte: not the connection's certificate.
+        let mut p = jxta_pair();
+        let mut bad = wire.to_vec();
+        bad[wire.len() - tl + 40] ^= 0x01;
+        assert_eq!(
+            feed(&mut p.a.inb, &mut p.a.rx, &bad, 4096).unwrap_err(),
+            ConnectionError::CertificateChanged
+        );
     }
 
     #[test]

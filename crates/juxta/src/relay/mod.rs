@@ -215,6 +215,10 @@ pub enum RouteAttempt {
     AnswerNotVouched,
     /// No connected peer to ask for a route.
     NobodyToAsk,
+    /// This peer (a Juxta peer asked) answered that it knows no route
+    /// and had nobody else to ask: the search ended without waiting for
+    /// [`crate::PeerConfig::route_query_timeout`].
+    Denied(PeerId),
 }
 
 impl std::fmt::Display for RouteAttempt {
@@ -226,6 +230,7 @@ impl std::fmt::Display for RouteAttempt {
             RouteAttempt::Asked(p) => write!(f, "asked {p}: no usable answer"),
             RouteAttempt::AnswerNotVouched => f.write_str("answers not vouched for"),
             RouteAttempt::NobodyToAsk => f.write_str("nobody to ask"),
+            RouteAttempt::Denied(p) => write!(f, "asked {p}: knows no route"),
         }
     }
 }
@@ -348,6 +353,9 @@ pub(crate) struct Router {
     /// This peer's own route, signed (re-signed when it changes or nears
     /// its expiry).
     pub(crate) own_signed: Mutex<Option<SignedRoute>>,
+    /// Local searches ended by negative answers: destination -> the peers
+    /// that said no (read and removed by the search; bounded).
+    pub(crate) denied: Mutex<HashMap<PeerId, Vec<PeerId>>>,
 }
 
 impl Router {
@@ -381,6 +389,7 @@ impl Router {
             client_rx: Mutex::new(client_rx),
             proofs: Mutex::new(HashMap::new()),
             own_signed: Mutex::new(None),
+            denied: Mutex::new(HashMap::new()),
         }
     }
 

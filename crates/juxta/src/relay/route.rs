@@ -10,7 +10,8 @@ use juxta_proto::advertisement::tree::XmlElement;
 use juxta_proto::advertisement::RouteAdvertisement;
 use juxta_proto::endpoint::forward::{self, ForwardError, Inspected};
 use juxta_proto::endpoint::route_query::{
-    route_from_answer, route_through, Requested, RouteQuery, RouteResponse, Waiter, ROUTER_HANDLER,
+    route_from_answer, route_through, NoRouteOutcome, Requested, RouteQuery, RouteResponse, Waiter,
+    NO_ROUTE_HANDLER, ROUTER_HANDLER,
 };
 use juxta_proto::endpoint::signed_route::SignedRoute;
 use juxta_proto::endpoint::{demangle, mangle, Delivery, ServiceAddress, ROUTER_SERVICE};
@@ -432,8 +433,19 @@ pub(crate) async fn on_query(
     if let Some(resp) = known_route(inner, &rq.dest) {
         return Ok(Some(q.response(resp.to_xml())));
     }
+    // Asked directly by a Juxta peer (compact connection): say at once
+    // that nothing is known here, so it need not wait out its timeout.
+    let tell_no = from == Some(q.src_peer)
+        && inner
+            .connection(&q.src_peer)
+            .is_some_and(|c| c.is_compact());
+    let no_route = || ResolverResponse {
+        handler: NO_ROUTE_HANDLER.to_string(),
+        query_id: q.query_id,
+        response: RouteQuery::new(rq.dest).to_xml(),
+    };
     if !inner.router.forwards() {
-        return Ok(None);
+        return Ok(tell_no.then(no_route));
     }
     let now = inner.router.now_ms();
     let waiter = Waiter::Remote {
@@ -453,10 +465,77 @@ pub(crate) async fn on_query(
     }) = r
     {
         let skip = [Some(q.src_peer), from];
-        send_queries(inner, g, query_id, hop_count, &query, &skip).await;
+        let sent = send_queries(inner, g, query_id, hop_count, &query, &skip).await;
+        let mut resolver = inner.router.resolver.lock().expect("route lock");
+        if sent.is_empty() {
+            // Nobody else to ask: the query ends here.
+            resolver.abandon(query_id);
+            return Ok(tell_no.then(no_route));
+        }
+        resolver.asked(query_id, &sent);
     }
     Ok(None)
 }
+
+/// A negative route answer ([`NO_ROUTE_HANDLER`]) from `from`: noted;
+/// when every peer the query went to said no, the query ends: a local
+/// search fails at once ([`find_route`]), remote queriers that are Juxta
+/// peers are told no in turn.
+pub(crate) fn on_no_route(
+    inner: &Arc<Inner>,
+    g: &str,
+    r: &ResolverResponse,
+    from: Option<PeerId>,
+) -> Result<(), RouteFault> {
+    let dest = RouteQuery::parse(&r.response)?.dest;
+    let Some(from) = from else {
+        return Ok(());
+    };
+    let outcome = inner
+        .router
+        .resolver
+        .lock()
+        .expect("route lock")
+        .on_no_route(r.query_id, &dest, &from);
+    let (answered, denied) = match outcome {
+        NoRouteOutcome::Ignored => return Err(RouteFault::Late),
+        NoRouteOutcome::Noted => return Ok(()),
+        NoRouteOutcome::Exhausted { answered, denied } => (answered, denied),
+    };
+    for w in answered.waiters {
+        match w {
+            Waiter::Local => {
+                let mut d = inner.router.denied.lock().expect("route lock");
+                // Bounded: entries are taken by the searches they end.
+                if d.len() >= MAX_DENIED && !d.contains_key(&dest) {
+                    d.clear();
+                }
+                d.insert(dest, denied.clone());
+                drop(d);
+                inner.router.learned.notify_waiters();
+            }
+            Waiter::Remote { peer, query_id } => {
+                let Some(m) = inner.messenger(&peer).filter(|m| m.is_compact()) else {
+                    continue;
+                };
+                let resp = ResolverResponse {
+                    handler: NO_ROUTE_HANDLER.to_string(),
+                    query_id,
+                    response: RouteQuery::new(dest).to_xml(),
+                };
+                let msg = Message::new().with(resp.to_element(g));
+                if let Err(e) = m.post_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg) {
+                    tracing::debug!(%peer, error = %e, "negative route answer not sent");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Most destinations whose searches ended by negative answers are kept
+/// for the local searches to read.
+const MAX_DENIED: usize = 256;
 
 async fn send_queries(
     inner: &Arc<Inner>,
@@ -594,10 +673,21 @@ pub(crate) async fn find_route(
     let g = inner.group_unique().to_string();
     let unverified_before = inner.stats.routes_unverified.load(Ordering::Relaxed);
     let mut asked: Vec<PeerId> = Vec::new();
+    inner.router.denied.lock().expect("route lock").remove(peer);
     loop {
         let learned = inner.router.learned.notified();
         if let Some(m) = inner.messenger(peer) {
             return Ok(m);
+        }
+        let denied = inner.router.denied.lock().expect("route lock").remove(peer);
+        if let Some(denied) = denied {
+            // Every peer asked answered that it knows no route.
+            let mut tried = vec![RouteAttempt::NoConnection, RouteAttempt::NoCachedRoute];
+            if inner.router.leased.borrow().is_none() {
+                tried.push(RouteAttempt::NoRelayLease);
+            }
+            tried.extend(denied.into_iter().map(RouteAttempt::Denied));
+            return Err(super::NoRoute { peer: *peer, tried });
         }
         let now = inner.router.now_ms();
         let r =
@@ -613,7 +703,14 @@ pub(crate) async fn find_route(
             query,
         }) = r
         {
-            for p in send_queries(inner, &g, query_id, hop_count, &query, &[]).await {
+            let sent = send_queries(inner, &g, query_id, hop_count, &query, &[]).await;
+            inner
+                .router
+                .resolver
+                .lock()
+                .expect("route lock")
+                .asked(query_id, &sent);
+            for p in sent {
                 if !asked.contains(&p) {
                     asked.push(p);
                 }

@@ -106,6 +106,40 @@ where
     Ok(())
 }
 
+/// Bytes of a streamed frame hashed before each write (see
+/// [`WriterSide::write_streamed`]).
+pub(crate) const STREAM_PIECE: usize = 256 * 1024;
+
+fn signing_failed() -> io::Error {
+    io::Error::other("CBJX signature failed")
+}
+
+async fn write_streamed_to(
+    half: &OwnedWriteHalf,
+    frame: juxta_proto::wire::connection::StreamedFrame,
+    timeout: Duration,
+) -> io::Result<()> {
+    let mut trailer = frame.trailer;
+    let mut batch: Vec<bytes::Bytes> = vec![frame.header];
+    let mut batch_len = 0usize;
+    for mut c in frame.body {
+        while !c.is_empty() {
+            let take = c.len().min(STREAM_PIECE - batch_len);
+            let piece = c.split_to(take);
+            trailer.update(&piece);
+            batch.push(piece);
+            batch_len += take;
+            if batch_len == STREAM_PIECE {
+                write_all_deadline(half, &batch, timeout).await?;
+                batch.clear();
+                batch_len = 0;
+            }
+        }
+    }
+    batch.push(trailer.finish().ok_or_else(signing_failed)?);
+    write_all_deadline(half, &batch, timeout).await
+}
+
 /// Writes all chunks to a connection's socket like [`write_all_vectored`]
 /// (one `writev` per message unless the socket buffer fills), failing with
 /// [`io::ErrorKind::TimedOut`] once one wait for room in the socket buffer
@@ -187,6 +221,28 @@ impl WriterSide {
             }
             Sink::Http(q) => q.send(q.frame(enc)).await,
         }
+    }
+
+    /// Writes a frame whose CBJX trailer is computed as it is written
+    /// ([`juxta_proto::wire::connection::Framed::Streamed`]): the message
+    /// goes out in pieces of [`STREAM_PIECE`] bytes, each hashed just
+    /// before its write, so the remote receives (and hashes) the first
+    /// pieces while later ones are hashed here, and each piece is hashed
+    /// while in cache. The RSA signature follows the last piece.
+    pub(crate) async fn write_streamed(
+        &mut self,
+        frame: juxta_proto::wire::connection::StreamedFrame,
+    ) -> io::Result<()> {
+        self.drain_backlog().await?;
+        let half = match &mut self.half {
+            Sink::Tcp(half) => half,
+            Sink::Http(_) => {
+                let enc = frame.into_whole().ok_or_else(signing_failed)?;
+                return self.write(&enc).await;
+            }
+        };
+        let r = write_streamed_to(half, frame, self.write_timeout).await;
+        self.check_stall(r)
     }
 
     pub(crate) async fn drain_backlog(&mut self) -> io::Result<()> {

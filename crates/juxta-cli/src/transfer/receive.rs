@@ -1,0 +1,365 @@
+//! `juxta receive TICKET [--dir D]`: fetches what a `juxta send` serves,
+//! resuming from partial files, verifying every file's SHA-256 before it
+//! gets its final name.
+//!
+//! Partial data lives in `D/.juxta-partial/<key>.part` (the key hashes the
+//! file's path and announced SHA-256), never under the final name; a file
+//! is renamed into place only after its hash checks. Paths from the header
+//! are checked ([`wire::check_path`]: relative, no `..`) and so is the disk
+//! ([`wire::check_on_disk`]: no symbolic link on the way).
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use juxta::proto::advertisement::{PipeAdvertisement, PipeType};
+use juxta::socket::JxtaSocket;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::send::{socket_config, CHUNK};
+use super::ticket::Ticket;
+use super::wire::{self, FileEntry};
+use super::{connect_any, PeerOpts, TransferError};
+
+/// Directory (inside the target) that holds partial files.
+pub const PARTIAL_DIR: &str = ".juxta-partial";
+
+/// `juxta receive` options.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ReceiveArgs {
+    /// The ticket `juxta send` printed.
+    pub ticket: String,
+    /// Directory to write into (created if missing).
+    #[arg(long, default_value = ".")]
+    pub dir: PathBuf,
+    #[command(flatten)]
+    pub peer: PeerOpts,
+}
+
+/// One file of the plan.
+struct Plan {
+    entry: FileEntry,
+    /// Final place.
+    dest: PathBuf,
+    /// Partial file.
+    part: PathBuf,
+    /// Bytes already there (resumed).
+    offset: u64,
+    /// The final file is there and verified already.
+    done: bool,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The partial file's name for an entry.
+fn part_name(e: &FileEntry) -> String {
+    let mut h = Sha256::new();
+    h.update(e.path.as_bytes());
+    h.update([0]);
+    h.update(e.sha256);
+    format!("{}.part", hex(&h.finalize()[..16]))
+}
+
+/// `juxta receive`.
+pub async fn main(a: ReceiveArgs) -> Result<(), TransferError> {
+    let t = Ticket::parse(&a.ticket)?;
+    let timeout = a.peer.timeout()?;
+    std::fs::create_dir_all(&a.dir)
+        .map_err(TransferError::io(format!("creating {}", a.dir.display())))?;
+    let root = a
+        .dir
+        .canonicalize()
+        .map_err(TransferError::io(format!("opening {}", a.dir.display())))?;
+    let peer = a.peer.start(None, &[]).await?;
+    let m = connect_any(&peer, &t.addrs).await?;
+    if m.remote() != t.peer {
+        return Err(TransferError::WrongPeer(Box::new((
+            t.addrs[0],
+            m.remote(),
+            t.peer,
+        ))));
+    }
+    // Stream mode needs the compact handshake done first.
+    m.wait_compact(timeout.min(std::time::Duration::from_secs(5)))
+        .await;
+    let adv = PipeAdvertisement::new(t.pipe, PipeType::Unicast);
+    let mut cfg = socket_config();
+    cfg.connect_timeout = timeout;
+    let mut s = JxtaSocket::connect(&peer.pipes(), &adv, t.peer, cfg).await?;
+    wire::write_hello(&mut s).await?;
+    let entries = tokio::time::timeout(timeout, wire::read_header(&mut s))
+        .await
+        .map_err(|_| TransferError::Io {
+            what: "waiting for the sender's file list".into(),
+            source: std::io::ErrorKind::TimedOut.into(),
+        })??;
+    let plans = tokio::task::block_in_place(|| plan(&root, entries))?;
+    let offsets: Vec<u64> = plans
+        .iter()
+        .map(|p| if p.done { p.entry.size } else { p.offset })
+        .collect();
+    wire::write_offsets(&mut s, &offsets).await?;
+    let total: u64 = plans.iter().map(|p| p.entry.size).sum();
+    let resumed: u64 = offsets.iter().sum();
+    let want = total - resumed;
+    let bar = progress(total, resumed);
+    let started = Instant::now();
+
+    // Disk writes and hashing on a thread of their own.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(8);
+    let writer = std::thread::spawn(move || write_files(plans, rx));
+    let mut got: u64 = 0;
+    let mut read_err = None;
+    while got < want {
+        let mut buf = Vec::with_capacity(CHUNK.min((want - got) as usize));
+        let r = s.read_buf(&mut buf).await;
+        match r {
+            Ok(0) => break,
+            Ok(n) => {
+                // A sender may not send past the sizes it announced.
+                let n = (n as u64).min(want - got);
+                buf.truncate(n as usize);
+                got += n;
+                bar.inc(n);
+                if tx.send(buf).is_err() {
+                    break;
+                }
+            }
+            Err(e) => {
+                read_err = Some(e);
+                break;
+            }
+        }
+    }
+    drop(tx);
+    let outcome = writer
+        .join()
+        .map_err(|_| TransferError::Usage("the writer thread panicked".into()))?;
+    bar.finish_and_clear();
+    let status = match &outcome {
+        Ok(_) if got == want => wire::STATUS_OK,
+        Err(TransferError::HashMismatch(_)) => wire::STATUS_HASH_MISMATCH,
+        _ => wire::STATUS_FAILED,
+    };
+    let _ = s.write_all(&[status]).await;
+    let _ = s.shutdown().await;
+    // The sender closes once it has the status: wait for that (bounded),
+    // so that the status is out before this process ends.
+    let mut rest = [0u8; 64];
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(3), async {
+        while let Ok(n) = s.read(&mut rest).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+    let files = outcome?;
+    if got < want {
+        if let Some(e) = read_err {
+            eprintln!("juxta: connection: {e}");
+        }
+        return Err(TransferError::Truncated {
+            got: resumed + got,
+            want: total,
+        });
+    }
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    eprintln!(
+        "juxta: received {files} file(s) into {}: {total} bytes ({resumed} resumed, {got} transferred) in {secs:.2} s, {:.1} MB/s",
+        root.display(),
+        got as f64 / secs / 1e6
+    );
+    let _ = std::fs::remove_dir(root.join(PARTIAL_DIR));
+    Ok(())
+}
+
+fn progress(total: u64, resumed: u64) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(total),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bytes}/{total_bytes} [{wide_bar}] {bytes_per_sec} eta {eta}",
+        )
+        .expect("progress template"),
+    );
+    bar.set_position(resumed);
+    bar.reset_eta();
+    bar
+}
+
+/// Checks every path, finds what is there already (final files with the
+/// right hash, partial files) and decides the offsets.
+fn plan(root: &Path, entries: Vec<FileEntry>) -> Result<Vec<Plan>, TransferError> {
+    let partial = root.join(PARTIAL_DIR);
+    if std::fs::symlink_metadata(&partial).is_ok_and(|m| !m.is_dir()) {
+        return Err(TransferError::Usage(format!(
+            "{} is not a directory (a symbolic link?); remove it",
+            partial.display()
+        )));
+    }
+    let mut out = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let rel = wire::check_path(&entry.path).map_err(|why| wire::WireError::Path {
+            path: entry.path.clone(),
+            why,
+        })?;
+        if rel.components().next().and_then(|c| c.as_os_str().to_str()) == Some(PARTIAL_DIR) {
+            return Err(wire::WireError::Path {
+                path: entry.path.clone(),
+                why: wire::PathProblem::Unusual,
+            }
+            .into());
+        }
+        wire::check_on_disk(root, &rel).map_err(|why| wire::WireError::Path {
+            path: entry.path.clone(),
+            why,
+        })?;
+        let dest = root.join(&rel);
+        let part = partial.join(part_name(&entry));
+        let mut done = false;
+        if let Ok(m) = std::fs::symlink_metadata(&dest) {
+            let same = m.is_file()
+                && m.len() == entry.size
+                && super::send::hash_file(&dest)?.0 == entry.sha256;
+            if !same {
+                return Err(TransferError::Exists(dest));
+            }
+            done = true;
+        }
+        let mut offset = 0;
+        if !done {
+            match std::fs::symlink_metadata(&part) {
+                Ok(m) if m.is_file() && m.len() <= entry.size => offset = m.len(),
+                Ok(m) if m.is_file() => {
+                    std::fs::remove_file(&part)
+                        .map_err(TransferError::io(format!("removing {}", part.display())))?;
+                }
+                Ok(_) => {
+                    return Err(TransferError::Usage(format!(
+                        "{} is not a plain file; remove it",
+                        part.display()
+                    )))
+                }
+                Err(_) => {}
+            }
+        }
+        out.push(Plan {
+            entry,
+            dest,
+            part,
+            offset,
+            done,
+        });
+    }
+    Ok(out)
+}
+
+/// Writes the incoming bytes into the partial files in order, hashing
+/// each whole file (the resumed prefix first); renames a file into place
+/// once its hash checks. Returns the number of files in place.
+fn write_files(
+    plans: Vec<Plan>,
+    rx: std::sync::mpsc::Receiver<Vec<u8>>,
+) -> Result<usize, TransferError> {
+    let mut pending: Option<Vec<u8>> = None;
+    let mut pos = 0usize;
+    let mut n = 0;
+    for p in plans {
+        if p.done {
+            n += 1;
+            continue;
+        }
+        let dir = p.part.parent().expect("partial dir");
+        std::fs::create_dir_all(dir)
+            .map_err(TransferError::io(format!("creating {}", dir.display())))?;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&p.part)
+            .map_err(TransferError::io(format!("opening {}", p.part.display())))?;
+        let mut h = Sha256::new();
+        // The resumed prefix.
+        let mut left = p.offset;
+        let mut buf = vec![0u8; CHUNK];
+        while left > 0 {
+            let k = (left.min(CHUNK as u64)) as usize;
+            f.read_exact(&mut buf[..k])
+                .map_err(TransferError::io(format!("reading {}", p.part.display())))?;
+            h.update(&buf[..k]);
+            left -= k as u64;
+        }
+        drop(buf);
+        f.set_len(p.offset)
+            .and_then(|()| f.seek(SeekFrom::Start(p.offset)).map(|_| ()))
+            .map_err(TransferError::io(format!("resizing {}", p.part.display())))?;
+        let mut left = p.entry.size - p.offset;
+        while left > 0 {
+            if pending.as_ref().is_none_or(|b| pos >= b.len()) {
+                match rx.recv() {
+                    Ok(b) => {
+                        pending = Some(b);
+                        pos = 0;
+                    }
+                    // The connection ended: keep what arrived.
+                    Err(_) => {
+                        f.flush()
+                            .map_err(TransferError::io(format!("writing {}", p.part.display())))?;
+                        return Ok(n);
+                    }
+                }
+            }
+            let b = pending.as_ref().expect("a chunk");
+            let k = ((b.len() - pos) as u64).min(left) as usize;
+            let d = &b[pos..pos + k];
+            f.write_all(d)
+                .map_err(TransferError::io(format!("writing {}", p.part.display())))?;
+            h.update(d);
+            pos += k;
+            left -= k as u64;
+        }
+        f.flush()
+            .map_err(TransferError::io(format!("writing {}", p.part.display())))?;
+        drop(f);
+        if <[u8; 32]>::from(h.finalize()) != p.entry.sha256 {
+            let _ = std::fs::remove_file(&p.part);
+            return Err(TransferError::HashMismatch(p.entry.path.clone()));
+        }
+        if let Some(parent) = p.dest.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(TransferError::io(format!("creating {}", parent.display())))?;
+        }
+        // Checked again right before the rename: nothing on the way may
+        // have become a symbolic link meanwhile.
+        let root_rel = p.entry.path.clone();
+        let root = p
+            .dest
+            .ancestors()
+            .nth(Path::new(&root_rel).components().count())
+            .expect("root");
+        wire::check_on_disk(root, Path::new(&root_rel)).map_err(|why| wire::WireError::Path {
+            path: root_rel.clone(),
+            why,
+        })?;
+        if std::fs::symlink_metadata(&p.dest).is_ok() {
+            return Err(TransferError::Exists(p.dest));
+        }
+        std::fs::rename(&p.part, &p.dest).map_err(TransferError::io(format!(
+            "renaming into {}",
+            p.dest.display()
+        )))?;
+        n += 1;
+    }
+    Ok(n)
+}
