@@ -338,6 +338,10 @@ pub struct ResponderSpec {
     pub bind: IpAddr,
     /// Network namespace it runs in (`None`: the caller's).
     pub netns: Option<String>,
+    /// A process responder exits when its parent does (it watches a pipe
+    /// on its stdin), even if the parent is killed: the bench listener's
+    /// responders never outlive the daemon.
+    pub exit_with_parent: bool,
 }
 
 impl ResponderSpec {
@@ -349,6 +353,7 @@ impl ResponderSpec {
             receivers,
             bind: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
             netns: None,
+            exit_with_parent: false,
         }
     }
 
@@ -367,6 +372,20 @@ pub enum Host {
     Process(PathBuf),
     /// A thread of this process with its own runtime (tests).
     Thread,
+    /// The bench listener of `juxta peer --bench` on another host
+    /// ([`crate::remote`]): it starts `juxta bench-responder` there, bound
+    /// to the address this side reached it at.
+    Remote(crate::remote::RemoteHost),
+}
+
+impl Host {
+    /// The remote host, when responders run on another machine.
+    pub fn remote(&self) -> Option<&crate::remote::RemoteHost> {
+        match self {
+            Host::Remote(r) => Some(r),
+            _ => None,
+        }
+    }
 }
 
 /// A running responder; dropping it stops it.
@@ -375,13 +394,33 @@ pub struct Responder {
     pub ready: Ready,
     child: Option<Child>,
     _stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// A remote responder's control connection (closing it stops it).
+    control: Option<TcpStream>,
+    /// The write end of an `--exit-with-parent` responder's stdin (held
+    /// here: `Child::wait` would close it).
+    _stdin: Option<tokio::process::ChildStdin>,
 }
 
 impl Responder {
-    /// Stops the responder (kills the child process).
+    /// Resolves when a process responder has exited (never for the
+    /// others).
+    pub async fn exited(&mut self) {
+        match self.child.as_mut() {
+            Some(c) => {
+                let _ = c.wait().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Stops the responder (kills the child process, or closes the
+    /// control connection of a remote one, whose host then kills it).
     pub async fn stop(mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill().await;
+        }
+        if let Some(mut c) = self.control.take() {
+            let _ = c.shutdown().await;
         }
     }
 }
@@ -406,10 +445,16 @@ pub async fn spawn_responder(
                 .stdout(Stdio::piped())
                 .stdin(Stdio::null())
                 .kill_on_drop(true);
+            if spec.exit_with_parent {
+                // The pipe's write end is kept in the `Responder` (never
+                // written): it closes when this process ends, however it
+                // ends.
+                cmd.arg("--exit-with-parent").stdin(Stdio::piped());
+            }
             if let Some(c) = core {
                 cmd.arg("--core").arg(c.to_string());
             }
-            if !spec.bind.is_loopback() {
+            if spec.bind != IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) {
                 cmd.arg("--bind").arg(spec.bind.to_string());
             }
             if let Some(ns) = &spec.netns {
@@ -442,10 +487,28 @@ pub async fn spawn_responder(
                 layer: layer.into(),
                 reason: format!("unexpected output {line:?}"),
             })?;
+            let stdin = child.stdin.take();
             Ok(Responder {
                 ready,
                 child: Some(child),
                 _stop: None,
+                control: None,
+                _stdin: stdin,
+            })
+        }
+        Host::Remote(remote) => {
+            if spec.netns.is_some() {
+                return Err(BenchError::BadOption(
+                    "--remote runs responders on the other host: drop --net".into(),
+                ));
+            }
+            let r = remote.responder(spec).await?;
+            Ok(Responder {
+                ready: r.ready,
+                child: None,
+                _stop: None,
+                control: Some(r.control),
+                _stdin: None,
             })
         }
         Host::Thread => {
@@ -496,6 +559,8 @@ pub async fn spawn_responder(
                     ready,
                     child: None,
                     _stop: Some(stop_tx),
+                    control: None,
+                    _stdin: None,
                 }),
                 Some(Err(reason)) => Err(BenchError::Responder {
                     layer: layer.into(),

@@ -28,6 +28,7 @@ pub mod ops;
 pub mod pingpong;
 pub mod recovery;
 pub mod relay;
+pub mod remote;
 pub mod rendezvous;
 pub mod report;
 pub mod senders;
@@ -105,4 +106,7 @@ pub enum BenchError {
     /// Reading the kernel's byte counters failed.
     #[error(transparent)]
     SocketBytes(#[from] socket_bytes::SocketBytesError),
+    /// The bench listener of another host (`--remote`) failed or refused.
+    #[error(transparent)]
+    Remote(Box<remote::RemoteError>),
 }

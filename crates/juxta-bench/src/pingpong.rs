@@ -374,6 +374,12 @@ pub(crate) async fn connect_lanes(
     for &(layer, receivers) in lanes {
         let client = match layer.stack() {
             Some(stack) => {
+                if host.remote().is_some() {
+                    return Err(BenchError::BadOption(format!(
+                        "{} runs its own programs on this machine, not against --remote: drop it from --impl",
+                        stack.name()
+                    )));
+                }
                 if net.responder_ns.is_some() {
                     return Err(BenchError::BadOption(format!(
                         "{} runs on loopback only: drop --net",

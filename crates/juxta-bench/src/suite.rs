@@ -946,7 +946,7 @@ async fn run_step(
             let o = crate::mp::MpOptions {
                 exe: match host {
                     Host::Process(exe) => Some(exe.clone()),
-                    Host::Thread => o.exe.clone(),
+                    Host::Thread | Host::Remote(_) => o.exe.clone(),
                 },
                 ..o.clone()
             };
@@ -983,7 +983,7 @@ async fn run_step(
 fn exe_of(host: &Host, default: &std::path::Path) -> PathBuf {
     match host {
         Host::Process(exe) => exe.clone(),
-        Host::Thread => default.to_path_buf(),
+        Host::Thread | Host::Remote(_) => default.to_path_buf(),
     }
 }
 

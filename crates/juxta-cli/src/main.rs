@@ -128,6 +128,10 @@ enum Cmd {
         /// Network namespace to enter first (network profiles).
         #[arg(long)]
         netns: Option<String>,
+        /// Exit when stdin reaches end of file (the parent holds the
+        /// pipe's other end: the responder ends with it).
+        #[arg(long)]
+        exit_with_parent: bool,
     },
 }
 
@@ -315,6 +319,25 @@ struct PingPongArgs {
     /// Write {"results": [...]} here.
     #[arg(long)]
     json: Option<PathBuf>,
+    #[command(flatten)]
+    remote: RemoteArgs,
+}
+
+/// Running a scenario against `juxta peer --bench` on another host.
+#[derive(clap::Args, Clone, Default)]
+struct RemoteArgs {
+    /// Run the responders (tcp baseline included) on another host: the
+    /// bench listener of `juxta peer --bench` there, HOST:PORT. Its
+    /// machine facts are recorded in the JSON beside this machine's.
+    #[arg(long, value_name = "HOST:PORT")]
+    remote: Option<String>,
+    /// The token that `juxta peer --bench` printed at start.
+    #[arg(long, requires = "remote")]
+    token: Option<String>,
+    /// Prove the peer ID of this home's identity instead of a token (the
+    /// remote lists it in bench.allowed_peers).
+    #[arg(long, value_name = "HOME", requires = "remote")]
+    identity: Option<PathBuf>,
 }
 
 impl Default for PingPongArgs {
@@ -331,6 +354,7 @@ impl Default for PingPongArgs {
             implementations: "juxta".into(),
             net: "loopback".into(),
             json: None,
+            remote: RemoteArgs::default(),
         }
     }
 }
@@ -435,6 +459,8 @@ struct ThroughputArgs {
     /// Write {"results": [...]} here.
     #[arg(long)]
     json: Option<PathBuf>,
+    #[command(flatten)]
+    remote: RemoteArgs,
 }
 
 #[derive(clap::Args, Clone)]
@@ -738,7 +764,21 @@ fn main() -> ExitCode {
             receivers,
             bind,
             netns,
+            exit_with_parent,
         } => {
+            if exit_with_parent {
+                std::thread::spawn(|| {
+                    // Nothing is ever written: read returns 0 (end of
+                    // file) or fails once the parent is gone.
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = std::io::Read::read(&mut std::io::stdin(), &mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                    std::process::exit(0);
+                });
+            }
             pin_current(core);
             let entered = match &netns {
                 Some(ns) => juxta_bench::net::enter_for_good(ns)
@@ -967,6 +1007,72 @@ fn host() -> Result<Host, CliError> {
         .map_err(|e| CliError::Msg(format!("cannot find the juxta executable: {e}")))
 }
 
+/// The responders' host of a scenario: another machine with `--remote`
+/// (checked against the options it cannot go with), else this one.
+fn scenario_host(r: &RemoteArgs, net: &str, implementations: &str) -> Result<Host, CliError> {
+    let Some(target) = &r.remote else {
+        return host();
+    };
+    if net != "loopback" {
+        return Err(CliError::Msg(
+            "--remote measures the real network to the other host: drop --net".into(),
+        ));
+    }
+    let impls = parse_impls(implementations)?;
+    if impls != Impls::default() {
+        return Err(CliError::Msg(
+            "--remote measures juxta and the tcp baseline only: the other stacks and JXSE run on this machine (drop --impl)".into(),
+        ));
+    }
+    use std::net::ToSocketAddrs;
+    let addr = target
+        .to_socket_addrs()
+        .map_err(|e| CliError::Msg(format!("--remote {target}: {e}")))?
+        .next()
+        .ok_or_else(|| CliError::Msg(format!("--remote {target}: no address")))?;
+    let identity = match &r.identity {
+        Some(home) => {
+            let read = |name: &str| {
+                std::fs::read_to_string(home.join(name)).map_err(|e| {
+                    CliError::Msg(format!("--identity: {}: {e}", home.join(name).display()))
+                })
+            };
+            let id = juxta_proto::identity::Identity::from_pem(
+                &read("identity.key")?,
+                &read("identity.crt")?,
+            )
+            .map_err(|e| CliError::Msg(format!("--identity {}: {e}", home.display())))?;
+            Some(std::sync::Arc::new(id))
+        }
+        None => None,
+    };
+    if identity.is_none() && r.token.is_none() {
+        return Err(CliError::Msg(
+            "--remote needs --token (printed by `juxta peer --bench`) or --identity".into(),
+        ));
+    }
+    Ok(Host::Remote(juxta_bench::remote::RemoteHost {
+        addr,
+        token: r.token.clone(),
+        identity,
+    }))
+}
+
+/// The remote host's address and machine facts, for the JSON (`None`
+/// when the scenario runs on this machine).
+fn remote_facts(host: &Host) -> Result<Option<serde_json::Value>, CliError> {
+    let Some(r) = host.remote() else {
+        return Ok(None);
+    };
+    let facts = current_thread()
+        .block_on(r.machine())
+        .map_err(juxta_bench::BenchError::from)?;
+    Ok(Some(serde_json::json!({
+        "addr": r.addr.to_string(),
+        "machine": facts,
+    })))
+}
+
 fn prepare_json(p: &std::path::Path) -> Result<(), CliError> {
     if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| {
@@ -985,16 +1091,50 @@ fn write_json(
     opts: serde_json::Value,
     rows: serde_json::Value,
 ) -> Result<(), CliError> {
-    let doc = serde_json::json!({
-        "command": std::env::args().collect::<Vec<_>>().join(" "),
+    write_json_remote(p, opts, rows, None)
+}
+
+/// [`write_json`] with `"remote": {"addr", "machine"}` when the
+/// responders ran on another host.
+fn write_json_remote(
+    p: &std::path::Path,
+    opts: serde_json::Value,
+    rows: serde_json::Value,
+    remote: Option<serde_json::Value>,
+) -> Result<(), CliError> {
+    let mut doc = serde_json::json!({
+        "command": redacted_command(),
         "machine": juxta_bench::machine::facts(),
         "options": opts,
         "results": rows,
     });
+    if let Some(r) = remote {
+        doc["remote"] = r;
+    }
     std::fs::write(p, serde_json::to_string_pretty(&doc).expect("json"))
         .map_err(|e| CliError::Msg(format!("cannot write {}: {e}", p.display())))?;
     eprintln!("wrote {}", p.display());
     Ok(())
+}
+
+/// The command line, a `--token` value replaced by `<token>`.
+fn redacted_command() -> String {
+    let mut out = Vec::new();
+    let mut hide = false;
+    for a in std::env::args() {
+        if hide {
+            out.push("<token>".to_string());
+            hide = false;
+        } else if a == "--token" {
+            hide = true;
+            out.push(a);
+        } else if a.starts_with("--token=") {
+            out.push("--token=<token>".into());
+        } else {
+            out.push(a);
+        }
+    }
+    out.join(" ")
 }
 
 /// Runs a scenario future on a current-thread runtime, logging progress
@@ -1163,8 +1303,9 @@ fn run_pingpong(args: PingPongArgs) -> Result<(), CliError> {
     if let Some(p) = &json_path {
         prepare_json(p)?;
     }
+    let host = scenario_host(&args.remote, &args.net, &args.implementations)?;
+    let remote = remote_facts(&host)?;
     let jxse = jxse_side(&args.implementations, &args.net, &opts.layers)?;
-    let host = host()?;
     let mut rows = drive(|progress| pingpong::run(&host, &opts, progress))?;
     if let Some(layers) = jxse {
         // JXSE as shipped (CBJX on), then with CBJX off: each beside its
@@ -1222,10 +1363,11 @@ fn run_pingpong(args: PingPongArgs) -> Result<(), CliError> {
         );
     }
     if let Some(p) = json_path {
-        write_json(
+        write_json_remote(
             &p,
             serde_json::to_value(&opts).expect("json"),
             serde_json::to_value(&rows).expect("json"),
+            remote,
         )?;
     }
     Ok(())
@@ -1264,8 +1406,9 @@ fn run_throughput(args: ThroughputArgs) -> Result<(), CliError> {
         net: topology.net(),
         ..opts
     };
+    let host = scenario_host(&args.remote, &args.net, &args.implementations)?;
+    let remote = remote_facts(&host)?;
     let jxse = jxse_side(&args.implementations, &args.net, &opts.layers)?;
-    let host = host()?;
     let mut rows = drive(|progress| throughput::run(&host, &opts, progress))?;
     if let Some(layers) = jxse {
         let j = juxta_bench::jxse::JxseOptions {
@@ -1299,10 +1442,11 @@ fn run_throughput(args: ThroughputArgs) -> Result<(), CliError> {
         );
     }
     if let Some(p) = &args.json {
-        write_json(
+        write_json_remote(
             p,
             serde_json::to_value(&opts).expect("json"),
             serde_json::to_value(&rows).expect("json"),
+            remote,
         )?;
     }
     Ok(())

@@ -196,7 +196,7 @@ fn human(name: &str, v: &Value) -> String {
                 "uptime",
                 format!("{:.1} s", v["uptime_s"].as_f64().unwrap_or(0.0)),
             );
-            for k in ["tcp", "http", "metrics", "control"] {
+            for k in ["tcp", "http", "metrics", "control", "bench"] {
                 line(k, s(&v["addresses"][k]));
             }
             line("connections", s(&v["connections"]));

@@ -47,6 +47,9 @@ pub struct FileConfig {
     /// Bounds.
     #[serde(default)]
     pub limits: Limits,
+    /// The bench listener (benchmarks run from another host).
+    #[serde(default)]
+    pub bench: BenchConfig,
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
@@ -122,6 +125,47 @@ pub struct Limits {
     pub relay_queue_bytes: Option<usize>,
     /// Control socket: most clients served at once.
     pub control_clients: Option<usize>,
+}
+
+/// `[bench]`: serve benchmark responders to clients on other hosts
+/// (`juxta bench pingpong --remote`).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BenchConfig {
+    /// Serve the bench listener (`--bench`).
+    pub enabled: Option<bool>,
+    /// Its TCP address (default 0.0.0.0:9711).
+    pub listen: Option<SocketAddr>,
+    /// The token clients present (default: a new random one each start,
+    /// printed on stdout).
+    pub token: Option<String>,
+    /// Peer IDs served without the token, on a proof of the ID
+    /// (`--identity HOME` on the client).
+    pub allowed_peers: Option<Vec<String>>,
+    /// Most responders running at once per client address (default 8).
+    pub max_responders: Option<usize>,
+    /// Most control connections at once (default 64).
+    pub max_clients: Option<usize>,
+}
+
+/// The bench listener's default address.
+pub const DEFAULT_BENCH_LISTEN: &str = "0.0.0.0:9711";
+
+impl BenchConfig {
+    /// The allowed peer IDs, parsed.
+    pub fn peers(&self) -> Result<Vec<juxta_proto::id::PeerId>, ConfigError> {
+        self.allowed_peers
+            .iter()
+            .flatten()
+            .map(|s| {
+                s.parse().map_err(|e| {
+                    ConfigError::Conflict(format!(
+                        "bench.allowed_peers: {s:?} is not a peer ID: {e}"
+                    ))
+                })
+            })
+            .collect()
+    }
 }
 
 /// `[log]`.
@@ -344,6 +388,12 @@ pub struct Overrides {
     pub key_bits: Option<usize>,
     /// `--name`.
     pub name: Option<String>,
+    /// `--bench`.
+    pub bench: bool,
+    /// `--bench-listen`.
+    pub bench_listen: Option<SocketAddr>,
+    /// `--bench-token`.
+    pub bench_token: Option<String>,
 }
 
 /// Reads the configuration (`config`, else `<home>/juxta.toml` if it
@@ -401,6 +451,24 @@ pub fn resolve(
     if o.name.is_some() {
         file.name = o.name;
     }
+    if o.bench {
+        file.bench.enabled = Some(true);
+    }
+    if o.bench_listen.is_some() {
+        file.bench.listen = o.bench_listen;
+    }
+    if o.bench_token.is_some() {
+        file.bench.token = o.bench_token;
+    }
+    if let Some(t) = &file.bench.token {
+        if t.is_empty() || t.len() > juxta_bench::remote::MAX_TOKEN {
+            return Err(ConfigError::Conflict(format!(
+                "bench.token: 1..={} bytes",
+                juxta_bench::remote::MAX_TOKEN
+            )));
+        }
+    }
+    file.bench.peers()?;
     let mut roles: Vec<Role> = if o.edge || o.rendezvous || o.relay {
         [
             (o.edge, Role::Edge),
@@ -468,6 +536,14 @@ relay_clients = 5
 relay_queue_messages = 10
 relay_queue_bytes = 100000
 control_clients = 4
+
+[bench]
+enabled = true
+listen = "127.0.0.1:0"
+token = "t0ken"
+allowed_peers = []
+max_responders = 2
+max_clients = 8
 
 [log]
 level = "debug"

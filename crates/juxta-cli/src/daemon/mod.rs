@@ -151,6 +151,18 @@ pub struct PeerArgs {
     /// Name in a new identity's certificate (key `name`).
     #[arg(long)]
     pub name: Option<String>,
+    /// Serve benchmark responders to `juxta bench ... --remote` on other
+    /// hosts, for clients with the token printed at start (key
+    /// `bench.enabled`; see docs/peer.md).
+    #[arg(long)]
+    pub bench: bool,
+    /// The bench listener's address (key `bench.listen`, default
+    /// 0.0.0.0:9711).
+    #[arg(long)]
+    pub bench_listen: Option<SocketAddr>,
+    /// The bench token (key `bench.token`; default a new random one).
+    #[arg(long)]
+    pub bench_token: Option<String>,
 }
 
 /// Runs `juxta peer` (sets up logging itself).
@@ -174,6 +186,9 @@ pub fn run(a: PeerArgs) -> ExitCode {
             no_cbjx: a.no_cbjx,
             key_bits: a.key_bits,
             name: a.name.clone(),
+            bench: a.bench,
+            bench_listen: a.bench_listen,
+            bench_token: a.bench_token.clone(),
         },
     );
     let settings = match settings {
@@ -220,6 +235,8 @@ struct State {
     started: Instant,
     metrics: Option<SocketAddr>,
     control: PathBuf,
+    /// The bench listener's address, when it serves.
+    bench: Option<SocketAddr>,
 }
 
 async fn daemon(settings: Settings) -> Result<(), DaemonError> {
@@ -259,6 +276,11 @@ async fn daemon(settings: Settings) -> Result<(), DaemonError> {
                 })?,
         ),
         None => None,
+    };
+    let bench = if settings.file.bench.enabled.unwrap_or(false) {
+        Some(bench_listener(&settings).await?)
+    } else {
+        None
     };
     let tp = Instant::now();
     let peer = Arc::new(Peer::start(cfg).await?);
@@ -309,6 +331,7 @@ async fn daemon(settings: Settings) -> Result<(), DaemonError> {
         started: Instant::now(),
         metrics: metrics_addr,
         control: control_path.clone(),
+        bench: bench.as_ref().and_then(|(l, _, _)| l.local_addr().ok()),
     });
     tasks.push(tokio::spawn(control::serve(listener, state, max_clients)));
     let roles: Vec<&str> = settings.roles.iter().map(|r| r.as_str()).collect();
@@ -321,6 +344,31 @@ async fn daemon(settings: Settings) -> Result<(), DaemonError> {
     println!("control {}", control_path.display());
     if let Some(m) = metrics_addr {
         println!("metrics http://{m}/metrics");
+    }
+    if let Some((listener, serve_cfg, generated)) = bench {
+        let addr = listener.local_addr().map_err(|source| DaemonError::Bind {
+            what: "bench",
+            addr: settings
+                .file
+                .bench
+                .listen
+                .unwrap_or_else(|| config::DEFAULT_BENCH_LISTEN.parse().expect("address")),
+            source,
+        })?;
+        // The token goes to stdout (for the operator), never to the log.
+        match (generated, &serve_cfg.token) {
+            (true, Some(t)) => println!("bench tcp://{addr} token {t}"),
+            _ => println!("bench tcp://{addr} token (from the configuration)"),
+        }
+        tracing::info!(
+            %addr,
+            allowed_peers = serve_cfg.allowed_peers.len(),
+            max_responders = serve_cfg.max_responders,
+            "bench listener serving"
+        );
+        tasks.push(tokio::spawn(juxta_bench::remote::serve(
+            listener, serve_cfg,
+        )));
     }
     println!("ready");
     tracing::info!(
@@ -364,6 +412,51 @@ async fn daemon(settings: Settings) -> Result<(), DaemonError> {
     }
     tracing::info!(stop_ms = t1.elapsed().as_secs_f64() * 1e3, "stopped");
     Ok(())
+}
+
+/// Binds the bench listener; returns it, what it serves, and whether
+/// the token was generated (then it is printed).
+async fn bench_listener(
+    settings: &Settings,
+) -> Result<
+    (
+        tokio::net::TcpListener,
+        juxta_bench::remote::ServeConfig,
+        bool,
+    ),
+    DaemonError,
+> {
+    use juxta_bench::remote;
+    let b = &settings.file.bench;
+    let addr = b
+        .listen
+        .unwrap_or_else(|| config::DEFAULT_BENCH_LISTEN.parse().expect("address"));
+    let exe = std::env::current_exe().map_err(|source| DaemonError::Read {
+        path: PathBuf::from("/proc/self/exe"),
+        source,
+    })?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| DaemonError::Bind {
+            what: "bench",
+            addr,
+            source,
+        })?;
+    let generated = b.token.is_none();
+    let cfg = remote::ServeConfig {
+        exe,
+        token: Some(b.token.clone().unwrap_or_else(remote::new_token)),
+        allowed_peers: b.peers()?,
+        max_responders: b
+            .max_responders
+            .unwrap_or(remote::DEFAULT_MAX_RESPONDERS)
+            .max(1),
+        max_connections: b
+            .max_clients
+            .unwrap_or(remote::DEFAULT_MAX_CONNECTIONS)
+            .max(1),
+    };
+    Ok((listener, cfg, generated))
 }
 
 async fn serve_acks(peer: Arc<Peer>, mut pings: juxta::Listener) {
@@ -663,6 +756,7 @@ impl State {
                 "http": p.http_local_addr().map(|a| a.to_string()),
                 "metrics": self.metrics.map(|a| a.to_string()),
                 "control": self.control.display().to_string(),
+                "bench": self.bench.map(|a| a.to_string()),
             },
             "connections": p.connection_count(),
             "groups": p.groups().joined().len(),
