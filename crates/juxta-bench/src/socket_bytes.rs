@@ -4,8 +4,9 @@
 //! Why: an encoder's own idea of a message's length leaves out what an
 //! implementation sends besides it (acks, control messages, keep-alives),
 //! and a counting forwarder in the path adds a hop to what is timed. The
-//! kernel keeps per-connection counters (`tcp_info`: `bytes_sent`,
-//! `bytes_received`, TCP payload only, no headers); `ss -tin` (iproute2)
+//! kernel keeps per-connection counters (`tcp_info`: `bytes_acked` for what
+//! was sent, each byte once even when retransmitted, and `bytes_received`;
+//! TCP payload only, no headers); `ss -tin` (iproute2)
 //! prints them for any process's sockets. A lane reads the counters of the
 //! client's side of its connections before and after its timed pairs and
 //! divides by the pairs: the same counter below `tcp`, every Juxta layer
@@ -137,13 +138,22 @@ impl ClientSockets {
                 continue;
             }
             mine = false;
+            let (mut sent, mut acked) = (None, None);
             for f in line.split_whitespace() {
                 if let Some(v) = f.strip_prefix("bytes_sent:") {
-                    total.sent = total.sent.saturating_add(v.parse().unwrap_or(0));
+                    sent = v.parse::<u64>().ok();
+                } else if let Some(v) = f.strip_prefix("bytes_acked:") {
+                    acked = v.parse::<u64>().ok();
                 } else if let Some(v) = f.strip_prefix("bytes_received:") {
                     total.received = total.received.saturating_add(v.parse().unwrap_or(0));
                 }
             }
+            // What the peer acknowledged counts each byte once: bytes_sent
+            // also counts retransmissions (a starved receiver on a loaded
+            // machine gets spurious RTO retransmits even on loopback).
+            // bytes_acked counts the SYN/FIN too (1 each): constant per
+            // connection, gone in the differences a lane takes.
+            total.sent = total.sent.saturating_add(acked.or(sent).unwrap_or(0));
         }
         total
     }
@@ -182,10 +192,11 @@ ESTAB 0      0      127.0.0.1:1234 127.0.0.1:5555\n\
             server_ports: vec![58263],
             ..ClientSockets::default()
         };
+        // bytes_acked (1,000 bytes and the SYN), not bytes_sent.
         assert_eq!(
             c.count(SS),
             Counted {
-                sent: 1000,
+                sent: 1001,
                 received: 10
             }
         );
@@ -197,7 +208,7 @@ ESTAB 0      0      127.0.0.1:1234 127.0.0.1:5555\n\
         assert_eq!(
             c.count(SS),
             Counted {
-                sent: 1007,
+                sent: 1008,
                 received: 112
             }
         );
@@ -207,7 +218,7 @@ ESTAB 0      0      127.0.0.1:1234 127.0.0.1:5555\n\
     #[test]
     fn counts_the_sockets_of_a_process() {
         let ss = "ESTAB 0 0 127.0.0.1:40001 127.0.0.1:40002 users:((\"a\",pid=77,fd=5))\n\
-\t cubic bytes_sent:11 bytes_received:4\n\
+\t cubic bytes_sent:12 bytes_acked:11 bytes_received:4\n\
 ESTAB 0 0 127.0.0.1:40002 127.0.0.1:40001 users:((\"b\",pid=78,fd=5))\n\
 \t cubic bytes_sent:4 bytes_received:11\n";
         let c = ClientSockets {
