@@ -911,7 +911,13 @@ async fn a_peer_nobody_knows_is_reported_as_no_route() {
     use juxta::relay::RouteAttempt;
     use juxta::socket::SocketError;
     let dir = tempfile::tempdir().unwrap();
-    let (r, a, _b) = firewalled_trio(&dir, Lease::Automatic).await;
+    let (r, a, b) = firewalled_trio(&dir, Lease::Automatic).await;
+    // Negative route answers go over compact connections only: wait until
+    // every link of the trio has agreed on compact framing, both ends.
+    for (x, y) in [(&a, &r), (&r, &a), (&b, &r), (&r, &b)] {
+        let m = x.messenger(&y.peer_id()).expect("connected");
+        assert!(m.wait_compact(WAIT).await, "compact framing agreed");
+    }
     let nobody = juxta_proto::id::PeerId::from_public_key_spki(b"nobody at all");
     let long = SocketConfig {
         connect_timeout: WAIT,

@@ -466,13 +466,12 @@ pub(crate) async fn on_query(
     {
         let skip = [Some(q.src_peer), from];
         let sent = send_queries(inner, g, query_id, hop_count, &query, &skip).await;
-        let mut resolver = inner.router.resolver.lock().expect("route lock");
         if sent.is_empty() {
             // Nobody else to ask: the query ends here.
+            let mut resolver = inner.router.resolver.lock().expect("route lock");
             resolver.abandon(query_id);
             return Ok(tell_no.then(no_route));
         }
-        resolver.asked(query_id, &sent);
     }
     Ok(None)
 }
@@ -554,13 +553,23 @@ async fn send_queries(
         query: query.to_xml(),
         src_route: None,
     };
-    for p in inner.connected_peers() {
-        if skip.contains(&Some(p)) || p == query.dest {
-            continue;
-        }
-        let Some(conn) = inner.connection(&p) else {
-            continue;
-        };
+    let targets: Vec<(PeerId, Arc<Connection>)> = inner
+        .connected_peers()
+        .into_iter()
+        .filter(|p| !skip.contains(&Some(*p)) && *p != query.dest)
+        .filter_map(|p| Some((p, inner.connection(&p)?)))
+        .collect();
+    // Recorded before anything is sent: a negative answer can come back
+    // before this function returns. A peer the query then fails to reach
+    // never answers, so the query waits for its timeout as before.
+    let peers: Vec<PeerId> = targets.iter().map(|(p, _)| *p).collect();
+    inner
+        .router
+        .resolver
+        .lock()
+        .expect("route lock")
+        .asked(query_id, &peers);
+    for (p, conn) in targets {
         let msg = Message::new().with(doc.to_element(g));
         let m = crate::Messenger::new(conn, inner.clone());
         match m.post_routed(RESOLVER_SERVICE, Some(&query_queue(g)), msg) {
@@ -703,14 +712,7 @@ pub(crate) async fn find_route(
             query,
         }) = r
         {
-            let sent = send_queries(inner, &g, query_id, hop_count, &query, &[]).await;
-            inner
-                .router
-                .resolver
-                .lock()
-                .expect("route lock")
-                .asked(query_id, &sent);
-            for p in sent {
+            for p in send_queries(inner, &g, query_id, hop_count, &query, &[]).await {
                 if !asked.contains(&p) {
                     asked.push(p);
                 }
