@@ -179,6 +179,86 @@ async fn remote_discovery_of_pipe_and_peer_advertisements() {
     }
 }
 
+/// The search builder: named settings, `local()` and `remote()`; an
+/// answer that holds nothing (`Ok`, answered) is told apart from nobody
+/// answering in time (`Err(NoAnswer)`): a rendezvous that holds nothing
+/// stays silent, as JXSE's does.
+#[tokio::test]
+async fn search_tells_nothing_found_from_nobody_answered() {
+    use juxta::discovery::DiscoveryError;
+    use juxta::rendezvous::RendezvousConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let a = Peer::start(cfg(&dir, "a", true)).await.unwrap();
+    let b = Peer::start(cfg(&dir, "b", false)).await.unwrap();
+    for i in 0..3 {
+        a.discovery()
+            .publish(&pipe(&format!("printer-{i}")))
+            .await
+            .unwrap();
+    }
+    b.connect(a.local_addr().unwrap()).await.unwrap();
+
+    let found = b
+        .discovery()
+        .search(AdvKind::Adv)
+        .matching("Name", "printer-*")
+        .threshold(2)
+        .timeout(WAIT)
+        .remote()
+        .await
+        .unwrap();
+    assert_eq!(found.advertisements.len(), 2, "threshold honoured");
+    assert_eq!((found.asked, found.answered), (1, 1));
+    // Cached by the remote search, found by a local one.
+    let local = b
+        .discovery()
+        .search(AdvKind::Adv)
+        .matching("Name", "printer-*")
+        .local()
+        .await
+        .unwrap();
+    assert_eq!(local.len(), 2);
+    // Asked by ID, nothing there: an answer with nothing in it.
+    let none = b
+        .discovery()
+        .search(AdvKind::Adv)
+        .matching("Name", "scanner")
+        .ask(a.peer_id())
+        .timeout(WAIT)
+        .remote()
+        .await
+        .unwrap();
+    assert!(none.advertisements.is_empty());
+    assert_eq!(none.answered, 1);
+
+    // A rendezvous holding nothing stays silent: NoAnswer, after the
+    // timeout, naming how many peers were asked.
+    let r = Peer::start(cfg(&dir, "r", true).rendezvous(RendezvousConfig::rendezvous()))
+        .await
+        .unwrap();
+    let e = Peer::start(
+        cfg(&dir, "e", false).rendezvous(RendezvousConfig::edge(vec![r.local_addr().unwrap()])),
+    )
+    .await
+    .unwrap();
+    assert!(e.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    let err = e
+        .discovery()
+        .search(AdvKind::Adv)
+        .matching("Name", "nothing-here")
+        .timeout(Duration::from_millis(300))
+        .remote()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, DiscoveryError::NoAnswer { asked: 1, timeout } if timeout == Duration::from_millis(300)),
+        "{err:?}"
+    );
+    assert!(err
+        .to_string()
+        .contains("none of the 1 peers asked answered"));
+}
+
 #[tokio::test]
 async fn expired_advertisements_are_never_returned() {
     let dir = tempfile::tempdir().unwrap();

@@ -69,6 +69,16 @@ pub enum DiscoveryError {
     /// Sending the query failed.
     #[error(transparent)]
     Send(#[from] SendError),
+    /// A remote search ([`Search::remote`]) asked `asked` peers and none
+    /// of them answered within `timeout`: distinct from an answer that
+    /// found nothing (`Ok` with no advertisements).
+    #[error("none of the {asked} peers asked answered within {timeout:?}")]
+    NoAnswer {
+        /// Peers the query was sent to.
+        asked: usize,
+        /// How long the search waited.
+        timeout: Duration,
+    },
 }
 
 /// Why an advertisement received from another peer was not cached.
@@ -360,12 +370,33 @@ impl DiscoveryService {
         }
     }
 
+    /// Starts building a search for advertisements of `kind`: see
+    /// [`Search`]. The same query as [`DiscoveryService::get_local`] and
+    /// [`DiscoveryService::get_remote`], with named settings instead of
+    /// positional arguments and a remote result that tells "nobody
+    /// answered" apart from "nothing found".
+    pub fn search(&self, kind: AdvKind) -> Search<'_> {
+        Search {
+            svc: self,
+            kind,
+            attr: None,
+            value: None,
+            threshold: 10,
+            peer: None,
+            timeout: Duration::from_secs(3),
+        }
+    }
+
     /// Asks `peer` (every connected peer if `None`) for advertisements of
     /// `kind` matching `attr`/`value`, and collects the answers until
     /// `threshold` advertisements arrived, every peer asked answered, or
     /// `timeout` passed. Every advertisement received is validated (bad
     /// ones are counted in [`crate::Stats::discovery_rejected`], never
     /// cached) and cached with the expiration it came with.
+    ///
+    /// Returns `Ok` with what arrived, also when nobody answered in time;
+    /// [`DiscoveryService::search`] with [`Search::remote`] tells those
+    /// cases apart.
     pub async fn get_remote(
         &self,
         kind: AdvKind,
@@ -375,6 +406,21 @@ impl DiscoveryService {
         peer: Option<PeerId>,
         timeout: Duration,
     ) -> Result<Vec<Advertisement>, DiscoveryError> {
+        Ok(self
+            .remote_query(kind, attr, value, threshold, peer, timeout)
+            .await?
+            .advertisements)
+    }
+
+    async fn remote_query(
+        &self,
+        kind: AdvKind,
+        attr: Option<&str>,
+        value: Option<&str>,
+        threshold: u32,
+        peer: Option<PeerId>,
+        timeout: Duration,
+    ) -> Result<Found, DiscoveryError> {
         let mut q = DiscoveryQuery::new(kind, threshold);
         if let Some(a) = attr {
             q = q.matching(a, value.unwrap_or("*"));
@@ -430,8 +476,128 @@ impl DiscoveryService {
             }
         }
         found.truncate(want);
+        Ok(Found {
+            advertisements: found,
+            asked,
+            answered: answers,
+        })
+    }
+}
+
+/// A discovery search being built ([`DiscoveryService::search`]).
+///
+/// Defaults: any advertisement of the kind, at most 10, every connected
+/// peer asked, 3 s to wait for answers.
+///
+/// ```no_run
+/// # async fn demo(peer: &juxta::Peer) -> Result<(), juxta::discovery::DiscoveryError> {
+/// use std::time::Duration;
+/// use juxta::discovery::DiscoveryError;
+/// use juxta::proto::advertisement::AdvKind;
+/// match peer
+///     .discovery()
+///     .search(AdvKind::Adv)
+///     .matching("Name", "printer*")
+///     .threshold(5)
+///     .timeout(Duration::from_secs(2))
+///     .remote()
+///     .await
+/// {
+///     Ok(found) => println!("{} of {} peers answered: {:?}",
+///         found.answered, found.asked, found.advertisements),
+///     Err(DiscoveryError::NoAnswer { asked, .. }) => println!("none of {asked} peers answered"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "a search does nothing until `local()` or `remote()` is awaited"]
+pub struct Search<'a> {
+    svc: &'a DiscoveryService,
+    kind: AdvKind,
+    attr: Option<String>,
+    value: Option<String>,
+    threshold: u32,
+    peer: Option<PeerId>,
+    timeout: Duration,
+}
+
+impl Search<'_> {
+    /// Only advertisements whose indexed field `attr` (e.g. `Name`,
+    /// `PID`, `GID`) matches `value` (`*` wildcards at either end).
+    pub fn matching(mut self, attr: &str, value: &str) -> Self {
+        self.attr = Some(attr.to_string());
+        self.value = Some(value.to_string());
+        self
+    }
+
+    /// At most `n` advertisements (a remote search also stops waiting
+    /// once `n` arrived).
+    pub fn threshold(mut self, n: u32) -> Self {
+        self.threshold = n;
+        self
+    }
+
+    /// Ask only `peer` (a remote search); by default every connected
+    /// peer (for an edge: its rendezvous, which forwards the query).
+    pub fn ask(mut self, peer: PeerId) -> Self {
+        self.peer = Some(peer);
+        self
+    }
+
+    /// How long a remote search waits for answers.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Searches this peer's own cache.
+    pub async fn local(self) -> Result<Vec<Advertisement>, DiscoveryError> {
+        self.svc
+            .get_local(
+                self.kind,
+                self.attr.as_deref(),
+                self.value.as_deref(),
+                self.threshold as usize,
+            )
+            .await
+    }
+
+    /// Asks other peers. `Err(DiscoveryError::NoAnswer)` when none of the
+    /// peers asked answered within the timeout; `Ok` (possibly with no
+    /// advertisements) when at least one did.
+    pub async fn remote(self) -> Result<Found, DiscoveryError> {
+        let found = self
+            .svc
+            .remote_query(
+                self.kind,
+                self.attr.as_deref(),
+                self.value.as_deref(),
+                self.threshold,
+                self.peer,
+                self.timeout,
+            )
+            .await?;
+        if found.answered == 0 && found.advertisements.is_empty() {
+            return Err(DiscoveryError::NoAnswer {
+                asked: found.asked,
+                timeout: self.timeout,
+            });
+        }
         Ok(found)
     }
+}
+
+/// What a remote search ([`Search::remote`]) collected.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Found {
+    /// The advertisements received (validated, cached, no duplicates).
+    pub advertisements: Vec<Advertisement>,
+    /// Peers the query was sent to.
+    pub asked: usize,
+    /// Answers received before the search ended (a peer may answer more
+    /// than once, e.g. a rendezvous and the edges it forwarded to).
+    pub answered: usize,
 }
 
 struct PendingGuard<'a> {
