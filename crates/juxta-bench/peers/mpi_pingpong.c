@@ -8,6 +8,11 @@
  *   PAIRS <size> <n>           n untimed pairs                -> "DONE"
  *   TIMED <size> <n>           n pairs, each timed with MPI_Wtime
  *                                                             -> "TIMED us,us,..."
+ *   STREAM <size> <n> <ms>     one-way MPI_Send of the payload back to back
+ *                              until n were sent (n > 0) or ms passed (ms > 0),
+ *                              then an end message with the count; rank 1
+ *                              answers it with the number it received
+ *                                                  -> "STREAMED <sent> <received> <us>"
  *   QUIT                       both ranks finalize and exit 0
  * Between commands rank 1 polls for the next one every millisecond instead
  * of spinning in MPI_Recv, so it takes no core while other lanes are timed;
@@ -27,8 +32,9 @@
 #define TAG_DATA 2
 #define TAG_ACK 3
 #define TAG_GO 4
+#define TAG_END 5
 
-enum { CMD_PAIRS = 1, CMD_QUIT = 2 };
+enum { CMD_PAIRS = 1, CMD_QUIT = 2, CMD_STREAM = 3 };
 
 static void fail(const char *what) {
     printf("ERROR %s\n", what);
@@ -66,6 +72,24 @@ static void responder(void) {
         buf = grow(buf, &have, ctl[1]);
         /* Awake and ready: rank 0 starts its clock only after this. */
         MPI_Send(&ack, 1, MPI_BYTE, 0, TAG_GO, MPI_COMM_WORLD);
+        if (ctl[0] == CMD_STREAM) {
+            /* Data until the end message; MPI keeps one sender's messages in
+             * order, so the end arrives after every data message. */
+            unsigned long long got = 0, sent = 0;
+            for (;;) {
+                MPI_Status st;
+                MPI_Probe(0, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+                if (st.MPI_TAG == TAG_END) {
+                    MPI_Recv(&sent, 1, MPI_UNSIGNED_LONG_LONG, 0, TAG_END, MPI_COMM_WORLD,
+                             MPI_STATUS_IGNORE);
+                    break;
+                }
+                MPI_Recv(buf, (int)ctl[1], MPI_BYTE, 0, TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                got++;
+            }
+            MPI_Send(&got, 1, MPI_UNSIGNED_LONG_LONG, 0, TAG_ACK, MPI_COMM_WORLD);
+            continue;
+        }
         for (unsigned long i = 0; i < ctl[2]; i++) {
             MPI_Recv(buf, (int)ctl[1], MPI_BYTE, 0, TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
             MPI_Send(&ack, 1, MPI_BYTE, 0, TAG_ACK, MPI_COMM_WORLD);
@@ -80,6 +104,24 @@ static void pair(char *payload, unsigned long size) {
     MPI_Recv(&ack, 1, MPI_BYTE, 1, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 }
 
+static void stream(char *payload, unsigned long size, unsigned long n, unsigned long ms) {
+    unsigned long ctl[3] = {CMD_STREAM, size, 0};
+    char go;
+    MPI_Send(ctl, 3, MPI_UNSIGNED_LONG, 1, TAG_CTL, MPI_COMM_WORLD);
+    MPI_Recv(&go, 1, MPI_BYTE, 1, TAG_GO, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    double t0 = MPI_Wtime(), end = t0 + (double)ms / 1e3;
+    unsigned long long sent = 0, got = 0;
+    for (;;) {
+        MPI_Send(payload, (int)size, MPI_BYTE, 1, TAG_DATA, MPI_COMM_WORLD);
+        sent++;
+        if (n > 0 && sent >= n) break;
+        if (ms > 0 && MPI_Wtime() >= end) break;
+    }
+    MPI_Send(&sent, 1, MPI_UNSIGNED_LONG_LONG, 1, TAG_END, MPI_COMM_WORLD);
+    MPI_Recv(&got, 1, MPI_UNSIGNED_LONG_LONG, 1, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    printf("STREAMED %llu %llu %.2f\n", sent, got, (MPI_Wtime() - t0) * 1e6);
+}
+
 static void client(void) {
     printf("READY %ld\n", (long)getpid());
     fflush(stdout);
@@ -90,9 +132,17 @@ static void client(void) {
     size_t room = 0;
     while (fgets(line, sizeof line, stdin)) {
         char cmd[16];
-        unsigned long size = 0, n = 0;
-        if (sscanf(line, "%15s %lu %lu", cmd, &size, &n) < 1) continue;
+        unsigned long size = 0, n = 0, ms = 0;
+        if (sscanf(line, "%15s %lu %lu %lu", cmd, &size, &n, &ms) < 1) continue;
         if (strcmp(cmd, "QUIT") == 0) break;
+        if (strcmp(cmd, "STREAM") == 0) {
+            if (size == 0 || size > MAX_SIZE || n > 100000000ul || ms > 3600000ul || (n == 0 && ms == 0))
+                fail("out of range");
+            payload = grow(payload, &have, size);
+            stream(payload, size, n, ms);
+            fflush(stdout);
+            continue;
+        }
         int timed = strcmp(cmd, "TIMED") == 0;
         if (!timed && strcmp(cmd, "PAIRS") != 0) {
             printf("ERROR unknown command %s\n", cmd);

@@ -12,7 +12,10 @@
 //! `PAIRS <size> <n>` (untimed pairs, answer `DONE`), `TIMED <size> <n>`
 //! (pairs timed by the client itself with a monotonic clock, answer
 //! `TIMED us,us,...`: the control channel is never inside a
-//! measurement) and `QUIT`. The harness drives it as a lane
+//! measurement), `STREAM <size> <n> <ms>` (one-way messages back to back
+//! until `n` were sent or `ms` passed, then an end mark the responder
+//! answers with the count it received; answer `STREAMED <sent>
+//! <received> <us>`, for the throughput scenario) and `QUIT`. The harness drives it as a lane
 //! ([`crate::pingpong`]), exactly as it drives the JXSE JVMs.
 //!
 //! Stacks: `zmq` (libzmq REQ/REP over TCP, [`Stack::Zmq`]), `libp2p`
@@ -108,6 +111,16 @@ impl Stack {
             Stack::Libp2p => "tcp-noise-yamux",
             Stack::MpiTcp => "tcp",
             Stack::MpiSm => "sm",
+        }
+    }
+
+    /// The `layer` of its throughput rows: ZeroMQ streams over PUSH/PULL
+    /// (REQ/REP cannot send twice without a reply); the others over the
+    /// same connection as their ping-pong.
+    pub fn stream_configuration(self) -> &'static str {
+        match self {
+            Stack::Zmq => "tcp-push-pull",
+            other => other.configuration(),
         }
     }
 
@@ -364,6 +377,17 @@ fn build(stack: Stack, dir: &Path) -> Result<PathBuf, StackError> {
     Ok(exe)
 }
 
+/// What one `STREAM` run measured ([`StackLane::stream`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StreamRun {
+    /// Messages sent.
+    pub sent: u64,
+    /// Messages the responder counted.
+    pub received: u64,
+    /// From the first send until the responder's count was back.
+    pub elapsed: Duration,
+}
+
 /// One stack's client and responder processes, driven as a bench lane.
 /// Both processes are killed when this is dropped.
 pub struct StackLane {
@@ -475,8 +499,10 @@ impl StackLane {
             spawn(stack, "responder", &exe, &["serve", "tcp://127.0.0.1:*"])?;
         let mut rlines = BufReader::new(rout).lines();
         let ready = next_line(stack, "responder", &mut rlines, "startup", START_TIMEOUT).await;
-        let endpoint = match ready.as_deref().map(|l| l.strip_prefix("READY ")) {
-            Ok(Some(ep)) => ep.trim().to_string(),
+        // `READY <endpoint> [<second endpoint>]`: zmq's one-way messages
+        // go to a PULL socket beside its REP socket.
+        let endpoints: Vec<String> = match ready.as_deref().map(|l| l.strip_prefix("READY ")) {
+            Ok(Some(eps)) => eps.split_whitespace().map(str::to_string).collect(),
             Ok(None) | Err(_) => {
                 let _ = responder.start_kill();
                 return Err(match ready {
@@ -490,13 +516,22 @@ impl StackLane {
                 });
             }
         };
-        let port = endpoint_port(&endpoint).ok_or_else(|| StackError::Protocol {
-            stack: name,
-            role: "responder",
-            command: "startup".into(),
-            line: endpoint.clone(),
-        })?;
-        let (mut client, cout) = spawn(stack, "client", &exe, &["client", &endpoint])?;
+        let ports: Option<Vec<u16>> = endpoints.iter().map(|e| endpoint_port(e)).collect();
+        let ports = match ports {
+            Some(p) if !p.is_empty() && p.len() <= 2 => p,
+            _ => {
+                let _ = responder.start_kill();
+                return Err(StackError::Protocol {
+                    stack: name,
+                    role: "responder",
+                    command: "startup".into(),
+                    line: endpoints.join(" "),
+                });
+            }
+        };
+        let mut args = vec!["client"];
+        args.extend(endpoints.iter().map(String::as_str));
+        let (mut client, cout) = spawn(stack, "client", &exe, &args)?;
         let mut lines = BufReader::new(cout).lines();
         let line = next_line(stack, "client", &mut lines, "startup", START_TIMEOUT).await?;
         if line.trim() != "READY" {
@@ -529,7 +564,7 @@ impl StackLane {
             stdin,
             lines,
             sockets: ClientSockets {
-                server_ports: vec![port],
+                server_ports: ports,
                 ..ClientSockets::default()
             },
             _dir: dir,
@@ -678,6 +713,41 @@ impl StackLane {
         match v {
             Some(v) if v.len() == n => Ok(v),
             _ => Err(self.protocol(cmd, line)),
+        }
+    }
+
+    /// One-way messages of `size` bytes back to back until `n` were sent
+    /// (`n > 0`) or `duration` passed (non-zero), then the end mark; timed
+    /// by the client from the first send until the responder's count is
+    /// back (the throughput scenario's smooth run).
+    pub async fn stream(
+        &mut self,
+        size: usize,
+        n: u64,
+        duration: Duration,
+    ) -> Result<StreamRun, StackError> {
+        self.check(size)?;
+        let ms = duration.as_millis().min(3_600_000) as u64;
+        let cmd = format!("STREAM {} {n} {ms}", size.max(1));
+        let within = Duration::from_secs(60)
+            .saturating_add(Duration::from_millis(ms))
+            .saturating_add(Duration::from_millis(n.min(1 << 30)));
+        let line = self.call(cmd.clone(), within).await?;
+        let parsed = line.trim().strip_prefix("STREAMED ").and_then(|rest| {
+            let mut it = rest.split_whitespace();
+            let sent = it.next()?.parse::<u64>().ok()?;
+            let received = it.next()?.parse::<u64>().ok()?;
+            let us = it.next()?.parse::<f64>().ok()?;
+            (us.is_finite() && us >= 0.0 && received <= sent && it.next().is_none())
+                .then_some((sent, received, us))
+        });
+        match parsed {
+            Some((sent, received, us)) => Ok(StreamRun {
+                sent,
+                received,
+                elapsed: Duration::from_secs_f64(us / 1e6),
+            }),
+            None => Err(self.protocol(cmd, line)),
         }
     }
 

@@ -433,6 +433,25 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                         ..base.clone()
                     }));
                 }
+                // The other stacks asked for (smooth rows of their own).
+                let mut stacks = Vec::new();
+                if opts.zmq {
+                    stacks.push(crate::stacks::Stack::Zmq);
+                }
+                if opts.libp2p {
+                    stacks.push(crate::stacks::Stack::Libp2p);
+                }
+                if opts.mpi {
+                    stacks.extend([crate::stacks::Stack::MpiTcp, crate::stacks::Stack::MpiSm]);
+                }
+                if !stacks.is_empty() {
+                    steps.push(Step::Throughput(ThroughputOptions {
+                        layers: Vec::new(),
+                        patterns: vec![Pattern::Smooth],
+                        stacks,
+                        ..base.clone()
+                    }));
+                }
                 if opts.jxse {
                     if let Some(j) = jxse_options(opts, &layers) {
                         steps.push(Step::JxseThroughput(j));

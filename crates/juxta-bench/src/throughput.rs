@@ -9,12 +9,19 @@
 //! report is back (so everything sent was also received and counted).
 //! Bursty runs are timed per burst, from its first send until a sync
 //! message sent after it is answered; the idle time is excluded.
+//!
+//! Other stacks ([`crate::stacks`]: ZeroMQ PUSH/PULL beside its REQ/REP,
+//! rust-libp2p's stream, Open MPI's `MPI_Send`) run the smooth pattern in
+//! the same loop, timed by their own client the same way (first send until
+//! the responder's count of what it received is back), with the same
+//! warm-up count; they have no bursty rows.
 
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::layers::{spawn_responder, Client, Ctl, Host, Layer, Responder, ResponderSpec};
+use crate::stacks::{Stack, StackLane};
 use crate::util::{loss_pct, pin_current, CountedPayload, Pin};
 use crate::BenchError;
 
@@ -88,6 +95,10 @@ pub struct ThroughputOptions {
     pub key_bits: usize,
     /// Where the two sides run (default: loopback, as before).
     pub net: crate::net::Net,
+    /// Other stacks measured in the same run (smooth pattern only; local
+    /// loopback only).
+    #[serde(skip)]
+    pub stacks: Vec<Stack>,
 }
 
 impl Default for ThroughputOptions {
@@ -109,6 +120,7 @@ impl Default for ThroughputOptions {
             pin: Pin::Same,
             key_bits: 1024,
             net: crate::net::Net::default(),
+            stacks: Vec::new(),
         }
     }
 }
@@ -118,7 +130,8 @@ impl Default for ThroughputOptions {
 pub struct ThroughputRow {
     /// Always `throughput`.
     pub scenario: &'static str,
-    /// `tcp` for the baseline, `juxta` or `jxse` otherwise.
+    /// `tcp` for the baseline, `juxta`, `jxse`, or another stack's name
+    /// (`zmq`, `libp2p`, `mpi`).
     #[serde(rename = "impl")]
     pub implementation: &'static str,
     /// Layer name.
@@ -149,6 +162,18 @@ pub struct RunResult {
 impl RunResult {
     /// The row of this run.
     pub fn row(&self, layer: Layer, size: usize, pattern: Pattern) -> ThroughputRow {
+        let implementation = if layer == Layer::Tcp { "tcp" } else { "juxta" };
+        self.row_for(implementation, layer.name(), size, pattern)
+    }
+
+    /// The row of this run for any implementation and layer name.
+    pub fn row_for(
+        &self,
+        implementation: &'static str,
+        layer: &'static str,
+        size: usize,
+        pattern: Pattern,
+    ) -> ThroughputRow {
         let secs = self.elapsed.as_secs_f64();
         let rate = if secs > 0.0 {
             self.delivered as f64 / secs
@@ -157,8 +182,8 @@ impl RunResult {
         };
         ThroughputRow {
             scenario: "throughput",
-            implementation: if layer == Layer::Tcp { "tcp" } else { "juxta" },
-            layer: layer.name(),
+            implementation,
+            layer,
             size,
             pattern,
             msgs_per_s: rate,
@@ -166,6 +191,21 @@ impl RunResult {
             loss_pct: loss_pct(self.sent, self.delivered),
         }
     }
+}
+
+/// The row of a stack's stream run.
+fn stack_row(stack: Stack, size: usize, r: &crate::stacks::StreamRun) -> ThroughputRow {
+    RunResult {
+        sent: r.sent,
+        delivered: r.received,
+        elapsed: r.elapsed,
+    }
+    .row_for(
+        stack.name(),
+        stack.stream_configuration(),
+        size,
+        Pattern::Smooth,
+    )
 }
 
 async fn end_run(client: &mut Client, sent: u64) -> Result<u64, BenchError> {
@@ -276,6 +316,27 @@ async fn run_here(
         clients.push(Client::connect(l, &r.ready, opts.key_bits, 1).await?);
         responders.push(r);
     }
+    let mut lanes: Vec<StackLane> = Vec::new();
+    for &k in &opts.stacks {
+        progress(&format!(
+            "building and starting {} ({})",
+            k.name(),
+            k.stream_configuration()
+        ));
+        let lane = StackLane::start(k, opts.pin.client_core(), opts.pin.responder_core())
+            .await
+            .map_err(|e| BenchError::Responder {
+                layer: k.name().into(),
+                reason: e.to_string(),
+            })?;
+        lanes.push(lane);
+    }
+    let stack_err = |k: Stack| {
+        move |e: crate::stacks::StackError| BenchError::Responder {
+            layer: k.name().into(),
+            reason: e.to_string(),
+        }
+    };
     let duration = Duration::from_millis(opts.duration_ms);
     let idle = Duration::from_millis(opts.idle_ms);
     let mut rows = Vec::new();
@@ -287,6 +348,16 @@ async fn run_here(
                 c.layer().name()
             ));
             smooth(c, size, Duration::MAX, Some(warm)).await?;
+        }
+        for lane in lanes.iter_mut() {
+            let k = lane.stack();
+            progress(&format!(
+                "size {size}: warm-up {} ({warm} messages)",
+                k.name()
+            ));
+            lane.stream(size, warm, Duration::ZERO)
+                .await
+                .map_err(stack_err(k))?;
         }
         for &pattern in &opts.patterns {
             for c in clients.iter_mut() {
@@ -303,7 +374,34 @@ async fn run_here(
                 };
                 rows.push(r.row(c.layer(), size, pattern));
             }
+            if pattern != Pattern::Smooth {
+                continue;
+            }
+            for lane in lanes.iter_mut() {
+                let k = lane.stack();
+                progress(&format!(
+                    "size {size}: smooth {} ({})",
+                    k.name(),
+                    k.stream_configuration()
+                ));
+                let r = lane
+                    .stream(
+                        size,
+                        opts.count.unwrap_or(0),
+                        if opts.count.is_some() {
+                            Duration::ZERO
+                        } else {
+                            duration
+                        },
+                    )
+                    .await
+                    .map_err(stack_err(k))?;
+                rows.push(stack_row(k, size, &r));
+            }
         }
+    }
+    for lane in lanes {
+        lane.stop().await;
     }
     drop(clients);
     for r in responders {

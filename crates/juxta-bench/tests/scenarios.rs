@@ -176,6 +176,69 @@ async fn zmq_lane_beside_tcp() {
     }
 }
 
+/// The other stacks in the throughput scenario: ZeroMQ (PUSH/PULL beside
+/// its REQ/REP), rust-libp2p and Open MPI (TCP and shared memory) stream one-way
+/// messages in the same loop as the `tcp` lane; every message sent is
+/// counted by their responder; only smooth rows (no bursty ones).
+#[tokio::test]
+async fn stacks_in_throughput_beside_tcp() {
+    let have_zmq = std::process::Command::new("pkg-config")
+        .args(["--exists", "libzmq"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !prereq::require("libzmq (Debian: libzmq3-dev) and pkg-config", have_zmq)
+        || !prereq::require("a C compiler `cc`", prereq::on_path(&["cc"]).is_some())
+        || !prereq::require(
+            "Open MPI (Debian: openmpi-bin libopenmpi-dev)",
+            prereq::on_path(&["mpicc"]).is_some() && prereq::on_path(&["mpirun"]).is_some(),
+        )
+        || !prereq::require(
+            "cargo (the libp2p program is built with it)",
+            std::env::var_os("CARGO").is_some() || prereq::on_path(&["cargo"]).is_some(),
+        )
+    {
+        return;
+    }
+    use juxta_bench::stacks::Stack;
+    let opts = ThroughputOptions {
+        layers: vec![Layer::Tcp],
+        sizes: vec![1, 70_000],
+        patterns: vec![Pattern::Smooth, Pattern::Bursty],
+        count: Some(200),
+        bursts: 1,
+        burst_len: 5,
+        idle_ms: 1,
+        warmup: 10,
+        pin: Pin::None,
+        stacks: vec![Stack::Zmq, Stack::Libp2p, Stack::MpiTcp, Stack::MpiSm],
+        ..ThroughputOptions::default()
+    };
+    let rows = throughput::run(&Host::Thread, &opts, quiet).await.unwrap();
+    // tcp: 2 sizes x 2 patterns; each stack: 2 sizes x smooth.
+    assert_eq!(rows.len(), 4 + 4 * 2, "{rows:?}");
+    for (implementation, layer) in [
+        ("zmq", "tcp-push-pull"),
+        ("libp2p", "tcp-noise-yamux"),
+        ("mpi", "tcp"),
+        ("mpi", "sm"),
+    ] {
+        let mine: Vec<_> = rows
+            .iter()
+            .filter(|r| r.implementation == implementation && r.layer == layer)
+            .collect();
+        assert_eq!(mine.len(), 2, "{implementation}/{layer}: {rows:?}");
+        for r in mine {
+            assert_eq!(r.pattern, Pattern::Smooth, "{r:?}");
+            assert_eq!(r.loss_pct, 0.0, "{r:?}");
+            assert!(r.msgs_per_s > 0.0, "{r:?}");
+            assert!(
+                (r.bandwidth_mb_s - r.msgs_per_s * r.size as f64 / 1e6).abs() < 1e-6,
+                "{r:?}"
+            );
+        }
+    }
+}
+
 /// rust-libp2p in the same harness: its program (a crate of its own built
 /// here with cargo from its committed Cargo.lock), TCP + noise + yamux
 /// with one stream kept open, rows of its own `impl`, every sample, bytes
@@ -264,6 +327,7 @@ async fn throughput_every_layer() {
         pin: Pin::None,
         key_bits: 1024,
         net: Default::default(),
+        stacks: Vec::new(),
     };
     let rows = throughput::run(&Host::Thread, &opts, quiet).await.unwrap();
     assert_eq!(rows.len(), throughput::LAYERS.len() * 2 * 2);
@@ -361,6 +425,7 @@ async fn reply_pipes_bind_while_a_sender_streams() {
         pin: Pin::None,
         key_bits: 1024,
         net: Default::default(),
+        stacks: Vec::new(),
     };
     let rows = tokio::time::timeout(
         std::time::Duration::from_secs(60),

@@ -11,6 +11,7 @@ use juxta_bench::composition::{self, CompositionOptions};
 use juxta_bench::layers::{self, Host, Layer, ResponderSpec};
 use juxta_bench::pingpong::{self, PingPongOptions};
 use juxta_bench::senders::{self, SendersOptions};
+use juxta_bench::stacks::Stack;
 use juxta_bench::throughput::{self, Pattern, ThroughputOptions};
 use juxta_bench::util::{parse_counts, parse_sizes, pin_current, Pin};
 
@@ -1373,6 +1374,30 @@ fn run_pingpong(args: PingPongArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The other stacks `--impl` asks the throughput scenario for (ZeroMQ,
+/// rust-libp2p, Open MPI TCP and shared memory; `udp` has pingpong rows
+/// only: one-way datagrams with no flow control measure the loss of an
+/// overrun receiver, not a rate).
+fn throughput_stacks(implementations: &str, net: &str) -> Result<Vec<Stack>, CliError> {
+    let impls = parse_impls(implementations)?;
+    let mut stacks = Vec::new();
+    if impls.zmq {
+        stacks.push(Stack::Zmq);
+    }
+    if impls.libp2p {
+        stacks.push(Stack::Libp2p);
+    }
+    if impls.mpi {
+        stacks.extend([Stack::MpiTcp, Stack::MpiSm]);
+    }
+    if !stacks.is_empty() && net != "loopback" {
+        return Err(CliError::Msg(
+            "the other stacks (--impl zmq/libp2p/mpi) run on loopback only: drop --net".into(),
+        ));
+    }
+    Ok(stacks)
+}
+
 fn run_throughput(args: ThroughputArgs) -> Result<(), CliError> {
     let layers = layers::checked_unique(
         &juxta_bench::util::parse_list(&args.layers, Layer::parse)?,
@@ -1396,6 +1421,7 @@ fn run_throughput(args: ThroughputArgs) -> Result<(), CliError> {
         pin: Pin::parse(&args.pin)?,
         key_bits: args.key_bits,
         net: Default::default(),
+        stacks: throughput_stacks(&args.implementations, &args.net)?,
     };
     if let Some(p) = &args.json {
         prepare_json(p)?;
@@ -1427,12 +1453,13 @@ fn run_throughput(args: ThroughputArgs) -> Result<(), CliError> {
         }
     }
     println!(
-        "{:<16} {:>9} {:>8} {:>12} {:>12} {:>8}",
-        "layer", "size", "pattern", "msgs_per_s", "bw_MB_s", "loss_%"
+        "{:<7} {:<16} {:>9} {:>8} {:>12} {:>12} {:>8}",
+        "impl", "layer", "size", "pattern", "msgs_per_s", "bw_MB_s", "loss_%"
     );
     for r in &rows {
         println!(
-            "{:<16} {:>9} {:>8} {:>12.0} {:>12.1} {:>8.2}",
+            "{:<7} {:<16} {:>9} {:>8} {:>12.0} {:>12.1} {:>8.2}",
+            r.implementation,
             r.layer,
             r.size,
             r.pattern.name(),

@@ -12,6 +12,14 @@
 //!     PAIRS <size> <n>           n untimed pairs            -> "DONE"
 //!     TIMED <size> <n>           n pairs, each timed with a monotonic
 //!                                clock                      -> "TIMED us,us,..."
+//!     STREAM <size> <n> <ms>     one-way messages (length with the top bit
+//!                                set: no reply) back to back until n were
+//!                                sent (n > 0) or ms passed (ms > 0), then an
+//!                                end mark (length 0xFFFFFFFF and the 8-byte
+//!                                count), answered with the 8-byte count the
+//!                                server received; timed from the first send
+//!                                until the answer
+//!                                          -> "STREAMED <sent> <received> <us>"
 //!     QUIT                       exit 0
 //!   Errors: "ERROR <what>" and exit 1.
 //!
@@ -26,6 +34,10 @@ use tokio::io::AsyncBufReadExt;
 
 const PROTOCOL: StreamProtocol = StreamProtocol::new("/juxta-bench/pingpong/1");
 const MAX_SIZE: usize = 64 << 20;
+/// Length bit of a streamed (one-way) message.
+const NO_REPLY: u32 = 1 << 31;
+/// Length of the end mark of a stream.
+const END_MARK: u32 = u32::MAX;
 
 fn die(what: impl std::fmt::Display) -> ! {
     println!("ERROR {what}");
@@ -73,20 +85,37 @@ async fn serve() {
     while let Some((_peer, mut stream)) = incoming.next().await {
         tokio::spawn(async move {
             let mut buf = Vec::new();
+            let mut streamed = 0u64;
             loop {
                 let mut len = [0u8; 4];
                 if stream.read_exact(&mut len).await.is_err() {
                     return;
                 }
-                let n = u32::from_be_bytes(len) as usize;
+                let len = u32::from_be_bytes(len);
+                if len == END_MARK {
+                    let mut count = [0u8; 8];
+                    if stream.read_exact(&mut count).await.is_err()
+                        || stream.write_all(&streamed.to_be_bytes()).await.is_err()
+                        || stream.flush().await.is_err()
+                    {
+                        return;
+                    }
+                    streamed = 0;
+                    continue;
+                }
+                let n = (len & !NO_REPLY) as usize;
                 if n > MAX_SIZE {
                     return;
                 }
                 buf.resize(n, 0);
-                if stream.read_exact(&mut buf).await.is_err()
-                    || stream.write_all(&[1]).await.is_err()
-                    || stream.flush().await.is_err()
-                {
+                if stream.read_exact(&mut buf).await.is_err() {
+                    return;
+                }
+                if len & NO_REPLY != 0 {
+                    streamed += 1;
+                    continue;
+                }
+                if stream.write_all(&[1]).await.is_err() || stream.flush().await.is_err() {
                     return;
                 }
             }
@@ -126,6 +155,39 @@ async fn client(addr: &str) {
         }
         let size: usize = it.next().and_then(|s| s.parse().ok()).unwrap_or(usize::MAX);
         let n: usize = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        if cmd == "STREAM" {
+            let ms: u64 = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+            if size == 0 || size > MAX_SIZE || (n == 0 && ms == 0) {
+                die(format!("bad command {line:?}"));
+            }
+            payload.clear();
+            payload.extend_from_slice(&(size as u32 | NO_REPLY).to_be_bytes());
+            payload.resize(4 + size, 0x5a);
+            let t0 = Instant::now();
+            let end = t0 + Duration::from_millis(ms);
+            let mut sent = 0u64;
+            loop {
+                if stream.write_all(&payload).await.is_err() {
+                    die("stream failed");
+                }
+                sent += 1;
+                if (n > 0 && sent >= n as u64) || (ms > 0 && Instant::now() >= end) {
+                    break;
+                }
+            }
+            let mut mark = END_MARK.to_be_bytes().to_vec();
+            mark.extend_from_slice(&sent.to_be_bytes());
+            let mut got = [0u8; 8];
+            if stream.write_all(&mark).await.is_err()
+                || stream.flush().await.is_err()
+                || stream.read_exact(&mut got).await.is_err()
+            {
+                die("stream end failed");
+            }
+            let us = t0.elapsed().as_secs_f64() * 1e6;
+            println!("STREAMED {sent} {} {us:.2}", u64::from_be_bytes(got));
+            continue;
+        }
         if !matches!(cmd, "PAIRS" | "TIMED") || size > MAX_SIZE || n == 0 {
             die(format!("bad command {line:?}"));
         }
