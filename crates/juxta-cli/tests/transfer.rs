@@ -1000,6 +1000,43 @@ fn send_through_a_running_daemon() {
         r.err()
     );
     assert!(!out3.join("f.bin").exists());
+    // Bad serve requests get typed errors; the daemon serves on.
+    let f = file.to_str().unwrap();
+    for (line, kind) in [
+        (
+            r#"{"request":"serve","path":"relative/x","expires_s":60}"#.to_string(),
+            "invalid_argument",
+        ),
+        (
+            r#"{"request":"serve","path":"/nonexistent/juxta-x","expires_s":60}"#.to_string(),
+            "invalid_argument",
+        ),
+        (
+            format!(r#"{{"request":"serve","path":"{f}","expires_s":0}}"#),
+            "invalid_argument",
+        ),
+        (
+            format!(r#"{{"request":"serve","path":"{f}","expires_s":18446744073709551615}}"#),
+            "invalid_argument",
+        ),
+        (
+            format!(r#"{{"request":"serve","path":"{f}","expires_s":1e400}}"#),
+            "bad_request",
+        ),
+        (
+            r#"{"request":"serve_stop","ticket":"jx1garbage"}"#.to_string(),
+            "invalid_argument",
+        ),
+        (
+            r#"{"request":"transfers","extra":1}"#.to_string(),
+            "bad_request",
+        ),
+    ] {
+        let v = raw_request(&h, &line);
+        assert_eq!(v["ok"], false, "{line}: {v}");
+        assert_eq!(v["error"]["kind"], kind, "{line}: {v}");
+    }
+    assert_eq!(raw_request(&h, r#"{"request":"transfers"}"#)["ok"], true);
     // --detach needs a daemon.
     let mut p = spawn(
         &[
@@ -1017,6 +1054,18 @@ fn send_through_a_running_daemon() {
         "{}",
         p.err()
     );
+}
+
+/// One request line to the daemon of `h`, its response.
+fn raw_request(h: &Path, line: &str) -> serde_json::Value {
+    use std::io::Read;
+    let mut c = std::os::unix::net::UnixStream::connect(h.join("control.sock")).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    writeln!(c, "{line}").unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{line}: {e}: {out}"))
 }
 
 /// Waits until the daemon of `h` lists `ticket` as ended for `reason`.
