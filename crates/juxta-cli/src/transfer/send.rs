@@ -357,6 +357,9 @@ pub async fn serve_offer(
                 let s = s?;
                 let why = if unix_now() >= opts.expires {
                     stats.refused_expired.fetch_add(1, Ordering::Relaxed);
+                    // The wall clock passed the expiry before the timer
+                    // (it jumped forward): end now.
+                    at = tokio::time::Instant::now();
                     Refusal::Expired
                 } else if running.len() >= opts.max_receivers {
                     stats.refused_busy.fetch_add(1, Ordering::Relaxed);
