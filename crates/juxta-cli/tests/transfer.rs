@@ -1087,7 +1087,8 @@ fn eventually_ended(h: &Path, ticket: &str, reason: &str) {
 }
 
 /// The daemon's graceful stop with 100 JXTA sockets open to it (receivers
-/// that connected to its served tickets and say nothing): it exits with
+/// that connected to its served tickets and say nothing; a 17th receiver
+/// of a ticket with 16 is refused as busy): it exits with
 /// status 0; the time from SIGTERM to the exit is printed (the figure in
 /// docs/peer.md), not asserted.
 #[test]
@@ -1115,8 +1116,13 @@ fn the_daemon_stops_gracefully_with_100_sockets_open() {
         let peer = juxta::Peer::start(c).await.unwrap();
         peer.connect(tickets[0].addrs[0]).await.unwrap();
         let mut sockets = Vec::new();
+        // 16 (the most per ticket) on the first ticket, the rest spread.
         for i in 0..SOCKETS {
-            let t = &tickets[i % tickets.len()];
+            let t = if i < 16 {
+                &tickets[0]
+            } else {
+                &tickets[1 + i % (tickets.len() - 1)]
+            };
             let adv = PipeAdvertisement::new(t.pipe, PipeType::Unicast);
             let s = JxtaSocket::connect(&peer.pipes(), &adv, t.peer, Default::default())
                 .await
@@ -1144,6 +1150,23 @@ fn the_daemon_stops_gracefully_with_100_sockets_open() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // A 17th receiver of the first ticket is told the sender is busy.
+    let mut r = receive(
+        d.path(),
+        &tickets[0].encode().unwrap(),
+        &d.path().join("out"),
+        &[],
+    );
+    assert!(!r.wait());
+    assert!(
+        r.err()
+            .contains("the sender refused: the sender serves as many receivers as it allows"),
+        "{}",
+        r.err()
+    );
+    let tr = transfers(&h);
+    assert_eq!(tr["serving"][0]["refused_busy"], 1, "{tr}");
+    assert_eq!(tr["serving"][0]["active"], 16, "{tr}");
     let t0 = Instant::now();
     let st = Command::new("kill")
         .args(["-TERM", &daemon.child.id().to_string()])
