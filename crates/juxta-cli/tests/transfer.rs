@@ -1193,3 +1193,68 @@ fn the_daemon_stops_gracefully_with_100_sockets_open() {
     drop(sockets);
     drop(peer);
 }
+
+/// `juxta ARGS` with HOME set to `home` (JUXTA_HOME unset): the default
+/// homes land there.
+fn spawn_home(args: &[&str], home: &Path) -> Proc {
+    let mut c = juxta();
+    c.args(args)
+        .env("HOME", home)
+        .env_remove("JUXTA_HOME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("start juxta");
+    let out = collect(child.stdout.take().unwrap());
+    let err = collect(child.stderr.take().unwrap());
+    Proc { child, out, err }
+}
+
+#[test]
+fn a_daemon_that_does_not_listen_is_not_used() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("f.bin");
+    random_file(&file, 50_000);
+    // The daemon in the default home (~/.juxta), with no TCP listener.
+    let dh = d.path().join(".juxta");
+    let mut daemon = spawn_home(
+        &["peer", "--home", dh.to_str().unwrap(), "--key-bits", "1024"],
+        d.path(),
+    );
+    daemon.until("the daemon's ready line", |o, _| {
+        o.lines().any(|l| l == "ready").then_some(())
+    });
+    let mut s = spawn_home(
+        &[
+            "send",
+            file.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--key-bits",
+            "1024",
+        ],
+        d.path(),
+    );
+    let t = s.until("the ticket", |o, _| {
+        o.lines()
+            .next()
+            .filter(|l| l.starts_with("jx1"))
+            .map(str::to_string)
+    });
+    assert!(s.err().contains("does not listen on TCP"), "{}", s.err());
+    // Its own peer, in the first free default home.
+    assert!(dh.join("cli-0").join("lock").exists());
+    let out = d.path().join("out");
+    let mut r = receive(d.path(), &t, &out, &[]);
+    assert!(r.wait(), "{}", r.err());
+    assert_eq!(sha(&out.join("f.bin")), sha(&file));
+    assert!(s.wait(), "{}", s.err());
+    // --detach needs a daemon that listens.
+    let mut p = spawn_home(&["send", file.to_str().unwrap(), "--detach"], d.path());
+    assert!(!p.wait());
+    assert!(
+        p.err().contains("--detach needs a running daemon"),
+        "{}",
+        p.err()
+    );
+}

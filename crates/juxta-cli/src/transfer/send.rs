@@ -422,15 +422,16 @@ pub fn daemon_home(p: &PeerOpts) -> PathBuf {
     p.home.clone().unwrap_or_else(crate::daemon::default_home)
 }
 
-/// Whether a daemon answers at `home` (a warning when its socket is
-/// there but unusable).
-pub async fn daemon_running(home: &Path) -> bool {
+/// The status of the daemon answering at `home`, if one does (a warning
+/// when its socket is there but unusable).
+pub async fn daemon_status(home: &Path) -> Option<serde_json::Value> {
     match control::request(home, &Request::Status).await {
-        Ok(r) => r.ok,
-        Err(SocketError::NotRunning { .. }) => false,
+        Ok(r) if r.ok => r.result,
+        Ok(_) => None,
+        Err(SocketError::NotRunning { .. }) => None,
         Err(e) => {
             eprintln!("juxta: not using the daemon: {e}");
-            false
+            None
         }
     }
 }
@@ -467,7 +468,22 @@ pub async fn main(a: SendArgs) -> Result<(), TransferError> {
         .clone()
         .ok_or_else(|| TransferError::Usage("give the FILE or DIR to send".into()))?;
     let home = daemon_home(&a.peer);
-    if !a.no_daemon && daemon_running(&home).await {
+    let daemon = if a.no_daemon {
+        None
+    } else {
+        daemon_status(&home).await
+    };
+    let daemon = daemon.filter(|st| {
+        let listens = !st["addresses"]["tcp"].is_null();
+        if !listens {
+            eprintln!(
+                "juxta: the daemon at {} does not listen on TCP (no `listen`), so receivers could not reach it; serving with a peer of this command's own",
+                home.display()
+            );
+        }
+        listens
+    });
+    if daemon.is_some() {
         if a.listen.is_some() || a.test_stop_after.is_some() {
             return Err(TransferError::Usage(format!(
                 "a daemon runs at {}: --listen and the test options apply to a peer of send's own; add --no-daemon",
@@ -478,7 +494,7 @@ pub async fn main(a: SendArgs) -> Result<(), TransferError> {
     }
     if a.detach {
         return Err(TransferError::Usage(format!(
-            "--detach needs a running daemon (none answers at {}); start `juxta peer --home {}`",
+            "--detach needs a running daemon that listens on TCP (none at {}); start `juxta peer --home {} --listen ADDR`",
             home.display(),
             home.display()
         )));
