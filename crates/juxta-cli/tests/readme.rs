@@ -53,6 +53,8 @@ fn the_readme_session_runs_as_written() {
         .env("PATH", path)
         // The commands' default homes (~/.juxta/cli-<n>) land here.
         .env("HOME", dir.path())
+        // No daemon of the developer's may serve the session's `juxta send`.
+        .env_remove("JUXTA_HOME")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

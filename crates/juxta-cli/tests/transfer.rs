@@ -322,10 +322,12 @@ fn garbled_and_unreachable_tickets_fail_clearly() {
         .unwrap()
         .port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    // A version 1 ticket (no expiry, from an older juxta) is accepted.
     let t = ticket::Ticket {
         peer: juxta_proto::id::PeerId::from_public_key_spki(b"nobody"),
         pipe: juxta_proto::id::PipeId::new_random(),
         addrs: vec![addr],
+        expires: None,
     }
     .encode()
     .unwrap();
@@ -344,6 +346,97 @@ fn garbled_and_unreachable_tickets_fail_clearly() {
     let mut r = receive(d.path(), "not-a-ticket", &out, &[]);
     assert!(!r.wait());
     assert!(r.err().contains("not a juxta ticket"), "{}", r.err());
+    // An absurd expiry (with a valid checksum: anyone can make one).
+    let mut b = raw(&t);
+    b[0] = 2;
+    b.splice(33..33, u64::MAX.to_be_bytes());
+    let mut r = receive(d.path(), &forge(&b), &out, &[]);
+    assert!(!r.wait());
+    assert!(r.err().contains("past the year 9999"), "{}", r.err());
+}
+
+/// A ticket's bytes (checksum cut off).
+fn raw(t: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    let b = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(&t[ticket::PREFIX.len()..])
+        .unwrap();
+    b[..b.len() - 4].to_vec()
+}
+
+/// Bytes made a ticket with a valid checksum: what anyone can forge.
+fn forge(data: &[u8]) -> String {
+    use base64::Engine as _;
+    let mut b = data.to_vec();
+    let sum = Sha256::digest(&b);
+    b.extend_from_slice(&sum[..4]);
+    format!(
+        "{}{}",
+        ticket::PREFIX,
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&b)
+    )
+}
+
+/// `t` with its expiry changed to `expires` (a replay attempt).
+fn with_expiry(t: &str, expires: u64) -> String {
+    let mut p = ticket::Ticket::parse(t).unwrap();
+    p.expires = Some(expires);
+    p.encode().unwrap()
+}
+
+#[test]
+fn an_expired_ticket_is_refused_before_dialling() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("f.bin");
+    random_file(&file, 10_000);
+    let out = d.path().join("out");
+    let (_s, t) = send(d.path(), &file, &[]);
+    let p = ticket::Ticket::parse(&t).unwrap();
+    let left = p.expires.unwrap() - ticket::unix_now();
+    assert!((86_300..=86_400).contains(&left), "default 24 h: {left}");
+    let old = with_expiry(&t, ticket::unix_now() - 90);
+    let mut r = receive(d.path(), &old, &out, &[]);
+    assert!(!r.wait());
+    assert!(r.err().contains("the ticket expired at"), "{}", r.err());
+    assert!(
+        r.err().contains("ago); ask the sender for a new one"),
+        "{}",
+        r.err()
+    );
+    // Nothing was started: the receiver's home was never made.
+    assert!(!d.path().join("receiver").exists());
+    assert!(!out.exists());
+}
+
+#[test]
+fn a_sender_stops_serving_at_the_expiry() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("f.bin");
+    random_file(&file, 10_000);
+    let out = d.path().join("out");
+    let (mut s, t) = send(d.path(), &file, &["--expires", "2s"]);
+    // Nobody fetched it in time: the sender says so and fails.
+    assert!(!s.wait(), "{}", s.err());
+    assert!(
+        s.err().contains("before a receiver fetched everything"),
+        "{}",
+        s.err()
+    );
+    let mut r = receive(d.path(), &t, &out, &[]);
+    assert!(!r.wait());
+    assert!(r.err().contains("expired"), "{}", r.err());
+    // A replay with a forged later expiry reaches nobody.
+    let forged = with_expiry(&t, ticket::unix_now() + 3600);
+    let mut r = receive(d.path(), &forged, &out, &["--timeout", "3"]);
+    assert!(!r.wait());
+    assert!(r.err().contains("could not reach"), "{}", r.err());
+    // Bad --expires values are refused up front.
+    for bad in ["0s", "400days", "soon", "-5m"] {
+        let arg = format!("--expires={bad}");
+        let mut p = spawn(&["send", file.to_str().unwrap(), &arg], None);
+        assert!(!p.wait(), "--expires {bad}");
+        assert!(p.err().contains("--expires"), "{bad}: {}", p.err());
+    }
 }
 
 /// A sender that announces `path`: the receiver must refuse it and write
@@ -367,6 +460,7 @@ fn hostile(path: &str) {
             peer: peer.peer_id(),
             pipe: adv.id,
             addrs: vec![peer.local_addr().unwrap()],
+            expires: Some(ticket::unix_now() + 600),
         }
         .encode()
         .unwrap();
@@ -725,4 +819,442 @@ fn bench_send_receive_vs_tcp_copy() {
         t / j
     );
     assert!(j > 0.0 && t > 0.0);
+}
+
+/// `juxta peer --home H` on 127.0.0.1 (settings from H/juxta.toml when
+/// written first); returns it once ready, with its peer ID.
+fn daemon(h: &Path) -> (Proc, String) {
+    std::fs::create_dir_all(h).unwrap();
+    let mut p = spawn(
+        &[
+            "peer",
+            "--home",
+            h.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--key-bits",
+            "1024",
+        ],
+        None,
+    );
+    p.until("the daemon's ready line", |o, _| {
+        o.lines().any(|l| l == "ready").then_some(())
+    });
+    let id = p
+        .out()
+        .lines()
+        .find_map(|l| l.strip_prefix("peer "))
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    (p, id)
+}
+
+/// `juxta <args> --home H --json`: the whole response.
+fn ask(h: &Path, args: &[&str]) -> serde_json::Value {
+    let o = juxta()
+        .args(args)
+        .arg("--home")
+        .arg(h)
+        .arg("--json")
+        .output()
+        .unwrap();
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&o.stderr)))
+}
+
+fn transfers(h: &Path) -> serde_json::Value {
+    let v = ask(h, &["status"]);
+    assert_eq!(v["ok"], true, "{v}");
+    v["result"]["transfers"].clone()
+}
+
+/// `juxta send PATH --home H ARGS` (through the daemon of H).
+fn send_via(h: &Path, path: &Path, extra: &[&str]) -> (Proc, String) {
+    let mut args = vec![
+        "send",
+        path.to_str().unwrap(),
+        "--home",
+        h.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let mut p = spawn(&args, None);
+    let t = p.until("the ticket", |o, _| {
+        o.lines()
+            .next()
+            .map(str::trim)
+            .filter(|l| l.starts_with("jx1"))
+            .map(str::to_string)
+    });
+    (p, t)
+}
+
+#[test]
+fn send_through_a_running_daemon() {
+    let d = tempfile::tempdir().unwrap();
+    let h = d.path().join("daemon");
+    std::fs::create_dir_all(&h).unwrap();
+    std::fs::write(h.join("juxta.toml"), "[limits]\ntransfers = 2\n").unwrap();
+    let (_daemon, daemon_id) = daemon(&h);
+    let file = d.path().join("f.bin");
+    random_file(&file, 2_000_000);
+    let out = d.path().join("out");
+
+    // Attached: the daemon serves, `juxta send` waits for the receiver.
+    let (mut s, t) = send_via(&h, &file, &[]);
+    let p = ticket::Ticket::parse(&t).unwrap();
+    assert_eq!(
+        p.peer.to_string(),
+        daemon_id,
+        "the ticket names the daemon's peer"
+    );
+    assert!(s.err().contains("the daemon at"), "{}", s.err());
+    let tr = transfers(&h);
+    assert_eq!(tr["serving"].as_array().unwrap().len(), 1, "{tr}");
+    assert_eq!(tr["serving"][0]["ticket"], t.as_str(), "{tr}");
+    let mut r = receive(d.path(), &t, &out, &[]);
+    assert!(r.wait(), "receive failed: {}", r.err());
+    assert_eq!(sha(&out.join("f.bin")), sha(&file));
+    assert!(
+        s.wait(),
+        "attached send ends after the transfer: {}",
+        s.err()
+    );
+    assert!(s.err().contains("transfer complete"), "{}", s.err());
+    let tr = transfers(&h);
+    assert_eq!(tr["serving"].as_array().unwrap().len(), 0, "{tr}");
+    assert_eq!(tr["ended"][0]["reason"], "completed", "{tr}");
+    assert_eq!(tr["ended"][0]["bytes_sent"], 2_000_000, "{tr}");
+
+    // Detached, two at once (the limit); a third is refused and counted.
+    let (mut a, ta) = send_via(&h, &file, &["--detach", "--keep"]);
+    assert!(a.wait(), "{}", a.err());
+    let (mut b, tb) = send_via(&h, &file, &["--detach", "--expires", "10s"]);
+    assert!(b.wait(), "{}", b.err());
+    let mut c = spawn(
+        &[
+            "send",
+            file.to_str().unwrap(),
+            "--home",
+            h.to_str().unwrap(),
+            "--detach",
+        ],
+        None,
+    );
+    assert!(!c.wait());
+    assert!(c.err().contains("limits.transfers"), "{}", c.err());
+    let tr = transfers(&h);
+    assert_eq!(tr["refused"], 1, "{tr}");
+    assert_eq!(tr["serving"].as_array().unwrap().len(), 2, "{tr}");
+    let human = juxta()
+        .args(["status", "--home", h.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let human = String::from_utf8_lossy(&human.stdout).into_owned();
+    assert!(human.contains("2 serving (limit 2, 1 refused"), "{human}");
+    assert!(human.contains(&ta), "{human}");
+
+    // A detached ticket serves any number of receivers (--keep) until
+    // stopped; then it is gone.
+    let out2 = d.path().join("out2");
+    let mut r = receive(d.path(), &ta, &out2, &[]);
+    assert!(r.wait(), "{}", r.err());
+    assert_eq!(sha(&out2.join("f.bin")), sha(&file));
+    let mut stop = spawn(
+        &["send", "--stop", &ta, "--home", h.to_str().unwrap()],
+        None,
+    );
+    assert!(stop.wait(), "{}", stop.err());
+    assert!(stop.err().contains("1 receiver(s)"), "{}", stop.err());
+    let out3 = d.path().join("out3");
+    let mut r = receive(d.path(), &ta, &out3, &[]);
+    assert!(!r.wait());
+    assert!(
+        r.err().contains("no longer serves this ticket"),
+        "{}",
+        r.err()
+    );
+    let mut again = spawn(
+        &["send", "--stop", &ta, "--home", h.to_str().unwrap()],
+        None,
+    );
+    assert!(!again.wait());
+    assert!(
+        again.err().contains("does not serve that ticket"),
+        "{}",
+        again.err()
+    );
+
+    // The 10 s ticket expires: refused by the receiver before dialling, and
+    // by the daemon when replayed with a forged later expiry.
+    eventually_ended(&h, &tb, "expired");
+    let mut r = receive(d.path(), &tb, &out3, &[]);
+    assert!(!r.wait());
+    assert!(r.err().contains("the ticket expired at"), "{}", r.err());
+    let forged = with_expiry(&tb, ticket::unix_now() + 3600);
+    let mut r = receive(d.path(), &forged, &out3, &[]);
+    assert!(!r.wait());
+    assert!(
+        r.err().contains("no longer serves this ticket"),
+        "{}",
+        r.err()
+    );
+    assert!(!out3.join("f.bin").exists());
+    // Bad serve requests get typed errors; the daemon serves on.
+    let f = file.to_str().unwrap();
+    for (line, kind) in [
+        (
+            r#"{"request":"serve","path":"relative/x","expires_s":60}"#.to_string(),
+            "invalid_argument",
+        ),
+        (
+            r#"{"request":"serve","path":"/nonexistent/juxta-x","expires_s":60}"#.to_string(),
+            "invalid_argument",
+        ),
+        (
+            format!(r#"{{"request":"serve","path":"{f}","expires_s":0}}"#),
+            "invalid_argument",
+        ),
+        (
+            format!(r#"{{"request":"serve","path":"{f}","expires_s":18446744073709551615}}"#),
+            "invalid_argument",
+        ),
+        (
+            format!(r#"{{"request":"serve","path":"{f}","expires_s":1e400}}"#),
+            "bad_request",
+        ),
+        (
+            r#"{"request":"serve_stop","ticket":"jx1garbage"}"#.to_string(),
+            "invalid_argument",
+        ),
+        (
+            r#"{"request":"transfers","extra":1}"#.to_string(),
+            "bad_request",
+        ),
+    ] {
+        let v = raw_request(&h, &line);
+        assert_eq!(v["ok"], false, "{line}: {v}");
+        assert_eq!(v["error"]["kind"], kind, "{line}: {v}");
+    }
+    assert_eq!(raw_request(&h, r#"{"request":"transfers"}"#)["ok"], true);
+    // --detach needs a daemon.
+    let mut p = spawn(
+        &[
+            "send",
+            file.to_str().unwrap(),
+            "--home",
+            d.path().join("none").to_str().unwrap(),
+            "--detach",
+        ],
+        None,
+    );
+    assert!(!p.wait());
+    assert!(
+        p.err().contains("--detach needs a running daemon"),
+        "{}",
+        p.err()
+    );
+}
+
+/// One request line to the daemon of `h`, its response.
+fn raw_request(h: &Path, line: &str) -> serde_json::Value {
+    use std::io::Read;
+    let mut c = std::os::unix::net::UnixStream::connect(h.join("control.sock")).unwrap();
+    c.set_read_timeout(Some(WAIT)).unwrap();
+    writeln!(c, "{line}").unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{line}: {e}: {out}"))
+}
+
+/// Waits until the daemon of `h` lists `ticket` as ended for `reason`.
+fn eventually_ended(h: &Path, ticket: &str, reason: &str) {
+    let end = Instant::now() + WAIT;
+    loop {
+        let tr = transfers(h);
+        let found = tr["ended"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["ticket"] == ticket && e["reason"] == reason);
+        if found {
+            return;
+        }
+        assert!(Instant::now() < end, "{ticket} not {reason}: {tr}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The daemon's graceful stop with 100 JXTA sockets open to it (receivers
+/// that connected to its served tickets and say nothing; a 17th receiver
+/// of a ticket with 16 is refused as busy): it exits with
+/// status 0; the time from SIGTERM to the exit is printed (the figure in
+/// docs/peer.md), not asserted.
+#[test]
+fn the_daemon_stops_gracefully_with_100_sockets_open() {
+    use juxta::socket::JxtaSocket;
+    use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
+    const SOCKETS: usize = 100;
+    let d = tempfile::tempdir().unwrap();
+    let h = d.path().join("daemon");
+    let (mut daemon, _) = daemon(&h);
+    let file = d.path().join("f.bin");
+    random_file(&file, 1000);
+    // 16 receivers at most per ticket: 7 tickets.
+    let tickets: Vec<ticket::Ticket> = (0..SOCKETS.div_ceil(15))
+        .map(|_| {
+            let (mut p, t) = send_via(&h, &file, &["--detach", "--keep"]);
+            assert!(p.wait(), "{}", p.err());
+            ticket::Ticket::parse(&t).unwrap()
+        })
+        .collect();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (peer, sockets) = rt.block_on(async {
+        let mut c = juxta::PeerConfig::new(d.path().join("client"));
+        c.key_bits = 1024;
+        let peer = juxta::Peer::start(c).await.unwrap();
+        peer.connect(tickets[0].addrs[0]).await.unwrap();
+        let mut sockets = Vec::new();
+        // 16 (the most per ticket) on the first ticket, the rest spread.
+        for i in 0..SOCKETS {
+            let t = if i < 16 {
+                &tickets[0]
+            } else {
+                &tickets[1 + i % (tickets.len() - 1)]
+            };
+            let adv = PipeAdvertisement::new(t.pipe, PipeType::Unicast);
+            let s = JxtaSocket::connect(&peer.pipes(), &adv, t.peer, Default::default())
+                .await
+                .unwrap();
+            sockets.push(s);
+        }
+        (peer, sockets)
+    });
+    // Every one is open on the daemon's side (waiting for a hello).
+    let end = Instant::now() + WAIT;
+    loop {
+        let tr = transfers(&h);
+        let active: u64 = tr["serving"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["active"].as_u64().unwrap())
+            .sum();
+        if active == SOCKETS as u64 {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "{active} of {SOCKETS} sockets open: {tr}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A 17th receiver of the first ticket is told the sender is busy.
+    let mut r = receive(
+        d.path(),
+        &tickets[0].encode().unwrap(),
+        &d.path().join("out"),
+        &[],
+    );
+    assert!(!r.wait());
+    assert!(
+        r.err()
+            .contains("the sender refused: the sender serves as many receivers as it allows"),
+        "{}",
+        r.err()
+    );
+    let tr = transfers(&h);
+    assert_eq!(tr["serving"][0]["refused_busy"], 1, "{tr}");
+    assert_eq!(tr["serving"][0]["active"], 16, "{tr}");
+    let t0 = Instant::now();
+    let st = Command::new("kill")
+        .args(["-TERM", &daemon.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let status = loop {
+        if let Some(st) = daemon.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < WAIT,
+            "no exit after SIGTERM: {}",
+            daemon.err()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let took = t0.elapsed();
+    assert!(status.success(), "exit status after SIGTERM: {status}");
+    eprintln!(
+        "graceful stop with {SOCKETS} JXTA sockets open: {:.1} ms from SIGTERM to exit",
+        took.as_secs_f64() * 1e3
+    );
+    drop(sockets);
+    drop(peer);
+}
+
+/// `juxta ARGS` with HOME set to `home` (JUXTA_HOME unset): the default
+/// homes land there.
+fn spawn_home(args: &[&str], home: &Path) -> Proc {
+    let mut c = juxta();
+    c.args(args)
+        .env("HOME", home)
+        .env_remove("JUXTA_HOME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("start juxta");
+    let out = collect(child.stdout.take().unwrap());
+    let err = collect(child.stderr.take().unwrap());
+    Proc { child, out, err }
+}
+
+#[test]
+fn a_daemon_that_does_not_listen_is_not_used() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("f.bin");
+    random_file(&file, 50_000);
+    // The daemon in the default home (~/.juxta), with no TCP listener.
+    let dh = d.path().join(".juxta");
+    let mut daemon = spawn_home(
+        &["peer", "--home", dh.to_str().unwrap(), "--key-bits", "1024"],
+        d.path(),
+    );
+    daemon.until("the daemon's ready line", |o, _| {
+        o.lines().any(|l| l == "ready").then_some(())
+    });
+    let mut s = spawn_home(
+        &[
+            "send",
+            file.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--key-bits",
+            "1024",
+        ],
+        d.path(),
+    );
+    let t = s.until("the ticket", |o, _| {
+        o.lines()
+            .next()
+            .filter(|l| l.starts_with("jx1"))
+            .map(str::to_string)
+    });
+    assert!(s.err().contains("does not listen on TCP"), "{}", s.err());
+    // Its own peer, in the first free default home.
+    assert!(dh.join("cli-0").join("lock").exists());
+    let out = d.path().join("out");
+    let mut r = receive(d.path(), &t, &out, &[]);
+    assert!(r.wait(), "{}", r.err());
+    assert_eq!(sha(&out.join("f.bin")), sha(&file));
+    assert!(s.wait(), "{}", s.err());
+    // --detach needs a daemon that listens.
+    let mut p = spawn_home(&["send", file.to_str().unwrap(), "--detach"], d.path());
+    assert!(!p.wait());
+    assert!(
+        p.err().contains("--detach needs a running daemon"),
+        "{}",
+        p.err()
+    );
 }

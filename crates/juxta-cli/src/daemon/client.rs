@@ -230,6 +230,36 @@ fn human(name: &str, v: &Value) -> String {
                     ),
                 );
             }
+            if let Some(t) = v["transfers"].as_object() {
+                let serving = t["serving"].as_array().cloned().unwrap_or_default();
+                line(
+                    "transfers",
+                    format!(
+                        "{} serving (limit {}, {} refused at the limit)",
+                        serving.len(),
+                        s(&t["limit"]),
+                        s(&t["refused"])
+                    ),
+                );
+                for x in &serving {
+                    line(
+                        &format!("  #{}", s(&x["id"])),
+                        format!(
+                            "{}: {} file(s), {} bytes, until {}{}; {} active, {} complete, {} refused, {} bytes sent; {}",
+                            s(&x["path"]),
+                            s(&x["files"]),
+                            s(&x["bytes"]),
+                            crate::transfer::send::utc(x["expires"].as_u64().unwrap_or(0)),
+                            if x["once"].as_bool() == Some(true) { " or one complete receiver" } else { "" },
+                            s(&x["active"]),
+                            s(&x["completed"]),
+                            x["refused_busy"].as_u64().unwrap_or(0) + x["refused_expired"].as_u64().unwrap_or(0),
+                            s(&x["bytes_sent"]),
+                            s(&x["ticket"]),
+                        ),
+                    );
+                }
+            }
             if let Some(c) = v["counters"].as_object() {
                 for (k, val) in c {
                     line(k, s(val));

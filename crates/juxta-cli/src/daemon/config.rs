@@ -125,6 +125,8 @@ pub struct Limits {
     pub relay_queue_bytes: Option<usize>,
     /// Control socket: most clients served at once.
     pub control_clients: Option<usize>,
+    /// Tickets served at once for `juxta send`.
+    pub transfers: Option<usize>,
 }
 
 /// `[bench]`: serve benchmark responders to clients on other hosts

@@ -33,7 +33,17 @@ pub fn socket_path(home: &Path) -> PathBuf {
 }
 
 /// Names of the requests, for the unknown-request error.
-pub const REQUESTS: [&str; 6] = ["status", "peers", "groups", "discover", "publish", "route"];
+pub const REQUESTS: [&str; 9] = [
+    "status",
+    "peers",
+    "groups",
+    "discover",
+    "publish",
+    "route",
+    "serve",
+    "serve_stop",
+    "transfers",
+];
 
 /// A request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +83,24 @@ pub enum Request {
         /// The peer ID (`urn:jxta:...`).
         peer: String,
     },
+    /// Serve a file or directory (`juxta send` with a daemon): answers
+    /// with the ticket.
+    Serve {
+        /// Absolute path of the file or directory.
+        path: String,
+        /// The ticket's lifetime in seconds (1 to 366 days).
+        expires_s: u64,
+        /// Stop after the first receiver that got everything.
+        #[serde(default)]
+        once: bool,
+    },
+    /// Stop serving a ticket.
+    ServeStop {
+        /// The ticket `serve` answered.
+        ticket: String,
+    },
+    /// Tickets being served, and the last ones that ended.
+    Transfers,
 }
 
 fn default_kind() -> String {
@@ -89,7 +117,7 @@ fn default_threshold() -> u32 {
 pub struct ControlError {
     /// Machine-readable kind: `bad_request`, `unknown_request`,
     /// `too_large`, `busy`, `invalid_argument`, `no_route`, `not_connected`,
-    /// `failed`.
+    /// `limit`, `not_found`, `failed`.
     pub kind: String,
     /// For a person.
     pub message: String,
@@ -150,7 +178,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ControlError> {
     }
     // serde does not enforce `deny_unknown_fields` on the unit variants
     // of an internally tagged enum.
-    if matches!(name, "status" | "peers" | "groups") {
+    if matches!(name, "status" | "peers" | "groups" | "transfers") {
         if let Some(extra) = v
             .as_object()
             .and_then(|o| o.keys().find(|k| *k != "request"))
@@ -465,6 +493,26 @@ mod tests {
         );
         assert_eq!(
             parse_request(br#"{"request":"route"}"#).unwrap_err().kind,
+            "bad_request"
+        );
+        assert_eq!(
+            parse_request(br#"{"request":"serve","path":"/x","expires_s":60}"#).unwrap(),
+            Request::Serve {
+                path: "/x".into(),
+                expires_s: 60,
+                once: false
+            }
+        );
+        assert_eq!(
+            parse_request(br#"{"request":"serve","path":"/x","expires_s":-1}"#)
+                .unwrap_err()
+                .kind,
+            "bad_request"
+        );
+        assert_eq!(
+            parse_request(br#"{"request":"transfers","x":1}"#)
+                .unwrap_err()
+                .kind,
             "bad_request"
         );
         assert_eq!(

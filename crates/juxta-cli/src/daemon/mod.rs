@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 pub mod control;
 pub mod metrics;
+pub mod serve;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -237,6 +238,8 @@ struct State {
     control: PathBuf,
     /// The bench listener's address, when it serves.
     bench: Option<SocketAddr>,
+    /// Transfers served for `juxta send`.
+    transfers: Arc<serve::Transfers>,
 }
 
 async fn daemon(settings: Settings) -> Result<(), DaemonError> {
@@ -325,6 +328,14 @@ async fn daemon(settings: Settings) -> Result<(), DaemonError> {
         .limits
         .control_clients
         .unwrap_or(control::DEFAULT_CLIENTS);
+    let transfers = serve::Transfers::new(
+        peer.clone(),
+        settings
+            .file
+            .limits
+            .transfers
+            .unwrap_or(serve::DEFAULT_TRANSFERS),
+    );
     let state = Arc::new(State {
         peer: peer.clone(),
         settings: settings.clone(),
@@ -332,6 +343,7 @@ async fn daemon(settings: Settings) -> Result<(), DaemonError> {
         metrics: metrics_addr,
         control: control_path.clone(),
         bench: bench.as_ref().and_then(|(l, _, _)| l.local_addr().ok()),
+        transfers: transfers.clone(),
     });
     tasks.push(tokio::spawn(control::serve(listener, state, max_clients)));
     let roles: Vec<&str> = settings.roles.iter().map(|r| r.as_str()).collect();
@@ -389,6 +401,8 @@ async fn daemon(settings: Settings) -> Result<(), DaemonError> {
     for t in &tasks {
         t.abort();
     }
+    transfers.stop_all();
+    drop(transfers);
     // An edge ends its rendezvous lease politely first (the rendezvous
     // releases the lease and its SRDI entries at once).
     if let Some(h) = peer.rendezvous().filter(|h| !h.status().is_rendezvous) {
@@ -564,6 +578,13 @@ impl control::Handler for State {
         let p = &self.peer;
         match req {
             Request::Status => Ok(self.status()),
+            Request::Serve {
+                path,
+                expires_s,
+                once,
+            } => self.transfers.serve(path, expires_s, once).await,
+            Request::ServeStop { ticket } => self.transfers.stop(&ticket),
+            Request::Transfers => Ok(self.transfers.list()),
             Request::Peers => {
                 let connected: Vec<_> = p
                     .connections()
@@ -762,6 +783,7 @@ impl State {
             "groups": p.groups().joined().len(),
             "rendezvous": rdv,
             "relay": relay,
+            "transfers": self.transfers.list(),
             "counters": {
                 "bytes_in": ld(&s.bytes_in),
                 "bytes_out": ld(&s.bytes_out),

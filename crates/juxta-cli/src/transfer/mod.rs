@@ -10,7 +10,8 @@
 //!   file transfer over a JXTA socket named by a ticket ([`send`],
 //!   [`receive`], [`ticket`], [`wire`]).
 //!
-//! See docs/cli-transfer.md.
+//! `juxta send` uses the daemon (`juxta peer`) when one runs for the home
+//! in use; see docs/cli-transfer.md.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -156,6 +157,26 @@ pub enum TransferError {
         /// Bytes expected.
         want: u64,
     },
+    /// The ticket's expiry has passed (checked before dialling).
+    #[error("the ticket expired at {at} ({ago} ago); ask the sender for a new one")]
+    Expired {
+        /// When it expired (UTC).
+        at: String,
+        /// How long ago.
+        ago: String,
+    },
+    /// The ticket expired before any receiver fetched everything.
+    #[error("the ticket expired at {0} before a receiver fetched everything")]
+    ExpiredUnfetched(String),
+    /// The sender's peer answered, but no longer serves the ticket's pipe.
+    #[error("the sender no longer serves this ticket (it expired, was stopped, or its juxta send ended): {0}")]
+    NotServed(juxta::socket::SocketError),
+    /// The daemon's control socket.
+    #[error(transparent)]
+    Control(#[from] crate::daemon::control::SocketError),
+    /// The daemon refused a request.
+    #[error("the daemon refused: {0}")]
+    Daemon(crate::daemon::control::ControlError),
     /// A message too large for a pipe.
     #[error("{0}: {1} bytes is more than a pipe message may carry ({2}); use juxta send")]
     TooLarge(PathBuf, u64, u64),

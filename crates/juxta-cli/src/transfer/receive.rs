@@ -7,6 +7,14 @@
 //! is renamed into place only after its hash checks. Paths from the header
 //! are checked ([`wire::check_path`]: relative, no `..`) and so is the disk
 //! ([`wire::check_on_disk`]: no symbolic link on the way).
+//!
+//! Durability: a verified file is fsynced before its rename, and its
+//! directory after it ([`commit_file`]), so a crash leaves either the
+//! partial file or the complete one, never a final name over data that
+//! had not reached the disk.
+//!
+//! An expired ticket is refused before anything starts. `receive` always
+//! runs a peer of its own, daemon or not (see docs/cli-transfer.md).
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -18,9 +26,10 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::send::{socket_config, CHUNK};
-use super::ticket::Ticket;
+use super::ticket::{unix_now, Ticket};
 use super::wire::{self, FileEntry};
 use super::{connect_any, PeerOpts, TransferError};
+use juxta::socket::SocketError;
 
 /// Directory (inside the target) that holds partial files.
 pub const PARTIAL_DIR: &str = ".juxta-partial";
@@ -63,9 +72,22 @@ fn part_name(e: &FileEntry) -> String {
     format!("{}.part", hex(&h.finalize()[..16]))
 }
 
+/// Refuses a ticket whose expiry has passed at `now` (a version 1 ticket
+/// has none: the sender decides).
+pub fn check_expiry(t: &Ticket, now: u64) -> Result<(), TransferError> {
+    match t.expires {
+        Some(e) if t.expired_at(now) => Err(TransferError::Expired {
+            at: super::send::utc(e),
+            ago: humantime::format_duration(std::time::Duration::from_secs(now - e)).to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// `juxta receive`.
 pub async fn main(a: ReceiveArgs) -> Result<(), TransferError> {
     let t = Ticket::parse(&a.ticket)?;
+    check_expiry(&t, unix_now())?;
     let timeout = a.peer.timeout()?;
     std::fs::create_dir_all(&a.dir)
         .map_err(TransferError::io(format!("creating {}", a.dir.display())))?;
@@ -88,7 +110,13 @@ pub async fn main(a: ReceiveArgs) -> Result<(), TransferError> {
     let adv = PipeAdvertisement::new(t.pipe, PipeType::Unicast);
     let mut cfg = socket_config();
     cfg.connect_timeout = timeout;
-    let mut s = JxtaSocket::connect(&peer.pipes(), &adv, t.peer, cfg).await?;
+    let mut s = match JxtaSocket::connect(&peer.pipes(), &adv, t.peer, cfg).await {
+        Ok(s) => s,
+        Err(e @ SocketError::Bind(juxta::pipe::PipeError::NotFound(_))) => {
+            return Err(TransferError::NotServed(e))
+        }
+        Err(e) => return Err(e.into()),
+    };
     wire::write_hello(&mut s).await?;
     let entries = tokio::time::timeout(timeout, wire::read_header(&mut s))
         .await
@@ -264,9 +292,64 @@ fn plan(root: &Path, entries: Vec<FileEntry>) -> Result<Vec<Plan>, TransferError
     Ok(out)
 }
 
+/// Puts a verified partial file (`f`, open on `part`) in place at
+/// `root/rel`: fsyncs the file, creates the directories on the way (each
+/// new one fsynced into its parent), checks again that nothing on the way
+/// is a symbolic link and that the final name is free, renames, and
+/// fsyncs the directory that now holds it. Until the rename the data only
+/// has the partial name, so a crash never leaves an incomplete file under
+/// the final one.
+pub fn commit_file(
+    f: std::fs::File,
+    part: &Path,
+    root: &Path,
+    rel: &Path,
+) -> Result<(), TransferError> {
+    let dest = root.join(rel);
+    f.sync_all()
+        .map_err(TransferError::io(format!("syncing {}", part.display())))?;
+    drop(f);
+    let parent = dest.parent().unwrap_or(root);
+    // Directories created now must reach the disk too: fsync each new one's
+    // parent, from the top down.
+    let mut missing: Vec<&Path> = parent
+        .ancestors()
+        .take_while(|d| *d != root && std::fs::symlink_metadata(d).is_err())
+        .collect();
+    missing.reverse();
+    std::fs::create_dir_all(parent)
+        .map_err(TransferError::io(format!("creating {}", parent.display())))?;
+    for d in &missing {
+        sync_dir(d.parent().unwrap_or(root))?;
+    }
+    // Checked again right before the rename: nothing on the way may have
+    // become a symbolic link meanwhile.
+    let rel_s = rel.to_string_lossy().into_owned();
+    wire::check_on_disk(root, rel).map_err(|why| wire::WireError::Path { path: rel_s, why })?;
+    if std::fs::symlink_metadata(&dest).is_ok() {
+        return Err(TransferError::Exists(dest));
+    }
+    std::fs::rename(part, &dest).map_err(TransferError::io(format!(
+        "renaming into {}",
+        dest.display()
+    )))?;
+    sync_dir(parent)
+}
+
+/// fsyncs a directory (its entries: a rename or a new file in it).
+fn sync_dir(d: &Path) -> Result<(), TransferError> {
+    std::fs::File::open(d)
+        .and_then(|f| f.sync_all())
+        .map_err(TransferError::io(format!(
+            "syncing directory {}",
+            d.display()
+        )))
+}
+
 /// Writes the incoming bytes into the partial files in order, hashing
 /// each whole file (the resumed prefix first); renames a file into place
-/// once its hash checks. Returns the number of files in place.
+/// once its hash checks ([`commit_file`]). Returns the number of files in
+/// place.
 fn write_files(
     plans: Vec<Plan>,
     rx: std::sync::mpsc::Receiver<Vec<u8>>,
@@ -331,35 +414,69 @@ fn write_files(
         }
         f.flush()
             .map_err(TransferError::io(format!("writing {}", p.part.display())))?;
-        drop(f);
         if <[u8; 32]>::from(h.finalize()) != p.entry.sha256 {
+            drop(f);
             let _ = std::fs::remove_file(&p.part);
             return Err(TransferError::HashMismatch(p.entry.path.clone()));
         }
-        if let Some(parent) = p.dest.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(TransferError::io(format!("creating {}", parent.display())))?;
-        }
-        // Checked again right before the rename: nothing on the way may
-        // have become a symbolic link meanwhile.
         let root_rel = p.entry.path.clone();
         let root = p
             .dest
             .ancestors()
             .nth(Path::new(&root_rel).components().count())
             .expect("root");
-        wire::check_on_disk(root, Path::new(&root_rel)).map_err(|why| wire::WireError::Path {
-            path: root_rel.clone(),
-            why,
-        })?;
-        if std::fs::symlink_metadata(&p.dest).is_ok() {
-            return Err(TransferError::Exists(p.dest));
-        }
-        std::fs::rename(&p.part, &p.dest).map_err(TransferError::io(format!(
-            "renaming into {}",
-            p.dest.display()
-        )))?;
+        commit_file(f, &p.part, root, Path::new(&root_rel))?;
         n += 1;
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_syncs_and_renames_into_new_directories() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let partial = root.join(PARTIAL_DIR);
+        std::fs::create_dir_all(&partial).unwrap();
+        let part = partial.join("x.part");
+        std::fs::write(&part, b"all of it").unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&part)
+            .unwrap();
+        commit_file(f, &part, root, Path::new("a/b/c.txt")).unwrap();
+        assert_eq!(std::fs::read(root.join("a/b/c.txt")).unwrap(), b"all of it");
+        assert!(!part.exists(), "the partial name is gone after the rename");
+        // A second commit to the same name is refused: nothing overwritten.
+        std::fs::write(&part, b"other").unwrap();
+        let f = std::fs::File::open(&part).unwrap();
+        assert!(matches!(
+            commit_file(f, &part, root, Path::new("a/b/c.txt")),
+            Err(TransferError::Exists(_))
+        ));
+        assert_eq!(std::fs::read(root.join("a/b/c.txt")).unwrap(), b"all of it");
+        assert!(part.exists(), "a refused commit keeps the partial");
+    }
+
+    #[test]
+    fn expired_tickets_are_refused_before_dialling() {
+        let t = Ticket {
+            peer: juxta::proto::id::PeerId::from_public_key_spki(b"k"),
+            pipe: juxta::proto::id::PipeId::new_random(),
+            addrs: vec!["127.0.0.1:1".parse().unwrap()],
+            expires: Some(1000),
+        };
+        assert!(check_expiry(&t, 999).is_ok());
+        let e = check_expiry(&t, 1090).unwrap_err().to_string();
+        assert!(
+            e.contains("expired at 1970-01-01T00:16:40Z (1m 30s ago)"),
+            "{e}"
+        );
+        let old = Ticket { expires: None, ..t };
+        assert!(check_expiry(&old, u64::MAX).is_ok());
+    }
 }

@@ -2,12 +2,14 @@
 //! sender's peer ID, its addresses and the pipe of its server socket) as
 //! one short copy-pasteable string.
 //!
-//! Encoding (version 1): `jx1` followed by unpadded URL-safe base64 of
+//! Encoding: `jx1` followed by unpadded URL-safe base64 of
 //!
 //! ```text
-//! u8  version (1)
+//! u8  version (2; 1 for tickets of older juxta versions)
 //! 16  the peer ID's UUID (a cbid peer ID in the World group)
 //! 16  the pipe ID's UUID (a cbid pipe ID in the Net group)
+//! u64 version 2 only: expiry, seconds since 1970-01-01 UTC (big-endian,
+//!     at most [`MAX_EXPIRES`], the end of year 9999)
 //! u8  address count (1..=16), then per address:
 //!     u8 4 + 4 bytes + u16 port, or u8 6 + 16 bytes + u16 port
 //! 4   the first 4 bytes of SHA-256 over everything before
@@ -15,7 +17,10 @@
 //!
 //! The checksum catches garbled or truncated tickets before anything is
 //! dialled. The pipe ID is random (122 bits) and never published: it works
-//! as the capability to fetch.
+//! as the capability to fetch. The expiry is checked by the receiver before
+//! dialling, as a convenience; it is not authenticated (anyone can re-encode
+//! a ticket with another expiry), so the sender enforces the expiry it
+//! issued on its own side.
 //!
 //! This file is self-contained (no `crate::` paths) so that tests can
 //! include it to build hostile senders.
@@ -34,7 +39,14 @@ pub const PREFIX: &str = "jx1";
 pub const MAX_ADDRS: usize = 16;
 /// Longest ticket text accepted (far above the 16-address maximum).
 pub const MAX_TEXT: usize = 1024;
-const VERSION: u8 = 1;
+/// The version written for a ticket with an expiry.
+pub const VERSION: u8 = 2;
+/// The version of tickets without expiry (older juxta; still read).
+pub const VERSION_NO_EXPIRY: u8 = 1;
+/// Latest expiry a ticket may carry: 9999-12-31T23:59:59Z, in seconds
+/// since the epoch (anything later is garbage, and far from overflowing
+/// [`std::time::SystemTime`]).
+pub const MAX_EXPIRES: u64 = 253_402_300_799;
 
 /// What a ticket says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +57,9 @@ pub struct Ticket {
     pub pipe: PipeId,
     /// Where the sender listens, in the order to try.
     pub addrs: Vec<SocketAddr>,
+    /// When the ticket expires, in seconds since 1970-01-01 UTC; `None`
+    /// for a version 1 ticket (no expiry).
+    pub expires: Option<u64>,
 }
 
 /// Why a ticket could not be read or written.
@@ -67,7 +82,7 @@ pub enum TicketError {
     #[error("ticket is garbled ({0})")]
     Malformed(&'static str),
     /// A ticket of a newer format.
-    #[error("ticket version {0} is not supported (this juxta reads version {VERSION})")]
+    #[error("ticket version {0} is not supported (this juxta reads versions {VERSION_NO_EXPIRY} and {VERSION})")]
     Version(u8),
     /// An ID a ticket cannot carry.
     #[error("{0} cannot be put in a ticket (not a cbid ID of the usual group)")]
@@ -75,6 +90,9 @@ pub enum TicketError {
     /// No address, or too many.
     #[error("a ticket carries 1 to {MAX_ADDRS} addresses, not {0}")]
     AddrCount(usize),
+    /// An expiry beyond [`MAX_EXPIRES`].
+    #[error("ticket is garbled (expiry {0} is past the year 9999)")]
+    Expiry(u64),
 }
 
 fn uuid_of(id: &JxtaId, group: &[u8; 16], ty: IdType) -> Result<[u8; 16], TicketError> {
@@ -101,18 +119,30 @@ fn uuid_of(id: &JxtaId, group: &[u8; 16], ty: IdType) -> Result<[u8; 16], Ticket
 impl Ticket {
     /// The ticket as text.
     ///
+    /// Version 2 with an expiry, version 1 without.
+    ///
     /// ```ignore
-    /// let t = Ticket { peer, pipe, addrs: vec!["127.0.0.1:9701".parse()?] };
+    /// let t = Ticket { peer, pipe, addrs: vec!["127.0.0.1:9701".parse()?], expires: Some(1_900_000_000) };
     /// assert_eq!(Ticket::parse(&t.encode()?)?, t);
     /// ```
     pub fn encode(&self) -> Result<String, TicketError> {
         if self.addrs.is_empty() || self.addrs.len() > MAX_ADDRS {
             return Err(TicketError::AddrCount(self.addrs.len()));
         }
-        let mut b = Vec::with_capacity(64);
-        b.push(VERSION);
+        let mut b = Vec::with_capacity(72);
+        b.push(if self.expires.is_some() {
+            VERSION
+        } else {
+            VERSION_NO_EXPIRY
+        });
         b.extend_from_slice(&uuid_of(self.peer.id(), &WORLD, IdType::Peer)?);
         b.extend_from_slice(&uuid_of(self.pipe.id(), &NET, IdType::Pipe)?);
+        if let Some(e) = self.expires {
+            if e > MAX_EXPIRES {
+                return Err(TicketError::Expiry(e));
+            }
+            b.extend_from_slice(&e.to_be_bytes());
+        }
         b.push(self.addrs.len() as u8);
         for a in &self.addrs {
             match a.ip() {
@@ -154,11 +184,22 @@ impl Ticket {
         }
         let mut r = Reader(data);
         let v = r.u8()?;
-        if v != VERSION {
+        if v != VERSION && v != VERSION_NO_EXPIRY {
             return Err(TicketError::Version(v));
         }
         let peer = r.array16()?;
         let pipe = r.array16()?;
+        let expires = if v == VERSION {
+            let mut e = [0u8; 8];
+            e.copy_from_slice(r.take(8)?);
+            let e = u64::from_be_bytes(e);
+            if e > MAX_EXPIRES {
+                return Err(TicketError::Expiry(e));
+            }
+            Some(e)
+        } else {
+            None
+        };
         let n = r.u8()? as usize;
         if n == 0 || n > MAX_ADDRS {
             return Err(TicketError::AddrCount(n));
@@ -189,8 +230,27 @@ impl Ticket {
         .map_err(|_| TicketError::Malformed("peer ID"))?;
         let pipe = PipeId::try_from(JxtaId::from_parts(IdFormat::Cbid, NET, pipe, IdType::Pipe))
             .map_err(|_| TicketError::Malformed("pipe ID"))?;
-        Ok(Ticket { peer, pipe, addrs })
+        Ok(Ticket {
+            peer,
+            pipe,
+            addrs,
+            expires,
+        })
     }
+
+    /// Whether the ticket has expired at `now` (seconds since the epoch);
+    /// a ticket without expiry never has.
+    pub fn expired_at(&self, now: u64) -> bool {
+        self.expires.is_some_and(|e| now >= e)
+    }
+}
+
+/// Seconds since 1970-01-01 UTC now (0 for a clock before 1970).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -227,6 +287,96 @@ mod tests {
                 "127.0.0.1:9701".parse().unwrap(),
                 "[::1]:40000".parse().unwrap(),
             ],
+            expires: Some(1_900_000_000),
+        }
+    }
+
+    /// A ticket's bytes with a fresh checksum (what an attacker can make).
+    fn forge(data: &[u8]) -> String {
+        let mut b = data.to_vec();
+        let sum = Sha256::digest(&b);
+        b.extend_from_slice(&sum[..4]);
+        format!(
+            "{PREFIX}{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&b)
+        )
+    }
+
+    fn raw(s: &str) -> Vec<u8> {
+        let b = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(&s[PREFIX.len()..])
+            .unwrap();
+        b[..b.len() - 4].to_vec()
+    }
+
+    #[test]
+    fn expiry_round_trip_and_bounds() {
+        let t = sample();
+        assert!(!t.expired_at(1_899_999_999));
+        assert!(t.expired_at(1_900_000_000));
+        assert!(t.expired_at(u64::MAX));
+        // Version 1 (no expiry) still reads, and never expires.
+        let old = Ticket {
+            expires: None,
+            ..sample()
+        };
+        let s = old.encode().unwrap();
+        assert_eq!(raw(&s)[0], VERSION_NO_EXPIRY);
+        assert_eq!(Ticket::parse(&s).unwrap(), old);
+        assert!(!old.expired_at(u64::MAX));
+        // Absurd expiries: refused when writing and when reading.
+        let far = Ticket {
+            expires: Some(MAX_EXPIRES + 1),
+            ..sample()
+        };
+        assert_eq!(
+            far.encode().unwrap_err(),
+            TicketError::Expiry(MAX_EXPIRES + 1)
+        );
+        let mut b = raw(&t.encode().unwrap());
+        b[33..41].copy_from_slice(&u64::MAX.to_be_bytes());
+        assert_eq!(
+            Ticket::parse(&forge(&b)).unwrap_err(),
+            TicketError::Expiry(u64::MAX)
+        );
+        b[33..41].copy_from_slice(&MAX_EXPIRES.to_be_bytes());
+        assert_eq!(
+            Ticket::parse(&forge(&b)).unwrap().expires,
+            Some(MAX_EXPIRES)
+        );
+        b[33..41].copy_from_slice(&0u64.to_be_bytes());
+        assert!(Ticket::parse(&forge(&b)).unwrap().expired_at(unix_now()));
+        // A version 2 ticket cut inside its expiry, an unknown version.
+        assert_eq!(
+            Ticket::parse(&forge(&b[..37])).unwrap_err(),
+            TicketError::Malformed("too short")
+        );
+        b[0] = 3;
+        assert_eq!(
+            Ticket::parse(&forge(&b)).unwrap_err(),
+            TicketError::Version(3)
+        );
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        use rand::{Rng, RngCore, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(15);
+        let good = raw(&sample().encode().unwrap());
+        for i in 0..20_000 {
+            let mut b = if i % 2 == 0 {
+                good.clone()
+            } else {
+                let mut v = vec![0u8; rng.gen_range(0..120)];
+                rng.fill_bytes(&mut v);
+                v
+            };
+            if !b.is_empty() {
+                let k = rng.gen_range(0..b.len());
+                b[k] = rng.gen();
+                b.truncate(rng.gen_range(0..=b.len()));
+            }
+            let _ = Ticket::parse(&forge(&b));
         }
     }
 

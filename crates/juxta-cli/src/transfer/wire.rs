@@ -13,6 +13,10 @@
 //! receiver -> sender   u8 status (0: all files verified and in place)
 //! ```
 //!
+//! Instead of its header, a sender that will not serve writes
+//! `"JXTR" u8 reason` ([`REFUSED`], [`Refusal`]: the ticket expired, too
+//! many receivers at once) and closes.
+//!
 //! All integers are big-endian. Every length a peer sends is bounded
 //! before anything is allocated ([`MAX_PATH`], [`MAX_FILES`],
 //! [`MAX_HEADER`]), sizes are summed with checked arithmetic, and paths are
@@ -29,6 +33,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 pub const MAGIC: &[u8; 4] = b"JXTF";
 /// Protocol version.
 pub const VERSION: u8 = 1;
+/// What a sender that refuses writes instead of its header's magic.
+pub const REFUSED: &[u8; 4] = b"JXTR";
 /// Longest path, in bytes.
 pub const MAX_PATH: usize = 4096;
 /// Most files in one transfer.
@@ -53,9 +59,46 @@ pub struct FileEntry {
     pub sha256: [u8; 32],
 }
 
+/// Why a sender refused a receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The ticket's expiry has passed (by the sender's clock).
+    #[error("the ticket has expired; ask the sender for a new one")]
+    Expired,
+    /// The sender serves as many receivers as it allows.
+    #[error("the sender serves as many receivers as it allows; try again later")]
+    Busy,
+    /// A reason this version does not know.
+    #[error("reason {0}")]
+    Other(u8),
+}
+
+impl Refusal {
+    /// The reason's byte.
+    pub fn code(self) -> u8 {
+        match self {
+            Refusal::Expired => 1,
+            Refusal::Busy => 2,
+            Refusal::Other(c) => c,
+        }
+    }
+
+    /// The reason of a byte.
+    pub fn from_code(c: u8) -> Refusal {
+        match c {
+            1 => Refusal::Expired,
+            2 => Refusal::Busy,
+            c => Refusal::Other(c),
+        }
+    }
+}
+
 /// Protocol errors.
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
+    /// The sender refused to serve.
+    #[error("the sender refused: {0}")]
+    Refused(Refusal),
     /// The socket failed.
     #[error("connection: {0}")]
     Io(#[from] std::io::Error),
@@ -187,6 +230,9 @@ pub async fn write_hello<W: AsyncWrite + Unpin>(w: &mut W) -> Result<(), WireErr
 async fn read_magic<R: AsyncRead + Unpin>(r: &mut R) -> Result<(), WireError> {
     let mut m = [0u8; 5];
     r.read_exact(&mut m).await?;
+    if &m[..4] == REFUSED {
+        return Err(WireError::Refused(Refusal::from_code(m[4])));
+    }
     if &m[..4] != MAGIC {
         return Err(WireError::Magic);
     }
@@ -199,6 +245,17 @@ async fn read_magic<R: AsyncRead + Unpin>(r: &mut R) -> Result<(), WireError> {
 /// Reads the hello (sender).
 pub async fn read_hello<R: AsyncRead + Unpin>(r: &mut R) -> Result<(), WireError> {
     read_magic(r).await
+}
+
+/// Writes a refusal (sender), instead of the header.
+pub async fn write_refusal<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    why: Refusal,
+) -> Result<(), WireError> {
+    w.write_all(REFUSED).await?;
+    w.write_all(&[why.code()]).await?;
+    w.flush().await?;
+    Ok(())
 }
 
 /// Encodes a header (without validating it: a test's hostile sender uses
@@ -405,6 +462,16 @@ mod tests {
             parse_header(&(MAX_FILES as u32 + 1).to_be_bytes()),
             Err(WireError::TooManyFiles(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_read_as_such() {
+        for why in [Refusal::Expired, Refusal::Busy, Refusal::Other(77)] {
+            let mut b = Vec::new();
+            write_refusal(&mut b, why).await.unwrap();
+            let mut r = &b[..];
+            assert!(matches!(read_header(&mut r).await, Err(WireError::Refused(w)) if w == why));
+        }
     }
 
     #[tokio::test]
