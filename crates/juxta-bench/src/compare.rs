@@ -184,6 +184,7 @@ pub fn higher_is_better(field: &str) -> Option<bool> {
         || field.contains("rss")
         || field.contains("cpu")
         || field == "cv"
+        || field == "completion_cv"
         || field.contains("spread")
     {
         return Some(false);

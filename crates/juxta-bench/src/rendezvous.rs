@@ -287,7 +287,16 @@ pub struct RendezvousOptions {
     pub exe: PathBuf,
     /// RSA key size.
     pub key_bits: usize,
+    /// Share of lookups that ask for a published advertisement, in
+    /// percent (the rest ask for names nobody published).
+    pub positive_pct: u8,
+    /// Advertisements published across the edges (names `item-0` ..),
+    /// from which the positive lookups pick (the thesis used 1,024).
+    pub query_space: usize,
 }
+
+/// Most advertisements a run may publish (`--query-space`).
+pub const MAX_QUERY_SPACE: usize = 1_000_000;
 
 impl Default for RendezvousOptions {
     /// A small budget for the default suite (a few seconds per row).
@@ -300,8 +309,18 @@ impl Default for RendezvousOptions {
             duration: Duration::from_millis(2_000),
             exe: default_exe(),
             key_bits: 1024,
+            positive_pct: 50,
+            query_space: 1024,
         }
     }
+}
+
+/// Whether lookup `k` (0, 1, ...) of a stream is positive when `pct`
+/// percent should be: exactly `pct` of every 100 consecutive lookups, spread
+/// evenly.
+pub fn is_positive(k: u64, pct: u8) -> bool {
+    let (k, pct) = (u128::from(k), u128::from(pct.min(100)));
+    (k + 1) * pct / 100 > k * pct / 100
 }
 
 /// One result row.
@@ -317,16 +336,28 @@ pub struct RendezvousRow {
     pub rendezvous: usize,
     /// Offered lookups/s.
     pub offered_qps: u32,
+    /// Share of positive lookups, %.
+    pub positive_pct: u8,
+    /// Advertisements published (the positive lookups' space).
+    pub query_space: usize,
     /// Answered lookups/s.
     pub queries_per_s: f64,
     /// Median response time.
     pub response_ms_p50: f64,
     /// 99th percentile response time.
     pub response_ms_p99: f64,
+    /// Mean response time (answered lookups).
+    pub response_ms_mean: f64,
+    /// Standard deviation of the response times (answered lookups).
+    pub response_ms_stddev: f64,
     /// Lookups not answered in time, %.
     pub loss_pct: f64,
-    /// Coefficient of variation of completions per 100 ms.
+    /// Coefficient of variation of the response times, as the thesis
+    /// defines it: `response_ms_stddev / response_ms_mean`.
     pub cv: f64,
+    /// Stability of the answer rate: coefficient of variation of the
+    /// number of lookups completed per 100 ms (what `cv` meant before).
+    pub completion_cv: f64,
     /// CPU of all rendezvous processes, % of one core.
     pub rdv_cpu_pct: f64,
     /// RSS of all rendezvous processes, MB.
@@ -350,6 +381,18 @@ pub async fn run(
         what: "creating edge homes".into(),
         source,
     })?;
+    if opts.positive_pct > 100 {
+        return Err(BenchError::BadOption(format!(
+            "--positive-pct {} (0 to 100)",
+            opts.positive_pct
+        )));
+    }
+    if opts.query_space == 0 || opts.query_space > MAX_QUERY_SPACE {
+        return Err(BenchError::BadOption(format!(
+            "--query-space {} (1 to {MAX_QUERY_SPACE} advertisements)",
+            opts.query_space
+        )));
+    }
     let mut rows = Vec::new();
     for model in &opts.models {
         parse_model(model)?;
@@ -380,13 +423,14 @@ pub async fn run(
                 let seeds: Vec<SocketAddr> = rdvs.iter().map(|r| r.addr).collect();
                 let edges = start_edges(homes.path(), ne.max(1), &seeds, opts.key_bits).await?;
                 wait_all_leased(&edges, Duration::from_secs(30)).await?;
-                for (i, e) in edges.iter().enumerate() {
-                    if let Some(h) = e.rendezvous() {
+                // The query space, spread round-robin over the edges.
+                for j in 0..opts.query_space {
+                    if let Some(h) = edges[j % edges.len()].rendezvous() {
                         let _ = h
                             .srdi_publish(
                                 "Adv",
                                 "Name",
-                                &format!("item-{i}"),
+                                &format!("item-{j}"),
                                 Duration::from_secs(3600),
                             )
                             .await;
@@ -394,7 +438,7 @@ pub async fn run(
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 for &rate in &opts.rates {
-                    let row = measure(model, &rdvs, &edges, rate, opts.duration).await;
+                    let row = measure(model, &rdvs, &edges, rate, opts).await;
                     progress(&format!(
                         "rendezvous model={model} edges={ne} rendezvous={nr} offered={rate}/s: {:.0} q/s p50 {:.2} ms p99 {:.2} ms loss {:.2}% cpu {:.0}%",
                         row.queries_per_s, row.response_ms_p50, row.response_ms_p99, row.loss_pct, row.rdv_cpu_pct
@@ -416,8 +460,10 @@ async fn measure(
     rdvs: &[RdvProcess],
     edges: &[Peer],
     rate: u32,
-    duration: Duration,
+    opts: &RendezvousOptions,
 ) -> RendezvousRow {
+    let duration = opts.duration;
+    let (positive_pct, space) = (opts.positive_pct, opts.query_space.max(1));
     let n = edges.len();
     let samples = Arc::new(Mutex::new(Samples::default()));
     let cpu0: f64 = rdvs.iter().filter_map(|r| r.usage()).map(|u| u.0).sum();
@@ -438,13 +484,15 @@ async fn measure(
             let mut tasks = Vec::new();
             while start.elapsed() < duration {
                 tick.tick().await;
-                k += 1;
-                // Half positive (another edge's item), half negative.
-                let value = if k.is_multiple_of(2) {
-                    format!("item-{}", (i + k) % n)
+                // `positive_pct` % ask for a published item (spread over
+                // the query space, each edge from its own offset), the
+                // rest for a name nobody published.
+                let value = if is_positive(k as u64, positive_pct) {
+                    format!("item-{}", (i.wrapping_mul(7919) + k) % space)
                 } else {
                     format!("none-{i}-{k}")
                 };
+                k += 1;
                 samples.lock().expect("samples").issued += 1;
                 if in_flight.load(std::sync::atomic::Ordering::Relaxed) >= MAX_IN_FLIGHT_PER_EDGE {
                     samples.lock().expect("samples").lost += 1;
@@ -491,12 +539,15 @@ async fn measure(
     }
     let mean = per_bin.iter().sum::<f64>() / bins as f64;
     let var = per_bin.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / bins as f64;
+    let (rt_mean, rt_stddev) = mean_stddev(&s.latencies_ms);
     RendezvousRow {
         scenario: "rendezvous",
         model: model.to_string(),
         edges: n,
         rendezvous: rdvs.len(),
         offered_qps: rate,
+        positive_pct,
+        query_space: space,
         queries_per_s: answered as f64 / elapsed.max(measured),
         response_ms_p50: crate::util::percentile(&s.latencies_ms, 0.5),
         response_ms_p99: crate::util::percentile(&s.latencies_ms, 0.99),
@@ -505,8 +556,52 @@ async fn measure(
         } else {
             s.lost as f64 * 100.0 / s.issued as f64
         },
-        cv: if mean > 0.0 { var.sqrt() / mean } else { 0.0 },
+        response_ms_mean: rt_mean,
+        response_ms_stddev: rt_stddev,
+        cv: if rt_mean > 0.0 {
+            rt_stddev / rt_mean
+        } else {
+            0.0
+        },
+        completion_cv: if mean > 0.0 { var.sqrt() / mean } else { 0.0 },
         rdv_cpu_pct: (cpu1 - cpu0) * 100.0 / elapsed.max(1e-9),
         rdv_rss_mb: rss,
+    }
+}
+
+/// Mean and (population) standard deviation; zeros for no samples.
+fn mean_stddev(xs: &[f64]) -> (f64, f64) {
+    if xs.is_empty() {
+        return (0.0, 0.0);
+    }
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+    (mean, var.sqrt())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positive_share_is_exact_and_spread() {
+        for pct in [0u8, 1, 25, 50, 90, 100] {
+            let hits = (0..1000).filter(|&k| is_positive(k, pct)).count();
+            assert_eq!(hits, usize::from(pct) * 10, "pct {pct}");
+        }
+        // 50 %: every other lookup, not 50 in a row.
+        let first: Vec<bool> = (0..4).map(|k| is_positive(k, 50)).collect();
+        assert_eq!(first, [false, true, false, true]);
+        // Out-of-range shares are capped, never overflow.
+        assert!(is_positive(u64::MAX, 255));
+        assert!(!is_positive(u64::MAX, 0));
+    }
+
+    #[test]
+    fn response_time_cv_is_stddev_over_mean() {
+        let (m, sd) = mean_stddev(&[1.0, 3.0]);
+        assert_eq!((m, sd), (2.0, 1.0));
+        assert_eq!(mean_stddev(&[]), (0.0, 0.0));
     }
 }

@@ -579,6 +579,14 @@ struct RendezvousArgs {
     /// Measured time per configuration.
     #[arg(long, default_value_t = 3000)]
     duration_ms: u64,
+    /// Share of lookups for a published advertisement, % (the rest ask
+    /// for names nobody published).
+    #[arg(long, default_value_t = 50)]
+    positive_pct: u8,
+    /// Advertisements published across the edges; positive lookups pick
+    /// from them (the thesis: 1,024).
+    #[arg(long, default_value_t = 1024)]
+    query_space: usize,
     /// Write {"results": [...]} here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -1673,6 +1681,8 @@ fn run_rendezvous(a: RendezvousArgs) -> Result<(), CliError> {
         rendezvous: parse_counts(&a.rendezvous, "rendezvous")?,
         rates,
         duration: std::time::Duration::from_millis(a.duration_ms.max(100)),
+        positive_pct: a.positive_pct,
+        query_space: a.query_space,
         ..Default::default()
     };
     let rows =
