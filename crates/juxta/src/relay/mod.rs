@@ -593,6 +593,64 @@ async fn drain_queue(
     }
 }
 
+/// The connection `edge`'s messages are sent on (its lease connection).
+pub(crate) fn edge_conn(s: &ServerRuntime, edge: &PeerId) -> Option<Arc<Connection>> {
+    s.edges
+        .lock()
+        .expect("relay lock")
+        .get(edge)
+        .map(|x| x.conn.clone())
+}
+
+/// What [`pass_through`] did with a message.
+pub(crate) enum Passed {
+    /// Written (or, the part the socket did not take, handed to a task).
+    Sent,
+    /// Not sent: spool it.
+    Back(Message),
+    /// The edge's connection failed: the message is lost (the caller
+    /// counts it).
+    Failed,
+}
+
+/// Sends a routed message for the leased `edge` straight from the
+/// caller's task (the sender's reader: no queue, no task switch) when
+/// nothing is queued for the edge, nobody else is sending its queue and
+/// its connection's writer is free; otherwise hands it back for the
+/// bounded queue. `len` is its payload length, `to` the wire address.
+pub(crate) fn pass_through(
+    inner: &Arc<Inner>,
+    s: &ServerRuntime,
+    edge: &PeerId,
+    len: usize,
+    to: &juxta_proto::endpoint::ServiceAddress,
+    msg: Message,
+) -> Passed {
+    let Some(slot) = s.edges.lock().expect("relay lock").get(edge).cloned() else {
+        return Passed::Back(msg);
+    };
+    // Holding the drain lock: no older message of this edge is being sent.
+    let Ok(_g) = slot.drain.try_lock() else {
+        return Passed::Back(msg);
+    };
+    let now = inner.router.now_ms();
+    let can = s.state.lock().expect("relay lock").can_pass(edge, len, now);
+    if can != Some(slot.conn.id) {
+        return Passed::Back(msg);
+    }
+    match crate::Messenger::new(slot.conn.clone(), inner.clone()).try_send_raw(to, msg) {
+        Ok(Ok(_)) => {
+            s.state.lock().expect("relay lock").count_passed(len);
+            Passed::Sent
+        }
+        Ok(Err(back)) => Passed::Back(back),
+        Err(e) => {
+            tracing::debug!(%edge, error = %e, "relay forward failed");
+            Passed::Failed
+        }
+    }
+}
+
 /// After a message was queued for `edge`: sends the queue at once, on
 /// this task, as far as the edge's connection takes it without waiting (no
 /// task switch on the relay's data path, and a slow edge never blocks this
