@@ -417,6 +417,26 @@ pub fn rewrite(message: &mut Message, h: &Header, compact_next: bool) {
     message.push(e);
 }
 
+/// Turns a compact router header in `message` (if any) back into JXSE's
+/// XML ERM, for a connection that does not send compact framing (a
+/// message spooled while its edge was reached over a compact connection
+/// that has since been replaced). A header that does not parse is
+/// removed, and the error returned.
+pub fn compact_to_xml(message: &mut Message) -> Result<(), CompactRouterError> {
+    let Some(c) = message.get(NS_JUXTA, ELEM_COMPACT_ERM) else {
+        return Ok(());
+    };
+    let parsed = CompactRouterHeader::parse(&c.data);
+    message.remove_all(NS_JUXTA, ELEM_COMPACT_ERM);
+    let h = parsed?;
+    message.push(Element::xml(
+        NS_JXTA,
+        ELEM_ERM,
+        h.to_router_header().to_xml(),
+    ));
+    Ok(())
+}
+
 /// The header of a message `local` originates for `dest`'s
 /// `service`/`param`, to go through `forward` after the first hop.
 pub fn originate(
@@ -721,6 +741,25 @@ mod tests {
             super::super::ServiceAddress::new("PipeService", Some("urn:x"))
         );
         assert_eq!(local.elements.len(), 1);
+    }
+
+    #[test]
+    fn compact_header_turns_back_into_xml() {
+        let (a, b) = (p(10), p(2));
+        let h = CompactRouterHeader::originate(&a, &b, "S", Some("q"), &[]);
+        let mut m = compact_msg(&h, None);
+        compact_to_xml(&mut m).unwrap();
+        assert!(m.get(NS_JUXTA, ELEM_COMPACT_ERM).is_none());
+        let mut v = FingerprintVerifier::new(4);
+        let i = inspect(&b, &a, &m, &mut v, 8, false).unwrap();
+        assert_eq!(i.header, Header::Xml(h.to_router_header()));
+        // Nothing to do without a compact header; garbage is removed.
+        let before = m.clone();
+        compact_to_xml(&mut m).unwrap();
+        assert_eq!(m, before);
+        let mut g = Message::new().with(Element::bytes(NS_JUXTA, ELEM_COMPACT_ERM, &b"\x02"[..]));
+        assert!(compact_to_xml(&mut g).is_err());
+        assert!(g.get(NS_JUXTA, ELEM_COMPACT_ERM).is_none());
     }
 
     #[test]

@@ -584,8 +584,11 @@ async fn drain_queue(
                 .connection_closed(edge, slot.conn.id);
             return false;
         }
-        let Some(m) = item else { return true };
+        let Some(mut m) = item else { return true };
         s.space.notify_waiters();
+        if !header_fits(inner, &slot.conn, &mut m) {
+            continue;
+        }
         let msgr = crate::Messenger::new(slot.conn.clone(), inner.clone());
         if let Err(e) = msgr.send_raw(&to, m).await {
             tracing::debug!(%edge, error = %e, "relay forward failed");
@@ -651,6 +654,25 @@ pub(crate) fn pass_through(
     }
 }
 
+/// A spooled message's router header in the form `conn` may carry: the
+/// compact one only over compact framing (the edge's lease connection may
+/// have been replaced since the message was queued). `false` (logged and
+/// counted in [`crate::Stats::route_malformed`]) if the message cannot be
+/// sent: its compact header does not parse.
+fn header_fits(inner: &Inner, conn: &Connection, m: &mut Message) -> bool {
+    if conn.compact_tx.load(Ordering::Acquire) {
+        return true;
+    }
+    match juxta_proto::endpoint::forward::compact_to_xml(m) {
+        Ok(()) => true,
+        Err(e) => {
+            inner.stats.route_malformed.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(edge = %conn.remote, error = %e, "spooled message not sent");
+            false
+        }
+    }
+}
+
 /// After a message was queued for `edge`: sends the queue at once, on
 /// this task, as far as the edge's connection takes it without waiting (no
 /// task switch on the relay's data path, and a slow edge never blocks this
@@ -685,7 +707,11 @@ fn send_ready(inner: &Arc<Inner>, s: &ServerRuntime, edge: &PeerId, slot: &EdgeS
             }
             st.pop_entry(edge)
         };
-        let Some(p) = popped else { return true };
+        let Some(mut p) = popped else { return true };
+        if !header_fits(inner, &slot.conn, &mut p.item) {
+            s.space.notify_waiters();
+            continue;
+        }
         match msgr.try_send_raw(&to, p.item) {
             Ok(Ok(_)) => s.space.notify_waiters(),
             Ok(Err(item)) => {
