@@ -258,11 +258,16 @@ impl Messenger {
         use juxta_proto::endpoint::router::{ELEM_ERM, ELEM_ERM_FINGERPRINT};
         use juxta_proto::message::{Element, NS_JXTA};
         let me = self.inner.identity.peer_id();
-        if self.conn.compact_tx.load(Ordering::Acquire) {
+        let compact = self
+            .conn
+            .compact_tx
+            .load(Ordering::Acquire)
+            .then(|| CompactRouterHeader::originate(me, &v.dest, service, param, &v.forward))
+            .filter(CompactRouterHeader::is_valid);
+        if let Some(h) = compact {
             // The first hop is a Juxta peer on compact framing: the
             // binary header (it rewrites it for the next hop as that
             // hop's connection allows).
-            let h = CompactRouterHeader::originate(me, &v.dest, service, param, &v.forward);
             msg.push(Element::bytes(NS_JUXTA, ELEM_COMPACT_ERM, h.encode()));
         } else {
             let h = endpoint::forward::originate(me, &v.dest, service, param, &v.forward);

@@ -213,6 +213,22 @@ impl CompactRouterHeader {
         }
     }
 
+    /// Whether [`CompactRouterHeader::parse`] accepts this header once
+    /// encoded: service non-empty, without `/` and at most
+    /// [`MAX_SERVICE_LEN`] bytes, param at most that long, at most
+    /// [`MAX_HOPS`] hops each way. A sender uses the XML ERM otherwise.
+    pub fn is_valid(&self) -> bool {
+        !self.service.is_empty()
+            && !self.service.contains('/')
+            && self.service.len() <= MAX_SERVICE_LEN
+            && self
+                .param
+                .as_ref()
+                .is_none_or(|p| p.len() <= MAX_SERVICE_LEN)
+            && self.forward.len() <= MAX_HOPS
+            && self.reverse.len() <= MAX_HOPS
+    }
+
     /// The element bytes.
     pub fn encode(&self) -> Bytes {
         let mut b = BytesMut::with_capacity(
@@ -415,10 +431,21 @@ mod tests {
             Err(CompactRouterError::NotAPeer("Dest"))
         );
         // A service with '/' (would change meaning as an address).
+        assert!(sample().is_valid());
         let bad = CompactRouterHeader {
             service: "a/b".into(),
             ..sample()
         };
+        assert!(!bad.is_valid());
+        let long = CompactRouterHeader {
+            param: Some("p".repeat(MAX_SERVICE_LEN + 1)),
+            ..sample()
+        };
+        assert!(!long.is_valid());
+        assert!(matches!(
+            CompactRouterHeader::parse(&long.encode()),
+            Err(CompactRouterError::BadString("param"))
+        ));
         assert_eq!(
             CompactRouterHeader::parse(&bad.encode()),
             Err(CompactRouterError::BadString("service"))
