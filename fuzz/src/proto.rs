@@ -24,6 +24,7 @@ use juxta_proto::advertisement::{
 };
 use juxta_proto::discovery::peerinfo::{PeerInfoQuery, PeerInfoResponse};
 use juxta_proto::discovery::{DiscoveryQuery, DiscoveryResponse};
+use juxta_proto::endpoint::compact_router::{CompactRouterHeader, ELEM_COMPACT_ERM, NS_JUXTA};
 use juxta_proto::endpoint::forward::{inspect, FingerprintVerifier};
 use juxta_proto::endpoint::route_query::{RouteQuery, RouteResponse};
 use juxta_proto::endpoint::router::RouterHeader;
@@ -346,7 +347,11 @@ pub fn relay(data: &[u8]) {
 /// `RouteQuery::parse` (ERQ) and `RouteResponse::parse` (ERR) on the input
 /// as a document, `forward::inspect` on a message whose ERM element is the
 /// input, and the router fingerprint check on the input. Parsed documents
-/// re-encode to documents that parse equal.
+/// re-encode to documents that parse equal. The input is also a compact
+/// router header (`CompactRouterHeader::parse`, re-encoding to exactly the
+/// input; `inspect` of it on a compact link, where without a fingerprint
+/// only the link may be the source, and on a JXTA-framed link, where it is
+/// refused).
 pub fn router(data: &[u8]) {
     let n = data.len();
     if let Ok(h) = check("RouterHeader::parse", n, || RouterHeader::parse(data)) {
@@ -372,7 +377,7 @@ pub fn router(data: &[u8]) {
     ));
     let mut verifier = FingerprintVerifier::new(4);
     if let Ok(i) = check("forward::inspect", n, || {
-        inspect(&local, &link, &m, &mut verifier, 8)
+        inspect(&local, &link, &m, &mut verifier, 8, false)
     }) {
         assert_eq!(
             i.src, link,
@@ -380,6 +385,33 @@ pub fn router(data: &[u8]) {
         );
         assert_ne!(i.src, local);
     }
+    if let Ok(h) = check("CompactRouterHeader::parse", n, || {
+        CompactRouterHeader::parse(data)
+    }) {
+        assert_eq!(
+            &h.encode()[..],
+            data,
+            "a compact header re-encodes to its input"
+        );
+    }
+    let c = Message::new().with(Element::bytes(
+        NS_JUXTA,
+        ELEM_COMPACT_ERM,
+        Bytes::copy_from_slice(data),
+    ));
+    if let Ok(i) = check("forward::inspect compact", n, || {
+        inspect(&local, &link, &c, &mut verifier, 8, true)
+    }) {
+        assert_eq!(
+            i.src, link,
+            "without a fingerprint only the link may be the source"
+        );
+        assert_ne!(i.src, local);
+    }
+    assert!(
+        inspect(&local, &link, &c, &mut verifier, 8, false).is_err(),
+        "a compact header is refused on a JXTA-framed link"
+    );
     let fp = Bytes::copy_from_slice(data);
     let _ = check("FingerprintVerifier::verify", n, || verifier.verify(&fp));
 }

@@ -717,6 +717,15 @@ fn generate_proto_seeds() {
         )
     };
     put("router", "gen_erm".into(), erm.to_xml().into());
+    let mut cerm = juxta_proto::endpoint::compact_router::CompactRouterHeader::originate(
+        &pa_id,
+        &pb_id,
+        "PipeService",
+        Some("p"),
+        &[pb_id],
+    );
+    cerm.reverse.push(pb_id);
+    put("router", "gen_compact_erm".into(), cerm.encode().to_vec());
     let mut erq = RouteQuery::new(pb_id);
     erq.src_route = Some(ra.clone());
     erq.bad.push(pa_id);

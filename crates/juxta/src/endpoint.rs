@@ -252,16 +252,27 @@ impl Messenger {
         param: Option<&str>,
         msg: &mut Message,
     ) -> ServiceAddress {
+        use juxta_proto::endpoint::compact_router::{
+            CompactRouterHeader, ELEM_COMPACT_ERM, NS_JUXTA,
+        };
         use juxta_proto::endpoint::router::{ELEM_ERM, ELEM_ERM_FINGERPRINT};
         use juxta_proto::message::{Element, NS_JXTA};
-        let h = endpoint::forward::originate(
-            self.inner.identity.peer_id(),
-            &v.dest,
-            service,
-            param,
-            &v.forward,
-        );
-        msg.push(Element::xml(NS_JXTA, ELEM_ERM, h.to_xml()));
+        let me = self.inner.identity.peer_id();
+        let compact = self
+            .conn
+            .compact_tx
+            .load(Ordering::Acquire)
+            .then(|| CompactRouterHeader::originate(me, &v.dest, service, param, &v.forward))
+            .filter(CompactRouterHeader::is_valid);
+        if let Some(h) = compact {
+            // The first hop is a Juxta peer on compact framing: the
+            // binary header (it rewrites it for the next hop as that
+            // hop's connection allows).
+            msg.push(Element::bytes(NS_JUXTA, ELEM_COMPACT_ERM, h.encode()));
+        } else {
+            let h = endpoint::forward::originate(me, &v.dest, service, param, &v.forward);
+            msg.push(Element::xml(NS_JXTA, ELEM_ERM, h.to_xml()));
+        }
         msg.push(Element::bytes(
             NS_JXTA,
             ELEM_ERM_FINGERPRINT,

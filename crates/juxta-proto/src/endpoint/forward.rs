@@ -17,6 +17,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use sha2::{Digest, Sha256};
 
 use super::address::EndpointAddress;
+use super::compact_router::{CompactRouterError, CompactRouterHeader, ELEM_COMPACT_ERM, NS_JUXTA};
 use super::route_cache::check_route;
 use super::router::{Hop, RouterError, RouterHeader, ELEM_ERM, ELEM_ERM_FINGERPRINT};
 use crate::id::PeerId;
@@ -49,6 +50,14 @@ pub enum ForwardError {
     /// The ERM is malformed or oversized.
     #[error("router header: {0}")]
     Malformed(#[from] RouterError),
+    /// The compact router header is malformed or oversized.
+    #[error("compact router header: {0}")]
+    CompactMalformed(#[from] CompactRouterError),
+    /// A compact router header on a link that does not use compact
+    /// framing (only Juxta peers that agreed on it may send one), or a
+    /// message with both an XML and a compact header.
+    #[error("compact router header not allowed here ({0})")]
+    CompactNotAllowed(&'static str),
     /// The `Src` or `Dest` is not a peer address.
     #[error("router header {0} is not a jxta:// peer address")]
     NotAPeer(&'static str),
@@ -80,11 +89,60 @@ pub enum ForwardError {
     NoRoute(PeerId),
 }
 
+/// A router header in either form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Header {
+    /// JXSE's XML `EndpointRouterMsg`.
+    Xml(RouterHeader),
+    /// The compact form between Juxta peers.
+    Compact(CompactRouterHeader),
+}
+
+impl Header {
+    /// The forward hops that name a peer, in order.
+    pub fn forward_peers(&self) -> Vec<PeerId> {
+        match self {
+            Header::Xml(h) => h.forward.iter().filter_map(hop_peer).collect(),
+            Header::Compact(h) => h.forward.clone(),
+        }
+    }
+
+    /// The reverse hops that name a peer, in order.
+    pub fn reverse_peers(&self) -> Vec<PeerId> {
+        match self {
+            Header::Xml(h) => h.reverse.iter().filter_map(hop_peer).collect(),
+            Header::Compact(h) => h.reverse.clone(),
+        }
+    }
+
+    fn reverse_len(&self) -> usize {
+        match self {
+            Header::Xml(h) => h.reverse.len(),
+            Header::Compact(h) => h.reverse.len(),
+        }
+    }
+
+    fn last_peer(&self) -> Option<PeerId> {
+        match self {
+            Header::Xml(h) => h.last.peer_id(),
+            Header::Compact(h) => Some(h.last),
+        }
+    }
+
+    /// The XML form (converted from the compact one if needed).
+    pub fn to_router_header(&self) -> RouterHeader {
+        match self {
+            Header::Xml(h) => h.clone(),
+            Header::Compact(h) => h.to_router_header(),
+        }
+    }
+}
+
 /// A routed message that passed the checks.
 #[derive(Debug, Clone)]
 pub struct Inspected {
     /// The parsed header.
-    pub header: RouterHeader,
+    pub header: Header,
     /// The origin, proven.
     pub src: PeerId,
     /// The final destination.
@@ -177,37 +235,54 @@ fn hop_peer(h: &Hop) -> Option<PeerId> {
 /// Checks a routed message received from `link` by `local`: the ERM is
 /// well formed, breaks no loop rule, has been forwarded fewer than
 /// `max_hops` times, and its source is proven (see the module comment).
+/// The header is the XML ERM, or (only when `compact_link`: the link
+/// receives in compact framing, its peer a Juxta peer) the compact
+/// header `juxta:ERM`; a message carrying both is refused.
 pub fn inspect(
     local: &PeerId,
     link: &PeerId,
     message: &Message,
     verifier: &mut FingerprintVerifier,
     max_hops: usize,
+    compact_link: bool,
 ) -> Result<Inspected, ForwardError> {
-    let erm = message
-        .get(NS_JXTA, ELEM_ERM)
-        .ok_or(ForwardError::NoRouterHeader)?;
-    let header = RouterHeader::parse(&erm.data)?;
-    let src = header.src.peer_id().ok_or(ForwardError::NotAPeer("Src"))?;
-    let dest = header
-        .dest
-        .peer_id()
-        .ok_or(ForwardError::NotAPeer("Dest"))?;
+    let header = match (
+        message.get(NS_JUXTA, ELEM_COMPACT_ERM),
+        message.get(NS_JXTA, ELEM_ERM),
+    ) {
+        (Some(_), _) if !compact_link => {
+            return Err(ForwardError::CompactNotAllowed("link not compact"))
+        }
+        (Some(_), Some(_)) => return Err(ForwardError::CompactNotAllowed("two router headers")),
+        (Some(c), None) => Header::Compact(CompactRouterHeader::parse(&c.data)?),
+        (None, Some(erm)) => Header::Xml(RouterHeader::parse(&erm.data)?),
+        (None, None) => return Err(ForwardError::NoRouterHeader),
+    };
+    let (src, dest) = match &header {
+        Header::Xml(h) => (
+            h.src.peer_id().ok_or(ForwardError::NotAPeer("Src"))?,
+            h.dest.peer_id().ok_or(ForwardError::NotAPeer("Dest"))?,
+        ),
+        Header::Compact(h) => (h.src, h.dest),
+    };
     if src == *local {
         return Err(ForwardError::Loop(LoopKind::Source));
     }
-    if header.last.peer_id().as_ref() == Some(local) {
+    if header.last_peer().as_ref() == Some(local) {
         return Err(ForwardError::Loop(LoopKind::LastHop));
     }
-    if header
-        .reverse
-        .iter()
-        .any(|h| hop_peer(h).as_ref() == Some(local))
-    {
+    let in_reverse = match &header {
+        Header::Xml(h) => h
+            .reverse
+            .iter()
+            .any(|h| hop_peer(h).as_ref() == Some(local)),
+        Header::Compact(h) => h.reverse.contains(local),
+    };
+    if in_reverse {
         return Err(ForwardError::Loop(LoopKind::Reverse));
     }
-    if header.reverse.len() >= max_hops {
-        return Err(ForwardError::HopLimit(header.reverse.len()));
+    if header.reverse_len() >= max_hops {
+        return Err(ForwardError::HopLimit(header.reverse_len()));
     }
     match message.get(NS_JXTA, ELEM_ERM_FINGERPRINT) {
         Some(fp) => {
@@ -237,7 +312,7 @@ pub fn route_back(local: &PeerId, link: &PeerId, m: &Inspected) -> Option<Vec<Pe
     if m.src == *link {
         return None;
     }
-    let mut hops: Vec<PeerId> = m.header.reverse.iter().rev().filter_map(hop_peer).collect();
+    let mut hops: Vec<PeerId> = m.header.reverse_peers().into_iter().rev().collect();
     if hops.first() != Some(link) {
         hops.insert(0, *link);
     }
@@ -269,7 +344,7 @@ pub fn next_hop(
             forward: Vec::new(),
         });
     }
-    let mut fwd: Vec<PeerId> = m.header.forward.iter().filter_map(hop_peer).collect();
+    let mut fwd: Vec<PeerId> = m.header.forward_peers();
     while fwd.first() == Some(local) {
         fwd.remove(0);
     }
@@ -302,20 +377,64 @@ fn hop_of(p: &PeerId) -> Hop {
 }
 
 /// The header to send on to the next hop: `Last` becomes `local`, `local`
-/// joins the reverse hops, the forward hops are `forward`.
-pub fn forwarded_header(local: &PeerId, h: &RouterHeader, forward: &[PeerId]) -> RouterHeader {
-    let mut out = h.clone();
-    out.last = EndpointAddress::peer(local, None, None);
-    out.reverse.push(hop_of(local));
-    out.forward = forward.iter().map(hop_of).collect();
-    out
+/// joins the reverse hops, the forward hops are `forward` (same form as
+/// `h`).
+pub fn forwarded_header(local: &PeerId, h: &Header, forward: &[PeerId]) -> Header {
+    match h {
+        Header::Xml(h) => {
+            let mut out = h.clone();
+            out.last = EndpointAddress::peer(local, None, None);
+            out.reverse.push(hop_of(local));
+            out.forward = forward.iter().map(hop_of).collect();
+            Header::Xml(out)
+        }
+        Header::Compact(h) => {
+            let mut out = h.clone();
+            out.last = *local;
+            out.reverse.push(*local);
+            out.forward = forward.to_vec();
+            Header::Compact(out)
+        }
+    }
 }
 
-/// Replaces the ERM element of `message` with `h` (the fingerprint and
-/// every other element stay as they are).
-pub fn rewrite(message: &mut Message, h: &RouterHeader) {
+/// Replaces the router header of `message` with `h` (the fingerprint and
+/// every other element stay as they are): in compact form when
+/// `compact_next` (the next hop's connection sends compact framing, its
+/// peer is a Juxta peer) and `h` has one, else as JXSE's XML ERM.
+pub fn rewrite(message: &mut Message, h: &Header, compact_next: bool) {
     message.remove_all(NS_JXTA, ELEM_ERM);
-    message.push(Element::xml(NS_JXTA, ELEM_ERM, h.to_xml()));
+    message.remove_all(NS_JUXTA, ELEM_COMPACT_ERM);
+    let compact = match (h, compact_next) {
+        (_, false) => None,
+        (Header::Compact(c), true) => Some(c.encode()),
+        (Header::Xml(x), true) => CompactRouterHeader::from_router_header(x).map(|c| c.encode()),
+    };
+    let e = match compact {
+        Some(b) => Element::bytes(NS_JUXTA, ELEM_COMPACT_ERM, b),
+        None => Element::xml(NS_JXTA, ELEM_ERM, h.to_router_header().to_xml()),
+    };
+    message.push(e);
+}
+
+/// Turns a compact router header in `message` (if any) back into JXSE's
+/// XML ERM, for a connection that does not send compact framing (a
+/// message spooled while its edge was reached over a compact connection
+/// that has since been replaced). A header that does not parse is
+/// removed, and the error returned.
+pub fn compact_to_xml(message: &mut Message) -> Result<(), CompactRouterError> {
+    let Some(c) = message.get(NS_JUXTA, ELEM_COMPACT_ERM) else {
+        return Ok(());
+    };
+    let parsed = CompactRouterHeader::parse(&c.data);
+    message.remove_all(NS_JUXTA, ELEM_COMPACT_ERM);
+    let h = parsed?;
+    message.push(Element::xml(
+        NS_JXTA,
+        ELEM_ERM,
+        h.to_router_header().to_xml(),
+    ));
+    Ok(())
 }
 
 /// The header of a message `local` originates for `dest`'s
@@ -342,20 +461,16 @@ pub fn into_local(
     m: &Inspected,
 ) -> Result<(super::ServiceAddress, Message), ForwardError> {
     message.remove_all(NS_JXTA, ELEM_ERM);
+    message.remove_all(NS_JUXTA, ELEM_COMPACT_ERM);
     message.remove_all(NS_JXTA, ELEM_ERM_FINGERPRINT);
-    let service = m
-        .header
-        .dest
-        .service
-        .clone()
-        .ok_or(ForwardError::NoService)?;
-    Ok((
-        super::ServiceAddress {
-            service,
-            param: m.header.dest.param.clone(),
-        },
-        message,
-    ))
+    let (service, param) = match &m.header {
+        Header::Xml(h) => (
+            h.dest.service.clone().ok_or(ForwardError::NoService)?,
+            h.dest.param.clone(),
+        ),
+        Header::Compact(h) => (h.service.clone(), h.param.clone()),
+    };
+    Ok((super::ServiceAddress { service, param }, message))
 }
 
 #[cfg(test)]
@@ -423,20 +538,20 @@ mod tests {
         let h = originate(a, &b, "PipeService", Some("urn:x"), &[]);
         // At the relay, from a direct link with A: no fingerprint needed.
         let m0 = msg(&h, None);
-        let i = inspect(&r, a, &m0, &mut v, 8).unwrap();
+        let i = inspect(&r, a, &m0, &mut v, 8, false).unwrap();
         assert_eq!((i.src, i.dest), (*a, b));
         let nh = next_hop(&r, &i, |x| *x == b, None).unwrap();
         assert_eq!(nh.hop, b);
-        let fh = forwarded_header(&r, &i.header, &nh.forward);
+        let fh = forwarded_header(&r, &i.header, &nh.forward).to_router_header();
         // At B, from the relay: the fingerprint proves A.
         let mut m1 = msg(&fh, Some(fp.clone()));
-        let i = inspect(&b, &r, &m1, &mut v, 8).unwrap();
+        let i = inspect(&b, &r, &m1, &mut v, 8, false).unwrap();
         assert_eq!(i.src, *a);
         assert_eq!(route_back(&b, &r, &i), Some(vec![r]));
         // Without it, the same message is a spoof.
         m1.remove_all(NS_JXTA, ELEM_ERM_FINGERPRINT);
         assert_eq!(
-            inspect(&b, &r, &m1, &mut v, 8).unwrap_err(),
+            inspect(&b, &r, &m1, &mut v, 8, false).unwrap_err(),
             ForwardError::Spoofed {
                 claimed: Box::new(*a),
                 link: Box::new(r)
@@ -454,7 +569,7 @@ mod tests {
         let mut v = FingerprintVerifier::new(4);
         let h = originate(a, &p(2), "S", None, &[]);
         assert_eq!(
-            inspect(&p(2), &p(1), &msg(&h, Some(b_fp)), &mut v, 8).unwrap_err(),
+            inspect(&p(2), &p(1), &msg(&h, Some(b_fp)), &mut v, 8, false).unwrap_err(),
             ForwardError::BadFingerprint("fingerprint names another peer")
         );
         let mut bad = fingerprint_for(&ids()[0]).to_vec();
@@ -476,17 +591,17 @@ mod tests {
         let mut v = FingerprintVerifier::new(4);
         let h = originate(&a, &b, "S", None, &[]);
         assert_eq!(
-            inspect(&a, &a, &msg(&h, None), &mut v, 8).unwrap_err(),
+            inspect(&a, &a, &msg(&h, None), &mut v, 8, false).unwrap_err(),
             ForwardError::Loop(LoopKind::Source)
         );
-        let mut h2 = forwarded_header(&r, &h, &[]);
+        let mut h2 = forwarded_header(&r, &Header::Xml(h.clone()), &[]).to_router_header();
         assert_eq!(
-            inspect(&r, &a, &msg(&h2, None), &mut v, 8).unwrap_err(),
+            inspect(&r, &a, &msg(&h2, None), &mut v, 8, false).unwrap_err(),
             ForwardError::Loop(LoopKind::LastHop)
         );
         h2.last = EndpointAddress::peer(&p(3), None, None);
         assert_eq!(
-            inspect(&r, &a, &msg(&h2, None), &mut v, 8).unwrap_err(),
+            inspect(&r, &a, &msg(&h2, None), &mut v, 8, false).unwrap_err(),
             ForwardError::Loop(LoopKind::Reverse)
         );
         let mut h3 = h.clone();
@@ -494,18 +609,18 @@ mod tests {
             h3.reverse.push(hop_of(&p(100 + i)));
         }
         assert_eq!(
-            inspect(&b, &a, &msg(&h3, None), &mut v, 8).unwrap_err(),
+            inspect(&b, &a, &msg(&h3, None), &mut v, 8, false).unwrap_err(),
             ForwardError::HopLimit(8)
         );
         let mut m = msg(&h, None);
         m.remove_all(NS_JXTA, ELEM_ERM);
         assert_eq!(
-            inspect(&b, &a, &m, &mut v, 8).unwrap_err(),
+            inspect(&b, &a, &m, &mut v, 8, false).unwrap_err(),
             ForwardError::NoRouterHeader
         );
         m.push(Element::xml(NS_JXTA, ELEM_ERM, "<jxta:ERM><Src>".into()));
         assert!(matches!(
-            inspect(&b, &a, &m, &mut v, 8).unwrap_err(),
+            inspect(&b, &a, &m, &mut v, 8, false).unwrap_err(),
             ForwardError::Malformed(_)
         ));
         let mut m = msg(&h, None);
@@ -516,7 +631,7 @@ mod tests {
             vec![b' '; super::super::router::MAX_ERM_LEN + 1],
         ));
         assert!(matches!(
-            inspect(&b, &a, &m, &mut v, 8).unwrap_err(),
+            inspect(&b, &a, &m, &mut v, 8, false).unwrap_err(),
             ForwardError::Malformed(RouterError::TooLarge(_))
         ));
         let tcp = RouterHeader::direct(
@@ -524,7 +639,7 @@ mod tests {
             EndpointAddress::peer(&b, Some("S"), None),
         );
         assert_eq!(
-            inspect(&b, &a, &msg(&tcp, None), &mut v, 8).unwrap_err(),
+            inspect(&b, &a, &msg(&tcp, None), &mut v, 8, false).unwrap_err(),
             ForwardError::NotAPeer("Src")
         );
     }
@@ -534,7 +649,7 @@ mod tests {
         let (a, r1, r2, b) = (p(10), p(1), p(2), p(3));
         let mut v = FingerprintVerifier::new(4);
         let h = originate(&a, &b, "S", None, &[r2]);
-        let i = inspect(&r1, &a, &msg(&h, None), &mut v, 8).unwrap();
+        let i = inspect(&r1, &a, &msg(&h, None), &mut v, 8, false).unwrap();
         assert_eq!(
             next_hop(&r1, &i, |x| *x == r2, None).unwrap(),
             NextHop {
@@ -549,6 +664,7 @@ mod tests {
             &msg(&originate(&a, &b, "S", None, &[]), None),
             &mut v,
             8,
+            false,
         )
         .unwrap();
         assert_eq!(
@@ -564,5 +680,132 @@ mod tests {
         );
         // A cached route through the destination's own origin is a loop.
         assert!(next_hop(&r1, &i2, |x| *x == r2, Some(&[r2, r1])).is_err());
+    }
+
+    fn compact_msg(h: &CompactRouterHeader, fp: Option<Bytes>) -> Message {
+        let mut m = Message::new().with(Element::bytes("app", "x", &b"1"[..]));
+        m.push(Element::bytes(NS_JUXTA, ELEM_COMPACT_ERM, h.encode()));
+        if let Some(fp) = fp {
+            m.push(Element::bytes(NS_JXTA, ELEM_ERM_FINGERPRINT, fp));
+        }
+        m
+    }
+
+    #[test]
+    fn compact_header_through_a_relay_keeps_the_source_rules() {
+        let a = ids()[0].peer_id();
+        let (r, b) = (p(1), p(2));
+        let mut v = FingerprintVerifier::new(4);
+        let fp = fingerprint_for(&ids()[0]);
+        let h = CompactRouterHeader::originate(a, &b, "PipeService", Some("urn:x"), &[]);
+        // Only on a compact link.
+        assert_eq!(
+            inspect(&r, a, &compact_msg(&h, None), &mut v, 8, false).unwrap_err(),
+            ForwardError::CompactNotAllowed("link not compact")
+        );
+        let i = inspect(&r, a, &compact_msg(&h, None), &mut v, 8, true).unwrap();
+        assert_eq!((i.src, i.dest), (*a, b));
+        let nh = next_hop(&r, &i, |x| *x == b, None).unwrap();
+        let fh = forwarded_header(&r, &i.header, &nh.forward);
+        // Forwarded to a compact peer: compact; to a JXSE peer: XML.
+        let mut m1 = compact_msg(&h, Some(fp.clone()));
+        rewrite(&mut m1, &fh, true);
+        assert!(m1.get(NS_JXTA, ELEM_ERM).is_none());
+        let i = inspect(&b, &r, &m1, &mut v, 8, true).unwrap();
+        assert_eq!(i.src, *a);
+        assert_eq!(route_back(&b, &r, &i), Some(vec![r]));
+        let mut x1 = compact_msg(&h, Some(fp.clone()));
+        rewrite(&mut x1, &fh, false);
+        assert!(x1.get(NS_JUXTA, ELEM_COMPACT_ERM).is_none());
+        let xi = inspect(&b, &r, &x1, &mut v, 8, false).unwrap();
+        assert_eq!(xi.header.to_router_header(), fh.to_router_header());
+        // Without the fingerprint, a relayed compact header is a spoof.
+        m1.remove_all(NS_JXTA, ELEM_ERM_FINGERPRINT);
+        assert_eq!(
+            inspect(&b, &r, &m1, &mut v, 8, true).unwrap_err(),
+            ForwardError::Spoofed {
+                claimed: Box::new(*a),
+                link: Box::new(r)
+            }
+        );
+        // Another peer's fingerprint does not prove the claimed source.
+        let mut m2 = compact_msg(&h, Some(fingerprint_for(&ids()[1])));
+        rewrite(&mut m2, &fh, true);
+        assert_eq!(
+            inspect(&b, &r, &m2, &mut v, 8, true).unwrap_err(),
+            ForwardError::BadFingerprint("fingerprint names another peer")
+        );
+        let (to, local) = into_local(m1, &i).unwrap();
+        assert_eq!(
+            to,
+            super::super::ServiceAddress::new("PipeService", Some("urn:x"))
+        );
+        assert_eq!(local.elements.len(), 1);
+    }
+
+    #[test]
+    fn compact_header_turns_back_into_xml() {
+        let (a, b) = (p(10), p(2));
+        let h = CompactRouterHeader::originate(&a, &b, "S", Some("q"), &[]);
+        let mut m = compact_msg(&h, None);
+        compact_to_xml(&mut m).unwrap();
+        assert!(m.get(NS_JUXTA, ELEM_COMPACT_ERM).is_none());
+        let mut v = FingerprintVerifier::new(4);
+        let i = inspect(&b, &a, &m, &mut v, 8, false).unwrap();
+        assert_eq!(i.header, Header::Xml(h.to_router_header()));
+        // Nothing to do without a compact header; garbage is removed.
+        let before = m.clone();
+        compact_to_xml(&mut m).unwrap();
+        assert_eq!(m, before);
+        let mut g = Message::new().with(Element::bytes(NS_JUXTA, ELEM_COMPACT_ERM, &b"\x02"[..]));
+        assert!(compact_to_xml(&mut g).is_err());
+        assert!(g.get(NS_JUXTA, ELEM_COMPACT_ERM).is_none());
+    }
+
+    #[test]
+    fn compact_header_loops_garbage_and_doubles_are_refused() {
+        let (a, r, b) = (p(10), p(1), p(2));
+        let mut v = FingerprintVerifier::new(4);
+        let h = CompactRouterHeader::originate(&a, &b, "S", None, &[]);
+        assert_eq!(
+            inspect(&a, &a, &compact_msg(&h, None), &mut v, 8, true).unwrap_err(),
+            ForwardError::Loop(LoopKind::Source)
+        );
+        let Header::Compact(mut h2) = forwarded_header(&r, &Header::Compact(h.clone()), &[]) else {
+            unreachable!()
+        };
+        assert_eq!(
+            inspect(&r, &a, &compact_msg(&h2, None), &mut v, 8, true).unwrap_err(),
+            ForwardError::Loop(LoopKind::LastHop)
+        );
+        h2.last = p(3);
+        assert_eq!(
+            inspect(&r, &a, &compact_msg(&h2, None), &mut v, 8, true).unwrap_err(),
+            ForwardError::Loop(LoopKind::Reverse)
+        );
+        let mut h3 = h.clone();
+        h3.reverse = (0..8).map(|i| p(100 + i)).collect();
+        assert_eq!(
+            inspect(&b, &a, &compact_msg(&h3, None), &mut v, 8, true).unwrap_err(),
+            ForwardError::HopLimit(8)
+        );
+        let mut garbled = Message::new().with(Element::bytes(
+            NS_JUXTA,
+            ELEM_COMPACT_ERM,
+            &b"\x01garbage"[..],
+        ));
+        assert!(matches!(
+            inspect(&b, &a, &garbled, &mut v, 8, true).unwrap_err(),
+            ForwardError::CompactMalformed(_)
+        ));
+        garbled.push(Element::xml(
+            NS_JXTA,
+            ELEM_ERM,
+            originate(&a, &b, "S", None, &[]).to_xml(),
+        ));
+        assert_eq!(
+            inspect(&b, &a, &garbled, &mut v, 8, true).unwrap_err(),
+            ForwardError::CompactNotAllowed("two router headers")
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! wraps messages in an `EndpointRouterMsg` element (digest §4, §5).
 
 pub mod address;
+pub mod compact_router;
 pub mod forward;
 pub mod route_cache;
 pub mod route_query;

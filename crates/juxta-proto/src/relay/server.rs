@@ -72,6 +72,11 @@ pub struct ServerCounters {
     pub forwarded_bytes: u64,
     /// Messages dropped because their edge's lease ended first.
     pub dropped: u64,
+    /// Messages sent on to their edge at once, without queueing (the
+    /// queue was empty and the edge's connection took them).
+    pub passed: u64,
+    /// Bytes of the messages counted in `passed`.
+    pub passed_bytes: u64,
     /// Leases that expired or ended.
     pub leases_ended: u64,
 }
@@ -213,6 +218,23 @@ impl<T> RelayServer<T> {
     /// Messages queued for `edge`.
     pub fn queue_len(&self, edge: &PeerId) -> usize {
         self.leases.get(edge).map_or(0, |l| l.queue.len())
+    }
+
+    /// Whether a message of `len` bytes for `edge` may skip the queue: the
+    /// edge holds a lease, the message is within the size limit and
+    /// nothing is queued for it (so order is kept). Returns the lease's
+    /// connection. When not, [`RelayServer::enqueue`] decides (and counts
+    /// a refusal).
+    pub fn can_pass(&self, edge: &PeerId, len: usize, now_ms: u64) -> Option<u64> {
+        let l = self.leases.get(edge).filter(|l| l.expires_ms > now_ms)?;
+        (len <= self.cfg.max_message && l.queue.is_empty()).then_some(l.conn)
+    }
+
+    /// Counts a message of `len` bytes sent on without queueing (see
+    /// [`RelayServer::can_pass`]).
+    pub fn count_passed(&mut self, len: usize) {
+        self.counters.passed += 1;
+        self.counters.passed_bytes = self.counters.passed_bytes.saturating_add(len as u64);
     }
 
     /// Queues `item` (`len` bytes, from `sender`) for `edge`, or hands it

@@ -584,11 +584,91 @@ async fn drain_queue(
                 .connection_closed(edge, slot.conn.id);
             return false;
         }
-        let Some(m) = item else { return true };
+        let Some(mut m) = item else { return true };
         s.space.notify_waiters();
+        if !header_fits(inner, &slot.conn, &mut m) {
+            continue;
+        }
         let msgr = crate::Messenger::new(slot.conn.clone(), inner.clone());
         if let Err(e) = msgr.send_raw(&to, m).await {
             tracing::debug!(%edge, error = %e, "relay forward failed");
+        }
+    }
+}
+
+/// The connection `edge`'s messages are sent on (its lease connection).
+pub(crate) fn edge_conn(s: &ServerRuntime, edge: &PeerId) -> Option<Arc<Connection>> {
+    s.edges
+        .lock()
+        .expect("relay lock")
+        .get(edge)
+        .map(|x| x.conn.clone())
+}
+
+/// What [`pass_through`] did with a message.
+pub(crate) enum Passed {
+    /// Written (or, the part the socket did not take, handed to a task).
+    Sent,
+    /// Not sent: spool it.
+    Back(Message),
+    /// The edge's connection failed: the message is lost (the caller
+    /// counts it).
+    Failed,
+}
+
+/// Sends a routed message for the leased `edge` straight from the
+/// caller's task (the sender's reader: no queue, no task switch) when
+/// nothing is queued for the edge, nobody else is sending its queue and
+/// its connection's writer is free; otherwise hands it back for the
+/// bounded queue. `len` is its payload length, `to` the wire address.
+pub(crate) fn pass_through(
+    inner: &Arc<Inner>,
+    s: &ServerRuntime,
+    edge: &PeerId,
+    len: usize,
+    to: &juxta_proto::endpoint::ServiceAddress,
+    msg: Message,
+) -> Passed {
+    let Some(slot) = s.edges.lock().expect("relay lock").get(edge).cloned() else {
+        return Passed::Back(msg);
+    };
+    // Holding the drain lock: no older message of this edge is being sent.
+    let Ok(_g) = slot.drain.try_lock() else {
+        return Passed::Back(msg);
+    };
+    let now = inner.router.now_ms();
+    let can = s.state.lock().expect("relay lock").can_pass(edge, len, now);
+    if can != Some(slot.conn.id) {
+        return Passed::Back(msg);
+    }
+    match crate::Messenger::new(slot.conn.clone(), inner.clone()).try_send_raw(to, msg) {
+        Ok(Ok(_)) => {
+            s.state.lock().expect("relay lock").count_passed(len);
+            Passed::Sent
+        }
+        Ok(Err(back)) => Passed::Back(back),
+        Err(e) => {
+            tracing::debug!(%edge, error = %e, "relay forward failed");
+            Passed::Failed
+        }
+    }
+}
+
+/// A spooled message's router header in the form `conn` may carry: the
+/// compact one only over compact framing (the edge's lease connection may
+/// have been replaced since the message was queued). `false` (logged and
+/// counted in [`crate::Stats::route_malformed`]) if the message cannot be
+/// sent: its compact header does not parse.
+fn header_fits(inner: &Inner, conn: &Connection, m: &mut Message) -> bool {
+    if conn.compact_tx.load(Ordering::Acquire) {
+        return true;
+    }
+    match juxta_proto::endpoint::forward::compact_to_xml(m) {
+        Ok(()) => true,
+        Err(e) => {
+            inner.stats.route_malformed.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(edge = %conn.remote, error = %e, "spooled message not sent");
+            false
         }
     }
 }
@@ -627,7 +707,11 @@ fn send_ready(inner: &Arc<Inner>, s: &ServerRuntime, edge: &PeerId, slot: &EdgeS
             }
             st.pop_entry(edge)
         };
-        let Some(p) = popped else { return true };
+        let Some(mut p) = popped else { return true };
+        if !header_fits(inner, &slot.conn, &mut p.item) {
+            s.space.notify_waiters();
+            continue;
+        }
         match msgr.try_send_raw(&to, p.item) {
             Ok(Ok(_)) => s.space.notify_waiters(),
             Ok(Err(item)) => {

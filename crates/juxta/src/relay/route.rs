@@ -53,7 +53,14 @@ pub(crate) async fn on_link_message(
     let local = *inner.identity.peer_id();
     let checked = {
         let mut v = inner.router.verifier.lock().expect("router lock");
-        forward::inspect(&local, &link, &message, &mut v, inner.router.max_hops)
+        forward::inspect(
+            &local,
+            &link,
+            &message,
+            &mut v,
+            inner.router.max_hops,
+            conn.compact_rx.load(Ordering::Acquire),
+        )
     };
     let m = match checked {
         Ok(m) => m,
@@ -95,6 +102,8 @@ fn refused(inner: &Inner, link: &PeerId, e: &ForwardError) {
         ForwardError::NoRoute(_) | ForwardError::NotForwarding(_) => &s.route_no_route,
         ForwardError::NoRouterHeader
         | ForwardError::Malformed(_)
+        | ForwardError::CompactMalformed(_)
+        | ForwardError::CompactNotAllowed(_)
         | ForwardError::NotAPeer(_)
         | ForwardError::NoService => &s.route_malformed,
     };
@@ -173,7 +182,6 @@ async fn forward_message(
         Err(e) => return Err(e),
     };
     let h = forward::forwarded_header(&local, &m.header, &nh.forward);
-    forward::rewrite(&mut message, &h);
     let to = mangle(
         inner.group_unique(),
         &ServiceAddress::new(ROUTER_SERVICE, None),
@@ -192,6 +200,9 @@ async fn forward_message(
             }
             return Err(ForwardError::NoRoute(nh.hop));
         };
+        // The compact header only to a Juxta peer on compact framing; a
+        // JXSE hop gets the XML ERM.
+        forward::rewrite(&mut message, &h, hop.compact_tx.load(Ordering::Acquire));
         crate::Messenger::new(hop, inner.clone())
             .send_raw(&to, message)
             .await
@@ -199,9 +210,23 @@ async fn forward_message(
         inner.stats.routed_forwarded.fetch_add(1, Ordering::Relaxed);
         return Ok(());
     }
+    // The edge's lease connection decides the header's form, and takes
+    // the message at once when nothing is queued for it and its writer
+    // is free; otherwise it is spooled.
+    let compact_next =
+        super::edge_conn(&server, &m.dest).is_some_and(|c| c.compact_tx.load(Ordering::Acquire));
+    forward::rewrite(&mut message, &h, compact_next);
+    let len = message.payload_len();
+    let message = match super::pass_through(inner, &server, &m.dest, len, &to, message) {
+        super::Passed::Sent => {
+            inner.stats.routed_forwarded.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        super::Passed::Failed => return Err(ForwardError::NoRoute(m.dest)),
+        super::Passed::Back(back) => back,
+    };
     // Spool for the edge; while its queue or the sender's quota is full,
     // this connection's reader waits (push-back), then refuses.
-    let len = message.payload_len();
     let deadline = tokio::time::Instant::now() + server.push_back;
     let mut item = message;
     loop {
