@@ -22,6 +22,9 @@ use super::ticket::Ticket;
 use super::wire::{self, FileEntry};
 use super::{connect_any, PeerOpts, TransferError};
 
+/// Received chunks queued for the disk writer thread.
+const WRITE_QUEUE: usize = 4;
+
 /// Directory (inside the target) that holds partial files.
 pub const PARTIAL_DIR: &str = ".juxta-partial";
 
@@ -108,23 +111,22 @@ pub async fn main(a: ReceiveArgs) -> Result<(), TransferError> {
     let bar = progress(total, resumed);
     let started = Instant::now();
 
-    // Disk writes and hashing on a thread of their own.
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(8);
+    // Disk writes and hashing on a thread of their own. The socket hands
+    // over the buffers the connection read the data into (no copy), and
+    // the channel is short so that those buffers are reused soon.
+    let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(WRITE_QUEUE);
     let writer = std::thread::spawn(move || write_files(plans, rx));
     let mut got: u64 = 0;
     let mut read_err = None;
     while got < want {
-        let mut buf = Vec::with_capacity(CHUNK.min((want - got) as usize));
-        let r = s.read_buf(&mut buf).await;
+        let r = s.read_chunk(CHUNK.min((want - got) as usize)).await;
         match r {
-            Ok(0) => break,
-            Ok(n) => {
-                // A sender may not send past the sizes it announced.
-                let n = (n as u64).min(want - got);
-                buf.truncate(n as usize);
+            Ok(None) => break,
+            Ok(Some(buf)) => {
+                let n = buf.len() as u64;
                 got += n;
                 bar.inc(n);
-                if tx.send(buf).is_err() {
+                if tx.send(buf).await.is_err() {
                     break;
                 }
             }
@@ -269,9 +271,9 @@ fn plan(root: &Path, entries: Vec<FileEntry>) -> Result<Vec<Plan>, TransferError
 /// once its hash checks. Returns the number of files in place.
 fn write_files(
     plans: Vec<Plan>,
-    rx: std::sync::mpsc::Receiver<Vec<u8>>,
+    mut rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
 ) -> Result<usize, TransferError> {
-    let mut pending: Option<Vec<u8>> = None;
+    let mut pending: Option<bytes::Bytes> = None;
     let mut pos = 0usize;
     let mut n = 0;
     for p in plans {
@@ -307,13 +309,13 @@ fn write_files(
         let mut left = p.entry.size - p.offset;
         while left > 0 {
             if pending.as_ref().is_none_or(|b| pos >= b.len()) {
-                match rx.recv() {
-                    Ok(b) => {
+                match rx.blocking_recv() {
+                    Some(b) => {
                         pending = Some(b);
                         pos = 0;
                     }
                     // The connection ended: keep what arrived.
-                    Err(_) => {
+                    None => {
                         f.flush()
                             .map_err(TransferError::io(format!("writing {}", p.part.display())))?;
                         return Ok(n);
