@@ -23,7 +23,7 @@ use super::wire::{self, FileEntry};
 use super::{connect_any, PeerOpts, TransferError};
 
 /// Received chunks queued for the disk writer thread.
-const WRITE_QUEUE: usize = 4;
+const WRITE_QUEUE: usize = 8;
 
 /// Directory (inside the target) that holds partial files.
 pub const PARTIAL_DIR: &str = ".juxta-partial";
@@ -266,13 +266,59 @@ fn plan(root: &Path, entries: Vec<FileEntry>) -> Result<Vec<Plan>, TransferError
     Ok(out)
 }
 
+/// What the writer thread hands its hasher thread.
+enum ToHasher {
+    /// The next bytes of the current file.
+    Data(bytes::Bytes),
+    /// The current file is complete: its SHA-256 goes back, and the next
+    /// bytes start a new file.
+    Finish(std::sync::mpsc::SyncSender<[u8; 32]>),
+}
+
+/// The hasher thread: SHA-256 of each file, beside the writer thread so
+/// that hashing and the disk writes of a chunk overlap (the chunks are
+/// shared, not copied).
+fn hasher(rx: std::sync::mpsc::Receiver<ToHasher>) {
+    let mut h = Sha256::new();
+    for m in rx {
+        match m {
+            ToHasher::Data(d) => h.update(&d),
+            ToHasher::Finish(back) => {
+                let done = std::mem::take(&mut h);
+                let _ = back.send(done.finalize().into());
+            }
+        }
+    }
+}
+
+/// Writes the incoming bytes into the partial files in order while a
+/// thread of its own hashes them ([`write_files_hashed`]).
+fn write_files(
+    plans: Vec<Plan>,
+    rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+) -> Result<usize, TransferError> {
+    let (htx, hrx) = std::sync::mpsc::sync_channel::<ToHasher>(2 * WRITE_QUEUE);
+    let h = std::thread::spawn(move || hasher(hrx));
+    let r = write_files_hashed(plans, rx, &htx);
+    drop(htx);
+    let _ = h.join();
+    r
+}
+
 /// Writes the incoming bytes into the partial files in order, hashing
 /// each whole file (the resumed prefix first); renames a file into place
 /// once its hash checks. Returns the number of files in place.
-fn write_files(
+fn write_files_hashed(
     plans: Vec<Plan>,
     mut rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+    htx: &std::sync::mpsc::SyncSender<ToHasher>,
 ) -> Result<usize, TransferError> {
+    let hasher_gone = || TransferError::Usage("the hasher thread ended".into());
+    let digest = || -> Result<[u8; 32], TransferError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        htx.send(ToHasher::Finish(tx)).map_err(|_| hasher_gone())?;
+        rx.recv().map_err(|_| hasher_gone())
+    };
     let mut pending: Option<bytes::Bytes> = None;
     let mut pos = 0usize;
     let mut n = 0;
@@ -291,18 +337,17 @@ fn write_files(
             .write(true)
             .open(&p.part)
             .map_err(TransferError::io(format!("opening {}", p.part.display())))?;
-        let mut h = Sha256::new();
         // The resumed prefix.
         let mut left = p.offset;
-        let mut buf = vec![0u8; CHUNK];
         while left > 0 {
             let k = (left.min(CHUNK as u64)) as usize;
-            f.read_exact(&mut buf[..k])
+            let mut buf = vec![0u8; k];
+            f.read_exact(&mut buf)
                 .map_err(TransferError::io(format!("reading {}", p.part.display())))?;
-            h.update(&buf[..k]);
+            htx.send(ToHasher::Data(buf.into()))
+                .map_err(|_| hasher_gone())?;
             left -= k as u64;
         }
-        drop(buf);
         f.set_len(p.offset)
             .and_then(|()| f.seek(SeekFrom::Start(p.offset)).map(|_| ()))
             .map_err(TransferError::io(format!("resizing {}", p.part.display())))?;
@@ -324,17 +369,18 @@ fn write_files(
             }
             let b = pending.as_ref().expect("a chunk");
             let k = ((b.len() - pos) as u64).min(left) as usize;
-            let d = &b[pos..pos + k];
-            f.write_all(d)
+            let d = b.slice(pos..pos + k);
+            htx.send(ToHasher::Data(d.clone()))
+                .map_err(|_| hasher_gone())?;
+            f.write_all(&d)
                 .map_err(TransferError::io(format!("writing {}", p.part.display())))?;
-            h.update(d);
             pos += k;
             left -= k as u64;
         }
         f.flush()
             .map_err(TransferError::io(format!("writing {}", p.part.display())))?;
         drop(f);
-        if <[u8; 32]>::from(h.finalize()) != p.entry.sha256 {
+        if digest()? != p.entry.sha256 {
             let _ = std::fs::remove_file(&p.part);
             return Err(TransferError::HashMismatch(p.entry.path.clone()));
         }
