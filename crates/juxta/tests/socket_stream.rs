@@ -135,6 +135,63 @@ async fn stream_mode_between_juxta_peers_ten_megabytes_each_way() {
     .unwrap();
 }
 
+/// The bulk read paths: `read_chunk` hands over the received bytes in
+/// order (at most `max` each, `None` at the end), and `read_buf` into
+/// spare capacity (no initialized buffer) gets them too; with a small
+/// window so the reader's pace drives many grants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_chunk_and_read_buf_deliver_the_stream_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, _m) = pair(&dir, true).await;
+    let cfg = SocketConfig {
+        stream_window: MIN_WINDOW,
+        ..SocketConfig::default()
+    };
+    const N: usize = 6 << 20;
+    for chunked in [true, false] {
+        let ad = adv(if chunked { "chunks" } else { "readbuf" });
+        let mut server = JxtaServerSocket::bind(&a, &ad, cfg.clone()).unwrap();
+        let srv = tokio::spawn(async move {
+            let mut s = server.accept().await.unwrap();
+            assert_eq!(s.mode(), SocketMode::Stream);
+            let mut got = Vec::new();
+            let mut most = 0;
+            if chunked {
+                assert_eq!(s.read_chunk(0).await.unwrap(), Some(Bytes::new()));
+                while let Some(c) = s.read_chunk(100_000).await.unwrap() {
+                    assert!(!c.is_empty() && c.len() <= 100_000);
+                    most = most.max(c.len());
+                    got.extend_from_slice(&c);
+                }
+                // At the end it stays at the end.
+                assert_eq!(s.read_chunk(10).await.unwrap(), None);
+            } else {
+                loop {
+                    let mut v = Vec::with_capacity(300_000);
+                    let n = s.read_buf(&mut v).await.unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    assert_eq!(n, v.len());
+                    most = most.max(n);
+                    got.extend_from_slice(&v);
+                }
+            }
+            (got, most, s.stream_stats().unwrap())
+        });
+        let mut c = JxtaSocket::connect(&b.pipes(), &ad, a.peer_id(), cfg.clone())
+            .await
+            .unwrap();
+        c.write_all(&pattern(N, 5)).await.unwrap();
+        c.shutdown().await.unwrap();
+        let (got, most, stats) = tokio::time::timeout(WAIT, srv).await.unwrap().unwrap();
+        assert_eq!(got.len(), N);
+        assert!(got == pattern(N, 5), "data intact and in order");
+        assert!(most > 1, "reads returned more than a byte at a time");
+        assert_eq!(stats.violations, 0);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jxta_framing_with_cbjx_keeps_jxtarel() {
     let dir = tempfile::tempdir().unwrap();

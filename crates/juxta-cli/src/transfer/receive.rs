@@ -31,6 +31,9 @@ use super::wire::{self, FileEntry};
 use super::{connect_any, PeerOpts, TransferError};
 use juxta::socket::SocketError;
 
+/// Received chunks queued for the disk writer thread.
+const WRITE_QUEUE: usize = 8;
+
 /// Directory (inside the target) that holds partial files.
 pub const PARTIAL_DIR: &str = ".juxta-partial";
 
@@ -136,23 +139,22 @@ pub async fn main(a: ReceiveArgs) -> Result<(), TransferError> {
     let bar = progress(total, resumed);
     let started = Instant::now();
 
-    // Disk writes and hashing on a thread of their own.
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(8);
+    // Disk writes and hashing on a thread of their own. The socket hands
+    // over the buffers the connection read the data into (no copy), and
+    // the channel is short so that those buffers are reused soon.
+    let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(WRITE_QUEUE);
     let writer = std::thread::spawn(move || write_files(plans, rx));
     let mut got: u64 = 0;
     let mut read_err = None;
     while got < want {
-        let mut buf = Vec::with_capacity(CHUNK.min((want - got) as usize));
-        let r = s.read_buf(&mut buf).await;
+        let r = s.read_chunk(CHUNK.min((want - got) as usize)).await;
         match r {
-            Ok(0) => break,
-            Ok(n) => {
-                // A sender may not send past the sizes it announced.
-                let n = (n as u64).min(want - got);
-                buf.truncate(n as usize);
+            Ok(None) => break,
+            Ok(Some(buf)) => {
+                let n = buf.len() as u64;
                 got += n;
                 bar.inc(n);
-                if tx.send(buf).is_err() {
+                if tx.send(buf).await.is_err() {
                     break;
                 }
             }
@@ -346,15 +348,61 @@ fn sync_dir(d: &Path) -> Result<(), TransferError> {
         )))
 }
 
+/// What the writer thread hands its hasher thread.
+enum ToHasher {
+    /// The next bytes of the current file.
+    Data(bytes::Bytes),
+    /// The current file is complete: its SHA-256 goes back, and the next
+    /// bytes start a new file.
+    Finish(std::sync::mpsc::SyncSender<[u8; 32]>),
+}
+
+/// The hasher thread: SHA-256 of each file, beside the writer thread so
+/// that hashing and the disk writes of a chunk overlap (the chunks are
+/// shared, not copied).
+fn hasher(rx: std::sync::mpsc::Receiver<ToHasher>) {
+    let mut h = Sha256::new();
+    for m in rx {
+        match m {
+            ToHasher::Data(d) => h.update(&d),
+            ToHasher::Finish(back) => {
+                let done = std::mem::take(&mut h);
+                let _ = back.send(done.finalize().into());
+            }
+        }
+    }
+}
+
+/// Writes the incoming bytes into the partial files in order while a
+/// thread of its own hashes them ([`write_files_hashed`]).
+fn write_files(
+    plans: Vec<Plan>,
+    rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+) -> Result<usize, TransferError> {
+    let (htx, hrx) = std::sync::mpsc::sync_channel::<ToHasher>(2 * WRITE_QUEUE);
+    let h = std::thread::spawn(move || hasher(hrx));
+    let r = write_files_hashed(plans, rx, &htx);
+    drop(htx);
+    let _ = h.join();
+    r
+}
+
 /// Writes the incoming bytes into the partial files in order, hashing
 /// each whole file (the resumed prefix first); renames a file into place
 /// once its hash checks ([`commit_file`]). Returns the number of files in
 /// place.
-fn write_files(
+fn write_files_hashed(
     plans: Vec<Plan>,
-    rx: std::sync::mpsc::Receiver<Vec<u8>>,
+    mut rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+    htx: &std::sync::mpsc::SyncSender<ToHasher>,
 ) -> Result<usize, TransferError> {
-    let mut pending: Option<Vec<u8>> = None;
+    let hasher_gone = || TransferError::Usage("the hasher thread ended".into());
+    let digest = || -> Result<[u8; 32], TransferError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        htx.send(ToHasher::Finish(tx)).map_err(|_| hasher_gone())?;
+        rx.recv().map_err(|_| hasher_gone())
+    };
+    let mut pending: Option<bytes::Bytes> = None;
     let mut pos = 0usize;
     let mut n = 0;
     for p in plans {
@@ -372,31 +420,30 @@ fn write_files(
             .write(true)
             .open(&p.part)
             .map_err(TransferError::io(format!("opening {}", p.part.display())))?;
-        let mut h = Sha256::new();
         // The resumed prefix.
         let mut left = p.offset;
-        let mut buf = vec![0u8; CHUNK];
         while left > 0 {
             let k = (left.min(CHUNK as u64)) as usize;
-            f.read_exact(&mut buf[..k])
+            let mut buf = vec![0u8; k];
+            f.read_exact(&mut buf)
                 .map_err(TransferError::io(format!("reading {}", p.part.display())))?;
-            h.update(&buf[..k]);
+            htx.send(ToHasher::Data(buf.into()))
+                .map_err(|_| hasher_gone())?;
             left -= k as u64;
         }
-        drop(buf);
         f.set_len(p.offset)
             .and_then(|()| f.seek(SeekFrom::Start(p.offset)).map(|_| ()))
             .map_err(TransferError::io(format!("resizing {}", p.part.display())))?;
         let mut left = p.entry.size - p.offset;
         while left > 0 {
             if pending.as_ref().is_none_or(|b| pos >= b.len()) {
-                match rx.recv() {
-                    Ok(b) => {
+                match rx.blocking_recv() {
+                    Some(b) => {
                         pending = Some(b);
                         pos = 0;
                     }
                     // The connection ended: keep what arrived.
-                    Err(_) => {
+                    None => {
                         f.flush()
                             .map_err(TransferError::io(format!("writing {}", p.part.display())))?;
                         return Ok(n);
@@ -405,16 +452,17 @@ fn write_files(
             }
             let b = pending.as_ref().expect("a chunk");
             let k = ((b.len() - pos) as u64).min(left) as usize;
-            let d = &b[pos..pos + k];
-            f.write_all(d)
+            let d = b.slice(pos..pos + k);
+            htx.send(ToHasher::Data(d.clone()))
+                .map_err(|_| hasher_gone())?;
+            f.write_all(&d)
                 .map_err(TransferError::io(format!("writing {}", p.part.display())))?;
-            h.update(d);
             pos += k;
             left -= k as u64;
         }
         f.flush()
             .map_err(TransferError::io(format!("writing {}", p.part.display())))?;
-        if <[u8; 32]>::from(h.finalize()) != p.entry.sha256 {
+        if digest()? != p.entry.sha256 {
             drop(f);
             let _ = std::fs::remove_file(&p.part);
             return Err(TransferError::HashMismatch(p.entry.path.clone()));

@@ -645,7 +645,11 @@ async fn serve(
         .filter(|(src, off)| **off < src.entry.size)
         .map(|(src, off)| (src.disk.clone(), *off, src.entry.size))
         .collect();
-    // Reads on a thread of its own, a few chunks ahead of the socket.
+    // Reads on a thread of its own, a few chunks ahead of the socket, into
+    // buffers that come back once sent (a fresh 1 MiB buffer per chunk
+    // would be mapped, faulted in and zeroed every time). At most the
+    // channel's 8 plus the two being read and sent are ever allocated.
+    let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     let reader = std::thread::spawn(move || {
         use std::io::{Seek, SeekFrom};
         for (disk, off, size) in plan {
@@ -655,7 +659,8 @@ async fn serve(
                 let mut left = size - off;
                 while left > 0 {
                     let want = (left.min(CHUNK as u64)) as usize;
-                    let mut buf = vec![0u8; want];
+                    let mut buf = back_rx.try_recv().unwrap_or_default();
+                    buf.resize(want, 0);
                     f.read_exact(&mut buf)?;
                     left -= want as u64;
                     if tx.blocking_send(Ok(buf)).is_err() {
@@ -682,6 +687,7 @@ async fn serve(
             .map_err(TransferError::io("sending"))?;
         sent += n as u64;
         stats.bytes_sent.fetch_add(n as u64, Ordering::Relaxed);
+        let _ = back_tx.send(chunk);
         if sent >= limit {
             s.flush().await.map_err(TransferError::io("sending"))?;
             eprintln!("juxta: test: stopping after {sent} bytes");

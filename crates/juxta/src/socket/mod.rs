@@ -830,6 +830,29 @@ impl JxtaSocket {
         }
     }
 
+    /// Reads the next received bytes (at most `max`, and at least one
+    /// unless `max` is 0) as a [`bytes::Bytes`] without copying them where
+    /// the mode allows: in stream mode this is the buffer the connection
+    /// read the data into, handed over as it is (the other modes copy).
+    /// `Ok(None)` at the end of the stream. For bulk receivers that pass
+    /// the data on (to a file, a hash, another task) instead of into a
+    /// buffer of their own.
+    ///
+    /// ```no_run
+    /// # async fn demo(mut s: juxta::socket::JxtaSocket) -> std::io::Result<()> {
+    /// let mut total = 0;
+    /// while let Some(chunk) = s.read_chunk(1 << 20).await? {
+    ///     total += chunk.len();
+    /// }
+    /// # let _ = total; Ok(()) }
+    /// ```
+    pub async fn read_chunk(&mut self, max: usize) -> io::Result<Option<bytes::Bytes>> {
+        if max == 0 {
+            return Ok(Some(bytes::Bytes::new()));
+        }
+        std::future::poll_fn(|cx| self.poll_read_bytes(cx, max)).await
+    }
+
     /// The peer at the other end.
     pub fn remote(&self) -> PeerId {
         self.remote

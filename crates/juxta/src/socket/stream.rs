@@ -334,11 +334,25 @@ impl StreamSocket {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
         let mut st = self.shared.lock();
         if st.s.readable() > 0 {
-            let n = st.s.read(buf.initialize_unfilled());
-            buf.advance(n);
-            let grant = st.s.poll_grant();
+            // Chunk by chunk, each copied into the caller's buffer outside
+            // the lock (the connection's reader task delivers meanwhile)
+            // and without initializing the buffer first.
+            let mut grant = None;
+            while buf.remaining() > 0 {
+                let Some(chunk) = st.s.read_bytes(buf.remaining()) else {
+                    break;
+                };
+                grant = st.s.poll_grant().or(grant);
+                drop(st);
+                buf.put_slice(&chunk);
+                drop(chunk);
+                st = self.shared.lock();
+            }
             drop(st);
             if let Some(g) = grant {
                 self.shared.send_grant(g);
