@@ -62,7 +62,7 @@ use super::messages::{
 };
 use super::server::{RendezvousServer, ServerConfig, ServerEvent};
 use super::{Millis, Transmit};
-use crate::advertisement::PipeType;
+use crate::advertisement::{PipeType, MAX_XML_LEN};
 use crate::discovery::DISCOVERY_HANDLER;
 use crate::endpoint::ServiceAddress;
 use crate::id::{PeerGroupId, PeerId};
@@ -1206,9 +1206,11 @@ impl RendezvousNode {
     }
 
     /// Runs the SRDI machine's actions: sends, walks and floods (over the
-    /// peer view), except sends to `not_to` and to itself.
+    /// peer view), except sends to itself and queries forwarded back to
+    /// `not_to` (their querier; a busy answer to it does go).
     fn run_actions(&mut self, not_to: PeerId) -> usize {
         let me = self.me;
+        let qaddr = ServiceAddress::new(RESOLVER_SERVICE, Some(&query_queue(&self.g)));
         let Side::Rdv(r) = &mut self.side else {
             return 0;
         };
@@ -1216,7 +1218,7 @@ impl RendezvousNode {
         while let Some(a) = r.srdi.poll_action() {
             match a {
                 SrdiAction::Send(t) => {
-                    if t.to != me && t.to != not_to {
+                    if t.to != me && !(t.to == not_to && t.dest == qaddr) {
                         Self::queue(&mut self.out, &mut self.stats, t);
                         n += 1;
                     }
@@ -1475,7 +1477,9 @@ impl RendezvousNode {
 }
 
 /// The SRDI messages that push every published entry of `me`: one per
-/// primary key and [`MAX_ENTRIES_PER_MESSAGE`] entries.
+/// primary key and at most [`MAX_ENTRIES_PER_MESSAGE`] entries, split
+/// further until each envelope fits the receiver's document bound
+/// ([`MAX_XML_LEN`]; a larger one is refused whole).
 fn republish(me: PeerId, published: &BTreeMap<SrdiKey, i64>) -> Vec<SrdiMessage> {
     let mut by_pk: BTreeMap<&str, Vec<SrdiEntry>> = BTreeMap::new();
     for ((pk, at, v), exp) in published {
@@ -1488,15 +1492,38 @@ fn republish(me: PeerId, published: &BTreeMap<SrdiKey, i64>) -> Vec<SrdiMessage>
     let mut out = Vec::new();
     for (pk, entries) in by_pk {
         for chunk in entries.chunks(MAX_ENTRIES_PER_MESSAGE) {
-            out.push(SrdiMessage {
+            let m = SrdiMessage {
                 peer: me,
                 primary_key: pk.to_string(),
                 scope: SCOPE_REPLICATE,
                 entries: chunk.to_vec(),
-            });
+            };
+            split_to_fit(m, &mut out);
         }
     }
     out
+}
+
+/// Pushes `m` to `out`, halved (recursively) while its envelope is larger
+/// than [`MAX_XML_LEN`]. A single entry always fits ([`MAX_KEY_LEN`]).
+fn split_to_fit(mut m: SrdiMessage, out: &mut Vec<SrdiMessage>) {
+    let len = ResolverSrdi {
+        handler: DISCOVERY_HANDLER.into(),
+        payload: m.to_xml(),
+    }
+    .to_xml()
+    .len();
+    if len <= MAX_XML_LEN || m.entries.len() <= 1 {
+        out.push(m);
+        return;
+    }
+    let rest = m.entries.split_off(m.entries.len() / 2);
+    let second = SrdiMessage {
+        entries: rest,
+        ..m.clone()
+    };
+    split_to_fit(m, out);
+    split_to_fit(second, out);
 }
 
 /// An SRDI message to `to`, in the resolver envelope of the handler JXSE
