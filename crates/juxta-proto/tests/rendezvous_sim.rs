@@ -274,11 +274,7 @@ impl Sim {
                 from,
                 dest,
                 message,
-            } => {
-                if dest == ores() {
-                    self.on_query(r, from, message);
-                }
-            }
+            } if dest == ores() => self.on_query(r, from, message),
             NodeEvent::LeaseGained(rdv) => self.node_mut(r).connected_at.push((now, rdv)),
             NodeEvent::Answered { id, response } => {
                 let got = match response.split_once(' ') {

@@ -452,6 +452,9 @@ struct EdgeSide {
     published: BTreeMap<SrdiKey, i64>,
     pending: BTreeMap<QueryId, Pending>,
     next_qid: QueryId,
+    /// No pending query is due before this (a lower bound: answered
+    /// queries leave it early), so inputs do not scan `pending`.
+    next_due: Millis,
     busy: u64,
     answered: u64,
 }
@@ -537,6 +540,7 @@ impl RendezvousNode {
                 published: BTreeMap::new(),
                 pending: BTreeMap::new(),
                 next_qid: 1,
+                next_due: Millis::MAX,
                 busy: 0,
                 answered: 0,
             })),
@@ -632,7 +636,7 @@ impl RendezvousNode {
             Side::Rdv(r) => (&r.links, None),
             Side::Edge(e) => (&e.links, e.cli.as_ref().and_then(|c| c.rendezvous())),
         };
-        let mut v: Vec<PeerId> = links.up.iter().copied().collect();
+        let mut v: Vec<PeerId> = links.up.clone();
         if let Some(r) = rdv {
             if !v.contains(&r) {
                 v.push(r);
@@ -685,11 +689,7 @@ impl RendezvousNode {
         let (a, b, links) = match &self.side {
             Side::Rdv(r) => (r.srv.poll_timeout(), r.srdi.poll_timeout(), &r.links),
             Side::Edge(e) => {
-                let p = e
-                    .pending
-                    .values()
-                    .map(|p| p.next_send.min(p.deadline))
-                    .min();
+                let p = (!e.pending.is_empty()).then_some(e.next_due);
                 (e.cli.as_ref().and_then(|c| c.poll_timeout()), p, &e.links)
             }
         };
@@ -964,6 +964,7 @@ impl RendezvousNode {
             e.busy += 1;
             if let Some(p) = e.pending.get_mut(&b.query_id) {
                 p.next_send = busy_retry_at(now, b.retry_after_ms);
+                e.next_due = e.next_due.min(p.next_send);
             }
         }
         self.pump(now);
@@ -1045,15 +1046,25 @@ impl RendezvousNode {
             qid = qid.wrapping_add(1).max(1);
         }
         e.next_qid = qid.wrapping_add(1).max(1);
-        e.pending.insert(
-            qid,
-            Pending {
-                handler: handler.to_string(),
-                text,
-                next_send: now,
-                deadline: now.saturating_add(timeout_ms),
-            },
-        );
+        let mut p = Pending {
+            handler: handler.to_string(),
+            text,
+            next_send: now,
+            deadline: now.saturating_add(timeout_ms),
+        };
+        // Sent at once (without scanning the other queries).
+        if p.deadline > now {
+            match e.cli.as_ref().and_then(|c| c.rendezvous()) {
+                Some(r) => {
+                    let t = query_transmit(&self.g, self.me, r, qid, &p);
+                    Self::queue(&mut self.out, &mut self.stats, t);
+                    p.next_send = now.saturating_add(QUERY_RETRY_MS);
+                }
+                None => p.next_send = now.saturating_add(LEASE_WAIT_MS),
+            }
+        }
+        e.next_due = e.next_due.min(p.next_send.min(p.deadline));
+        e.pending.insert(qid, p);
         self.pump(now);
         Ok(qid)
     }
@@ -1336,13 +1347,17 @@ impl RendezvousNode {
 
     /// Edge: sends every query that is due; times out the expired ones.
     fn send_queries(&mut self, now: Millis) {
-        let g = self.g.clone();
         let me = self.me;
+        let g = &self.g;
         let Side::Edge(e) = &mut self.side else {
             return;
         };
+        if now < e.next_due || e.pending.is_empty() {
+            return;
+        }
         let rdv = e.cli.as_ref().and_then(|c| c.rendezvous());
         let mut expired = Vec::new();
+        let mut next_due = Millis::MAX;
         for (&qid, p) in e.pending.iter_mut() {
             if p.deadline <= now {
                 expired.push(qid);
@@ -1353,19 +1368,7 @@ impl RendezvousNode {
             }
             match rdv {
                 Some(r) => {
-                    let q = ResolverQuery {
-                        handler: p.handler.clone(),
-                        query_id: qid,
-                        hop_count: 0,
-                        src_peer: me,
-                        query: p.text.clone(),
-                        src_route: None,
-                    };
-                    let t = Transmit {
-                        to: r,
-                        dest: ServiceAddress::new(RESOLVER_SERVICE, Some(&query_queue(&g))),
-                        message: Message::new().with(q.to_element(&g)),
-                    };
+                    let t = query_transmit(g, me, r, qid, p);
                     Self::queue(&mut self.out, &mut self.stats, t);
                     p.next_send = now.saturating_add(QUERY_RETRY_MS);
                 }
@@ -1380,6 +1383,10 @@ impl RendezvousNode {
                 NodeEvent::TimedOut { id },
             );
         }
+        for p in e.pending.values() {
+            next_due = next_due.min(p.next_send.min(p.deadline));
+        }
+        e.next_due = next_due;
     }
 
     /// Moves the parts' output and events here and acts on them.
@@ -1454,6 +1461,7 @@ impl RendezvousNode {
                             for p in e.pending.values_mut() {
                                 p.next_send = 0;
                             }
+                            e.next_due = 0;
                         }
                         EdgeEvent::Lost { rdv, reason } => {
                             let ev = NodeEvent::LeaseLost { rdv, reason };
@@ -1473,6 +1481,23 @@ impl RendezvousNode {
             }
         }
         self.send_queries(now);
+    }
+}
+
+/// Query `qid` of `me` to rendezvous `to`.
+fn query_transmit(g: &str, me: PeerId, to: PeerId, qid: QueryId, p: &Pending) -> Transmit {
+    let q = ResolverQuery {
+        handler: p.handler.clone(),
+        query_id: qid,
+        hop_count: 0,
+        src_peer: me,
+        query: p.text.clone(),
+        src_route: None,
+    };
+    Transmit {
+        to,
+        dest: ServiceAddress::new(RESOLVER_SERVICE, Some(&query_queue(g))),
+        message: Message::new().with(q.to_element(g)),
     }
 }
 

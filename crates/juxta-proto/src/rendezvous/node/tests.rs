@@ -537,10 +537,9 @@ fn hostile_hop_count_and_long_answers_are_bounded() {
         query: "Adv\tName\tx".into(),
         src_route: None,
     };
-    let raw = Message::new().with(q.to_element(G));
     let now = c.now;
     let from = c.id(2);
-    let mut forwarded = |c: &mut Cluster, q: ResolverQuery| {
+    let forwarded = |c: &mut Cluster, q: ResolverQuery| {
         let raw = Message::new().with(q.to_element(G));
         c.nodes[1].n.handle_query(Some(from), q, raw, None, now);
         std::iter::from_fn(|| c.nodes[1].n.poll_transmit())
@@ -548,7 +547,6 @@ fn hostile_hop_count_and_long_answers_are_bounded() {
             .map(|t| ResolverQuery::from_message(&t.message, G).unwrap())
             .collect::<Vec<_>>()
     };
-    let _ = raw;
     assert!(forwarded(&mut c, q.clone()).is_empty());
     assert_eq!(c.nodes[1].n.relayed_lookups(), 0);
     let fwd = forwarded(&mut c, ResolverQuery { hop_count: 1, ..q });
