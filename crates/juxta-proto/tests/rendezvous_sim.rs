@@ -1,42 +1,44 @@
-//! A deterministic simulator for the rendezvous and SRDI state machines:
-//! virtual time in ms, in-memory message passing with a fixed one-way
-//! latency, no sockets, no threads, no clock. It wires `RendezvousServer`,
-//! `EdgeClient`, `SrdiIndex`, `Admission` and the search decision the way
-//! the runtime will, and checks the protocol's end-to-end properties:
-//! leases, SRDI publication and lookup, fail-over after a rendezvous is
-//! killed (bounded by the protocol's own constants), no query lost, the
-//! flooding and centralized models, busy answers, and memory bounds.
+//! A deterministic simulator for the rendezvous service: virtual time in
+//! ms, in-memory message passing with a fixed one-way latency, no sockets,
+//! no threads, no clock. Every peer is the same sans-IO
+//! [`RendezvousNode`] the runtime (`juxta::rendezvous`) drives; the
+//! simulator only moves messages, answers dials, and plays the resolver
+//! and the application (an edge answers queries for the items it holds).
+//! It checks the protocol's end-to-end properties: leases, SRDI
+//! publication and lookup, fail-over after a rendezvous is killed (bounded
+//! by the protocol's own constants), no query lost, the flooding and
+//! centralized models, busy answers, and memory bounds.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
+use std::net::SocketAddr;
 
 use juxta_proto::advertisement::PeerAdvertisement;
 use juxta_proto::endpoint::ServiceAddress;
 use juxta_proto::id::{IdFormat, IdType, JxtaId, PeerGroupId, PeerId};
 use juxta_proto::message::Message;
-use juxta_proto::rendezvous::edge::{EdgeClient, EdgeConfig, EdgeEvent};
-use juxta_proto::rendezvous::messages::{
-    lease_address, minimal_rdv_adv, BusyNotice, LeaseMessage, PROPAGATE_SERVICE, RDV_SERVICE,
+use juxta_proto::rendezvous::edge::EdgeConfig;
+use juxta_proto::rendezvous::messages::{lease_address, BusyNotice, LeaseMessage};
+use juxta_proto::rendezvous::node::{
+    lookup_peers, NodeEvent, RendezvousConfig, RendezvousNode, LOOKUP_HANDLER,
 };
-use juxta_proto::rendezvous::server::{RendezvousServer, ServerConfig, ServerEvent};
+use juxta_proto::rendezvous::server::ServerConfig;
 use juxta_proto::rendezvous::Transmit;
 use juxta_proto::resolver::{
     query_queue, response_queue, srdi_queue, ResolverQuery, ResolverResponse, RESOLVER_SERVICE,
 };
 use juxta_proto::srdi::flow::AdmissionConfig;
-use juxta_proto::srdi::node::{Arrival, SrdiAction, SrdiNode, SrdiNodeConfig};
-use juxta_proto::srdi::placement::global_view;
+use juxta_proto::srdi::node::SrdiNodeConfig;
 use juxta_proto::srdi::search::SearchModel;
-use juxta_proto::srdi::{ResolverSrdi, SrdiEntry, SrdiMessage, SCOPE_REPLICATE};
+use juxta_proto::srdi::{ResolverSrdi, SrdiEntry, SrdiMessage};
 
 /// One-way latency of every simulated link.
 const LAT: u64 = 5;
 const GROUP: &str = "jxta-NetGroup";
+/// The handler of the application's queries (answered by the publisher).
 const HANDLER: &str = "juxta-sim";
 const PKEY: &str = "Adv";
 const ATTR: &str = "Name";
-/// How often an edge re-sends an unanswered query.
-const QUERY_RETRY_MS: u64 = 1_000;
 const ENTRY_LIFE_MS: i64 = 3_600_000;
 
 fn pid(kind: u8, n: u32) -> PeerId {
@@ -52,6 +54,11 @@ fn pa(p: PeerId, name: &str) -> bytes::Bytes {
     PeerAdvertisement::new(p, PeerGroupId::NET, name)
         .to_xml()
         .into()
+}
+
+/// The (never opened) address of rendezvous `i`.
+fn rdv_addr(i: usize) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9000 + i as u16))
 }
 
 fn ores() -> ServiceAddress {
@@ -74,28 +81,23 @@ fn srdi_msg(m: &SrdiMessage) -> Message {
     Message::new().with(env.to_element(GROUP))
 }
 
-struct RdvNode {
-    srv: RendezvousServer,
-    srdi: SrdiNode,
+struct SimNode {
+    node: RendezvousNode,
     alive: bool,
-    out: Vec<Transmit>,
-}
-
-struct Pending {
-    value: String,
-    next_send: u64,
-}
-
-struct EdgeNode {
-    cli: EdgeClient,
+    /// Edge: the items it publishes and answers queries for.
     items: Vec<String>,
-    pending: BTreeMap<i32, Pending>,
+    /// Edge: answered queries: ID -> (value, publisher).
     answered: BTreeMap<i32, (String, PeerId)>,
-    next_qid: i32,
-    busy: u64,
-    alive: bool,
-    out: Vec<Transmit>,
+    /// Edge: when it leased which rendezvous.
     connected_at: Vec<(u64, PeerId)>,
+    /// Edge: the next ID of a query answered locally (negative).
+    next_local: i32,
+}
+
+impl SimNode {
+    fn rdv(&self) -> Option<PeerId> {
+        self.node.leased_to()
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -106,8 +108,8 @@ enum NodeRef {
 
 struct Sim {
     now: u64,
-    rdvs: Vec<RdvNode>,
-    edges: Vec<EdgeNode>,
+    rdvs: Vec<SimNode>,
+    edges: Vec<SimNode>,
     queue: BinaryHeap<Reverse<(u64, u64)>>,
     inflight: BTreeMap<u64, (PeerId, Transmit)>,
     seq: u64,
@@ -137,66 +139,55 @@ impl Default for SimConfig {
     }
 }
 
+fn sim_node(node: RendezvousNode, items: Vec<String>) -> SimNode {
+    SimNode {
+        node,
+        alive: true,
+        items,
+        answered: BTreeMap::new(),
+        connected_at: Vec::new(),
+        next_local: -1,
+    }
+}
+
 impl Sim {
     fn new(cfg: SimConfig) -> Sim {
         let rdv_ids: Vec<PeerId> = (0..cfg.rdvs as u32).map(|i| pid(1, i)).collect();
+        let addrs: Vec<SocketAddr> = (0..cfg.rdvs).map(rdv_addr).collect();
         let model = (cfg.model)(&rdv_ids);
         let mut ids = BTreeMap::new();
         let mut rdvs = Vec::new();
         for (i, &r) in rdv_ids.iter().enumerate() {
-            let radv = minimal_rdv_adv(&r, &PeerGroupId::NET, "rdv");
-            let mut srv = RendezvousServer::new(
-                r,
-                PeerGroupId::NET,
-                pa(r, "rdv"),
-                radv.into(),
-                cfg.server,
-                i as u64,
-            );
-            for &o in &rdv_ids {
-                srv.peer_view_mut().add_seed(o);
-            }
-            ids.insert(r.to_string(), NodeRef::Rdv(i));
-            let srdi = SrdiNode::new(
-                r,
-                GROUP,
-                HANDLER,
-                SrdiNodeConfig {
+            let rc = RendezvousConfig {
+                server: cfg.server,
+                srdi: SrdiNodeConfig {
                     model,
                     admission: cfg.admission,
                     ..SrdiNodeConfig::default()
                 },
-            );
-            rdvs.push(RdvNode {
-                srv,
-                srdi,
-                alive: true,
-                out: Vec::new(),
-            });
+                peers: addrs.iter().copied().filter(|a| *a != addrs[i]).collect(),
+                ..RendezvousConfig::rendezvous()
+            };
+            let node = RendezvousNode::new(rc, r, GROUP, pa(r, "rdv"), "rdv", i as u64);
+            ids.insert(r.to_string(), NodeRef::Rdv(i));
+            rdvs.push(sim_node(node, Vec::new()));
         }
         let mut edges = Vec::new();
         for i in 0..cfg.edges {
             let e = pid(2, i as u32);
-            let cli = EdgeClient::new(
-                e,
-                PeerGroupId::NET,
-                pa(e, "edge"),
-                rdv_ids.clone(),
-                cfg.edge,
-            )
-            .with_first_seed(i);
+            let rc = RendezvousConfig {
+                edge: cfg.edge,
+                first_seed: i,
+                ..RendezvousConfig::edge(addrs.clone())
+            };
+            let mut node = RendezvousNode::new(rc, e, GROUP, pa(e, "edge"), "edge", i as u64);
+            let items = vec![format!("item-{i}")];
+            for v in &items {
+                let key = (PKEY.to_string(), ATTR.to_string(), v.clone());
+                node.publish(key, ENTRY_LIFE_MS, 0).unwrap();
+            }
             ids.insert(e.to_string(), NodeRef::Edge(i));
-            edges.push(EdgeNode {
-                cli,
-                items: vec![format!("item-{i}")],
-                pending: BTreeMap::new(),
-                answered: BTreeMap::new(),
-                next_qid: 1,
-                busy: 0,
-                alive: true,
-                out: Vec::new(),
-                connected_at: Vec::new(),
-            });
+            edges.push(sim_node(node, items));
         }
         Sim {
             now: 0,
@@ -211,70 +202,137 @@ impl Sim {
     }
 
     fn rdv_id(&self, i: usize) -> PeerId {
-        self.rdvs[i].srv.me()
+        self.rdvs[i].node.me()
     }
 
     fn edge_id(&self, i: usize) -> PeerId {
-        self.edges[i].cli.me()
+        self.edges[i].node.me()
     }
 
-    /// Moves every node's output onto the wire.
+    fn node_mut(&mut self, r: NodeRef) -> &mut SimNode {
+        match r {
+            NodeRef::Rdv(i) => &mut self.rdvs[i],
+            NodeRef::Edge(i) => &mut self.edges[i],
+        }
+    }
+
+    fn refs(&self) -> Vec<NodeRef> {
+        (0..self.rdvs.len())
+            .map(NodeRef::Rdv)
+            .chain((0..self.edges.len()).map(NodeRef::Edge))
+            .collect()
+    }
+
+    /// Puts a message on the wire.
+    fn send(&mut self, from: PeerId, t: Transmit) {
+        self.seq += 1;
+        self.queue.push(Reverse((self.now + LAT, self.seq)));
+        self.inflight.insert(self.seq, (from, t));
+    }
+
+    /// Carries out every node's events and moves its output onto the wire.
     fn flush(&mut self) {
-        let mut sends: Vec<(PeerId, Transmit)> = Vec::new();
-        for r in &mut self.rdvs {
-            let me = r.srv.me();
-            while let Some(a) = r.srdi.poll_action() {
-                match a {
-                    SrdiAction::Send(t) => r.out.push(t),
-                    SrdiAction::Walk { dest, message, ttl } => {
-                        r.srv.walk(&dest, message, ttl);
-                    }
-                    SrdiAction::Flood { dest, message, ttl } => {
-                        r.srv.propagate(&dest, message, ttl);
+        let now = self.now;
+        loop {
+            let mut busy = false;
+            for r in self.refs() {
+                while let Some(ev) = self.node_mut(r).node.poll_event() {
+                    busy = true;
+                    self.on_event(r, ev);
+                }
+                let n = self.node_mut(r);
+                let me = n.node.me();
+                let alive = n.alive;
+                let mut out = Vec::new();
+                while let Some(t) = n.node.poll_transmit() {
+                    out.push(t);
+                }
+                if alive {
+                    for t in out {
+                        self.send(me, t);
                     }
                 }
             }
-            while let Some(t) = r.srv.poll_transmit() {
-                r.out.push(t);
-            }
-            if r.alive {
-                sends.extend(r.out.drain(..).map(|t| (me, t)));
-            } else {
-                r.out.clear();
+            if !busy {
+                break;
             }
         }
-        for e in &mut self.edges {
-            let me = e.cli.me();
-            while let Some(t) = e.cli.poll_transmit() {
-                e.out.push(t);
+        let _ = now;
+    }
+
+    fn on_event(&mut self, r: NodeRef, ev: NodeEvent) {
+        let now = self.now;
+        match ev {
+            NodeEvent::Dial(a) => {
+                // A dial reaches the rendezvous at that address if alive.
+                let to = (0..self.rdvs.len())
+                    .find(|&i| rdv_addr(i) == a && self.rdvs[i].alive)
+                    .map(|i| self.rdv_id(i));
+                self.node_mut(r).node.handle_dialed(a, to, now);
             }
-            if e.alive {
-                sends.extend(e.out.drain(..).map(|t| (me, t)));
-            } else {
-                e.out.clear();
+            NodeEvent::Deliver {
+                from,
+                dest,
+                message,
+            } if dest == ores() => self.on_query(r, from, message),
+            NodeEvent::LeaseGained(rdv) => self.node_mut(r).connected_at.push((now, rdv)),
+            NodeEvent::Answered { id, response } => {
+                let got = match response.split_once(' ') {
+                    // An application answer: "value publisher".
+                    Some((value, who)) if !value.starts_with("urn:") => {
+                        Some((value.to_string(), who.parse().unwrap()))
+                    }
+                    // A lookup answer: the publishers (none: not answered).
+                    _ => lookup_peers(&response)
+                        .first()
+                        .map(|p| (LOOKUP_HANDLER.to_string(), *p)),
+                };
+                if let Some(got) = got {
+                    self.node_mut(r).answered.insert(id, got);
+                }
             }
+            _ => {}
         }
-        for (from, t) in sends {
-            self.seq += 1;
-            self.queue.push(Reverse((self.now + LAT, self.seq)));
-            self.inflight.insert(self.seq, (from, t));
+    }
+
+    /// A resolver query arrived at node `r` (what the resolver does with
+    /// it): a rendezvous hands it to its node, an edge answers it if it
+    /// holds the item.
+    fn on_query(&mut self, r: NodeRef, from: PeerId, msg: Message) {
+        let now = self.now;
+        let Ok(q) = ResolverQuery::from_message(&msg, GROUP) else {
+            return;
+        };
+        match r {
+            NodeRef::Rdv(i) => {
+                let key = (q.handler == HANDLER)
+                    .then(|| (PKEY.to_string(), ATTR.to_string(), q.query.clone()));
+                self.rdvs[i].node.handle_query(Some(from), q, msg, key, now);
+            }
+            NodeRef::Edge(i) => {
+                if q.handler == HANDLER && self.edges[i].items.contains(&q.query) {
+                    let me = self.edge_id(i);
+                    let resp = q.response(format!("{} {}", q.query, me));
+                    let t = Transmit {
+                        to: q.src_peer,
+                        dest: ires(),
+                        message: Message::new().with(resp.to_element(GROUP)),
+                    };
+                    if self.edges[i].alive {
+                        self.send(me, t);
+                    }
+                }
+            }
         }
     }
 
     fn next_timer(&self) -> Option<u64> {
-        let r = self
-            .rdvs
+        self.rdvs
             .iter()
-            .filter(|r| r.alive)
-            .filter_map(|r| r.srv.poll_timeout().min(r.srdi.poll_timeout()));
-        let e = self.edges.iter().filter(|e| e.alive).filter_map(|e| {
-            let p = e.pending.values().map(|p| p.next_send).min();
-            match (e.cli.poll_timeout(), p) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
-        });
-        r.chain(e).min()
+            .chain(self.edges.iter())
+            .filter(|n| n.alive)
+            .filter_map(|n| n.node.poll_timeout())
+            .min()
     }
 
     fn run_until(&mut self, end: u64) {
@@ -319,229 +377,63 @@ impl Sim {
 
     fn timers(&mut self) {
         let now = self.now;
-        for i in 0..self.rdvs.len() {
-            if self.rdvs[i].alive && self.rdvs[i].srv.poll_timeout().is_some_and(|t| t <= now) {
-                self.rdvs[i].srv.handle_timeout(now);
-                self.rdv_events(i);
-            }
-            if self.rdvs[i].alive {
-                self.rdvs[i].srdi.handle_timeout(now);
-            }
-        }
-        for i in 0..self.edges.len() {
-            if !self.edges[i].alive {
-                continue;
-            }
-            if self.edges[i].cli.poll_timeout().is_some_and(|t| t <= now) {
-                self.edges[i].cli.handle_timeout(now);
-                self.edge_events(i);
-            }
-            let rdv = self.edges[i].cli.rendezvous();
-            let me = self.edge_id(i);
-            let e = &mut self.edges[i];
-            for (&qid, p) in e.pending.iter_mut() {
-                if p.next_send > now {
-                    continue;
-                }
-                match rdv {
-                    Some(r) => {
-                        let q = ResolverQuery {
-                            handler: HANDLER.into(),
-                            query_id: qid,
-                            hop_count: 0,
-                            src_peer: me,
-                            query: p.value.clone(),
-                            src_route: None,
-                        };
-                        e.out.push(Transmit {
-                            to: r,
-                            dest: ores(),
-                            message: Message::new().with(q.to_element(GROUP)),
-                        });
-                        p.next_send = now + QUERY_RETRY_MS;
-                    }
-                    None => p.next_send = now + 100,
-                }
+        for r in self.refs() {
+            let n = self.node_mut(r);
+            if n.alive && n.node.poll_timeout().is_some_and(|t| t <= now) {
+                n.node.handle_timeout(now);
             }
         }
     }
 
     fn deliver(&mut self, from: PeerId, tx: Transmit) {
-        let Some(&node) = self.ids.get(&tx.to.to_string()) else {
+        let now = self.now;
+        let Some(&r) = self.ids.get(&tx.to.to_string()) else {
             return;
         };
-        match node {
-            NodeRef::Rdv(i) if self.rdvs[i].alive => {
-                self.delivered += 1;
-                self.rdv_receive(i, from, tx)
-            }
-            NodeRef::Edge(i) if self.edges[i].alive => {
-                self.delivered += 1;
-                self.edge_receive(i, from, tx)
-            }
-            _ => {}
+        if !self.node_mut(r).alive {
+            return;
         }
-    }
-
-    fn rdv_receive(&mut self, i: usize, from: PeerId, tx: Transmit) {
-        let now = self.now;
-        let dest = tx.dest.clone();
-        if dest.service == RESOLVER_SERVICE {
-            let p = dest.param.as_deref().unwrap_or("");
-            if p == query_queue(GROUP) {
-                self.rdv_query(i, tx.message, Arrival::Direct);
-            } else if p == srdi_queue(GROUP) {
-                let r = &mut self.rdvs[i];
-                let view = global_view(r.srv.me(), r.srv.peer_view().members());
-                let _ = r.srdi.handle_srdi(&from, &tx.message, &view, now);
+        self.delivered += 1;
+        let Transmit { dest, message, .. } = tx;
+        if dest == ores() {
+            self.on_query(r, from, message);
+        } else if dest == ires() {
+            let n = &mut self.node_mut(r).node;
+            if let Ok(Some(b)) = BusyNotice::from_message(&message) {
+                n.handle_busy(b, now);
+            } else if let Ok(resp) = ResolverResponse::from_message(&message, GROUP) {
+                n.handle_response(resp, now);
             }
         } else {
-            let _ = self.rdvs[i]
-                .srv
-                .handle_message(from, &dest, tx.message, now);
-        }
-        self.rdv_events(i);
-    }
-
-    fn rdv_events(&mut self, i: usize) {
-        while let Some(ev) = self.rdvs[i].srv.poll_event() {
-            match ev {
-                ServerEvent::ClientLeft(p, _) => {
-                    self.rdvs[i].srdi.remove_peer(&p);
-                }
-                ServerEvent::RendezvousJoined(_) | ServerEvent::RendezvousLeft(_) => {
-                    // JXSE re-pushes periodically; here, on every view change.
-                    let now = self.now;
-                    let r = &mut self.rdvs[i];
-                    let view = global_view(r.srv.me(), r.srv.peer_view().members());
-                    let clients: Vec<PeerId> = r.srv.clients().collect();
-                    r.srdi.rereplicate(clients, &view, now);
-                }
-                ServerEvent::Deliver {
-                    dest,
-                    message,
-                    walk,
-                    ..
-                } => {
-                    if dest == ores() {
-                        let how = if walk.is_some() {
-                            Arrival::Walked
-                        } else {
-                            Arrival::Flooded
-                        };
-                        self.rdv_query(i, message, how);
-                    }
-                }
-                ServerEvent::ClientJoined(_) | ServerEvent::Refused(_) => {}
-            }
-        }
-    }
-
-    fn rdv_query(&mut self, i: usize, msg: Message, how: Arrival) {
-        let now = self.now;
-        let r = &mut self.rdvs[i];
-        let Ok(q) = ResolverQuery::from_message(&msg, GROUP) else {
-            return;
-        };
-        let view = global_view(r.srv.me(), r.srv.peer_view().members());
-        let value = q.query.clone();
-        r.srdi
-            .handle_query(&q, msg, Some((PKEY, ATTR, &value)), how, &view, now);
-    }
-
-    fn edge_receive(&mut self, i: usize, from: PeerId, tx: Transmit) {
-        let now = self.now;
-        let me = self.edge_id(i);
-        let e = &mut self.edges[i];
-        let dest = tx.dest;
-        if dest.service == RDV_SERVICE {
-            let _ = e.cli.handle_message(from, &tx.message, now);
-        } else if dest.service == PROPAGATE_SERVICE {
-            if let Ok(Some(d)) = e.cli.accept_propagated(from, &tx.message) {
-                if d == ores() {
-                    Self::edge_query(e, me, &tx.message);
-                }
-            }
-        } else if dest == ores() {
-            Self::edge_query(e, me, &tx.message);
-        } else if dest == ires() {
-            if let Ok(Some(b)) = BusyNotice::from_message(&tx.message) {
-                e.busy += 1;
-                if let Some(p) = e.pending.get_mut(&b.query_id) {
-                    p.next_send = now + b.retry_after_ms;
-                }
-            } else if let Ok(r) = ResolverResponse::from_message(&tx.message, GROUP) {
-                if let Some(p) = e.pending.remove(&r.query_id) {
-                    let (value, who) = r.response.split_once(' ').unwrap();
-                    assert_eq!(value, p.value);
-                    e.answered
-                        .insert(r.query_id, (value.to_string(), who.parse().unwrap()));
-                }
-            }
-        }
-        self.edge_events(i);
-    }
-
-    fn edge_query(e: &mut EdgeNode, me: PeerId, msg: &Message) {
-        let Ok(q) = ResolverQuery::from_message(msg, GROUP) else {
-            return;
-        };
-        if e.items.contains(&q.query) {
-            let r = q.response(format!("{} {}", q.query, me));
-            e.out.push(Transmit {
-                to: q.src_peer,
-                dest: ires(),
-                message: Message::new().with(r.to_element(GROUP)),
-            });
-        }
-    }
-
-    fn edge_events(&mut self, i: usize) {
-        let now = self.now;
-        let e = &mut self.edges[i];
-        while let Some(ev) = e.cli.poll_event() {
-            match ev {
-                EdgeEvent::Connected { rdv, .. } => e.connected_at.push((now, rdv)),
-                EdgeEvent::RepublishSrdi { rdv } => {
-                    let m = SrdiMessage {
-                        peer: e.cli.me(),
-                        primary_key: PKEY.into(),
-                        scope: SCOPE_REPLICATE,
-                        entries: e
-                            .items
-                            .iter()
-                            .map(|v| SrdiEntry {
-                                key: ATTR.into(),
-                                value: v.clone(),
-                                expiration: ENTRY_LIFE_MS,
-                            })
-                            .collect(),
-                    };
-                    e.out.push(Transmit {
-                        to: rdv,
-                        dest: srdi_addr(),
-                        message: srdi_msg(&m),
-                    });
-                }
-                EdgeEvent::Lost { .. } => {}
-            }
+            // The simulator's links are authenticated.
+            let _ = self
+                .node_mut(r)
+                .node
+                .handle_message(from, true, &dest, message, now);
         }
     }
 
     /// Edge `i` starts looking for `value`; returns the query ID.
     fn ask(&mut self, i: usize, value: String) -> i32 {
         let now = self.now;
+        let me = self.edge_id(i);
         let e = &mut self.edges[i];
-        let qid = e.next_qid;
-        e.next_qid += 1;
-        e.pending.insert(
-            qid,
-            Pending {
-                value,
-                next_send: now,
-            },
-        );
-        qid
+        if e.items.contains(&value) {
+            // Found in its own cache, as the discovery service does.
+            let id = e.next_local;
+            e.next_local -= 1;
+            e.answered.insert(id, (value, me));
+            return id;
+        }
+        e.node.query(HANDLER, value, u64::MAX, now).unwrap()
+    }
+
+    /// Edge `i` looks up who published `value` (answered by the
+    /// rendezvous from its index or its replica's).
+    fn lookup(&mut self, i: usize, value: &str) -> i32 {
+        let now = self.now;
+        let key = (PKEY.to_string(), ATTR.to_string(), value.to_string());
+        self.edges[i].node.lookup(&key, u64::MAX, now).unwrap()
     }
 
     /// Every edge asks for another edge's item; returns (edge, qid, owner).
@@ -573,7 +465,15 @@ impl Sim {
 
     fn kill_rdv(&mut self, i: usize) {
         self.rdvs[i].alive = false;
-        self.rdvs[i].out.clear();
+        while self.rdvs[i].node.poll_transmit().is_some() {}
+    }
+
+    fn srv(&self, i: usize) -> &juxta_proto::rendezvous::server::RendezvousServer {
+        self.rdvs[i].node.server().unwrap()
+    }
+
+    fn srdi(&self, i: usize) -> &juxta_proto::srdi::node::SrdiNode {
+        self.rdvs[i].node.srdi().unwrap()
     }
 }
 
@@ -581,12 +481,19 @@ fn setup(cfg: SimConfig) -> Sim {
     let mut sim = Sim::new(cfg);
     sim.run_until(3_000);
     for (i, e) in sim.edges.iter().enumerate() {
-        assert!(e.cli.rendezvous().is_some(), "edge {i} has no lease");
+        assert!(e.rdv().is_some(), "edge {i} has no lease");
     }
-    let total: usize = sim.rdvs.iter().map(|r| r.srv.client_count()).sum();
+    let total: usize = sim
+        .rdvs
+        .iter()
+        .map(|r| r.node.server().unwrap().client_count())
+        .sum();
     assert_eq!(total, sim.edges.len());
     for r in &sim.rdvs {
-        assert_eq!(r.srv.peer_view().len(), sim.rdvs.len() - 1);
+        assert_eq!(
+            r.node.server().unwrap().peer_view().len(),
+            sim.rdvs.len() - 1
+        );
     }
     sim
 }
@@ -596,7 +503,11 @@ fn srdi_leases_lookup_failover_and_no_query_lost() {
     let mut sim = setup(SimConfig::default());
     // Spread: each rendezvous got a share of the edges.
     for r in &sim.rdvs {
-        assert!(r.srv.client_count() >= 10, "{}", r.srv.client_count());
+        assert!(
+            r.node.server().unwrap().client_count() >= 10,
+            "{}",
+            r.node.server().unwrap().client_count()
+        );
     }
     // Every edge finds another edge's item through SRDI.
     let round1 = sim.query_round(0);
@@ -607,7 +518,7 @@ fn srdi_leases_lookup_failover_and_no_query_lost() {
     let victim = 1;
     let dead = sim.rdv_id(victim);
     let orphans: Vec<usize> = (0..sim.edges.len())
-        .filter(|&i| sim.edges[i].cli.rendezvous() == Some(dead))
+        .filter(|&i| sim.edges[i].rdv() == Some(dead))
         .collect();
     assert!(!orphans.is_empty());
     let kill_at = sim.now + 123; // mid-heartbeat
@@ -631,16 +542,16 @@ fn srdi_leases_lookup_failover_and_no_query_lost() {
             "edge {i} recovered after {} ms > bound {bound} ms",
             t - kill_at
         );
-        assert_eq!(e.cli.rendezvous(), Some(rdv));
+        assert_eq!(e.rdv(), Some(rdv));
     }
     for (i, r) in sim.rdvs.iter().enumerate() {
         if i != victim {
-            assert!(!r.srv.peer_view().contains(&dead));
+            assert!(!r.node.server().unwrap().peer_view().contains(&dead));
         }
     }
     let total: usize = (0..sim.rdvs.len())
         .filter(|&i| i != victim)
-        .map(|i| sim.rdvs[i].srv.client_count())
+        .map(|i| sim.srv(i).client_count())
         .sum();
     assert_eq!(total, sim.edges.len());
     sim.assert_answered(&during);
@@ -650,8 +561,8 @@ fn srdi_leases_lookup_failover_and_no_query_lost() {
     sim.run_until(sim.now + 2_000);
     sim.assert_answered(&round2);
     for e in &sim.edges {
-        assert!(e.pending.is_empty());
-        assert_eq!(e.busy, 0);
+        assert_eq!(e.node.pending_queries(), 0);
+        assert_eq!(e.node.status().busy, 0);
     }
 }
 
@@ -676,8 +587,8 @@ fn centralized_model_answers() {
     sim.run_until(sim.now + 2_000);
     sim.assert_answered(&round);
     // The central server holds every entry; the others hold none.
-    assert_eq!(sim.rdvs[0].srdi.index().len(), sim.edges.len());
-    assert!(sim.rdvs[1].srdi.index().is_empty() && sim.rdvs[2].srdi.index().is_empty());
+    assert_eq!(sim.srdi(0).index().len(), sim.edges.len());
+    assert!(sim.srdi(1).index().is_empty() && sim.srdi(2).index().is_empty());
 }
 
 #[test]
@@ -699,17 +610,17 @@ fn greedy_querier_gets_busy_answers_others_served() {
     }
     let polite = sim.query_round(3);
     sim.run_until(start + 6_000);
-    assert!(sim.edges[greedy].busy > 0);
+    assert!(sim.edges[greedy].node.status().busy > 0);
     for &(i, _, _) in &polite {
         if i != greedy {
-            assert_eq!(sim.edges[i].busy, 0, "edge {i} was told busy");
+            assert_eq!(sim.edges[i].node.status().busy, 0, "edge {i} was told busy");
         }
     }
     // Nothing lost: the greedy edge's queries all complete after pacing.
     sim.assert_answered(&asked);
     sim.assert_answered(&polite);
-    let busy: u64 = sim.rdvs.iter().map(|r| r.srdi.stats().busy).sum();
-    assert_eq!(busy, sim.edges[greedy].busy);
+    let busy: u64 = sim.rdvs.iter().map(|r| r.node.status().busy).sum();
+    assert_eq!(busy, sim.edges[greedy].node.status().busy);
 }
 
 #[test]
@@ -733,11 +644,14 @@ fn memory_bounds_hold_under_bogus_floods() {
             peer: p,
             peer_adv: pa(p, "bogus"),
         };
-        sim.edges[0].out.push(Transmit {
-            to: target,
-            dest: lease_address(&PeerGroupId::NET),
-            message: m.to_message(),
-        });
+        sim.send(
+            sim.edge_id(0),
+            Transmit {
+                to: target,
+                dest: lease_address(&PeerGroupId::NET),
+                message: m.to_message(),
+            },
+        );
     }
     // A publisher floods SRDI entries in its own name (entries in another
     // peer's name are refused outright): 12,000 entries in messages that
@@ -756,11 +670,14 @@ fn memory_bounds_hold_under_bogus_floods() {
                 })
                 .collect(),
         };
-        sim.edges[0].out.push(Transmit {
-            to: target,
-            dest: srdi_addr(),
-            message: srdi_msg(&m),
-        });
+        sim.send(
+            sim.edge_id(0),
+            Transmit {
+                to: target,
+                dest: srdi_addr(),
+                message: srdi_msg(&m),
+            },
+        );
     }
     // Queries from 2,000 forged source peers.
     for n in 0..2_000u32 {
@@ -772,27 +689,30 @@ fn memory_bounds_hold_under_bogus_floods() {
             query: "nothing".into(),
             src_route: None,
         };
-        sim.edges[0].out.push(Transmit {
-            to: target,
-            dest: ores(),
-            message: Message::new().with(q.to_element(GROUP)),
-        });
+        sim.send(
+            sim.edge_id(0),
+            Transmit {
+                to: target,
+                dest: ores(),
+                message: Message::new().with(q.to_element(GROUP)),
+            },
+        );
     }
     sim.run_until(sim.now + 3_000);
-    let r = &sim.rdvs[0];
-    assert!(r.srv.client_count() <= 60);
-    assert!(r.srv.stats().refused > 0);
+    let (srv, srdi) = (sim.srv(0), sim.srdi(0));
+    assert!(srv.client_count() <= 60);
+    assert!(srv.stats().refused > 0);
     assert_eq!(
-        r.srdi.index().peer_len(&bogus),
+        srdi.index().peer_len(&bogus),
         juxta_proto::srdi::index::DEFAULT_MAX_PER_PEER
     );
-    assert!(r.srdi.index().len() <= juxta_proto::srdi::index::DEFAULT_MAX_ENTRIES);
-    assert!(r.srdi.stats().refused_entries > 0);
-    assert!(r.srdi.admission().tracked() <= 100);
-    assert!(r.srdi.admission().stats().overflow > 0);
+    assert!(srdi.index().len() <= juxta_proto::srdi::index::DEFAULT_MAX_ENTRIES);
+    assert!(srdi.stats().refused_entries > 0);
+    assert!(srdi.admission().tracked() <= 100);
+    assert!(srdi.admission().stats().overflow > 0);
     // Legitimate edges still hold leases and still find items.
     for (i, e) in sim.edges.iter().enumerate() {
-        assert!(e.cli.rendezvous().is_some(), "edge {i} lost its lease");
+        assert!(e.rdv().is_some(), "edge {i} lost its lease");
     }
     let round = sim.query_round(4);
     sim.run_until(sim.now + 3_000);
@@ -806,8 +726,27 @@ fn simulation_is_deterministic() {
         let round = sim.query_round(0);
         sim.run_until(sim.now + 2_000);
         sim.assert_answered(&round);
-        let conns: Vec<Option<PeerId>> = sim.edges.iter().map(|e| e.cli.rendezvous()).collect();
+        let conns: Vec<Option<PeerId>> = sim.edges.iter().map(|e| e.rdv()).collect();
         (sim.delivered, conns)
     };
     assert_eq!(run(), run());
+}
+
+#[test]
+fn lookups_are_answered_by_the_rendezvous_through_replicas() {
+    let mut sim = setup(SimConfig::default());
+    // Every edge asks its rendezvous who published another edge's item:
+    // the answer comes from its index, or from the replica it forwards
+    // the lookup to (the answer relayed back).
+    let n = sim.edges.len();
+    let round: Vec<(usize, i32, usize)> = (0..n)
+        .map(|i| {
+            let owner = (i * 11 + 5) % n;
+            (i, sim.lookup(i, &format!("item-{owner}")), owner)
+        })
+        .collect();
+    sim.run_until(sim.now + 2_000);
+    sim.assert_answered(&round);
+    let relayed: usize = sim.rdvs.iter().map(|r| r.node.relayed_lookups()).sum();
+    assert_eq!(relayed, 0, "every forwarded lookup was answered");
 }

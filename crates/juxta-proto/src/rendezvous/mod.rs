@@ -19,6 +19,7 @@
 
 pub mod edge;
 pub mod messages;
+pub mod node;
 pub mod peerview;
 pub mod server;
 

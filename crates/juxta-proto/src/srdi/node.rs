@@ -343,7 +343,8 @@ impl SrdiNode {
         match &plan {
             QueryPlan::Forward(peers) => {
                 let mut q2 = q.clone();
-                q2.hop_count += 1;
+                // The querier's number: saturating.
+                q2.hop_count = q2.hop_count.saturating_add(1);
                 let m = Message::new().with(q2.to_element(&self.group_unique));
                 for p in peers {
                     self.push(SrdiAction::Send(Transmit {
