@@ -715,7 +715,11 @@ fn socket_both_ways_with_half_close() {
 
 /// A plain TCP copy of `src` to `dst` on loopback (std threads, 1 MiB
 /// reads and writes): the bound `juxta send`/`receive` is compared with.
-fn tcp_copy(src: &Path, dst: &Path) -> Duration {
+/// A plain TCP copy of `src` to `dst` on loopback (1 MiB reads and
+/// writes); with `guarded`, the receiver also does what `juxta receive`
+/// guarantees: SHA-256 of every byte received (on the receiving thread)
+/// and an fsync of the file before the clock stops.
+fn tcp_copy(src: &Path, dst: &Path, guarded: bool) -> Duration {
     use std::io::Read;
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
@@ -736,14 +740,22 @@ fn tcp_copy(src: &Path, dst: &Path) -> Duration {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     let mut f = std::fs::File::create(dst).unwrap();
     let mut buf = vec![0u8; 1 << 20];
+    let mut h = Sha256::new();
     loop {
         let n = s.read(&mut buf).unwrap();
         if n == 0 {
             break;
         }
+        if guarded {
+            h.update(&buf[..n]);
+        }
         f.write_all(&buf[..n]).unwrap();
     }
     f.flush().unwrap();
+    if guarded {
+        f.sync_all().unwrap();
+        assert_ne!(h.finalize().as_slice(), [0u8; 32]);
+    }
     let t = started.elapsed();
     tx.join().unwrap();
     t
@@ -751,7 +763,8 @@ fn tcp_copy(src: &Path, dst: &Path) -> Duration {
 
 /// Opt-in benchmark: `juxta send`/`juxta receive` of one file (default
 /// 1 GB, `JUXTA_BENCH_BYTES`) on loopback against a plain TCP copy of the
-/// same file in the same run, alternating, 3 rounds each; the file is
+/// same file and a TCP copy that hashes and fsyncs as `juxta receive`
+/// does, in the same run, alternating, 3 rounds each; the file is
 /// made in the system temp directory and deleted after.
 /// `cargo test --release -p juxta-cli --test transfer -- --ignored --nocapture bench_`
 #[test]
@@ -776,13 +789,16 @@ fn bench_send_receive_vs_tcp_copy() {
         }
     }
     let mut tcp = Vec::new();
+    let mut guarded = Vec::new();
     let mut jx = Vec::new();
     for round in 0..3 {
-        let dst = d.path().join("tcp.out");
-        let t = tcp_copy(&file, &dst);
-        assert_eq!(std::fs::metadata(&dst).unwrap().len(), bytes as u64);
-        std::fs::remove_file(&dst).unwrap();
-        tcp.push(t.as_secs_f64());
+        for (g, times) in [(false, &mut tcp), (true, &mut guarded)] {
+            let dst = d.path().join("tcp.out");
+            let t = tcp_copy(&file, &dst, g);
+            assert_eq!(std::fs::metadata(&dst).unwrap().len(), bytes as u64);
+            std::fs::remove_file(&dst).unwrap();
+            times.push(t.as_secs_f64());
+        }
 
         let out = d.path().join("out");
         let (mut s, ticket) = send(d.path(), &file, &[]);
@@ -798,9 +814,11 @@ fn bench_send_receive_vs_tcp_copy() {
         std::fs::remove_dir_all(&out).unwrap();
         jx.push(t);
         eprintln!(
-            "round {round}: tcp copy {:.3} s ({:.0} MB/s), juxta receive {:.3} s ({:.0} MB/s) [{}]",
+            "round {round}: tcp copy {:.3} s ({:.0} MB/s), tcp copy + sha256 + fsync {:.3} s ({:.0} MB/s), juxta receive {:.3} s ({:.0} MB/s) [{}]",
             tcp[round],
             bytes as f64 / tcp[round] / 1e6,
+            guarded[round],
+            bytes as f64 / guarded[round] / 1e6,
             t,
             bytes as f64 / t / 1e6,
             r.err().trim()
@@ -811,14 +829,16 @@ fn bench_send_receive_vs_tcp_copy() {
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
         v[v.len() / 2]
     };
-    let (t, j) = (med(&mut tcp), med(&mut jx));
+    let (t, g, j) = (med(&mut tcp), med(&mut guarded), med(&mut jx));
     eprintln!(
-        "median: tcp copy {:.0} MB/s, juxta send/receive {:.0} MB/s (whole receive process), ratio {:.2}",
+        "median: tcp copy {:.0} MB/s, tcp copy + sha256 + fsync {:.0} MB/s, juxta send/receive {:.0} MB/s (whole receive process), ratio {:.2} vs the plain copy, {:.2} vs the guarded copy",
         bytes as f64 / t / 1e6,
+        bytes as f64 / g / 1e6,
         bytes as f64 / j / 1e6,
-        t / j
+        t / j,
+        g / j
     );
-    assert!(j > 0.0 && t > 0.0);
+    assert!(j > 0.0 && t > 0.0 && g > 0.0);
 }
 
 /// `juxta peer --home H` on 127.0.0.1 (settings from H/juxta.toml when
