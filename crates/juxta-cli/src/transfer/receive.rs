@@ -120,7 +120,18 @@ pub async fn main(a: ReceiveArgs) -> Result<(), TransferError> {
         }
         Err(e) => return Err(e.into()),
     };
-    wire::write_hello(&mut s).await?;
+    if let Err(e) = wire::write_hello(&mut s).await {
+        // A sender that refuses (busy, expired) sends its refusal and closes
+        // at once, possibly before our hello reaches it: the hello then
+        // fails ("reads no more") while the refusal is still there to read.
+        let within = timeout.min(std::time::Duration::from_secs(2));
+        if let Ok(Err(r @ wire::WireError::Refused(_))) =
+            tokio::time::timeout(within, wire::read_header(&mut s)).await
+        {
+            return Err(r.into());
+        }
+        return Err(e.into());
+    }
     let entries = tokio::time::timeout(timeout, wire::read_header(&mut s))
         .await
         .map_err(|_| TransferError::Io {
