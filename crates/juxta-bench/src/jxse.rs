@@ -741,7 +741,7 @@ impl JxseBench {
         ClientSockets {
             server_ports: vec![self.responder.port],
             client_ports: vec![self.client.port],
-            pids: vec![],
+            ..ClientSockets::default()
         }
     }
 

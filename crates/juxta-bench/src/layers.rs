@@ -108,6 +108,11 @@ pub enum Layer {
     /// rust-libp2p over TCP with noise and yamux, one stream kept open
     /// ([`crate::stacks`]); rows have `impl = "libp2p"`.
     Libp2p,
+    /// rust-libp2p over QUIC (v1, TLS 1.3), one stream kept open; rows
+    /// have `impl = "libp2p"`, `layer = "quic"`. Its two processes run in
+    /// two network namespaces of their own joined by a veth, where the
+    /// kernel counts its UDP bytes ([`crate::socket_bytes`]).
+    Libp2pQuic,
     /// Open MPI over its TCP transport; rows `impl = "mpi"`, `layer = "tcp"`.
     MpiTcp,
     /// Open MPI over shared memory; rows `impl = "mpi"`, `layer = "sm"`.
@@ -121,7 +126,7 @@ pub enum Layer {
 
 impl Layer {
     /// Every layer, in report order.
-    pub const ALL: [Layer; 19] = [
+    pub const ALL: [Layer; 20] = [
         Layer::Tcp,
         Layer::Endpoint,
         Layer::EndpointCompat,
@@ -139,6 +144,7 @@ impl Layer {
         Layer::Udp,
         Layer::ZmqReqRep,
         Layer::Libp2p,
+        Layer::Libp2pQuic,
         Layer::MpiTcp,
         Layer::MpiSm,
     ];
@@ -171,6 +177,7 @@ impl Layer {
             Layer::Udp => "udp",
             Layer::ZmqReqRep => "tcp-req-rep",
             Layer::Libp2p => "tcp-noise-yamux",
+            Layer::Libp2pQuic => "quic",
             Layer::MpiTcp => "mpi-tcp",
             Layer::MpiSm => "mpi-sm",
         }
@@ -229,6 +236,7 @@ impl Layer {
         match self {
             Layer::ZmqReqRep => Some(crate::stacks::Stack::Zmq),
             Layer::Libp2p => Some(crate::stacks::Stack::Libp2p),
+            Layer::Libp2pQuic => Some(crate::stacks::Stack::Libp2pQuic),
             Layer::MpiTcp => Some(crate::stacks::Stack::MpiTcp),
             Layer::MpiSm => Some(crate::stacks::Stack::MpiSm),
             _ => None,
@@ -884,7 +892,7 @@ pub async fn run_responder(
     let layer = spec.layer;
     let key_bits = layer.key_bits(spec.key_bits);
     match layer {
-        Layer::ZmqReqRep | Layer::Libp2p | Layer::MpiTcp | Layer::MpiSm => {
+        Layer::ZmqReqRep | Layer::Libp2p | Layer::Libp2pQuic | Layer::MpiTcp | Layer::MpiSm => {
             Err(BenchError::Unsupported {
                 layer: layer.name().into(),
                 scenario: "bench-responder".into(),
@@ -1217,7 +1225,7 @@ impl Client {
         };
         let kind = match layer {
             Layer::Tcp | Layer::Udp => unreachable!("handled above"),
-            Layer::ZmqReqRep | Layer::Libp2p | Layer::MpiTcp | Layer::MpiSm => {
+            Layer::ZmqReqRep | Layer::Libp2p | Layer::Libp2pQuic | Layer::MpiTcp | Layer::MpiSm => {
                 return Err(BenchError::Unsupported {
                     layer: layer.name().into(),
                     scenario: "a juxta client".into(),

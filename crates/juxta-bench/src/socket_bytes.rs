@@ -13,6 +13,11 @@
 //! and the JXSE JVMs, and nothing in the timed path (the reads happen
 //! between timed runs).
 //!
+//! UDP has no such per-socket counters: a UDP lane (libp2p over QUIC)
+//! runs across a veth pair of its own and its client interface's frame
+//! counters are read instead, headers taken off
+//! ([`ClientSockets::link`]).
+//!
 //! Which sockets are the client's: those whose peer port is one of the
 //! responder's listening ports (connections the client opened) and those
 //! whose local port is one of the client's own listening ports
@@ -35,6 +40,9 @@ use std::process::Command;
 /// Errors reading the kernel's counters.
 #[derive(Debug, thiserror::Error)]
 pub enum SocketBytesError {
+    /// The counters of a lane's interface could not be read.
+    #[error("reading an interface's counters: {0}")]
+    Link(#[from] crate::net::NetError),
     /// `ss` could not be run.
     #[error("cannot run `ss` (iproute2; Debian: apt-get install iproute2): {0}")]
     Spawn(#[source] std::io::Error),
@@ -84,11 +92,24 @@ pub struct ClientSockets {
     /// Processes whose every TCP socket is the client's (for stacks whose
     /// ports are not known in advance, such as MPI's TCP transport).
     pub pids: Vec<u32>,
+    /// A lane the kernel cannot count per socket (UDP: QUIC) runs across
+    /// a [`crate::net::VethPair`]: (namespace, interface) of the client's
+    /// end, whose counters are the lane's traffic alone (UDP payload:
+    /// frame bytes less [`crate::net::UDP_FRAME_OVERHEAD`] per frame, as
+    /// `tcp_info` counts TCP payload). The socket fields are then unused.
+    pub link: Option<(String, String)>,
 }
 
 impl ClientSockets {
     /// Reads the counters of the client's sockets now.
     pub fn read(&self) -> Result<Counted, SocketBytesError> {
+        if let Some((ns, dev)) = &self.link {
+            let c = crate::net::link_counters(ns, dev)?;
+            return Ok(Counted {
+                sent: c.tx_payload(),
+                received: c.rx_payload(),
+            });
+        }
         if self.server_ports.is_empty() && self.client_ports.is_empty() && self.pids.is_empty() {
             return Ok(Counted::default());
         }
@@ -203,7 +224,7 @@ ESTAB 0      0      127.0.0.1:1234 127.0.0.1:5555\n\
         let c = ClientSockets {
             server_ports: vec![58263, 9000],
             client_ports: vec![1234],
-            pids: vec![],
+            ..ClientSockets::default()
         };
         assert_eq!(
             c.count(SS),

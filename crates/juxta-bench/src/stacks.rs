@@ -84,6 +84,11 @@ pub enum Stack {
     /// rust-libp2p 0.57, TCP + noise + yamux, one stream kept open
     /// (libp2p-stream), each message a 4-byte length and the payload.
     Libp2p,
+    /// The same program over QUIC (v1, TLS 1.3 in QUIC's own packets):
+    /// its client and responder run in the two namespaces of a
+    /// [`crate::net::VethPair`] (needs root), where the kernel counts its
+    /// UDP bytes at the client's interface.
+    Libp2pQuic,
     /// Open MPI, two ranks, `MPI_Send`/`MPI_Recv` over its TCP transport
     /// (`btl tcp,self`, loopback only).
     MpiTcp,
@@ -93,13 +98,19 @@ pub enum Stack {
 
 impl Stack {
     /// Every stack, in report order.
-    pub const ALL: [Stack; 4] = [Stack::Zmq, Stack::Libp2p, Stack::MpiTcp, Stack::MpiSm];
+    pub const ALL: [Stack; 5] = [
+        Stack::Zmq,
+        Stack::Libp2p,
+        Stack::Libp2pQuic,
+        Stack::MpiTcp,
+        Stack::MpiSm,
+    ];
 
     /// The `impl` of its rows.
     pub fn name(self) -> &'static str {
         match self {
             Stack::Zmq => "zmq",
-            Stack::Libp2p => "libp2p",
+            Stack::Libp2p | Stack::Libp2pQuic => "libp2p",
             Stack::MpiTcp | Stack::MpiSm => "mpi",
         }
     }
@@ -109,6 +120,7 @@ impl Stack {
         match self {
             Stack::Zmq => "tcp-req-rep",
             Stack::Libp2p => "tcp-noise-yamux",
+            Stack::Libp2pQuic => "quic",
             Stack::MpiTcp => "tcp",
             Stack::MpiSm => "sm",
         }
@@ -132,9 +144,13 @@ impl Stack {
     fn source(self) -> (&'static str, &'static str) {
         match self {
             Stack::Zmq => ("zmq_pingpong", ZMQ_SOURCE),
-            Stack::Libp2p => ("libp2p_pingpong", LIBP2P_FILES[2].1),
+            Stack::Libp2p | Stack::Libp2pQuic => ("libp2p_pingpong", LIBP2P_FILES[2].1),
             Stack::MpiTcp | Stack::MpiSm => ("mpi_pingpong", MPI_SOURCE),
         }
+    }
+
+    fn is_libp2p(self) -> bool {
+        matches!(self, Stack::Libp2p | Stack::Libp2pQuic)
     }
 
     fn is_mpi(self) -> bool {
@@ -219,6 +235,18 @@ pub enum StackError {
         /// how long was waited
         after: Duration,
     },
+    /// The namespaces a lane runs in could not be made (QUIC's counted
+    /// link needs root and iproute2).
+    #[error("{stack} {configuration}: {source}")]
+    Namespace {
+        /// the stack
+        stack: &'static str,
+        /// its configuration
+        configuration: &'static str,
+        /// why
+        #[source]
+        source: crate::net::NetError,
+    },
     /// A size the stack cannot carry.
     #[error("{stack}: size {size} is above the limit of {MAX_SIZE} bytes")]
     TooLarge {
@@ -241,7 +269,7 @@ fn libp2p_dir() -> PathBuf {
 /// Builds the rust-libp2p program (cargo, `--locked`, offline once its
 /// crates are fetched); returns its path.
 fn build_libp2p() -> Result<PathBuf, StackError> {
-    let name = Stack::Libp2p.name();
+    let name = "libp2p";
     let dir = libp2p_dir();
     let io = |what, source| StackError::Io {
         stack: name,
@@ -292,11 +320,12 @@ fn build_libp2p() -> Result<PathBuf, StackError> {
 }
 
 /// The port of a responder's endpoint: `tcp://127.0.0.1:PORT` (zmq) or a
-/// multiaddr `/ip4/127.0.0.1/tcp/PORT/p2p/...` (libp2p).
+/// multiaddr `/ip4/127.0.0.1/tcp/PORT/p2p/...` or `.../udp/PORT/quic-v1/...`
+/// (libp2p).
 fn endpoint_port(endpoint: &str) -> Option<u16> {
     if endpoint.starts_with('/') {
         let mut parts = endpoint.split('/');
-        parts.find(|p| *p == "tcp")?;
+        parts.find(|p| *p == "tcp" || *p == "udp")?;
         return parts.next()?.parse().ok();
     }
     endpoint.rsplit_once(':')?.1.parse().ok()
@@ -305,7 +334,7 @@ fn endpoint_port(endpoint: &str) -> Option<u16> {
 /// Builds `stack`'s program into `dir`; returns its path.
 fn build(stack: Stack, dir: &Path) -> Result<PathBuf, StackError> {
     let name = stack.name();
-    if stack == Stack::Libp2p {
+    if stack.is_libp2p() {
         return build_libp2p();
     }
     let (bin, source) = stack.source();
@@ -399,6 +428,9 @@ pub struct StackLane {
     lines: Lines<BufReader<ChildStdout>>,
     sockets: ClientSockets,
     _dir: tempfile::TempDir,
+    /// QUIC's namespaces (deleted after the processes are killed: fields
+    /// drop in order).
+    _pair: Option<crate::net::VethPair>,
 }
 
 async fn next_line(
@@ -436,8 +468,19 @@ fn spawn(
     role: &'static str,
     exe: &Path,
     args: &[&str],
+    netns: Option<&str>,
 ) -> Result<(Child, ChildStdout), StackError> {
-    let mut child = Command::new(exe)
+    // In a namespace: `ip netns exec NS EXE ARGS` (ip execs the program:
+    // same PID, so pinning and killing reach it).
+    let mut command = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    let mut child = command
         .args(args)
         // mpirun refuses to run as root without these (tests run as root).
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -495,8 +538,35 @@ impl StackLane {
         if stack.is_mpi() {
             return Self::start_mpi(stack, exe, dir).await;
         }
+        let pair = if stack == Stack::Libp2pQuic {
+            let pair = tokio::task::spawn_blocking(crate::net::VethPair::create)
+                .await
+                .map_err(|e| StackError::Io {
+                    stack: name,
+                    role: "responder",
+                    what: "creating its namespaces",
+                    source: std::io::Error::other(e),
+                })?
+                .map_err(|source| StackError::Namespace {
+                    stack: name,
+                    configuration: stack.configuration(),
+                    source,
+                })?;
+            Some(pair)
+        } else {
+            None
+        };
+        let quic_listen = format!("/ip4/{}/udp/4001/quic-v1", crate::net::RESPONDER_IP);
+        let (listen, responder_ns, client_ns) = match &pair {
+            Some(p) => (
+                quic_listen.as_str(),
+                Some(p.responder_ns()),
+                Some(p.client_ns()),
+            ),
+            None => ("tcp://127.0.0.1:*", None, None),
+        };
         let (mut responder, rout) =
-            spawn(stack, "responder", &exe, &["serve", "tcp://127.0.0.1:*"])?;
+            spawn(stack, "responder", &exe, &["serve", listen], responder_ns)?;
         let mut rlines = BufReader::new(rout).lines();
         let ready = next_line(stack, "responder", &mut rlines, "startup", START_TIMEOUT).await;
         // `READY <endpoint> [<second endpoint>]`: zmq's one-way messages
@@ -531,7 +601,7 @@ impl StackLane {
         };
         let mut args = vec!["client"];
         args.extend(endpoints.iter().map(String::as_str));
-        let (mut client, cout) = spawn(stack, "client", &exe, &args)?;
+        let (mut client, cout) = spawn(stack, "client", &exe, &args, client_ns)?;
         let mut lines = BufReader::new(cout).lines();
         let line = next_line(stack, "client", &mut lines, "startup", START_TIMEOUT).await?;
         if line.trim() != "READY" {
@@ -563,11 +633,21 @@ impl StackLane {
             responder: Some(responder),
             stdin,
             lines,
-            sockets: ClientSockets {
-                server_ports: ports,
-                ..ClientSockets::default()
+            sockets: match &pair {
+                Some(p) => ClientSockets {
+                    link: Some((
+                        p.client_ns().to_string(),
+                        crate::net::PAIR_CLIENT_DEV.to_string(),
+                    )),
+                    ..ClientSockets::default()
+                },
+                None => ClientSockets {
+                    server_ports: ports,
+                    ..ClientSockets::default()
+                },
             },
             _dir: dir,
+            _pair: pair,
         })
     }
 
@@ -603,7 +683,7 @@ impl StackLane {
         }
         args.push(&exe_s);
         let (mut client, out) =
-            spawn(stack, "client", Path::new("mpirun"), &args).map_err(|e| match e {
+            spawn(stack, "client", Path::new("mpirun"), &args, None).map_err(|e| match e {
                 StackError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                     StackError::ToolMissing {
                         stack: name,
@@ -645,6 +725,7 @@ impl StackLane {
                 ..ClientSockets::default()
             },
             _dir: dir,
+            _pair: None,
         })
     }
 
@@ -802,7 +883,11 @@ mod tests {
         assert_eq!(Stack::parse("mpi"), vec![Stack::MpiTcp, Stack::MpiSm]);
         assert_eq!(Stack::Zmq.configuration(), "tcp-req-rep");
         assert_eq!(Stack::MpiSm.configuration(), "sm");
-        assert_eq!(Stack::parse("libp2p"), vec![Stack::Libp2p]);
+        assert_eq!(
+            Stack::parse("libp2p"),
+            vec![Stack::Libp2p, Stack::Libp2pQuic]
+        );
+        assert_eq!(Stack::Libp2pQuic.configuration(), "quic");
     }
 
     #[test]
@@ -814,7 +899,11 @@ mod tests {
             ),
             Some(37867)
         );
-        assert_eq!(endpoint_port("/ip4/127.0.0.1/udp/1"), None);
+        assert_eq!(
+            endpoint_port("/ip4/10.77.0.2/udp/4001/quic-v1/p2p/12D3KooWAoryK88AtJj6cBv2xc9T6yCYU8ixHFLUQiCDJ9iS4TKi"),
+            Some(4001)
+        );
+        assert_eq!(endpoint_port("/ip4/127.0.0.1/dns/x"), None);
         assert_eq!(endpoint_port("/ip4/127.0.0.1/tcp/99999"), None);
         assert_eq!(endpoint_port("garbage"), None);
     }

@@ -353,6 +353,7 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                     (opts.udp, Layer::Udp),
                     (opts.zmq, Layer::ZmqReqRep),
                     (opts.libp2p, Layer::Libp2p),
+                    (opts.libp2p, Layer::Libp2pQuic),
                     (opts.mpi, Layer::MpiTcp),
                     (opts.mpi, Layer::MpiSm),
                 ] {
@@ -439,7 +440,10 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                     stacks.push(crate::stacks::Stack::Zmq);
                 }
                 if opts.libp2p {
-                    stacks.push(crate::stacks::Stack::Libp2p);
+                    stacks.extend([
+                        crate::stacks::Stack::Libp2p,
+                        crate::stacks::Stack::Libp2pQuic,
+                    ]);
                 }
                 if opts.mpi {
                     stacks.extend([crate::stacks::Stack::MpiTcp, crate::stacks::Stack::MpiSm]);

@@ -190,3 +190,57 @@ fn namespaced_scenarios_refuse_a_multi_thread_runtime() {
         r.err()
     );
 }
+
+/// A veth pair counts exactly the UDP payload that crossed it: one
+/// datagram of 1,000 bytes each way and nothing else (no ARP, no IPv6),
+/// headers taken off per frame; both namespaces gone after the drop.
+#[test]
+fn a_veth_pair_counts_udp_payload_exactly() {
+    if !prereq::require_ok(prereq::netns()) {
+        return;
+    }
+    let pair = net::VethPair::create().unwrap();
+    let names = vec![
+        pair.client_ns().to_string(),
+        pair.responder_ns().to_string(),
+    ];
+    let before = net::link_counters(pair.client_ns(), net::PAIR_CLIENT_DEV).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
+    let server_ns = pair.responder_ns().to_string();
+    let server = std::thread::spawn(move || {
+        let _in_b = net::enter(&server_ns).unwrap();
+        let s = std::net::UdpSocket::bind((RESPONDER_IP, 0)).unwrap();
+        tx.send(s.local_addr().unwrap()).unwrap();
+        let mut b = [0u8; 2000];
+        let (n, from) = s.recv_from(&mut b).unwrap();
+        s.send_to(&b[..n / 2], from).unwrap();
+    });
+    let addr = rx.recv().unwrap();
+    let client_ns = pair.client_ns().to_string();
+    std::thread::spawn(move || {
+        let _in_a = net::enter(&client_ns).unwrap();
+        let s = std::net::UdpSocket::bind((net::CLIENT_IP, 0)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.send_to(&[7u8; 1000], addr).unwrap();
+        let mut b = [0u8; 2000];
+        assert_eq!(s.recv(&mut b).unwrap(), 500);
+    })
+    .join()
+    .unwrap();
+    server.join().unwrap();
+    let after = net::link_counters(pair.client_ns(), net::PAIR_CLIENT_DEV).unwrap();
+    assert_eq!(
+        after.tx_packets - before.tx_packets,
+        1,
+        "{before:?} {after:?}"
+    );
+    assert_eq!(
+        after.rx_packets - before.rx_packets,
+        1,
+        "{before:?} {after:?}"
+    );
+    assert_eq!(after.tx_payload() - before.tx_payload(), 1000);
+    assert_eq!(after.rx_payload() - before.rx_payload(), 500);
+    drop(pair);
+    assert!(gone(&names), "namespaces left: {names:?}");
+}

@@ -196,6 +196,7 @@ async fn stacks_in_throughput_beside_tcp() {
             "cargo (the libp2p program is built with it)",
             std::env::var_os("CARGO").is_some() || prereq::on_path(&["cargo"]).is_some(),
         )
+        || !prereq::require_ok(prereq::netns())
     {
         return;
     }
@@ -210,15 +211,16 @@ async fn stacks_in_throughput_beside_tcp() {
         idle_ms: 1,
         warmup: 10,
         pin: Pin::None,
-        stacks: vec![Stack::Zmq, Stack::Libp2p, Stack::MpiTcp, Stack::MpiSm],
+        stacks: Stack::ALL.to_vec(),
         ..ThroughputOptions::default()
     };
     let rows = throughput::run(&Host::Thread, &opts, quiet).await.unwrap();
     // tcp: 2 sizes x 2 patterns; each stack: 2 sizes x smooth.
-    assert_eq!(rows.len(), 4 + 4 * 2, "{rows:?}");
+    assert_eq!(rows.len(), 4 + Stack::ALL.len() * 2, "{rows:?}");
     for (implementation, layer) in [
         ("zmq", "tcp-push-pull"),
         ("libp2p", "tcp-noise-yamux"),
+        ("libp2p", "quic"),
         ("mpi", "tcp"),
         ("mpi", "sm"),
     ] {
@@ -275,6 +277,44 @@ async fn libp2p_lane_beside_tcp() {
         // bytes than the payload at the socket, but not a multiple of it.
         assert!(r.wire_bytes > r.size as u64 + 4, "{r:?}");
         assert!(r.wire_bytes < 2 * r.size as u64 + 512, "{r:?}");
+    }
+}
+
+/// rust-libp2p over QUIC in the same harness: its two processes in the
+/// two namespaces of a veth pair (root), the bytes counted at the client's
+/// interface (UDP payload: QUIC's packets with their headers and AEAD
+/// tags, acks included).
+#[tokio::test]
+async fn libp2p_quic_lane_beside_tcp() {
+    if !prereq::require(
+        "cargo (the libp2p program is built with it)",
+        std::env::var_os("CARGO").is_some() || prereq::on_path(&["cargo"]).is_some(),
+    ) || !prereq::require_ok(prereq::netns())
+    {
+        return;
+    }
+    let opts = PingPongOptions {
+        layers: vec![Layer::Libp2pQuic],
+        sizes: vec![1, 100_000],
+        pin: Pin::None,
+        warmup: 10,
+        runs: 2,
+        pairs: 5,
+        ..PingPongOptions::default()
+    };
+    let rows = pingpong::run(&Host::Thread, &opts, quiet).await.unwrap();
+    let quic: Vec<_> = rows.iter().filter(|r| r.layer == "quic").collect();
+    assert_eq!(quic.len(), 2, "{rows:?}");
+    for r in quic {
+        assert_eq!(r.implementation, "libp2p");
+        assert_eq!(r.samples, 10);
+        assert!(r.rtt_us_median > 0.0 && r.rtt_ratio_vs_tcp > 0.0, "{r:?}");
+        // QUIC headers, frame headers and a 16-byte AEAD tag per packet
+        // (100 KB: about 80 packets), and acks back: more than the
+        // payload, far less than twice it.
+        assert!(r.wire_bytes > r.size as u64 + 4 + 16, "{r:?}");
+        assert!(r.wire_bytes < 2 * r.size as u64 + 512, "{r:?}");
+        assert!(r.wire_bytes_rtt > r.wire_bytes, "{r:?}");
     }
 }
 

@@ -1284,6 +1284,7 @@ fn run_pingpong(args: PingPongArgs) -> Result<(), CliError> {
         (impls.udp, Layer::Udp),
         (impls.zmq, Layer::ZmqReqRep),
         (impls.libp2p, Layer::Libp2p),
+        (impls.libp2p, Layer::Libp2pQuic),
         (impls.mpi, Layer::MpiTcp),
         (impls.mpi, Layer::MpiSm),
     ] {
@@ -1393,7 +1394,7 @@ fn throughput_stacks(implementations: &str, net: &str) -> Result<Vec<Stack>, Cli
         stacks.push(Stack::Zmq);
     }
     if impls.libp2p {
-        stacks.push(Stack::Libp2p);
+        stacks.extend([Stack::Libp2p, Stack::Libp2pQuic]);
     }
     if impls.mpi {
         stacks.extend([Stack::MpiTcp, Stack::MpiSm]);

@@ -99,6 +99,9 @@ pub enum NetError {
     /// Creating namespaces needs privileges this process lacks.
     #[error("network profile {0} needs root (namespaces, veth and tc need CAP_SYS_ADMIN and CAP_NET_ADMIN): run as root, or use --net loopback")]
     NotRoot(&'static str),
+    /// Something other than a profile needs namespaces (and root).
+    #[error("{0} needs root (namespaces and veth need CAP_SYS_ADMIN and CAP_NET_ADMIN)")]
+    NeedsRoot(&'static str),
     /// A command the topology needs is missing.
     #[error("the `{0}` command was not found: install iproute2 (it provides `ip` and `tc`), or use --net loopback")]
     MissingTool(&'static str),
@@ -655,6 +658,200 @@ impl Drop for Topology {
     }
 }
 
+/// Two namespaces `juxta-<pid>-<n>-{a,b}` joined by a bare veth (`a0`,
+/// `b0`; no rate limit, no delay element, IPv6 off, neighbours fixed so no
+/// ARP crosses it): for a lane whose bytes the kernel cannot count per
+/// socket (UDP, such as libp2p's QUIC), run across it so that the client
+/// interface's counters are exactly that lane's traffic
+/// ([`link_counters`]). Dropping it deletes both namespaces.
+///
+/// ```no_run
+/// use juxta_bench::net::{link_counters, VethPair, PAIR_CLIENT_DEV};
+/// let pair = VethPair::create()?;
+/// // start the client in pair.client_ns(), the responder in pair.responder_ns()
+/// let c = link_counters(pair.client_ns(), PAIR_CLIENT_DEV)?;
+/// println!("{} bytes sent", c.tx_payload());
+/// # Ok::<(), juxta_bench::net::NetError>(())
+/// ```
+#[derive(Debug)]
+pub struct VethPair {
+    names: Vec<String>,
+}
+
+/// The client's interface of a [`VethPair`].
+pub const PAIR_CLIENT_DEV: &str = "a0";
+const PAIR_CLIENT_MAC: &str = "02:6a:78:00:00:01";
+const PAIR_RESPONDER_MAC: &str = "02:6a:78:00:00:02";
+
+impl VethPair {
+    /// Creates the pair (needs root and iproute2).
+    pub fn create() -> Result<VethPair, NetError> {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(NetError::NeedsRoot("a veth pair between two namespaces"));
+        }
+        run("ip", &["-V"])?;
+        clean_stale();
+        let base = format!(
+            "{PREFIX}{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let (a, b) = (format!("{base}-a"), format!("{base}-b"));
+        let mut pair = VethPair { names: Vec::new() };
+        for n in [&a, &b] {
+            run("ip", &["netns", "add", n])?;
+            pair.names.push(n.clone());
+            in_ns(n, || ns_sysctls(0))?.map_err(|source| NetError::Io {
+                what: format!("setting up {n}"),
+                source,
+            })?;
+        }
+        run(
+            "ip",
+            &[
+                "-n",
+                &a,
+                "link",
+                "add",
+                "a0",
+                "address",
+                PAIR_CLIENT_MAC,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "b0",
+                "address",
+                PAIR_RESPONDER_MAC,
+                "netns",
+                &b,
+            ],
+        )?;
+        for (ns, dev, ip, other_ip, other_mac) in [
+            (&a, "a0", CLIENT_IP, RESPONDER_IP, PAIR_RESPONDER_MAC),
+            (&b, "b0", RESPONDER_IP, CLIENT_IP, PAIR_CLIENT_MAC),
+        ] {
+            run(
+                "ip",
+                &["-n", ns, "addr", "add", &format!("{ip}/24"), "dev", dev],
+            )?;
+            run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
+            run("ip", &["-n", ns, "link", "set", dev, "up"])?;
+            run(
+                "ip",
+                &[
+                    "-n",
+                    ns,
+                    "neigh",
+                    "replace",
+                    &other_ip.to_string(),
+                    "lladdr",
+                    other_mac,
+                    "dev",
+                    dev,
+                    "nud",
+                    "permanent",
+                ],
+            )?;
+        }
+        Ok(pair)
+    }
+
+    /// The client's namespace (address [`CLIENT_IP`], interface
+    /// [`PAIR_CLIENT_DEV`]).
+    pub fn client_ns(&self) -> &str {
+        &self.names[0]
+    }
+
+    /// The responder's namespace (address [`RESPONDER_IP`]).
+    pub fn responder_ns(&self) -> &str {
+        &self.names[1]
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        for n in self.names.drain(..).rev() {
+            if let Err(e) = run("ip", &["netns", "del", &n]) {
+                tracing::error!(ns = %n, error = %e, "cannot remove a network namespace");
+            }
+        }
+    }
+}
+
+/// Ethernet (14), IPv4 (20) and UDP (8) headers: what an interface counts
+/// per frame of a UDP datagram beyond its payload (a GSO frame carries one
+/// set of headers for all its segments and is counted once).
+pub const UDP_FRAME_OVERHEAD: u64 = 14 + 20 + 8;
+
+/// An interface's counters (`/proc/net/dev`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkCounters {
+    /// Bytes received (frames, L2 headers included).
+    pub rx_bytes: u64,
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Bytes sent (frames, L2 headers included).
+    pub tx_bytes: u64,
+    /// Frames sent.
+    pub tx_packets: u64,
+}
+
+impl LinkCounters {
+    /// UDP payload bytes sent, when every frame sent was one UDP datagram
+    /// over IPv4 (as on a [`VethPair`]).
+    pub fn tx_payload(&self) -> u64 {
+        self.tx_bytes
+            .saturating_sub(self.tx_packets.saturating_mul(UDP_FRAME_OVERHEAD))
+    }
+
+    /// UDP payload bytes received (as [`LinkCounters::tx_payload`]).
+    pub fn rx_payload(&self) -> u64 {
+        self.rx_bytes
+            .saturating_sub(self.rx_packets.saturating_mul(UDP_FRAME_OVERHEAD))
+    }
+
+    /// Reads interface `dev` from `/proc/net/dev` text.
+    pub fn parse(dev_table: &str, dev: &str) -> Option<LinkCounters> {
+        dev_table.lines().find_map(|line| {
+            let (name, rest) = line.split_once(':')?;
+            if name.trim() != dev {
+                return None;
+            }
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .map(|x| x.parse().ok())
+                .collect::<Option<_>>()?;
+            // rx: bytes packets errs drop fifo frame compressed multicast,
+            // then tx: bytes packets ...
+            (f.len() >= 10).then(|| LinkCounters {
+                rx_bytes: f[0],
+                rx_packets: f[1],
+                tx_bytes: f[8],
+                tx_packets: f[9],
+            })
+        })
+    }
+}
+
+/// The counters of interface `dev` in namespace `ns` (read by a thread
+/// that enters it: `/proc/thread-self/net/dev` shows that thread's
+/// namespace).
+pub fn link_counters(ns: &str, dev: &str) -> Result<LinkCounters, NetError> {
+    let table =
+        in_ns(ns, || std::fs::read_to_string("/proc/thread-self/net/dev"))?.map_err(|source| {
+            NetError::Io {
+                what: format!("reading the interfaces of {ns}"),
+                source,
+            }
+        })?;
+    LinkCounters::parse(&table, dev).ok_or_else(|| NetError::Io {
+        what: format!("reading {dev}'s counters in {ns}"),
+        source: io::Error::other("no such interface"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -673,6 +870,30 @@ mod tests {
         assert_eq!(Profile::Loopback.rate_bps(), None);
         assert!(Net::default().is_local());
         assert_eq!(Net::default().responder_ip, IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+
+    #[test]
+    fn interface_counters_are_read_from_proc_net_dev() {
+        let table = "Inter-|   Receive                                                |  Transmit\n \
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n    \
+lo:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0\n    \
+a0:    1094      12    0    0    0     0          0         0     2084      22    0    0    0     0       0          0\n";
+        let c = LinkCounters::parse(table, "a0").unwrap();
+        assert_eq!(
+            (c.rx_bytes, c.rx_packets, c.tx_bytes, c.tx_packets),
+            (1094, 12, 2084, 22)
+        );
+        assert_eq!(c.tx_payload(), 2084 - 22 * 42);
+        assert_eq!(c.rx_payload(), 1094 - 12 * 42);
+        assert_eq!(LinkCounters::parse(table, "b0"), None);
+        assert_eq!(LinkCounters::parse("a0: 1 2 x\n", "a0"), None);
+        // Counters a peer cannot make negative: saturating.
+        let odd = LinkCounters {
+            tx_bytes: 10,
+            tx_packets: 5,
+            ..LinkCounters::default()
+        };
+        assert_eq!(odd.tx_payload(), 0);
     }
 
     #[test]

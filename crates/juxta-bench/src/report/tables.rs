@@ -377,7 +377,7 @@ pub fn stacks(rows: &[Row<'_>]) -> Option<Table> {
     }
     (!out.is_empty()).then(|| Table {
         id: "table-stacks".into(),
-        caption: "Juxta beside the stacks people pick today, measured by the same harness in the same run (same warm-up, samples and pinning, interleaved with tcp; Open MPI on its default binding): each stack's median RTT and bandwidth, and Juxta's unicast pipe and socket (compact framing, between Juxta peers) as RTT ratio / bandwidth ratio to that stack. RTT ratio below 1 and bandwidth ratio above 1 mean Juxta is faster.".into(),
+        caption: "Juxta beside the stacks people pick today, measured by the same harness in the same run (same warm-up, samples and pinning, interleaved with tcp; Open MPI on its default binding; libp2p quic between two network namespaces joined by a veth, where the kernel counts its UDP bytes, tcp and the rest on loopback): each stack's median RTT and bandwidth, and Juxta's unicast pipe and socket (compact framing, between Juxta peers) as RTT ratio / bandwidth ratio to that stack. RTT ratio below 1 and bandwidth ratio above 1 mean Juxta is faster.".into(),
         head: vec![
             "stack".into(),
             "size".into(),

@@ -1,9 +1,14 @@
 //! rust-libp2p side of `juxta bench pingpong --impl libp2p`: TCP + noise +
-//! yamux on loopback, one stream opened once and kept open, one message
+//! yamux, or QUIC (v1, its own TLS 1.3), on loopback, one stream opened
+//! once and kept open, one message
 //! (4-byte big-endian length + payload, as the `tcp` lane frames it) and a
 //! 1-byte reply per pair, as every other implementation in the bench.
 //!
-//!   libp2p_pingpong serve        listen on /ip4/127.0.0.1/tcp/0, print
+//!   libp2p_pingpong serve [MULTIADDR]
+//!                                listen on MULTIADDR (default
+//!                                /ip4/127.0.0.1/tcp/0; a
+//!                                /ip4/.../udp/PORT/quic-v1 address
+//!                                serves QUIC), print
 //!                                "READY <multiaddr>/p2p/<peer id>", answer
 //!                                every message with 1 byte until killed.
 //!   libp2p_pingpong client ADDR  dial, open the stream, print "READY",
@@ -53,20 +58,26 @@ fn swarm() -> Swarm<libp2p_stream::Behaviour> {
             yamux::Config::default,
         )
         .unwrap_or_else(|e| die(format!("transport: {e}")))
+        .with_quic()
         .with_behaviour(|_| libp2p_stream::Behaviour::new())
         .unwrap_or_else(|e| die(format!("behaviour: {e}")))
         .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(24 * 3600)))
         .build()
 }
 
-async fn serve() {
+async fn serve(listen: Option<&str>) {
     let mut swarm = swarm();
     let mut incoming = swarm
         .behaviour()
         .new_control()
         .accept(PROTOCOL)
         .unwrap_or_else(|e| die(format!("accept: {e}")));
-    let addr: Multiaddr = "/ip4/127.0.0.1/tcp/0".parse().expect("a valid multiaddr");
+    // The harness passes its own endpoint form (`tcp://...`) for every
+    // stack: only a multiaddr is taken as one.
+    let addr: Multiaddr = match listen.filter(|a| a.starts_with('/')) {
+        Some(a) => a.parse().unwrap_or_else(|e| die(format!("listen address: {e}"))),
+        None => "/ip4/127.0.0.1/tcp/0".parse().expect("a valid multiaddr"),
+    };
     swarm
         .listen_on(addr)
         .unwrap_or_else(|e| die(format!("listen: {e}")));
@@ -222,8 +233,8 @@ fn main() {
         .build()
         .unwrap_or_else(|e| die(format!("runtime: {e}")));
     match args.get(1).map(String::as_str) {
-        Some("serve") => rt.block_on(serve()),
+        Some("serve") => rt.block_on(serve(args.get(2).map(String::as_str))),
         Some("client") if args.len() == 3 => rt.block_on(client(&args[2])),
-        _ => die("usage: libp2p_pingpong serve | client ADDR"),
+        _ => die("usage: libp2p_pingpong serve [MULTIADDR] | client ADDR"),
     }
 }
