@@ -72,7 +72,10 @@ fn unknown_profile_is_an_error() {
         Err(NetError::UnknownProfile(n)) if n == "token-ring"
     ));
     let msg = Profile::parse("gigabit").unwrap_err().to_string();
-    assert!(msg.contains("loopback, lan, san, wan"), "{msg}");
+    assert!(
+        msg.contains("loopback, lan, san, wan, cable, modem56k"),
+        "{msg}"
+    );
     assert_eq!(Profile::parse("wan").unwrap(), Profile::Wan);
 }
 
@@ -81,7 +84,13 @@ fn every_profile_connects_and_delays() {
     if !prereq::require_ok(prereq::netns()) {
         return;
     }
-    for p in [Profile::Lan, Profile::San, Profile::Wan] {
+    for p in [
+        Profile::Lan,
+        Profile::San,
+        Profile::Wan,
+        Profile::Cable,
+        Profile::Modem56k,
+    ] {
         let topo = Topology::create(p).unwrap();
         let names = topo.namespaces().to_vec();
         assert_eq!(names.len(), 3, "{p}");

@@ -160,7 +160,8 @@ struct SuiteArgs {
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
     /// Network profile: loopback, lan (100 Mb/s, 70 us), san (1 Gb/s,
-    /// 45 us) or wan (1 Gb/s, 11.2 ms); all but loopback need root.
+    /// 45 us), wan (1 Gb/s, 11.2 ms), cable (4 Mb/s, 30 ms) or modem56k
+    /// (56 kb/s, 150 ms); all but loopback need root.
     #[arg(long, default_value = "loopback")]
     net: String,
     /// Implementations beside the tcp bound and juxta (always measured):
@@ -314,7 +315,8 @@ struct PingPongArgs {
     #[arg(long = "impl", default_value = "juxta")]
     implementations: String,
     /// Network profile: loopback, lan (100 Mb/s, 70 us), san (1 Gb/s,
-    /// 45 us) or wan (1 Gb/s, 11.2 ms); all but loopback need root.
+    /// 45 us), wan (1 Gb/s, 11.2 ms), cable (4 Mb/s, 30 ms) or modem56k
+    /// (56 kb/s, 150 ms); all but loopback need root.
     #[arg(long, default_value = "loopback")]
     net: String,
     /// Write {"results": [...]} here.
@@ -454,7 +456,8 @@ struct ThroughputArgs {
     #[arg(long = "impl", default_value = "juxta")]
     implementations: String,
     /// Network profile: loopback, lan (100 Mb/s, 70 us), san (1 Gb/s,
-    /// 45 us) or wan (1 Gb/s, 11.2 ms); all but loopback need root.
+    /// 45 us), wan (1 Gb/s, 11.2 ms), cable (4 Mb/s, 30 ms) or modem56k
+    /// (56 kb/s, 150 ms); all but loopback need root.
     #[arg(long, default_value = "loopback")]
     net: String,
     /// Write {"results": [...]} here.

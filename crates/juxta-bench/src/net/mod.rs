@@ -7,6 +7,8 @@
 //! | `lan` | 100 Mb/s | 70 us | the studies' Fast Ethernet LAN |
 //! | `san` | 1 Gb/s | 45 us | the studies' Gigabit Ethernet SAN |
 //! | `wan` | 1 Gb/s | 11.2 ms | Grid'5000 Rennes-Toulouse |
+//! | `cable` | 4 Mb/s | 30 ms | a cable-modem home link (the thesis' WAN rows) |
+//! | `modem56k` | 56 kb/s | 150 ms | the thesis' 56 kbps dial-up WAN (typical operations) |
 //!
 //! (performance-model.md, section 2.)
 //!
@@ -94,7 +96,7 @@ use serde::Serialize;
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
     /// Unknown profile name.
-    #[error("unknown network profile {0:?} (known: loopback, lan, san, wan)")]
+    #[error("unknown network profile {0:?} (known: loopback, lan, san, wan, cable, modem56k)")]
     UnknownProfile(String),
     /// Creating namespaces needs privileges this process lacks.
     #[error("network profile {0} needs root (namespaces, veth and tc need CAP_SYS_ADMIN and CAP_NET_ADMIN): run as root, or use --net loopback")]
@@ -152,13 +154,24 @@ pub enum Profile {
     San,
     /// Grid'5000 WAN: 1 Gb/s, 11.2 ms RTT.
     Wan,
+    /// A cable-modem home link: 4 Mb/s, 30 ms RTT.
+    Cable,
+    /// A 56 kb/s dial-up modem, 150 ms RTT (the thesis' 56 kbps WAN).
+    Modem56k,
 }
 
 impl Profile {
     /// Every profile.
-    pub const ALL: [Profile; 4] = [Profile::Loopback, Profile::Lan, Profile::San, Profile::Wan];
+    pub const ALL: [Profile; 6] = [
+        Profile::Loopback,
+        Profile::Lan,
+        Profile::San,
+        Profile::Wan,
+        Profile::Cable,
+        Profile::Modem56k,
+    ];
 
-    /// Parses `loopback|lan|san|wan`.
+    /// Parses `loopback|lan|san|wan|cable|modem56k`.
     ///
     /// ```
     /// use juxta_bench::net::Profile;
@@ -171,6 +184,8 @@ impl Profile {
             "lan" => Ok(Profile::Lan),
             "san" => Ok(Profile::San),
             "wan" => Ok(Profile::Wan),
+            "cable" => Ok(Profile::Cable),
+            "modem56k" | "modem" => Ok(Profile::Modem56k),
             other => Err(NetError::UnknownProfile(other.to_string())),
         }
     }
@@ -182,6 +197,8 @@ impl Profile {
             Profile::Lan => "lan",
             Profile::San => "san",
             Profile::Wan => "wan",
+            Profile::Cable => "cable",
+            Profile::Modem56k => "modem56k",
         }
     }
 
@@ -191,6 +208,8 @@ impl Profile {
             Profile::Loopback => None,
             Profile::Lan => Some(100_000_000),
             Profile::San | Profile::Wan => Some(1_000_000_000),
+            Profile::Cable => Some(4_000_000),
+            Profile::Modem56k => Some(56_000),
         }
     }
 
@@ -201,6 +220,8 @@ impl Profile {
             Profile::Lan => Duration::from_micros(70),
             Profile::San => Duration::from_micros(45),
             Profile::Wan => Duration::from_micros(11_200),
+            Profile::Cable => Duration::from_millis(30),
+            Profile::Modem56k => Duration::from_millis(150),
         }
     }
 

@@ -93,11 +93,21 @@ async fn serve(listen: Option<&str>) {
             swarm.select_next_some().await;
         }
     });
-    while let Some((_peer, mut stream)) = incoming.next().await {
+    while let Some((_peer, stream)) = incoming.next().await {
         tokio::spawn(async move {
+            // Buffered reads: one call into the muxer per 64 KiB, not two
+            // per message (a stream of 1-byte messages is otherwise parsed
+            // far slower than it arrives).
+            let mut stream = futures::io::BufReader::with_capacity(64 << 10, stream);
             let mut buf = Vec::new();
             let mut streamed = 0u64;
             loop {
+                // Reads from the buffer never wait: let the swarm task (which
+                // drives the connection: acks, flow control, keep-alive) run
+                // on this one-thread runtime between messages.
+                if streamed % 256 == 255 {
+                    tokio::task::yield_now().await;
+                }
                 let mut len = [0u8; 4];
                 if stream.read_exact(&mut len).await.is_err() {
                     return;
@@ -106,8 +116,8 @@ async fn serve(listen: Option<&str>) {
                 if len == END_MARK {
                     let mut count = [0u8; 8];
                     if stream.read_exact(&mut count).await.is_err()
-                        || stream.write_all(&streamed.to_be_bytes()).await.is_err()
-                        || stream.flush().await.is_err()
+                        || stream.get_mut().write_all(&streamed.to_be_bytes()).await.is_err()
+                        || stream.get_mut().flush().await.is_err()
                     {
                         return;
                     }
@@ -126,7 +136,9 @@ async fn serve(listen: Option<&str>) {
                     streamed += 1;
                     continue;
                 }
-                if stream.write_all(&[1]).await.is_err() || stream.flush().await.is_err() {
+                if stream.get_mut().write_all(&[1]).await.is_err()
+                    || stream.get_mut().flush().await.is_err()
+                {
                     return;
                 }
             }
@@ -178,10 +190,16 @@ async fn client(addr: &str) {
             let end = t0 + Duration::from_millis(ms);
             let mut sent = 0u64;
             loop {
-                if stream.write_all(&payload).await.is_err() {
-                    die("stream failed");
+                if let Err(e) = stream.write_all(&payload).await {
+                    die(format!("stream failed: {e}"));
                 }
                 sent += 1;
+                // A write that fits in the send buffer never waits: let
+                // the swarm task drive the connection between messages
+                // (over QUIC it otherwise starves and the peer times out).
+                if sent % 256 == 0 {
+                    tokio::task::yield_now().await;
+                }
                 if (n > 0 && sent >= n as u64) || (ms > 0 && Instant::now() >= end) {
                     break;
                 }
@@ -189,11 +207,14 @@ async fn client(addr: &str) {
             let mut mark = END_MARK.to_be_bytes().to_vec();
             mark.extend_from_slice(&sent.to_be_bytes());
             let mut got = [0u8; 8];
-            if stream.write_all(&mark).await.is_err()
-                || stream.flush().await.is_err()
-                || stream.read_exact(&mut got).await.is_err()
-            {
-                die("stream end failed");
+            if let Err(e) = stream.write_all(&mark).await {
+                die(format!("stream end mark: {e}"));
+            }
+            if let Err(e) = stream.flush().await {
+                die(format!("stream end flush: {e}"));
+            }
+            if let Err(e) = stream.read_exact(&mut got).await {
+                die(format!("stream count: {e}"));
             }
             let us = t0.elapsed().as_secs_f64() * 1e6;
             println!("STREAMED {sent} {} {us:.2}", u64::from_be_bytes(got));
