@@ -150,8 +150,9 @@ async fn endpoint_pipe_and_socket_through_a_relay() {
     let mut c = JxtaSocket::connect(&a.pipes(), &sad, b.peer_id(), SocketConfig::default())
         .await
         .unwrap();
-    // A routed path can lose messages: jxtarel, not stream mode.
-    assert_eq!(c.mode(), juxta::socket::SocketMode::Reliable);
+    // Through a Juxta relay: stream mode, its data carrying offsets (a
+    // message the relay refused resets the stream instead of a hole).
+    assert_eq!(c.mode(), juxta::socket::SocketMode::Stream);
     c.write_all(&up).await.unwrap();
     c.flush().await.unwrap();
     let mut got = vec![0u8; n];
@@ -162,8 +163,11 @@ async fn endpoint_pipe_and_socket_through_a_relay() {
 
     assert!(!a.is_connected_to(&b.peer_id()));
     let rc = r.relay().unwrap().counters();
-    assert!(rc.forwarded > 100, "relay forwarded {rc:?}");
-    assert!(rc.server.forwarded + rc.server.passed > 100);
+    // 50 pipe messages, then the socket's set-up, data (1 MiB messages in
+    // stream mode) and credit.
+    assert!(rc.forwarded > 50, "relay forwarded {rc:?}");
+    assert!(rc.server.forwarded + rc.server.passed > 50);
+    assert!(rc.server.passed_bytes + rc.server.forwarded_bytes > 4 << 20);
     assert_eq!(rc.clients, 2);
     assert_eq!(r.stats().route_spoofed.load(Ordering::Relaxed), 0);
 }
@@ -864,7 +868,7 @@ async fn new_user_scenario(rdvs: &[&Peer], a: &Peer, b: &Peer, socket_bytes: u32
     }
     // A socket stream from B to A, checked by hash.
     let sadv = adv("firewalled-socket");
-    let mut server = JxtaServerSocket::bind(&a, &sadv, SocketConfig::default()).unwrap();
+    let mut server = JxtaServerSocket::bind(a, &sadv, SocketConfig::default()).unwrap();
     let client = tokio::spawn({
         let (pipes, a_id) = (b.pipes(), a.peer_id());
         async move {
@@ -1534,4 +1538,97 @@ async fn discovery_pipe_and_socket_through_a_chain_of_two_relays() {
         r2.relay().unwrap().counters(),
     );
     assert!(c1.forwarded > 10 && c2.forwarded > 10, "{c1:?} {c2:?}");
+}
+
+/// The stream channel through a relay (issue #19 item 2): a socket
+/// between two edges that only dial out runs Juxta's stream mode (not
+/// `jxtarel`), with its credit flow control end to end: while the
+/// receiver reads nothing, the sender's writes complete for no more than
+/// the receiver's window, however fast the relay could carry them; once
+/// it reads, everything arrives, in order, checked by SHA-256, and both
+/// ends' stream counters show no refused or foreign message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_mode_through_a_relay_with_credit_end_to_end() {
+    use juxta::socket::SocketMode;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+    const WINDOW: u64 = 64 * 1024;
+    const TOTAL: usize = 8 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let (r, a, b) = firewalled_trio(&dir, Lease::Automatic).await;
+    let sadv = adv("relayed-stream");
+    let small = SocketConfig {
+        stream_window: WINDOW,
+        ..SocketConfig::default()
+    };
+    let mut server = JxtaServerSocket::bind(&a, &sadv, small).unwrap();
+    let written = Arc::new(AtomicU64::new(0));
+    let client = tokio::spawn({
+        let (pipes, a_id, written) = (b.pipes(), a.peer_id(), written.clone());
+        let sadv = sadv.clone();
+        async move {
+            let mut s = JxtaSocket::connect(&pipes, &sadv, a_id, SocketConfig::default())
+                .await
+                .unwrap();
+            assert_eq!(s.mode(), SocketMode::Stream, "stream mode, relayed");
+            let mut h = Sha256::new();
+            let mut off = 0usize;
+            while off < TOTAL {
+                let n = (TOTAL - off).min(48 * 1024);
+                let chunk: Vec<u8> = (off..off + n).map(|i| (i % 253) as u8).collect();
+                h.update(&chunk);
+                s.write_all(&chunk).await.unwrap();
+                off += n;
+                written.store(off as u64, Ordering::SeqCst);
+            }
+            s.shutdown().await.unwrap();
+            (h.finalize(), s.stream_stats().unwrap())
+        }
+    });
+    let mut s = tokio::time::timeout(WAIT, server.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.mode(), SocketMode::Stream);
+    // Not reading: the sender runs out of credit at the window (plus at
+    // most one 48 KiB write the credit cut short, still pending).
+    eventually("the sender used its credit", || {
+        written.load(Ordering::SeqCst) > 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let early = written.load(Ordering::SeqCst);
+    assert!(
+        early <= WINDOW,
+        "wrote {early} bytes past a {WINDOW}-byte window"
+    );
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut got = 0usize;
+    loop {
+        let n = s.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        got += n;
+    }
+    let (want, client_stats) = tokio::time::timeout(WAIT, client).await.unwrap().unwrap();
+    assert_eq!(got, TOTAL);
+    assert_eq!(h.finalize(), want);
+    let server_stats = s.stream_stats().unwrap();
+    assert!(server_stats.data_in > 0);
+    assert_eq!(server_stats.violations, 0);
+    assert!(
+        client_stats.credits_in > 0,
+        "credit came back through the relay"
+    );
+    assert_eq!(s.stream_foreign(), Some(0));
+    assert!(!a.is_connected_to(&b.peer_id()), "relayed");
+    let c = r.relay().unwrap().counters();
+    assert_eq!(
+        c.server.refused_queue_full + c.server.refused_quota,
+        0,
+        "{c:?}"
+    );
 }
