@@ -159,6 +159,12 @@ impl Messenger {
         self.via.is_none() && self.conn.is_compact()
     }
 
+    /// Whether the connection messages leave on (direct, or to the first
+    /// hop of a route) runs compact framing: the next peer is Juxta.
+    pub(crate) fn first_hop_compact(&self) -> bool {
+        self.conn.is_compact()
+    }
+
     /// Waits until compact framing is on (both ends are Juxta peers with it
     /// enabled) or `timeout` passes; returns whether it is on.
     pub async fn wait_compact(&self, timeout: Duration) -> bool {

@@ -150,8 +150,9 @@ async fn endpoint_pipe_and_socket_through_a_relay() {
     let mut c = JxtaSocket::connect(&a.pipes(), &sad, b.peer_id(), SocketConfig::default())
         .await
         .unwrap();
-    // A routed path can lose messages: jxtarel, not stream mode.
-    assert_eq!(c.mode(), juxta::socket::SocketMode::Reliable);
+    // Through a Juxta relay: stream mode, its data carrying offsets (a
+    // message the relay refused resets the stream instead of a hole).
+    assert_eq!(c.mode(), juxta::socket::SocketMode::Stream);
     c.write_all(&up).await.unwrap();
     c.flush().await.unwrap();
     let mut got = vec![0u8; n];
@@ -162,8 +163,11 @@ async fn endpoint_pipe_and_socket_through_a_relay() {
 
     assert!(!a.is_connected_to(&b.peer_id()));
     let rc = r.relay().unwrap().counters();
-    assert!(rc.forwarded > 100, "relay forwarded {rc:?}");
-    assert!(rc.server.forwarded + rc.server.passed > 100);
+    // 50 pipe messages, then the socket's set-up, data (1 MiB messages in
+    // stream mode) and credit.
+    assert!(rc.forwarded > 50, "relay forwarded {rc:?}");
+    assert!(rc.server.forwarded + rc.server.passed > 50);
+    assert!(rc.server.passed_bytes + rc.server.forwarded_bytes > 4 << 20);
     assert_eq!(rc.clients, 2);
     assert_eq!(r.stats().route_spoofed.load(Ordering::Relaxed), 0);
 }
@@ -740,11 +744,25 @@ enum Lease {
 /// A rendezvous that is also a relay, and two edges with no listen
 /// address that lease it (rendezvous and relay), all started and leased.
 async fn firewalled_trio(dir: &tempfile::TempDir, lease: Lease) -> (Peer, Peer, Peer) {
+    firewalled_trio_with(
+        dir,
+        lease,
+        juxta::rendezvous::RendezvousConfig::rendezvous(),
+    )
+    .await
+}
+
+/// [`firewalled_trio`] with the rendezvous configured by `rdv`.
+async fn firewalled_trio_with(
+    dir: &tempfile::TempDir,
+    lease: Lease,
+    rdv: juxta::rendezvous::RendezvousConfig,
+) -> (Peer, Peer, Peer) {
     use juxta::rendezvous::RendezvousConfig;
     let r = start(dir, "r", |c| {
         c.listen("127.0.0.1:0".parse().unwrap())
             .relay(RelayConfig::server())
-            .rendezvous(RendezvousConfig::rendezvous())
+            .rendezvous(rdv)
     })
     .await;
     let seeds = vec![r.local_addr().unwrap()];
@@ -784,24 +802,35 @@ async fn firewalled_trio(dir: &tempfile::TempDir, lease: Lease) -> (Peer, Peer, 
 /// `socket_bytes` to A over a JXTA socket (checked by SHA-256). Every
 /// answer must find its way back to a querier nobody can dial.
 async fn firewalled_scenario(lease: Lease, socket_bytes: u32) -> (Peer, Peer, Peer) {
-    use juxta_proto::advertisement::{AdvKind, Advertisement};
-
     let dir = tempfile::tempdir().unwrap();
     let (r, a, b) = firewalled_trio(&dir, lease).await;
+    new_user_scenario(&[&r], &a, &b, socket_bytes).await;
+    (r, a, b)
+}
+
+/// The steps of [`firewalled_scenario`] on edges `a` and `b` whose
+/// rendezvous are `rdvs` (A's entries must reach one of them).
+async fn new_user_scenario(rdvs: &[&Peer], a: &Peer, b: &Peer, socket_bytes: u32) {
+    use juxta_proto::advertisement::{AdvKind, Advertisement};
     let ad = adv("firewalled-printer");
     a.discovery()
         .publish(&Advertisement::Pipe(ad.clone()))
         .await
         .unwrap();
     let mut input = a.pipes().create_input_pipe(&ad).unwrap();
-    let rh = r.rendezvous().unwrap();
+    let indexed = || {
+        rdvs.iter()
+            .map(|r| r.rendezvous().unwrap().status().index_entries)
+            .max()
+            .unwrap_or(0)
+    };
     for _ in 0..400 {
-        if rh.status().index_entries >= 3 {
+        if indexed() >= 3 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(rh.status().index_entries >= 3, "{:?}", rh.status());
+    assert!(indexed() >= 3, "A's entries indexed");
 
     // First try, no retry.
     let found = b
@@ -839,7 +868,7 @@ async fn firewalled_scenario(lease: Lease, socket_bytes: u32) -> (Peer, Peer, Pe
     }
     // A socket stream from B to A, checked by hash.
     let sadv = adv("firewalled-socket");
-    let mut server = JxtaServerSocket::bind(&a, &sadv, SocketConfig::default()).unwrap();
+    let mut server = JxtaServerSocket::bind(a, &sadv, SocketConfig::default()).unwrap();
     let client = tokio::spawn({
         let (pipes, a_id) = (b.pipes(), a.peer_id());
         async move {
@@ -881,7 +910,6 @@ async fn firewalled_scenario(lease: Lease, socket_bytes: u32) -> (Peer, Peer, Pe
     assert_eq!(got, u64::from(socket_bytes));
     assert_eq!(h.finalize(), want);
     assert!(!a.is_connected_to(&b.peer_id()));
-    (r, a, b)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1259,4 +1287,348 @@ async fn secure_pipe_between_edges_that_do_not_listen() {
         assert_eq!(m.from, Some(b.peer_id()));
     }
     assert!(!a.is_connected_to(&b.peer_id()));
+}
+
+fn prop_adv(name: &str) -> PipeAdvertisement {
+    let mut a = adv(name);
+    a.pipe_type = PipeType::Propagate;
+    a
+}
+
+/// Receives from `input` until the message whose `n` is `end`; returns
+/// the `n`s before it, in arrival order.
+async fn until_end(input: &mut juxta::pipe::InputPipe, end: &str) -> Vec<String> {
+    let mut got = Vec::new();
+    loop {
+        let m = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .expect("propagated message arrives")
+            .unwrap();
+        let n = m
+            .message
+            .get("", "n")
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            m.message
+                .get("jxta", "RendezVousPropagatejxta-NetGroup")
+                .is_none(),
+            "the rendezvous header is not handed to the application"
+        );
+        if n == end {
+            return got;
+        }
+        got.push(n);
+    }
+}
+
+/// Propagate pipes between two edges that only dial out (issue #19 item
+/// 2): a propagate pipe opened with no target list on edge A hands each
+/// message to its rendezvous (also its relay), which delivers it there and
+/// sends it on to edge B. Each listener gets every message once (the
+/// rendezvous is not sent a second, direct copy; a replay is dropped by
+/// message ID), in order, both ways, and the edges never connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn propagate_pipe_between_edges_that_do_not_listen() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, a, b) = firewalled_trio(&dir, Lease::Automatic).await;
+    let pad = prop_adv("firewalled-propagate");
+    let mut in_a = a.pipes().create_input_pipe(&pad).unwrap();
+    let mut in_b = b.pipes().create_input_pipe(&pad).unwrap();
+    let mut in_r = r.pipes().create_input_pipe(&pad).unwrap();
+    let out_a = a.pipes().create_output_pipe(&pad, &[], WAIT).await.unwrap();
+    let out_b = b.pipes().create_output_pipe(&pad, &[], WAIT).await.unwrap();
+    let want: Vec<String> = (0..10).map(|i| i.to_string()).collect();
+    for n in want.iter().map(String::as_str).chain(["end-a"]) {
+        out_a
+            .send(Message::new().with(Element::text("", "n", n)))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        until_end(&mut in_b, "end-a").await,
+        want,
+        "A -> B once each"
+    );
+    assert_eq!(
+        until_end(&mut in_r, "end-a").await,
+        want,
+        "A -> R once each"
+    );
+    for n in want.iter().map(String::as_str).chain(["end-b"]) {
+        out_b
+            .send(Message::new().with(Element::text("", "n", n)))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        until_end(&mut in_a, "end-b").await,
+        want,
+        "B -> A once each"
+    );
+    assert_eq!(
+        until_end(&mut in_r, "end-b").await,
+        want,
+        "B -> R once each"
+    );
+    // The origin does not get its own messages back: the next thing A
+    // reads is R's message, not one of its own.
+    let out_r = r.pipes().create_output_pipe(&pad, &[], WAIT).await.unwrap();
+    out_r
+        .send(Message::new().with(Element::text("", "n", "end-r")))
+        .await
+        .unwrap();
+    assert_eq!(until_end(&mut in_a, "end-r").await, Vec::<String>::new());
+    assert_eq!(until_end(&mut in_b, "end-r").await, Vec::<String>::new());
+    assert!(!a.is_connected_to(&b.peer_id()));
+    assert_eq!(r.rendezvous().unwrap().status().refused, 0);
+}
+
+/// What an edge makes the rendezvous/relay carry by propagating is bounded
+/// by the rendezvous' per-sender propagation rate: beyond it the messages
+/// are refused and counted, the other edge gets no more than the budget,
+/// and the refused edge's next messages go once its budget refills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn propagation_through_the_rendezvous_respects_its_per_edge_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rdv = juxta::rendezvous::RendezvousConfig::rendezvous();
+    rdv.server.propagate_rate = 5;
+    let (r, a, b) = firewalled_trio_with(&dir, Lease::Automatic, rdv).await;
+    let pad = prop_adv("budgeted-propagate");
+    let mut in_b = b.pipes().create_input_pipe(&pad).unwrap();
+    let out_a = a.pipes().create_output_pipe(&pad, &[], WAIT).await.unwrap();
+    const BURST: usize = 50;
+    for i in 0..BURST {
+        out_a
+            .send(Message::new().with(Element::text("", "n", &i.to_string())))
+            .await
+            .unwrap();
+    }
+    let rh = r.rendezvous().unwrap();
+    eventually("R refused the excess", || rh.status().refused >= 10).await;
+    // After the budget refills (5 per second), one more goes through.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    out_a
+        .send(Message::new().with(Element::text("", "n", "end")))
+        .await
+        .unwrap();
+    let got = until_end(&mut in_b, "end").await;
+    assert!(!got.is_empty(), "the budget let some through");
+    assert!(
+        got.len() + rh.status().refused as usize >= BURST,
+        "every message was either carried or refused and counted"
+    );
+    assert!(
+        got.len() < BURST,
+        "the excess was not carried: {}",
+        got.len()
+    );
+    assert!(!a.is_connected_to(&b.peer_id()));
+}
+
+/// The rendezvous and the relay on different peers (issue #19 item 2): two
+/// edges that do not listen, seeded with a rendezvous that is no relay,
+/// and leasing a separate relay. Discovery by name through the
+/// rendezvous, a pipe bound without naming its holder, messages, and a
+/// socket stream: every answer and every data message goes back through
+/// the relay, the rendezvous only carries queries and SRDI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rendezvous_and_relay_on_different_peers() {
+    use juxta::rendezvous::RendezvousConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let rdv = start(&dir, "rdv", |c| {
+        c.listen("127.0.0.1:0".parse().unwrap())
+            .rendezvous(RendezvousConfig::rendezvous())
+    })
+    .await;
+    let relay = start(&dir, "relay", |c| {
+        c.listen("127.0.0.1:0".parse().unwrap())
+            .relay(RelayConfig::server())
+    })
+    .await;
+    let (rdv_seeds, relay_seeds) = (
+        vec![rdv.local_addr().unwrap()],
+        vec![relay.local_addr().unwrap()],
+    );
+    let edge = |name: &'static str| {
+        let (s1, s2) = (rdv_seeds.clone(), relay_seeds.clone());
+        start(&dir, name, move |c| {
+            c.rendezvous(RendezvousConfig::edge(s1))
+                .relay(RelayConfig::client(s2))
+        })
+    };
+    let a = edge("a").await;
+    let b = edge("b").await;
+    for p in [&a, &b] {
+        assert!(p.local_addr().is_none(), "edges do not listen");
+        assert_eq!(
+            p.relay().unwrap().wait_leased(WAIT).await,
+            Some(relay.peer_id())
+        );
+        assert_eq!(
+            p.rendezvous().unwrap().wait_leased(WAIT).await,
+            Some(rdv.peer_id())
+        );
+    }
+    assert!(rdv.relay().is_none(), "the rendezvous is no relay");
+    new_user_scenario(&[&rdv], &a, &b, 8 << 20).await;
+    assert!(!a.is_connected_to(&b.peer_id()));
+    let c = relay.relay().unwrap().counters();
+    assert_eq!(c.clients, 2);
+    assert!(
+        c.server.forwarded + c.server.passed > 10,
+        "the data went through the relay: {c:?}"
+    );
+}
+
+/// A chain of two relays (issue #19 item 2): A leases R1, B leases R2;
+/// R1 and R2 are rendezvous of one peer view and relays, connected to
+/// each other, and A and B only dial out to their own. Discovery by name
+/// across the peer view, a pipe bound without naming its holder, messages
+/// and a socket stream go A - R1 - R2 - B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_pipe_and_socket_through_a_chain_of_two_relays() {
+    use juxta::rendezvous::RendezvousConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let r2 = start(&dir, "r2", |c| {
+        c.listen("127.0.0.1:0".parse().unwrap())
+            .relay(RelayConfig::server())
+            .rendezvous(RendezvousConfig::rendezvous())
+    })
+    .await;
+    let r2_addr = r2.local_addr().unwrap();
+    let r1 = start(&dir, "r1", |c| {
+        c.listen("127.0.0.1:0".parse().unwrap())
+            .relay(RelayConfig::server())
+            .rendezvous(RendezvousConfig::rendezvous().peers(vec![r2_addr]))
+    })
+    .await;
+    let r1_addr = r1.local_addr().unwrap();
+    let a = start(&dir, "a", |c| {
+        c.rendezvous(RendezvousConfig::edge(vec![r1_addr]))
+    })
+    .await;
+    let b = start(&dir, "b", |c| {
+        c.rendezvous(RendezvousConfig::edge(vec![r2_addr]))
+    })
+    .await;
+    for (p, r) in [(&a, &r1), (&b, &r2)] {
+        assert!(p.local_addr().is_none(), "edges do not listen");
+        assert_eq!(
+            p.relay().expect("automatic lease").wait_leased(WAIT).await,
+            Some(r.peer_id())
+        );
+        assert_eq!(
+            p.rendezvous().unwrap().wait_leased(WAIT).await,
+            Some(r.peer_id())
+        );
+    }
+    eventually("peer view formed", || {
+        r1.rendezvous().unwrap().status().view == 1 && r2.rendezvous().unwrap().status().view == 1
+    })
+    .await;
+    new_user_scenario(&[&r1, &r2], &a, &b, 8 << 20).await;
+    assert!(!a.is_connected_to(&b.peer_id()));
+    assert!(!a.is_connected_to(&r2.peer_id()), "A only dialled R1");
+    assert!(!b.is_connected_to(&r1.peer_id()), "B only dialled R2");
+    let (c1, c2) = (
+        r1.relay().unwrap().counters(),
+        r2.relay().unwrap().counters(),
+    );
+    assert!(c1.forwarded > 10 && c2.forwarded > 10, "{c1:?} {c2:?}");
+}
+
+/// The stream channel through a relay (issue #19 item 2): a socket
+/// between two edges that only dial out runs Juxta's stream mode (not
+/// `jxtarel`), with its credit flow control end to end: while the
+/// receiver reads nothing, the sender's writes complete for no more than
+/// the receiver's window, however fast the relay could carry them; once
+/// it reads, everything arrives, in order, checked by SHA-256, and both
+/// ends' stream counters show no refused or foreign message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_mode_through_a_relay_with_credit_end_to_end() {
+    use juxta::socket::SocketMode;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+    const WINDOW: u64 = 64 * 1024;
+    const TOTAL: usize = 8 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let (r, a, b) = firewalled_trio(&dir, Lease::Automatic).await;
+    let sadv = adv("relayed-stream");
+    let small = SocketConfig {
+        stream_window: WINDOW,
+        ..SocketConfig::default()
+    };
+    let mut server = JxtaServerSocket::bind(&a, &sadv, small).unwrap();
+    let written = Arc::new(AtomicU64::new(0));
+    let client = tokio::spawn({
+        let (pipes, a_id, written) = (b.pipes(), a.peer_id(), written.clone());
+        let sadv = sadv.clone();
+        async move {
+            let mut s = JxtaSocket::connect(&pipes, &sadv, a_id, SocketConfig::default())
+                .await
+                .unwrap();
+            assert_eq!(s.mode(), SocketMode::Stream, "stream mode, relayed");
+            let mut h = Sha256::new();
+            let mut off = 0usize;
+            while off < TOTAL {
+                let n = (TOTAL - off).min(48 * 1024);
+                let chunk: Vec<u8> = (off..off + n).map(|i| (i % 253) as u8).collect();
+                h.update(&chunk);
+                s.write_all(&chunk).await.unwrap();
+                off += n;
+                written.store(off as u64, Ordering::SeqCst);
+            }
+            s.shutdown().await.unwrap();
+            (h.finalize(), s.stream_stats().unwrap())
+        }
+    });
+    let mut s = tokio::time::timeout(WAIT, server.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.mode(), SocketMode::Stream);
+    // Not reading: the sender runs out of credit at the window (plus at
+    // most one 48 KiB write the credit cut short, still pending).
+    eventually("the sender used its credit", || {
+        written.load(Ordering::SeqCst) > 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let early = written.load(Ordering::SeqCst);
+    assert!(
+        early <= WINDOW,
+        "wrote {early} bytes past a {WINDOW}-byte window"
+    );
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut got = 0usize;
+    loop {
+        let n = s.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        got += n;
+    }
+    let (want, client_stats) = tokio::time::timeout(WAIT, client).await.unwrap().unwrap();
+    assert_eq!(got, TOTAL);
+    assert_eq!(h.finalize(), want);
+    let server_stats = s.stream_stats().unwrap();
+    assert!(server_stats.data_in > 0);
+    assert_eq!(server_stats.violations, 0);
+    assert!(
+        client_stats.credits_in > 0,
+        "credit came back through the relay"
+    );
+    assert_eq!(s.stream_foreign(), Some(0));
+    assert!(!a.is_connected_to(&b.peer_id()), "relayed");
+    let c = r.relay().unwrap().counters();
+    assert_eq!(
+        c.server.refused_queue_full + c.server.refused_quota,
+        0,
+        "{c:?}"
+    );
 }

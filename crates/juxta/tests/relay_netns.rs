@@ -8,6 +8,12 @@
 //!   leases R2, R1 connects to R2, and the route A -> B ([R1, R2]) is found
 //!   by a route query that R1 passes on to R2.
 //!
+//! - `new_user_scenario`: the firewalled-edges issue's scenario (#19) with
+//!   nothing configured about relays: R is rendezvous and relay, A and B
+//!   have no listening socket and reach nothing but R; B discovers A's
+//!   advertisement by name, binds a pipe to it without naming A, sends 10
+//!   messages and a 100 MB socket stream (SHA-256 checked at A).
+//!
 //! Each peer runs on its own thread, with its own current-thread tokio
 //! runtime, after the thread has entered the peer's namespace (`setns`), so
 //! every socket it opens lives there. Namespace names include the process
@@ -382,4 +388,206 @@ fn through_a_chain_of_two_relays() {
         c1.server.forwarded + c1.server.passed > 0,
         "R1 sent on (or spooled) for A"
     );
+}
+
+const NU_MESSAGES: usize = 10;
+const NU_SOCKET_BYTES: u64 = 100_000_000;
+
+/// R of the new-user scenario: rendezvous and relay.
+async fn nu_rdv_main(
+    home: PathBuf,
+    ready: oneshot::Sender<PeerId>,
+    mut done: watch::Receiver<bool>,
+) -> RelayCounters {
+    use juxta::rendezvous::RendezvousConfig;
+    let r = Peer::start(
+        cfg(home)
+            .listen(SocketAddr::from(([0, 0, 0, 0], PORT)))
+            .relay(RelayConfig::server())
+            .rendezvous(RendezvousConfig::rendezvous()),
+    )
+    .await
+    .unwrap();
+    let _ = ready.send(r.peer_id());
+    let _ = done.wait_for(|d| *d).await;
+    r.relay().unwrap().counters()
+}
+
+/// An edge of the new-user scenario: only a rendezvous seed, no listen
+/// address, no relay configuration (leased automatically).
+async fn nu_edge(home: PathBuf, seed: SocketAddr, rdv: PeerId) -> Peer {
+    use juxta::rendezvous::RendezvousConfig;
+    let p = Peer::start(cfg(home).rendezvous(RendezvousConfig::edge(vec![seed])))
+        .await
+        .unwrap();
+    assert!(p.local_addr().is_none(), "the edge does not listen");
+    assert_eq!(
+        p.relay().expect("automatic lease").wait_leased(WAIT).await,
+        Some(rdv)
+    );
+    assert_eq!(p.rendezvous().unwrap().wait_leased(WAIT).await, Some(rdv));
+    p
+}
+
+/// Edge A: publishes its pipe, receives the messages and the socket
+/// stream; returns the stream's SHA-256 and length, and whether it ever
+/// connected to B directly.
+async fn nu_a_main(
+    home: PathBuf,
+    seed: SocketAddr,
+    rdv: PeerId,
+    published: oneshot::Sender<PeerId>,
+) -> (Vec<u8>, u64, bool, Option<PeerId>) {
+    use juxta_proto::advertisement::Advertisement;
+    let a = nu_edge(home, seed, rdv).await;
+    let ad = adv("netns-printer");
+    a.discovery()
+        .publish(&Advertisement::Pipe(ad.clone()))
+        .await
+        .unwrap();
+    let mut input = a.pipes().create_input_pipe(&ad).unwrap();
+    let sad = adv("netns-socket");
+    a.discovery()
+        .publish(&Advertisement::Pipe(sad.clone()))
+        .await
+        .unwrap();
+    let mut server = JxtaServerSocket::bind(&a, &sad, SocketConfig::default()).unwrap();
+    let _ = published.send(a.peer_id());
+    let mut from = None;
+    for i in 0..NU_MESSAGES {
+        let m = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            m.message.get("", "n").unwrap().as_str(),
+            Some(&*i.to_string())
+        );
+        from = m.from;
+    }
+    let mut s = tokio::time::timeout(WAIT, server.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut got = 0u64;
+    loop {
+        let n = s.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        got += n as u64;
+    }
+    let connected = from.is_some_and(|b| a.is_connected_to(&b));
+    (h.finalize().to_vec(), got, connected, from)
+}
+
+/// Edge B: discovers A's pipe by name, binds without naming A, sends the
+/// messages, then the socket stream; returns the stream's SHA-256 and its
+/// peer ID.
+async fn nu_b_main(
+    home: PathBuf,
+    seed: SocketAddr,
+    rdv: PeerId,
+    published: oneshot::Receiver<PeerId>,
+) -> (Vec<u8>, PeerId) {
+    use juxta_proto::advertisement::{AdvKind, Advertisement};
+    let b = nu_edge(home, seed, rdv).await;
+    let a_id = tokio::time::timeout(WAIT, published)
+        .await
+        .unwrap()
+        .unwrap();
+    let find = |name: &'static str| {
+        let b = &b;
+        async move {
+            // A's SRDI entries may still be on their way to R: looked up
+            // again until found (each lookup itself is answered through
+            // the relay).
+            for _ in 0..200 {
+                let found = b
+                    .discovery()
+                    .get_remote(AdvKind::Adv, Some("Name"), Some(name), 1, None, WAIT)
+                    .await
+                    .unwrap();
+                if let Some(Advertisement::Pipe(p)) = found.into_iter().next() {
+                    return p;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("{name} not found");
+        }
+    };
+    let pipe = find("netns-printer").await;
+    let out = b
+        .pipes()
+        .create_output_pipe(&pipe, &[], WAIT)
+        .await
+        .unwrap();
+    assert_eq!(out.remote(), Some(a_id), "bound to A without naming it");
+    for i in 0..NU_MESSAGES {
+        out.send(Message::new().with(Element::text("", "n", &i.to_string())))
+            .await
+            .unwrap();
+    }
+    let sad = find("netns-socket").await;
+    let mut s = JxtaSocket::connect(&b.pipes(), &sad, a_id, SocketConfig::default())
+        .await
+        .unwrap();
+    let mut h = Sha256::new();
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut sent = 0u64;
+    while sent < NU_SOCKET_BYTES {
+        let n = (NU_SOCKET_BYTES - sent).min(chunk.len() as u64) as usize;
+        for (j, x) in chunk[..n].iter_mut().enumerate() {
+            *x = ((sent as usize + j) % 251) as u8;
+        }
+        h.update(&chunk[..n]);
+        s.write_all(&chunk[..n]).await.unwrap();
+        sent += n as u64;
+    }
+    s.shutdown().await.unwrap();
+    assert!(!b.is_connected_to(&a_id), "B never connected to A");
+    (h.finalize().to_vec(), b.peer_id())
+}
+
+#[test]
+fn new_user_scenario() {
+    let (_lab, ns) = match Lab::new("u", &["a", "r", "b"]) {
+        Ok(x) => x,
+        Err(e) => return skip(&e),
+    };
+    let (na, nr, nb) = (&ns[0], &ns[1], &ns[2]);
+    link(na, "eth0", "10.73.1.2/24", nr, "ra", "10.73.1.1/24");
+    link(nb, "eth0", "10.73.2.2/24", nr, "rb", "10.73.2.1/24");
+    no_forwarding(nr);
+    let dir = tempfile::tempdir().unwrap();
+    let (done_tx, done_rx) = watch::channel(false);
+    let (r_tx, r_rx) = oneshot::channel();
+    let home = dir.path().join("r");
+    let r = in_ns(nr, move || nu_rdv_main(home, r_tx, done_rx));
+    let rdv = r_rx.blocking_recv().expect("R started");
+    let (pub_tx, pub_rx) = oneshot::channel();
+    let home = dir.path().join("a");
+    let seed_a: SocketAddr = "10.73.1.1:9701".parse().unwrap();
+    let a = in_ns(na, move || nu_a_main(home, seed_a, rdv, pub_tx));
+    let home = dir.path().join("b");
+    let seed_b: SocketAddr = "10.73.2.1:9701".parse().unwrap();
+    let b = in_ns(nb, move || nu_b_main(home, seed_b, rdv, pub_rx));
+    let (sent_hash, b_id) = b.join().expect("edge B");
+    let (got_hash, got_len, a_direct, from) = a.join().expect("edge A");
+    let _ = done_tx.send(true);
+    let counters = r.join().expect("R");
+    eprintln!("relay counters: {counters:?}");
+    assert_eq!(from, Some(b_id), "the pipe messages came from B");
+    assert!(!a_direct, "A had no direct connection to B");
+    assert_eq!(got_len, NU_SOCKET_BYTES);
+    assert_eq!(got_hash, sent_hash, "SHA-256 of the 100 MB stream");
+    assert_eq!(counters.clients, 2);
+    assert!(
+        (counters.server.forwarded + counters.server.passed) as usize > NU_MESSAGES,
+        "the relay carried the traffic: {counters:?}"
+    );
+    assert_eq!(counters.server.dropped, 0);
 }

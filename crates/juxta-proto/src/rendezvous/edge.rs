@@ -30,7 +30,9 @@ use crate::message::Message;
 use crate::endpoint::ServiceAddress;
 use crate::pipe::wire_header::DuplicateFilter;
 
-use super::messages::{lease_address, LeaseMessage, PropagateHeader, RdvMessageError};
+use super::messages::{
+    lease_address, propagate_address, LeaseMessage, PropagateHeader, RdvMessageError, MAX_TTL,
+};
 use super::server::DEDUP_WINDOW;
 use super::{Millis, Transmit};
 
@@ -505,6 +507,43 @@ impl EdgeClient {
         }))
     }
 
+    /// Hands `msg` to the leased rendezvous for propagation group-wide to
+    /// listener `dest` (JXSE's `RendezVousServiceClient.propagate`): a
+    /// `RendezVousPropagateMessage` header with `msg_id`, TTL `ttl`
+    /// (clamped to 1..=[`MAX_TTL`]) and this edge as the whole path, sent on
+    /// `JxtaPropagate`. The rendezvous delivers it, fans it out to its other
+    /// edges and its peer view; the ID is remembered here, so a copy that
+    /// comes back is not delivered twice. Returns the rendezvous it went
+    /// to, or `None` without a lease (nothing sent).
+    pub fn propagate(
+        &mut self,
+        dest: &ServiceAddress,
+        mut msg: Message,
+        ttl: i32,
+        msg_id: String,
+    ) -> Option<PeerId> {
+        let rdv = self.rendezvous()?;
+        let hdr = PropagateHeader {
+            msg_id,
+            dest_service: dest.service.clone(),
+            dest_param: dest.param.clone(),
+            ttl: ttl.clamp(1, MAX_TTL),
+            path: vec![self.me.to_string()],
+        };
+        self.dedup.first_time(hdr.msg_id.as_bytes());
+        hdr.write_into(&mut msg, &self.group.unique_value());
+        if self.out.len() >= MAX_PENDING {
+            self.out.pop_front();
+            self.stats.overflow += 1;
+        }
+        self.out.push_back(Transmit {
+            to: rdv,
+            dest: propagate_address(&self.group),
+            message: msg,
+        });
+        Some(rdv)
+    }
+
     /// Ends the lease politely (sends `Disconnect`) and stops.
     pub fn shutdown(&mut self) {
         if let Some(rdv) = self.current() {
@@ -712,6 +751,40 @@ mod tests {
         assert_eq!(e.poll_timeout(), None);
         e.handle_message(peer(2), &grant(2, 60_000), 10).unwrap();
         assert_eq!(e.rendezvous(), None);
+    }
+
+    #[test]
+    fn propagate_goes_to_the_leased_rendezvous_only_and_is_not_echoed() {
+        let mut e = edge();
+        let dest = ServiceAddress::new("PipeService", Some("urn:jxta:p"));
+        assert_eq!(
+            e.propagate(&dest, Message::new(), 5, "m0".into()),
+            None,
+            "no lease: nothing sent"
+        );
+        e.handle_timeout(0);
+        sent_to(&mut e);
+        e.handle_message(peer(1), &grant(1, 60_000), 0).unwrap();
+        assert_eq!(
+            e.propagate(&dest, Message::new(), 10_000, "m1".into()),
+            Some(peer(1))
+        );
+        let t = e.poll_transmit().unwrap();
+        assert_eq!(t.to, peer(1));
+        assert_eq!(t.dest, propagate_address(&PeerGroupId::NET));
+        let g = PeerGroupId::NET.unique_value();
+        let h = PropagateHeader::from_message(&t.message, &g).unwrap();
+        assert_eq!(h.msg_id, "m1");
+        assert_eq!(h.ttl, MAX_TTL, "TTL capped");
+        assert_eq!(h.path, vec![peer(100).to_string()]);
+        assert_eq!(h.dest_service, "PipeService");
+        // The rendezvous' copy coming back (its path now longer) is not
+        // delivered: the edge is on the path and knows the ID.
+        let mut back = t.message.clone();
+        let mut h2 = h.clone();
+        h2.path.push(peer(1).to_string());
+        h2.write_into(&mut back, &g);
+        assert_eq!(e.accept_propagated(peer(1), &back).unwrap(), None);
     }
 
     #[test]

@@ -61,7 +61,7 @@ use super::messages::{
     minimal_rdv_adv, BusyNotice, PropagateHeader, WalkHeader, PROPAGATE_SERVICE,
 };
 use super::server::{RendezvousServer, ServerConfig, ServerEvent};
-use super::{Millis, Transmit};
+use super::{IdGen, Millis, Transmit};
 use crate::advertisement::{PipeType, MAX_XML_LEN};
 use crate::discovery::DISCOVERY_HANDLER;
 use crate::endpoint::ServiceAddress;
@@ -457,6 +457,8 @@ struct EdgeSide {
     next_due: Millis,
     busy: u64,
     answered: u64,
+    /// IDs of the messages this edge propagates.
+    ids: IdGen,
 }
 
 /// A lookup this rendezvous forwarded to another one.
@@ -543,6 +545,7 @@ impl RendezvousNode {
                 next_due: Millis::MAX,
                 busy: 0,
                 answered: 0,
+                ids: IdGen::new(seed ^ 0x4544_4745_5052_4f50),
             })),
         };
         let mut n = RendezvousNode {
@@ -1067,6 +1070,35 @@ impl RendezvousNode {
         e.pending.insert(qid, p);
         self.pump(now);
         Ok(qid)
+    }
+
+    /// Propagates `message` group-wide to listener `dest` (JXSE's
+    /// `RendezVousService.propagate`): a rendezvous sends it to every leased
+    /// edge and peer view member; an edge hands it to its leased rendezvous,
+    /// which delivers it there and fans it out (to its other edges and its
+    /// peer view) under its per-sender propagation budget. `ttl` is clamped
+    /// to 1..=`MAX_TTL`; duplicates and loops are dropped by every peer on
+    /// the way (message ID, path). Returns the message ID, or `None` on an
+    /// edge without a lease (nothing sent: the caller reaches its connected
+    /// peers directly).
+    pub fn propagate(
+        &mut self,
+        dest: &ServiceAddress,
+        message: Message,
+        ttl: i32,
+        now: Millis,
+    ) -> Option<String> {
+        let id = match &mut self.side {
+            Side::Rdv(r) => Some(r.srv.propagate(dest, message, ttl)),
+            Side::Edge(e) => {
+                let id = e.ids.msg_id();
+                let c = e.cli.as_mut()?;
+                c.propagate(dest, message, ttl, id.clone())?;
+                Some(id)
+            }
+        };
+        self.pump(now);
+        id
     }
 
     /// Edge: forgets query `id` (its caller gave up).

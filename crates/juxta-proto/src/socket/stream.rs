@@ -27,6 +27,17 @@
 //!   more; the sender's writes fail with [`std::io::ErrorKind::BrokenPipe`].
 //! * **RESET** ([`ELEM_RESET`]): abort both ways with a [`ResetCode`];
 //!   reads and writes fail with [`std::io::ErrorKind::ConnectionReset`].
+//! * **Relayed** ([`ELEM_RELAYED`] in the set-up, [`ELEM_OFFSET`] before
+//!   each data element): when either end's path is routed through relays
+//!   (Juxta relays on compact connections), the bytes still travel in
+//!   order over TCP hop by hop, but a relay may refuse a message (its
+//!   per-edge queue or the sender's quota full for longer than its
+//!   push-back, the lease gone). So each data element is preceded by the
+//!   byte offset it starts at, and the receiver
+//!   ([`StreamState::with_offsets`]) checks it: a missing offset or a gap
+//!   resets the stream ([`StreamError::Gap`], `InvalidData`) instead of
+//!   handing the application bytes with a hole. Credit flows end to end
+//!   exactly as on a direct connection.
 //!
 //! A peer that sends more than it was granted, data after its FIN, or a
 //! malformed element gets the stream reset (only this stream: the
@@ -58,6 +69,11 @@ pub const NS_STREAM: &str = "juxta";
 /// Set-up element (request and response): stream mode offered/accepted;
 /// the value is the sender's receive window in bytes (decimal text).
 pub const ELEM_OFFER: &str = "sockStream";
+/// Set-up element (request and response, beside [`ELEM_OFFER`]): the
+/// path is relayed, data elements carry their offsets ([`ELEM_OFFSET`]).
+pub const ELEM_RELAYED: &str = "sockStreamRelayed";
+/// Byte offset (8 bytes big-endian) of the data element that follows.
+pub const ELEM_OFFSET: &str = "so";
 /// Data element.
 pub const ELEM_DATA: &str = "sd";
 /// Credit element: absolute byte limit, 8 bytes big-endian.
@@ -146,6 +162,15 @@ pub enum StreamError {
     /// Anything after a reset.
     #[error("stream element after a reset")]
     AfterReset,
+    /// Relayed stream: data whose offset is not the next byte expected
+    /// (a relay refused a message in between), or has no offset.
+    #[error("relayed stream data at offset {got:?}, expected {expected}")]
+    Gap {
+        /// The next byte offset expected.
+        expected: u64,
+        /// The offset the data said (`None`: it had none).
+        got: Option<u64>,
+    },
     /// The peer closed its reading side: writes are refused.
     #[error("the peer closed the socket and reads no more")]
     Stopped,
@@ -165,6 +190,7 @@ impl StreamError {
             StreamError::CreditExceeded { .. }
             | StreamError::DataAfterFin
             | StreamError::FinMismatch { .. }
+            | StreamError::Gap { .. }
             | StreamError::Malformed(_) => K::InvalidData,
             StreamError::ResetByPeer(_)
             | StreamError::ResetLocally(_)
@@ -192,6 +218,8 @@ pub enum Item {
     Stop,
     /// Abort.
     Reset(ResetCode),
+    /// Relayed streams: the byte offset of the next data item.
+    Offset(u64),
 }
 
 /// Counters of a stream (refusals are what a misbehaving peer causes).
@@ -231,6 +259,10 @@ pub struct StreamState {
     fin_received: bool,
     reset: Option<StreamError>,
     stats: StreamStats,
+    /// Relayed: every data item must follow an offset item.
+    offsets: bool,
+    /// The offset announced for the next data item.
+    next_offset: Option<u64>,
 }
 
 /// Clamps a window offered in a set-up to [`MIN_WINDOW`]..=[`MAX_WINDOW`].
@@ -256,8 +288,24 @@ impl StreamState {
             buffered: 0,
             fin_received: false,
             reset: None,
+            offsets: false,
+            next_offset: None,
             stats: StreamStats::default(),
         }
+    }
+
+    /// A relayed stream: every data item received must be preceded by an
+    /// [`Item::Offset`] naming the next byte expected (else
+    /// [`StreamError::Gap`]); the sender sends [`offset_element`] before
+    /// each data element.
+    pub fn with_offsets(mut self) -> StreamState {
+        self.offsets = true;
+        self
+    }
+
+    /// Whether this is a relayed stream (see [`StreamState::with_offsets`]).
+    pub fn has_offsets(&self) -> bool {
+        self.offsets
     }
 
     /// Counters.
@@ -355,6 +403,13 @@ impl StreamState {
                     self.stats.refused_after_fin += 1;
                     return self.violation(StreamError::DataAfterFin);
                 }
+                let announced = self.next_offset.take();
+                if self.offsets && announced != Some(self.received) {
+                    return self.violation(StreamError::Gap {
+                        expected: self.received,
+                        got: announced,
+                    });
+                }
                 let got = self.received.saturating_add(d.len() as u64);
                 if got > self.recv_limit {
                     return self.violation(StreamError::CreditExceeded {
@@ -398,6 +453,11 @@ impl StreamState {
             }
             Item::Stop => {
                 self.stopped = true;
+                Ok(())
+            }
+            Item::Offset(o) => {
+                // Checked by the data item it announces.
+                self.next_offset = Some(o);
                 Ok(())
             }
             Item::Reset(code) => {
@@ -502,6 +562,22 @@ pub fn data_element(data: Bytes) -> Element {
     Element::bytes(NS_STREAM, ELEM_DATA, data)
 }
 
+/// An offset element: the data element that follows starts at byte
+/// `offset` of the stream (relayed streams).
+pub fn offset_element(offset: u64) -> Element {
+    Element::bytes(NS_STREAM, ELEM_OFFSET, offset.to_be_bytes().to_vec())
+}
+
+/// The set-up element saying the stream is relayed (data carries offsets).
+pub fn relayed_element() -> Element {
+    Element::bytes(NS_STREAM, ELEM_RELAYED, Bytes::new())
+}
+
+/// Whether a set-up message says the stream is relayed.
+pub fn is_relayed(msg: &Message) -> bool {
+    msg.get(NS_STREAM, ELEM_RELAYED).is_some()
+}
+
 /// A credit element granting up to byte `limit`.
 pub fn credit_element(limit: u64) -> Element {
     Element::bytes(NS_STREAM, ELEM_CREDIT, limit.to_be_bytes().to_vec())
@@ -541,6 +617,7 @@ pub fn items(msg: &Message) -> impl Iterator<Item = Result<Item, StreamError>> +
             ELEM_DATA => Ok(Item::Data(e.data.clone())),
             ELEM_CREDIT => u64_of(e, ELEM_CREDIT).map(Item::Credit),
             ELEM_FIN => u64_of(e, ELEM_FIN).map(Item::Fin),
+            ELEM_OFFSET => u64_of(e, ELEM_OFFSET).map(Item::Offset),
             ELEM_STOP => Ok(Item::Stop),
             ELEM_RESET => match e.data.first() {
                 Some(&c) if e.data.len() == 1 => Ok(Item::Reset(ResetCode::from_u8(c))),
@@ -736,5 +813,56 @@ mod tests {
         assert_eq!(b.len(), 60);
         assert_eq!(r.readable(), 0);
         assert!(r.read_bytes(1).is_none());
+    }
+
+    #[test]
+    fn relayed_stream_checks_every_offset() {
+        let mut r = StreamState::new(1 << 20, 1 << 20).with_offsets();
+        assert!(r.has_offsets());
+        let m = Message::new()
+            .with(offset_element(0))
+            .with(data_element(Bytes::from_static(b"abc")))
+            .with(offset_element(3))
+            .with(data_element(Bytes::from_static(b"de")));
+        for it in items(&m) {
+            r.handle(it.unwrap()).unwrap();
+        }
+        assert_eq!(r.readable(), 5);
+        // A message refused by a relay in between: the next one's offset
+        // is past the bytes received.
+        r.handle(Item::Offset(9)).unwrap();
+        let e = r.handle(Item::Data(Bytes::from_static(b"zz")));
+        assert_eq!(
+            e,
+            Err(StreamError::Gap {
+                expected: 5,
+                got: Some(9)
+            })
+        );
+        assert!(e.unwrap_err().is_protocol());
+        assert!(r.is_reset());
+        assert_eq!(r.readable(), 0, "nothing with a hole is handed over");
+        // Data without an offset on a relayed stream: refused too.
+        let mut r = StreamState::new(1 << 20, 1 << 20).with_offsets();
+        assert_eq!(
+            r.handle(Item::Data(Bytes::from_static(b"x"))),
+            Err(StreamError::Gap {
+                expected: 0,
+                got: None
+            })
+        );
+        // A replayed offset (a duplicate) is a gap as well.
+        let mut r = StreamState::new(1 << 20, 1 << 20).with_offsets();
+        r.handle(Item::Offset(0)).unwrap();
+        r.handle(Item::Data(Bytes::from_static(b"ab"))).unwrap();
+        r.handle(Item::Offset(0)).unwrap();
+        assert!(r.handle(Item::Data(Bytes::from_static(b"ab"))).is_err());
+        // A direct stream ignores offsets it did not ask for.
+        let mut d = StreamState::new(1 << 20, 1 << 20);
+        d.handle(Item::Offset(77)).unwrap();
+        d.handle(Item::Data(Bytes::from_static(b"ok"))).unwrap();
+        assert_eq!(d.readable(), 2);
+        assert!(is_relayed(&Message::new().with(relayed_element())));
+        assert!(!is_relayed(&Message::new()));
     }
 }

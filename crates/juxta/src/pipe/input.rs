@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
 use juxta_proto::endpoint::{Delivery, ServiceAddress};
+use juxta_proto::message::NS_JXTA;
 use juxta_proto::pipe::wire_header::DuplicateFilter;
+use juxta_proto::rendezvous::messages::propagate_element_name;
 use tokio::sync::mpsc;
 
 use super::registry::Registration;
@@ -31,6 +33,8 @@ pub struct InputPipe {
     adv: PipeAdvertisement,
     source: Source,
     dedup: Option<DuplicateFilter>,
+    /// Name of the rendezvous propagation header element of our group.
+    propagate_header: String,
     _registration: Registration,
 }
 
@@ -67,6 +71,7 @@ impl InputPipe {
             adv: adv.clone(),
             source,
             dedup,
+            propagate_header: propagate_element_name(inner.group_unique()),
             _registration: registration,
         })
     }
@@ -91,6 +96,9 @@ impl InputPipe {
                     Some(id) if !filter.first_time(&id) => continue,
                     _ => {}
                 }
+                // Propagated through a rendezvous: its header is no part
+                // of the application's message.
+                message.remove_all(NS_JXTA, &self.propagate_header);
             }
             return Some(PipeMessage {
                 message,

@@ -26,6 +26,10 @@ pub(crate) const NS_JUXTA: &str = "juxta";
 const ELEM_PROPAGATE_ID: &str = "PropagateId";
 /// JXSE's propagate header element (`jxta:JxtaWireHeader`).
 const ELEM_WIRE_HEADER: &str = "JxtaWireHeader";
+/// TTL of a propagate pipe's message handed to the rendezvous (an edge's
+/// rendezvous, its peer view, their edges: 3 would do; JXSE's wire pipes
+/// use the rendezvous default).
+const PROPAGATE_TTL: i32 = 10;
 
 enum Kind {
     Unicast {
@@ -156,7 +160,25 @@ impl OutputPipe {
                         }
                     }
                 }
+                // Sent to everyone, on a peer with a rendezvous service:
+                // propagated through the rendezvous as well (an edge's
+                // leased rendezvous delivers it and sends it on to its
+                // other edges and its peer view), which reaches the peers
+                // that only dial out to it. The peers it covers are not
+                // sent a second copy; any other path's copy carries the
+                // same propagate ID and is delivered once.
+                let mut covered = Vec::new();
+                if let Some(h) = self.inner.rendezvous.get().filter(|_| targets.is_empty()) {
+                    let at = ServiceAddress::new(PIPE_SERVICE, Some(&self.urn));
+                    if let Some(c) = h.propagate(at, msg.clone(), PROPAGATE_TTL).await {
+                        reached += 1;
+                        covered = c;
+                    }
+                }
                 for p in to {
+                    if covered.contains(p) {
+                        continue;
+                    }
                     let Some(m) = self.inner.messenger(p) else {
                         continue;
                     };

@@ -161,6 +161,14 @@ enum Cmd {
     Response(ResolverResponse),
     /// A busy answer.
     Busy(BusyNotice),
+    /// Propagate a message group-wide (edge: through the leased
+    /// rendezvous); the reply names the peers it covers.
+    Propagate {
+        dest: ServiceAddress,
+        message: Message,
+        ttl: i32,
+        reply: oneshot::Sender<Option<Vec<PeerId>>>,
+    },
     /// Edge: end the lease politely and stop leasing.
     Shutdown {
         reply: oneshot::Sender<Result<(), RendezvousError>>,
@@ -322,6 +330,33 @@ impl RendezvousHandle {
                 tracing::debug!(error = %e, attr, "SRDI entry not published");
             }
         }
+    }
+
+    /// Propagates `message` group-wide to listener `dest` with `ttl`
+    /// (JXSE's `RendezVousService.propagate`): an edge hands it to its
+    /// leased rendezvous, which delivers it and sends it on to its other
+    /// edges and its peer view (under its per-sender propagation rate); a
+    /// rendezvous sends it to its edges and peer view. Returns the peers
+    /// the propagation covers directly (the leased rendezvous; a
+    /// rendezvous' edges and peer view), or `None` when nothing was sent
+    /// (an edge without a lease, or the service stopped).
+    pub(crate) async fn propagate(
+        &self,
+        dest: ServiceAddress,
+        message: Message,
+        ttl: i32,
+    ) -> Option<Vec<PeerId>> {
+        let (reply, rx) = oneshot::channel();
+        self.cmd
+            .send(Cmd::Propagate {
+                dest,
+                message,
+                ttl,
+                reply,
+            })
+            .await
+            .ok()?;
+        rx.await.ok()?
     }
 
     /// Whether this peer is a rendezvous.
@@ -537,6 +572,21 @@ impl Task {
                     let _ = reply.send(Err(e.into()));
                 }
             },
+            Cmd::Propagate {
+                dest,
+                message,
+                ttl,
+                reply,
+            } => {
+                // An edge's propagation goes to its rendezvous; a
+                // rendezvous' to its edges for sure (and its peer view).
+                let covered = self.node.propagate(&dest, message, ttl, now).map(|_| {
+                    let mut v = self.node.clients();
+                    v.extend(self.node.leased_to());
+                    v
+                });
+                let _ = reply.send(covered);
+            }
             // Handled in `run` (it flushes before replying).
             Cmd::Shutdown { reply } => {
                 let _ = reply.send(self.node.shutdown(now).map_err(RendezvousError::from));

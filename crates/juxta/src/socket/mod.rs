@@ -15,8 +15,14 @@
 //! connection is already reliable and ordered, so data goes as plain
 //! compact messages with credit-based flow control, a FIN and a reset, and
 //! no `jxtarel` sequence numbers, acks or timers. [`JxtaSocket::mode`] says
-//! which mode a socket runs. JXSE peers, JXTA-framed connections and routed
-//! (relayed) or HTTP paths keep `jxtarel`.
+//! which mode a socket runs. Through Juxta relays (a route whose first hop
+//! is a compact connection, e.g. two edges that only dial out) stream mode
+//! runs too, end to end: credit from the receiver to the sender through
+//! the relays, and every data message carrying its byte offset, so a
+//! message a relay refused (its per-edge queue full past its push-back)
+//! resets the stream (`InvalidData`) rather than leaving a hole. JXSE
+//! peers, JXTA-framed connections (a JXSE first hop) and HTTP paths keep
+//! `jxtarel`.
 //!
 //! Errors in stream mode: a reset by the peer or the connection closing
 //! fail reads and writes with [`io::ErrorKind::ConnectionReset`]; a peer
@@ -108,8 +114,8 @@ pub struct SocketConfig {
     /// and window are set per peer at connect time unless changed here.
     pub reliable: Option<ReliableConfig>,
     /// Offer (client) or accept (server) stream mode when the path to the
-    /// peer is a direct compact connection (default `true`); `false` keeps
-    /// `jxtarel` everywhere.
+    /// peer is a compact connection, direct or to the first Juxta relay of
+    /// a route (default `true`); `false` keeps `jxtarel` everywhere.
     pub stream: bool,
     /// Stream mode: bytes the peer may send ahead of this side's reads
     /// (the receive buffer's bound). Default
@@ -127,9 +133,10 @@ pub struct SocketConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SocketMode {
     /// JXSE's `jxtarel` (blocks, acks, retransmission): towards JXSE peers
-    /// and over JXTA-framed, relayed or HTTP paths.
+    /// and over JXTA-framed (JXSE relays included) or HTTP paths.
     Reliable,
-    /// Juxta's stream mode over a direct compact connection.
+    /// Juxta's stream mode over a compact connection, direct or through
+    /// Juxta relays.
     Stream,
 }
 
@@ -318,15 +325,21 @@ impl JxtaServerSocket {
             };
             let remote_pipe = req.req_pipe.id.to_string();
             // Stream mode only if the client offered it and our own path
-            // back to it is a direct compact connection.
+            // back to it is a compact connection, direct or to the first
+            // relay of a route; relayed when either path is routed.
             let stream_window = juxta_proto::socket::stream::offered_window(&raw).filter(|_| {
-                self.cfg.stream && messenger.is_compact() && messenger.remote() == client
+                self.cfg.stream && messenger.first_hop_compact() && messenger.remote() == client
             });
+            let relayed = stream_window.is_some()
+                && (messenger.is_routed() || juxta_proto::socket::stream::is_relayed(&raw));
             let mut answer = resp.to_message();
             if stream_window.is_some() {
                 answer.push(juxta_proto::socket::stream::offer_element(
                     self.cfg.stream_window,
                 ));
+            }
+            if relayed {
+                answer.push(juxta_proto::socket::stream::relayed_element());
             }
             if secure {
                 answer.push(secure::secure_element());
@@ -339,7 +352,7 @@ impl JxtaServerSocket {
                 &local,
                 input,
                 &self.cfg,
-                stream_window,
+                stream_window.map(|w| (w, relayed)),
             );
             if let Err(e) = messenger
                 .send(PIPE_SERVICE, Some(&remote_pipe), answer)
@@ -729,13 +742,17 @@ impl JxtaSocket {
             connection_properties: None,
         };
         let server_pipe = adv.id.to_string();
-        // Offer stream mode when the path is a direct compact connection.
-        let offer = cfg.stream && messenger.is_compact();
+        // Offer stream mode when the path is a compact connection, direct
+        // or to the first relay of a route (relayed: data with offsets).
+        let offer = cfg.stream && messenger.first_hop_compact();
         let mut msg = req.to_message();
         if offer {
             msg.push(juxta_proto::socket::stream::offer_element(
                 cfg.stream_window,
             ));
+            if messenger.is_routed() {
+                msg.push(juxta_proto::socket::stream::relayed_element());
+            }
         }
         if secure {
             msg.push(secure::secure_element());
@@ -752,7 +769,12 @@ impl JxtaSocket {
             match classify(&m.message) {
                 Some(SetupMessage::Response) => {
                     let w = juxta_proto::socket::stream::offered_window(&m.message)
-                        .filter(|_| offer && messenger.is_compact());
+                        .filter(|_| offer && messenger.first_hop_compact())
+                        .map(|w| {
+                            let relayed = messenger.is_routed()
+                                || juxta_proto::socket::stream::is_relayed(&m.message);
+                            (w, relayed)
+                        });
                     break (
                         ConnectResponse::from_message(&m.message)?,
                         w,
@@ -859,7 +881,8 @@ impl JxtaSocket {
     }
 
     /// Which protocol the socket runs: [`SocketMode::Stream`] between two
-    /// Juxta peers on a direct compact connection, else
+    /// Juxta peers on a compact connection (direct, or to the first Juxta
+    /// relay of the route), else
     /// [`SocketMode::Reliable`] (`jxtarel`).
     pub fn mode(&self) -> SocketMode {
         match &self.imp {
@@ -925,10 +948,10 @@ impl JxtaSocket {
         local: &PipeAdvertisement,
         input: InputPipe,
         cfg: &SocketConfig,
-        stream_window: Option<u64>,
+        stream_window: Option<(u64, bool)>,
     ) -> JxtaSocket {
         let remote = messenger.remote();
-        if let Some(peer_window) = stream_window {
+        if let Some((peer_window, relayed)) = stream_window {
             let s = stream::StreamSocket::start(
                 inner,
                 messenger,
@@ -937,6 +960,7 @@ impl JxtaSocket {
                 input,
                 cfg.stream_window,
                 peer_window,
+                relayed,
             );
             return JxtaSocket {
                 imp: Imp::Stream(s),

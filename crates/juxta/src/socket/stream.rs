@@ -1,7 +1,11 @@
 //! The runtime half of stream mode ([`juxta_proto::socket::stream`]): a
-//! socket between two Juxta peers on a direct compact connection sends its
-//! bytes as plain compact messages, with credit-based flow control instead
-//! of `jxtarel` blocks, acks and timers.
+//! socket between two Juxta peers on a compact connection sends its bytes
+//! as plain compact messages, with credit-based flow control instead of
+//! `jxtarel` blocks, acks and timers. Through Juxta relays (a routed
+//! messenger whose first hop is compact) the same, with each data message
+//! preceded by its byte offset (checked by the receiver) and the
+//! messages taken from the route (their origin as the relays vouch for
+//! it); relayed data is copied once into the frame (no borrowed write).
 //!
 //! Data path: `poll_write` takes up to [`MAX_DATA_CHUNK`] bytes as one
 //! message and writes its frame to the connection at once (`writev`, no
@@ -153,7 +157,10 @@ impl Shared {
     /// reader task).
     fn on_message(&self, d: juxta_proto::endpoint::Delivery) {
         let mut st = self.lock();
-        if d.routed || d.from != Some(self.remote) {
+        // Straight from the socket's peer; on a relayed stream through the
+        // route (the origin as the relays vouched for it: each checks its
+        // edges' claims), the offsets guarding against a refused message.
+        if (d.routed && !st.s.has_offsets()) || d.from != Some(self.remote) {
             st.foreign += 1;
             tracing::debug!(from = ?d.from, "stream socket message not from the socket's peer ignored");
             return;
@@ -214,6 +221,7 @@ pub(super) struct StreamSocket {
 impl StreamSocket {
     /// Starts a stream socket: registers it for the messages of `local`
     /// (taking over those already queued on `input`) and spawns its driver.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn start(
         inner: &Arc<Inner>,
         messenger: Messenger,
@@ -222,11 +230,13 @@ impl StreamSocket {
         mut input: InputPipe,
         local_window: u64,
         peer_window: u64,
+        relayed: bool,
     ) -> StreamSocket {
         let remote = messenger.remote();
+        let s = StreamState::new(local_window, peer_window);
         let shared = Arc::new(Shared {
             st: Mutex::new(State {
-                s: StreamState::new(local_window, peer_window),
+                s: if relayed { s.with_offsets() } else { s },
                 read_waker: None,
                 write_waker: None,
                 conn_error: None,
@@ -415,10 +425,12 @@ impl StreamSocket {
             st.write_waker = Some(cx.waker().clone());
             return Poll::Pending;
         }
+        let offset = st.s.sent();
         st.s.on_sent(n);
+        let relayed = st.s.has_offsets();
         drop(st);
         let sh = &self.shared;
-        if n > crate::endpoint::BORROW_MIN {
+        if n > crate::endpoint::BORROW_MIN && !relayed {
             // Straight from the caller's buffer when the connection is free.
             let ph = placeholder(n);
             let msg = Message::new().with(proto::data_element(Bytes::from_static(ph)));
@@ -451,7 +463,11 @@ impl StreamSocket {
             self.scratch = BytesMut::with_capacity(n);
         }
         self.scratch.extend_from_slice(chunk);
-        let msg = Message::new().with(proto::data_element(self.scratch.split().freeze()));
+        let mut msg = Message::new();
+        if relayed {
+            msg.push(proto::offset_element(offset));
+        }
+        msg.push(proto::data_element(self.scratch.split().freeze()));
         self.send(msg)?;
         Poll::Ready(Ok(n))
     }

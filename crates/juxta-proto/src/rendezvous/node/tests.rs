@@ -845,3 +845,86 @@ fn republished_envelopes_fit_the_document_bound() {
         assert_eq!(back.entries.len(), m.entries.len());
     }
 }
+
+/// Propagation from an edge (issue #19): the edge hands the message to its
+/// rendezvous, which delivers it and fans it out to its other edges and to
+/// the peer view, whose members deliver it to their edges. Every other
+/// peer gets it once, the origin never; a second propagation is a new
+/// message; a replay of the same header is a duplicate everywhere.
+#[test]
+fn an_edge_propagates_through_its_rendezvous_to_every_peer_once() {
+    let mut c = Cluster::new(2, 3, |_| SearchModel::Srdi);
+    leased(&mut c, 2..5);
+    c.run_until(c.now + 2_000);
+    for i in 0..2 {
+        assert_eq!(c.nodes[i].n.status().view, 1, "peer view formed");
+    }
+    let dest = ServiceAddress::new("PipeService", Some("urn:jxta:prop"));
+    let delivered = |c: &Cluster, i: usize| {
+        c.nodes[i]
+            .events
+            .iter()
+            .filter(|(_, e)| matches!(e, NodeEvent::Deliver { dest: d, .. } if *d == dest))
+            .count()
+    };
+    let now = c.now;
+    // Edge 2 (node 4) leases rendezvous 0, like edge 0 (node 2); edge 1
+    // (node 3) leases rendezvous 1.
+    let id = c.nodes[4]
+        .n
+        .propagate(&dest, Message::new(), 5, now)
+        .expect("leased: sent");
+    c.run_until(now + 100);
+    for i in 0..4 {
+        assert_eq!(delivered(&c, i), 1, "node {i} got it once");
+    }
+    assert_eq!(delivered(&c, 4), 0, "not back to the origin");
+    // The copy on the wire, replayed to everyone: duplicates, dropped.
+    let copy = c
+        .log
+        .iter()
+        .find(|(_, from, t)| *from == c.id(4) && t.dest.service == PROPAGATE_SERVICE)
+        .map(|(_, _, t)| t.clone())
+        .unwrap();
+    let h = PropagateHeader::from_message(&copy.message, G).unwrap();
+    assert_eq!(h.msg_id, id);
+    let origin = c.id(4);
+    for to in [c.id(0), c.id(1)] {
+        let mut t = copy.clone();
+        t.to = to;
+        c.deliver(origin, t);
+    }
+    let now = c.now;
+    c.run_until(now + 100);
+    for i in 0..4 {
+        assert_eq!(delivered(&c, i), 1, "node {i}: the replay is a duplicate");
+    }
+    // A rendezvous propagates too; an edge without a lease sends nothing.
+    let now = c.now;
+    assert!(c.nodes[1]
+        .n
+        .propagate(&dest, Message::new(), 5, now)
+        .is_some());
+    c.run_until(now + 100);
+    for i in [0, 2, 3] {
+        assert_eq!(delivered(&c, i), 2, "node {i}");
+    }
+    assert_eq!(
+        delivered(&c, 4),
+        1,
+        "node 4: its own, never delivered, and this one"
+    );
+    assert_eq!(delivered(&c, 1), 1, "not back to the origin rendezvous");
+    let lone = pid(2, 77);
+    let mut n = RendezvousNode::new(
+        RendezvousConfig::edge(vec![addr(0)]),
+        lone,
+        G,
+        Bytes::new(),
+        "e",
+        7,
+    );
+    while n.poll_event().is_some() {}
+    assert_eq!(n.propagate(&dest, Message::new(), 5, 0), None);
+    assert!(n.poll_transmit().is_none());
+}
