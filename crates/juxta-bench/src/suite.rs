@@ -918,7 +918,9 @@ async fn run_step(
         Step::Pingpong(o) => {
             let rows = pingpong::run(host, o, &mut detail).await?;
             for r in rows {
-                if r.layer == "tcp" {
+                // The tcp baseline, by its impl: Open MPI's TCP rows have
+                // layer "tcp" too and are rows of their own.
+                if r.implementation == "tcp" {
                     g.pingpong_tcp.entry(r.size).or_default().push(r);
                 } else {
                     g.rows.push(serde_json::to_value(&r).unwrap_or(Value::Null));

@@ -7,6 +7,8 @@ use juxta_bench::layers::{Host, Layer};
 use juxta_bench::suite::{self, LogProgress, Scenario, Step, SuiteOptions};
 use serde_json::Value;
 
+mod prereq;
+
 fn tiny_plan(opts: &SuiteOptions) -> Vec<Step> {
     suite::plan(opts)
         .into_iter()
@@ -165,4 +167,37 @@ async fn an_unwritable_output_directory_fails_before_anything_runs() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("--out"), "{e}");
+}
+
+/// Open MPI's TCP ping-pong rows (impl `mpi`, layer `tcp`) stay rows of
+/// their own in the suite: they were once taken for reruns of the tcp
+/// baseline (same layer name) and dropped.
+#[tokio::test(flavor = "current_thread")]
+async fn open_mpi_tcp_rows_are_kept_beside_the_tcp_baseline() {
+    if !prereq::require(
+        "Open MPI (Debian: openmpi-bin libopenmpi-dev)",
+        prereq::on_path(&["mpicc"]).is_some() && prereq::on_path(&["mpirun"]).is_some(),
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = SuiteOptions::quick(dir.path().join("run"));
+    opts.scenarios = vec![Scenario::Pingpong];
+    opts.layers = Some(vec![Layer::Endpoint]);
+    opts.mpi = true;
+    let steps = tiny_plan(&opts);
+    let outcome = suite::run_plan(&Host::Thread, &opts, steps, &mut LogProgress::new())
+        .await
+        .expect("run");
+    assert!(outcome.errors.is_empty(), "{:?}", outcome.errors);
+    let doc = read(&dir.path().join("run/results.json"));
+    let rows = doc["results"].as_array().unwrap();
+    let count = |imp: &str, layer: &str| {
+        rows.iter()
+            .filter(|r| r["scenario"] == "pingpong" && r["impl"] == imp && r["layer"] == layer)
+            .count()
+    };
+    assert_eq!(count("mpi", "tcp"), 2, "{rows:?}");
+    assert_eq!(count("mpi", "sm"), 2, "{rows:?}");
+    assert_eq!(count("tcp", "tcp"), 2, "one tcp row per size: {rows:?}");
 }
