@@ -270,6 +270,24 @@ fn unix_ms() -> u128 {
         .as_millis()
 }
 
+/// A new 1024-bit identity whose peer ID satisfies `ok`.
+fn new_identity(ok: impl Fn(&PeerId) -> bool) -> Identity {
+    loop {
+        let id = Identity::generate(&mut rand::thread_rng(), 1024, "lan", 1_700_000_000).unwrap();
+        if ok(id.peer_id()) {
+            return id;
+        }
+    }
+}
+
+/// Writes `id` where a peer with home `dir` loads it.
+fn write_identity(dir: &std::path::Path, id: &Identity) {
+    std::fs::create_dir_all(dir).unwrap();
+    let (key, crt) = id.to_pem().unwrap();
+    std::fs::write(dir.join("identity.key"), key).unwrap();
+    std::fs::write(dir.join("identity.crt"), crt).unwrap();
+}
+
 async fn wait_eof() {
     tokio::task::spawn_blocking(|| wait_stdin_eof(Duration::from_secs(60)))
         .await
@@ -290,10 +308,14 @@ async fn child_peer() {
         let (rate, burst) = r.split_once(',').unwrap();
         lc = lc.rate(rate.parse().unwrap(), burst.parse().unwrap());
     }
-    let mut cfg = PeerConfig::new(home.path().join("peer")).lan(lc);
-    cfg.key_bits = 1024;
-    let peer = Peer::start(cfg).await.expect("peer start");
+    // The identity is made first, so that `started` (taken before
+    // `Peer::start`) counts the peer's start-up and discovery, not the
+    // RSA key generation.
+    let dir = home.path().join("peer");
+    write_identity(&dir, &new_identity(|_| true));
+    let cfg = PeerConfig::new(&dir).lan(lc);
     let started = unix_ms();
+    let peer = Peer::start(cfg).await.expect("peer start");
     println!("{TAG}READY id={} started={started}", peer.peer_id());
     let lan = peer.lan().expect("LAN discovery on");
     let found = lan
@@ -458,16 +480,8 @@ async fn child_lan_rdv() {
     let below = env(ENV_BELOW);
     let home = tempfile::tempdir().unwrap();
     let dir = home.path().join("peer");
-    std::fs::create_dir_all(&dir).unwrap();
-    let id = loop {
-        let id = Identity::generate(&mut rand::thread_rng(), 1024, "rdv", 1_700_000_000).unwrap();
-        if id.peer_id().to_string() < below {
-            break id;
-        }
-    };
-    let (key, crt) = id.to_pem().unwrap();
-    std::fs::write(dir.join("identity.key"), key).unwrap();
-    std::fs::write(dir.join("identity.crt"), crt).unwrap();
+    let id = new_identity(|p| p.to_string() < below);
+    write_identity(&dir, &id);
     let cfg = PeerConfig::new(&dir)
         .lan(LanConfig::default().announce_interval_ms(500))
         .rendezvous(RendezvousConfig::rendezvous());
