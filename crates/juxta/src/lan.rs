@@ -224,14 +224,19 @@ pub(crate) fn spawn(
         counters: counters.clone(),
     });
     // The address announced: an unspecified IP is replaced by the
-    // multicast interface's, or left for receivers to take the datagram's
-    // source IP.
+    // multicast interface's, else by the one the kernel sends to the group
+    // from (JXSE answers a probe on the address it names); failing both it
+    // stays unspecified, and Juxta receivers take the datagram's source IP.
     let addrs: Vec<SocketAddr> = listen
-        .map(|a| {
-            let mut a = a;
-            let iface = mc.config().interface;
-            if a.ip().is_unspecified() && !iface.is_unspecified() {
-                a.set_ip(iface.into());
+        .map(|mut a| {
+            if a.ip().is_unspecified() {
+                let iface = mc.config().interface;
+                let ip = if iface.is_unspecified() {
+                    source_ip_towards(mc.group()).unwrap_or(iface)
+                } else {
+                    iface
+                };
+                a.set_ip(ip.into());
             }
             a
         })
@@ -266,6 +271,17 @@ pub(crate) fn spawn(
 }
 
 type Verified = (PeerId, SocketAddr, Option<PeerId>);
+
+/// The local IP the kernel would send to `group` from (a UDP "connect"
+/// sends nothing).
+fn source_ip_towards(group: std::net::SocketAddrV4) -> Option<std::net::Ipv4Addr> {
+    let s = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    s.connect(group).ok()?;
+    match s.local_addr().ok()?.ip() {
+        IpAddr::V4(ip) if !ip.is_unspecified() => Some(ip),
+        _ => None,
+    }
+}
 
 struct Task {
     inner: Weak<Inner>,

@@ -16,6 +16,11 @@
 //!   edge with auto-rendezvous alone on the LAN becomes a rendezvous; a
 //!   configured rendezvous with a smaller peer ID then appears, and the
 //!   edge gives the role up and leases it.
+//! - `jxse_and_juxta_find_each_other_on_the_lan`: a JXSE 2.7 rendezvous
+//!   (the harness with `--lan`, multicast on) in `A` and a Juxta peer with
+//!   no configuration in `B`: Juxta verifies the JXSE peer from its
+//!   multicast peer view probes and leases it; JXSE then lists the Juxta
+//!   peer among its edges.
 //! - `lan_discovery_latency` (ignored, a measurement): the time two peers
 //!   with no configuration take to find each other, over many trials.
 //!
@@ -201,6 +206,81 @@ fn lan_edge_promotes_itself_and_demotes_for_a_better_rendezvous() {
     // The configured rendezvous stays one.
     assert_eq!(fields(&client)["rendezvous"], "true", "{client}");
     lab.wait_all(Instant::now() + Duration::from_secs(10));
+}
+
+#[test]
+fn jxse_and_juxta_find_each_other_on_the_lan() {
+    if std::env::var_os(ENV_ROLE).is_some() {
+        return;
+    }
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
+    let Some((mut lab, [_ns_s, ns_a, ns_b])) = lan("j") else {
+        return;
+    };
+    let (tx, rx) = mpsc::channel();
+    let mut pending = Vec::new();
+    // Juxta first: JXSE's first multicast probes go out while it starts.
+    lab.spawn(&ns_b, "child_peer", &peer_env("juxta", None), &tx);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let ready = expect_line(&rx, &mut pending, "juxta", "READY", deadline);
+    let id_juxta = fields(&ready)["id"].to_string();
+
+    let run = concat!(env!("CARGO_MANIFEST_DIR"), "/../../interop/jxse/run.sh");
+    let home = tempfile::tempdir().unwrap();
+    let mut jxse = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns_a, "bash", run])
+        .args(["--port", "9701", "--name", "jxse-lan", "--rendezvous"])
+        .args(["--lan", "10.78.0.2", "--home"])
+        .arg(home.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("starting the JXSE harness");
+    let mut jin = jxse.stdin.take().unwrap();
+    let jout = jxse.stdout.take().unwrap();
+    lab.children.push(("jxse".into(), jxse));
+    let jtx = tx.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(jout).lines().map_while(Result::ok) {
+            eprintln!("[jxse] {l}");
+            let _ = jtx.send(("jxse".to_string(), l));
+        }
+    });
+    let ready = expect_line(&rx, &mut pending, "jxse", "READY", deadline);
+    let id_jxse = ready.split_whitespace().nth(1).unwrap().to_string();
+
+    // Juxta heard JXSE's probe, dialled it and proved its ID.
+    let found = expect_line(&rx, &mut pending, "juxta", "FOUND", deadline);
+    assert_eq!(fields(&found)["peer"], id_jxse, "{found}");
+    assert_eq!(fields(&found)["addr"], "10.78.0.2", "{found}");
+    // JXSE knows the Juxta peer: it leased (as an edge of the JXSE
+    // rendezvous found on the LAN).
+    use std::io::Write;
+    let mut edges = String::new();
+    while Instant::now() < deadline {
+        writeln!(jin, "RDV_STATUS").unwrap();
+        jin.flush().unwrap();
+        let l = expect_line(&rx, &mut pending, "jxse", "RDV ", deadline);
+        edges = l.split_whitespace().nth(3).unwrap_or("-").to_string();
+        if edges.contains(&id_juxta) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        edges.split(',').any(|e| e == id_juxta),
+        "JXSE never listed the Juxta edge (edges {edges})"
+    );
+    let _ = writeln!(jin, "QUIT");
+    drop(jin);
+    lab.close_stdin("juxta");
+    let r = expect_line(&rx, &mut pending, "juxta", "REPORT", deadline);
+    assert_eq!(fields(&r)["view"], id_jxse, "{r}");
+    lab.wait_all(Instant::now() + Duration::from_secs(30));
 }
 
 /// The measurement of docs/benchmarks.md: `JUXTA_LAN_TRIALS` (default 30)
