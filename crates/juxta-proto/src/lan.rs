@@ -706,6 +706,15 @@ impl LanDiscovery {
         }
     }
 
+    /// The owner still holds a working connection to `peer`: as good as
+    /// hearing it (a JXSE rendezvous probes less and less often, and stays
+    /// in the view while its connection lasts). Unknown peers are ignored.
+    pub fn refresh(&mut self, peer: &PeerId, now: Millis) {
+        if let Some(p) = self.view.get_mut(peer) {
+            p.last_heard = p.last_heard.max(now);
+        }
+    }
+
     /// The owner's rendezvous service: whether this peer holds a lease.
     pub fn set_leased(&mut self, leased: bool, now: Millis) {
         self.leased = leased;
@@ -869,7 +878,12 @@ mod tests {
         l.handle_datagram(src(), &pid(1), &ann(pid(1), false), 1000)
             .unwrap();
         assert!(drain(&mut l).is_empty());
-        let exp = 1000 + l.cfg.expiry_ms;
+        // A live connection counts as hearing it.
+        l.refresh(&pid(1), 1500);
+        l.refresh(&pid(2), 1500);
+        let exp = 1500 + l.cfg.expiry_ms;
+        l.handle_timeout(exp - 1);
+        assert_eq!(l.view().len(), 1);
         l.handle_timeout(exp);
         assert!(l.view().is_empty());
         assert!(drain(&mut l).contains(&LanEvent::Lost(pid(1))));

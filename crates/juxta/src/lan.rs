@@ -344,6 +344,13 @@ impl Task {
                 }
                 _ = tokio::time::sleep_until(at) => {
                     let now = self.now();
+                    if let Some(inner) = self.inner.upgrade() {
+                        for p in self.machine.view() {
+                            if inner.connection(&p.peer).is_some_and(|c| !c.is_closed()) {
+                                self.machine.refresh(&p.peer, now);
+                            }
+                        }
+                    }
                     self.machine.handle_timeout(now);
                 }
             }
