@@ -781,7 +781,7 @@ impl RendezvousNode {
     /// Adds an address learned at run time (LAN discovery, see
     /// [`crate::lan`]): an edge's seed, or a rendezvous' peer. Dialled at
     /// once and then like a configured one. At most [`MAX_LINK_ADDRS`]
-    /// addresses are kept (the oldest learned one goes first); a known
+    /// addresses are kept (the oldest one goes first); a known
     /// address is ignored.
     pub fn add_seed(&mut self, addr: SocketAddr, now: Millis) {
         let links = self.links_mut();
