@@ -21,7 +21,10 @@
 //! peer cannot redirect its traffic, since an address is dialled only on
 //! the datagram's source IP and believed only once the connection proves
 //! the peer ID (Juxta's handshake; towards JXSE peers, the welcome line and
-//! CBJX as on any connection, see docs/security.md).
+//! CBJX as on any connection, see docs/security.md). The dial names the
+//! peer it expects, so one that reaches another peer is closed at the
+//! welcome and counted in [`LanStats::unreachable`] (and the peer's
+//! [`crate::Stats::identity_refused`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
