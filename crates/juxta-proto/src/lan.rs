@@ -98,7 +98,8 @@ pub struct LanConfig {
     /// this long (default 5 s).
     pub retry_ms: u64,
     /// Announcements accepted per second, all senders together (default
-    /// 100); the rest are dropped and counted in [`LanStats::rate_limited`].
+    /// 100; each source IP gets a quarter, see [`Admission`]); the rest are
+    /// dropped and counted in [`LanStats::rate_limited`].
     pub rate_per_sec: u32,
     /// Burst of announcements accepted above the rate (default 200).
     pub burst: u32,
@@ -351,6 +352,48 @@ impl RateLimiter {
         } else {
             false
         }
+    }
+}
+
+/// Most source addresses with a bucket of their own in [`Admission`]
+/// (all are forgotten when a new one would exceed it).
+pub const MAX_SOURCES: usize = 1_024;
+
+/// Admission of announcement datagrams: a token bucket per source IP (a
+/// quarter of the rate and burst, at least 1), then one for all sources
+/// ([`LanConfig::rate_per_sec`], [`LanConfig::burst`]). One flooding host
+/// thus uses up its own bucket, not everybody's; hosts forging many source
+/// addresses still meet the global bucket.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    global: RateLimiter,
+    per_source: HashMap<IpAddr, RateLimiter>,
+    rate: u32,
+    burst: u32,
+}
+
+impl Admission {
+    /// Full buckets at `now`.
+    pub fn new(cfg: &LanConfig, now: Millis) -> Admission {
+        Admission {
+            global: RateLimiter::new(cfg.rate_per_sec, cfg.burst, now),
+            per_source: HashMap::new(),
+            rate: (cfg.rate_per_sec / 4).max(1),
+            burst: (cfg.burst / 4).max(1),
+        }
+    }
+
+    /// Whether a datagram from `source` may be looked at.
+    pub fn admit(&mut self, source: IpAddr, now: Millis) -> bool {
+        if !self.per_source.contains_key(&source) && self.per_source.len() >= MAX_SOURCES {
+            self.per_source.clear();
+        }
+        let (rate, burst) = (self.rate, self.burst);
+        let own = self
+            .per_source
+            .entry(source)
+            .or_insert_with(|| RateLimiter::new(rate, burst, now));
+        own.allow(now) && self.global.allow(now)
     }
 }
 
@@ -1040,6 +1083,23 @@ mod tests {
         l.handle_verified(pid(1), "10.0.0.2:9701".parse().unwrap(), Some(pid(1)), 2);
         assert!(l.is_rendezvous());
         assert_eq!(l.stats().demotions, 0);
+    }
+
+    #[test]
+    fn one_flooding_source_does_not_starve_the_others() {
+        let cfg = LanConfig::default().rate(100, 100);
+        let mut a = Admission::new(&cfg, 0);
+        let bad: IpAddr = "10.0.0.66".parse().unwrap();
+        let good: IpAddr = "10.0.0.2".parse().unwrap();
+        let passed = (0..1000).filter(|_| a.admit(bad, 0)).count();
+        assert_eq!(passed, 25);
+        assert!(a.admit(good, 0));
+        // Many forged sources meet the global bucket.
+        let many = (0..1000u32)
+            .filter(|i| a.admit(IpAddr::from(i.to_be_bytes()), 0))
+            .count();
+        assert_eq!(many, 100 - 25 - 1);
+        assert!(a.per_source.len() <= MAX_SOURCES);
     }
 
     #[test]

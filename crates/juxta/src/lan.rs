@@ -15,8 +15,9 @@
 //! up (the rule is in `juxta_proto::lan`).
 //!
 //! What an attacker on the LAN can and cannot do: announcements are
-//! rate-limited before their signature is checked (a flood costs a token
-//! bucket, not RSA verifications), malformed and forged ones are counted in
+//! rate-limited before their signature is checked, per source IP and for
+//! all together ([`juxta_proto::lan::Admission`]; a flood costs token
+//! buckets, not RSA verifications), malformed and forged ones are counted in
 //! [`LanHandle::stats`] and change nothing; an announcement naming another
 //! peer cannot redirect its traffic, since an address is dialled only on
 //! the datagram's source IP and believed only once the connection proves
@@ -46,7 +47,7 @@ use std::time::Duration;
 
 use juxta_proto::endpoint::{mangle, ServiceAddress};
 use juxta_proto::id::{PeerGroupId, PeerId};
-use juxta_proto::lan::{LanDiscovery, LanEvent, RateLimiter};
+use juxta_proto::lan::{Admission, LanDiscovery, LanEvent};
 use juxta_proto::message::Message;
 use juxta_proto::rendezvous::messages::peerview_address;
 use tokio::sync::{mpsc, watch};
@@ -75,7 +76,7 @@ pub(crate) struct Heard {
 /// announcements, the rate limit, and the queue to the task.
 pub(crate) struct LanTap {
     to: ServiceAddress,
-    limiter: Mutex<RateLimiter>,
+    limiter: Mutex<Admission>,
     t0: std::time::Instant,
     tx: mpsc::Sender<Heard>,
     counters: Arc<TapCounters>,
@@ -93,13 +94,13 @@ impl LanTap {
         *to == self.to
     }
 
-    /// Takes a token from the bucket; counts a refusal.
-    pub(crate) fn admit(&self) -> bool {
+    /// Takes a token from the buckets of `from`; counts a refusal.
+    pub(crate) fn admit(&self, from: IpAddr) -> bool {
         let now = self.t0.elapsed().as_millis() as u64;
         let ok = self
             .limiter
             .lock()
-            .map(|mut l| l.allow(now))
+            .map(|mut l| l.admit(from, now))
             .unwrap_or(false);
         if !ok {
             self.counters.rate_limited.fetch_add(1, Ordering::Relaxed);
@@ -221,7 +222,7 @@ pub(crate) fn spawn(
     let to = mangle(inner.group_unique(), &peerview_address(&PeerGroupId::NET));
     mc.set_lan_tap(LanTap {
         to,
-        limiter: Mutex::new(RateLimiter::new(cfg.rate_per_sec, cfg.burst, 0)),
+        limiter: Mutex::new(Admission::new(&cfg, 0)),
         t0: std::time::Instant::now(),
         tx,
         counters: counters.clone(),

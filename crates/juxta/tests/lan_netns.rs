@@ -111,9 +111,10 @@ fn lan_peers_with_no_configuration_find_each_other() {
     };
     let (tx, rx) = mpsc::channel();
     let mut pending = Vec::new();
-    // A low rate limit, so the flood surely exceeds it.
-    lab.spawn(&ns_a, "child_peer", &peer_env("a", Some("20,20")), &tx);
-    lab.spawn(&ns_b, "child_peer", &peer_env("b", Some("20,20")), &tx);
+    // A low rate limit (10 a second and burst 10 per source), so the
+    // flood surely exceeds it while the few bad datagrams before it fit.
+    lab.spawn(&ns_a, "child_peer", &peer_env("a", Some("40,40")), &tx);
+    lab.spawn(&ns_b, "child_peer", &peer_env("b", Some("40,40")), &tx);
     let deadline = Instant::now() + Duration::from_secs(30);
     let ready_a = expect_line(&rx, &mut pending, "a", "READY", deadline);
     let ready_b = expect_line(&rx, &mut pending, "b", "READY", deadline);

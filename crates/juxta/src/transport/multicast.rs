@@ -584,7 +584,7 @@ async fn receive_loop(weak: Weak<Inner>, mc: Arc<Multicast>) {
             }
             if let Some(tap) = mc.lan.get().filter(|t| t.wants(&p.to)) {
                 // Rate-limited before the signature check, the costly part.
-                if !tap.admit() {
+                if !tap.admit(from.ip()) {
                     return Ok(None);
                 }
                 to_lan = Some(tap);
