@@ -30,6 +30,7 @@ use juxta_proto::endpoint::route_query::{RouteQuery, RouteResponse};
 use juxta_proto::endpoint::router::RouterHeader;
 use juxta_proto::endpoint::NET_GROUP_UNIQUE;
 use juxta_proto::id::PeerId;
+use juxta_proto::lan::{Announcement, LanConfig, LanDiscovery, LanEvent};
 use juxta_proto::message::{Element, Message};
 use juxta_proto::pipe::binding::PipeResolverMsg;
 use juxta_proto::pipe::wire_header::JxtaWireHeader;
@@ -269,6 +270,10 @@ fn check_resolver_srdi(r: &ResolverSrdi) {
 /// header and target, propagation header, busy notice), and the document
 /// parsers on every element's text. Parsed messages re-encode to messages
 /// that parse equal.
+/// The LAN peer the `rendezvous` target plays.
+const FUZZ_LAN_PEER: &str =
+    "urn:jxta:cbid-59616261646162614A78746150325033D9D9238EC0EEFCB122CB5D3DFE39A9CC03";
+
 pub fn rendezvous(data: &[u8]) {
     let n = data.len();
     let msg = check("message_from_fuzz", n, || message_from_fuzz(data));
@@ -292,6 +297,27 @@ pub fn rendezvous(data: &[u8]) {
         assert_eq!(back, w);
     }
     let _ = check("walk_target", n, || walk_target(&msg));
+    // LAN announcements (a peer view probe read as one), and the LAN
+    // state machine fed it from a LAN address: bounded, never panics.
+    if let Ok(a) = check("Announcement::from_message", n, || {
+        Announcement::from_message(&msg)
+    }) {
+        assert!(a.addrs.len() <= juxta_proto::lan::MAX_ADDRESSES);
+        let back =
+            Announcement::from_message(&a.to_message("fuzz")).expect("announcement re-parses");
+        assert_eq!(back, a);
+    }
+    let me: PeerId = FUZZ_LAN_PEER.parse().expect("fuzz peer ID");
+    let mut lan = LanDiscovery::new(LanConfig::default(), me, false, 0);
+    let src = std::net::IpAddr::from([10, 0, 0, 2]);
+    let _ = lan.handle_announcement(src, &msg, 1);
+    while let Some(e) = lan.poll_event() {
+        if let LanEvent::Verify { peer, addr } = e {
+            assert_eq!(addr.ip(), src, "a dial off the datagram's source IP");
+            lan.handle_verified(peer, addr, Some(peer), 2);
+        }
+    }
+    assert!(lan.view().len() <= 1);
     if let Ok(h) = check("PropagateHeader::from_message", n, || {
         PropagateHeader::from_message(&msg, FUZZ_GROUP)
     }) {

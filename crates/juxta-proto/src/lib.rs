@@ -26,6 +26,7 @@ pub mod endpoint;
 pub mod group;
 pub mod id;
 pub mod identity;
+pub mod lan;
 pub mod message;
 pub mod pipe;
 pub mod relay;

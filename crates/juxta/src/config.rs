@@ -89,6 +89,16 @@ pub struct PeerConfig {
     /// IP multicast on the LAN (JXSE's `McastTransport`); `None` (the
     /// default): no multicast socket, nothing sent or received by multicast.
     pub multicast: Option<MulticastConfig>,
+    /// Zero-configuration discovery on the LAN ([`crate::lan`]); `None`
+    /// (the default): off. On, the peer announces itself by multicast
+    /// (JXSE's peer view probe), verifies and keeps the peers it hears,
+    /// and leases the rendezvous among them. Setting it with
+    /// [`PeerConfig::lan`] also gives the peer what it needs and was not
+    /// configured: multicast with JXSE's group
+    /// ([`MulticastConfig::default`]), a listen address (port 0 on the
+    /// multicast interface's address), and the rendezvous service as an
+    /// edge with no seeds.
+    pub lan: Option<crate::lan::LanConfig>,
     /// The advertisement cache file; `None` (the default): `home/cm.sqlite`.
     pub cache: Option<PathBuf>,
     /// Flow control and bounds of the discovery service.
@@ -232,6 +242,7 @@ impl PeerConfig {
             max_connections: 1024,
             connect_timeout: Duration::from_secs(10),
             multicast: None,
+            lan: None,
             cache: None,
             discovery: crate::discovery::DiscoveryConfig::default(),
             rendezvous: None,
@@ -326,6 +337,41 @@ impl PeerConfig {
         self.connection.handshake = on;
         if !on {
             self.connection.compact = false;
+        }
+        self
+    }
+
+    /// Turns on zero-configuration LAN discovery ([`PeerConfig::lan`]),
+    /// filling in multicast, a listen address and the rendezvous service
+    /// when they are not set yet (set them before or after, either way:
+    /// [`crate::Peer::start`] fills what is still missing).
+    ///
+    /// ```
+    /// use juxta::lan::LanConfig;
+    /// // An edge that becomes a rendezvous after 3 s without one.
+    /// let cfg = juxta::PeerConfig::new("/tmp/juxta-doc-lan").lan(LanConfig::default().auto_rendezvous(3_000));
+    /// let cfg = cfg.with_lan_defaults();
+    /// assert_eq!(cfg.multicast.unwrap().group.to_string(), "224.0.1.85:1234");
+    /// assert_eq!(cfg.listen, Some("0.0.0.0:0".parse().unwrap()));
+    /// assert!(cfg.rendezvous.is_some());
+    /// ```
+    pub fn lan(mut self, l: crate::lan::LanConfig) -> PeerConfig {
+        self.lan = Some(l);
+        self
+    }
+
+    /// With LAN discovery on, the settings it needs that are still
+    /// missing (see [`PeerConfig::lan`]); otherwise unchanged.
+    pub fn with_lan_defaults(mut self) -> PeerConfig {
+        if self.lan.is_none() {
+            return self;
+        }
+        let m = *self.multicast.get_or_insert_with(MulticastConfig::default);
+        if self.listen.is_none() {
+            self.listen = Some(SocketAddr::new(m.interface.into(), 0));
+        }
+        if self.rendezvous.is_none() {
+            self.rendezvous = Some(crate::rendezvous::RendezvousConfig::edge(Vec::new()));
         }
         self
     }

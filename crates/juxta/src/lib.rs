@@ -48,6 +48,7 @@ pub mod config;
 pub mod discovery;
 pub mod endpoint;
 pub mod group;
+pub mod lan;
 pub mod mp;
 pub mod peer;
 pub mod pipe;

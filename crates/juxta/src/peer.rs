@@ -578,6 +578,7 @@ pub struct Peer {
     service_tasks: Vec<JoinHandle<()>>,
     rendezvous: Option<crate::rendezvous::RendezvousHandle>,
     http: Option<Arc<crate::transport::http::HttpServer>>,
+    pub(crate) lan: Option<crate::lan::LanHandle>,
     /// The lock on the home directory; the last field, so it is released
     /// after everything else a `Peer` owns.
     _home_lock: HomeLock,
@@ -779,6 +780,7 @@ impl Peer {
     /// relay there unless configured otherwise
     /// ([`PeerConfig::auto_relay`]); [`Peer::relay`] is then set.
     pub async fn start(mut cfg: PeerConfig) -> Result<Peer, PeerError> {
+        cfg = cfg.with_lan_defaults();
         // A peer nobody can dial leases its rendezvous seed as relay
         // unless told otherwise (`PeerConfig::auto_relay`).
         cfg.relay = cfg.effective_relay();
@@ -877,6 +879,14 @@ impl Peer {
             let (_h, t) = crate::relay::spawn(&inner, rc)?;
             service_tasks.extend(t);
         }
+        let lan = match (inner.cfg.lan, &rendezvous) {
+            (Some(lc), Some(rdv)) => {
+                let (h, t) = crate::lan::spawn(&inner, lc, rdv.clone(), local_addr);
+                service_tasks.extend(t);
+                h
+            }
+            _ => None,
+        };
         tracing::info!(peer = %inner.identity.peer_id(), listen = ?local_addr, "peer started");
         Ok(Peer {
             inner,
@@ -885,6 +895,7 @@ impl Peer {
             service_tasks,
             rendezvous,
             http,
+            lan,
             _home_lock: home_lock,
         })
     }

@@ -17,10 +17,8 @@
 //! Without root (no `ip netns`), the test prints `skipped: …` (and fails
 //! with env `CI=true`).
 
-use std::collections::{BTreeSet, HashMap};
-use std::io::{BufRead, BufReader};
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -33,7 +31,10 @@ use juxta_proto::id::PipeId;
 use juxta_proto::message::namespace_order::JavaHashOrder;
 use juxta_proto::message::{Element, Message};
 
+mod netns;
 mod prereq;
+
+use netns::{expect_line, fields, Lab};
 
 const ENV_ROLE: &str = "JUXTA_MCAST_ROLE";
 const ENV_NAME: &str = "JUXTA_MCAST_NAME";
@@ -48,140 +49,6 @@ const TAG: &str = "MCAST ";
 
 // ---------------------------------------------------------------- parent
 
-/// The namespaces and child processes of one run; dropping it (also on a
-/// failed assertion) kills the children and deletes the namespaces.
-struct Lab {
-    namespaces: Vec<String>,
-    children: Vec<(String, Child)>,
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for (_, c) in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for ns in self.namespaces.iter().rev() {
-            let _ = Command::new("ip")
-                .args(["netns", "del", ns])
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-}
-
-impl Lab {
-    /// Creates a namespace (with loopback up) and records it for deletion.
-    fn add_ns(&mut self, name: &str) -> Result<(), String> {
-        let out = Command::new("ip")
-            .args(["netns", "add", name])
-            .output()
-            .map_err(|e| format!("cannot run `ip`: {e}"))?;
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
-        }
-        self.namespaces.push(name.to_string());
-        ip(&["-n", name, "link", "set", "lo", "up"]);
-        Ok(())
-    }
-
-    /// Starts `child_test` inside `ns`; its tagged stdout lines go to `tx`.
-    fn spawn(
-        &mut self,
-        ns: &str,
-        child_test: &str,
-        env: &[(&str, String)],
-        tx: &mpsc::Sender<(String, String)>,
-    ) {
-        let exe = std::env::current_exe().expect("test binary path");
-        let name = env
-            .iter()
-            .find(|(k, _)| *k == ENV_NAME)
-            .map(|(_, v)| v.clone())
-            .expect("child name");
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns])
-            .arg(&exe)
-            .args(["--exact", child_test, "--nocapture", "--ignored"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawning a child peer");
-        let stdout = child.stdout.take().expect("child stdout");
-        let tx = tx.clone();
-        let tag = name.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                eprintln!("[{tag}] {line}");
-                if let Some(rest) = line.strip_prefix(TAG) {
-                    let _ = tx.send((tag.clone(), rest.to_string()));
-                }
-            }
-        });
-        self.children.push((name, child));
-    }
-
-    /// Waits (bounded) until every child has exited; asserts success.
-    fn wait_all(&mut self, deadline: Instant) {
-        for (name, c) in &mut self.children {
-            loop {
-                if let Some(st) = c.try_wait().expect("try_wait") {
-                    assert!(st.success(), "child {name} failed: {st}");
-                    break;
-                }
-                assert!(Instant::now() < deadline, "child {name} did not finish");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    }
-}
-
-/// Runs `ip <args>`; panics with its error output on failure.
-fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("cannot run `ip`");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-}
-
-/// Waits for the next tagged line of `who` (lines of others are kept).
-fn expect_line(
-    rx: &mpsc::Receiver<(String, String)>,
-    pending: &mut Vec<(String, String)>,
-    who: &str,
-    starts: &str,
-    deadline: Instant,
-) -> String {
-    loop {
-        if let Some(i) = pending
-            .iter()
-            .position(|(n, l)| n == who && l.starts_with(starts))
-        {
-            return pending.remove(i).1;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(x) => pending.push(x),
-            Err(_) => panic!("no {starts:?} line from {who} in time (have {pending:?})"),
-        }
-    }
-}
-
-/// `key=value` fields of a line.
-fn fields(line: &str) -> HashMap<&str, &str> {
-    line.split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .collect()
-}
-
 #[test]
 fn propagate_pipe_reaches_lan_peers_by_multicast() {
     if std::env::var_os(ENV_ROLE).is_some() {
@@ -194,10 +61,7 @@ fn propagate_pipe_reaches_lan_peers_by_multicast() {
         format!("jxmc{id}a"),
         format!("jxmc{id}b"),
     );
-    let mut lab = Lab {
-        namespaces: Vec::new(),
-        children: Vec::new(),
-    };
+    let mut lab = Lab::new(ENV_NAME, TAG);
     if let Err(e) = lab.add_ns(&ns_s) {
         prereq::require(
             &format!("network namespaces (root and `ip` from iproute2): {e}"),
@@ -209,31 +73,11 @@ fn propagate_pipe_reaches_lan_peers_by_multicast() {
     lab.add_ns(&ns_b).expect("third namespace");
 
     // S: bridge br0 = 10.77.0.1, ports va -> A:eth0, vb -> B:eth0.
-    // Snooping off: the bridge floods the group to every port.
-    ip(&[
-        "-n",
+    lab.bridge(
         &ns_s,
-        "link",
-        "add",
-        "br0",
-        "type",
-        "bridge",
-        "mcast_snooping",
-        "0",
-    ]);
-    ip(&["-n", &ns_s, "addr", "add", "10.77.0.1/24", "dev", "br0"]);
-    ip(&["-n", &ns_s, "link", "set", "br0", "up"]);
-    ip(&["-n", &ns_s, "route", "add", "224.0.0.0/4", "dev", "br0"]);
-    for (port, ns, addr) in [("va", &ns_a, "10.77.0.2/24"), ("vb", &ns_b, "10.77.0.3/24")] {
-        ip(&[
-            "-n", &ns_s, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns,
-        ]);
-        ip(&["-n", &ns_s, "link", "set", port, "master", "br0"]);
-        ip(&["-n", &ns_s, "link", "set", port, "up"]);
-        ip(&["-n", ns, "addr", "add", addr, "dev", "eth0"]);
-        ip(&["-n", ns, "link", "set", "eth0", "up"]);
-        ip(&["-n", ns, "route", "add", "224.0.0.0/4", "dev", "eth0"]);
-    }
+        "10.77.0.1/24",
+        &[("va", &ns_a, "10.77.0.2/24"), ("vb", &ns_b, "10.77.0.3/24")],
+    );
 
     let pipe = PipeId::random(&mut rand::thread_rng()).to_string();
     let (tx, rx) = mpsc::channel();

@@ -103,6 +103,9 @@ pub const LEASE_WAIT_MS: u64 = 50;
 pub const MAX_BUSY_RETRY_MS: u64 = 60_000;
 /// Least time between two dials of a seed whose link is gone.
 pub const REDIAL_MS: u64 = 500;
+/// Most seed (edge) or peer (rendezvous) addresses kept, configured and
+/// learned together.
+pub const MAX_LINK_ADDRS: usize = 64;
 /// Most transmits and most events queued for the owner (it drains both
 /// after every input; past this they are dropped and counted).
 pub const MAX_QUEUED: usize = 65_536;
@@ -776,6 +779,27 @@ impl RendezvousNode {
             }
         }
         self.pump(now);
+    }
+
+    /// Adds an address learned at run time (LAN discovery, see
+    /// [`crate::lan`]): an edge's seed, or a rendezvous' peer. Dialled at
+    /// once and then like a configured one. At most [`MAX_LINK_ADDRS`]
+    /// addresses are kept (the oldest one goes first); a known
+    /// address is ignored.
+    pub fn add_seed(&mut self, addr: SocketAddr, now: Millis) {
+        let links = self.links_mut();
+        if links.addrs.contains(&addr) {
+            return;
+        }
+        if links.addrs.len() >= MAX_LINK_ADDRS {
+            let old = links.addrs.remove(0);
+            links.last_dial.remove(&old);
+        }
+        links.addrs.push(addr);
+        let dial = links.due(now, false);
+        for a in dial {
+            self.event(NodeEvent::Dial(a));
+        }
     }
 
     /// The link to `peer` is gone: a leased edge has left (its lease and

@@ -169,6 +169,14 @@ enum Cmd {
         ttl: i32,
         reply: oneshot::Sender<Option<Vec<PeerId>>>,
     },
+    /// A rendezvous address learned at run time (LAN discovery).
+    AddSeed(SocketAddr),
+    /// Auto-rendezvous: become a rendezvous (with these peers) or an edge
+    /// (leasing these seeds).
+    SetRole {
+        rendezvous: bool,
+        seeds: Vec<SocketAddr>,
+    },
     /// Edge: end the lease politely and stop leasing.
     Shutdown {
         reply: oneshot::Sender<Result<(), RendezvousError>>,
@@ -363,6 +371,37 @@ impl RendezvousHandle {
     pub(crate) fn is_rendezvous(&self) -> bool {
         self.status.borrow().is_rendezvous
     }
+
+    /// A receiver of the state, woken on every change.
+    pub(crate) fn watch_status(&self) -> watch::Receiver<RendezvousStatus> {
+        self.status.clone()
+    }
+
+    /// Adds a rendezvous address at run time (an edge's seed, a
+    /// rendezvous' peer), dialled at once; at most
+    /// [`juxta_proto::rendezvous::node::MAX_LINK_ADDRS`] are kept. LAN
+    /// discovery ([`crate::lan`]) adds the rendezvous it verifies.
+    pub async fn add_seed(&self, addr: SocketAddr) -> Result<(), RendezvousError> {
+        self.cmd
+            .send(Cmd::AddSeed(addr))
+            .await
+            .map_err(|_| RendezvousError::Stopped)
+    }
+
+    /// Switches role (auto-rendezvous): the state machine is rebuilt in
+    /// the new role; an edge's pending lookups end with
+    /// [`RendezvousError::Stopped`], a rendezvous' leases and index are
+    /// dropped (its edges fail over).
+    pub(crate) async fn set_role(
+        &self,
+        rendezvous: bool,
+        seeds: Vec<SocketAddr>,
+    ) -> Result<(), RendezvousError> {
+        self.cmd
+            .send(Cmd::SetRole { rendezvous, seeds })
+            .await
+            .map_err(|_| RendezvousError::Stopped)
+    }
 }
 
 /// Starts the rendezvous task of a peer.
@@ -387,9 +426,20 @@ pub(crate) fn spawn(
     // With the route: a JXSE edge accepts a rendezvous' grant only if the
     // route in its advertisement matches a seed address.
     let pa: bytes::Bytes = crate::pipe::local_peer_adv(inner).to_xml().into();
-    let node = RendezvousNode::new(cfg, me, &g, pa, &inner.cfg.name, rand::random::<u64>());
+    let node = RendezvousNode::new(
+        cfg.clone(),
+        me,
+        &g,
+        pa.clone(),
+        &inner.cfg.name,
+        rand::random::<u64>(),
+    );
     let (conn_tx, conn_rx) = mpsc::channel(64);
     let task = Task {
+        cfg,
+        pa,
+        name: inner.cfg.name.clone(),
+        g: g.clone(),
         inner: Arc::downgrade(inner),
         srdi_addr: ServiceAddress::new(RESOLVER_SERVICE, Some(&srdi_queue(&g))),
         t0: Instant::now(),
@@ -413,6 +463,11 @@ pub(crate) fn spawn(
 /// The driver: owns the clock, the timer, the listeners and the dials;
 /// every decision is the state machine's.
 struct Task {
+    /// The configuration, for a role switch.
+    cfg: RendezvousConfig,
+    pa: bytes::Bytes,
+    name: String,
+    g: String,
     inner: std::sync::Weak<Inner>,
     srdi_addr: ServiceAddress,
     t0: Instant,
@@ -586,6 +641,39 @@ impl Task {
                     v
                 });
                 let _ = reply.send(covered);
+            }
+            Cmd::AddSeed(a) => {
+                self.node.add_seed(a, now);
+            }
+            Cmd::SetRole { rendezvous, seeds } => {
+                if rendezvous == self.node.is_rendezvous() {
+                    for a in seeds {
+                        self.node.add_seed(a, now);
+                    }
+                    return;
+                }
+                let mut c = self.cfg.clone();
+                if rendezvous {
+                    c.role = RendezvousRole::Rendezvous;
+                    c.peers = seeds;
+                } else {
+                    c.role = RendezvousRole::Edge { seeds };
+                }
+                for (_, tx) in self.lookups.drain() {
+                    let _ = tx.send(Err(RendezvousError::Stopped));
+                }
+                let me = self.node.me();
+                tracing::info!(rendezvous, "rendezvous role switched");
+                // The new machine runs on the same clock.
+                self.node = RendezvousNode::new(
+                    c,
+                    me,
+                    &self.g,
+                    self.pa.clone(),
+                    &self.name,
+                    rand::random(),
+                );
+                self.node.handle_timeout(now);
             }
             // Handled in `run` (it flushes before replying).
             Cmd::Shutdown { reply } => {

@@ -380,6 +380,8 @@ pub struct Multicast {
     cfg: MulticastConfig,
     conn: ConnectionConfig,
     identity: Arc<Identity>,
+    /// Where announcements go when LAN discovery runs ([`crate::lan`]).
+    lan: std::sync::OnceLock<crate::lan::LanTap>,
 }
 
 impl std::fmt::Debug for Multicast {
@@ -456,6 +458,7 @@ impl Multicast {
             cfg,
             conn,
             identity,
+            lan: std::sync::OnceLock::new(),
         })
     }
 
@@ -482,6 +485,11 @@ impl Multicast {
         })?;
         tracing::info!(group = %m.group, interface = %m.interface, "multicast joined");
         Ok(Some(Arc::new(mc)))
+    }
+
+    /// Hands announcements to LAN discovery from now on (once).
+    pub(crate) fn set_lan_tap(&self, tap: crate::lan::LanTap) {
+        let _ = self.lan.set(tap);
     }
 
     /// The group datagrams go to and come from.
@@ -569,13 +577,36 @@ async fn receive_loop(weak: Weak<Inner>, mc: Arc<Multicast>) {
         };
         let Some(inner) = weak.upgrade() else { return };
         let data = Bytes::copy_from_slice(&buf[..n]);
+        let mut to_lan = None;
         let checked = parse(data).and_then(|p| {
             if p.source == local {
                 return Ok(None);
             }
+            if let Some(tap) = mc.lan.get().filter(|t| t.wants(&p.to)) {
+                // Rate-limited before the signature check, the costly part.
+                if !tap.admit(from.ip()) {
+                    return Ok(None);
+                }
+                to_lan = Some(tap);
+            }
             let v = verifiers.get(p.source);
             p.verify(mc.conn.cbjx, v).map(Some)
         });
+        if let Some(tap) = to_lan {
+            match checked {
+                Ok(Some(d)) => tap.deliver(from, d),
+                Ok(None) => {}
+                Err(e) => {
+                    tap.count_bad();
+                    inner
+                        .stats
+                        .bad_datagrams
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(%from, error = %e, "multicast announcement dropped");
+                }
+            }
+            continue;
+        }
         match checked {
             // A full listener queue stalls this loop; the kernel then drops
             // datagrams (as UDP does), the connections still deliver.

@@ -261,6 +261,41 @@ fn first_events_are_dials_of_the_seeds() {
 }
 
 #[test]
+fn seeds_learned_at_run_time_are_dialled_and_leased_from() {
+    // An edge with no seed (LAN discovery gives it one later).
+    let me = pid(2, 0);
+    let mut n = RendezvousNode::new(
+        RendezvousConfig::edge(Vec::new()),
+        me,
+        G,
+        Bytes::new(),
+        "e",
+        0,
+    );
+    assert_eq!(n.poll_event(), None);
+    assert_eq!(n.poll_timeout(), None);
+    n.add_seed(addr(3), 5);
+    assert_eq!(n.poll_event(), Some(NodeEvent::Dial(addr(3))));
+    // Known already: nothing more.
+    n.add_seed(addr(3), 6);
+    assert_eq!(n.poll_event(), None);
+    // The dial reaches a rendezvous: the edge asks it for a lease.
+    let rdv = pid(1, 0);
+    n.handle_dialed(addr(3), Some(rdv), 7);
+    let t = n.poll_transmit().expect("a lease request");
+    assert_eq!(t.to, rdv);
+    // Bounded: the oldest address goes first.
+    for i in 0..MAX_LINK_ADDRS + 5 {
+        n.add_seed(addr(100 + i), 10);
+    }
+    let links = match &n.side {
+        Side::Edge(e) => e.links.addrs.len(),
+        Side::Rdv(_) => unreachable!(),
+    };
+    assert_eq!(links, MAX_LINK_ADDRS);
+}
+
+#[test]
 fn failed_seeds_are_redialled_at_most_every_redial_ms() {
     let me = pid(2, 0);
     let mut n = RendezvousNode::new(

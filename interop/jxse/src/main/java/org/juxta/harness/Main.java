@@ -105,6 +105,8 @@ public final class Main {
     private List<String> rdvSeeds = new ArrayList<>();
     /** Whether this peer is a rendezvous. */
     private boolean rendezvous;
+    /** With --lan: the address of the LAN interface (TCP and multicast there); else loopback. */
+    private String lanAddress;
     private Discovery discovery;
     private final AtomicLong ackRepliesSeen = new AtomicLong();
 
@@ -119,6 +121,7 @@ public final class Main {
         String name = "juxta-harness";
         List<String> rdvSeeds = new ArrayList<>();
         boolean rendezvous = false;
+        String lan = null;
         for (int i = 0; i < args.length; i++) {
             String a = args[i];
             String v = (i + 1 < args.length) ? args[i + 1] : null;
@@ -128,9 +131,10 @@ public final class Main {
                 case "--name": name = require(a, v); i++; break;
                 case "--rdv-seed": rdvSeeds.add(require(a, v)); i++; break;
                 case "--rendezvous": rendezvous = true; break;
+                case "--lan": lan = require(a, v); i++; break;
                 case "-h":
                 case "--help":
-                    System.err.println("usage: Main --port P [--home DIR] [--name NAME] [--rdv-seed tcp://127.0.0.1:P]... [--rendezvous]");
+                    System.err.println("usage: Main --port P [--home DIR] [--name NAME] [--rdv-seed tcp://127.0.0.1:P]... [--rendezvous] [--lan IP]");
                     System.exit(0);
                     return;
                 default:
@@ -153,6 +157,7 @@ public final class Main {
         Main main = new Main();
         main.rdvSeeds = rdvSeeds;
         main.rendezvous = rendezvous;
+        main.lanAddress = lan;
         int rc;
         try {
             rc = main.run(port, home, name);
@@ -203,7 +208,8 @@ public final class Main {
     }
 
     private int run(int port, String homeArg, String name) throws Exception {
-        checkPortFree(port);
+        String host = lanAddress != null ? lanAddress : "127.0.0.1";
+        checkPortFree(host, port);
         Path home;
         boolean tempHome = false;
         if (homeArg == null) {
@@ -220,7 +226,7 @@ public final class Main {
         NetworkManager.ConfigMode mode = rendezvous ? NetworkManager.ConfigMode.RENDEZVOUS
                 : rdvSeeds.isEmpty() ? NetworkManager.ConfigMode.ADHOC : NetworkManager.ConfigMode.EDGE;
         manager = new NetworkManager(mode, name, home.toUri());
-        configure(manager.getConfigurator(), port, rdvSeeds, rendezvous);
+        configure(manager.getConfigurator(), host, port, rdvSeeds, rendezvous, lanAddress != null);
         netGroup = manager.startNetwork();
         endpoint = netGroup.getEndpointService();
         peerId = netGroup.getPeerID().toString();
@@ -240,7 +246,7 @@ public final class Main {
         System.err.printf("juxta-harness: %s started in %d ms, home %s, CBJX %s%n", peerId,
                 TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0), home,
                 Boolean.getBoolean("net.jxta.endpoint.WireFormatMessageFactory.CBJX_DISABLE") ? "off" : "on");
-        out("READY " + peerId + " tcp://127.0.0.1:" + port);
+        out("READY " + peerId + " tcp://" + host + ":" + port);
 
         try {
             commandLoop();
@@ -250,21 +256,23 @@ public final class Main {
         return 0;
     }
 
-    private static void checkPortFree(int port) throws IOException {
+    private static void checkPortFree(String host, int port) throws IOException {
         try (ServerSocket probe = new ServerSocket()) {
             probe.setReuseAddress(true);
-            probe.bind(new InetSocketAddress(InetAddress.getByName("127.0.0.1"), port));
+            probe.bind(new InetSocketAddress(InetAddress.getByName(host), port));
         } catch (IOException busy) {
-            throw new IOException("127.0.0.1:" + port + " is not available: " + busy.getMessage(), busy);
+            throw new IOException(host + ":" + port + " is not available: " + busy.getMessage(), busy);
         }
     }
 
     /**
      * TCP only on 127.0.0.1:port, everything else off. ADHOC with no seeds by default; an edge
      * leasing only the given rendezvous seeds (loopback addresses) with --rdv-seed; a
-     * rendezvous with --rendezvous.
+     * rendezvous with --rendezvous. With --lan IP: TCP on IP instead of loopback, and IP
+     * multicast on (JXSE's default group 224.0.1.85:1234) through the interface with IP.
      */
-    private static void configure(NetworkConfigurator c, int port, List<String> rdvSeeds, boolean rendezvous) {
+    private static void configure(NetworkConfigurator c, String host, int port, List<String> rdvSeeds,
+            boolean rendezvous, boolean multicast) {
         c.setMode(rendezvous ? NetworkConfigurator.RDV_NODE
                 : rdvSeeds.isEmpty() ? NetworkConfigurator.ADHOC_NODE
                 : NetworkConfigurator.EDGE_NODE & ~NetworkConfigurator.RELAY_CLIENT);
@@ -272,7 +280,7 @@ public final class Main {
         c.setTcpEnabled(true);
         c.setTcpIncoming(true);
         c.setTcpOutgoing(true);
-        c.setTcpInterfaceAddress("127.0.0.1");
+        c.setTcpInterfaceAddress(host);
         c.setTcpPort(port);
         // JXSE refuses a port range together with a public address (TCPAdv: "Dynamic ports
         // not supported with public address port forwarding"), so the range stays at -1. If
@@ -280,7 +288,7 @@ public final class Main {
         // 127.0.0.1:port; checkPortFree() refuses to start in that case instead.
         c.setTcpStartPort(-1);
         c.setTcpEndPort(-1);
-        c.setTcpPublicAddress("127.0.0.1:" + port, true);
+        c.setTcpPublicAddress(host + ":" + port, true);
 
         c.setHttpEnabled(false);
         c.setHttpIncoming(false);
@@ -289,7 +297,10 @@ public final class Main {
         c.setHttp2Enabled(false);
         c.setHttp2Incoming(false);
         c.setHttp2Outgoing(false);
-        c.setUseMulticast(false);
+        c.setUseMulticast(multicast);
+        if (multicast) {
+            c.setMulticastInterface(host);
+        }
 
         c.clearRendezvousSeeds();
         c.clearRendezvousSeedingURIs();
