@@ -467,3 +467,81 @@ async fn a_member_allowed_to_issue_issues_and_password_groups_still_work() {
         Err(GroupError::Certificate(CertError::NoGroupKey))
     ));
 }
+
+/// Members that cannot be dialled reach each other through a relay that
+/// is not a member: discovery in a certificate group works over the route
+/// (the group's address rides in the router header; one member in JXTA
+/// framing, so the XML header is exercised too); a non-member edge of the
+/// same relay injecting group traffic is dropped and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_group_through_a_relay_with_a_non_member_on_it() {
+    use juxta::relay::RelayConfig;
+    let dir = tempfile::tempdir().unwrap();
+    let r = Peer::start(cfg(&dir, "r", true).relay(RelayConfig::server()))
+        .await
+        .unwrap();
+    let seeds = vec![r.local_addr().unwrap()];
+    let a = Peer::start(cfg(&dir, "a", false).relay(RelayConfig::client(seeds.clone())))
+        .await
+        .unwrap();
+    let b = Peer::start(
+        cfg(&dir, "b", false)
+            .relay(RelayConfig::client(seeds.clone()))
+            .compact(false),
+    )
+    .await
+    .unwrap();
+    let c = Peer::start(cfg(&dir, "c", false).relay(RelayConfig::client(seeds.clone())))
+        .await
+        .unwrap();
+    for p in [&a, &b, &c] {
+        assert_eq!(
+            p.relay().unwrap().wait_leased(WAIT).await,
+            Some(r.peer_id())
+        );
+    }
+    let ag = a.groups().create_secure("relayed", HOUR).await.unwrap();
+    let cred = ag.issue(b.peer_id(), HOUR, false).unwrap();
+    ag.discovery()
+        .publish(&Advertisement::Pipe(pipe_adv("r-1")))
+        .await
+        .unwrap();
+    let bg = b
+        .groups()
+        .join_with_certificate(&ag.adv, &cred)
+        .await
+        .unwrap();
+    let to_a = b.route_to(&a.peer_id(), WAIT).await.unwrap();
+    assert!(to_a.is_routed());
+    let found = bg
+        .discovery()
+        .search(AdvKind::Adv)
+        .matching("Name", "r-*")
+        .ask(a.peer_id())
+        .timeout(WAIT)
+        .remote()
+        .await
+        .unwrap();
+    assert_eq!(names(&found.advertisements), vec!["r-1"]);
+    // The relay, not a member, holds nothing of the group.
+    assert!(!r.groups().is_member(&ag.id));
+
+    // c, on the same relay, injects a query in the group to a.
+    let g = ag.id.unique_value();
+    let queue = query_queue(&g);
+    let q = DiscoveryQuery::new(AdvKind::Adv, 5).to_resolver_query(78, c.peer_id());
+    let to_a = c.route_to(&a.peer_id(), WAIT).await.unwrap();
+    let before = a.stats().group_unauthenticated.load(Ordering::Relaxed);
+    to_a.send(
+        RESOLVER_SERVICE,
+        Some(&queue),
+        Message::new().with(q.to_element(&g)),
+    )
+    .await
+    .unwrap();
+    until("a to drop c's injected query", || {
+        a.stats().group_unauthenticated.load(Ordering::Relaxed) > before
+    })
+    .await;
+    assert_eq!(c.stats().discovery_late.load(Ordering::Relaxed), 0);
+}
