@@ -1023,4 +1023,21 @@ mod tests {
             Err(CertError::NoGroupKey)
         );
     }
+
+    proptest::proptest! {
+        /// Whatever a peer sends, decoding gives a value or an error,
+        /// never a panic or a large allocation.
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..3000)) {
+            let _ = MemberCertificate::decode(&b);
+            let _ = GroupAuth::decode(&b);
+            let _ = RevocationList::decode(&b);
+            let mut with_magic = b"JXGC\x01".to_vec();
+            with_magic.extend_from_slice(&b);
+            let _ = MemberCertificate::decode(&with_magic);
+            let mut with_magic = b"JXGR\x01".to_vec();
+            with_magic.extend_from_slice(&b);
+            let _ = RevocationList::decode(&with_magic);
+        }
+    }
 }
