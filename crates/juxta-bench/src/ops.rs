@@ -13,7 +13,19 @@
 //!   cannot be dialled, as behind a firewall): they lease R as relay by
 //!   default, `start` lasts until both leases (rendezvous and relay) are
 //!   held, answers reach the querier through the relay, and
-//!   `open-output-pipe` binds without naming a peer, as a user would.
+//!   `open-output-pipe` binds without naming a peer, as a user would;
+//! - `subgroup` (not run by default: `--configs subgroup`): two peers
+//!   connected directly, operating inside subgroups of the Net peer group
+//!   with their own services ([`juxta::group::Group`]): the operations of
+//!   [`GROUP_OPERATIONS`]: `create-group` (password membership, JXSE's),
+//!   `create-secure-group` (an Ed25519 group key and the creator's own
+//!   certificate), `issue-certificate` (a member's credential),
+//!   `join-group` (password), `join-group-certificate` (the certificate
+//!   checked against the group key; every later group message is signed
+//!   and verified), then, inside a certificate group, `publish`,
+//!   `cached-pipe`, `remote-pipe` (discovery in the group's own cache
+//!   partition), `open-input-pipe` and `open-output-pipe` (binding by the
+//!   group's resolver).
 //!
 //! Operations (each repeated [`OpsOptions::runs`] times, median and p99 in
 //! ms): `start` (a peer with an existing identity; in `rendezvous`, until
@@ -64,8 +76,22 @@ pub const OPERATIONS: [&str; 10] = [
     "publish",
 ];
 
+/// The operations of the `subgroup` configuration, in table order.
+pub const GROUP_OPERATIONS: [&str; 10] = [
+    "create-group",
+    "create-secure-group",
+    "issue-certificate",
+    "join-group",
+    "join-group-certificate",
+    "open-input-pipe",
+    "publish",
+    "cached-pipe",
+    "remote-pipe",
+    "open-output-pipe",
+];
+
 /// The configurations, in run order.
-pub const CONFIGS: [&str; 3] = ["ad-hoc", "rendezvous", "firewalled"];
+pub const CONFIGS: [&str; 4] = ["ad-hoc", "rendezvous", "firewalled", "subgroup"];
 
 /// The configurations run by default.
 pub const DEFAULT_CONFIGS: [&str; 2] = ["ad-hoc", "rendezvous"];
@@ -88,10 +114,10 @@ pub enum OpsError {
     #[error("{0}: nothing found")]
     NotFound(&'static str),
     /// A configuration name that does not exist.
-    #[error("unknown ops configuration {0:?} (known: ad-hoc, rendezvous, firewalled)")]
+    #[error("unknown ops configuration {0:?} (known: ad-hoc, rendezvous, firewalled, subgroup)")]
     UnknownConfig(String),
     /// No configuration to run.
-    #[error("no ops configuration given (known: ad-hoc, rendezvous, firewalled)")]
+    #[error("no ops configuration given (known: ad-hoc, rendezvous, firewalled, subgroup)")]
     NoConfig,
     /// An edge did not lease its rendezvous in time.
     #[error("{0}: not leased by the rendezvous within {1:?}")]
@@ -142,7 +168,7 @@ impl Default for OpsOptions {
 pub struct OpsRow {
     /// Always `ops`.
     pub scenario: String,
-    /// One of [`OPERATIONS`].
+    /// One of [`OPERATIONS`] (of [`GROUP_OPERATIONS`] in `subgroup`).
     pub operation: String,
     /// The configuration (one of [`CONFIGS`]).
     pub config: String,
@@ -184,37 +210,44 @@ fn pipe(name: String) -> PipeAdvertisement {
     a
 }
 
-fn idx(op: &str) -> usize {
-    OPERATIONS.iter().position(|o| *o == op).expect("operation")
-}
-
 /// Samples per operation, and the first failure of each.
 struct Tally {
     config: &'static str,
+    ops: &'static [&'static str],
     samples: Vec<Vec<f64>>,
     failed: Vec<Option<String>>,
 }
 
 impl Tally {
     fn new(config: &'static str, runs: usize) -> Tally {
+        Tally::with_ops(config, runs, &OPERATIONS)
+    }
+
+    fn with_ops(config: &'static str, runs: usize, ops: &'static [&'static str]) -> Tally {
         Tally {
             config,
-            samples: vec![Vec::with_capacity(runs); OPERATIONS.len()],
-            failed: vec![None; OPERATIONS.len()],
+            ops,
+            samples: vec![Vec::with_capacity(runs); ops.len()],
+            failed: vec![None; ops.len()],
         }
     }
 
+    fn idx(&self, op: &str) -> usize {
+        self.ops.iter().position(|o| *o == op).expect("operation")
+    }
+
     fn add(&mut self, op: &str, d: Duration) {
-        self.samples[idx(op)].push(ms(d));
+        let i = self.idx(op);
+        self.samples[i].push(ms(d));
     }
 
     /// Whether `op` is still measured (it has not failed).
     fn live(&self, op: &str) -> bool {
-        self.failed[idx(op)].is_none()
+        self.failed[self.idx(op)].is_none()
     }
 
     fn fail(&mut self, op: &str, why: impl std::fmt::Display, progress: &mut impl FnMut(&str)) {
-        let i = idx(op);
+        let i = self.idx(op);
         if self.failed[i].is_none() {
             let why = why.to_string();
             progress(&format!(
@@ -226,7 +259,7 @@ impl Tally {
     }
 
     fn finish(self, report: &mut OpsReport) {
-        for ((op, mut s), f) in OPERATIONS.iter().zip(self.samples).zip(self.failed) {
+        for ((op, mut s), f) in self.ops.iter().zip(self.samples).zip(self.failed) {
             if let Some(reason) = f {
                 report.failures.push(OpsFailure {
                     config: self.config.into(),
@@ -290,6 +323,8 @@ pub async fn run_report(
             rendezvous(opts, runs, &dir.path().join("rdv"), false, &mut progress).await?
         } else if config == "firewalled" {
             rendezvous(opts, runs, &dir.path().join("fw"), true, &mut progress).await?
+        } else if config == "subgroup" {
+            subgroup(opts, runs, &dir.path().join("sub"), &mut progress).await?
         } else {
             ad_hoc(opts, runs, &dir.path().join("ad-hoc"), &mut progress).await?
         };
@@ -418,6 +453,138 @@ async fn ad_hoc(
 
         let t0 = Instant::now();
         let out = b
+            .pipes()
+            .create_output_pipe(&found, &[aid], OP_TIMEOUT)
+            .await?;
+        t.add("open-output-pipe", t0.elapsed());
+        drop(out);
+    }
+    drop(inputs);
+    Ok(t)
+}
+
+/// Two peers connected directly, operating inside subgroups: every
+/// failure fails the run.
+async fn subgroup(
+    opts: &OpsOptions,
+    runs: usize,
+    dir: &Path,
+    progress: &mut impl FnMut(&str),
+) -> Result<Tally, BenchError> {
+    const VALIDITY: Duration = Duration::from_secs(3600);
+    let cfg = |name: &str, listen: bool| peer_cfg(dir, name, opts.key_bits, listen);
+    let mut t = Tally::with_ops("subgroup", runs, &GROUP_OPERATIONS);
+    progress("ops: subgroup: two peers on loopback");
+    let a = Peer::start(cfg("a", true)).await?;
+    let b = Peer::start(cfg("b", false)).await?;
+    let addr = a
+        .local_addr()
+        .ok_or(OpsError::NotFound("listen address"))
+        .map_err(BenchError::from)?;
+    let to_a = b.connect(addr).await?;
+    to_a.wait_compact(OP_TIMEOUT).await;
+    let aid = a.peer_id();
+
+    progress("ops: subgroup: create and join");
+    for i in 0..runs {
+        let t0 = Instant::now();
+        let g = a
+            .groups()
+            .create(&format!("ops-sub-pw-{i}"), Some("pw"))
+            .await
+            .map_err(OpsError::from)?;
+        t.add("create-group", t0.elapsed());
+        let t0 = Instant::now();
+        let bg = b
+            .groups()
+            .join(&g.adv, Some("pw"))
+            .await
+            .map_err(OpsError::from)?;
+        t.add("join-group", t0.elapsed());
+        bg.leave().map_err(OpsError::from)?;
+        g.leave().map_err(OpsError::from)?;
+
+        let t0 = Instant::now();
+        let g = a
+            .groups()
+            .create_secure(&format!("ops-sub-cert-{i}"), VALIDITY)
+            .await
+            .map_err(OpsError::from)?;
+        t.add("create-secure-group", t0.elapsed());
+        let t0 = Instant::now();
+        let cred = g
+            .issue(b.peer_id(), VALIDITY, false)
+            .map_err(OpsError::from)?;
+        t.add("issue-certificate", t0.elapsed());
+        let t0 = Instant::now();
+        let bg = b
+            .groups()
+            .join_with_certificate(&g.adv, &cred)
+            .await
+            .map_err(OpsError::from)?;
+        t.add("join-group-certificate", t0.elapsed());
+        bg.leave().map_err(OpsError::from)?;
+        g.leave().map_err(OpsError::from)?;
+    }
+
+    progress("ops: subgroup: pipes and discovery in a certificate group");
+    let ag = a
+        .groups()
+        .create_secure("ops-sub-work", VALIDITY)
+        .await
+        .map_err(OpsError::from)?;
+    let cred = ag
+        .issue(b.peer_id(), VALIDITY, false)
+        .map_err(OpsError::from)?;
+    let bg = b
+        .groups()
+        .join_with_certificate(&ag.adv, &cred)
+        .await
+        .map_err(OpsError::from)?;
+    let (da, db) = (ag.discovery(), bg.discovery());
+    let mut inputs = Vec::with_capacity(runs);
+    for i in 0..runs {
+        let adv = pipe(format!("ops-sub-pipe-{i}"));
+        let t0 = Instant::now();
+        inputs.push(ag.pipes().create_input_pipe(&adv)?);
+        t.add("open-input-pipe", t0.elapsed());
+
+        let t0 = Instant::now();
+        da.publish(&Advertisement::Pipe(adv.clone()))
+            .await
+            .map_err(OpsError::from)?;
+        t.add("publish", t0.elapsed());
+
+        let name = adv.name.clone().unwrap_or_default();
+        let t0 = Instant::now();
+        let found = db
+            .get_remote(
+                AdvKind::Adv,
+                Some("Name"),
+                Some(&name),
+                1,
+                Some(aid),
+                OP_TIMEOUT,
+            )
+            .await
+            .map_err(OpsError::from)?;
+        t.add("remote-pipe", t0.elapsed());
+        if found.is_empty() {
+            return Err(OpsError::NotFound("remote-pipe").into());
+        }
+
+        let t0 = Instant::now();
+        let found = db
+            .get_local(AdvKind::Adv, Some("Name"), Some(&name), 1)
+            .await
+            .map_err(OpsError::from)?;
+        t.add("cached-pipe", t0.elapsed());
+        let Some(Advertisement::Pipe(found)) = found.into_iter().next() else {
+            return Err(OpsError::NotFound("cached-pipe").into());
+        };
+
+        let t0 = Instant::now();
+        let out = bg
             .pipes()
             .create_output_pipe(&found, &[aid], OP_TIMEOUT)
             .await?;

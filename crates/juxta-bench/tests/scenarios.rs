@@ -550,6 +550,29 @@ async fn ops_rendezvous_config() {
     }
 }
 
+/// `ops` in the `subgroup` configuration: every group operation measured
+/// (password and certificate groups, discovery and binding inside one).
+#[tokio::test]
+async fn ops_subgroup_config() {
+    use juxta_bench::ops::{self, OpsOptions, GROUP_OPERATIONS};
+    let opts = OpsOptions {
+        runs: 2,
+        configs: vec!["subgroup".into()],
+        ..OpsOptions::default()
+    };
+    let report = ops::run_report(&opts, quiet).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let ops: Vec<&str> = report.rows.iter().map(|r| r.operation.as_str()).collect();
+    assert_eq!(ops, GROUP_OPERATIONS);
+    for r in &report.rows {
+        assert_eq!(
+            (r.scenario.as_str(), r.config.as_str(), r.runs),
+            ("ops", "subgroup", 2)
+        );
+        assert!(r.ms_p99 >= r.ms_median, "{r:?}");
+    }
+}
+
 /// Both configurations by default, ad-hoc first; an unknown one is a typed
 /// error before anything runs.
 #[tokio::test]

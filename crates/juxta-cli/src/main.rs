@@ -506,7 +506,10 @@ struct OpsArgs {
     /// Configurations: ad-hoc (two peers connected directly), rendezvous
     /// (two edges of a rendezvous, discovery and binding through it),
     /// firewalled (as rendezvous, but the edges do not listen and reach
-    /// each other through the rendezvous, which is also their relay).
+    /// each other through the rendezvous, which is also their relay),
+    /// subgroup (two peers connected directly, operating inside a subgroup:
+    /// password and certificate groups created and joined, discovery and
+    /// pipe binding in the subgroup).
     #[arg(long, default_value = "ad-hoc,rendezvous")]
     configs: String,
     /// Also write the rows as JSON to this file.

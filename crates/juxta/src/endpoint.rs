@@ -330,6 +330,39 @@ impl Messenger {
         self.post_raw(to, msg)
     }
 
+    /// [`Messenger::post_routed`] in the group whose unique value is
+    /// `group` (its services' addresses mangled with it, as JXSE's
+    /// endpoint service of that group does): through the remote's router
+    /// in JXTA framing, directly in compact framing; for a routed
+    /// messenger, the mangled group address rides in the router header.
+    pub(crate) fn post_routed_in(
+        &self,
+        group: &str,
+        service: &str,
+        param: Option<&str>,
+        mut msg: Message,
+    ) -> Result<(), SendError> {
+        if group == self.inner.cfg.connection.group_unique {
+            return self.post_routed(service, param, msg);
+        }
+        let real = ServiceAddress::new(service, param);
+        let to = match &self.via {
+            Some(v) => {
+                let m = mangle(group, &real);
+                self.wrap_via(v, &m.service, m.param.as_deref(), &mut msg)
+            }
+            None if self.conn.compact_tx.load(Ordering::Acquire) => mangle(group, &real),
+            None => endpoint::wrap_routed(
+                group,
+                self.inner.identity.peer_id(),
+                &self.conn.remote,
+                &real,
+                &mut msg,
+            ),
+        };
+        self.post_raw(to, msg)
+    }
+
     /// [`Messenger::post_routed`] with this peer's route embedded toward a
     /// JXTA-framed peer (see `Messenger::announced_to`).
     pub(crate) fn post_routed_announced(

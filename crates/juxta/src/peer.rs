@@ -161,6 +161,14 @@ pub struct Stats {
     pub discovery_late: AtomicU64,
     /// Resolver messages for a group this peer has not joined (dropped).
     pub group_refused: AtomicU64,
+    /// Group messages dropped because they carried no valid member tag
+    /// (certificate groups: a non-member or revoked member injecting, a
+    /// forged or replayed tag).
+    pub group_unauthenticated: AtomicU64,
+    /// Member certificates refused (at join: not signed by the group,
+    /// expired, revoked, for another peer ID or group) and revocation
+    /// lists refused (not signed by the group key).
+    pub group_cert_refused: AtomicU64,
     /// Routed messages this peer forwarded (relay).
     pub routed_forwarded: AtomicU64,
     /// Routed messages refused by a loop rule or the hop limit.

@@ -18,7 +18,7 @@
 pub use crate::config::PeerConfig;
 pub use crate::discovery::{DiscoveryError, DiscoveryService, Found, Search};
 pub use crate::endpoint::{Listener, Messenger, SendError};
-pub use crate::group::{GroupError, GroupService};
+pub use crate::group::{CertCredential, Group, GroupError, GroupService};
 pub use crate::peer::{Peer, PeerError};
 pub use crate::pipe::{InputPipe, OutputPipe, PipeError, PipeMessage, PipeService};
 pub use crate::relay::RelayConfig;

@@ -99,26 +99,59 @@ async fn handle(inner: &Arc<Inner>, net: &str, d: Delivery) -> Result<(), Fault>
         tracing::debug!(queue = ?param, "resolver message on a queue we do not serve");
         return Ok(());
     };
-    for scope in [d.group.as_deref(), Some(qg)].into_iter().flatten() {
-        if scope == net {
-            continue;
+    // The group: the queue's. A message addressed in one group (its
+    // mangled address) for another group's queue is refused, as is one
+    // for a group we are not in.
+    let addressed = d.group.as_deref().filter(|a| *a != net);
+    let scope = if qg == net {
+        if addressed.is_some() {
+            None
+        } else {
+            Some(None)
         }
-        let ok =
-            crate::group::group_of_unique(scope).is_some_and(|gid| inner.groups.may_deliver(&gid));
-        if !ok {
-            inner.stats.group_refused.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(
-                group = scope,
-                "resolver message for a group we are not in dropped"
-            );
+    } else if addressed.is_some_and(|a| a != qg) {
+        None
+    } else {
+        inner.groups.get(qg).filter(|c| !c.is_closed()).map(Some)
+    };
+    let Some(ctx) = scope else {
+        inner.stats.group_refused.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            group = qg,
+            "resolver message for a group we are not in dropped"
+        );
+        return Ok(());
+    };
+    if let Some(c) = &ctx {
+        let queue = param.as_deref().unwrap_or_default();
+        if let Err(e) = c.authenticate(queue, &d.message, d.from) {
+            let n = inner
+                .stats
+                .group_unauthenticated
+                .fetch_add(1, Ordering::Relaxed)
+                + 1;
+            if n.is_power_of_two() {
+                tracing::info!(group = qg, from = ?d.from, error = %e, refused = n, "group message without a valid member tag dropped");
+            }
             return Ok(());
         }
     }
     let g = qg.to_string();
     if is_query {
-        on_query(inner, &g, d).await
+        on_query(inner, ctx.as_ref(), &g, d).await
     } else {
-        on_response(inner, &g, d).await
+        on_response(inner, ctx.as_ref(), &g, d).await
+    }
+}
+
+/// The advertisement cache of the group (`None`: the Net peer group's).
+fn cache_of(
+    inner: &Inner,
+    ctx: Option<&Arc<crate::group::GroupCtx>>,
+) -> Option<crate::cache::CacheHandle> {
+    match ctx {
+        None => Some(inner.discovery.cache.clone()),
+        Some(c) => c.cache(),
     }
 }
 
@@ -147,9 +180,16 @@ fn admit(inner: &Inner, d: &Delivery, src: PeerId) -> bool {
     }
 }
 
-async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault> {
+async fn on_query(
+    inner: &Arc<Inner>,
+    ctx: Option<&Arc<crate::group::GroupCtx>>,
+    g: &str,
+    d: Delivery,
+) -> Result<(), Fault> {
     let q = ResolverQuery::from_message(&d.message, g)?;
-    let rdv = inner.rendezvous.get();
+    // The rendezvous (its SRDI index, its walker) serves the Net peer
+    // group only.
+    let rdv = inner.rendezvous.get().filter(|_| ctx.is_none());
     if q.handler == LOOKUP_HANDLER {
         if let Some(h) = rdv {
             h.resolver_query(d.from, q, d.message, None).await;
@@ -161,7 +201,10 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
             return Ok(());
         }
         let dq = DiscoveryQuery::parse(&q.query)?;
-        let r = crate::discovery::answer(inner, &dq).await?;
+        let Some(cache) = cache_of(inner, ctx) else {
+            return Ok(());
+        };
+        let r = crate::discovery::answer(inner, &cache, &dq).await?;
         let on_rdv = rdv.filter(|h| h.is_rendezvous());
         // A rendezvous answers only when it holds something (as JXSE), and
         // hands the query to its SRDI index, which forwards it to the
@@ -172,7 +215,7 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
                 query_id: q.query_id,
                 response: r.to_xml(),
             };
-            send_response(inner, g, &q, d.from, resp).await?;
+            send_response(inner, ctx, g, &q, d.from, resp).await?;
         }
         if let Some(h) = on_rdv {
             let key = match (&dq.attr, &dq.value) {
@@ -192,7 +235,7 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
             return Ok(());
         }
         return match crate::relay::route::on_query(inner, g, &q, d.from).await? {
-            Some(resp) => send_response(inner, g, &q, d.from, resp).await,
+            Some(resp) => send_response(inner, ctx, g, &q, d.from, resp).await,
             None => Ok(()),
         };
     }
@@ -209,7 +252,7 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
             .answer(uptime, crate::cache::unix_now_ms(), None)
             .to_resolver_response(q.query_id);
         resp.handler = q.handler.clone();
-        return send_response(inner, g, &q, d.from, resp).await;
+        return send_response(inner, ctx, g, &q, d.from, resp).await;
     }
     if q.handler != PIPE_RESOLVER_HANDLER {
         tracing::debug!(handler = %q.handler, "resolver query for a handler we do not run");
@@ -231,7 +274,7 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
         },
     ) = (rdv.filter(|h| h.is_rendezvous()), &msg)
     {
-        if !inner.pipes.has_input(pipe_id, *pipe_type) {
+        if !inner.pipes.has_input(pipe_id, *pipe_type, g) {
             let key = Some((
                 pipe_type.as_str().to_string(),
                 "Id".to_string(),
@@ -252,7 +295,7 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
         .and_then(|p| inner.messenger(&p))
         .is_some_and(|m| !m.is_routed() && !m.is_compact());
     let Some(answer) = juxta_proto::pipe::binding::answer_query(&me, &msg, directed, |id, ty| {
-        (ty != PipeType::UnicastSecure || !jxta_framed_direct) && inner.pipes.has_input(id, ty)
+        (ty != PipeType::UnicastSecure || !jxta_framed_direct) && inner.pipes.has_input(id, ty, g)
     }) else {
         return Ok(());
     };
@@ -261,7 +304,7 @@ async fn on_query(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault>
         query_id: q.query_id,
         response: answer.to_xml(),
     };
-    send_response(inner, g, &q, d.from, resp).await
+    send_response(inner, ctx, g, &q, d.from, resp).await
 }
 
 /// Dials made to answer queries from peers we have no connection to
@@ -360,13 +403,18 @@ const ANSWER_DIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// unless that is the issuer.
 async fn send_response(
     inner: &Arc<Inner>,
+    ctx: Option<&Arc<crate::group::GroupCtx>>,
     g: &str,
     q: &ResolverQuery,
     via: Option<PeerId>,
     resp: ResolverResponse,
 ) -> Result<(), Fault> {
     let to = q.src_peer;
-    let msg = juxta_proto::message::Message::new().with(resp.to_element(g));
+    let queue = response_queue(g);
+    let msg = match ctx {
+        Some(c) => c.message(&queue, resp.to_element(g)),
+        None => juxta_proto::message::Message::new().with(resp.to_element(g)),
+    };
     // Answers are posted (written now or queued on the connection, never
     // awaited): one querier that stops reading cannot stall the resolver.
     if let Some(m) = inner.messenger(&to) {
@@ -376,7 +424,7 @@ async fn send_response(
         } else {
             inner.crypto.acquire().await.ok()
         };
-        m.post_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg)?;
+        m.post_routed_in(g, RESOLVER_SERVICE, Some(&queue), msg)?;
         return Ok(());
     }
     let dial: Vec<std::net::SocketAddr> = q
@@ -406,7 +454,7 @@ async fn send_response(
         return Ok(());
     };
     let inner = inner.clone();
-    let queue = response_queue(g);
+    let group = g.to_string();
     tokio::spawn(async move {
         let _ticket = ticket;
         let mut found = None;
@@ -430,7 +478,7 @@ async fn send_response(
         }
         match found {
             Some(m) => {
-                if let Err(e) = m.send_routed(RESOLVER_SERVICE, Some(&queue), msg).await {
+                if let Err(e) = m.post_routed_in(&group, RESOLVER_SERVICE, Some(&queue), msg) {
                     tracing::debug!(%to, error = %e, "answer not sent");
                 }
             }
@@ -443,16 +491,28 @@ async fn send_response(
     Ok(())
 }
 
-async fn on_response(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fault> {
+async fn on_response(
+    inner: &Arc<Inner>,
+    ctx: Option<&Arc<crate::group::GroupCtx>>,
+    g: &str,
+    d: Delivery,
+) -> Result<(), Fault> {
+    let rdv = inner.rendezvous.get().filter(|_| ctx.is_none());
     if let Ok(Some(b)) = BusyNotice::from_message(&d.message) {
-        if let Some(h) = inner.rendezvous.get() {
+        if let Some(h) = rdv {
             h.busy(b).await;
         }
         return Ok(());
     }
     let r = ResolverResponse::from_message(&d.message, g)?;
+    if r.handler == crate::group::CRL_HANDLER {
+        if let Some(c) = ctx {
+            crate::group::on_revocations(inner, c, &r.response);
+        }
+        return Ok(());
+    }
     if r.handler == LOOKUP_HANDLER {
-        if let Some(h) = inner.rendezvous.get() {
+        if let Some(h) = rdv {
             h.resolver_response(r).await;
         }
         return Ok(());
@@ -466,7 +526,10 @@ async fn on_response(inner: &Arc<Inner>, g: &str, d: Delivery) -> Result<(), Fau
             }
         }
         let resp = DiscoveryResponse::parse(&r.response)?;
-        crate::discovery::on_response(inner, r.query_id, resp, d.from, d.proven).await;
+        let Some(cache) = cache_of(inner, ctx) else {
+            return Ok(());
+        };
+        crate::discovery::on_response(inner, g, &cache, r.query_id, resp, d.from, d.proven).await;
         return Ok(());
     }
     if r.handler == juxta_proto::endpoint::route_query::ROUTER_HANDLER {

@@ -31,3 +31,8 @@ fn socket_copy() {
 fn secure_pipe() {
     run(env!("CARGO_BIN_EXE_secure_pipe"));
 }
+
+#[test]
+fn groups() {
+    run(env!("CARGO_BIN_EXE_groups"));
+}

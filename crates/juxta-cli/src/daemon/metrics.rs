@@ -189,6 +189,8 @@ pub fn render(peer: &juxta::Peer) -> String {
             ("discovery_rejected", ld(&s.discovery_rejected)),
             ("discovery_late", ld(&s.discovery_late)),
             ("group_refused", ld(&s.group_refused)),
+            ("group_unauthenticated", ld(&s.group_unauthenticated)),
+            ("group_cert_refused", ld(&s.group_cert_refused)),
             ("route_loop", ld(&s.route_loops)),
             ("route_spoofed", ld(&s.route_spoofed)),
             ("route_malformed", ld(&s.route_malformed)),

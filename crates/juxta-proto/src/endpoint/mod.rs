@@ -164,12 +164,15 @@ pub fn deliver(
         return Err(EndpointError::NotForUs(h.dest.base()));
     }
     let service = h.dest.service.clone().ok_or(EndpointError::NoService)?;
+    // A header naming a mangled group address (a group message sent
+    // through a relay): the group is the one it names.
+    let (inner_group, to) = demangle(ServiceAddress {
+        service,
+        param: h.dest.param.clone(),
+    });
     Ok(Delivery {
-        group,
-        to: ServiceAddress {
-            service,
-            param: h.dest.param.clone(),
-        },
+        group: inner_group.or(group),
+        to,
         from: h.src.peer_id().or(from),
         message,
         routed: true,

@@ -37,6 +37,8 @@
 
 use rand::RngCore;
 
+pub mod cert;
+
 use crate::advertisement::group::PeerGroupAdvertisement;
 use crate::advertisement::tree::XmlElement;
 use crate::advertisement::{parse_xml, req_id, truncate, AdvError};

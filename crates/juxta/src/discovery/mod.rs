@@ -69,6 +69,9 @@ pub enum DiscoveryError {
     /// Sending the query failed.
     #[error(transparent)]
     Send(#[from] SendError),
+    /// The search or publish was in a group this peer has left.
+    #[error("not a member of group {0}")]
+    NotMember(String),
     /// A remote search ([`Search::remote`]) asked `asked` peers and none
     /// of them answered within `timeout`: distinct from an answer that
     /// found nothing (`Ok` with no advertisements).
@@ -143,12 +146,18 @@ struct Bucket {
     at: Instant,
 }
 
+/// A pending remote query: the group (unique value) it was asked in, and
+/// its waiter.
+type Pending = (String, mpsc::Sender<Vec<Advertisement>>);
+
 /// Per-peer discovery state kept in the peer.
 pub(crate) struct State {
     pub(crate) cache: CacheHandle,
     cfg: DiscoveryConfig,
     next_id: AtomicI32,
-    pending: Mutex<HashMap<i32, mpsc::Sender<Vec<Advertisement>>>>,
+    /// Pending remote queries: the group (unique value) each was asked
+    /// in, and the waiter.
+    pending: Mutex<HashMap<i32, Pending>>,
     buckets: Mutex<HashMap<PeerId, Bucket>>,
     pub(crate) started: Instant,
 }
@@ -245,6 +254,8 @@ pub fn validate_entry(e: &DiscoveryEntry, max_bytes: usize) -> Result<Advertisem
 #[derive(Clone)]
 pub struct DiscoveryService {
     pub(crate) inner: Arc<Inner>,
+    /// The group (`None`: the Net peer group).
+    pub(crate) scope: Option<Arc<crate::group::GroupCtx>>,
 }
 
 impl crate::Peer {
@@ -252,11 +263,49 @@ impl crate::Peer {
     pub fn discovery(&self) -> DiscoveryService {
         DiscoveryService {
             inner: self.inner.clone(),
+            scope: None,
         }
     }
 }
 
 impl DiscoveryService {
+    /// The cache of this service's group (its partition in a subgroup).
+    fn cache(&self) -> Result<CacheHandle, DiscoveryError> {
+        match &self.scope {
+            None => Ok(self.inner.discovery.cache.clone()),
+            Some(c) => c
+                .cache()
+                .ok_or_else(|| DiscoveryError::NotMember(c.id.to_string())),
+        }
+    }
+
+    /// The unique value of this service's group.
+    fn group(&self) -> String {
+        match &self.scope {
+            None => self.inner.group_unique().to_string(),
+            Some(c) => c.unique.clone(),
+        }
+    }
+
+    /// A resolver message carrying `elem` on `queue` in this group (with
+    /// the group tag in a certificate group), posted to `m`.
+    fn post(
+        &self,
+        m: &crate::endpoint::Messenger,
+        queue: &str,
+        elem: juxta_proto::message::Element,
+    ) -> Result<(), SendError> {
+        match &self.scope {
+            None => m.post_routed(RESOLVER_SERVICE, Some(queue), Message::new().with(elem)),
+            Some(c) => m.post_routed_in(
+                &c.unique,
+                RESOLVER_SERVICE,
+                Some(queue),
+                c.message(queue, elem),
+            ),
+        }
+    }
+
     /// Publishes `adv` locally with JXSE's default lifetimes (kept 1 year,
     /// given to others for 2 hours).
     pub async fn publish(&self, adv: &Advertisement) -> Result<(), DiscoveryError> {
@@ -274,12 +323,11 @@ impl DiscoveryService {
         life: Lifetimes,
     ) -> Result<(), DiscoveryError> {
         let e = entry_for(adv, adv.to_xml(), life);
-        self.inner
-            .discovery
-            .cache
-            .publish(e, cache::unix_now_ms())
-            .await?;
-        if let Some(h) = self.inner.rendezvous.get().filter(|h| !h.is_rendezvous()) {
+        self.cache()?.publish(e, cache::unix_now_ms()).await?;
+        // SRDI entries go to the Net peer group's rendezvous only: a
+        // subgroup has no rendezvous of its own here (see docs/guide.md).
+        let rdv = self.inner.rendezvous.get().filter(|_| self.scope.is_none());
+        if let Some(h) = rdv.filter(|h| !h.is_rendezvous()) {
             let fields: Vec<(String, String)> = adv
                 .index_fields()
                 .into_iter()
@@ -305,14 +353,15 @@ impl DiscoveryService {
     ) -> Result<usize, DiscoveryError> {
         let targets = self.targets(to)?;
         let r = DiscoveryResponse::remote_publish(adv, Lifetimes::default().expiration_ms);
-        let g = self.inner.group_unique().to_string();
+        let g = self.group();
+        self.cache()?;
         let mut sent = 0;
         for p in targets {
             let Some(m) = self.inner.messenger(&p) else {
                 continue;
             };
-            let msg = Message::new().with(r.to_resolver_response(0).to_element(&g));
-            m.post_routed(RESOLVER_SERVICE, Some(&response_queue(&g)), msg)?;
+            let elem = r.to_resolver_response(0).to_element(&g);
+            self.post(&m, &response_queue(&g), elem)?;
             sent += 1;
         }
         Ok(sent)
@@ -329,9 +378,7 @@ impl DiscoveryService {
         threshold: usize,
     ) -> Result<Vec<Advertisement>, DiscoveryError> {
         let hits = self
-            .inner
-            .discovery
-            .cache
+            .cache()?
             .query(
                 to_cache_kind(kind),
                 attr.map(str::to_string),
@@ -352,7 +399,7 @@ impl DiscoveryService {
     /// Removes an advertisement (by [`Advertisement::id`]) from the local
     /// cache; `false` if it was not there.
     pub async fn flush(&self, id: &str) -> Result<bool, DiscoveryError> {
-        Ok(self.inner.discovery.cache.remove(id.to_string()).await?)
+        Ok(self.cache()?.remove(id.to_string()).await?)
     }
 
     fn targets(&self, peer: Option<PeerId>) -> Result<Vec<PeerId>, DiscoveryError> {
@@ -426,7 +473,9 @@ impl DiscoveryService {
             q = q.matching(a, value.unwrap_or("*"));
         }
         q.validate()?;
+        self.cache()?;
         let targets = self.targets(peer)?;
+        let g = self.group();
         let st = &self.inner.discovery;
         let (tx, mut rx) = mpsc::channel(targets.len().min(1024));
         let id = {
@@ -435,11 +484,10 @@ impl DiscoveryService {
                 return Err(DiscoveryError::TooManyQueries(st.cfg.max_pending));
             }
             let id = st.next_query_id();
-            p.insert(id, tx);
+            p.insert(id, (g.clone(), tx));
             id
         };
         let _guard = PendingGuard { st, id };
-        let g = self.inner.group_unique().to_string();
         let mut rq = q.to_resolver_query(id, *self.inner.identity.peer_id());
         rq.src_route = local_route(&self.inner);
         let mut asked = 0;
@@ -447,10 +495,7 @@ impl DiscoveryService {
             let Some(m) = self.inner.messenger(p) else {
                 continue;
             };
-            let msg = Message::new().with(rq.to_element(&g));
-            if m.post_routed(RESOLVER_SERVICE, Some(&query_queue(&g)), msg)
-                .is_ok()
-            {
+            if self.post(&m, &query_queue(&g), rq.to_element(&g)).is_ok() {
                 asked += 1;
             }
         }
@@ -650,6 +695,7 @@ pub(crate) async fn publish_own(inner: &Inner) -> Result<(), CacheError> {
 /// after flow control).
 pub(crate) async fn answer(
     inner: &Inner,
+    cache: &CacheHandle,
     q: &DiscoveryQuery,
 ) -> Result<DiscoveryResponse, DiscoveryError> {
     let own = own_adv(inner);
@@ -667,9 +713,7 @@ pub(crate) async fn answer(
         } else {
             None
         };
-        let hits = inner
-            .discovery
-            .cache
+        let hits = cache
             .query(
                 to_cache_kind(q.kind),
                 attr,
@@ -703,8 +747,11 @@ pub(crate) async fn answer(
 /// dropped (counted in `discovery_late`), a remote publish is taken only
 /// from a peer that proved its ID, and there only peer advertisements of
 /// the sender itself. No remote advertisement replaces this peer's own.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn on_response(
     inner: &Inner,
+    group: &str,
+    cache: &CacheHandle,
     query_id: i32,
     r: DiscoveryResponse,
     from: Option<PeerId>,
@@ -722,12 +769,15 @@ pub(crate) async fn on_response(
         }
         None
     } else {
+        // A response on another group's queue than the query's is not an
+        // answer to it (it would put that group's advertisements here).
         let w = st
             .pending
             .lock()
             .expect("pending lock")
             .get(&query_id)
-            .cloned();
+            .filter(|(g, _)| g == group)
+            .map(|(_, tx)| tx.clone());
         if w.is_none() {
             inner.stats.discovery_late.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(query_id, "discovery response for no pending query dropped");
@@ -769,8 +819,7 @@ pub(crate) async fn on_response(
     }
     if !entries.is_empty() {
         let now = cache::unix_now_ms();
-        let res = st
-            .cache
+        let res = cache
             .call(move |c| {
                 entries
                     .into_iter()

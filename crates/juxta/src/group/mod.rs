@@ -1,67 +1,516 @@
-//! Peer groups at run time: the Net peer group is the default (every peer
-//! is in it); [`GroupService::create`] makes a subgroup with password
-//! membership and publishes its advertisement, [`GroupService::join`]
-//! checks the password (JXSE's `PasswdMembershipService`), and
-//! [`GroupService::leave`] resigns.
+//! Peer groups at run time, as scopes with their own services.
 //!
-//! Why it exists: resolver traffic scoped to a group this peer has not
-//! joined must not be delivered. The resolver asks
-//! [`State::may_deliver`] for the group named in each resolver queue
-//! (`<group unique ID>ORes`/`IRes`) and drops (and counts, in
-//! [`crate::Stats::group_refused`]) what is not for us.
+//! The Net peer group is the default (every peer is in it). Creating or
+//! joining a subgroup gives a [`Group`] handle exposing the same services
+//! as the [`crate::Peer`] does for the Net peer group, scoped to that group:
 //!
-//! The pure membership state is [`juxta_proto::group::Memberships`].
+//! - **resolver**: the group's queries and responses travel on its own
+//!   queues (`<group unique ID>ORes`/`IRes`) at addresses mangled with the
+//!   group (`EndpointService:<group unique ID>`), as JXSE's endpoint
+//!   service of that group sends them; traffic for a group this peer is
+//!   not in is dropped and counted ([`crate::Stats::group_refused`]);
+//! - **discovery** ([`Group::discovery`]): its own advertisement cache
+//!   partition (in memory, bounded): a query in the group is answered only
+//!   from that partition, a publish lands only there;
+//! - **pipes** ([`Group::pipes`]): an input pipe created in the group is
+//!   found only by binding queries in that group;
+//! - **subgroups** ([`Group::groups`]): nested groups, whose advertisement
+//!   is published in the parent group.
+//!
+//! Leaving a group ([`Group::leave`]) closes its input pipes, drops its
+//! cache partition and leaves its subgroups.
+//!
+//! Membership: JXSE's password membership ([`GroupService::create`],
+//! [`GroupService::join`]; for interop, it protects nothing, see
+//! [`juxta_proto::group`]), or Juxta's certificate membership
+//! ([`GroupService::create_secure`], [`GroupService::join_with_certificate`],
+//! [`juxta_proto::group::cert`]): the group has an Ed25519 key, members a
+//! certificate signed by it, and every resolver message in the group
+//! carries a signature of its sender's member key. A message without a
+//! valid one (a non-member injecting, a revoked member) is dropped and
+//! counted ([`crate::Stats::group_unauthenticated`]); a certificate refused
+//! at join is counted in [`crate::Stats::group_cert_refused`].
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
 //! use juxta::{Peer, PeerConfig};
-//! let a = Peer::start(PeerConfig::new("/tmp/ga")).await?;
-//! let club = a.groups().create("club", Some("secret")).await?;
-//! assert!(a.groups().is_member(&club.id));
-//! a.groups().leave(&club.id)?;
+//! use juxta::proto::advertisement::{AdvKind, Advertisement, PipeAdvertisement, PipeType};
+//! use juxta::proto::id::PipeId;
+//! let a = Peer::start(PeerConfig::new("/tmp/ga").listen("127.0.0.1:0".parse()?)).await?;
+//! let b = Peer::start(PeerConfig::new("/tmp/gb")).await?;
+//! b.connect(a.local_addr().unwrap()).await?;
+//! // a creates a certificate group and issues b a credential.
+//! let club = a.groups().create_secure("club", Duration::from_secs(3600)).await?;
+//! let cred = club.issue(b.peer_id(), Duration::from_secs(3600), false)?;
+//! let mut pipe = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+//! pipe.name = Some("club-chat".into());
+//! club.discovery().publish(&Advertisement::Pipe(pipe)).await?;
+//! // b joins with it and discovers inside the group only.
+//! let g = b.groups().join_with_certificate(&club.adv, &cred).await?;
+//! let found = g.discovery().search(AdvKind::Adv).matching("Name", "club-*").remote().await?;
+//! assert_eq!(found.advertisements.len(), 1);
+//! g.leave()?;
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use juxta_proto::advertisement::{AdvKind, Advertisement, PeerGroupAdvertisement};
-use juxta_proto::group::{self, MembershipError, Memberships};
-use juxta_proto::id::{JxtaId, PeerGroupId, PeerId};
+use juxta_proto::endpoint::ServiceAddress;
+use juxta_proto::group::cert::{
+    self, CertError, CertMembership, GroupAuth, MemberCertificate, ReplayGuard, RevocationList,
+    SigningKey,
+};
+use juxta_proto::group::{self, MembershipError, PasswdCredential, PasswdMembership};
+use juxta_proto::id::{PeerGroupId, PeerId, PipeId};
+use juxta_proto::message::{Element, Message};
 
-use crate::discovery::DiscoveryError;
+use crate::cache::{AdvCache, CacheConfig, CacheHandle};
+use crate::discovery::{DiscoveryError, DiscoveryService};
 use crate::peer::Inner;
+use crate::pipe::PipeService;
 
 /// The login name groups made by [`GroupService::create`] use (JXSE's
 /// password membership needs one; joiners use the same).
 pub const DEFAULT_LOGIN: &str = "member";
+/// Most entries in one group's advertisement cache partition.
+pub const GROUP_CACHE_ENTRIES: u64 = 65_536;
+/// Group message tags remembered per group (replay protection).
+const REPLAY_CAPACITY: usize = 16_384;
+/// The namespace of the group message tag element.
+pub const NS_JUXTA: &str = "juxta";
+/// The resolver handler carrying a group's revocation list.
+pub const CRL_HANDLER: &str = "juxta.group.revocations";
 
 /// Errors from the group service.
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {
-    /// Membership refused (wrong password, ...), or the advertisement has
-    /// no password membership.
+    /// Password membership refused (wrong password, ...), or the
+    /// advertisement has no password membership.
     #[error(transparent)]
     Membership(#[from] MembershipError),
+    /// Certificate membership refused: the certificate is not signed by
+    /// the group, expired, revoked, for another peer ID or group, or the
+    /// advertisement carries no valid group key.
+    #[error("certificate refused: {0}")]
+    Certificate(#[from] CertError),
     /// The group advertisement is not known locally (discover it first).
     #[error("unknown group {0}")]
     UnknownGroup(String),
-    /// Not a member of that group.
+    /// Not a member of that group (or it was left).
     #[error("not a member of group {0}")]
     NotMember(String),
+    /// Already a member of [`group::MAX_MEMBERSHIPS`] groups.
+    #[error("already a member of {} groups", group::MAX_MEMBERSHIPS)]
+    TooManyGroups,
+    /// This peer holds neither the group key nor a certificate allowing it
+    /// to issue (or revoke).
+    #[error("not allowed to issue or revoke in group {0}")]
+    NotIssuer(String),
+    /// The group's cache partition could not be made.
+    #[error(transparent)]
+    Cache(#[from] crate::cache::CacheError),
     /// Publishing or discovering failed.
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
 }
 
-/// A group this peer created or joined.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupHandle {
+/// A member credential of a certificate group: the certificate and the
+/// member key it certifies (secret: whoever holds it speaks for the member
+/// in the group). Made by [`Group::issue`]; hand it to the member over a
+/// confidential channel.
+#[derive(Debug, Clone)]
+pub struct CertCredential {
+    /// The certificate.
+    pub certificate: MemberCertificate,
+    key: SigningKey,
+}
+
+impl CertCredential {
+    /// A credential from a certificate and its member key's seed.
+    pub fn new(certificate: MemberCertificate, key_seed: [u8; 32]) -> Result<Self, GroupError> {
+        let key = SigningKey::from_seed(key_seed)?;
+        if key.public() != certificate.member_key {
+            return Err(GroupError::Certificate(CertError::BadKey));
+        }
+        Ok(CertCredential { certificate, key })
+    }
+
+    /// The member key's seed (secret).
+    pub fn key_seed(&self) -> [u8; 32] {
+        self.key.seed()
+    }
+}
+
+/// How this peer is a member of a group.
+pub(crate) enum Credential {
+    Passwd(#[allow(dead_code)] PasswdCredential),
+    Cert(Box<CertCredential>),
+}
+
+/// Certificate state of a group (key, revocation list, replay guard).
+pub(crate) struct CertState {
+    pub(crate) membership: CertMembership,
+    replay: ReplayGuard,
+    owner_key: Option<SigningKey>,
+    next_serial: u64,
+}
+
+/// One joined group: its services' state.
+pub(crate) struct GroupCtx {
+    pub(crate) id: PeerGroupId,
+    pub(crate) unique: String,
+    pub(crate) parent: PeerGroupId,
+    pub(crate) adv: PeerGroupAdvertisement,
+    cache: Mutex<Option<CacheHandle>>,
+    credential: Credential,
+    cert: Option<Mutex<CertState>>,
+    pipes: Mutex<HashSet<PipeId>>,
+    closed: AtomicBool,
+}
+
+impl GroupCtx {
+    /// The group's cache partition, unless the group was left.
+    pub(crate) fn cache(&self) -> Option<CacheHandle> {
+        self.cache.lock().expect("group cache lock").clone()
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Records an input pipe opened in this group.
+    pub(crate) fn add_pipe(&self, id: PipeId) {
+        self.pipes.lock().expect("group pipes lock").insert(id);
+    }
+
+    /// Forgets an input pipe closed by its owner.
+    pub(crate) fn remove_pipe(&self, id: &PipeId) {
+        self.pipes.lock().expect("group pipes lock").remove(id);
+    }
+
+    /// A message carrying `elem` (the resolver element on `queue`) in this
+    /// group: in a certificate group, with the sender's tag over it.
+    pub(crate) fn message(&self, queue: &str, elem: Element) -> Message {
+        let tag = match &self.credential {
+            Credential::Cert(c) => {
+                let mut nonce = [0u8; 16];
+                rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut nonce);
+                Some(GroupAuth::sign(
+                    &c.key,
+                    &c.certificate,
+                    queue,
+                    &elem.data,
+                    crate::cache::unix_now_ms(),
+                    nonce,
+                ))
+            }
+            Credential::Passwd(_) => None,
+        };
+        let mut m = Message::new().with(elem);
+        if let Some(t) = tag {
+            m.push(Element::bytes(NS_JUXTA, cert::AUTH_ELEMENT, t.encode()));
+        }
+        m
+    }
+
+    /// Checks a message received in this group on `queue` (whose element
+    /// of that name is the payload) from `from`: in a certificate group,
+    /// it must carry a valid tag of `from`, seen for the first time.
+    pub(crate) fn authenticate(
+        &self,
+        queue: &str,
+        msg: &Message,
+        from: Option<PeerId>,
+    ) -> Result<(), CertError> {
+        let Some(cs) = &self.cert else {
+            return Ok(());
+        };
+        let from = from.ok_or(CertError::Malformed("message without a source"))?;
+        let tag = msg
+            .get(NS_JUXTA, cert::AUTH_ELEMENT)
+            .ok_or(CertError::Malformed("group message without a tag"))?;
+        let tag = GroupAuth::decode(&tag.data)?;
+        let payload = msg
+            .get(juxta_proto::message::NS_JXTA, queue)
+            .ok_or(CertError::Malformed("group message without its element"))?;
+        let mut cs = cs.lock().expect("group cert lock");
+        cs.membership.verify_message(
+            &tag,
+            &from,
+            queue,
+            &payload.data,
+            crate::cache::unix_now_ms(),
+        )?;
+        if !cs.replay.first_time(&tag) {
+            return Err(CertError::Stale);
+        }
+        Ok(())
+    }
+
+    /// Installs a revocation list received in the group.
+    pub(crate) fn apply_revocations(&self, bytes: &[u8]) -> Result<bool, CertError> {
+        let Some(cs) = &self.cert else {
+            return Ok(false);
+        };
+        let l = RevocationList::decode(bytes)?;
+        let mut cs = cs.lock().expect("group cert lock");
+        let changed = cs.membership.apply_revocations(l)?;
+        Ok(changed)
+    }
+}
+
+/// Membership state kept in the peer: the joined groups by unique value.
+#[derive(Default)]
+pub(crate) struct State {
+    joined: RwLock<HashMap<String, Arc<GroupCtx>>>,
+}
+
+impl State {
+    /// The joined group whose unique value is `unique`.
+    pub(crate) fn get(&self, unique: &str) -> Option<Arc<GroupCtx>> {
+        self.joined
+            .read()
+            .expect("groups lock")
+            .get(unique)
+            .cloned()
+    }
+
+    /// Whether traffic scoped to `group` may be delivered here.
+    pub(crate) fn may_deliver(&self, group: &PeerGroupId) -> bool {
+        group::is_public_group(group) || self.get(&group.unique_value()).is_some()
+    }
+}
+
+/// A group this peer created or joined: its services, scoped to it.
+///
+/// Cheap to clone. After [`Group::leave`] its services fail with
+/// [`GroupError::NotMember`] / [`DiscoveryError::NotMember`].
+#[derive(Clone)]
+pub struct Group {
     /// The group's ID.
     pub id: PeerGroupId,
     /// Its advertisement.
     pub adv: PeerGroupAdvertisement,
+    inner: Arc<Inner>,
+    pub(crate) ctx: Arc<GroupCtx>,
+}
+
+/// The former name of [`Group`].
+pub type GroupHandle = Group;
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("id", &self.id)
+            .field("name", &self.adv.name)
+            .field("joined", &!self.ctx.is_closed())
+            .finish()
+    }
+}
+
+impl Group {
+    fn new(inner: &Arc<Inner>, ctx: Arc<GroupCtx>) -> Group {
+        Group {
+            id: ctx.id,
+            adv: ctx.adv.clone(),
+            inner: inner.clone(),
+            ctx,
+        }
+    }
+
+    /// The discovery service of this group: its own cache partition and
+    /// queries.
+    pub fn discovery(&self) -> DiscoveryService {
+        DiscoveryService {
+            inner: self.inner.clone(),
+            scope: Some(self.ctx.clone()),
+        }
+    }
+
+    /// The pipe service of this group: its input pipes are resolved only by
+    /// binding queries in this group.
+    pub fn pipes(&self) -> PipeService {
+        PipeService {
+            inner: self.inner.clone(),
+            scope: Some(self.ctx.clone()),
+        }
+    }
+
+    /// The group service inside this group: creates and joins its
+    /// subgroups (whose advertisements live in this group's cache).
+    pub fn groups(&self) -> GroupService {
+        GroupService {
+            inner: self.inner.clone(),
+            parent: Some(self.ctx.clone()),
+        }
+    }
+
+    /// The group this one is a subgroup of.
+    pub fn parent(&self) -> PeerGroupId {
+        self.ctx.parent
+    }
+
+    /// Whether this peer is still a member.
+    pub fn is_joined(&self) -> bool {
+        !self.ctx.is_closed()
+    }
+
+    /// This peer's certificate in a certificate group.
+    pub fn certificate(&self) -> Option<&MemberCertificate> {
+        match &self.ctx.credential {
+            Credential::Cert(c) => Some(&c.certificate),
+            Credential::Passwd(_) => None,
+        }
+    }
+
+    /// The revocation list in force in a certificate group.
+    pub fn revocations(&self) -> Option<RevocationList> {
+        let cs = self.ctx.cert.as_ref()?;
+        cs.lock()
+            .expect("group cert lock")
+            .membership
+            .revocations()
+            .cloned()
+    }
+
+    /// Leaves the group (see [`GroupService::leave`]).
+    pub fn leave(&self) -> Result<(), GroupError> {
+        GroupService {
+            inner: self.inner.clone(),
+            parent: None,
+        }
+        .leave(&self.id)
+    }
+
+    /// Issues a member credential for `peer`, valid from now for
+    /// `validity` (a fresh member key is made for it). Only the group's
+    /// creator (who holds the group key) or a member whose certificate
+    /// allows issuing may; `may_issue` (creator only) lets the new member
+    /// issue in turn.
+    pub fn issue(
+        &self,
+        peer: PeerId,
+        validity: Duration,
+        may_issue: bool,
+    ) -> Result<CertCredential, GroupError> {
+        let not_member = || GroupError::NotMember(self.id.to_string());
+        if self.ctx.is_closed() {
+            return Err(not_member());
+        }
+        let cs = self.ctx.cert.as_ref().ok_or_else(not_member)?;
+        let mut cs = cs.lock().expect("group cert lock");
+        let now = crate::cache::unix_now_ms();
+        let until = now.saturating_add(u64::try_from(validity.as_millis()).unwrap_or(u64::MAX));
+        let member = SigningKey::generate(&mut rand::thread_rng());
+        let serial = rand::random::<u64>() ^ cs.next_serial;
+        cs.next_serial = cs.next_serial.wrapping_add(1);
+        let cert = match (&cs.owner_key, &self.ctx.credential) {
+            (Some(k), _) => MemberCertificate::issue(
+                k,
+                None,
+                self.id,
+                peer,
+                member.public(),
+                serial,
+                now,
+                until,
+                may_issue,
+            ),
+            (None, Credential::Cert(mine)) if mine.certificate.may_issue => {
+                MemberCertificate::issue(
+                    &mine.key,
+                    Some(&mine.certificate),
+                    self.id,
+                    peer,
+                    member.public(),
+                    serial,
+                    now,
+                    until.min(mine.certificate.not_after_ms),
+                    false,
+                )
+            }
+            _ => return Err(GroupError::NotIssuer(self.id.to_string())),
+        };
+        Ok(CertCredential {
+            certificate: cert,
+            key: member,
+        })
+    }
+
+    /// Revokes members (by peer ID) and certificates (by serial): signs a
+    /// new revocation list (creator only), applies it here and sends it to
+    /// the connected peers in the group; returns to how many it was sent.
+    /// Members that receive it refuse the revoked members' traffic.
+    pub fn revoke(&self, peers: &[PeerId], serials: &[u64]) -> Result<usize, GroupError> {
+        let not_issuer = || GroupError::NotIssuer(self.id.to_string());
+        let cs = self.ctx.cert.as_ref().ok_or_else(not_issuer)?;
+        let list = {
+            let mut cs = cs.lock().expect("group cert lock");
+            let key = cs.owner_key.as_ref().ok_or_else(not_issuer)?;
+            let (mut ps, mut ss, version) = match cs.membership.revocations() {
+                Some(l) => (
+                    l.peers.clone(),
+                    l.serials.clone(),
+                    l.version.saturating_add(1),
+                ),
+                None => (Vec::new(), Vec::new(), 1),
+            };
+            for p in peers {
+                if !ps.contains(p) {
+                    ps.push(*p);
+                }
+            }
+            for s in serials {
+                if !ss.contains(s) {
+                    ss.push(*s);
+                }
+            }
+            let l = RevocationList::sign(key, self.id, version, ps, ss);
+            cs.membership.apply_revocations(l.clone())?;
+            l
+        };
+        Ok(send_revocations(&self.inner, &self.ctx, &list, None))
+    }
+}
+
+/// Sends a revocation list in the group (a resolver response with query
+/// ID 0 on the group's `IRes` queue, handler [`CRL_HANDLER`]).
+fn send_revocations(
+    inner: &Arc<Inner>,
+    ctx: &GroupCtx,
+    list: &RevocationList,
+    to: Option<PeerId>,
+) -> usize {
+    use base64::Engine;
+    use juxta_proto::resolver::{response_queue, ResolverResponse, RESOLVER_SERVICE};
+    let r = ResolverResponse {
+        handler: CRL_HANDLER.to_string(),
+        query_id: 0,
+        response: base64::engine::general_purpose::STANDARD.encode(list.encode()),
+    };
+    let queue = response_queue(&ctx.unique);
+    let targets = match to {
+        Some(p) => vec![p],
+        None => inner.connected_peers(),
+    };
+    let mut sent = 0;
+    for p in targets {
+        let Some(m) = inner.messenger(&p) else {
+            continue;
+        };
+        let msg = ctx.message(&queue, r.to_element(&ctx.unique));
+        if m.post_routed_in(&ctx.unique, RESOLVER_SERVICE, Some(&queue), msg)
+            .is_ok()
+        {
+            sent += 1;
+        }
+    }
+    sent
 }
 
 /// What to join: an advertisement, or the ID of one in the local cache.
@@ -91,41 +540,21 @@ impl From<PeerGroupId> for GroupRef {
     }
 }
 
-/// Membership state kept in the peer.
-#[derive(Default)]
-pub(crate) struct State {
-    joined: Mutex<(Memberships, HashMap<PeerGroupId, PeerGroupAdvertisement>)>,
-}
-
-impl State {
-    /// Whether traffic scoped to `group` may be delivered here.
-    pub(crate) fn may_deliver(&self, group: &PeerGroupId) -> bool {
-        self.joined
-            .lock()
-            .expect("groups lock")
-            .0
-            .may_deliver(group)
-    }
-}
-
-/// The group a resolver queue (`<unique>ORes`, `<unique>IRes`) or a
-/// mangled group name belongs to; `None` if it names no group.
-pub(crate) fn group_of_unique(unique: &str) -> Option<PeerGroupId> {
-    JxtaId::from_unique_value(unique).ok()?.try_into().ok()
-}
-
 /// Creates, joins and leaves peer groups; get it with
-/// [`crate::Peer::groups`].
+/// [`crate::Peer::groups`] (subgroups of the Net peer group) or
+/// [`Group::groups`] (subgroups of that group).
 #[derive(Clone)]
 pub struct GroupService {
     inner: Arc<Inner>,
+    parent: Option<Arc<GroupCtx>>,
 }
 
 impl crate::Peer {
-    /// The peer group service.
+    /// The peer group service (subgroups of the Net peer group).
     pub fn groups(&self) -> GroupService {
         GroupService {
             inner: self.inner.clone(),
+            parent: None,
         }
     }
 }
@@ -135,21 +564,27 @@ impl GroupService {
         *self.inner.identity.peer_id()
     }
 
-    fn discovery(&self) -> crate::discovery::DiscoveryService {
-        crate::discovery::DiscoveryService {
+    fn discovery(&self) -> DiscoveryService {
+        DiscoveryService {
             inner: self.inner.clone(),
+            scope: self.parent.clone(),
         }
     }
 
-    /// Creates a subgroup of the Net peer group named `name`, with password
-    /// membership (login [`DEFAULT_LOGIN`]; `None`: any password is
-    /// accepted), publishes its advertisement locally and joins it.
-    pub async fn create(
-        &self,
-        name: &str,
-        password: Option<&str>,
-    ) -> Result<GroupHandle, GroupError> {
-        let id = group::new_subgroup_id(&PeerGroupId::NET, &mut rand::thread_rng());
+    fn parent_id(&self) -> Result<PeerGroupId, GroupError> {
+        match &self.parent {
+            None => Ok(PeerGroupId::NET),
+            Some(p) if p.is_closed() => Err(GroupError::NotMember(p.id.to_string())),
+            Some(p) => Ok(p.id),
+        }
+    }
+
+    /// Creates a subgroup named `name` with JXSE password membership (login
+    /// [`DEFAULT_LOGIN`]; `None`: any password is accepted), publishes its
+    /// advertisement in the parent group and joins it.
+    pub async fn create(&self, name: &str, password: Option<&str>) -> Result<Group, GroupError> {
+        let parent = self.parent_id()?;
+        let id = group::new_subgroup_id(&parent, &mut rand::thread_rng());
         let spec = group::spec(group::ALL_PURPOSE_GROUP_SPEC)
             .map_err(|_| GroupError::UnknownGroup(group::ALL_PURPOSE_GROUP_SPEC.into()))?;
         let adv = group::passwd_group_advertisement(
@@ -161,36 +596,160 @@ impl GroupService {
         self.discovery()
             .publish(&Advertisement::Group(adv.clone()))
             .await?;
-        self.join_adv(&adv, password.unwrap_or(""))?;
-        Ok(GroupHandle { id, adv })
+        self.join_adv(&adv, password.unwrap_or(""))
     }
 
-    fn join_adv(&self, adv: &PeerGroupAdvertisement, password: &str) -> Result<(), GroupError> {
-        let me = self.me();
-        let mut j = self.inner.groups.joined.lock().expect("groups lock");
-        j.0.join(adv, DEFAULT_LOGIN, password, me)?;
-        j.1.insert(adv.group_id, adv.clone());
-        Ok(())
+    /// Creates a subgroup named `name` with certificate membership: makes
+    /// its Ed25519 group key (the group ID is derived from it), publishes
+    /// its advertisement in the parent group and joins it with a
+    /// certificate for this peer valid for `validity`, which allows
+    /// issuing. Issue members' credentials with [`Group::issue`].
+    pub async fn create_secure(&self, name: &str, validity: Duration) -> Result<Group, GroupError> {
+        let parent = self.parent_id()?;
+        let key = SigningKey::generate(&mut rand::thread_rng());
+        let id = cert::group_id_for_key(&key.public(), &parent);
+        let spec = group::spec(group::ALL_PURPOSE_GROUP_SPEC)
+            .map_err(|_| GroupError::UnknownGroup(group::ALL_PURPOSE_GROUP_SPEC.into()))?;
+        let adv = cert::cert_group_advertisement(id, spec, name, &key.public());
+        self.discovery()
+            .publish(&Advertisement::Group(adv.clone()))
+            .await?;
+        let now = crate::cache::unix_now_ms();
+        let member = SigningKey::generate(&mut rand::thread_rng());
+        let certificate = MemberCertificate::issue(
+            &key,
+            None,
+            id,
+            self.me(),
+            member.public(),
+            rand::random(),
+            now,
+            now.saturating_add(u64::try_from(validity.as_millis()).unwrap_or(u64::MAX)),
+            true,
+        );
+        let cred = CertCredential {
+            certificate,
+            key: member,
+        };
+        self.join_cert(&adv, &cred, Some(key))
     }
 
-    /// Joins a group with `password` (checked against the advertisement's
-    /// password membership; a wrong one gives
+    fn insert(&self, ctx: GroupCtx) -> Result<Group, GroupError> {
+        let ctx = Arc::new(ctx);
+        let mut j = self.inner.groups.joined.write().expect("groups lock");
+        if let Some(old) = j.get(&ctx.unique) {
+            // Joining again replaces the credential; services start over.
+            close(&self.inner, old);
+        } else if j.len() >= group::MAX_MEMBERSHIPS {
+            return Err(GroupError::TooManyGroups);
+        }
+        j.insert(ctx.unique.clone(), ctx.clone());
+        Ok(Group::new(&self.inner, ctx))
+    }
+
+    fn new_ctx(
+        &self,
+        adv: &PeerGroupAdvertisement,
+        credential: Credential,
+        cert: Option<CertState>,
+    ) -> Result<GroupCtx, GroupError> {
+        let parent = self.parent_id()?;
+        let cache = CacheHandle::spawn(
+            AdvCache::open_in_memory_with(CacheConfig {
+                max_entries: GROUP_CACHE_ENTRIES,
+                page_cache_kib: 1024,
+                ..CacheConfig::default()
+            })?,
+            256,
+        )?;
+        Ok(GroupCtx {
+            id: adv.group_id,
+            unique: adv.group_id.unique_value(),
+            parent,
+            adv: adv.clone(),
+            cache: Mutex::new(Some(cache)),
+            credential,
+            cert: cert.map(Mutex::new),
+            pipes: Mutex::new(HashSet::new()),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    fn join_adv(&self, adv: &PeerGroupAdvertisement, password: &str) -> Result<Group, GroupError> {
+        if group::is_public_group(&adv.group_id) {
+            return Err(GroupError::UnknownGroup(adv.group_id.to_string()));
+        }
+        let cred = PasswdMembership::from_group(adv)?.join(DEFAULT_LOGIN, password, self.me())?;
+        let ctx = self.new_ctx(adv, Credential::Passwd(cred), None)?;
+        self.insert(ctx)
+    }
+
+    fn join_cert(
+        &self,
+        adv: &PeerGroupAdvertisement,
+        cred: &CertCredential,
+        owner_key: Option<SigningKey>,
+    ) -> Result<Group, GroupError> {
+        let checked = CertMembership::from_group(adv).and_then(|m| {
+            m.verify(&cred.certificate, &self.me(), crate::cache::unix_now_ms())?;
+            if cred.key.public() != cred.certificate.member_key {
+                return Err(CertError::BadKey);
+            }
+            Ok(m)
+        });
+        let membership = match checked {
+            Ok(m) => m,
+            Err(e) => {
+                self.inner
+                    .stats
+                    .group_cert_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(e.into());
+            }
+        };
+        let state = CertState {
+            membership,
+            replay: ReplayGuard::new(REPLAY_CAPACITY),
+            owner_key,
+            next_serial: 1,
+        };
+        let ctx = self.new_ctx(adv, Credential::Cert(Box::new(cred.clone())), Some(state))?;
+        self.insert(ctx)
+    }
+
+    async fn resolve_ref(&self, group: GroupRef) -> Result<PeerGroupAdvertisement, GroupError> {
+        match group {
+            GroupRef::Adv(a) => Ok(a),
+            GroupRef::Id(id) => self.local_adv(&id).await,
+        }
+    }
+
+    /// Joins a password group with `password` (checked against the
+    /// advertisement's password membership; a wrong one gives
     /// [`MembershipError::IncorrectPassword`]). An ID is looked up in the
-    /// local cache.
+    /// parent group's local cache.
     pub async fn join(
         &self,
         group: impl Into<GroupRef>,
         password: Option<&str>,
-    ) -> Result<GroupHandle, GroupError> {
-        let adv = match group.into() {
-            GroupRef::Adv(a) => a,
-            GroupRef::Id(id) => self.local_adv(&id).await?,
-        };
-        self.join_adv(&adv, password.unwrap_or(""))?;
-        Ok(GroupHandle {
-            id: adv.group_id,
-            adv,
-        })
+    ) -> Result<Group, GroupError> {
+        let adv = self.resolve_ref(group.into()).await?;
+        self.join_adv(&adv, password.unwrap_or(""))
+    }
+
+    /// Joins a certificate group with a credential issued by its creator
+    /// (or an authorised member). Refused, with the reason, when the
+    /// certificate is not signed by the group, not yet valid or expired,
+    /// for another peer ID or group, or when the advertisement carries no
+    /// group key matching its ID; each refusal is counted in
+    /// [`crate::Stats::group_cert_refused`].
+    pub async fn join_with_certificate(
+        &self,
+        group: impl Into<GroupRef>,
+        credential: &CertCredential,
+    ) -> Result<Group, GroupError> {
+        let adv = self.resolve_ref(group.into()).await?;
+        self.join_cert(&adv, credential, None)
     }
 
     async fn local_adv(&self, id: &PeerGroupId) -> Result<PeerGroupAdvertisement, GroupError> {
@@ -207,15 +766,30 @@ impl GroupService {
             .ok_or_else(|| GroupError::UnknownGroup(id.to_string()))
     }
 
-    /// Leaves a group.
+    /// Leaves a group: closes the input pipes opened in it, drops its
+    /// cache partition, and leaves its subgroups.
     pub fn leave(&self, id: &PeerGroupId) -> Result<(), GroupError> {
-        let mut j = self.inner.groups.joined.lock().expect("groups lock");
-        j.1.remove(id);
-        if j.0.leave(id) {
-            Ok(())
-        } else {
-            Err(GroupError::NotMember(id.to_string()))
+        let mut j = self.inner.groups.joined.write().expect("groups lock");
+        let Some(ctx) = j.remove(&id.unique_value()) else {
+            return Err(GroupError::NotMember(id.to_string()));
+        };
+        close(&self.inner, &ctx);
+        // Nested groups go with their parent.
+        let mut gone = vec![ctx.id];
+        while let Some(p) = gone.pop() {
+            let children: Vec<String> = j
+                .iter()
+                .filter(|(_, c)| c.parent == p)
+                .map(|(u, _)| u.clone())
+                .collect();
+            for u in children {
+                if let Some(c) = j.remove(&u) {
+                    close(&self.inner, &c);
+                    gone.push(c.id);
+                }
+            }
         }
+        Ok(())
     }
 
     /// Whether this peer is a member (always for the World and Net groups).
@@ -223,19 +797,16 @@ impl GroupService {
         self.inner.groups.may_deliver(id)
     }
 
-    /// The groups joined (without the Net group).
-    pub fn joined(&self) -> Vec<GroupHandle> {
-        let j = self.inner.groups.joined.lock().expect("groups lock");
-        j.1.iter()
-            .map(|(id, adv)| GroupHandle {
-                id: *id,
-                adv: adv.clone(),
-            })
+    /// The groups joined (all levels; without the Net group).
+    pub fn joined(&self) -> Vec<Group> {
+        let j = self.inner.groups.joined.read().expect("groups lock");
+        j.values()
+            .map(|c| Group::new(&self.inner, c.clone()))
             .collect()
     }
 
     /// Group advertisements whose name matches `name` (`*` wildcards) in
-    /// the local cache.
+    /// the parent group's local cache.
     pub async fn find_local(&self, name: &str) -> Result<Vec<PeerGroupAdvertisement>, GroupError> {
         let found = self
             .discovery()
@@ -244,8 +815,8 @@ impl GroupService {
         Ok(groups_only(found))
     }
 
-    /// Asks connected peers (or `peer`) for group advertisements whose name
-    /// matches `name`; found ones are cached.
+    /// Asks connected peers (or `peer`), in the parent group, for group
+    /// advertisements whose name matches `name`; found ones are cached.
     pub async fn find_remote(
         &self,
         name: &str,
@@ -257,6 +828,42 @@ impl GroupService {
             .get_remote(AdvKind::Group, Some("Name"), Some(name), 10, peer, timeout)
             .await?;
         Ok(groups_only(found))
+    }
+}
+
+/// Closes a group's services: marks it left, drops its cache partition,
+/// closes its input pipes.
+fn close(inner: &Inner, ctx: &GroupCtx) {
+    ctx.closed.store(true, Ordering::Release);
+    ctx.cache.lock().expect("group cache lock").take();
+    let pipes: Vec<PipeId> = ctx
+        .pipes
+        .lock()
+        .expect("group pipes lock")
+        .drain()
+        .collect();
+    for id in pipes {
+        inner.pipes.close_input(&id);
+        inner.remove_listener(&ServiceAddress::new(
+            crate::pipe::PIPE_SERVICE,
+            Some(&id.to_string()),
+        ));
+    }
+}
+
+/// A resolver response carrying a revocation list arrived in `ctx`.
+pub(crate) fn on_revocations(inner: &Inner, ctx: &GroupCtx, response: &str) {
+    use base64::Engine;
+    let applied = base64::engine::general_purpose::STANDARD
+        .decode(response.trim())
+        .map_err(|_| CertError::Malformed("revocation list"))
+        .and_then(|b: Vec<u8>| ctx.apply_revocations(&b));
+    if let Err(e) = applied {
+        inner
+            .stats
+            .group_cert_refused
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(error = %e, group = %ctx.id, "revocation list refused");
     }
 }
 

@@ -46,7 +46,7 @@ impl PipeService {
         let inner = &self.inner;
         let deadline = tokio::time::Instant::now() + timeout;
         let local = super::ephemeral_adv(adv, "");
-        let mut input = InputPipe::open(inner, &local)?;
+        let mut input = InputPipe::open(inner, None, &local)?;
         let bound = self.resolve(adv, &[peer], timeout).await?;
         let messenger = crate::relay::route::messenger_to(inner, &bound, timeout).await?;
         let req = ConnectRequest {
@@ -100,7 +100,7 @@ impl BidiListener {
                 continue;
             }
             let local = super::ephemeral_adv(&self.adv, "");
-            let input = InputPipe::open(&self.inner, &local)?;
+            let input = InputPipe::open(&self.inner, None, &local)?;
             let resp = ConnectResponse {
                 kind: SetupKind::BiDi,
                 rem_pipe: local,

@@ -36,14 +36,35 @@ pub struct InputPipe {
     /// Name of the rendezvous propagation header element of our group.
     propagate_header: String,
     _registration: Registration,
+    _group: Option<GroupPipe>,
+}
+
+/// Forgets the pipe in its group when the pipe is closed.
+struct GroupPipe {
+    ctx: Arc<crate::group::GroupCtx>,
+    id: juxta_proto::id::PipeId,
+}
+
+impl Drop for GroupPipe {
+    fn drop(&mut self) {
+        self.ctx.remove_pipe(&self.id);
+    }
 }
 
 impl InputPipe {
     pub(crate) fn open(
         inner: &Arc<Inner>,
+        scope: Option<&Arc<crate::group::GroupCtx>>,
         adv: &PipeAdvertisement,
     ) -> Result<InputPipe, PipeError> {
-        let registration = inner.pipes.register_input(inner, adv)?;
+        if scope.is_some_and(|c| c.is_closed()) {
+            return Err(PipeError::NotConnected("a group this peer left".into()));
+        }
+        let group = match scope {
+            Some(c) => c.unique.clone(),
+            None => inner.group_unique().to_string(),
+        };
+        let registration = inner.pipes.register_input(inner, adv, &group)?;
         let source = match adv.pipe_type {
             PipeType::UnicastSecure => {
                 let (tx, rx) = mpsc::channel(inner.cfg.listener_queue);
@@ -59,7 +80,9 @@ impl InputPipe {
         // On an edge: tell the rendezvous (SRDI `<pipe type>`/`Id`/pipe ID,
         // as JXSE's pipe resolver does), so binding queries through the
         // rendezvous reach this peer.
-        if let Some(h) = inner.rendezvous.get().filter(|h| !h.is_rendezvous()) {
+        if let Some(c) = scope {
+            c.add_pipe(adv.id);
+        } else if let Some(h) = inner.rendezvous.get().filter(|h| !h.is_rendezvous()) {
             let h = h.clone();
             let (ty, id) = (adv.pipe_type.as_str(), adv.id.to_string());
             tokio::spawn(async move {
@@ -73,6 +96,10 @@ impl InputPipe {
             dedup,
             propagate_header: propagate_element_name(inner.group_unique()),
             _registration: registration,
+            _group: scope.map(|c| GroupPipe {
+                ctx: c.clone(),
+                id: adv.id,
+            }),
         })
     }
 

@@ -199,6 +199,8 @@ pub struct PipeMessage {
 #[derive(Clone)]
 pub struct PipeService {
     pub(crate) inner: Arc<Inner>,
+    /// The group (`None`: the Net peer group).
+    pub(crate) scope: Option<Arc<crate::group::GroupCtx>>,
 }
 
 impl crate::Peer {
@@ -206,6 +208,7 @@ impl crate::Peer {
     pub fn pipes(&self) -> PipeService {
         PipeService {
             inner: self.inner.clone(),
+            scope: None,
         }
     }
 }
@@ -215,7 +218,7 @@ impl PipeService {
     /// number of peers arrive on it, and this peer answers resolver queries
     /// for it. Closing (dropping) the pipe stops both.
     pub fn create_input_pipe(&self, adv: &PipeAdvertisement) -> Result<InputPipe, PipeError> {
-        InputPipe::open(&self.inner, adv)
+        InputPipe::open(&self.inner, self.scope.as_ref(), adv)
     }
 
     /// Opens an output pipe for `adv`. For a unicast or secure pipe, asks
@@ -268,6 +271,9 @@ impl PipeService {
         peers: &[PeerId],
         timeout: Duration,
     ) -> Result<PeerId, PipeError> {
-        registry::resolve(&self.inner, adv, peers, timeout).await
+        if self.scope.as_ref().is_some_and(|c| c.is_closed()) {
+            return Err(PipeError::NotConnected("a group this peer left".into()));
+        }
+        registry::resolve(&self.inner, self.scope.as_ref(), adv, peers, timeout).await
     }
 }

@@ -24,7 +24,8 @@ use crate::peer::Inner;
 pub(crate) const MAX_BINDS: usize = 1024;
 
 pub(crate) struct PipeRegistry {
-    inputs: RwLock<HashMap<PipeId, PipeType>>,
+    /// Open input pipes: type and the unique value of their group.
+    inputs: RwLock<HashMap<PipeId, (PipeType, String)>>,
     secure_sinks: RwLock<HashMap<PipeId, mpsc::Sender<Delivery>>>,
     binds: Mutex<Binds>,
 }
@@ -75,20 +76,34 @@ impl PipeRegistry {
         &self,
         inner: &Arc<Inner>,
         adv: &PipeAdvertisement,
+        group: &str,
     ) -> Result<Registration, PipeError> {
         let mut m = self.inputs.write().expect("pipes lock");
         if m.contains_key(&adv.id) {
             return Err(PipeError::AlreadyOpen(adv.id.to_string()));
         }
-        m.insert(adv.id, adv.pipe_type);
+        m.insert(adv.id, (adv.pipe_type, group.to_string()));
         Ok(Registration {
             inner: Arc::downgrade(inner),
             id: adv.id,
         })
     }
 
-    pub(crate) fn has_input(&self, id: &PipeId, ty: PipeType) -> bool {
-        self.inputs.read().expect("pipes lock").get(id) == Some(&ty)
+    /// Whether an input pipe `id` of type `ty` is open here in the group
+    /// whose unique value is `group`.
+    pub(crate) fn has_input(&self, id: &PipeId, ty: PipeType, group: &str) -> bool {
+        self.inputs
+            .read()
+            .expect("pipes lock")
+            .get(id)
+            .is_some_and(|(t, g)| *t == ty && g == group)
+    }
+
+    /// Closes an input pipe (its group was left): no more binding answers
+    /// or secure records for it.
+    pub(crate) fn close_input(&self, id: &PipeId) {
+        self.inputs.write().expect("pipes lock").remove(id);
+        self.secure_sinks.write().expect("pipes lock").remove(id);
     }
 
     pub(crate) fn set_secure_sink(&self, id: &PipeId, tx: mpsc::Sender<Delivery>) {
@@ -122,6 +137,7 @@ impl PipeRegistry {
 /// Resolves which peer holds the input pipe of `adv`.
 pub(crate) async fn resolve(
     inner: &Arc<Inner>,
+    scope: Option<&Arc<crate::group::GroupCtx>>,
     adv: &PipeAdvertisement,
     peers: &[PeerId],
     timeout: Duration,
@@ -176,11 +192,12 @@ pub(crate) async fn resolve(
         let mut b = inner.pipes.binds.lock().expect("binds lock");
         // Asking our rendezvous: the answer comes from whoever holds the
         // pipe, a peer we did not ask.
-        let via_rdv = inner
-            .rendezvous
-            .get()
-            .and_then(|h| h.status().leased_to)
-            .is_some_and(|r| candidates.contains(&r));
+        let via_rdv = scope.is_none()
+            && inner
+                .rendezvous
+                .get()
+                .and_then(|h| h.status().leased_to)
+                .is_some_and(|r| candidates.contains(&r));
         let (bind, q) = b
             .binder
             .start(Instant::now(), adv.id, adv.pipe_type, candidates, timeout)
@@ -193,7 +210,7 @@ pub(crate) async fn resolve(
     };
     // Removes the waiter and the binder entry however this future ends.
     let _guard = CancelOnDrop { inner, bind };
-    send_query(inner, &first).await;
+    send_query(inner, scope, &first).await;
     loop {
         let next = inner
             .pipes
@@ -234,7 +251,7 @@ pub(crate) async fn resolve(
                     resend
                 };
                 for q in &actions {
-                    send_query(inner, q).await;
+                    send_query(inner, scope, q).await;
                 }
             }
         }
@@ -256,9 +273,20 @@ impl Drop for CancelOnDrop<'_> {
 
 /// Sends one binding query to each of its peers (through the router, as JXSE
 /// expects; a direct send on compact connections).
-async fn send_query(inner: &Arc<Inner>, q: &OutgoingQuery) {
-    let g = inner.group_unique().to_string();
-    let rdv = inner.rendezvous.get().and_then(|h| h.status().leased_to);
+async fn send_query(
+    inner: &Arc<Inner>,
+    scope: Option<&Arc<crate::group::GroupCtx>>,
+    q: &OutgoingQuery,
+) {
+    let g = match scope {
+        Some(c) => c.unique.clone(),
+        None => inner.group_unique().to_string(),
+    };
+    let rdv = inner
+        .rendezvous
+        .get()
+        .and_then(|h| h.status().leased_to)
+        .filter(|_| scope.is_none());
     for peer in &q.peers {
         let Some(m) = inner.messenger(peer) else {
             tracing::debug!(%peer, "no connection for a pipe binding query");
@@ -290,8 +318,19 @@ async fn send_query(inner: &Arc<Inner>, q: &OutgoingQuery) {
             // answer directly.
             src_route: crate::discovery::local_route(inner),
         };
-        let msg = Message::new().with(doc.to_element(&g));
-        if let Err(e) = m.post_routed(RESOLVER_SERVICE, Some(&query_queue(&g)), msg) {
+        let queue = query_queue(&g);
+        let sent = match scope {
+            Some(c) => {
+                let msg = c.message(&queue, doc.to_element(&g));
+                m.post_routed_in(&g, RESOLVER_SERVICE, Some(&queue), msg)
+            }
+            None => m.post_routed(
+                RESOLVER_SERVICE,
+                Some(&queue),
+                Message::new().with(doc.to_element(&g)),
+            ),
+        };
+        if let Err(e) = sent {
             tracing::debug!(%peer, error = %e, "pipe binding query not sent");
         }
     }

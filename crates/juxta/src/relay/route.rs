@@ -72,16 +72,21 @@ pub(crate) async fn on_link_message(
     learn_back(inner, &local, &link, &m);
     if m.dest == local {
         return match forward::into_local(message, &m) {
-            Ok((to, message)) => Some(Delivery {
-                group,
-                to,
-                from: Some(m.src),
-                message,
-                routed: true,
-                // Relayed on behalf of another peer: the router fingerprint
-                // is a bearer token, so only the link's own traffic counts.
-                proven: m.src == link && conn.proof().is_proven(),
-            }),
+            Ok((to, message)) => {
+                // A group address named in the router header (a group
+                // message sent through a relay) gives the group.
+                let (inner_group, to) = demangle(to);
+                Some(Delivery {
+                    group: inner_group.or(group),
+                    to,
+                    from: Some(m.src),
+                    message,
+                    routed: true,
+                    // Relayed on behalf of another peer: the router fingerprint
+                    // is a bearer token, so only the link's own traffic counts.
+                    proven: m.src == link && conn.proof().is_proven(),
+                })
+            }
             Err(e) => {
                 refused(inner, &link, &e);
                 None

@@ -315,7 +315,7 @@ impl JxtaServerSocket {
                 continue;
             }
             let local = crate::pipe::ephemeral_adv(&self.adv, "");
-            let input = InputPipe::open(&self.inner, &local)?;
+            let input = InputPipe::open(&self.inner, None, &local)?;
             let resp = ConnectResponse {
                 kind: SetupKind::Socket,
                 rem_pipe: local.clone(),
@@ -710,7 +710,7 @@ impl JxtaSocket {
         let secure = cfg.secure || adv.pipe_type == PipeType::UnicastSecure;
         let adv = &unicast(adv);
         let local = crate::pipe::ephemeral_adv(adv, ".remote");
-        let mut input = InputPipe::open(&inner, &local)?;
+        let mut input = InputPipe::open(&inner, None, &local)?;
         // Route discovery and binding run in parallel: the binding query
         // goes out as soon as a route to `peer` is known (the rendezvous
         // answers for an edge behind a relay), and a peer nobody can reach
