@@ -185,3 +185,82 @@ async fn a_juxta_edge_discovers_through_a_jxse_rendezvous() {
     assert!(st[3].contains(&publisher.peer_id().to_string()), "{st:?}");
     assert!(st[3].contains(&asker.peer_id().to_string()), "{st:?}");
 }
+
+/// Issue #19 against JXSE: two Juxta edges that do not listen (no TCP
+/// address at all), seeded with a JXSE 2.7 rendezvous, lease it and one
+/// discovers what the other published: the publisher's answer cannot dial
+/// the asker, so it must travel over the connections the edges opened.
+///
+/// Known gap (issue #19, open): the publisher receives the query JXSE
+/// forwards but logs "no route to the querier for the answer": the asker
+/// has no address, the harness runs JXSE with relay off, and Juxta does
+/// not yet send the answer back through the rendezvous it came from
+/// (addressed to the asker, for JXSE's router to forward). Run with
+/// `--ignored` to reproduce.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known gap of issue #19: no route back to a non-listening querier through a JXSE rendezvous"]
+async fn juxta_edges_that_do_not_listen_discover_through_a_jxse_rendezvous() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
+    log();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut j, port) = tokio::task::spawn_blocking(|| {
+        let j = Jxse::start_with(&["--rendezvous"]);
+        let p = j.port;
+        (j, p)
+    })
+    .await
+    .unwrap();
+    let seeds: Vec<std::net::SocketAddr> = vec![format!("127.0.0.1:{port}").parse().unwrap()];
+    let edge = |name: &str| {
+        let mut cfg = PeerConfig::new(dir.path().join(name))
+            .rendezvous(RendezvousConfig::edge(seeds.clone()));
+        cfg.key_bits = 1024;
+        cfg
+    };
+    let publisher = Peer::start(edge("pub")).await.unwrap();
+    let asker = Peer::start(edge("ask")).await.unwrap();
+    for p in [&publisher, &asker] {
+        assert_eq!(
+            p.rendezvous()
+                .unwrap()
+                .wait_leased(Duration::from_secs(30))
+                .await,
+            Some(j.peer_id),
+            "leased the JXSE rendezvous"
+        );
+    }
+    let name = format!("via-jxse-nolisten-{}", std::process::id());
+    let (pipe_id, adv) = pipe_adv(&name);
+    publisher.discovery().publish(&adv).await.unwrap();
+    let end = Instant::now() + Duration::from_secs(60);
+    let found = loop {
+        let r = asker
+            .discovery()
+            .get_remote(
+                AdvKind::Adv,
+                Some("Name"),
+                Some(&name),
+                1,
+                None,
+                Duration::from_secs(3),
+            )
+            .await
+            .unwrap();
+        if !r.is_empty() || Instant::now() > end {
+            break r;
+        }
+    };
+    assert!(
+        matches!(&found[..], [Advertisement::Pipe(p)] if p.id == pipe_id),
+        "found {found:?}"
+    );
+    let st = tokio::task::spawn_blocking(move || {
+        j.command("RDV_STATUS");
+        j.expect("RDV")
+    })
+    .await
+    .unwrap();
+    assert!(st[3].contains(&asker.peer_id().to_string()), "{st:?}");
+}
