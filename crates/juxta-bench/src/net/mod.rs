@@ -494,6 +494,16 @@ fn ns_sysctls(tcp_max: u64) -> io::Result<()> {
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// Gives `dev` in `ns` address `ip`/24 and brings it and `lo` up.
+fn address_and_up(ns: &str, dev: &str, ip: Ipv4Addr) -> Result<(), NetError> {
+    run(
+        "ip",
+        &["-n", ns, "addr", "add", &format!("{ip}/24"), "dev", dev],
+    )?;
+    run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
+    run("ip", &["-n", ns, "link", "set", dev, "up"])
+}
+
 impl Topology {
     /// Creates the profile's topology (nothing for loopback). Needs root and
     /// iproute2 (`ip`, `tc`). Removes stale namespaces of dead processes
@@ -547,12 +557,7 @@ impl Topology {
                 what: format!("setting the TCP buffer limits of {ns}"),
                 source,
             })?;
-            run(
-                "ip",
-                &["-n", ns, "addr", "add", &format!("{ip}/24"), "dev", dev],
-            )?;
-            run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
-            run("ip", &["-n", ns, "link", "set", dev, "up"])?;
+            address_and_up(ns, dev, ip)?;
             run(
                 "ip",
                 &[
@@ -753,12 +758,7 @@ impl VethPair {
             (&a, "a0", CLIENT_IP, RESPONDER_IP, PAIR_RESPONDER_MAC),
             (&b, "b0", RESPONDER_IP, CLIENT_IP, PAIR_CLIENT_MAC),
         ] {
-            run(
-                "ip",
-                &["-n", ns, "addr", "add", &format!("{ip}/24"), "dev", dev],
-            )?;
-            run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
-            run("ip", &["-n", ns, "link", "set", dev, "up"])?;
+            address_and_up(ns, dev, ip)?;
             run(
                 "ip",
                 &[
