@@ -319,7 +319,7 @@ struct PingPongArgs {
     /// (56 kb/s, 150 ms); all but loopback need root.
     #[arg(long, default_value = "loopback")]
     net: String,
-    /// Write {"results": [...]} here.
+    /// Write the results here as JSON (`command`, `machine`, `results`).
     #[arg(long)]
     json: Option<PathBuf>,
     #[command(flatten)]
@@ -406,7 +406,7 @@ struct MpArgs {
     /// needs Java 17 and Maven).
     #[arg(long = "impl", default_value = "juxta")]
     implementations: String,
-    /// Write {"results": [...]} here.
+    /// Write the results here as JSON (`command`, `machine`, `results`).
     #[arg(long)]
     json: Option<PathBuf>,
 }
@@ -460,7 +460,7 @@ struct ThroughputArgs {
     /// (56 kb/s, 150 ms); all but loopback need root.
     #[arg(long, default_value = "loopback")]
     net: String,
-    /// Write {"results": [...]} here.
+    /// Write the results here as JSON (`command`, `machine`, `results`).
     #[arg(long)]
     json: Option<PathBuf>,
     #[command(flatten)]
@@ -490,7 +490,7 @@ struct CompositionArgs {
     /// RSA key size of the bench peers.
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
-    /// Write {"results": [...]} here.
+    /// Write the results here as JSON (`command`, `machine`, `results`).
     #[arg(long)]
     json: Option<PathBuf>,
 }
@@ -540,7 +540,7 @@ struct SendersArgs {
     /// RSA key size of the bench peers (secure pipes use at least 2048).
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
-    /// Write {"results": [...]} here.
+    /// Write the results here as JSON (`command`, `machine`, `results`).
     #[arg(long)]
     json: Option<PathBuf>,
 }
@@ -593,7 +593,7 @@ struct RendezvousArgs {
     /// from them (the thesis: 1,024).
     #[arg(long, default_value_t = 1024)]
     query_space: usize,
-    /// Write {"results": [...]} here.
+    /// Write the results here as JSON (`command`, `machine`, `results`).
     #[arg(long)]
     json: Option<PathBuf>,
 }
@@ -606,7 +606,7 @@ struct RecoveryArgs {
     /// Kills measured.
     #[arg(long, default_value_t = 5)]
     repeats: usize,
-    /// Write {"results": [...]} here.
+    /// Write the results here as JSON (`command`, `machine`, `results`).
     #[arg(long)]
     json: Option<PathBuf>,
 }
@@ -712,7 +712,7 @@ struct RelayArgs {
     /// RSA key size of the peers.
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
-    /// Write {"results": [...]} here.
+    /// Write the results here as JSON (`command`, `machine`, `results`).
     #[arg(long)]
     json: Option<PathBuf>,
 }
@@ -1582,7 +1582,7 @@ fn run_ops(args: OpsArgs) -> Result<(), CliError> {
         );
     }
     if let Some(p) = &args.json {
-        let doc = serde_json::json!({ "results": rows });
+        let doc = results_doc(serde_json::json!(rows));
         std::fs::write(p, serde_json::to_string_pretty(&doc).expect("json"))
             .map_err(|e| CliError::Msg(format!("cannot write {}: {e}", p.display())))?;
     }
@@ -1655,8 +1655,18 @@ async fn run_rdv_serve(a: RdvServeArgs) -> Result<(), CliError> {
         .map_err(CliError::from)
 }
 
+/// `{"command", "machine", "results"}`: every results file says what
+/// produced it (the command, the commit and the machine).
+fn results_doc(rows: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "command": redacted_command(),
+        "machine": juxta_bench::machine::facts(),
+        "results": rows,
+    })
+}
+
 fn write_rows(json: Option<PathBuf>, rows: serde_json::Value) -> Result<(), CliError> {
-    let text = serde_json::to_string_pretty(&serde_json::json!({ "results": rows }))
+    let text = serde_json::to_string_pretty(&results_doc(rows))
         .map_err(|e| CliError::Msg(format!("encoding results: {e}")))?;
     match json {
         Some(p) => std::fs::write(&p, text)

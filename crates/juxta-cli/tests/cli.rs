@@ -74,6 +74,7 @@ fn the_relay_overload_runs_against_a_relay_process() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    says_what_produced_it(&doc, "relay");
     let rows = doc["results"].as_array().unwrap();
     for path in ["direct", "tcp-relay"] {
         assert!(
@@ -293,4 +294,44 @@ fn a_short_soak_runs_its_peers_as_juxta_processes() {
     assert_eq!(rows[6]["socket_bytes_lost"], 0);
     assert_eq!(rows[6]["socket_bytes_out_of_order"], 0);
     assert!(out.join("report.html").exists() && out.join("soak-samples.csv").exists());
+}
+
+/// A results file names the command, the commit and the machine that
+/// produced it (issue #13: every file under docs/results does).
+fn says_what_produced_it(doc: &serde_json::Value, scenario: &str) {
+    let command = doc["command"].as_str().unwrap_or_default();
+    assert!(
+        command.contains("bench") && command.contains(scenario),
+        "{doc}"
+    );
+    assert!(
+        doc["machine"]["git_commit"].is_string(),
+        "{}",
+        doc["machine"]
+    );
+    assert!(
+        doc["machine"]["cores"].as_u64().unwrap_or(0) >= 1,
+        "{}",
+        doc["machine"]
+    );
+}
+
+#[test]
+fn ops_results_say_what_produced_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("ops.json");
+    let o = juxta(&[
+        "bench",
+        "ops",
+        "--configs",
+        "ad-hoc",
+        "--runs",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    says_what_produced_it(&doc, "ops");
+    assert!(!doc["results"].as_array().unwrap().is_empty(), "{doc}");
 }
