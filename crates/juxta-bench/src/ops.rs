@@ -423,44 +423,56 @@ async fn ad_hoc(
             return Err(OpsError::NotFound("cached-peers").into());
         }
 
-        let name = adv.name.clone().unwrap_or_default();
-        let t0 = Instant::now();
-        let found = db
-            .get_remote(
-                AdvKind::Adv,
-                Some("Name"),
-                Some(&name),
-                1,
-                Some(aid),
-                OP_TIMEOUT,
-            )
-            .await
-            .map_err(OpsError::from)?;
-        t.add("remote-pipe", t0.elapsed());
-        if found.is_empty() {
-            return Err(OpsError::NotFound("remote-pipe").into());
-        }
-
-        let t0 = Instant::now();
-        let found = db
-            .get_local(AdvKind::Adv, Some("Name"), Some(&name), 1)
-            .await
-            .map_err(OpsError::from)?;
-        t.add("cached-pipe", t0.elapsed());
-        let Some(Advertisement::Pipe(found)) = found.into_iter().next() else {
-            return Err(OpsError::NotFound("cached-pipe").into());
-        };
-
-        let t0 = Instant::now();
-        let out = b
-            .pipes()
-            .create_output_pipe(&found, &[aid], OP_TIMEOUT)
-            .await?;
-        t.add("open-output-pipe", t0.elapsed());
-        drop(out);
+        find_and_bind(&mut t, &db, &b.pipes(), &adv, aid).await?;
     }
     drop(inputs);
     Ok(t)
+}
+
+/// Finds the pipe advertisement `adv` names through `db`, asking `aid`
+/// (`remote-pipe`), then in the cache (`cached-pipe`), and binds an output
+/// pipe to it (`open-output-pipe`): the same steps in the Net peer group
+/// and in a subgroup.
+async fn find_and_bind(
+    t: &mut Tally,
+    db: &juxta::discovery::DiscoveryService,
+    pipes: &juxta::pipe::PipeService,
+    adv: &PipeAdvertisement,
+    aid: juxta::proto::id::PeerId,
+) -> Result<(), BenchError> {
+    let name = adv.name.clone().unwrap_or_default();
+    let t0 = Instant::now();
+    let found = db
+        .get_remote(
+            AdvKind::Adv,
+            Some("Name"),
+            Some(&name),
+            1,
+            Some(aid),
+            OP_TIMEOUT,
+        )
+        .await
+        .map_err(OpsError::from)?;
+    t.add("remote-pipe", t0.elapsed());
+    if found.is_empty() {
+        return Err(OpsError::NotFound("remote-pipe").into());
+    }
+
+    let t0 = Instant::now();
+    let found = db
+        .get_local(AdvKind::Adv, Some("Name"), Some(&name), 1)
+        .await
+        .map_err(OpsError::from)?;
+    t.add("cached-pipe", t0.elapsed());
+    let Some(Advertisement::Pipe(found)) = found.into_iter().next() else {
+        return Err(OpsError::NotFound("cached-pipe").into());
+    };
+
+    let t0 = Instant::now();
+    let out = pipes.create_output_pipe(&found, &[aid], OP_TIMEOUT).await?;
+    t.add("open-output-pipe", t0.elapsed());
+    drop(out);
+    Ok(())
 }
 
 /// Two peers connected directly, operating inside subgroups: every
@@ -555,41 +567,7 @@ async fn subgroup(
             .map_err(OpsError::from)?;
         t.add("publish", t0.elapsed());
 
-        let name = adv.name.clone().unwrap_or_default();
-        let t0 = Instant::now();
-        let found = db
-            .get_remote(
-                AdvKind::Adv,
-                Some("Name"),
-                Some(&name),
-                1,
-                Some(aid),
-                OP_TIMEOUT,
-            )
-            .await
-            .map_err(OpsError::from)?;
-        t.add("remote-pipe", t0.elapsed());
-        if found.is_empty() {
-            return Err(OpsError::NotFound("remote-pipe").into());
-        }
-
-        let t0 = Instant::now();
-        let found = db
-            .get_local(AdvKind::Adv, Some("Name"), Some(&name), 1)
-            .await
-            .map_err(OpsError::from)?;
-        t.add("cached-pipe", t0.elapsed());
-        let Some(Advertisement::Pipe(found)) = found.into_iter().next() else {
-            return Err(OpsError::NotFound("cached-pipe").into());
-        };
-
-        let t0 = Instant::now();
-        let out = bg
-            .pipes()
-            .create_output_pipe(&found, &[aid], OP_TIMEOUT)
-            .await?;
-        t.add("open-output-pipe", t0.elapsed());
-        drop(out);
+        find_and_bind(&mut t, &db, &bg.pipes(), &adv, aid).await?;
     }
     drop(inputs);
     Ok(t)
