@@ -56,6 +56,36 @@ fn pipe_adv(name: &str) -> (PipeId, Advertisement) {
     (id, Advertisement::Pipe(a))
 }
 
+/// `publisher` publishes a pipe advertisement named `name`; `asker` asks
+/// for it by remote discovery until found (the SRDI push and the query
+/// race; bounded at 60 s) and it must be that advertisement.
+async fn publish_and_find(publisher: &Peer, asker: &Peer, name: &str) {
+    let (pipe_id, adv) = pipe_adv(name);
+    publisher.discovery().publish(&adv).await.unwrap();
+    let end = Instant::now() + Duration::from_secs(60);
+    let found = loop {
+        let r = asker
+            .discovery()
+            .get_remote(
+                AdvKind::Adv,
+                Some("Name"),
+                Some(name),
+                1,
+                None,
+                Duration::from_secs(3),
+            )
+            .await
+            .unwrap();
+        if !r.is_empty() || Instant::now() > end {
+            break r;
+        }
+    };
+    assert!(
+        matches!(&found[..], [Advertisement::Pipe(p)] if p.id == pipe_id),
+        "found {found:?}"
+    );
+}
+
 /// Polls the harness' `RDV_STATUS` until it reports a lease (or the
 /// deadline); returns the last status line.
 fn wait_jxse_leased(j: &mut Jxse, deadline: Duration) -> Vec<String> {
@@ -148,33 +178,12 @@ async fn a_juxta_edge_discovers_through_a_jxse_rendezvous() {
             "leased the JXSE rendezvous"
         );
     }
-    let name = format!("via-jxse-{}", std::process::id());
-    let (pipe_id, adv) = pipe_adv(&name);
-    publisher.discovery().publish(&adv).await.unwrap();
-
-    // The SRDI push and the query race; ask until found (bounded).
-    let end = Instant::now() + Duration::from_secs(60);
-    let found = loop {
-        let r = asker
-            .discovery()
-            .get_remote(
-                AdvKind::Adv,
-                Some("Name"),
-                Some(&name),
-                1,
-                None,
-                Duration::from_secs(3),
-            )
-            .await
-            .unwrap();
-        if !r.is_empty() || Instant::now() > end {
-            break r;
-        }
-    };
-    assert!(
-        matches!(&found[..], [Advertisement::Pipe(p)] if p.id == pipe_id),
-        "found {found:?}"
-    );
+    publish_and_find(
+        &publisher,
+        &asker,
+        &format!("via-jxse-{}", std::process::id()),
+    )
+    .await;
     // JXSE lists both Juxta edges as its clients.
     let st = tokio::task::spawn_blocking(move || {
         j.command("RDV_STATUS");
@@ -232,30 +241,7 @@ async fn juxta_edges_that_do_not_listen_discover_through_a_jxse_rendezvous() {
         );
     }
     let name = format!("via-jxse-nolisten-{}", std::process::id());
-    let (pipe_id, adv) = pipe_adv(&name);
-    publisher.discovery().publish(&adv).await.unwrap();
-    let end = Instant::now() + Duration::from_secs(60);
-    let found = loop {
-        let r = asker
-            .discovery()
-            .get_remote(
-                AdvKind::Adv,
-                Some("Name"),
-                Some(&name),
-                1,
-                None,
-                Duration::from_secs(3),
-            )
-            .await
-            .unwrap();
-        if !r.is_empty() || Instant::now() > end {
-            break r;
-        }
-    };
-    assert!(
-        matches!(&found[..], [Advertisement::Pipe(p)] if p.id == pipe_id),
-        "found {found:?}"
-    );
+    publish_and_find(&publisher, &asker, &name).await;
     let st = tokio::task::spawn_blocking(move || {
         j.command("RDV_STATUS");
         j.expect("RDV")
