@@ -1,8 +1,11 @@
 //! The composition scenario: one 20 KB message sent as 1x20 KB, 5x4 KB,
-//! 10x2 KB or 20x1 KB elements, ping-pong RTT on the endpoint and a unicast
-//! pipe, with plain TCP carrying the same bytes (one frame) as the
-//! baseline. Measured like the ping-pong: warm-up, timed runs interleaved
-//! with tcp, median.
+//! 10x2 KB or 20x1 KB elements, ping-pong RTT on every message layer
+//! (endpoint, unicast, secure, bidirectional and propagate pipes — the
+//! latter to one receiver — in compact framing, and the endpoint and pipe
+//! in JXTA framing), with plain TCP carrying the same bytes (one frame) as
+//! the baseline. Measured like the ping-pong: warm-up, timed runs
+//! interleaved with tcp, median. Byte-stream layers (sockets) carry no
+//! elements and are not measured here.
 
 use serde::Serialize;
 
@@ -12,11 +15,15 @@ use crate::util::{pin_current, Pin};
 use crate::BenchError;
 
 /// Layers the composition scenario measures.
-pub const LAYERS: [Layer; 4] = [
+pub const LAYERS: [Layer; 8] = [
     Layer::Tcp,
     Layer::Endpoint,
     Layer::EndpointCompat,
     Layer::UnicastPipe,
+    Layer::PipeCompat,
+    Layer::SecurePipe,
+    Layer::BidiPipe,
+    Layer::Propagate,
 ];
 
 /// Options of a composition run.
@@ -114,7 +121,8 @@ async fn run_here(
     for l in &opts.layers {
         l.check("composition", &LAYERS)?;
     }
-    let lanes = lanes_of(&opts.layers, &[]);
+    // Propagate: to one receiver, as a composition of the one-to-one case.
+    let lanes = lanes_of(&opts.layers, &[1]);
     let (mut clients, responders) = connect_lanes(
         host,
         &lanes,

@@ -834,6 +834,8 @@ impl JxseBench {
             layer: layer.name(),
             size,
             pattern: Pattern::Smooth,
+            offered_msgs_per_s: None,
+            receivers: None,
             msgs_per_s: rate,
             bandwidth_mb_s: rate * size as f64 / 1e6,
             loss_pct: loss_pct(sent, delivered),

@@ -1511,7 +1511,10 @@ impl Client {
                 s.write_all(payload).await.map_err(io_err("socket write"))?;
                 s.flush().await.map_err(io_err("socket flush"))?;
             }
-            Kind::Propagate { .. } | Kind::Udp { .. } => {
+            Kind::Propagate { out, .. } => {
+                out.send(msg()).await?;
+            }
+            Kind::Udp { .. } => {
                 return Err(BenchError::Unsupported {
                     layer: self.layer.name().into(),
                     scenario: "one-way sends".into(),
@@ -1520,6 +1523,15 @@ impl Client {
             }
         }
         Ok(())
+    }
+
+    /// How many receivers each message reaches (the propagate layer's
+    /// receiver count, 1 for every other layer).
+    pub fn fanout(&self) -> usize {
+        match &self.kind {
+            Kind::Propagate { receivers, .. } => *receivers,
+            _ => 1,
+        }
     }
 
     /// Sends a control message on the data channel (so it arrives after
@@ -1573,7 +1585,30 @@ impl Client {
                     let m = pipe.recv().await.map(|d| d.message);
                     message_answer(layer, kind, m)
                 }
-                Kind::Propagate { .. } | Kind::Udp { .. } => Err(BenchError::Unsupported {
+                Kind::Propagate {
+                    out,
+                    acks,
+                    receivers,
+                } => {
+                    out.send(ctl_message(kind, arg)).await?;
+                    if kind == Ctl::Begin {
+                        return Ok(None);
+                    }
+                    // Every receiver answers on the ack pipe; an end-of-run
+                    // report sums theirs (the caller divides by the fanout).
+                    let mut total: Option<Report> = None;
+                    for _ in 0..*receivers {
+                        let m = acks.recv().await.map(|d| d.message);
+                        if let Some(r) = message_answer(layer, kind, m)? {
+                            let t = total.get_or_insert(Report::default());
+                            t.received = t.received.saturating_add(r.received);
+                            t.unique = t.unique.saturating_add(r.unique);
+                            t.bytes = t.bytes.saturating_add(r.bytes);
+                        }
+                    }
+                    Ok(total)
+                }
+                Kind::Udp { .. } => Err(BenchError::Unsupported {
                     layer: layer.name().into(),
                     scenario: "one-way sends".into(),
                     allowed: "every other layer".into(),

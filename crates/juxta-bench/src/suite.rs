@@ -41,7 +41,7 @@ use crate::pingpong::{self, PingPongOptions, PingPongRow};
 use crate::recovery::{self, RecoveryOptions};
 use crate::relay::{self, OverloadOptions, RelayOptions};
 use crate::rendezvous::{self, RendezvousOptions};
-use crate::senders::{self, SendersOptions};
+use crate::senders::{self, Mode as SendMode, SendersOptions};
 use crate::throughput::{self, Pattern, ThroughputOptions};
 use crate::util::Pin;
 use crate::BenchError;
@@ -325,6 +325,12 @@ fn allowed(s: Scenario) -> &'static [Layer] {
     }
 }
 
+/// `--full` ping-pong: sizes up to this take the thesis' 10,000 samples.
+const FULL_SAMPLES_UP_TO: usize = 1 << 20;
+
+/// `--full` throughput: offered rates of the paced sweep (messages/s).
+const FULL_RATES: [f64; 5] = [10.0, 100.0, 1_000.0, 10_000.0, 100_000.0];
+
 /// Plans the steps of a run.
 // The option structs grow fields (network profiles, implementations): the
 // `..Default::default()` keeps the plan valid when they do.
@@ -343,8 +349,12 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
         match sc {
             Scenario::Pingpong => {
                 let sizes: Vec<usize> = if opts.full {
-                    // Powers of 4 from 1 B to 4 MiB: the studies' sweep.
-                    (0..12).map(|i| 1usize << (2 * i)).collect()
+                    // Powers of 4 from 1 B to 4 MiB, and the thesis' 10 MB
+                    // (10 MiB here).
+                    (0..12)
+                        .map(|i| 1usize << (2 * i))
+                        .chain([10 << 20])
+                        .collect()
                 } else {
                     vec![1, 1024, 16384, 65536, 262_144, 1 << 20, 4 << 20]
                 };
@@ -388,31 +398,65 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                     }
                 }
                 for l in layers {
-                    steps.push(Step::Pingpong(PingPongOptions {
-                        layers: vec![l],
-                        sizes: if l == Layer::Propagate {
-                            vec![1, 65536]
-                        } else {
-                            sizes.iter().copied().filter(|s| l.carries(*s)).collect()
-                        },
-                        receivers: if opts.full {
-                            vec![1, 2, 4, 8, 16]
-                        } else {
-                            vec![1, 2, 4, 8]
-                        },
-                        pin: opts.pin,
-                        warmup: if opts.full { 1000 } else { 500 },
-                        runs: 5,
-                        pairs: 100,
-                        key_bits: opts.key_bits,
-                        ..PingPongOptions::default()
-                    }));
+                    let sizes: Vec<usize> = if l == Layer::Propagate {
+                        vec![1, 65536]
+                    } else {
+                        sizes.iter().copied().filter(|s| l.carries(*s)).collect()
+                    };
+                    let step = |sizes: Vec<usize>, runs: usize, pairs: usize| {
+                        Step::Pingpong(PingPongOptions {
+                            layers: vec![l],
+                            sizes,
+                            receivers: if opts.full {
+                                vec![1, 2, 4, 8, 16]
+                            } else {
+                                vec![1, 2, 4, 8]
+                            },
+                            pin: opts.pin,
+                            warmup: if opts.full { 1000 } else { 500 },
+                            runs,
+                            pairs,
+                            key_bits: opts.key_bits,
+                            ..PingPongOptions::default()
+                        })
+                    };
+                    if opts.full {
+                        // The thesis' sample count: 10,000 timed pairs
+                        // after 1,000 warm-up, up to 1 MiB; above, 500
+                        // (a 10,000-pair run of 10 MiB messages would move
+                        // 200 GB).
+                        let (small, large): (Vec<usize>, Vec<usize>) =
+                            sizes.into_iter().partition(|&s| s <= FULL_SAMPLES_UP_TO);
+                        if !small.is_empty() {
+                            steps.push(step(small, 10, 1000));
+                        }
+                        if !large.is_empty() {
+                            steps.push(step(large, 5, 100));
+                        }
+                    } else {
+                        steps.push(step(sizes, 5, 100));
+                    }
                 }
             }
             Scenario::Throughput => {
+                let mut layers = layers;
+                if opts.full && opts.layers.is_none() {
+                    // Propagate throughput (one sender, one receiver).
+                    layers.push(Layer::Propagate);
+                }
                 let base = ThroughputOptions {
                     sizes: if opts.full {
-                        vec![1, 64, 1024, 16384, 65536, 262_144, 1 << 20, 4 << 20]
+                        vec![
+                            1,
+                            64,
+                            1024,
+                            16384,
+                            65536,
+                            262_144,
+                            1 << 20,
+                            4 << 20,
+                            10 << 20,
+                        ]
                     } else {
                         vec![1, 1024, 65536, 1 << 20]
                     },
@@ -433,6 +477,19 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                         layers: vec![l],
                         ..base.clone()
                     }));
+                }
+                if opts.full {
+                    // The thesis' send-rate sweep: 1 KB messages at set
+                    // offered rates.
+                    for &l in std::iter::once(&Layer::Tcp).chain(&layers) {
+                        steps.push(Step::Throughput(ThroughputOptions {
+                            layers: vec![l],
+                            sizes: vec![1024],
+                            patterns: vec![Pattern::Paced],
+                            rates: FULL_RATES.to_vec(),
+                            ..base.clone()
+                        }));
+                    }
                 }
                 // The other stacks asked for (smooth rows of their own).
                 let mut stacks = Vec::new();
@@ -463,6 +520,16 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                 }
             }
             Scenario::Composition => {
+                let layers = if opts.full && opts.layers.is_none() {
+                    // Every message layer.
+                    composition::LAYERS
+                        .iter()
+                        .copied()
+                        .filter(|l| *l != Layer::Tcp)
+                        .collect()
+                } else {
+                    layers
+                };
                 if !layers.is_empty() {
                     steps.push(Step::Composition(CompositionOptions {
                         layers,
@@ -544,11 +611,21 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                 ..RecoveryOptions::default()
             })),
             Scenario::Senders => {
+                let mut layers = layers;
+                if opts.full && opts.layers.is_none() {
+                    layers.push(Layer::Socket);
+                }
                 for l in std::iter::once(Layer::Tcp).chain(layers) {
                     steps.push(Step::Senders(SendersOptions {
                         layers: vec![l],
                         senders: vec![1, 2, 4, 8],
-                        sizes: vec![1],
+                        // --full: the thesis' many-to-one throughput too.
+                        modes: if opts.full {
+                            vec![SendMode::Pingpong, SendMode::Oneway]
+                        } else {
+                            vec![SendMode::Pingpong]
+                        },
+                        sizes: if opts.full { vec![1, 65536] } else { vec![1] },
                         duration_ms: if opts.full { 2000 } else { 500 },
                         warmup: if opts.full { 200 } else { 100 },
                         pin: opts.pin,
@@ -1209,16 +1286,49 @@ mod tests {
     }
 
     #[test]
+    fn the_full_plan_has_the_thesis_messaging_parameters() {
+        let mut o = SuiteOptions::quick("x".into());
+        o.full = true;
+        let steps = plan(&o);
+        // 10 MB messages and the thesis' 10,000 samples up to 1 MiB.
+        assert!(steps.iter().any(|s| matches!(s,
+            Step::Pingpong(p) if p.sizes.contains(&(10 << 20)) && p.runs * p.pairs == 500)));
+        assert!(steps.iter().any(|s| matches!(s,
+            Step::Pingpong(p) if p.sizes.contains(&1) && p.runs * p.pairs == 10_000
+                && p.warmup == 1000)));
+        // Set send rates, propagate throughput, 10 MB throughput.
+        assert!(steps.iter().any(|s| matches!(s,
+            Step::Throughput(t) if t.patterns == vec![Pattern::Paced] && t.rates.len() >= 3)));
+        assert!(steps.iter().any(|s| matches!(s,
+            Step::Throughput(t) if t.layers == vec![Layer::Propagate])));
+        assert!(steps.iter().any(|s| matches!(s,
+            Step::Throughput(t) if t.sizes.contains(&(10 << 20)))));
+        // Composition on every message layer.
+        assert!(steps.iter().any(|s| matches!(s,
+            Step::Composition(c) if c.layers.len() == composition::LAYERS.len() - 1)));
+        // Many-to-one one way, pipes and sockets.
+        assert!(steps.iter().any(|s| matches!(s,
+            Step::Senders(x) if x.modes.contains(&SendMode::Oneway)
+                && x.layers == vec![Layer::Socket])));
+        // The default run has none of it.
+        let quick = plan(&SuiteOptions::quick("x".into()));
+        assert!(quick.iter().all(|s| !matches!(s,
+            Step::Throughput(t) if t.patterns.contains(&Pattern::Paced))));
+        assert!(quick.iter().all(|s| !matches!(s,
+            Step::Senders(x) if x.modes.contains(&SendMode::Oneway))));
+    }
+
+    #[test]
     fn a_layer_filter_keeps_only_layers_a_scenario_measures() {
         let mut o = SuiteOptions::quick("x".into());
-        o.layers = Some(vec![Layer::Propagate]);
+        o.layers = Some(vec![Layer::SocketCompat]);
         let steps = plan(&o);
         assert!(steps
             .iter()
-            .all(|s| !matches!(s, Step::Throughput(o) if o.layers.contains(&Layer::Propagate))));
+            .all(|s| !matches!(s, Step::Throughput(o) if o.layers.contains(&Layer::SocketCompat))));
         assert!(steps
             .iter()
-            .any(|s| matches!(s, Step::Pingpong(o) if o.layers == vec![Layer::Propagate])));
+            .any(|s| matches!(s, Step::Pingpong(o) if o.layers == vec![Layer::SocketCompat])));
     }
 
     #[test]

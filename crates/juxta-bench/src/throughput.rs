@@ -1,6 +1,15 @@
 //! The throughput scenario: one-way messages per second and MB/s per layer
 //! and size, sending `smooth` (as fast as the layer accepts, for a fixed
-//! time or count) or `bursty` (bursts of 50 messages, then 500 ms idle).
+//! time or count), `bursty` (bursts of 50 messages, then 500 ms idle) or
+//! `paced` (at set offered rates, as the thesis swept send rates: message
+//! `i` leaves at `i / rate` after the start; tokio's timer wakes at most
+//! once a millisecond, so above 1,000 messages/s the messages due within
+//! a millisecond leave together).
+//!
+//! The propagate layer sends to `receivers` receivers (one responder
+//! process); its rate is per receiver (deliveries over all receivers
+//! divided by their number) and its loss over every (message, receiver)
+//! pair.
 //!
 //! Every payload carries an 8-byte message id (its low bytes when the
 //! payload is shorter); the receiver counts distinct ids in order and
@@ -26,7 +35,7 @@ use crate::util::{loss_pct, pin_current, CountedPayload, Pin};
 use crate::BenchError;
 
 /// Layers the throughput scenario measures.
-pub const LAYERS: [Layer; 8] = [
+pub const LAYERS: [Layer; 9] = [
     Layer::Tcp,
     Layer::Endpoint,
     Layer::EndpointCompat,
@@ -35,6 +44,7 @@ pub const LAYERS: [Layer; 8] = [
     Layer::BidiPipe,
     Layer::Socket,
     Layer::SecureSocket,
+    Layer::Propagate,
 ];
 
 /// How messages are sent.
@@ -45,6 +55,8 @@ pub enum Pattern {
     Smooth,
     /// Bursts of messages separated by idle time.
     Bursty,
+    /// At each of the set offered rates ([`ThroughputOptions::rates`]).
+    Paced,
 }
 
 impl Pattern {
@@ -53,8 +65,9 @@ impl Pattern {
         match s {
             "smooth" => Ok(Pattern::Smooth),
             "bursty" => Ok(Pattern::Bursty),
+            "paced" => Ok(Pattern::Paced),
             _ => Err(BenchError::BadOption(format!(
-                "pattern {s:?} (expected smooth or bursty)"
+                "pattern {s:?} (expected smooth, bursty or paced)"
             ))),
         }
     }
@@ -63,6 +76,7 @@ impl Pattern {
         match self {
             Pattern::Smooth => "smooth",
             Pattern::Bursty => "bursty",
+            Pattern::Paced => "paced",
         }
     }
 }
@@ -86,6 +100,11 @@ pub struct ThroughputOptions {
     pub burst_len: usize,
     /// Bursty: idle time after each burst but the last (ms).
     pub idle_ms: u64,
+    /// Paced: offered rates, messages per second (each run lasts
+    /// `duration_ms`, or `count` messages).
+    pub rates: Vec<f64>,
+    /// Propagate: receivers each message reaches.
+    pub receivers: usize,
     /// Warm-up: messages sent (and counted, then discarded) per layer and
     /// size before the timed runs, capped at 32 MiB of payload.
     pub warmup: u64,
@@ -106,8 +125,14 @@ impl Default for ThroughputOptions {
         ThroughputOptions {
             layers: LAYERS
                 .into_iter()
-                // As the CLI's default: secure-socket on request only.
-                .filter(|l| !matches!(l, Layer::EndpointCompat | Layer::SecureSocket))
+                // As the CLI's default: secure-socket and propagate on
+                // request only.
+                .filter(|l| {
+                    !matches!(
+                        l,
+                        Layer::EndpointCompat | Layer::SecureSocket | Layer::Propagate
+                    )
+                })
                 .collect(),
             sizes: vec![1, 1024, 65536, 1_048_576],
             patterns: vec![Pattern::Smooth, Pattern::Bursty],
@@ -116,6 +141,8 @@ impl Default for ThroughputOptions {
             bursts: 3,
             burst_len: 50,
             idle_ms: 500,
+            rates: Vec::new(),
+            receivers: 1,
             warmup: 2000,
             pin: Pin::Same,
             key_bits: 1024,
@@ -140,7 +167,13 @@ pub struct ThroughputRow {
     pub size: usize,
     /// Sending pattern.
     pub pattern: Pattern,
-    /// Messages received per second.
+    /// Paced rows: the offered rate, messages per second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offered_msgs_per_s: Option<f64>,
+    /// Propagate rows: the receivers each message reached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receivers: Option<usize>,
+    /// Messages received per second (propagate: per receiver).
     pub msgs_per_s: f64,
     /// Payload received, 10^6 bytes/s.
     pub bandwidth_mb_s: f64,
@@ -153,10 +186,12 @@ pub struct ThroughputRow {
 pub struct RunResult {
     /// Messages sent.
     pub sent: u64,
-    /// Distinct messages the receiver counted.
+    /// Distinct messages the receivers counted (summed over receivers).
     pub delivered: u64,
     /// Time the rate is computed over.
     pub elapsed: Duration,
+    /// Receivers each message was sent to (1 but for propagate).
+    pub fanout: u64,
 }
 
 impl RunResult {
@@ -175,8 +210,9 @@ impl RunResult {
         pattern: Pattern,
     ) -> ThroughputRow {
         let secs = self.elapsed.as_secs_f64();
+        let fanout = self.fanout.max(1);
         let rate = if secs > 0.0 {
-            self.delivered as f64 / secs
+            self.delivered as f64 / fanout as f64 / secs
         } else {
             0.0
         };
@@ -186,9 +222,11 @@ impl RunResult {
             layer,
             size,
             pattern,
+            offered_msgs_per_s: None,
+            receivers: (layer == Layer::Propagate.name()).then_some(fanout as usize),
             msgs_per_s: rate,
             bandwidth_mb_s: rate * size as f64 / 1e6,
-            loss_pct: loss_pct(self.sent, self.delivered),
+            loss_pct: loss_pct(self.sent.saturating_mul(fanout), self.delivered),
         }
     }
 }
@@ -199,6 +237,7 @@ fn stack_row(stack: Stack, size: usize, r: &crate::stacks::StreamRun) -> Through
         sent: r.sent,
         delivered: r.received,
         elapsed: r.elapsed,
+        fanout: 1,
     }
     .row_for(
         stack.name(),
@@ -219,13 +258,15 @@ async fn end_run(client: &mut Client, sent: u64) -> Result<u64, BenchError> {
     Ok(r.unique)
 }
 
-/// Sends `size`-byte messages back to back for `duration`, or `count`
+/// Sends `size`-byte messages back to back (or, with `rate`, message `i`
+/// at `i / rate` seconds after the start) for `duration`, or `count`
 /// messages if given.
-async fn smooth(
+pub(crate) async fn smooth(
     client: &mut Client,
     size: usize,
     duration: Duration,
     count: Option<u64>,
+    rate: Option<f64>,
 ) -> Result<RunResult, BenchError> {
     client.control(Ctl::Begin, size as u64).await?;
     let mut payload = CountedPayload::new(size);
@@ -233,6 +274,12 @@ async fn smooth(
     let deadline = t0.checked_add(duration);
     let mut sent = 0u64;
     loop {
+        if let Some(r) = rate {
+            let due = t0 + Duration::from_secs_f64(sent as f64 / r);
+            if due > Instant::now() {
+                tokio::time::sleep_until(due.into()).await;
+            }
+        }
         let b = payload.get(sent);
         client.send_counted(&b).await?;
         payload.put_back(b);
@@ -249,6 +296,7 @@ async fn smooth(
         sent,
         delivered,
         elapsed: t0.elapsed(),
+        fanout: client.fanout() as u64,
     })
 }
 
@@ -282,7 +330,30 @@ async fn bursty(
         sent,
         delivered,
         elapsed: active,
+        fanout: client.fanout() as u64,
     })
+}
+
+/// Refuses paced runs without rates, rates without the paced pattern, and
+/// rates that are not a positive finite number of messages per second.
+pub fn check_rates(opts: &ThroughputOptions) -> Result<(), BenchError> {
+    let paced = opts.patterns.contains(&Pattern::Paced);
+    if paced && opts.rates.is_empty() {
+        return Err(BenchError::BadOption(
+            "--patterns paced needs --rate (offered messages per second)".into(),
+        ));
+    }
+    if !paced && !opts.rates.is_empty() {
+        return Err(BenchError::BadOption(
+            "--rate applies to the paced pattern only: add paced to --patterns".into(),
+        ));
+    }
+    if let Some(r) = opts.rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+        return Err(BenchError::BadOption(format!(
+            "--rate {r}: a rate is a positive number of messages per second"
+        )));
+    }
+    Ok(())
 }
 
 /// Runs the scenario: one responder per layer on `host`; for each size and
@@ -307,13 +378,19 @@ async fn run_here(
             "throughput messages need at least 1 byte (the message id)".into(),
         ));
     }
+    check_rates(opts)?;
     let mut responders: Vec<Responder> = Vec::new();
     let mut clients = Vec::new();
     for &l in &layers {
         progress(&format!("starting the {} responder", l.name()));
-        let spec = ResponderSpec::new(l, opts.key_bits, 1).on(&opts.net);
+        let receivers = if l == Layer::Propagate {
+            opts.receivers.max(1)
+        } else {
+            1
+        };
+        let spec = ResponderSpec::new(l, opts.key_bits, receivers).on(&opts.net);
         let r = spawn_responder(host, &spec, opts.pin.responder_core()).await?;
-        clients.push(Client::connect(l, &r.ready, opts.key_bits, 1).await?);
+        clients.push(Client::connect(l, &r.ready, opts.key_bits, receivers).await?);
         responders.push(r);
     }
     let mut lanes: Vec<StackLane> = Vec::new();
@@ -347,7 +424,7 @@ async fn run_here(
                 "size {size}: warm-up {} ({warm} messages)",
                 c.layer().name()
             ));
-            smooth(c, size, Duration::MAX, Some(warm)).await?;
+            smooth(c, size, Duration::MAX, Some(warm), None).await?;
         }
         for lane in lanes.iter_mut() {
             let k = lane.stack();
@@ -361,16 +438,30 @@ async fn run_here(
         }
         for &pattern in &opts.patterns {
             for c in clients.iter_mut() {
+                if pattern == Pattern::Paced {
+                    for &rate in &opts.rates {
+                        progress(&format!(
+                            "size {size}: paced at {rate} msgs/s {}",
+                            c.layer().name()
+                        ));
+                        let r = smooth(c, size, duration, opts.count, Some(rate)).await?;
+                        let mut row = r.row(c.layer(), size, pattern);
+                        row.offered_msgs_per_s = Some(rate);
+                        rows.push(row);
+                    }
+                    continue;
+                }
                 progress(&format!(
                     "size {size}: {} {}",
                     pattern.name(),
                     c.layer().name()
                 ));
                 let r = match pattern {
-                    Pattern::Smooth => smooth(c, size, duration, opts.count).await?,
+                    Pattern::Smooth => smooth(c, size, duration, opts.count, None).await?,
                     Pattern::Bursty => {
                         bursty(c, size, opts.bursts.max(1), opts.burst_len.max(1), idle).await?
                     }
+                    Pattern::Paced => unreachable!("handled above"),
                 };
                 rows.push(r.row(c.layer(), size, pattern));
             }
@@ -427,6 +518,7 @@ mod tests {
             sent: 1000,
             delivered: 990,
             elapsed: Duration::from_millis(500),
+            fanout: 1,
         };
         let row = r.row(Layer::UnicastPipe, 1024, Pattern::Bursty);
         assert_eq!(row.msgs_per_s, 1980.0);
@@ -454,9 +546,45 @@ mod tests {
             sent: 0,
             delivered: 0,
             elapsed: Duration::ZERO,
+            fanout: 1,
         }
         .row(Layer::Tcp, 1, Pattern::Smooth);
         assert_eq!((zero.msgs_per_s, zero.loss_pct), (0.0, 0.0));
+    }
+
+    #[test]
+    fn paced_runs_need_valid_rates() {
+        let mut o = ThroughputOptions {
+            patterns: vec![Pattern::Paced],
+            ..ThroughputOptions::default()
+        };
+        assert!(check_rates(&o).unwrap_err().to_string().contains("--rate"));
+        o.rates = vec![100.0, 0.0];
+        assert!(check_rates(&o).is_err());
+        o.rates = vec![100.0, f64::INFINITY];
+        assert!(check_rates(&o).is_err());
+        o.rates = vec![100.0, 1e4];
+        assert!(check_rates(&o).is_ok());
+        o.patterns = vec![Pattern::Smooth];
+        assert!(check_rates(&o).unwrap_err().to_string().contains("paced"));
+        assert_eq!(Pattern::parse("paced").unwrap(), Pattern::Paced);
+    }
+
+    #[test]
+    fn propagate_rows_are_per_receiver() {
+        let r = RunResult {
+            sent: 1000,
+            delivered: 3960,
+            elapsed: Duration::from_secs(1),
+            fanout: 4,
+        };
+        let row = r.row(Layer::Propagate, 1024, Pattern::Smooth);
+        assert_eq!(row.msgs_per_s, 990.0);
+        assert_eq!(row.receivers, Some(4));
+        assert!((row.loss_pct - 1.0).abs() < 1e-9);
+        let j = serde_json::to_value(&row).unwrap();
+        assert_eq!(j["receivers"], 4);
+        assert!(j.get("offered_msgs_per_s").is_none());
     }
 
     #[test]

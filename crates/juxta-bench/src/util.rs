@@ -334,7 +334,7 @@ impl SeqCounter {
 }
 
 /// What the receiver reports at the end of a one-way run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Report {
     /// Messages received.
     pub received: u64,

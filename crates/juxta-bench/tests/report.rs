@@ -89,6 +89,16 @@ fn synthetic_doc() -> Value {
         for senders in [1, 2, 4, 8] {
             rows.push(json!({"scenario": "senders", "layer": layer, "senders": senders, "size": 1,
                 "msgs_per_s": 50000.0 + senders as f64 * 3000.0, "rtt_us_median": 16.0 * senders as f64}));
+            rows.push(
+                json!({"scenario": "senders", "layer": layer, "mode": "oneway",
+                "senders": senders, "size": 65536, "msgs_per_s": 20000.0,
+                "bandwidth_mb_s": 1310.72, "loss_pct": 0.0}),
+            );
+        }
+        for offered in [10.0, 100.0, 1000.0, 10000.0] {
+            rows.push(json!({"scenario": "throughput", "impl": if layer == "tcp" { "tcp" } else { "juxta" },
+                "layer": layer, "size": 1024, "pattern": "paced", "offered_msgs_per_s": offered,
+                "msgs_per_s": offered * 0.99, "bandwidth_mb_s": offered * 1024.0 / 1e6, "loss_pct": 0.0}));
         }
     }
     let ops = [
@@ -232,8 +242,10 @@ const SYNTHETIC_PLOTS: &[&str] = &[
     "plot-throughput-msgs",
     "plot-throughput-mbs",
     "plot-throughput-loss",
+    "plot-throughput-paced",
     "plot-composition",
     "plot-senders-msgs",
+    "plot-senders-mbs",
     "plot-senders-rtt",
     "plot-ops",
     "plot-rendezvous-response-qps",

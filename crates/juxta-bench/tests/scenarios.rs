@@ -357,12 +357,14 @@ async fn throughput_every_layer() {
     let opts = ThroughputOptions {
         layers: throughput::LAYERS.to_vec(),
         sizes: vec![1, 3000],
-        patterns: vec![Pattern::Smooth, Pattern::Bursty],
+        patterns: vec![Pattern::Smooth, Pattern::Bursty, Pattern::Paced],
         duration_ms: 50,
         count: Some(300),
         bursts: 2,
         burst_len: 20,
         idle_ms: 20,
+        rates: vec![5000.0],
+        receivers: 2,
         warmup: 20,
         pin: Pin::None,
         key_bits: 1024,
@@ -370,15 +372,23 @@ async fn throughput_every_layer() {
         stacks: Vec::new(),
     };
     let rows = throughput::run(&Host::Thread, &opts, quiet).await.unwrap();
-    assert_eq!(rows.len(), throughput::LAYERS.len() * 2 * 2);
+    assert_eq!(rows.len(), throughput::LAYERS.len() * 2 * 3);
     for r in &rows {
         assert_eq!(r.scenario, "throughput");
         assert!(r.msgs_per_s > 0.0 && r.bandwidth_mb_s > 0.0, "{r:?}");
         // Every layer is reliable over loopback TCP.
         assert_eq!(r.loss_pct, 0.0, "{r:?}");
+        // Paced rows carry their offered rate, the others none.
+        assert_eq!(
+            r.offered_msgs_per_s,
+            (r.pattern == Pattern::Paced).then_some(5000.0),
+            "{r:?}"
+        );
+        // Propagate rows say how many receivers each message reached.
+        assert_eq!(r.receivers, (r.layer == "propagate").then_some(2), "{r:?}");
     }
     for l in throughput::LAYERS {
-        for p in [Pattern::Smooth, Pattern::Bursty] {
+        for p in [Pattern::Smooth, Pattern::Bursty, Pattern::Paced] {
             assert!(
                 rows.iter()
                     .any(|r| r.layer == l.name() && r.pattern == p && r.size == 3000),
@@ -392,7 +402,14 @@ async fn throughput_every_layer() {
 #[tokio::test]
 async fn composition_rows() {
     let opts = CompositionOptions {
-        layers: vec![Layer::Endpoint, Layer::UnicastPipe],
+        layers: vec![
+            Layer::Endpoint,
+            Layer::UnicastPipe,
+            Layer::SecurePipe,
+            Layer::BidiPipe,
+            Layer::Propagate,
+            Layer::PipeCompat,
+        ],
         compositions: vec![(1, 2048), (4, 512)],
         pin: Pin::None,
         warmup: 10,
@@ -402,14 +419,25 @@ async fn composition_rows() {
         net: Default::default(),
     };
     let rows = composition::run(&Host::Thread, &opts, quiet).await.unwrap();
-    assert_eq!(rows.len(), 3 * 2);
+    assert_eq!(rows.len(), 7 * 2);
     for r in &rows {
         assert_eq!(r.scenario, "composition");
         assert!(r.rtt_us_median > 0.0, "{r:?}");
         assert_eq!(r.elements * r.element_size, 2048);
     }
-    let layers: Vec<&str> = rows.iter().take(3).map(|r| r.layer).collect();
-    assert_eq!(layers, ["tcp", "endpoint", "unicast-pipe"]);
+    let layers: Vec<&str> = rows.iter().take(7).map(|r| r.layer).collect();
+    assert_eq!(
+        layers,
+        [
+            "tcp",
+            "endpoint",
+            "unicast-pipe",
+            "secure-pipe",
+            "bidi-pipe",
+            "propagate",
+            "pipe-compat"
+        ]
+    );
     assert!(composition::run(
         &Host::Thread,
         &CompositionOptions {
@@ -425,8 +453,14 @@ async fn composition_rows() {
 #[tokio::test]
 async fn senders_rows() {
     let opts = SendersOptions {
-        layers: vec![Layer::Tcp, Layer::Endpoint, Layer::UnicastPipe],
+        layers: vec![
+            Layer::Tcp,
+            Layer::Endpoint,
+            Layer::UnicastPipe,
+            Layer::Socket,
+        ],
         senders: vec![1, 3],
+        modes: vec![senders::Mode::Pingpong, senders::Mode::Oneway],
         sizes: vec![1, 100],
         duration_ms: 60,
         warmup: 5,
@@ -435,14 +469,30 @@ async fn senders_rows() {
         net: Default::default(),
     };
     let rows = senders::run(&Host::Thread, &opts, quiet).await.unwrap();
-    assert_eq!(rows.len(), 3 * 2 * 2);
+    assert_eq!(rows.len(), 2 * 4 * 2 * 2);
     for r in &rows {
         assert_eq!(r.scenario, "senders");
-        assert!(r.msgs_per_s > 0.0 && r.rtt_us_median > 0.0, "{r:?}");
+        assert!(r.msgs_per_s > 0.0 && r.bandwidth_mb_s > 0.0, "{r:?}");
+        match r.mode {
+            senders::Mode::Pingpong => {
+                assert!(r.rtt_us_median.is_some_and(|m| m > 0.0), "{r:?}");
+                assert_eq!(r.loss_pct, None);
+            }
+            // Every sender's messages counted by id: nothing lost over
+            // loopback TCP, whichever the layer.
+            senders::Mode::Oneway => {
+                assert_eq!(r.loss_pct, Some(0.0), "{r:?}");
+                assert_eq!(r.rtt_us_median, None);
+            }
+        }
     }
-    assert!(rows
-        .iter()
-        .any(|r| r.layer == "unicast-pipe" && r.senders == 3 && r.size == 100));
+    for mode in [senders::Mode::Pingpong, senders::Mode::Oneway] {
+        for layer in ["unicast-pipe", "socket"] {
+            assert!(rows
+                .iter()
+                .any(|r| r.mode == mode && r.layer == layer && r.senders == 3 && r.size == 100));
+        }
+    }
 }
 
 /// A sender that streams more messages than an input pipe queues (1,024)
@@ -466,6 +516,7 @@ async fn reply_pipes_bind_while_a_sender_streams() {
         key_bits: 1024,
         net: Default::default(),
         stacks: Vec::new(),
+        ..ThroughputOptions::default()
     };
     let rows = tokio::time::timeout(
         std::time::Duration::from_secs(60),

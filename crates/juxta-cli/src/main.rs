@@ -414,7 +414,8 @@ struct MpArgs {
 #[derive(clap::Args, Clone)]
 struct ThroughputArgs {
     /// Layers: tcp, endpoint, endpoint-compat, unicast-pipe, secure-pipe,
-    /// bidi-pipe, socket, secure-socket.
+    /// bidi-pipe, socket, secure-socket, propagate (1 sender to
+    /// --receivers receivers).
     #[arg(
         long,
         default_value = "tcp,endpoint,unicast-pipe,secure-pipe,bidi-pipe,socket"
@@ -423,9 +424,17 @@ struct ThroughputArgs {
     /// Payload sizes in bytes (suffixes K and M allowed).
     #[arg(long, default_value = "1,1K,64K,1M")]
     sizes: String,
-    /// Sending patterns: smooth, bursty.
+    /// Sending patterns: smooth (back to back), bursty, paced (at each
+    /// --rate; paced is added when --rate is given).
     #[arg(long, default_value = "smooth,bursty")]
     patterns: String,
+    /// Paced: offered rates in messages per second, e.g. 100,1000,10000
+    /// (each run lasts --duration-ms, or --count messages).
+    #[arg(long)]
+    rate: Option<String>,
+    /// Propagate: receivers each message reaches (one responder process).
+    #[arg(long, default_value_t = 1)]
+    receivers: usize,
     /// Smooth: how long each (layer, size) sends, in ms.
     #[arg(long, default_value_t = 500)]
     duration_ms: u64,
@@ -469,7 +478,9 @@ struct ThroughputArgs {
 
 #[derive(clap::Args, Clone)]
 struct CompositionArgs {
-    /// Layers (tcp is always measured): endpoint, endpoint-compat, unicast-pipe.
+    /// Layers (tcp is always measured): endpoint, endpoint-compat,
+    /// unicast-pipe, pipe-compat, secure-pipe, bidi-pipe, propagate (to one
+    /// receiver).
     #[arg(long, default_value = "tcp,endpoint,unicast-pipe")]
     layers: String,
     /// Compositions, elements x element size.
@@ -519,19 +530,25 @@ struct OpsArgs {
 
 #[derive(clap::Args, Clone)]
 struct SendersArgs {
-    /// Layers: tcp, endpoint, unicast-pipe, secure-pipe, bidi-pipe.
+    /// Layers: tcp, endpoint, unicast-pipe, secure-pipe, bidi-pipe, socket.
     #[arg(long, default_value = "tcp,unicast-pipe")]
     layers: String,
     /// Sender counts.
     #[arg(long, default_value = "1,2,4,8")]
     senders: String,
+    /// Modes: pingpong (each sender waits for every ack), oneway (each
+    /// sender streams back to back, the receiver counts: many-to-one
+    /// throughput).
+    #[arg(long, default_value = "pingpong")]
+    modes: String,
     /// Payload sizes in bytes (suffixes K and M allowed).
     #[arg(long, default_value = "1")]
     sizes: String,
-    /// Timed ping-pong per (layer, senders, size), in ms.
+    /// Timed period per (mode, layer, senders, size), in ms.
     #[arg(long, default_value_t = 1000)]
     duration_ms: u64,
-    /// Warm-up pairs per sender before each timed period.
+    /// Warm-up pairs (oneway: messages) per sender before each timed
+    /// period.
     #[arg(long, default_value_t = 200)]
     warmup: usize,
     /// CPU placement of the two processes: same, split or none.
@@ -1419,11 +1436,32 @@ fn run_throughput(args: ThroughputArgs) -> Result<(), CliError> {
         "throughput",
         &throughput::LAYERS,
     )?;
-    let patterns = juxta_bench::util::parse_list(&args.patterns, Pattern::parse)?;
+    let mut patterns = juxta_bench::util::parse_list(&args.patterns, Pattern::parse)?;
+    let rates = match &args.rate {
+        Some(r) => juxta_bench::util::parse_list(r, |x| {
+            x.trim().parse::<f64>().map_err(|_| {
+                juxta_bench::BenchError::BadOption(format!(
+                    "--rate {x:?}: not a number of messages per second"
+                ))
+            })
+        })?,
+        None => Vec::new(),
+    };
+    if !rates.is_empty() && !patterns.contains(&Pattern::Paced) {
+        patterns.push(Pattern::Paced);
+    }
     if layers.is_empty() || patterns.is_empty() {
         return Err(CliError::Msg("no layer or no pattern to measure".into()));
     }
+    if args.receivers == 0 || args.receivers > 64 {
+        return Err(CliError::Msg(format!(
+            "--receivers {}: between 1 and 64",
+            args.receivers
+        )));
+    }
     let opts = ThroughputOptions {
+        rates,
+        receivers: args.receivers,
         layers,
         sizes: parse_sizes(&args.sizes)?,
         patterns,
@@ -1468,16 +1506,18 @@ fn run_throughput(args: ThroughputArgs) -> Result<(), CliError> {
         }
     }
     println!(
-        "{:<7} {:<16} {:>9} {:>8} {:>12} {:>12} {:>8}",
-        "impl", "layer", "size", "pattern", "msgs_per_s", "bw_MB_s", "loss_%"
+        "{:<7} {:<16} {:>9} {:>8} {:>10} {:>12} {:>12} {:>8}",
+        "impl", "layer", "size", "pattern", "offered", "msgs_per_s", "bw_MB_s", "loss_%"
     );
     for r in &rows {
         println!(
-            "{:<7} {:<16} {:>9} {:>8} {:>12.0} {:>12.1} {:>8.2}",
+            "{:<7} {:<16} {:>9} {:>8} {:>10} {:>12.0} {:>12.1} {:>8.2}",
             r.implementation,
             r.layer,
             r.size,
             r.pattern.name(),
+            r.offered_msgs_per_s
+                .map_or_else(|| "-".to_string(), |o| format!("{o:.0}")),
             r.msgs_per_s,
             r.bandwidth_mb_s,
             r.loss_pct
@@ -1595,11 +1635,13 @@ fn run_senders(args: SendersArgs) -> Result<(), CliError> {
         "senders",
         &senders::LAYERS,
     )?;
-    if layers.is_empty() {
-        return Err(CliError::Msg("no layer to measure".into()));
+    let modes = juxta_bench::util::parse_list(&args.modes, senders::Mode::parse)?;
+    if layers.is_empty() || modes.is_empty() {
+        return Err(CliError::Msg("no layer or no mode to measure".into()));
     }
     let opts = SendersOptions {
         layers,
+        modes,
         senders: parse_counts(&args.senders, "senders")?,
         sizes: parse_sizes(&args.sizes)?,
         duration_ms: args.duration_ms.max(1),
@@ -1614,13 +1656,21 @@ fn run_senders(args: SendersArgs) -> Result<(), CliError> {
     let host = host()?;
     let rows = drive(|progress| senders::run(&host, &opts, progress))?;
     println!(
-        "{:<16} {:>8} {:>9} {:>12} {:>12}",
-        "layer", "senders", "size", "msgs_per_s", "rtt_med_us"
+        "{:<16} {:<8} {:>8} {:>9} {:>12} {:>10} {:>12} {:>8}",
+        "layer", "mode", "senders", "size", "msgs_per_s", "bw_MB_s", "rtt_med_us", "loss_%"
     );
+    let opt = |v: Option<f64>, p: usize| v.map_or_else(|| "-".to_string(), |v| format!("{v:.p$}"));
     for r in &rows {
         println!(
-            "{:<16} {:>8} {:>9} {:>12.0} {:>12.1}",
-            r.layer, r.senders, r.size, r.msgs_per_s, r.rtt_us_median
+            "{:<16} {:<8} {:>8} {:>9} {:>12.0} {:>10.1} {:>12} {:>8}",
+            r.layer,
+            r.mode.name(),
+            r.senders,
+            r.size,
+            r.msgs_per_s,
+            r.bandwidth_mb_s,
+            opt(r.rtt_us_median, 1),
+            opt(r.loss_pct, 2)
         );
     }
     if let Some(p) = &args.json {

@@ -209,6 +209,7 @@ pub fn sections(doc: &Value) -> Result<Vec<Section>, ReportError> {
                         plots::throughput_msgs,
                         plots::throughput_mbs,
                         plots::throughput_loss,
+                        plots::throughput_paced,
                     ],
                 )?;
                 push_table(&mut items, tables::throughput_published(&r));
@@ -220,7 +221,11 @@ pub fn sections(doc: &Value) -> Result<Vec<Section>, ReportError> {
             }
             "senders" => {
                 let r = scenario_rows(&all, "senders");
-                push_plots(&mut items, &r, &[plots::senders_msgs, plots::senders_rtt])?;
+                push_plots(
+                    &mut items,
+                    &r,
+                    &[plots::senders_msgs, plots::senders_mbs, plots::senders_rtt],
+                )?;
             }
             "ops" => {
                 let r = scenario_rows(&all, "ops");

@@ -365,7 +365,17 @@ pub fn propagate_receivers(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError
 
 fn throughput_key(r: &Row<'_>) -> Option<Key> {
     let pattern = r.s("pattern").unwrap_or("");
-    let mut k = layer_key(r, if pattern == "smooth" { "" } else { pattern });
+    if pattern == "paced" {
+        // Several offered rates per size: plotted against the rate.
+        return None;
+    }
+    let suffix = match r.f("receivers") {
+        Some(n) if pattern == "smooth" => format!("to {n} receivers"),
+        Some(n) => format!("{pattern} to {n} receivers"),
+        None if pattern == "smooth" => String::new(),
+        None => pattern.to_string(),
+    };
+    let mut k = layer_key(r, &suffix);
     if pattern == "bursty" {
         k.marker = Marker::Square;
         k.rank.1 += 10;
@@ -374,6 +384,37 @@ fn throughput_key(r: &Row<'_>) -> Option<Key> {
 }
 
 const THROUGHPUT_METHOD: &str = "One-way stream from a sender to a receiver; smooth = back-to-back, bursty = bursts of 50 messages then 500 ms idle; messages counted by id at the receiver.";
+
+/// Paced runs: received vs offered message rate per layer and size (the
+/// thesis' send-rate sweeps).
+pub fn throughput_paced(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    let paced: Vec<Row<'_>> = rows
+        .iter()
+        .copied()
+        .filter(|r| r.s("pattern") == Some("paced") && r.f("offered_msgs_per_s").is_some())
+        .collect();
+    let s = build(
+        &paced,
+        Kind::Line,
+        |r| {
+            let size = r.f("size").map(size_text).unwrap_or_default();
+            let mut k = layer_key(r, &size);
+            k.rank.1 = k.rank.1 * 100_000_000 + r.f("size").unwrap_or(0.0) as usize;
+            Some(k)
+        },
+        |r| r.f("offered_msgs_per_s"),
+        |r| r.f("msgs_per_s"),
+        true,
+    );
+    finish(
+        "plot-throughput-paced",
+        "Throughput at set send rates: received vs offered",
+        "One-way stream at a set offered rate (message i leaves i/rate after the start; within a millisecond messages leave together); received rate counted by id at the receiver.",
+        Axis::log("offered messages/s", Unit::Number),
+        Axis::log("received messages/s", Unit::Number),
+        s,
+    )
+}
 
 /// Messages per second vs size per layer and pattern.
 pub fn throughput_msgs(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
@@ -457,9 +498,45 @@ pub fn composition(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
 
 fn senders_key(r: &Row<'_>) -> Option<Key> {
     let size = r.f("size").map(size_text).unwrap_or_default();
-    let mut k = layer_key(r, &size);
+    // Rows before the one-way mode existed have no `mode`: ping-pong.
+    let oneway = r.s("mode") == Some("oneway");
+    let label = if oneway {
+        format!("{size} one-way")
+    } else {
+        size
+    };
+    let mut k = layer_key(r, &label);
     k.rank.1 = k.rank.1 * 100_000_000 + r.f("size").unwrap_or(0.0) as usize;
+    if oneway {
+        k.marker = Marker::Square;
+        k.rank.1 += 50_000_000;
+    }
     Some(k)
+}
+
+/// Many-to-one one-way: aggregate MB/s received vs senders.
+pub fn senders_mbs(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    let oneway: Vec<Row<'_>> = rows
+        .iter()
+        .copied()
+        .filter(|r| r.s("mode") == Some("oneway"))
+        .collect();
+    let s = build(
+        &oneway,
+        Kind::Line,
+        senders_key,
+        |r| r.f("senders"),
+        |r| r.f("bandwidth_mb_s"),
+        false,
+    );
+    finish(
+        "plot-senders-mbs",
+        "Many-to-one throughput: MB/s received vs senders",
+        "n sender peers stream back to back into one input pipe (or server socket); the receiver counts each sender's messages by id; MB/s over all senders, first start to last count.",
+        Axis::linear("senders"),
+        Axis::log("MB/s (all senders)", Unit::Number),
+        s,
+    )
 }
 
 /// Many-to-one: aggregate messages/s vs senders.
@@ -475,7 +552,7 @@ pub fn senders_msgs(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
     finish(
         "plot-senders-msgs",
         "Many-to-one: aggregate messages/s vs senders",
-        "n sender peers (separate processes) send into one input pipe; messages/s counted at the receiver.",
+        "n sender peers send into one input pipe (or server socket): ping-pong (each waits for its ack) and one-way (back to back, counted by id at the receiver); messages/s over all senders.",
         Axis::linear("senders"),
         Axis::linear("messages/s (all senders)"),
         s,

@@ -46,6 +46,7 @@ fn tcp_peer<'a>(rows: &[Row<'a>], r: &Row<'_>) -> Option<Row<'a>> {
             && t.f("size") == r.f("size")
             && t.s("pin") == r.s("pin")
             && t.s("pattern") == r.s("pattern")
+            && t.f("offered_msgs_per_s") == r.f("offered_msgs_per_s")
     })
 }
 
