@@ -342,6 +342,8 @@ pub struct ResponderSpec {
     pub key_bits: usize,
     /// Receiver peers (propagate only).
     pub receivers: usize,
+    /// Socket layers: the stream window (`None`: the socket's default).
+    pub socket_window: Option<u64>,
     /// Address it binds (127.0.0.1 unless a network profile says).
     pub bind: IpAddr,
     /// Network namespace it runs in (`None`: the caller's).
@@ -359,10 +361,17 @@ impl ResponderSpec {
             layer,
             key_bits,
             receivers,
+            socket_window: None,
             bind: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
             netns: None,
             exit_with_parent: false,
         }
+    }
+
+    /// With the socket layers' stream window bounded at `window` bytes.
+    pub fn socket_window(mut self, window: Option<u64>) -> ResponderSpec {
+        self.socket_window = window;
+        self
     }
 
     /// Placed as `net` says (address and namespace of the responder side).
@@ -462,6 +471,9 @@ pub async fn spawn_responder(
             if let Some(c) = core {
                 cmd.arg("--core").arg(c.to_string());
             }
+            if let Some(w) = spec.socket_window {
+                cmd.arg("--socket-window").arg(w.to_string());
+            }
             if spec.bind != IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) {
                 cmd.arg("--bind").arg(spec.bind.to_string());
             }
@@ -508,6 +520,12 @@ pub async fn spawn_responder(
             if spec.netns.is_some() {
                 return Err(BenchError::BadOption(
                     "--remote runs responders on the other host: drop --net".into(),
+                ));
+            }
+            if spec.socket_window.is_some() {
+                return Err(BenchError::BadOption(
+                    "--remote runs responders with their default socket window: drop the window"
+                        .into(),
                 ));
             }
             let r = remote.responder(spec).await?;
@@ -1015,7 +1033,11 @@ pub async fn run_responder(
         Layer::Socket | Layer::SocketCompat | Layer::SocketCompatNoCbjx | Layer::SecureSocket => {
             let h = start_peer(key_bits, layer, Some(spec.bind)).await?;
             let a = adv(crate::util::random_pipe_id(), PipeType::Unicast);
-            let mut server = JxtaServerSocket::bind(&h.peer, &a, layer.socket_config())?;
+            let mut cfg = layer.socket_config();
+            if let Some(w) = spec.socket_window {
+                cfg.stream_window = w;
+            }
+            let mut server = JxtaServerSocket::bind(&h.peer, &a, cfg)?;
             on_ready(&Ready {
                 addrs: vec![h.peer.local_addr().expect("listening")],
                 pipes: vec![a.id],
@@ -1140,6 +1162,8 @@ enum Kind {
         mode: Option<SockMode>,
         conn: Messenger,
         adv: PipeAdvertisement,
+        /// The stream window of the sockets it opens (`None`: default).
+        window: Option<u64>,
     },
     Propagate {
         out: OutputPipe,
@@ -1294,6 +1318,7 @@ impl Client {
                     mode: None,
                     conn,
                     adv: adv(ready.pipe(0, layer)?, PipeType::Unicast),
+                    window: None,
                 }
             }
             Layer::Propagate => {
@@ -1363,6 +1388,7 @@ impl Client {
             mode,
             conn,
             adv,
+            window,
         } = &mut self.kind
         else {
             return Ok(());
@@ -1372,7 +1398,10 @@ impl Client {
         }
         // The previous socket closes in the background.
         *sock = None;
-        let cfg = self.layer.socket_config();
+        let mut cfg = self.layer.socket_config();
+        if let Some(w) = *window {
+            cfg.stream_window = w;
+        }
         let mut s = JxtaSocket::connect(&h.peer.pipes(), adv, conn.remote(), cfg).await?;
         let pre = match want {
             SockMode::Fixed(n) => n as u32,
@@ -1385,6 +1414,20 @@ impl Client {
         *sock = Some(s);
         *mode = Some(want);
         Ok(())
+    }
+
+    /// Socket layers: open the next sockets with their stream window
+    /// bounded at `window` bytes (`None`: the socket's default); the
+    /// current socket, if any, is replaced on next use.
+    pub fn set_socket_window(&mut self, w: Option<u64>) {
+        if let Kind::Socket {
+            window, sock, mode, ..
+        } = &mut self.kind
+        {
+            *window = w;
+            *sock = None;
+            *mode = None;
+        }
     }
 
     /// The client's side of this lane's connections, whose kernel

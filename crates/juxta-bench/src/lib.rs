@@ -15,6 +15,7 @@
 //! restarts while sockets stream and queries run), with their peers as
 //! [`worker`] processes.
 
+pub mod buffers;
 pub mod chaos;
 pub mod compare;
 pub mod composition;

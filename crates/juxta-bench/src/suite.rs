@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::buffers::BuffersOptions;
 use crate::composition::{self, CompositionOptions};
 use crate::jxse::{self, JxseOptions, JXSE_LAYERS};
 use crate::layers::{Host, Layer};
@@ -58,6 +59,9 @@ pub enum Scenario {
     Composition,
     /// 1..n senders into one input pipe.
     Senders,
+    /// JuxTest's socket buffer sweep: the socket's stream window bounded
+    /// at 16 KB .. automatic, against tcp ([`crate::buffers`]).
+    Buffers,
     /// The typical peer operations (start, groups, discovery, pipes).
     Ops,
     /// Rendezvous query load: response time and loss against rate and
@@ -79,11 +83,12 @@ pub const NOT_YET: [(&str, &str); 0] = [];
 
 impl Scenario {
     /// Every scenario that exists, in run order.
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::Pingpong,
         Scenario::Throughput,
         Scenario::Composition,
         Scenario::Senders,
+        Scenario::Buffers,
         Scenario::Ops,
         Scenario::Rendezvous,
         Scenario::Recovery,
@@ -98,6 +103,7 @@ impl Scenario {
             Scenario::Throughput => "throughput",
             Scenario::Composition => "composition",
             Scenario::Senders => "senders",
+            Scenario::Buffers => "buffers",
             Scenario::Ops => "ops",
             Scenario::Rendezvous => "rendezvous",
             Scenario::Recovery => "recovery",
@@ -207,6 +213,8 @@ pub enum Step {
     Composition(CompositionOptions),
     /// Senders of one layer.
     Senders(SendersOptions),
+    /// The socket buffer sweep.
+    Buffers(BuffersOptions),
     /// The typical peer operations.
     Ops(OpsOptions),
     /// Rendezvous load.
@@ -231,6 +239,7 @@ impl Step {
             Step::Throughput(_) => Scenario::Throughput,
             Step::Composition(_) => Scenario::Composition,
             Step::Senders(_) => Scenario::Senders,
+            Step::Buffers(_) => Scenario::Buffers,
             Step::Ops(_) => Scenario::Ops,
             Step::Rendezvous(_) => Scenario::Rendezvous,
             Step::Recovery(_) => Scenario::Recovery,
@@ -249,6 +258,14 @@ impl Step {
             Step::Throughput(o) => layers(&o.layers),
             Step::Composition(o) => layers(&o.layers),
             Step::Senders(o) => layers(&o.layers),
+            Step::Buffers(o) => format!(
+                "socket windows {}",
+                o.windows
+                    .iter()
+                    .map(|w| crate::buffers::window_label(*w))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             Step::Ops(_) => "ad hoc and through a rendezvous".into(),
             Step::Rendezvous(o) => format!(
                 "models {} x edges {:?} x rendezvous {:?} x rates {:?}",
@@ -307,7 +324,11 @@ fn default_layers(s: Scenario) -> Vec<Layer> {
         Scenario::Composition => vec![Layer::Endpoint, Layer::UnicastPipe],
         Scenario::Senders => vec![Layer::UnicastPipe],
         Scenario::Relay => relay::LAYERS.to_vec(),
-        Scenario::Ops | Scenario::Rendezvous | Scenario::Recovery | Scenario::Mp => vec![],
+        Scenario::Ops
+        | Scenario::Rendezvous
+        | Scenario::Recovery
+        | Scenario::Mp
+        | Scenario::Buffers => vec![],
     }
 }
 
@@ -317,6 +338,8 @@ fn allowed(s: Scenario) -> &'static [Layer] {
         Scenario::Throughput => &throughput::LAYERS,
         Scenario::Composition => &composition::LAYERS,
         Scenario::Senders => &senders::LAYERS,
+        // The socket, always (its window is the parameter).
+        Scenario::Buffers => &[],
         Scenario::Relay => &relay::LAYERS,
         Scenario::Ops | Scenario::Rendezvous | Scenario::Recovery => &[],
         // The pipe, socket and UDP rows of the study come from the
@@ -543,6 +566,25 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                     }));
                 }
             }
+            Scenario::Buffers => steps.push(Step::Buffers(if opts.full {
+                BuffersOptions {
+                    pin: opts.pin,
+                    key_bits: opts.key_bits,
+                    ..BuffersOptions::default()
+                }
+            } else {
+                // Short: two sizes, a few pairs, 300 ms streams (~15 s).
+                BuffersOptions {
+                    sizes: vec![65536, 1 << 20],
+                    warmup: 20,
+                    runs: 3,
+                    pairs: 10,
+                    stream_ms: 300,
+                    pin: opts.pin,
+                    key_bits: opts.key_bits,
+                    ..BuffersOptions::default()
+                }
+            })),
             Scenario::Ops => steps.push(Step::Ops(OpsOptions {
                 runs: if opts.full { 100 } else { 20 },
                 key_bits: opts.key_bits,
@@ -665,6 +707,14 @@ fn shrink_for_link(step: &mut Step) {
             o.pairs = o.pairs.min(10);
         }
         Step::Senders(o) => o.warmup = o.warmup.min(20),
+        Step::Buffers(o) => {
+            // A 16 KB window over a WAN moves ~1.4 MB/s: 1 MiB pings take
+            // most of a second there.
+            o.sizes.retain(|&s| s <= 1 << 20);
+            o.warmup = o.warmup.min(5);
+            o.runs = o.runs.min(2);
+            o.pairs = o.pairs.min(5);
+        }
         // These run on loopback whatever the profile (their peers are
         // processes of their own).
         Step::Ops(_)
@@ -717,6 +767,10 @@ fn with_net(step: Step, net: &Net) -> Step {
             ..o
         }),
         Step::Senders(o) => Step::Senders(SendersOptions {
+            net: net.clone(),
+            ..o
+        }),
+        Step::Buffers(o) => Step::Buffers(BuffersOptions {
             net: net.clone(),
             ..o
         }),
@@ -1014,6 +1068,10 @@ async fn run_step(
         }
         Step::Senders(o) => {
             let rows = senders::run(host, o, &mut detail).await?;
+            g.rows.extend(to_values(&rows));
+        }
+        Step::Buffers(o) => {
+            let rows = crate::buffers::run(host, o, &mut detail).await?;
             g.rows.extend(to_values(&rows));
         }
         Step::Ops(o) => {

@@ -95,6 +95,26 @@ fn synthetic_doc() -> Value {
                 "bandwidth_mb_s": 1310.72, "loss_pct": 0.0}),
             );
         }
+        if layer == "tcp" {
+            for size in [65536u64, 1 << 20] {
+                rows.push(json!({"scenario": "buffers", "impl": "tcp", "layer": "tcp",
+                    "window": null, "window_label": "kernel", "size": size, "rtt_us_median": 30.0,
+                    "bandwidth_mb_s": size as f64 / 30.0, "bandwidth_ratio_vs_tcp": 1.0,
+                    "stream_mb_s": 1500.0, "stream_ratio_vs_tcp": 1.0, "samples": 50}));
+                for (w, label) in [
+                    (json!(16384), "16 KiB"),
+                    (json!(524288), "512 KiB"),
+                    (json!(null), "auto"),
+                ] {
+                    rows.push(
+                        json!({"scenario": "buffers", "impl": "juxta", "layer": "socket",
+                        "window": w, "window_label": label, "size": size, "rtt_us_median": 60.0,
+                        "bandwidth_mb_s": size as f64 / 60.0, "bandwidth_ratio_vs_tcp": 0.5,
+                        "stream_mb_s": 700.0, "stream_ratio_vs_tcp": 0.47, "samples": 50}),
+                    );
+                }
+            }
+        }
         for offered in [10.0, 100.0, 1000.0, 10000.0] {
             rows.push(json!({"scenario": "throughput", "impl": if layer == "tcp" { "tcp" } else { "juxta" },
                 "layer": layer, "size": 1024, "pattern": "paced", "offered_msgs_per_s": offered,
@@ -247,6 +267,7 @@ const SYNTHETIC_PLOTS: &[&str] = &[
     "plot-senders-msgs",
     "plot-senders-mbs",
     "plot-senders-rtt",
+    "plot-buffers",
     "plot-ops",
     "plot-rendezvous-response-qps",
     "plot-rendezvous-loss-qps",
@@ -274,6 +295,7 @@ const SYNTHETIC_TABLES: &[&str] = &[
     "table-propagate",
     "table-throughput-published",
     "table-composition",
+    "table-buffers",
     "table-ops",
     "table-rendezvous",
     "table-recovery",
@@ -472,9 +494,12 @@ fn real_documents_render() {
         "plot-throughput-msgs",
         "plot-throughput-mbs",
         "plot-throughput-loss",
+        "plot-throughput-paced",
         "plot-composition",
         "plot-senders-msgs",
+        "plot-senders-mbs",
         "plot-senders-rtt",
+        "plot-buffers",
         "plot-ops",
         "plot-rendezvous-response-qps",
         "plot-rendezvous-loss-qps",

@@ -495,6 +495,54 @@ async fn senders_rows() {
     }
 }
 
+#[tokio::test]
+async fn buffer_sweep_rows() {
+    use juxta_bench::buffers::{self, BuffersOptions};
+    let opts = BuffersOptions {
+        windows: vec![Some(16 << 10), Some(512 << 10), None],
+        sizes: vec![1000, 100_000],
+        pin: Pin::None,
+        warmup: 3,
+        runs: 1,
+        pairs: 3,
+        stream_ms: 50,
+        key_bits: 1024,
+        net: Default::default(),
+    };
+    let rows = buffers::run(&Host::Thread, &opts, quiet).await.unwrap();
+    // Per size: tcp, then the socket at each window.
+    assert_eq!(rows.len(), 2 * 4);
+    for r in &rows {
+        assert_eq!(r.scenario, "buffers");
+        assert!(r.rtt_us_median > 0.0 && r.bandwidth_mb_s > 0.0, "{r:?}");
+        assert!(r.stream_mb_s.is_some_and(|s| s > 0.0), "{r:?}");
+        // tcp runs beside each of the three windows (interleaved).
+        assert_eq!(r.samples, if r.layer == "tcp" { 9 } else { 3 }, "{r:?}");
+    }
+    let labels: Vec<&str> = rows
+        .iter()
+        .take(4)
+        .map(|r| r.window_label.as_str())
+        .collect();
+    assert_eq!(labels, ["kernel", "16 KiB", "512 KiB", "auto"]);
+    assert_eq!(rows[1].window, Some(16 << 10));
+    assert_eq!(rows[0].bandwidth_ratio_vs_tcp, 1.0);
+    // A message ten times the smallest window arrives whole.
+    assert!(rows
+        .iter()
+        .any(|r| r.window == Some(16 << 10) && r.size == 100_000));
+    assert!(buffers::run(
+        &Host::Thread,
+        &BuffersOptions {
+            sizes: vec![0],
+            ..opts
+        },
+        quiet
+    )
+    .await
+    .is_err());
+}
+
 /// A sender that streams more messages than an input pipe queues (1,024)
 /// before the responder has bound its reply pipe: binding (resolution, TLS
 /// handshake) needs answers on the same connection, which stops being read

@@ -123,6 +123,10 @@ enum Cmd {
         /// Receiver peers to host (propagate).
         #[arg(long, default_value_t = 1)]
         receivers: usize,
+        /// Socket layers: the stream window in bytes (default: the
+        /// socket's own).
+        #[arg(long)]
+        socket_window: Option<u64>,
         /// Address to bind (network profiles).
         #[arg(long, default_value = "127.0.0.1")]
         bind: std::net::IpAddr,
@@ -230,6 +234,11 @@ enum BenchCmd {
     Composition(CompositionArgs),
     /// 1, 2, 4, 8 sender peers ping-ponging into one input pipe.
     Senders(SendersArgs),
+    /// JuxTest's socket buffer sweep: the JXTA socket with its stream
+    /// window bounded at 16 KB, 64 KB, 512 KB and automatic, ping-pong
+    /// bandwidth and a one-way stream against plain TCP, on a network
+    /// profile (san, wan: root).
+    Buffers(BuffersArgs),
     /// Typical peer operations (start, groups, pipes, discovery), timed
     /// in-process on loopback, two peers ad hoc and two edges of a
     /// rendezvous: median and p99 per operation and configuration.
@@ -498,6 +507,42 @@ struct CompositionArgs {
     /// Pairs per timed run.
     #[arg(long, default_value_t = 100)]
     pairs: usize,
+    /// RSA key size of the bench peers.
+    #[arg(long, default_value_t = 1024)]
+    key_bits: usize,
+    /// Write the results here as JSON (`command`, `machine`, `results`).
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Clone)]
+struct BuffersArgs {
+    /// Socket stream windows: sizes (K/M suffixes) or `auto` (the
+    /// default window).
+    #[arg(long, default_value = "16K,64K,512K,auto")]
+    windows: String,
+    /// Payload sizes in bytes (suffixes K and M allowed).
+    #[arg(long, default_value = "1K,64K,1M,4M")]
+    sizes: String,
+    /// Network profile: loopback, lan, san, wan, cable or modem56k; all
+    /// but loopback need root.
+    #[arg(long, default_value = "loopback")]
+    net: String,
+    /// CPU placement of the two processes: same, split or none.
+    #[arg(long, default_value = "same")]
+    pin: String,
+    /// Warm-up pairs per lane and size.
+    #[arg(long, default_value_t = 100)]
+    warmup: usize,
+    /// Timed runs.
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    /// Pairs per timed run.
+    #[arg(long, default_value_t = 20)]
+    pairs: usize,
+    /// One-way stream per lane and size, in ms (0: ping-pong only).
+    #[arg(long, default_value_t = 1000)]
+    stream_ms: u64,
     /// RSA key size of the bench peers.
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
@@ -794,6 +839,7 @@ fn main() -> ExitCode {
             core,
             key_bits,
             receivers,
+            socket_window,
             bind,
             netns,
             exit_with_parent,
@@ -822,6 +868,7 @@ fn main() -> ExitCode {
                     let mut spec = ResponderSpec::new(layer, key_bits, receivers.max(1));
                     spec.bind = bind;
                     spec.netns = netns;
+                    spec.socket_window = socket_window;
                     current_thread()
                         .block_on(layers::run_responder(&spec, |ready| {
                             // Line-buffered: the parent reads it at once.
@@ -837,6 +884,7 @@ fn main() -> ExitCode {
             Some(BenchCmd::Throughput(a)) => run_throughput(a),
             Some(BenchCmd::Composition(a)) => run_composition(a),
             Some(BenchCmd::Senders(a)) => run_senders(a),
+            Some(BenchCmd::Buffers(a)) => run_buffers(a),
             Some(BenchCmd::Ops(a)) => run_ops(a),
             Some(BenchCmd::Rendezvous(a)) => run_rendezvous(a),
             Some(BenchCmd::Recovery(a)) => run_recovery(a),
@@ -1578,6 +1626,58 @@ fn run_composition(args: CompositionArgs) -> Result<(), CliError> {
             } else {
                 0.0
             }
+        );
+    }
+    if let Some(p) = &args.json {
+        write_json(
+            p,
+            serde_json::to_value(&opts).expect("json"),
+            serde_json::to_value(&rows).expect("json"),
+        )?;
+    }
+    Ok(())
+}
+
+fn run_buffers(args: BuffersArgs) -> Result<(), CliError> {
+    use juxta_bench::buffers::{self, BuffersOptions};
+    let opts = BuffersOptions {
+        windows: buffers::parse_windows(&args.windows)?,
+        sizes: parse_sizes(&args.sizes)?,
+        pin: Pin::parse(&args.pin)?,
+        warmup: args.warmup,
+        runs: args.runs.max(1),
+        pairs: args.pairs.max(1),
+        stream_ms: args.stream_ms,
+        key_bits: args.key_bits,
+        net: Default::default(),
+    };
+    if let Some(p) = &args.json {
+        prepare_json(p)?;
+    }
+    // Removed (namespaces and all) when this function returns.
+    let topology = net_topology(&args.net)?;
+    let opts = BuffersOptions {
+        net: topology.net(),
+        ..opts
+    };
+    let host = host()?;
+    let rows = drive(|progress| buffers::run(&host, &opts, progress))?;
+    println!(
+        "{:<7} {:<8} {:>9} {:>12} {:>10} {:>8} {:>11} {:>8}",
+        "layer", "window", "size", "rtt_med_us", "pp_MB_s", "pp/tcp", "stream_MB_s", "st/tcp"
+    );
+    let opt = |v: Option<f64>, p: usize| v.map_or_else(|| "-".to_string(), |v| format!("{v:.p$}"));
+    for r in &rows {
+        println!(
+            "{:<7} {:<8} {:>9} {:>12.1} {:>10.1} {:>8.2} {:>11} {:>8}",
+            r.layer,
+            r.window_label,
+            r.size,
+            r.rtt_us_median,
+            r.bandwidth_mb_s,
+            r.bandwidth_ratio_vs_tcp,
+            opt(r.stream_mb_s, 1),
+            opt(r.stream_ratio_vs_tcp, 2)
         );
     }
     if let Some(p) = &args.json {

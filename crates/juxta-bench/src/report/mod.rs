@@ -119,6 +119,11 @@ pub const SECTIONS: &[(&str, &str, &str)] = &[
         "Messaging: message composition",
     ),
     ("senders", "sec-senders", "Messaging: many-to-one senders"),
+    (
+        "buffers",
+        "sec-buffers",
+        "Messaging: socket buffer sweep (JuxTest)",
+    ),
     ("ops", "sec-ops", "Typical peer operations"),
     (
         "rendezvous",
@@ -226,6 +231,11 @@ pub fn sections(doc: &Value) -> Result<Vec<Section>, ReportError> {
                     &r,
                     &[plots::senders_msgs, plots::senders_mbs, plots::senders_rtt],
                 )?;
+            }
+            "buffers" => {
+                let r = scenario_rows(&all, "buffers");
+                push_plots(&mut items, &r, &[plots::buffers])?;
+                push_table(&mut items, tables::buffers(&r));
             }
             "ops" => {
                 let r = scenario_rows(&all, "ops");

@@ -496,6 +496,35 @@ pub fn composition(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
     )
 }
 
+/// The socket buffer sweep: ping-pong bandwidth over tcp's vs size, one
+/// series per window (`recolor`: the windows are not layers).
+pub fn buffers(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    let socket: Vec<Row<'_>> = rows.iter().copied().filter(|r| r.imp() != "tcp").collect();
+    let s = build(
+        &socket,
+        Kind::Line,
+        |r| {
+            // Bounded windows in order, `auto` (null) last.
+            let order = r.f("window").unwrap_or(f64::from(u32::MAX));
+            Some(plain_key(
+                format!("socket, window {}", r.s("window_label").unwrap_or("?")),
+                order / 1024.0,
+            ))
+        },
+        |r| r.f("size"),
+        |r| r.f("bandwidth_ratio_vs_tcp"),
+        true,
+    );
+    finish(
+        "plot-buffers",
+        "Socket buffer sweep: bandwidth vs plain TCP per stream window",
+        "JuxTest's buffer test: the JXTA socket with its stream window bounded at each size (both ends), message/ack ping-pong bandwidth (size / median RTT) as a ratio to plain TCP measured in the same run; `auto` is the default window.",
+        Axis::log("message size", Unit::Bytes),
+        Axis::linear("bandwidth / tcp"),
+        s,
+    )
+}
+
 fn senders_key(r: &Row<'_>) -> Option<Key> {
     let size = r.f("size").map(size_text).unwrap_or_default();
     // Rows before the one-way mode existed have no `mode`: ping-pong.

@@ -653,6 +653,54 @@ pub fn throughput_published(rows: &[Row<'_>]) -> Option<Table> {
     })
 }
 
+/// The socket buffer sweep beside JuxTest's socket figures (16 KB and
+/// 512 KB buffers, Fast Ethernet) as ratios to the socket bound.
+pub fn buffers(rows: &[Row<'_>]) -> Option<Table> {
+    let mut out = Vec::new();
+    let socket: Vec<Row<'_>> = rows.iter().copied().filter(|r| r.imp() != "tcp").collect();
+    for r in &socket {
+        let label = r.s("window_label").unwrap_or("?");
+        let published: Vec<String> = published::LAYER_FIGURES
+            .iter()
+            .filter(|f| f.layer == "socket" && f.metric == Metric::BandwidthMbS)
+            .filter(|f| {
+                let kb = r.f("window").map(|w| w / 1024.0);
+                kb.is_some_and(|kb| f.note == format!("{kb} KB buffer"))
+            })
+            .map(|f| format!("{} {} x socket", f.implementation, num(f.ratio().0)))
+            .collect();
+        out.push(vec![
+            label.to_string(),
+            r.f("size").map(size_text).unwrap_or_default(),
+            r.f("rtt_us_median").map(us_text).unwrap_or_default(),
+            r.f("bandwidth_ratio_vs_tcp")
+                .map(|v| format!("{} x tcp", num(v)))
+                .unwrap_or_default(),
+            r.f("stream_ratio_vs_tcp")
+                .map(|v| format!("{} x tcp", num(v)))
+                .unwrap_or_else(|| "not measured".into()),
+            if published.is_empty() {
+                "no published figure".into()
+            } else {
+                published.join("\n")
+            },
+        ]);
+    }
+    (!out.is_empty()).then(|| Table {
+        id: "table-buffers".into(),
+        caption: "Socket stream window vs plain TCP in the same run (ping-pong bandwidth = size / median RTT; stream = one-way MB/s at the receiver). Published: JuxTest, Fast Ethernet, JXTA socket bandwidth over the 11.2 MB/s socket bound with a 16 KB and a 512 KB buffer.".into(),
+        head: vec![
+            "window".into(),
+            "size".into(),
+            "RTT".into(),
+            "ping-pong".into(),
+            "stream".into(),
+            "published (JuxTest)".into(),
+        ],
+        rows: out,
+    })
+}
+
 /// Extra RTT of the most split composition over one element, per layer.
 pub fn composition(rows: &[Row<'_>]) -> Option<Table> {
     let mut out = Vec::new();

@@ -88,7 +88,7 @@ pub const ELEM_RESET: &str = "sr";
 /// Default receive window (bytes granted ahead of the application's reads).
 pub const DEFAULT_WINDOW: u64 = 16 * 1024 * 1024;
 /// Smallest window accepted in a set-up offer (smaller offers are raised).
-pub const MIN_WINDOW: u64 = 64 * 1024;
+pub const MIN_WINDOW: u64 = 16 * 1024;
 /// Largest window: offers are clamped to it, and no grant may reach
 /// further than this beyond the bytes sent.
 pub const MAX_WINDOW: u64 = 256 * 1024 * 1024;

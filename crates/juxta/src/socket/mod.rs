@@ -120,7 +120,8 @@ pub struct SocketConfig {
     /// Stream mode: bytes the peer may send ahead of this side's reads
     /// (the receive buffer's bound). Default
     /// [`juxta_proto::socket::stream::DEFAULT_WINDOW`] (16 MiB); clamped to
-    /// 64 KiB..=256 MiB.
+    /// 16 KiB..=256 MiB (16 KB was JXSE's default socket buffer, the
+    /// smallest point of `juxta bench buffers`).
     pub stream_window: u64,
     /// Run TLS 1.3 over the socket (see [`JxtaSocket::is_secure`]): the
     /// client asks for it, the server requires it. Default `false`; a pipe
