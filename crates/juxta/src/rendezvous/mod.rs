@@ -241,6 +241,12 @@ impl RendezvousHandle {
         self.events.subscribe()
     }
 
+    /// Edge: the rendezvous leased now (`None` on a rendezvous, or while
+    /// no lease is held).
+    pub(crate) fn leased_to(&self) -> Option<PeerId> {
+        self.status.borrow().leased_to
+    }
+
     /// Edge: waits until leased (or `timeout`); returns the rendezvous.
     pub async fn wait_leased(&self, timeout: Duration) -> Option<PeerId> {
         let mut rx = self.status.clone();
