@@ -33,6 +33,7 @@ use juxta::{Peer, PeerConfig};
 use juxta_proto::advertisement::{AdvKind, Advertisement, PipeAdvertisement, PipeType};
 use juxta_proto::id::PipeId;
 use juxta_proto::message::{Element, Message};
+use sha2::Digest;
 
 /// `JUXTA_TEST_LOG=1` prints Juxta's debug log (to follow a failure).
 fn log() {
@@ -337,4 +338,107 @@ async fn juxta_edges_that_do_not_listen_discover_through_a_jxse_rendezvous() {
     .unwrap();
     assert!(st[3].contains(&asker.peer_id().to_string()), "{st:?}");
     assert!(st[3].contains(&publisher.peer_id().to_string()), "{st:?}");
+}
+
+/// Issue #18 (JXSE paths): propagate pipes through a Juxta rendezvous,
+/// both ways. A JXSE edge sends on a propagate pipe to the whole group
+/// (`WirePipe.sendMessage` with no peers: walked to its rendezvous,
+/// service `jxta.service.wirepipe`, with a `JxtaWireHeader`); the Juxta
+/// rendezvous delivers it to its own listeners and to its edges, and a
+/// Juxta edge that does not listen receives each message once. Then that
+/// Juxta edge propagates on the same pipe and the JXSE edge's listener
+/// gets it (JXSE's wire pipe drops a message without a `JxtaWireHeader`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn propagate_pipes_between_a_jxse_edge_and_juxta_edges_through_a_juxta_rendezvous() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
+    log();
+    let dir = tempfile::tempdir().unwrap();
+    let rdv = peer(dir.path(), "rdv", RendezvousConfig::rendezvous()).await;
+    let rdv_addr = rdv.local_addr().unwrap();
+    let mut ec =
+        PeerConfig::new(dir.path().join("edge")).rendezvous(RendezvousConfig::edge(vec![rdv_addr]));
+    ec.key_bits = 1024;
+    let edge = Peer::start(ec).await.unwrap();
+    assert_eq!(edge.local_addr(), None);
+    assert_eq!(
+        edge.rendezvous()
+            .unwrap()
+            .wait_leased(Duration::from_secs(30))
+            .await,
+        Some(rdv.peer_id())
+    );
+    let pipe = PipeId::random(&mut rand::thread_rng());
+    let mut pa = PipeAdvertisement::new(pipe, PipeType::Propagate);
+    pa.name = Some("juxta-harness".into());
+    let mut at_edge = edge.pipes().create_input_pipe(&pa).unwrap();
+    let mut at_rdv = rdv.pipes().create_input_pipe(&pa).unwrap();
+
+    let seed = format!("tcp://{rdv_addr}");
+    let mut j = tokio::task::spawn_blocking(move || {
+        let mut j = Jxse::start_with(&["--rdv-seed", &seed]);
+        let st = wait_jxse_leased(&mut j, Duration::from_secs(60));
+        assert_eq!(st[2], "true", "JXSE edge never leased: {st:?}");
+        j
+    })
+    .await
+    .unwrap();
+    let jxse_id = j.peer_id;
+
+    // JXSE -> Juxta: three messages to the whole group.
+    let (mut j, sent) = tokio::task::spawn_blocking(move || {
+        j.command(&format!("PIPE_SEND {pipe} - 1500 3 propagate"));
+        let s = j.expect("PIPE_SENT");
+        (j, s)
+    })
+    .await
+    .unwrap();
+    let sha = sent[3].clone();
+    for (who, input) in [("edge", &mut at_edge), ("rendezvous", &mut at_rdv)] {
+        for _ in 0..3 {
+            let m = tokio::time::timeout(Duration::from_secs(30), input.recv())
+                .await
+                .unwrap_or_else(|_| panic!("JXSE's propagated message did not reach the {who}"))
+                .unwrap();
+            let d = m.message.get("juxta", "payload").expect("payload");
+            assert_eq!(d.data.len(), 1500);
+            assert_eq!(hex::encode(sha2::Sha256::digest(&d.data)), sha);
+        }
+        // Each once.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(500), input.recv())
+                .await
+                .is_err(),
+            "a duplicate at the {who}"
+        );
+    }
+
+    // Juxta edge -> JXSE edge, through the rendezvous.
+    let mut j = tokio::task::spawn_blocking(move || {
+        j.command(&format!("PIPE_LISTEN {pipe} propagate"));
+        j.expect("PIPE_LISTENING");
+        j
+    })
+    .await
+    .unwrap();
+    let out = edge
+        .pipes()
+        .create_output_pipe(&pa, &[], Duration::from_secs(10))
+        .await
+        .unwrap();
+    let body = vec![7u8; 2000];
+    out.send(Message::new().with(Element::bytes("juxta", "payload", body.clone())))
+        .await
+        .unwrap();
+    let got = tokio::task::spawn_blocking(move || {
+        let r = j.expect("PIPE_RECV");
+        (j, r)
+    })
+    .await
+    .unwrap()
+    .1;
+    assert_eq!(got[2], "2000", "{got:?}");
+    assert_eq!(got[3], hex::encode(sha2::Sha256::digest(&body)));
+    let _ = jxse_id;
 }

@@ -39,6 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
+use juxta_proto::endpoint::ServiceAddress;
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
 
@@ -275,5 +276,44 @@ impl PipeService {
             return Err(PipeError::NotConnected("a group this peer left".into()));
         }
         registry::resolve(&self.inner, self.scope.as_ref(), adv, peers, timeout).await
+    }
+}
+
+/// Where a propagated message for JXSE's wire-pipe service goes here: a
+/// JXSE peer sends a propagate pipe's messages to the whole group through
+/// its rendezvous addressed to `jxta.service.wirepipe`/`<group unique>`,
+/// the pipe named only in its `jxta:JxtaWireHeader`
+/// (`WirePipe.sendMessage`); the input pipe here listens on
+/// `PipeService/<pipe URN>`. `Ok(None)`: not a wire-pipe message of the
+/// Net group. A message whose header is missing or malformed (hostile
+/// input: the header is parsed within the XML parser's bounds) is `Err`:
+/// it goes nowhere and is counted in [`crate::Stats::undeliverable`].
+pub(crate) fn wire_pipe_destination(
+    inner: &crate::peer::Inner,
+    dest: &ServiceAddress,
+    message: &juxta_proto::message::Message,
+) -> Result<Option<ServiceAddress>, juxta_proto::pipe::wire_header::WireHeaderError> {
+    use juxta_proto::pipe::wire_header::{JxtaWireHeader, WIRE_PIPE_SERVICE};
+    if dest.service != WIRE_PIPE_SERVICE
+        || dest
+            .param
+            .as_deref()
+            .is_some_and(|g| g != inner.group_unique())
+    {
+        return Ok(None);
+    }
+    match JxtaWireHeader::from_message(message) {
+        Ok(h) => Ok(Some(ServiceAddress::new(
+            PIPE_SERVICE,
+            Some(&h.pipe_id.to_string()),
+        ))),
+        Err(e) => {
+            inner
+                .stats
+                .undeliverable
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(error = %e, "wire-pipe message without a usable header dropped");
+            Err(e)
+        }
     }
 }

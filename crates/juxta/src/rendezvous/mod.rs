@@ -703,7 +703,13 @@ impl Task {
                 } => {
                     tracing::debug!(%from, ?dest, "propagated message delivered here");
                     if let Some(inner) = self.inner.upgrade() {
-                        inner.deliver_local(from, dest, message);
+                        // A JXSE propagate pipe's message (wire-pipe
+                        // service) goes to the input pipe its header names.
+                        match crate::pipe::wire_pipe_destination(&inner, &dest, &message) {
+                            Ok(Some(pipe)) => inner.deliver_local(from, pipe, message),
+                            Ok(None) => inner.deliver_local(from, dest, message),
+                            Err(_) => {}
+                        }
                     }
                     continue;
                 }
