@@ -594,9 +594,14 @@ final class Pipes {
     }
 
     private String socketConnect(String[] parts) {
-        if (parts.length != 5) {
-            return "ERROR usage: SOCKET_CONNECT <pipe URN> <peer URN> <size> <expect reply>";
+        if (parts.length != 5 && parts.length != 6) {
+            return "ERROR usage: SOCKET_CONNECT <pipe URN> <peer URN> <size> <expect reply> [reliable|unreliable]";
         }
+        if (parts.length == 6 && !parts[5].equals("reliable") && !parts[5].equals("unreliable")) {
+            return "ERROR usage: SOCKET_CONNECT mode must be reliable or unreliable";
+        }
+        // JxtaSocket's `stream` flag: false asks the server for JXSE's unreliable mode.
+        boolean stream = parts.length == 5 || parts[5].equals("reliable");
         PipeID id;
         PeerID peer;
         long size;
@@ -609,17 +614,17 @@ final class Pipes {
         } catch (Usage u) {
             return "ERROR " + u.getMessage();
         }
-        workers.execute(() -> out(socketClient(id, peer, size, expect)));
+        workers.execute(() -> out(socketClient(id, peer, size, expect, stream)));
         return ASYNC;   // the answer comes from the worker
     }
 
-    private String socketClient(PipeID id, PeerID peer, long size, long expect) {
+    private String socketClient(PipeID id, PeerID peer, long size, long expect, boolean stream) {
         long t0 = System.nanoTime();
         JxtaSocket s = null;
         String stage = "connect";
         try {
             // Resolves the server pipe (PBP query to `peer`), then the JXTASOC handshake.
-            s = new JxtaSocket(group, peer, pipeAdv(id, PipeService.UnicastType), CONNECT_TIMEOUT_MS, true);
+            s = new JxtaSocket(group, peer, pipeAdv(id, PipeService.UnicastType), CONNECT_TIMEOUT_MS, stream);
             setSoTimeout(s);
             accepted.add(s);
             long t1 = System.nanoTime();
