@@ -286,9 +286,9 @@ async fn juxta_edges_that_do_not_listen_discover_through_a_jxse_rendezvous() {
             .await
             .unwrap();
     }
-    // All ten, each intact; in any order: JXSE's endpoint hands incoming
-    // messages to a thread pool, so its router may forward them out of
-    // order (seen: 1, 2, 0, 3, ...); unicast pipes promise no order.
+    // All ten, each intact; in any order: forwarded by JXSE's router they
+    // arrived out of order in some runs (seen: 1, 2, 0, 3, ...), and
+    // unicast pipes promise no order.
     let mut got = Vec::new();
     while got.len() < 10 {
         let m = tokio::time::timeout(Duration::from_secs(30), input.recv())
