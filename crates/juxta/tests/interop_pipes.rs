@@ -202,6 +202,56 @@ async fn jxta_socket_jxse_client_juxta_server() {
     assert_eq!(done[2], sha(&payload(TEN_MB)));
 }
 
+/// JXSE's unreliable socket mode (`new JxtaSocket(..., stream=false)`):
+/// the Juxta server socket accepts it (answer `stream=false`), reads the
+/// `JXTASOC:data` messages as a byte stream, writes its reply the same
+/// way, and sees the end of stream at JXSE's `close`. On one TCP
+/// connection nothing is lost or reordered, so the hashes must match.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jxse_unreliable_socket_to_a_juxta_server() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
+    let mut jxse = block(Jxse::start);
+    let dir = tempfile::tempdir().unwrap();
+    let a = connected(&jxse, &dir).await;
+    let adv = new_adv();
+    let mut server = JxtaServerSocket::bind(&a, &adv, SocketConfig::default()).unwrap();
+    const N: usize = 1 << 20;
+    const REPLY: usize = 300_000;
+    jxse.command(&format!(
+        "SOCKET_CONNECT {} {} {N} {REPLY} unreliable",
+        adv.id,
+        a.peer_id()
+    ));
+    let serve = async {
+        let mut s = server.accept().await.unwrap();
+        assert_eq!(s.mode(), juxta::socket::SocketMode::Unreliable);
+        assert_eq!(s.remote(), jxse.peer_id);
+        let mut len = [0u8; 8];
+        s.read_exact(&mut len).await.unwrap();
+        assert_eq!(u64::from_be_bytes(len), N as u64);
+        let mut got = vec![0u8; N];
+        s.read_exact(&mut got).await.unwrap();
+        s.write_all(&payload(REPLY)).await.unwrap();
+        s.flush().await.unwrap();
+        // JXSE closes after reading the reply: the end of stream.
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        s.shutdown().await.unwrap();
+        got
+    };
+    let got = tokio::time::timeout(Duration::from_secs(120), serve)
+        .await
+        .expect("unreliable socket transfer from JXSE hung");
+    let sent = block(|| jxse.expect("SOCKET_SENT"));
+    assert_eq!(sha(&got), sent[2], "data from JXSE corrupted");
+    let done = block(|| jxse.expect("SOCKET_DONE"));
+    assert_eq!(done[1], REPLY.to_string());
+    assert_eq!(done[2], sha(&payload(REPLY)));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bidi_pipes_both_ways() {
     if !prereq::require_ok(prereq::jxse()) {

@@ -39,6 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
+use juxta_proto::endpoint::ServiceAddress;
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
 
@@ -275,5 +276,113 @@ impl PipeService {
             return Err(PipeError::NotConnected("a group this peer left".into()));
         }
         registry::resolve(&self.inner, self.scope.as_ref(), adv, peers, timeout).await
+    }
+}
+
+/// Where a propagated message for JXSE's wire-pipe service goes here: a
+/// JXSE peer sends a propagate pipe's messages to the whole group through
+/// its rendezvous addressed to `jxta.service.wirepipe`/`<group unique>`,
+/// the pipe named only in its `jxta:JxtaWireHeader`
+/// (`WirePipe.sendMessage`); the input pipe here listens on
+/// `PipeService/<pipe URN>`. `Ok(None)`: not a wire-pipe message of the
+/// Net group. A message whose header is missing or malformed (hostile
+/// input: the header is parsed within the XML parser's bounds) is `Err`:
+/// it goes nowhere and is counted in [`crate::Stats::undeliverable`].
+pub(crate) fn wire_pipe_destination(
+    inner: &crate::peer::Inner,
+    dest: &ServiceAddress,
+    message: &juxta_proto::message::Message,
+) -> Result<Option<ServiceAddress>, juxta_proto::pipe::wire_header::WireHeaderError> {
+    use juxta_proto::pipe::wire_header::{JxtaWireHeader, WIRE_PIPE_SERVICE};
+    if dest.service != WIRE_PIPE_SERVICE
+        || dest
+            .param
+            .as_deref()
+            .is_some_and(|g| g != inner.group_unique())
+    {
+        return Ok(None);
+    }
+    match JxtaWireHeader::from_message(message) {
+        Ok(h) => Ok(Some(ServiceAddress::new(
+            PIPE_SERVICE,
+            Some(&h.pipe_id.to_string()),
+        ))),
+        Err(e) => {
+            inner
+                .stats
+                .undeliverable
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(error = %e, "wire-pipe message without a usable header dropped");
+            Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use juxta_proto::id::PipeId;
+    use juxta_proto::message::{Element, NS_JXTA};
+    use juxta_proto::pipe::wire_header::{JxtaWireHeader, ELEM_WIRE_HEADER, WIRE_PIPE_SERVICE};
+    use std::sync::atomic::Ordering;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn wire_pipe_messages_go_to_the_pipe_their_header_names_and_bad_headers_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = crate::PeerConfig::new(dir.path().join("p"));
+        cfg.key_bits = 1024;
+        let p = crate::Peer::start(cfg).await.unwrap();
+        let inner = &p.inner;
+        let g = inner.group_unique().to_string();
+        let wire = ServiceAddress::new(WIRE_PIPE_SERVICE, Some(&g));
+        let pipe = PipeId::random(&mut rand::thread_rng());
+        let good = Message::new()
+            .with(JxtaWireHeader::new(pipe, "m-1".into(), 3).to_element())
+            .with(Element::bytes("juxta", "payload", &b"x"[..]));
+        assert_eq!(
+            wire_pipe_destination(inner, &wire, &good).unwrap(),
+            Some(ServiceAddress::new(PIPE_SERVICE, Some(&pipe.to_string())))
+        );
+        // Not the wire-pipe service, or another group's: left alone.
+        let other = ServiceAddress::new(PIPE_SERVICE, Some("x"));
+        assert_eq!(wire_pipe_destination(inner, &other, &good).unwrap(), None);
+        let sub = ServiceAddress::new(WIRE_PIPE_SERVICE, Some("another-group"));
+        assert_eq!(wire_pipe_destination(inner, &sub, &good).unwrap(), None);
+        assert_eq!(inner.stats.undeliverable.load(Ordering::Relaxed), 0);
+        // Hostile headers: none, not XML, no pipe ID, a bad TTL, huge.
+        let bad = [
+            Message::new().with(Element::bytes("juxta", "payload", &b"x"[..])),
+            Message::new().with(Element::xml(NS_JXTA, ELEM_WIRE_HEADER, "<<<".to_string())),
+            Message::new().with(Element::xml(
+                NS_JXTA,
+                ELEM_WIRE_HEADER,
+                "<JxtaWire><MsgId>a</MsgId><TTL>1</TTL></JxtaWire>".to_string(),
+            )),
+            Message::new().with(Element::xml(
+                NS_JXTA,
+                ELEM_WIRE_HEADER,
+                format!(
+                    "<JxtaWire><PipeId>{pipe}</PipeId><MsgId>a</MsgId><TTL>-5</TTL></JxtaWire>"
+                ),
+            )),
+            Message::new().with(Element::xml(
+                NS_JXTA,
+                ELEM_WIRE_HEADER,
+                format!(
+                    "<JxtaWire><MsgId>{}</MsgId></JxtaWire>",
+                    "a".repeat(4 << 20)
+                ),
+            )),
+        ];
+        for (i, m) in bad.iter().enumerate() {
+            assert!(
+                wire_pipe_destination(inner, &wire, m).is_err(),
+                "bad header {i} accepted"
+            );
+        }
+        assert_eq!(
+            inner.stats.undeliverable.load(Ordering::Relaxed),
+            bad.len() as u64
+        );
     }
 }

@@ -2,7 +2,8 @@
 //! bound peer's `PipeService/<pipe URN>` (no router header on a direct
 //! link); a secure pipe sends through a TLS 1.3 session with that peer; a
 //! propagate pipe fans out to every target peer, tagging each message with
-//! an ID so receivers reached twice deliver once.
+//! an ID so receivers reached twice deliver once (and with JXSE's
+//! `jxta:JxtaWireHeader`, without which a JXSE receiver drops it).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -132,6 +133,16 @@ impl OutputPipe {
                 id.put_u64(n);
                 let mut msg = msg;
                 msg.push(Element::bytes(NS_JUXTA, ELEM_PROPAGATE_ID, id.freeze()));
+                // JXSE's wire pipe drops a propagated message without its
+                // header (`WirePipe.processIncomingMessage`); Juxta peers
+                // read the compact ID above and drop the header.
+                let mut wire = JxtaWireHeader::new(
+                    self.adv.id,
+                    format!("{tag:016x}-{n:016x}"),
+                    PROPAGATE_TTL.unsigned_abs(),
+                );
+                wire.src_peer = Some(*self.inner.identity.peer_id());
+                msg.push(wire.to_element());
                 let all;
                 let to: &[PeerId] = if targets.is_empty() {
                     all = self.inner.connected_peers();
@@ -207,6 +218,8 @@ impl OutputPipe {
 /// element, or the `MsgId` of JXSE's `JxtaWireHeader`.
 pub(crate) fn take_propagate_id(msg: &mut Message) -> Option<Bytes> {
     if let Some(e) = msg.take(NS_JUXTA, ELEM_PROPAGATE_ID) {
+        // A Juxta sender's copy of the header for JXSE receivers.
+        msg.remove_all(NS_JXTA, ELEM_WIRE_HEADER);
         return Some(e.data);
     }
     let e = msg.take(NS_JXTA, ELEM_WIRE_HEADER)?;

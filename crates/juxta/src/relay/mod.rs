@@ -471,7 +471,7 @@ pub(crate) async fn on_control(inner: &Arc<Inner>, conn: &Arc<Connection>, messa
             // signature by the ID's key): nobody else can take or re-point it.
             let proven = conn.proof().is_proven();
             let now = inner.router.now_ms();
-            let resp = match &inner.router.server {
+            let mut resp = match &inner.router.server {
                 None => RelayResponse::Refused(Refusal::NotRelay),
                 Some(s) => {
                     let resp = s.state.lock().expect("relay lock").on_request(
@@ -499,12 +499,38 @@ pub(crate) async fn on_control(inner: &Arc<Inner>, conn: &Arc<Connection>, messa
                 }
                 tracing::info!(remote = %conn.remote, %reason, "relay request refused");
             }
+            // A JXSE relay client (a connection in JXTA framing) keeps a
+            // lease only with the relay's own advertisement in the answer
+            // (`RelayClient.handleResponse`: without `relayAdv` it gives
+            // the relay up), and reads an answer only when addressed to
+            // the relay service with the relay's unique value as parameter.
+            let me = inner.identity.peer_id().unique_value();
+            let jxta_framed = !conn.is_compact();
+            if let RelayResponse::Connected { relay_adv, .. } = &mut resp {
+                if jxta_framed {
+                    *relay_adv = Some(own_relay_adv(inner));
+                }
+            }
+            let param = jxta_framed.then_some(me.as_str());
             let m = crate::Messenger::new(conn.clone(), inner.clone());
-            if let Err(e) = m.post(RELAY_SERVICE, None, resp.to_message()) {
+            if let Err(e) = m.post(RELAY_SERVICE, param, resp.to_message()) {
                 tracing::debug!(remote = %conn.remote, error = %e, "relay response not sent");
             }
         }
     }
+}
+
+/// This relay's `jxta:RdvAdvertisement` as JXSE's relay server makes it
+/// (`RelayServer.createRdvAdvertisement`): its peer ID, the Net group, the
+/// relay service as service name, and its route (its TCP address).
+fn own_relay_adv(inner: &Inner) -> String {
+    use juxta_proto::advertisement::{RdvAdvertisement, RouteAdvertisement};
+    use juxta_proto::id::PeerGroupId;
+    let me = *inner.identity.peer_id();
+    RdvAdvertisement::new(PeerGroupId::NET, me, RELAY_SERVICE)
+        .with_name(inner.cfg.name.clone())
+        .with_route(RouteAdvertisement::direct(me, [inner.public_addr.clone()]))
+        .to_xml()
 }
 
 /// One leased edge's forwarding state: its connection, the lock held by

@@ -120,17 +120,33 @@ fn refused(inner: &Inner, link: &PeerId, e: &ForwardError) {
     }
 }
 
+/// Whether `peer` is the relay or the rendezvous this peer leases: the
+/// peers that carry its traffic anyway (every query, SRDI push and
+/// propagated message of an edge goes through its rendezvous), so a route
+/// they claim to start at themselves adds nobody new to the path. JXSE
+/// edges route through their rendezvous the same way: its router answers
+/// a route query for a peer it has a connection to with a route through
+/// itself (`RouteResolver.processQuery`, "direct route to destination").
+pub(crate) fn carries_our_traffic(inner: &Inner, peer: &PeerId) -> bool {
+    *inner.router.leased.borrow() == Some(*peer)
+        || inner
+            .rendezvous
+            .get()
+            .and_then(crate::rendezvous::RendezvousHandle::leased_to)
+            == Some(*peer)
+}
+
 /// Learns the route back to the origin of a verified routed message:
-/// only through the relay this peer leases (which carries all of its
-/// traffic anyway) unless unsigned routes are accepted. The router
+/// only through the relay or rendezvous this peer leases (which carries
+/// its traffic anyway, [`carries_our_traffic`]) unless unsigned routes are
+/// accepted. The router
 /// fingerprint that "verifies" the origin is a bearer token anyone who saw
 /// it can replay, so a reverse hop proves nothing about the path.
 fn learn_back(inner: &Inner, local: &PeerId, link: &PeerId, m: &Inspected) {
     if inner.connection(&m.src).is_some() {
         return;
     }
-    let own_relay = *inner.router.leased.borrow() == Some(*link);
-    if !own_relay && !inner.cfg.accept_unsigned_routes {
+    if !carries_our_traffic(inner, link) && !inner.cfg.accept_unsigned_routes {
         return;
     }
     if let Some(hops) = forward::route_back(local, link, m) {
@@ -575,6 +591,12 @@ async fn send_queries(
     skip: &[Option<PeerId>],
 ) -> Vec<PeerId> {
     let mut sent = Vec::new();
+    // The asker's own route rides in the query: JXSE's route resolver
+    // drops a query without one ("No src Route in route query").
+    let mut query = query.clone();
+    if query.src_route.is_none() {
+        query.src_route = Some(own_route(inner));
+    }
     let doc = ResolverQuery {
         handler: ROUTER_HANDLER.to_string(),
         query_id,
@@ -648,11 +670,11 @@ pub(crate) async fn on_response(
         tracing::debug!(%dest, "route answer with no usable route");
         return Ok(());
     };
-    // Believed when: the answer comes from the relay this peer leases and
-    // the route starts there (it carries all our traffic anyway); or the
-    // destination signed a route naming the last hop as its relay; or the
-    // user accepts unsigned routes.
-    let own_relay = *inner.router.leased.borrow() == Some(answering) && hops[0] == answering;
+    // Believed when: the answer comes from the relay or the rendezvous
+    // this peer leases and the route starts there (it carries our traffic
+    // anyway); or the destination signed a route naming the last hop as
+    // its relay; or the user accepts unsigned routes.
+    let own_relay = hops[0] == answering && carries_our_traffic(inner, &answering);
     let vouched = signed
         .as_ref()
         .zip(hops.last())

@@ -241,6 +241,12 @@ impl RendezvousHandle {
         self.events.subscribe()
     }
 
+    /// Edge: the rendezvous leased now (`None` on a rendezvous, or while
+    /// no lease is held).
+    pub(crate) fn leased_to(&self) -> Option<PeerId> {
+        self.status.borrow().leased_to
+    }
+
     /// Edge: waits until leased (or `timeout`); returns the rendezvous.
     pub async fn wait_leased(&self, timeout: Duration) -> Option<PeerId> {
         let mut rx = self.status.clone();
@@ -697,7 +703,13 @@ impl Task {
                 } => {
                     tracing::debug!(%from, ?dest, "propagated message delivered here");
                     if let Some(inner) = self.inner.upgrade() {
-                        inner.deliver_local(from, dest, message);
+                        // A JXSE propagate pipe's message (wire-pipe
+                        // service) goes to the input pipe its header names.
+                        match crate::pipe::wire_pipe_destination(&inner, &dest, &message) {
+                            Ok(Some(pipe)) => inner.deliver_local(from, pipe, message),
+                            Ok(None) => inner.deliver_local(from, dest, message),
+                            Err(_) => {}
+                        }
                     }
                     continue;
                 }

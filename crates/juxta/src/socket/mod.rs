@@ -94,6 +94,7 @@ use crate::Peer;
 
 mod secure;
 mod stream;
+mod unreliable;
 
 pub use secure::MAX_WRITE as SECURE_MAX_WRITE;
 
@@ -139,6 +140,10 @@ pub enum SocketMode {
     /// Juxta's stream mode over a compact connection, direct or through
     /// Juxta relays.
     Stream,
+    /// JXSE's unreliable mode (`stream=false`): data elements with no
+    /// acknowledgement or retransmission; accepted from JXSE clients that
+    /// ask for it.
+    Unreliable,
 }
 
 impl Default for SocketConfig {
@@ -311,12 +316,42 @@ impl JxtaServerSocket {
                 tracing::info!(%client, "secure socket request refused: too many handshakes under way");
                 continue;
             }
-            if !req.reliable {
-                tracing::info!(%client, "unreliable (stream=false) socket request refused: unsupported");
-                continue;
-            }
             let local = crate::pipe::ephemeral_adv(&self.adv, "");
             let input = InputPipe::open(&self.inner, None, &local)?;
+            if !req.reliable {
+                // JXSE's unreliable mode (`stream=false`): data elements,
+                // no blocks or acks. Not with TLS (a secure socket is a
+                // stream).
+                if secure {
+                    tracing::info!(%client, "unreliable secure socket request refused");
+                    continue;
+                }
+                let resp = ConnectResponse {
+                    kind: SetupKind::Socket,
+                    rem_pipe: local.clone(),
+                    rem_peer: crate::pipe::local_peer_adv(&self.inner),
+                    reliable: Some(false),
+                    encrypt: Some(false),
+                };
+                let remote_pipe = req.req_pipe.id.to_string();
+                let socket = JxtaSocket {
+                    remote: client,
+                    imp: Imp::Unreliable(Box::new(unreliable::UnreliableSocket::start(
+                        &self.inner,
+                        messenger.clone(),
+                        remote_pipe.clone(),
+                        input,
+                    ))),
+                };
+                if let Err(e) = messenger
+                    .send(PIPE_SERVICE, Some(&remote_pipe), resp.to_message())
+                    .await
+                {
+                    tracing::info!(%client, error = %e, "socket answer not sent");
+                    continue;
+                }
+                return Ok(socket);
+            }
             let resp = ConnectResponse {
                 kind: SetupKind::Socket,
                 rem_pipe: local.clone(),
@@ -645,6 +680,8 @@ enum Imp {
     Reliable(RelHandle),
     Stream(stream::StreamSocket),
     Secure(Box<secure::SecureSocket>),
+    /// JXSE's `stream=false` mode (accepted from JXSE clients).
+    Unreliable(Box<unreliable::UnreliableSocket>),
 }
 
 /// `adv` as a plain unicast pipe (a secure socket's set-up is in the clear).
@@ -889,6 +926,7 @@ impl JxtaSocket {
         match &self.imp {
             Imp::Reliable(_) => SocketMode::Reliable,
             Imp::Stream(_) => SocketMode::Stream,
+            Imp::Unreliable(_) => SocketMode::Unreliable,
             Imp::Secure(s) => s.plain().map_or(SocketMode::Stream, |p| p.mode()),
         }
     }
@@ -937,7 +975,7 @@ impl JxtaSocket {
         match self.imp {
             Imp::Stream(mut s) => s.abort(),
             Imp::Secure(mut s) => s.abort(),
-            Imp::Reliable(_) => {}
+            Imp::Reliable(_) | Imp::Unreliable(_) => {}
         }
     }
 
@@ -1315,6 +1353,7 @@ impl AsyncRead for JxtaSocket {
             Imp::Reliable(h) => h.0.poll_read(cx, buf),
             Imp::Stream(s) => s.poll_read(cx, buf),
             Imp::Secure(s) => s.poll_read(cx, buf),
+            Imp::Unreliable(s) => s.poll_read(cx, buf),
         }
     }
 }
@@ -1329,6 +1368,7 @@ impl AsyncWrite for JxtaSocket {
             Imp::Reliable(h) => h.0.poll_write(cx, data),
             Imp::Stream(s) => s.poll_write(cx, data),
             Imp::Secure(s) => s.poll_write(cx, data),
+            Imp::Unreliable(s) => s.poll_write(cx, data),
         }
     }
 
@@ -1337,6 +1377,7 @@ impl AsyncWrite for JxtaSocket {
             Imp::Reliable(h) => h.0.poll_flush(cx),
             Imp::Stream(s) => s.poll_flush(cx),
             Imp::Secure(s) => s.poll_flush(cx),
+            Imp::Unreliable(s) => s.poll_flush(cx),
         }
     }
 
@@ -1345,6 +1386,7 @@ impl AsyncWrite for JxtaSocket {
             Imp::Reliable(h) => h.0.poll_shutdown(cx),
             Imp::Stream(s) => s.poll_shutdown(cx),
             Imp::Secure(s) => s.poll_shutdown(cx),
+            Imp::Unreliable(s) => s.poll_shutdown(cx),
         }
     }
 }

@@ -103,6 +103,10 @@ public final class Main {
     private final AtomicLong acksSent = new AtomicLong();
     /** Rendezvous seeds: non-empty makes this peer an edge leasing one of them. */
     private List<String> rdvSeeds = new ArrayList<>();
+    /** With --relay-seed: relay client on, leasing only these relays. */
+    private List<String> relaySeeds = new ArrayList<>();
+    /** With --no-incoming: TCP outgoing only (a peer nobody can dial, reached through its relay). */
+    private boolean noIncoming;
     /** Whether this peer is a rendezvous. */
     private boolean rendezvous;
     /** With --lan: the address of the LAN interface (TCP and multicast there); else loopback. */
@@ -120,6 +124,8 @@ public final class Main {
         String home = null;
         String name = "juxta-harness";
         List<String> rdvSeeds = new ArrayList<>();
+        List<String> relaySeeds = new ArrayList<>();
+        boolean noIncoming = false;
         boolean rendezvous = false;
         String lan = null;
         for (int i = 0; i < args.length; i++) {
@@ -130,11 +136,13 @@ public final class Main {
                 case "--home": home = require(a, v); i++; break;
                 case "--name": name = require(a, v); i++; break;
                 case "--rdv-seed": rdvSeeds.add(require(a, v)); i++; break;
+                case "--relay-seed": relaySeeds.add(require(a, v)); i++; break;
+                case "--no-incoming": noIncoming = true; break;
                 case "--rendezvous": rendezvous = true; break;
                 case "--lan": lan = require(a, v); i++; break;
                 case "-h":
                 case "--help":
-                    System.err.println("usage: Main --port P [--home DIR] [--name NAME] [--rdv-seed tcp://127.0.0.1:P]... [--rendezvous] [--lan IP]");
+                    System.err.println("usage: Main --port P [--home DIR] [--name NAME] [--rdv-seed tcp://127.0.0.1:P]... [--relay-seed tcp://127.0.0.1:P]... [--no-incoming] [--rendezvous] [--lan IP]");
                     System.exit(0);
                     return;
                 default:
@@ -156,6 +164,8 @@ public final class Main {
         }
         Main main = new Main();
         main.rdvSeeds = rdvSeeds;
+        main.relaySeeds = relaySeeds;
+        main.noIncoming = noIncoming;
         main.rendezvous = rendezvous;
         main.lanAddress = lan;
         int rc;
@@ -224,9 +234,11 @@ public final class Main {
 
         long t0 = System.nanoTime();
         NetworkManager.ConfigMode mode = rendezvous ? NetworkManager.ConfigMode.RENDEZVOUS
-                : rdvSeeds.isEmpty() ? NetworkManager.ConfigMode.ADHOC : NetworkManager.ConfigMode.EDGE;
+                : rdvSeeds.isEmpty() && relaySeeds.isEmpty() ? NetworkManager.ConfigMode.ADHOC
+                : NetworkManager.ConfigMode.EDGE;
         manager = new NetworkManager(mode, name, home.toUri());
         configure(manager.getConfigurator(), host, port, rdvSeeds, rendezvous, lanAddress != null);
+        configureRelay(manager.getConfigurator(), relaySeeds, noIncoming);
         netGroup = manager.startNetwork();
         endpoint = netGroup.getEndpointService();
         peerId = netGroup.getPeerID().toString();
@@ -312,6 +324,23 @@ public final class Main {
         c.setUseOnlyRendezvousSeeds(true);
         c.setUseOnlyRelaySeeds(true);
         // Peer ID deliberately not set: JXSE derives a cbid from its own certificate.
+    }
+
+    /**
+     * --relay-seed: JXSE's relay client on (EDGE with RELAY_CLIENT), leasing only the given
+     * relays; --no-incoming: TCP outgoing only, so other peers reach this one through its relay.
+     */
+    private static void configureRelay(NetworkConfigurator c, List<String> relaySeeds, boolean noIncoming) {
+        if (!relaySeeds.isEmpty()) {
+            c.setMode(NetworkConfigurator.EDGE_NODE | NetworkConfigurator.RELAY_CLIENT);
+            for (String seed : relaySeeds) {
+                c.addSeedRelay(URI.create(seed));
+            }
+            c.setUseOnlyRelaySeeds(true);
+        }
+        if (noIncoming) {
+            c.setTcpIncoming(false);
+        }
     }
 
     private void commandLoop() throws IOException {

@@ -424,7 +424,7 @@ final class Pipes {
 
     private String pipeSend(String[] parts) {
         if (parts.length < 4 || parts.length > 6) {
-            return "ERROR usage: PIPE_SEND <pipe URN> <peer URN> <size> [count [unicast|propagate]]";
+            return "ERROR usage: PIPE_SEND <pipe URN> <peer URN|-> <size> [count [unicast|propagate]]";
         }
         PipeID id;
         PeerID peer;
@@ -433,7 +433,9 @@ final class Pipes {
         String type;
         try {
             id = pipeId(parts[1]);
-            peer = peerIdArg(parts[2]);
+            // "-": no peer; a propagate pipe then goes to the whole group (through the
+            // rendezvous: WirePipe.sendMessage walks it), a unicast pipe resolves by query.
+            peer = "-".equals(parts[2]) ? null : peerIdArg(parts[2]);
             size = (int) sizeArg(parts[3], Integer.MAX_VALUE - 64);
             count = parts.length >= 5 ? (int) sizeArg(parts[4], Integer.MAX_VALUE) : 1;
             type = parts.length == 6 ? pipeType(parts[5]) : PipeService.UnicastType;
@@ -447,7 +449,9 @@ final class Pipes {
         try {
             // Unicast: JXSE sends a JxtaPipeResolver query to `peer` and waits for Found=true.
             // Propagate with one peer: a BlockingWireOutputPipe, no resolution.
-            op = pipeService.createOutputPipe(pipeAdv(id, type),
+            // No peer: createOutputPipe(adv, timeout), group-wide for propagate.
+            op = peer == null ? pipeService.createOutputPipe(pipeAdv(id, type), CONNECT_TIMEOUT_MS)
+                    : pipeService.createOutputPipe(pipeAdv(id, type),
                     Collections.singleton(peer), CONNECT_TIMEOUT_MS);
         } catch (Exception e) {
             return err("PIPE_SEND resolve", e);
@@ -590,9 +594,14 @@ final class Pipes {
     }
 
     private String socketConnect(String[] parts) {
-        if (parts.length != 5) {
-            return "ERROR usage: SOCKET_CONNECT <pipe URN> <peer URN> <size> <expect reply>";
+        if (parts.length != 5 && parts.length != 6) {
+            return "ERROR usage: SOCKET_CONNECT <pipe URN> <peer URN> <size> <expect reply> [reliable|unreliable]";
         }
+        if (parts.length == 6 && !parts[5].equals("reliable") && !parts[5].equals("unreliable")) {
+            return "ERROR usage: SOCKET_CONNECT mode must be reliable or unreliable";
+        }
+        // JxtaSocket's `stream` flag: false asks the server for JXSE's unreliable mode.
+        boolean stream = parts.length == 5 || parts[5].equals("reliable");
         PipeID id;
         PeerID peer;
         long size;
@@ -605,17 +614,17 @@ final class Pipes {
         } catch (Usage u) {
             return "ERROR " + u.getMessage();
         }
-        workers.execute(() -> out(socketClient(id, peer, size, expect)));
+        workers.execute(() -> out(socketClient(id, peer, size, expect, stream)));
         return ASYNC;   // the answer comes from the worker
     }
 
-    private String socketClient(PipeID id, PeerID peer, long size, long expect) {
+    private String socketClient(PipeID id, PeerID peer, long size, long expect, boolean stream) {
         long t0 = System.nanoTime();
         JxtaSocket s = null;
         String stage = "connect";
         try {
             // Resolves the server pipe (PBP query to `peer`), then the JXTASOC handshake.
-            s = new JxtaSocket(group, peer, pipeAdv(id, PipeService.UnicastType), CONNECT_TIMEOUT_MS, true);
+            s = new JxtaSocket(group, peer, pipeAdv(id, PipeService.UnicastType), CONNECT_TIMEOUT_MS, stream);
             setSoTimeout(s);
             accepted.add(s);
             long t1 = System.nanoTime();
