@@ -135,14 +135,26 @@ impl OutputPipe {
                 msg.push(Element::bytes(NS_JUXTA, ELEM_PROPAGATE_ID, id.freeze()));
                 // JXSE's wire pipe drops a propagated message without its
                 // header (`WirePipe.processIncomingMessage`); Juxta peers
-                // read the compact ID above and drop the header.
-                let mut wire = JxtaWireHeader::new(
-                    self.adv.id,
-                    format!("{tag:016x}-{n:016x}"),
-                    PROPAGATE_TTL.unsigned_abs(),
-                );
-                wire.src_peer = Some(*self.inner.identity.peer_id());
-                msg.push(wire.to_element());
+                // read the compact ID above and drop the header. It is
+                // added (an XML document per message) only on the paths a
+                // JXSE peer can be on: multicast, the rendezvous, links in
+                // JXTA framing; compact links carry the message without it.
+                let mut jxse_copy: Option<Message> = None;
+                let mut with_header = || {
+                    jxse_copy
+                        .get_or_insert_with(|| {
+                            let mut wire = JxtaWireHeader::new(
+                                self.adv.id,
+                                format!("{tag:016x}-{n:016x}"),
+                                PROPAGATE_TTL.unsigned_abs(),
+                            );
+                            wire.src_peer = Some(*self.inner.identity.peer_id());
+                            let mut m = msg.clone();
+                            m.push(wire.to_element());
+                            m
+                        })
+                        .clone()
+                };
                 let all;
                 let to: &[PeerId] = if targets.is_empty() {
                     all = self.inner.connected_peers();
@@ -160,7 +172,7 @@ impl OutputPipe {
                 let mut mcast_err = None;
                 if let Some(mc) = self.inner.multicast.as_ref().filter(|_| targets.is_empty()) {
                     let at = ServiceAddress::new(PIPE_SERVICE, Some(&self.urn));
-                    match mc.send(&at, msg.clone()).await {
+                    match mc.send(&at, with_header()).await {
                         Ok(n) => {
                             total += n;
                             reached += 1;
@@ -181,7 +193,7 @@ impl OutputPipe {
                 let mut covered = Vec::new();
                 if let Some(h) = self.inner.rendezvous.get().filter(|_| targets.is_empty()) {
                     let at = ServiceAddress::new(PIPE_SERVICE, Some(&self.urn));
-                    if let Some(c) = h.propagate(at, msg.clone(), PROPAGATE_TTL).await {
+                    if let Some(c) = h.propagate(at, with_header(), PROPAGATE_TTL).await {
                         reached += 1;
                         covered = c;
                     }
@@ -193,7 +205,12 @@ impl OutputPipe {
                     let Some(m) = self.inner.messenger(p) else {
                         continue;
                     };
-                    match m.send(PIPE_SERVICE, Some(&self.urn), msg.clone()).await {
+                    let copy = if m.is_compact() {
+                        msg.clone()
+                    } else {
+                        with_header()
+                    };
+                    match m.send(PIPE_SERVICE, Some(&self.urn), copy).await {
                         Ok(n) => {
                             total += n;
                             reached += 1;
