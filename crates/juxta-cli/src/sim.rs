@@ -400,7 +400,7 @@ pub fn config(a: &SimArgs) -> Result<(SimConfig, Option<String>), SimCliError> {
 /// simulator's.
 pub fn row(r: &SimReport, seed: u64, wall_s: f64) -> serde_json::Value {
     let f = &r.refusals;
-    serde_json::json!({
+    let mut row = serde_json::json!({
         "scenario": "rendezvous",
         "source": "sim",
         "model": r.model,
@@ -419,6 +419,8 @@ pub fn row(r: &SimReport, seed: u64, wall_s: f64) -> serde_json::Value {
         "completion_cv": r.completion_cv,
         "rdv_cpu_pct": r.rdv_cpu_pct,
         "rdv_rss_mb": serde_json::Value::Null,
+    });
+    let more = serde_json::json!({
         "peers": r.peers,
         "virtual_s": r.virtual_s,
         "wall_s": wall_s,
@@ -461,7 +463,11 @@ pub fn row(r: &SimReport, seed: u64, wall_s: f64) -> serde_json::Value {
             "admission_overflow": f.admission_overflow,
             "duplicates": f.duplicates,
         },
-    })
+    });
+    if let (Some(a), serde_json::Value::Object(b)) = (row.as_object_mut(), more) {
+        a.extend(b);
+    }
+    row
 }
 
 /// Runs `juxta sim`: progress on stderr every 10 % of the virtual time;

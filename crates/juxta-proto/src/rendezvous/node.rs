@@ -737,7 +737,12 @@ impl RendezvousNode {
                 r.links.connecting.remove(&addr);
                 if let Some(p) = peer.filter(|p| *p != me) {
                     r.links.reached(p, addr);
-                    r.srv.peer_view_mut().add_seed(p);
+                    // A new seed is probed at once rather than at the next
+                    // probe round (the view forms in one round trip).
+                    let pv = r.srv.peer_view_mut();
+                    if pv.add_seed(p) && !pv.contains(&p) {
+                        pv.probe_now(p);
+                    }
                     if r.srv.poll_timeout().is_some_and(|t| t <= now) {
                         r.srv.handle_timeout(now);
                     }
