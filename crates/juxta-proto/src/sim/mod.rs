@@ -168,10 +168,11 @@ impl Dist {
                 mean: b.parse().ok()?,
             }
         } else if let Some((a, b)) = s.split_once("..") {
-            Dist::Uniform {
-                min: a.parse().ok()?,
-                max: b.parse().ok()?,
+            let (min, max): (f64, f64) = (a.parse().ok()?, b.parse().ok()?);
+            if max < min {
+                return None;
             }
+            Dist::Uniform { min, max }
         } else {
             Dist::Const(s.parse().ok()?)
         };
