@@ -20,9 +20,9 @@ use crate::resolver::{query_queue, response_queue, srdi_queue, ResolverQuery, RE
 
 use super::flow::{Admission, AdmissionConfig, Admit};
 use super::index::{AddOutcome, SrdiIndex};
-use super::placement::{replica_expr, replica_position, replicate, REPLICATION_THRESHOLD};
+use super::placement::{replica_expr, replicate};
 use super::search::{decide, QueryContext, QueryPlan, SearchModel};
-use super::{ResolverSrdi, SrdiEntry, SrdiError, SrdiMessage, SCOPE_REPLICATE};
+use super::{ResolverSrdi, SrdiError, SrdiMessage, SCOPE_REPLICATE};
 
 /// How often the index is swept for expired entries.
 pub const EXPIRE_INTERVAL_MS: u64 = 10_000;
@@ -130,8 +130,6 @@ pub struct SrdiNode {
     next_expire: Millis,
     out: VecDeque<SrdiAction>,
     stats: SrdiNodeStats,
-    /// The view the leased edges' entries were last re-placed over.
-    placed_view: Vec<PeerId>,
 }
 
 impl SrdiNode {
@@ -149,7 +147,6 @@ impl SrdiNode {
             next_expire: EXPIRE_INTERVAL_MS,
             out: VecDeque::new(),
             stats: SrdiNodeStats::default(),
-            placed_view: Vec::new(),
         }
     }
 
@@ -261,12 +258,7 @@ impl SrdiNode {
     }
 
     /// After a peer view change: re-places the live entries of `clients`
-    /// (the edges leased here) over the new view (SRDI model only). Only
-    /// the entries whose replica differs from the one of the view they
-    /// were last placed over are sent (a view of n rendezvous that gains
-    /// or loses one moves about 1/n of them; re-sending all of them on
-    /// every change of a forming view of 1,000 rendezvous dominated a
-    /// `juxta sim` run).
+    /// (the edges leased here) over the new view (SRDI model only).
     pub fn rereplicate(
         &mut self,
         clients: impl IntoIterator<Item = PeerId>,
@@ -283,17 +275,6 @@ impl SrdiNode {
         for c in clients {
             for (pkey, mut entries) in all.remove(&c).unwrap_or_default() {
                 entries.sort_by(|a, b| (&a.key, &a.value).cmp(&(&b.key, &b.value)));
-                let old = &self.placed_view;
-                let replica = |v: &[PeerId], e: &SrdiEntry| {
-                    let expr = replica_expr(&pkey, &e.key, &e.value);
-                    replica_position(&expr, v.len()).map(|i| v[i])
-                };
-                entries.retain(|e| {
-                    old.len() < REPLICATION_THRESHOLD || replica(old, e) != replica(view, e)
-                });
-                if entries.is_empty() {
-                    continue;
-                }
                 let m = SrdiMessage {
                     peer: c,
                     primary_key: pkey,
@@ -305,7 +286,6 @@ impl SrdiNode {
                 }
             }
         }
-        self.placed_view = view.to_vec();
     }
 
     /// Handles a resolver query. `raw` is the message it came in (kept for
@@ -400,6 +380,7 @@ mod tests {
     use super::*;
     use crate::id::{IdFormat, IdType, JxtaId};
     use crate::srdi::placement::global_view;
+    use crate::srdi::SrdiEntry;
 
     fn peer(n: u8) -> PeerId {
         JxtaId::from_parts(IdFormat::Cbid, [1; 16], [n; 16], IdType::Peer)
