@@ -152,7 +152,7 @@ impl Dist {
         match *self {
             Dist::Const(v) => v,
             Dist::Uniform { min, max } => min.max(max),
-            Dist::Exp { min, mean } if mean == 0.0 => min,
+            Dist::Exp { min, mean: 0.0 } => min,
             Dist::Exp { .. } => f64::INFINITY,
         }
     }
@@ -430,7 +430,7 @@ impl SimConfig {
         if w.lookup_timeout_ms == 0 {
             return Err(invalid("lookup timeout", "must be > 0 ms"));
         }
-        if !(w.downtime_ms.min() >= 0.0) {
+        if w.downtime_ms.min().is_nan() || w.downtime_ms.min() < 0.0 {
             return Err(invalid("downtime", "must be ≥ 0"));
         }
         for p in &w.partitions {
@@ -1188,9 +1188,8 @@ impl Sim {
             }
             NodeEvent::Answered { id, response } => self.on_answer(i, id, response),
             NodeEvent::TimedOut { id } => {
-                if self.peers[iu].asked.remove(&id).is_some() {
-                    self.timed_out += 1;
-                }
+                let removed = self.peers[iu].asked.remove(&id).is_some();
+                self.timed_out += u64::from(removed);
             }
             _ => {}
         }
