@@ -2,7 +2,7 @@
 //!
 //! [`EdgeClient`], [`RendezvousServer`] and [`SrdiNode`] are the parts;
 //! this machine wires them the way a peer runs them, so the tokio runtime
-//! (`juxta::rendezvous`) and the simulator (`tests/rendezvous_sim.rs`) run
+//! (`juxta::rendezvous`) and the simulator ([`crate::sim`]) run
 //! the same protocol code. It decides everything that is protocol:
 //! - edge: which seed to lease (via [`EdgeClient`]), re-dial pacing
 //!   ([`REDIAL_MS`]), SRDI publication and republication to every new
