@@ -15,6 +15,7 @@ use juxta_bench::stacks::Stack;
 use juxta_bench::throughput::{self, Pattern, ThroughputOptions};
 use juxta_bench::util::{parse_counts, parse_sizes, pin_current, Pin};
 
+mod sim;
 mod transfer;
 
 #[derive(Parser)]
@@ -38,6 +39,12 @@ enum Cmd {
     /// with --metrics. It answers the benchmark ack service
     /// (JuxtaBench/ping -> JuxtaBench/ack). See docs/peer.md.
     Peer(daemon::PeerArgs),
+    /// Simulate a rendezvous network in virtual time with the real
+    /// protocol nodes (deterministic from --seed): latency, bandwidth and
+    /// loss per link, churn, rendezvous kills, partitions, hostile peers,
+    /// a lookup workload; rows as `juxta bench rendezvous` plus peers,
+    /// virtual_s, wall_s, events and recovery. See docs/simulator.md.
+    Sim(sim::SimArgs),
     /// Print the peer ID of a home's identity.
     Id {
         /// Home directory (default $JUXTA_HOME or ~/.juxta).
@@ -785,6 +792,8 @@ enum CliError {
     Bench(#[from] juxta_bench::BenchError),
     #[error(transparent)]
     Peer(#[from] juxta::PeerError),
+    #[error(transparent)]
+    Sim(#[from] sim::SimCliError),
     #[error("{0}")]
     Msg(String),
 }
@@ -831,6 +840,7 @@ fn main() -> ExitCode {
         Cmd::Send(a) => return transfer::run(transfer::send::main(a)),
         Cmd::Receive(a) => return transfer::run(transfer::receive::main(a)),
         Cmd::MpRank(a) => juxta_bench::mp::rank_main(&a).map_err(CliError::from),
+        Cmd::Sim(a) => run_sim(a),
         Cmd::RdvServe(a) => multi_thread().block_on(run_rdv_serve(a)),
         Cmd::RelayServe(a) => multi_thread().block_on(run_relay_serve(a)),
         Cmd::SoakWorker { spec } => return juxta_bench::worker::main_json(&spec),
@@ -1163,6 +1173,20 @@ fn prepare_json(p: &std::path::Path) -> Result<(), CliError> {
         })?;
     }
     Ok(())
+}
+
+/// `juxta sim`: the row to --json (or stdout).
+fn run_sim(a: sim::SimArgs) -> Result<(), CliError> {
+    let (opts, row) = sim::run(&a)?;
+    let rows = serde_json::Value::Array(vec![row]);
+    match &a.json {
+        Some(p) => write_json(p, opts, rows),
+        None => {
+            let text = serde_json::to_string_pretty(&rows).expect("json");
+            println!("{text}");
+            Ok(())
+        }
+    }
 }
 
 /// Writes `{"command", "machine", "options", "results"}`.

@@ -32,6 +32,7 @@ pub mod pipe;
 pub mod relay;
 pub mod rendezvous;
 pub mod resolver;
+pub mod sim;
 pub mod socket;
 pub mod srdi;
 pub mod wire;

@@ -2,7 +2,7 @@
 //!
 //! [`EdgeClient`], [`RendezvousServer`] and [`SrdiNode`] are the parts;
 //! this machine wires them the way a peer runs them, so the tokio runtime
-//! (`juxta::rendezvous`) and the simulator (`tests/rendezvous_sim.rs`) run
+//! (`juxta::rendezvous`) and the simulator ([`crate::sim`]) run
 //! the same protocol code. It decides everything that is protocol:
 //! - edge: which seed to lease (via [`EdgeClient`]), re-dial pacing
 //!   ([`REDIAL_MS`]), SRDI publication and republication to every new
@@ -482,6 +482,22 @@ struct RdvSide {
     relay_order: VecDeque<(Millis, QueryId)>,
     next_relay_id: QueryId,
     walked: u64,
+    /// The peer view's members when `view` was computed, and the global
+    /// view (members and self in placement order) computed from them: the
+    /// global view is only recomputed when the members changed (it formats
+    /// and sorts every member's ID, which dominated SRDI handling with a
+    /// large view).
+    view_of: Vec<PeerId>,
+    view: Vec<PeerId>,
+}
+
+/// Brings `r.view` up to date with the peer view (cheap when unchanged).
+fn refresh_view(r: &mut RdvSide) {
+    let pv = r.srv.peer_view();
+    if r.view.is_empty() || !pv.members().eq(r.view_of.iter().copied()) {
+        r.view_of = pv.members().collect();
+        r.view = global_view(r.srv.me(), r.view_of.iter().copied());
+    }
 }
 
 enum Side {
@@ -534,6 +550,8 @@ impl RendezvousNode {
                     relay_order: VecDeque::new(),
                     next_relay_id: 1,
                     walked: 0,
+                    view_of: Vec::new(),
+                    view: Vec::new(),
                 }))
             }
             RendezvousRole::Edge { seeds } => Side::Edge(Box::new(EdgeSide {
@@ -737,7 +755,12 @@ impl RendezvousNode {
                 r.links.connecting.remove(&addr);
                 if let Some(p) = peer.filter(|p| *p != me) {
                     r.links.reached(p, addr);
-                    r.srv.peer_view_mut().add_seed(p);
+                    // A new seed is probed at once rather than at the next
+                    // probe round (the view forms in one round trip).
+                    let pv = r.srv.peer_view_mut();
+                    if pv.add_seed(p) && !pv.contains(&p) {
+                        pv.probe_now(p);
+                    }
                     if r.srv.poll_timeout().is_some_and(|t| t <= now) {
                         r.srv.handle_timeout(now);
                     }
@@ -1249,9 +1272,9 @@ impl RendezvousNode {
             // Only leased edges (and, for replicas, peer view members) may
             // index entries here.
             if r.srv.is_client(&sender) || r.srv.peer_view().contains(&sender) {
-                let view = global_view(r.srv.me(), r.srv.peer_view().members());
+                refresh_view(r);
                 // Refusals are counted by the SRDI node.
-                let _ = r.srdi.handle_srdi(&sender, message, &view, now);
+                let _ = r.srdi.handle_srdi(&sender, message, &r.view, now);
             }
         }
     }
@@ -1314,7 +1337,8 @@ impl RendezvousNode {
         let Side::Rdv(r) = &mut self.side else {
             return;
         };
-        let view = global_view(r.srv.me(), r.srv.peer_view().members());
+        refresh_view(r);
+        let view = r.view.clone();
         if q.handler != LOOKUP_HANDLER {
             // A discovery or pipe binding query: forwarded to the
             // publishers the index names, else to the replica, else walked
@@ -1489,9 +1513,9 @@ impl RendezvousNode {
                 if view_changed {
                     // The placement changed: re-place this rendezvous' own
                     // edges' entries over the new view.
-                    let view = global_view(r.srv.me(), r.srv.peer_view().members());
+                    refresh_view(r);
                     let clients: Vec<PeerId> = r.srv.clients().collect();
-                    r.srdi.rereplicate(clients, &view, now);
+                    r.srdi.rereplicate(clients, &r.view, now);
                 }
             }
             for (from, dest, message) in delivers {

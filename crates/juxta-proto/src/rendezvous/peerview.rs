@@ -165,6 +165,17 @@ impl PeerView {
         true
     }
 
+    /// Probes `peer` now (outside the probe rounds): the owner does this
+    /// for a seed it has just reached, so that the view forms without
+    /// waiting for the next round (`probe_interval_ms`, 30 s with JXSE's
+    /// timers).
+    pub fn probe_now(&mut self, peer: PeerId) {
+        if peer != self.me {
+            let probe = self.own(PeerViewKind::Probe);
+            self.send(peer, probe);
+        }
+    }
+
     /// The members (not including self), in view order.
     pub fn members(&self) -> impl Iterator<Item = PeerId> + '_ {
         self.members.values().map(|m| m.peer)

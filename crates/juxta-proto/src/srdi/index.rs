@@ -323,6 +323,37 @@ impl SrdiIndex {
         total
     }
 
+    /// [`entries_of`](Self::entries_of) for each of `peers` in one pass
+    /// over the index (peers without entries are absent).
+    pub fn entries_of_each(
+        &self,
+        peers: &[PeerId],
+        now: u64,
+    ) -> HashMap<PeerId, BTreeMap<String, Vec<SrdiEntry>>> {
+        let wanted: std::collections::HashSet<&PeerId> = peers.iter().collect();
+        let mut out: HashMap<PeerId, BTreeMap<String, Vec<SrdiEntry>>> = HashMap::new();
+        for ((pk, at), values) in &self.map {
+            for (v, holders) in values {
+                // The same order as `entries_of`: by key, then value; the
+                // peers of one value in any order (each is its own group).
+                for (p, &exp) in holders {
+                    if exp > now && wanted.contains(p) {
+                        out.entry(*p)
+                            .or_default()
+                            .entry(pk.clone())
+                            .or_default()
+                            .push(SrdiEntry {
+                                key: at.clone(),
+                                value: v.clone(),
+                                expiration: (exp - now).min(i64::MAX as u64) as i64,
+                            });
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Every live entry of one peer, as SRDI entries with their remaining
     /// lifetime, grouped by primary key (used to hand a departed
     /// rendezvous' replicas on, and by tests).

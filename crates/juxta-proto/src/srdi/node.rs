@@ -270,8 +270,10 @@ impl SrdiNode {
         }
         let mut clients: Vec<PeerId> = clients.into_iter().collect();
         clients.sort_by_cached_key(|p| p.to_string());
+        // One pass over the index for every client (not one per client).
+        let mut all = self.index.entries_of_each(&clients, now);
         for c in clients {
-            for (pkey, mut entries) in self.index.entries_of(&c, now) {
+            for (pkey, mut entries) in all.remove(&c).unwrap_or_default() {
                 entries.sort_by(|a, b| (&a.key, &a.value).cmp(&(&b.key, &b.value)));
                 let m = SrdiMessage {
                     peer: c,
