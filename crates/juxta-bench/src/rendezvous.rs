@@ -697,6 +697,11 @@ fn edge_name(i: usize) -> String {
     format!("rdvbench-edge-{i}")
 }
 
+/// The edge (of `n`) that publishes PDP name `b`.
+fn publisher_of(_opts: &RendezvousOptions, b: usize, n: usize) -> usize {
+    b % n.max(1)
+}
+
 /// The value a positive PDP query for name `b` asks for.
 fn pdp_name(opts: &RendezvousOptions, b: usize) -> String {
     match opts.adv_type {
@@ -1010,7 +1015,15 @@ async fn measure(
                 // the query space, each edge from its own offset), the
                 // rest for a name nobody published.
                 let positive = is_positive(k as u64, positive_pct);
-                let b = (i.wrapping_mul(7919) + k) % names;
+                let mut b = (i.wrapping_mul(7919) + k) % names;
+                // PDP: never its own advertisements (a JXSE remote query
+                // does not reach the querier's own cache): the next name.
+                // (With one edge, or one name, there is no other.)
+                if opts.query_kind == QueryKind::Pdp && n > 1 && names > 1 {
+                    if publisher_of(&opts, b, n) == i {
+                        b = (b + 1) % names;
+                    }
+                }
                 let value = match (positive, opts.query_kind) {
                     (true, QueryKind::Lookup) => format!("item-{b}"),
                     (true, QueryKind::Pdp) => pdp_name(&opts, b),
@@ -1125,7 +1138,12 @@ async fn measure(
         threshold: opts.threshold,
         rdv_cache: opts.rdv_cache,
         timeout_ms: opts.timeout.as_millis() as u64,
-        queries_per_s: answered as f64 / elapsed.max(measured),
+        // PDP: over the generation window (the drain at the end waits for
+        // the misses' timeouts, which JXSE never answers).
+        queries_per_s: match opts.query_kind {
+            QueryKind::Lookup => answered as f64 / elapsed.max(measured),
+            QueryKind::Pdp => answered as f64 / measured.max(1e-9),
+        },
         queries_issued: s.issued,
         positive_issued: s.positive,
         positive_answered: s.positive_answered,

@@ -634,6 +634,19 @@ pub fn rendezvous_loss_qps(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError
     )
 }
 
+/// Rendezvous coefficient of variation (stddev / mean of the response
+/// times, the thesis' figure) vs offered query rate.
+pub fn rendezvous_cv_qps(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    rdv_plot(
+        rows,
+        "offered_qps",
+        "cv",
+        "plot-rendezvous-cv-qps",
+        "Rendezvous: coefficient of variation vs query rate",
+        Axis::linear("cv (stddev / mean response time)"),
+    )
+}
+
 /// Rendezvous response time (p50) vs group size.
 pub fn rendezvous_response_edges(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
     rdv_plot(
