@@ -782,6 +782,7 @@ async fn set_up(
         }
         QueryKind::Pdp => {
             publish_space(opts, &edges).await?;
+            connect_mesh(&edges, progress).await;
             probe(opts, &edges, progress).await;
         }
     }
@@ -830,6 +831,46 @@ async fn publish_space(opts: &RendezvousOptions, edges: &[Peer]) -> Result<(), B
         publisher.discovery().publish(&adv).await.map_err(err)?;
     }
     Ok(())
+}
+
+/// Most edges [`connect_mesh`] connects pairwise.
+pub const MAX_MESH_EDGES: usize = 64;
+
+/// PDP: connects every pair of edges, one connection at a time, before
+/// measuring: the steady state of a group whose members have answered
+/// each other before (the answer's connection set-up is not timed), and
+/// no burst of simultaneous connections from one loopback address, which
+/// the runtime's per-address limit of pending connections would refuse
+/// (on separate hosts each peer has its own address). Queries still go
+/// only to the rendezvous ([`juxta::discovery::Search::ask`]).
+async fn connect_mesh(edges: &[Peer], progress: &mut dyn FnMut(&str)) {
+    if edges.len() > MAX_MESH_EDGES {
+        progress(&format!(
+            "rendezvous: {} edges: not pre-connected (more than {MAX_MESH_EDGES})",
+            edges.len()
+        ));
+        return;
+    }
+    let mut failed = 0;
+    for (i, a) in edges.iter().enumerate() {
+        for b in &edges[i + 1..] {
+            let Some(addr) = b.local_addr() else { continue };
+            if a.is_connected_to(&b.peer_id()) {
+                continue;
+            }
+            if tokio::time::timeout(Duration::from_secs(5), a.connect(addr))
+                .await
+                .map_or(true, |r| r.is_err())
+            {
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        progress(&format!(
+            "rendezvous: {failed} edge pairs could not be pre-connected (measuring anyway)"
+        ));
+    }
 }
 
 /// PDP: waits (up to 15 s) until a few published names are found through
@@ -1014,7 +1055,9 @@ async fn measure(
                 // `positive_pct` % ask for a published name (spread over
                 // the query space, each edge from its own offset), the
                 // rest for a name nobody published.
-                let positive = is_positive(k as u64, positive_pct);
+                // Offset by the edge: the edges' positive queries are not
+                // in step.
+                let positive = is_positive((k + i) as u64, positive_pct);
                 let mut b = (i.wrapping_mul(7919) + k) % names;
                 // PDP: never its own advertisements (a JXSE remote query
                 // does not reach the querier's own cache): the next name.
