@@ -32,7 +32,7 @@ fn pdp_rows_record_their_parameters_and_find_published_advertisements() {
         "--query-kind",
         "pdp",
         "--model",
-        "srdi,flooding",
+        "srdi,centralized",
         "--edges",
         "3",
         "--rendezvous",
@@ -57,7 +57,9 @@ fn pdp_rows_record_their_parameters_and_find_published_advertisements() {
     assert!(o.status.success(), "{}", stderr(&o));
     let rows = results(&json);
     assert_eq!(rows.len(), 2, "{rows:?}");
-    for (r, model) in rows.iter().zip(["srdi", "flooding"]) {
+    // (Flooding is left out: its first answer may be an empty one from an
+    // edge without the advertisement, see docs/benchmarks.md.)
+    for (r, model) in rows.iter().zip(["srdi", "centralized"]) {
         assert_eq!(r["scenario"], "rendezvous");
         assert_eq!(r["query_kind"], "pdp");
         assert_eq!(r["model"], model);
@@ -106,7 +108,7 @@ fn rendezvous_combinations_that_cannot_be_honoured_are_refused_up_front() {
             &["--query-kind", "lookup", "--threshold", "3"][..],
             "--threshold",
         ),
-        (&["--rate", "0"][..], "--rate"),
+        (&["--rate", "0"][..], "rate \"0\""),
     ] {
         let mut a = vec!["bench", "rendezvous"];
         a.extend_from_slice(args);
