@@ -678,10 +678,19 @@ pub fn recovery(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
         Kind::Markers,
         |r| {
             let n = r.f("rendezvous").unwrap_or(0.0);
-            Some(plain_key(format!("{n} rendezvous"), n))
+            // Successive kills (`--kill-every`): each kill's median, per
+            // topology; the summary rows are left out.
+            match (r.s("row"), r.s("topology")) {
+                (Some("summary"), _) => None,
+                (Some(_), Some(t)) => Some(plain_key(
+                    format!("{n} rendezvous, {t}, median per kill"),
+                    n + 0.5,
+                )),
+                _ => Some(plain_key(format!("{n} rendezvous"), n)),
+            }
         },
         |r| r.f("edges"),
-        |r| Some(r.f("recovery_ms")? / 1000.0),
+        |r| Some(r.f("recovery_ms").or_else(|| r.f("recovery_ms_p50"))? / 1000.0),
         true,
     );
     finish(
