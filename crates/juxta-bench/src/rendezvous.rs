@@ -1062,10 +1062,12 @@ async fn measure(
                 // PDP: never its own advertisements (a JXSE remote query
                 // does not reach the querier's own cache): the next name.
                 // (With one edge, or one name, there is no other.)
-                if opts.query_kind == QueryKind::Pdp && n > 1 && names > 1 {
-                    if publisher_of(&opts, b, n) == i {
-                        b = (b + 1) % names;
-                    }
+                if opts.query_kind == QueryKind::Pdp
+                    && n > 1
+                    && names > 1
+                    && publisher_of(&opts, b, n) == i
+                {
+                    b = (b + 1) % names;
                 }
                 let value = match (positive, opts.query_kind) {
                     (true, QueryKind::Lookup) => format!("item-{b}"),
