@@ -38,9 +38,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::soak::{tally_sockets, SocketTally};
-use crate::util::percentile;
 use crate::worker::{
-    PingSpec, StreamSpec, Worker, WorkerLog, WorkerRole, WorkerSpec, LOOKUP_TIMEOUT,
+    kill_busiest_rendezvous, leased_after, p50_p99_max as stats, PingSpec, StreamSpec, Worker,
+    WorkerLog, WorkerRole, WorkerSpec, LOOKUP_TIMEOUT,
 };
 use crate::BenchError;
 
@@ -217,18 +217,6 @@ fn pipe_id() -> String {
     crate::util::random_pipe_id().to_string()
 }
 
-fn stats(v: &mut [f64]) -> (Option<f64>, Option<f64>, Option<f64>) {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return (None, None, None);
-    }
-    (
-        Some(percentile(v, 0.5)),
-        Some(percentile(v, 0.99)),
-        v.last().copied(),
-    )
-}
-
 /// Restarts a worker from its spec, on the address it had (retried a
 /// few times while the port is still held).
 async fn restart(exe: &std::path::Path, old: &Worker) -> Result<Worker, BenchError> {
@@ -245,14 +233,6 @@ async fn restart(exe: &std::path::Path, old: &Worker) -> Result<Worker, BenchErr
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     Err(last.unwrap_or_else(|| BenchError::BadOption("restart failed".into())))
-}
-
-/// The first lease (to anyone but `not`) reported after `t`.
-fn leased_after(log: &WorkerLog, t: f64, not: Option<&str>) -> Option<f64> {
-    log.leases
-        .iter()
-        .find(|(at, p, gained)| *gained && *at > t && Some(p.as_str()) != not)
-        .map(|(at, _, _)| *at)
 }
 
 /// Runs the kills; `progress` gets a line per event.
@@ -438,42 +418,16 @@ pub async fn run(
     for round in 0..opts.rounds {
         let mut killed: Vec<usize> = Vec::new();
         while rdvs.len() - killed.len() > 1 {
-            let count = |r: &Worker| {
-                edges
-                    .iter()
-                    .filter(|e| e.log.lock().expect("log").current_lease() == Some(&r.peer))
-                    .count()
-            };
-            let Some(ti) = (0..rdvs.len())
-                .filter(|i| !killed.contains(i))
-                .max_by_key(|i| (count(&rdvs[*i]), usize::MAX - i))
+            let Some(k) =
+                kill_busiest_rendezvous(&mut rdvs, &killed, &edges, opts.recovery_limit).await
             else {
                 break;
             };
-            let target_peer = rdvs[ti].peer.clone();
-            let affected: Vec<usize> = (0..edges.len())
-                .filter(|&e| {
-                    edges[e].log.lock().expect("log").current_lease() == Some(&target_peer)
-                })
-                .collect();
-            let t_kill = now_ms();
-            rdvs[ti].kill().await;
+            let (ti, t_kill, rec) = (k.index, k.t_kill, k.recovery_ms);
             killed.push(ti);
             rdv_kills += 1;
-            let deadline = Instant::now() + opts.recovery_limit;
-            let mut rec: Vec<Option<f64>> = vec![None; affected.len()];
-            while Instant::now() < deadline && rec.iter().any(Option::is_none) {
-                for (k, &e) in affected.iter().enumerate() {
-                    if rec[k].is_none() {
-                        let log = edges[e].log.lock().expect("log");
-                        rec[k] = leased_after(&log, t_kill, Some(&target_peer)).map(|t| t - t_kill);
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            let rec: Vec<f64> = rec.into_iter().flatten().collect();
             let until = rec.iter().copied().fold(0.0, f64::max);
-            let until = if rec.len() < affected.len() {
+            let until = if rec.len() < k.affected {
                 limit_ms
             } else {
                 until
@@ -483,7 +437,7 @@ pub async fn run(
                 "rendezvous",
                 rdvs[ti].name.clone(),
                 rdvs.len() - killed.len(),
-                affected.len(),
+                k.affected,
                 rec,
                 &mut events,
                 &mut progress,

@@ -9,13 +9,25 @@
 //! the clock runs until every edge has had a lookup of another edge's
 //! entry answered with its publisher again (fail-over + republish +
 //! lookup). Repeated `repeats` times with fresh processes.
+//!
+//! [`run_successive`] is the thesis' procedure (`--kill-every S`): 4
+//! rendezvous and 16 edges, each peer its own process ([`crate::worker`]);
+//! every `S` seconds the rendezvous that the most edges lease is killed
+//! (SIGKILL by PID), down to one, and every edge it orphaned is timed until
+//! it reports a lease with another rendezvous; an edge that has not within
+//! the limit (the kill interval) counts as never recovered. Two seeding
+//! topologies ([`Topology`]).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use juxta::proto::srdi::index::DEFAULT_MAX_ENTRIES;
 use serde::Serialize;
 
 use crate::rendezvous::{default_exe, wait_all_leased, RdvProcess};
+use crate::worker::{
+    kill_busiest_rendezvous, p50_p99_max, wait_edges_leased, Worker, WorkerRole, WorkerSpec,
+};
 use crate::BenchError;
 
 /// Longest a recovery may take before the run fails.
@@ -71,8 +83,16 @@ pub async fn run(
     let n = opts.edges.max(2);
     let mut rows = Vec::new();
     for _ in 0..opts.repeats.max(1) {
-        let mut r0 =
-            RdvProcess::spawn(&opts.exe, "srdi", opts.key_bits, 1_000_000, &[], None).await?;
+        let mut r0 = RdvProcess::spawn(
+            &opts.exe,
+            "srdi",
+            opts.key_bits,
+            1_000_000,
+            &[],
+            None,
+            DEFAULT_MAX_ENTRIES,
+        )
+        .await?;
         let mut r1 = RdvProcess::spawn(
             &opts.exe,
             "srdi",
@@ -80,6 +100,7 @@ pub async fn run(
             1_000_000,
             &[r0.addr],
             None,
+            DEFAULT_MAX_ENTRIES,
         )
         .await?;
         // Every edge lists r0 first: all lease r0.
@@ -169,4 +190,425 @@ async fn lookups_until_found(edges: &[juxta::Peer], deadline: Instant) -> Result
         }
     }
     Ok(())
+}
+
+/// How the rendezvous and edges of [`run_successive`] are seeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Topology {
+    /// Rendezvous `i` names its neighbour `i - 1` (the last also names the
+    /// first, closing the ring); edge `e` lists every rendezvous, rotated
+    /// to start at `e mod R`: the edges spread evenly, and a kill orphans
+    /// about `edges / live rendezvous` of them, which fail over to the
+    /// next rendezvous of their own rotation.
+    Ring,
+    /// Every rendezvous names rendezvous 0 (the hub) only; every edge
+    /// lists rendezvous 0 first and the others after it in the same order
+    /// (Juxta edges do not learn rendezvous from the peer view, so the
+    /// fall-back seeds are listed): all edges lease the hub, every kill
+    /// orphans all of them at once, and they all move to the same next one.
+    Star,
+}
+
+impl Topology {
+    /// `ring` or `star`.
+    pub fn parse(s: &str) -> Result<Topology, BenchError> {
+        match s {
+            "ring" => Ok(Topology::Ring),
+            "star" => Ok(Topology::Star),
+            o => Err(BenchError::BadOption(format!(
+                "--topology {o:?} (known: ring, star)"
+            ))),
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Topology::Ring => "ring",
+            Topology::Star => "star",
+        }
+    }
+}
+
+/// Options of [`run_successive`].
+#[derive(Debug, Clone)]
+pub struct SuccessiveOptions {
+    /// Rendezvous processes at the start (killed down to one).
+    pub rendezvous: usize,
+    /// Edge processes.
+    pub edges: usize,
+    /// Time between two kills; also the limit within which an orphaned
+    /// edge must hold a new lease (else: never recovered).
+    pub kill_every: Duration,
+    /// Seeding.
+    pub topology: Topology,
+    /// Pause between lookups of each edge (each publishes one SRDI entry
+    /// and looks up its neighbour's, as load during the kills).
+    pub lookup_every_ms: u64,
+    /// The executable re-run as the workers.
+    pub exe: PathBuf,
+    /// RSA key size.
+    pub key_bits: usize,
+}
+
+impl Default for SuccessiveOptions {
+    /// The thesis' setting with a 10 s interval (it used 10 minutes).
+    fn default() -> SuccessiveOptions {
+        SuccessiveOptions {
+            rendezvous: 4,
+            edges: 16,
+            kill_every: Duration::from_secs(10),
+            topology: Topology::Ring,
+            lookup_every_ms: 1000,
+            exe: default_exe(),
+            key_bits: 1024,
+        }
+    }
+}
+
+/// Most rendezvous or edge processes [`run_successive`] starts.
+pub const MAX_PROCESSES: usize = 256;
+
+impl SuccessiveOptions {
+    /// Refuses what cannot be run, naming the option.
+    pub fn validate(&self) -> Result<(), BenchError> {
+        if self.rendezvous < 2 || self.rendezvous > MAX_PROCESSES {
+            return Err(BenchError::BadOption(format!(
+                "--rendezvous {} (2 to {MAX_PROCESSES}: kills go down to one)",
+                self.rendezvous
+            )));
+        }
+        if self.edges == 0 || self.edges > MAX_PROCESSES {
+            return Err(BenchError::BadOption(format!(
+                "--edges {} (1 to {MAX_PROCESSES})",
+                self.edges
+            )));
+        }
+        if self.kill_every < Duration::from_millis(500)
+            || self.kill_every > Duration::from_secs(3600)
+        {
+            return Err(BenchError::BadOption(format!(
+                "--kill-every {} s (0.5 to 3600)",
+                self.kill_every.as_secs_f64()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// One kill of [`run_successive`].
+#[derive(Debug, Clone, Serialize)]
+pub struct KillRow {
+    /// Always `recovery`.
+    pub scenario: &'static str,
+    /// Always `kill`.
+    pub row: &'static str,
+    /// Seeding topology.
+    pub topology: Topology,
+    /// Rendezvous at the start.
+    pub rendezvous: usize,
+    /// Edges.
+    pub edges: usize,
+    /// Seconds between kills (and the recovery limit).
+    pub kill_every_s: f64,
+    /// 1 for the first kill.
+    pub kill: usize,
+    /// The rendezvous killed.
+    pub target: String,
+    /// Rendezvous alive after the kill.
+    pub live_rendezvous: usize,
+    /// Edges that leased the killed rendezvous.
+    pub orphaned: usize,
+    /// Of those, leased again within the limit.
+    pub recovered: usize,
+    /// Of those, not leased again within the limit.
+    pub never_recovered: usize,
+    /// The limit, ms.
+    pub limit_ms: f64,
+    /// From the kill until each orphan's new lease, ms.
+    pub recovery_ms: Vec<f64>,
+    /// Median, ms.
+    pub recovery_ms_p50: Option<f64>,
+    /// 99th percentile, ms.
+    pub recovery_ms_p99: Option<f64>,
+    /// Longest, ms.
+    pub recovery_ms_max: Option<f64>,
+}
+
+/// All kills of [`run_successive`] together.
+#[derive(Debug, Clone, Serialize)]
+pub struct KillSummary {
+    /// Always `recovery`.
+    pub scenario: &'static str,
+    /// Always `summary`.
+    pub row: &'static str,
+    /// Seeding topology.
+    pub topology: Topology,
+    /// Rendezvous at the start.
+    pub rendezvous: usize,
+    /// Edges.
+    pub edges: usize,
+    /// Seconds between kills.
+    pub kill_every_s: f64,
+    /// Kills done.
+    pub kills: usize,
+    /// Orphaned edges over all kills.
+    pub orphaned: usize,
+    /// Of those, not leased again within the limit.
+    pub never_recovered: usize,
+    /// Median recovery over all kills, ms.
+    pub recovery_ms_p50: Option<f64>,
+    /// 99th percentile, ms.
+    pub recovery_ms_p99: Option<f64>,
+    /// Longest, ms.
+    pub recovery_ms_max: Option<f64>,
+    /// Mean, ms (the thesis reports means).
+    pub recovery_ms_mean: Option<f64>,
+    /// Lookups answered with a publisher (all edges, whole run).
+    pub lookups_ok: u64,
+    /// Lookups failed.
+    pub lookups_failed: u64,
+    /// Edges holding no lease at the end.
+    pub unleased_at_end: usize,
+}
+
+/// What [`run_successive`] returns.
+#[derive(Debug, Clone, Serialize)]
+pub struct SuccessiveOutcome {
+    /// One row per kill.
+    pub kills: Vec<KillRow>,
+    /// All kills together.
+    pub summary: KillSummary,
+}
+
+impl SuccessiveOutcome {
+    /// All rows as JSON values (kills, then the summary).
+    pub fn rows(&self) -> Vec<serde_json::Value> {
+        let mut v: Vec<serde_json::Value> = self
+            .kills
+            .iter()
+            .filter_map(|r| serde_json::to_value(r).ok())
+            .collect();
+        v.extend(serde_json::to_value(&self.summary).ok());
+        v
+    }
+}
+
+/// The thesis' recovery run: kills down to one rendezvous, one every
+/// `kill_every`; `progress` gets a line per kill.
+pub async fn run_successive(
+    opts: &SuccessiveOptions,
+    mut progress: impl FnMut(&str),
+) -> Result<SuccessiveOutcome, BenchError> {
+    opts.validate()?;
+    let dir = tempfile::tempdir().map_err(|source| BenchError::Io {
+        what: "creating peer homes".into(),
+        source,
+    })?;
+    let d = dir.path();
+    let (nr, ne, topo) = (opts.rendezvous, opts.edges, opts.topology);
+    let base = |name: String, role: WorkerRole| WorkerSpec {
+        role,
+        home: d.join(&name),
+        name,
+        key_bits: opts.key_bits,
+        lookup_every_ms: opts.lookup_every_ms,
+        ..WorkerSpec::default()
+    };
+    progress(&format!(
+        "recovery: starting {nr} rendezvous ({}) and {ne} edges",
+        topo.name()
+    ));
+    let mut rdvs: Vec<Worker> = Vec::with_capacity(nr);
+    for i in 0..nr {
+        let addrs: Vec<std::net::SocketAddr> = rdvs.iter().filter_map(|r| r.addr).collect();
+        let peers = match topo {
+            // The neighbour started before it; the last closes the ring.
+            Topology::Ring => {
+                let mut p: Vec<_> = addrs.last().copied().into_iter().collect();
+                if i + 1 == nr && nr > 2 {
+                    p.extend(addrs.first().copied());
+                }
+                p
+            }
+            Topology::Star => addrs.first().copied().into_iter().collect(),
+        };
+        rdvs.push(
+            Worker::spawn(
+                &opts.exe,
+                WorkerSpec {
+                    peers,
+                    ..base(format!("rendezvous-{i}"), WorkerRole::Rendezvous)
+                },
+            )
+            .await?,
+        );
+    }
+    let addrs: Vec<std::net::SocketAddr> = rdvs.iter().filter_map(|r| r.addr).collect();
+    let mut edges: Vec<Worker> = Vec::with_capacity(ne);
+    for e in 0..ne {
+        let mut seeds = addrs.clone();
+        if topo == Topology::Ring {
+            seeds.rotate_left(e % nr);
+        }
+        edges.push(
+            Worker::spawn(
+                &opts.exe,
+                WorkerSpec {
+                    rdvs: seeds,
+                    publish: Some(format!("item-{e}")),
+                    lookup: Some(format!("item-{}", (e + 1) % ne)),
+                    ..base(format!("edge-{e}"), WorkerRole::Edge)
+                },
+            )
+            .await?,
+        );
+    }
+    let leased = wait_edges_leased(&edges, Duration::from_secs(30)).await;
+    if leased < ne {
+        return Err(BenchError::Responder {
+            layer: "recovery".into(),
+            reason: format!("only {leased} of {ne} edges leased a rendezvous within 30 s"),
+        });
+    }
+    // Let the peer view form and the entries reach the rendezvous.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut killed: Vec<usize> = Vec::new();
+    let mut kills: Vec<KillRow> = Vec::new();
+    let mut all: Vec<f64> = Vec::new();
+    let limit = opts.kill_every;
+    let mut next = tokio::time::Instant::now();
+    while rdvs.len() - killed.len() > 1 {
+        tokio::time::sleep_until(next).await;
+        next += opts.kill_every;
+        let Some(k) = kill_busiest_rendezvous(&mut rdvs, &killed, &edges, limit).await else {
+            break;
+        };
+        killed.push(k.index);
+        let mut rec = k.recovery_ms.clone();
+        all.extend(&rec);
+        let (p50, p99, max) = p50_p99_max(&mut rec);
+        let row = KillRow {
+            scenario: "recovery",
+            row: "kill",
+            topology: topo,
+            rendezvous: nr,
+            edges: ne,
+            kill_every_s: opts.kill_every.as_secs_f64(),
+            kill: kills.len() + 1,
+            target: k.name.clone(),
+            live_rendezvous: rdvs.len() - killed.len(),
+            orphaned: k.affected,
+            recovered: rec.len(),
+            never_recovered: k.affected.saturating_sub(rec.len()),
+            limit_ms: limit.as_secs_f64() * 1e3,
+            recovery_ms: rec,
+            recovery_ms_p50: p50,
+            recovery_ms_p99: p99,
+            recovery_ms_max: max,
+        };
+        progress(&format!(
+            "recovery {}: kill {} ({}), {} live: {}/{} orphans leased again, p50 {:.0} ms p99 {:.0} ms max {:.0} ms",
+            topo.name(),
+            row.kill,
+            row.target,
+            row.live_rendezvous,
+            row.recovered,
+            row.orphaned,
+            p50.unwrap_or(f64::NAN),
+            p99.unwrap_or(f64::NAN),
+            max.unwrap_or(f64::NAN)
+        ));
+        kills.push(row);
+    }
+    // One more interval with one rendezvous left, as load.
+    tokio::time::sleep_until(next).await;
+    let unleased_at_end = edges
+        .iter()
+        .filter(|e| e.log.lock().expect("log").current_lease().is_none())
+        .count();
+    for w in &mut edges {
+        w.ask_stop().await;
+    }
+    for w in edges.iter_mut().chain(rdvs.iter_mut()) {
+        w.stop(Duration::from_secs(5)).await;
+    }
+    let logs: Vec<_> = edges.iter().map(|w| w.snapshot()).collect();
+    let sum = |k: &str| logs.iter().map(|l| l.stat(k) as u64).sum::<u64>();
+    let mean = (!all.is_empty()).then(|| all.iter().sum::<f64>() / all.len() as f64);
+    let (p50, p99, max) = p50_p99_max(&mut all);
+    let summary = KillSummary {
+        scenario: "recovery",
+        row: "summary",
+        topology: topo,
+        rendezvous: nr,
+        edges: ne,
+        kill_every_s: opts.kill_every.as_secs_f64(),
+        kills: kills.len(),
+        orphaned: kills.iter().map(|k| k.orphaned).sum(),
+        never_recovered: kills.iter().map(|k| k.never_recovered).sum(),
+        recovery_ms_p50: p50,
+        recovery_ms_p99: p99,
+        recovery_ms_max: max,
+        recovery_ms_mean: mean,
+        lookups_ok: sum("lookups_ok"),
+        lookups_failed: sum("lookups_failed"),
+        unleased_at_end,
+    };
+    progress(&format!(
+        "recovery {}: {} kills, {} orphans, {} never recovered, mean {:.0} ms, p99 {:.0} ms, max {:.0} ms; lookups {} ok / {} failed",
+        topo.name(),
+        summary.kills,
+        summary.orphaned,
+        summary.never_recovered,
+        mean.unwrap_or(f64::NAN),
+        p99.unwrap_or(f64::NAN),
+        max.unwrap_or(f64::NAN),
+        summary.lookups_ok,
+        summary.lookups_failed
+    ));
+    Ok(SuccessiveOutcome { kills, summary })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_successive_options_are_refused_by_name() {
+        let o = SuccessiveOptions::default();
+        assert!(o.validate().is_ok());
+        for (bad, name) in [
+            (
+                SuccessiveOptions {
+                    rendezvous: 1,
+                    ..o.clone()
+                },
+                "--rendezvous",
+            ),
+            (
+                SuccessiveOptions {
+                    edges: 0,
+                    ..o.clone()
+                },
+                "--edges",
+            ),
+            (
+                SuccessiveOptions {
+                    kill_every: Duration::ZERO,
+                    ..o.clone()
+                },
+                "--kill-every",
+            ),
+        ] {
+            let e = bad.validate().unwrap_err().to_string();
+            assert!(e.contains(name), "{e}");
+        }
+        assert!(Topology::parse("mesh")
+            .unwrap_err()
+            .to_string()
+            .contains("--topology"));
+        assert_eq!(Topology::parse("star").unwrap(), Topology::Star);
+    }
 }

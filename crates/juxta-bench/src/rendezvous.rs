@@ -1,19 +1,33 @@
-//! `juxta bench rendezvous`: lookup capacity of rendezvous peers.
+//! `juxta bench rendezvous`: query capacity of rendezvous peers.
 //!
 //! Why: JXTA's discovery scales only as far as its rendezvous answer
 //! queries. Each rendezvous runs as its own process (`juxta rdv-serve`,
-//! see [`serve`]); N emulated edges in this process lease them, publish one
-//! SRDI entry each, and issue lookups at an offered total rate (half for
-//! published values, half for values nobody has), open loop. Reported per
-//! configuration: achieved queries/s, response time p50/p99, loss (lookups
-//! without an answer within [`LOOKUP_TIMEOUT`]), the coefficient of
-//! variation of completions per 100 ms, and the rendezvous processes' CPU
-//! and RSS from `/proc`.
+//! see [`serve`]); N edges in this process lease them (spread round robin)
+//! and query at an offered total rate, open loop, `positive_pct` % for a
+//! published advertisement, the rest for names nobody published.
 //!
-//! Limits: rendezvous-to-rendezvous search is not wired in the runtime yet,
-//! so with several rendezvous a lookup only finds publishers leased to the
-//! same rendezvous, and the `centralized`/`flooding`/`srdi` models differ
-//! only in what one rendezvous does locally.
+//! - `--query-kind pdp` (the default, what the thesis measured): the edges
+//!   listen, publish the query space as advertisements
+//!   ([`juxta::discovery::DiscoveryService::publish`]: cached, and indexed as
+//!   SRDI entries at their rendezvous), and send JXTA discovery queries
+//!   through the resolver to their rendezvous
+//!   ([`juxta::discovery::Search::remote`] asking the leased rendezvous);
+//!   the rendezvous forwards each query to the publishers its index names
+//!   (SRDI; with several rendezvous: to the replica, else walked), floods
+//!   it (flooding) or asks the central server (centralized), and the
+//!   publisher answers the querier directly, as with JXSE. A query that
+//!   finds nothing is never answered (JXSE sends no negative answer), so
+//!   loss counts positive queries only.
+//! - `--query-kind lookup`: Juxta's own SRDI lookup (`juxta-rdv-lookup`),
+//!   answered by the rendezvous with the publishers' IDs.
+//!
+//! Reported per configuration: answered queries/s, response time mean,
+//! stddev, p50, p99, the thesis' coefficient of variation (stddev / mean),
+//! loss, the stability of the completion rate (`completion_cv`), and the
+//! rendezvous processes' CPU and RSS from `/proc`. Combinations that cannot
+//! be honoured are refused before anything starts
+//! ([`RendezvousOptions::validate`]); a configuration that cannot be set
+//! up gives error rows and the run goes on.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,10 +35,16 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use juxta::proto::id::PeerId;
+use juxta::discovery::DiscoveryService;
+use juxta::proto::advertisement::{
+    AdvKind, Advertisement, PeerAdvertisement, PeerGroupAdvertisement, PipeAdvertisement, PipeType,
+    RouteAdvertisement,
+};
+use juxta::proto::discovery::MAX_RESPONSES;
+use juxta::proto::id::{PeerGroupId, PeerId, PipeId};
 use juxta::proto::srdi::flow::AdmissionConfig;
 use juxta::proto::srdi::search::SearchModel;
-use juxta::rendezvous::RendezvousConfig;
+use juxta::rendezvous::{RendezvousConfig, RendezvousHandle};
 use juxta::{Peer, PeerConfig};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -68,6 +88,8 @@ pub struct ServeOptions {
     pub peers: Vec<SocketAddr>,
     /// The central server of the centralized model (default: itself).
     pub central: Option<PeerId>,
+    /// Bound of the SRDI index, (key, publisher) entries (`--rdv-cache`).
+    pub max_entries: usize,
 }
 
 /// Runs a rendezvous until the process is killed; `ready` gets its
@@ -110,11 +132,12 @@ pub async fn start(opts: ServeOptions) -> Result<Peer, BenchError> {
         "flooding" => SearchModel::Flooding,
         _ => SearchModel::Srdi,
     };
-    let rc = RendezvousConfig::rendezvous()
+    let mut rc = RendezvousConfig::rendezvous()
         .max_clients(opts.max_clients)
         .admission(adm)
         .model(model)
         .peers(opts.peers.clone());
+    rc.srdi.max_entries = opts.max_entries.max(1);
     Ok(Peer::start(cfg.rendezvous(rc)).await?)
 }
 
@@ -139,6 +162,7 @@ impl RdvProcess {
         rate_limit: u32,
         peers: &[SocketAddr],
         central: Option<PeerId>,
+        max_entries: usize,
     ) -> Result<RdvProcess, BenchError> {
         let home = tempfile::tempdir().map_err(|source| BenchError::Io {
             what: "creating a rendezvous home".into(),
@@ -156,6 +180,8 @@ impl RdvProcess {
             .arg(key_bits.to_string())
             .arg("--rate-limit")
             .arg(rate_limit.to_string())
+            .arg("--max-entries")
+            .arg(max_entries.to_string())
             .args(
                 (!peers.is_empty())
                     .then(|| {
@@ -270,6 +296,97 @@ pub async fn wait_all_leased(edges: &[Peer], timeout: Duration) -> Result<(), Be
     Ok(())
 }
 
+/// What the edges ask the rendezvous (`--query-kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueryKind {
+    /// JXTA discovery queries (PDP through the resolver), as the thesis
+    /// measured: the querying edge asks its rendezvous, which forwards the
+    /// query to the publishers its SRDI index names (or walks, floods or
+    /// asks the central server, per model); the publisher answers the
+    /// querier directly with its advertisements.
+    Pdp,
+    /// Juxta's own SRDI lookup (`juxta-rdv-lookup`): the rendezvous answers
+    /// with the publishers' peer IDs.
+    Lookup,
+}
+
+impl QueryKind {
+    /// `pdp` or `lookup`.
+    pub fn parse(s: &str) -> Result<QueryKind, BenchError> {
+        match s {
+            "pdp" => Ok(QueryKind::Pdp),
+            "lookup" => Ok(QueryKind::Lookup),
+            o => Err(BenchError::BadOption(format!(
+                "--query-kind {o:?} (known: pdp, lookup)"
+            ))),
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            QueryKind::Pdp => "pdp",
+            QueryKind::Lookup => "lookup",
+        }
+    }
+}
+
+/// The advertisement type discovery queries ask for (`--adv-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdvType {
+    /// Peer advertisements (`Peers`): each edge's own (a peer speaks only
+    /// for itself, so the query space is at most the number of edges).
+    Peer,
+    /// Peer group advertisements (`Groups`).
+    Group,
+    /// Other advertisements (`Adv`): pipe advertisements.
+    Adv,
+}
+
+impl AdvType {
+    /// `peer`, `group` or `adv`.
+    pub fn parse(s: &str) -> Result<AdvType, BenchError> {
+        match s {
+            "peer" => Ok(AdvType::Peer),
+            "group" => Ok(AdvType::Group),
+            "adv" => Ok(AdvType::Adv),
+            o => Err(BenchError::BadOption(format!(
+                "--adv-type {o:?} (known: peer, group, adv)"
+            ))),
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            AdvType::Peer => "peer",
+            AdvType::Group => "group",
+            AdvType::Adv => "adv",
+        }
+    }
+
+    /// The discovery type.
+    pub fn kind(self) -> AdvKind {
+        match self {
+            AdvType::Peer => AdvKind::Peer,
+            AdvType::Group => AdvKind::Group,
+            AdvType::Adv => AdvKind::Adv,
+        }
+    }
+
+    /// SRDI entries one advertisement of this type puts in the index
+    /// (its indexed fields: Name + PID; Name + GID + MSID; Name + Id).
+    pub fn index_fields(self) -> usize {
+        match self {
+            AdvType::Peer => 2,
+            AdvType::Group => 3,
+            AdvType::Adv => 2,
+        }
+    }
+}
+
 /// Options of [`run`].
 #[derive(Debug, Clone)]
 pub struct RendezvousOptions {
@@ -279,7 +396,7 @@ pub struct RendezvousOptions {
     pub edges: Vec<usize>,
     /// Rendezvous counts.
     pub rendezvous: Vec<usize>,
-    /// Offered total rates, lookups/s.
+    /// Offered total rates, queries/s.
     pub rates: Vec<u32>,
     /// Measured time per configuration.
     pub duration: Duration,
@@ -287,31 +404,196 @@ pub struct RendezvousOptions {
     pub exe: PathBuf,
     /// RSA key size.
     pub key_bits: usize,
-    /// Share of lookups that ask for a published advertisement, in
+    /// Share of queries that ask for a published advertisement, in
     /// percent (the rest ask for names nobody published).
     pub positive_pct: u8,
-    /// Advertisements published across the edges (names `item-0` ..),
-    /// from which the positive lookups pick (the thesis used 1,024).
+    /// Advertisements published across the edges, from which the
+    /// positive queries pick (the thesis used 1,024).
     pub query_space: usize,
+    /// Discovery queries or Juxta lookups.
+    pub query_kind: QueryKind,
+    /// PDP: responses wanted per query (the discovery query's threshold).
+    /// The query space is published in groups of `threshold`
+    /// advertisements sharing a name, each group by one edge, so a
+    /// positive query can be answered with `threshold` advertisements.
+    pub threshold: u32,
+    /// PDP: the advertisement type asked for.
+    pub adv_type: AdvType,
+    /// The rendezvous' index bound, in advertisements (the thesis' cache
+    /// size: 100 or 1,000). The SRDI index is bounded to this many
+    /// advertisements' entries (times the type's indexed fields) plus 8
+    /// entries per edge.
+    pub rdv_cache: usize,
+    /// How long a query may take before it counts as lost.
+    pub timeout: Duration,
 }
 
 /// Most advertisements a run may publish (`--query-space`).
 pub const MAX_QUERY_SPACE: usize = 1_000_000;
+/// Most edges or rendezvous of one configuration.
+pub const MAX_PEERS: usize = 1024;
+/// Default `--rdv-cache`: the index holds the default query space.
+pub const DEFAULT_RDV_CACHE: usize = 10_000;
 
 impl Default for RendezvousOptions {
-    /// A small budget for the default suite (a few seconds per row).
+    /// A small budget for the default suite (a few seconds per row):
+    /// discovery queries at a thesis rate and two higher ones.
     fn default() -> RendezvousOptions {
         RendezvousOptions {
             models: vec!["srdi".into()],
             edges: vec![4, 16],
             rendezvous: vec![1],
-            rates: vec![1_000, 5_000, 20_000],
+            rates: vec![16, 200, 1_000],
             duration: Duration::from_millis(2_000),
             exe: default_exe(),
             key_bits: 1024,
             positive_pct: 50,
             query_space: 1024,
+            query_kind: QueryKind::Pdp,
+            threshold: 1,
+            adv_type: AdvType::Adv,
+            rdv_cache: DEFAULT_RDV_CACHE,
+            timeout: LOOKUP_TIMEOUT,
         }
+    }
+}
+
+impl RendezvousOptions {
+    /// The thesis' sweep (`--full`): the three models, 4 to 32 edges, 1,
+    /// 2 and 4 rendezvous, 2 to 16 queries/s and above (32, 64), 10 s per
+    /// rate, 5 s query timeout. 36 configurations of 6 rates: about an
+    /// hour (see [`RendezvousOptions::estimate`]).
+    pub fn full() -> RendezvousOptions {
+        RendezvousOptions {
+            models: vec!["centralized".into(), "flooding".into(), "srdi".into()],
+            edges: vec![4, 8, 16, 32],
+            rendezvous: vec![1, 2, 4],
+            rates: vec![2, 4, 8, 16, 32, 64],
+            duration: Duration::from_secs(10),
+            timeout: Duration::from_secs(5),
+            ..RendezvousOptions::default()
+        }
+    }
+
+    /// An upper estimate of the run's length: per configuration about
+    /// 10 s of start-up (processes, edges, publishing, probes), per rate
+    /// the duration plus the query timeout (the last queries' wait).
+    pub fn estimate(&self) -> Duration {
+        let configs = (self.models.len() * self.edges.len() * self.rendezvous.len()) as u32;
+        let per_rate = self.duration + self.timeout;
+        (Duration::from_secs(10) + per_rate * self.rates.len() as u32) * configs
+    }
+
+    /// Refuses combinations that cannot be honoured, naming the option.
+    pub fn validate(&self) -> Result<(), BenchError> {
+        let bad = |m: String| Err(BenchError::BadOption(m));
+        if self.models.is_empty() {
+            return bad("--model: none given".into());
+        }
+        for m in &self.models {
+            parse_model(m)?;
+        }
+        for (name, v) in [("--edges", &self.edges), ("--rendezvous", &self.rendezvous)] {
+            if v.is_empty() || v.iter().any(|&n| n == 0 || n > MAX_PEERS) {
+                return bad(format!("{name} {v:?} (each 1 to {MAX_PEERS})"));
+            }
+        }
+        if self.rates.is_empty() || self.rates.contains(&0) {
+            return bad(format!("--rate {:?} (each at least 1 query/s)", self.rates));
+        }
+        if self.positive_pct > 100 {
+            return bad(format!("--positive-pct {} (0 to 100)", self.positive_pct));
+        }
+        if self.query_space == 0 || self.query_space > MAX_QUERY_SPACE {
+            return bad(format!(
+                "--query-space {} (1 to {MAX_QUERY_SPACE} advertisements)",
+                self.query_space
+            ));
+        }
+        if self.rdv_cache == 0 || self.rdv_cache > MAX_QUERY_SPACE {
+            return bad(format!(
+                "--rdv-cache {} (1 to {MAX_QUERY_SPACE} advertisements)",
+                self.rdv_cache
+            ));
+        }
+        if self.query_space > self.rdv_cache {
+            return bad(format!(
+                "--query-space {} is larger than --rdv-cache {}: the rendezvous could not index every advertisement, so positive queries would be lost to the bound, not to load (lower --query-space or raise --rdv-cache)",
+                self.query_space, self.rdv_cache
+            ));
+        }
+        if self.timeout < Duration::from_millis(100) || self.timeout > Duration::from_secs(600) {
+            return bad(format!(
+                "--timeout-ms {} (100 to 600000)",
+                self.timeout.as_millis()
+            ));
+        }
+        match self.query_kind {
+            QueryKind::Lookup => {
+                if self.threshold != 1 {
+                    return bad(format!(
+                        "--threshold {} applies to --query-kind pdp only (a lookup has one answer)",
+                        self.threshold
+                    ));
+                }
+                if self.adv_type != AdvType::Adv {
+                    return bad(format!(
+                        "--adv-type {} applies to --query-kind pdp only",
+                        self.adv_type.name()
+                    ));
+                }
+            }
+            QueryKind::Pdp => {
+                if self.threshold == 0 || self.threshold as usize > MAX_RESPONSES {
+                    return bad(format!(
+                        "--threshold {} (responses wanted: 1 to {MAX_RESPONSES}, the most one discovery response carries)",
+                        self.threshold
+                    ));
+                }
+                if self.threshold as usize > self.query_space {
+                    return bad(format!(
+                        "--threshold {} is larger than --query-space {}",
+                        self.threshold, self.query_space
+                    ));
+                }
+                if self.adv_type == AdvType::Peer {
+                    let min_edges = self.edges.iter().copied().min().unwrap_or(0);
+                    if self.threshold != 1 {
+                        return bad(format!(
+                            "--threshold {} with --adv-type peer: each edge publishes only its own peer advertisement, so one answer holds one (use --threshold 1)",
+                            self.threshold
+                        ));
+                    }
+                    if self.query_space > min_edges {
+                        return bad(format!(
+                            "--query-space {} with --adv-type peer: each edge publishes only its own peer advertisement, so at most the smallest --edges ({min_edges})",
+                            self.query_space
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The SRDI index bound the rendezvous get for `edges` edges.
+    fn index_bound(&self, edges: usize) -> usize {
+        let per_adv = match self.query_kind {
+            QueryKind::Lookup => 1,
+            QueryKind::Pdp => self.adv_type.index_fields(),
+        };
+        self.rdv_cache
+            .saturating_mul(per_adv)
+            .saturating_add(edges.saturating_mul(8))
+    }
+
+    /// Distinct names positive queries ask for.
+    fn names(&self) -> usize {
+        match self.query_kind {
+            QueryKind::Lookup => self.query_space,
+            QueryKind::Pdp => self.query_space.div_ceil(self.threshold.max(1) as usize),
+        }
+        .max(1)
     }
 }
 
@@ -328,40 +610,67 @@ pub fn is_positive(k: u64, pct: u8) -> bool {
 pub struct RendezvousRow {
     /// Always `rendezvous`.
     pub scenario: &'static str,
+    /// Discovery queries (`pdp`) or Juxta lookups (`lookup`).
+    pub query_kind: QueryKind,
     /// Search model.
     pub model: String,
     /// Edges.
     pub edges: usize,
     /// Rendezvous processes.
     pub rendezvous: usize,
-    /// Offered lookups/s.
+    /// Offered queries/s.
     pub offered_qps: u32,
-    /// Share of positive lookups, %.
+    /// Share of positive queries, %.
     pub positive_pct: u8,
-    /// Advertisements published (the positive lookups' space).
+    /// Advertisements published (the positive queries' space).
     pub query_space: usize,
-    /// Answered lookups/s.
+    /// PDP: the advertisement type asked for (`adv` for lookups).
+    pub adv_type: AdvType,
+    /// PDP: responses wanted per query (1 for lookups).
+    pub threshold: u32,
+    /// The rendezvous' index bound, advertisements.
+    pub rdv_cache: usize,
+    /// The query timeout, ms.
+    pub timeout_ms: u64,
+    /// Answered queries/s (PDP: answered positive queries).
     pub queries_per_s: f64,
+    /// Queries issued.
+    pub queries_issued: u64,
+    /// Of those, positive (for a published advertisement).
+    pub positive_issued: u64,
+    /// Positive queries answered within the timeout.
+    pub positive_answered: u64,
+    /// PDP: negative queries that got an answer (JXSE sends none: 0).
+    pub negative_answered: u64,
+    /// PDP: mean advertisements per answered positive query.
+    pub responses_mean: f64,
+    /// PDP: answered positive queries that got `threshold` advertisements, %.
+    pub threshold_met_pct: f64,
     /// Median response time.
     pub response_ms_p50: f64,
     /// 99th percentile response time.
     pub response_ms_p99: f64,
-    /// Mean response time (answered lookups).
+    /// Mean response time (answered queries).
     pub response_ms_mean: f64,
-    /// Standard deviation of the response times (answered lookups).
+    /// Standard deviation of the response times (answered queries).
     pub response_ms_stddev: f64,
-    /// Lookups not answered in time, %.
+    /// Queries lost, %: lookups without an answer in time; PDP: positive
+    /// queries without an answer in time (a discovery query that finds
+    /// nothing gets no answer, as with JXSE, so negatives cannot count).
     pub loss_pct: f64,
     /// Coefficient of variation of the response times, as the thesis
     /// defines it: `response_ms_stddev / response_ms_mean`.
     pub cv: f64,
     /// Stability of the answer rate: coefficient of variation of the
-    /// number of lookups completed per 100 ms (what `cv` meant before).
+    /// number of queries completed per 100 ms (what `cv` meant before).
     pub completion_cv: f64,
     /// CPU of all rendezvous processes, % of one core.
     pub rdv_cpu_pct: f64,
     /// RSS of all rendezvous processes, MB.
     pub rdv_rss_mb: f64,
+    /// Why this configuration produced no figures (the run went on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[derive(Default)]
@@ -370,89 +679,340 @@ struct Samples {
     done_at_ms: Vec<u64>,
     lost: u64,
     issued: u64,
+    positive: u64,
+    positive_answered: u64,
+    negative_answered: u64,
+    responses: u64,
+    threshold_met: u64,
 }
 
-/// Runs every configuration; `progress` gets one line per row.
+/// A configuration that is up: rendezvous processes and leased edges.
+struct Setup {
+    rdvs: Vec<RdvProcess>,
+    edges: Vec<Peer>,
+}
+
+/// The name edge `i` gets (PDP peer queries ask for it).
+fn edge_name(i: usize) -> String {
+    format!("rdvbench-edge-{i}")
+}
+
+/// The edge (of `n`) that publishes PDP name `b`.
+fn publisher_of(_opts: &RendezvousOptions, b: usize, n: usize) -> usize {
+    b % n.max(1)
+}
+
+/// The value a positive PDP query for name `b` asks for.
+fn pdp_name(opts: &RendezvousOptions, b: usize) -> String {
+    match opts.adv_type {
+        AdvType::Peer => edge_name(b),
+        _ => format!("item-{b}"),
+    }
+}
+
+/// Starts the rendezvous and edges of one configuration and publishes the
+/// query space.
+async fn set_up(
+    opts: &RendezvousOptions,
+    model: &str,
+    nr: usize,
+    ne: usize,
+    homes: &std::path::Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Setup, BenchError> {
+    // The rendezvous form one peer view (each names those started before
+    // it); the first is the central server.
+    let mut rdvs: Vec<RdvProcess> = Vec::new();
+    for _ in 0..nr {
+        let peers: Vec<SocketAddr> = rdvs.iter().map(|r| r.addr).collect();
+        let central = rdvs.first().map(|r| r.peer);
+        rdvs.push(
+            RdvProcess::spawn(
+                &opts.exe,
+                model,
+                opts.key_bits,
+                1_000_000,
+                &peers,
+                central,
+                opts.index_bound(ne),
+            )
+            .await?,
+        );
+    }
+    if rdvs.len() > 1 {
+        // Probes run every 500 ms: let the view settle.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    let seeds: Vec<SocketAddr> = rdvs.iter().map(|r| r.addr).collect();
+    let sub = homes.join(format!("{model}-{nr}-{ne}"));
+    let edges = match opts.query_kind {
+        QueryKind::Lookup => start_edges(&sub, ne, &seeds, opts.key_bits).await?,
+        QueryKind::Pdp => {
+            // Edges listen: a publisher answers the querier directly.
+            let mut v = Vec::with_capacity(ne);
+            for i in 0..ne {
+                let mut c = PeerConfig::new(sub.join(format!("edge{i}")))
+                    .listen(SocketAddr::from(([127, 0, 0, 1], 0)))
+                    .rendezvous(RendezvousConfig::edge(seeds.clone()).first_seed(i));
+                c.key_bits = opts.key_bits;
+                c.name = edge_name(i);
+                v.push(Peer::start(c).await?);
+            }
+            v
+        }
+    };
+    wait_all_leased(&edges, Duration::from_secs(30)).await?;
+    let n = edges.len();
+    match opts.query_kind {
+        QueryKind::Lookup => {
+            // The query space, spread round-robin over the edges.
+            for j in 0..opts.query_space {
+                if let Some(h) = edges[j % n].rendezvous() {
+                    let _ = h
+                        .srdi_publish(
+                            "Adv",
+                            "Name",
+                            &format!("item-{j}"),
+                            Duration::from_secs(3600),
+                        )
+                        .await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        QueryKind::Pdp => {
+            publish_space(opts, &edges).await?;
+            connect_mesh(&edges, progress).await;
+            probe(opts, &edges, progress).await;
+        }
+    }
+    Ok(Setup { rdvs, edges })
+}
+
+/// PDP: publishes the query space (remote publication: SRDI entries to
+/// each publisher's rendezvous). Advertisement `j` is named after its
+/// group `j / threshold`; group `b` is published by edge `b mod edges`.
+async fn publish_space(opts: &RendezvousOptions, edges: &[Peer]) -> Result<(), BenchError> {
+    let n = edges.len();
+    let t = opts.threshold.max(1) as usize;
+    let mut rng = rand::thread_rng();
+    let err = |e: juxta::discovery::DiscoveryError| BenchError::Responder {
+        layer: "rendezvous".into(),
+        reason: format!("publishing the query space: {e}"),
+    };
+    for j in 0..opts.query_space {
+        let b = j / t;
+        let (publisher, adv) = match opts.adv_type {
+            AdvType::Peer => {
+                let e = &edges[j];
+                let route = e
+                    .local_addr()
+                    .map(|a| RouteAdvertisement::direct(e.peer_id(), [format!("tcp://{a}")]));
+                let mut pa = PeerAdvertisement::new(e.peer_id(), PeerGroupId::NET, edge_name(j));
+                pa.route = route;
+                (e, Advertisement::Peer(pa))
+            }
+            AdvType::Group => {
+                let gid = juxta::proto::group::new_group_id(&mut rng);
+                let spec = juxta::proto::group::ALL_PURPOSE_GROUP_SPEC
+                    .parse()
+                    .map_err(|_| BenchError::BadOption("group spec ID".into()))?;
+                (
+                    &edges[b % n],
+                    Advertisement::Group(PeerGroupAdvertisement::new(gid, spec, pdp_name(opts, b))),
+                )
+            }
+            AdvType::Adv => {
+                let mut p = PipeAdvertisement::new(PipeId::random(&mut rng), PipeType::Unicast);
+                p.name = Some(pdp_name(opts, b));
+                (&edges[b % n], Advertisement::Pipe(p))
+            }
+        };
+        publisher.discovery().publish(&adv).await.map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Most edges [`connect_mesh`] connects pairwise.
+pub const MAX_MESH_EDGES: usize = 64;
+
+/// PDP: connects every pair of edges, one connection at a time, before
+/// measuring: the steady state of a group whose members have answered
+/// each other before (the answer's connection set-up is not timed), and
+/// no burst of simultaneous connections from one loopback address, which
+/// the runtime's per-address limit of pending connections would refuse
+/// (on separate hosts each peer has its own address). Queries still go
+/// only to the rendezvous ([`juxta::discovery::Search::ask`]).
+async fn connect_mesh(edges: &[Peer], progress: &mut dyn FnMut(&str)) {
+    if edges.len() > MAX_MESH_EDGES {
+        progress(&format!(
+            "rendezvous: {} edges: not pre-connected (more than {MAX_MESH_EDGES})",
+            edges.len()
+        ));
+        return;
+    }
+    let mut failed = 0;
+    for (i, a) in edges.iter().enumerate() {
+        for b in &edges[i + 1..] {
+            let Some(addr) = b.local_addr() else { continue };
+            if a.is_connected_to(&b.peer_id()) {
+                continue;
+            }
+            if tokio::time::timeout(Duration::from_secs(5), a.connect(addr))
+                .await
+                .map_or(true, |r| r.is_err())
+            {
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        progress(&format!(
+            "rendezvous: {failed} edge pairs could not be pre-connected (measuring anyway)"
+        ));
+    }
+}
+
+/// PDP: waits (up to 15 s) until a few published names are found through
+/// the rendezvous (the SRDI entries arrived); says so when not.
+async fn probe(opts: &RendezvousOptions, edges: &[Peer], progress: &mut dyn FnMut(&str)) {
+    let names = opts.names();
+    let n = edges.len();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for b in [0, names / 2, names - 1] {
+        let asker = &edges[(b + 1) % n];
+        let Some(h) = asker.rendezvous() else {
+            return;
+        };
+        let disco = asker.discovery();
+        let found = loop {
+            if let Some(Ok(f)) = pdp_query(opts, &disco, h, &pdp_name(opts, b)).await {
+                if !f.advertisements.is_empty() {
+                    break true;
+                }
+            }
+            if Instant::now() >= deadline {
+                break false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        if !found {
+            progress(&format!(
+                "rendezvous: {} not found through the rendezvous within 15 s (measuring anyway)",
+                pdp_name(opts, b)
+            ));
+            return;
+        }
+    }
+}
+
+/// One discovery query via the edge's rendezvous (`None`: no lease).
+async fn pdp_query(
+    opts: &RendezvousOptions,
+    disco: &DiscoveryService,
+    rdv: &RendezvousHandle,
+    value: &str,
+) -> Option<Result<juxta::discovery::Found, juxta::discovery::DiscoveryError>> {
+    let rdv = rdv.status().leased_to?;
+    Some(
+        disco
+            .search(opts.adv_type.kind())
+            .matching("Name", value)
+            .threshold(opts.threshold)
+            .ask(rdv)
+            .timeout(opts.timeout)
+            .remote()
+            .await,
+    )
+}
+
+/// Runs every configuration; `progress` gets one line per row. A
+/// configuration that cannot be set up gives error rows (one per rate)
+/// and the run goes on.
 pub async fn run(
     opts: &RendezvousOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<RendezvousRow>, BenchError> {
+    opts.validate()?;
     let homes = tempfile::tempdir().map_err(|source| BenchError::Io {
         what: "creating edge homes".into(),
         source,
     })?;
-    if opts.positive_pct > 100 {
-        return Err(BenchError::BadOption(format!(
-            "--positive-pct {} (0 to 100)",
-            opts.positive_pct
-        )));
-    }
-    if opts.query_space == 0 || opts.query_space > MAX_QUERY_SPACE {
-        return Err(BenchError::BadOption(format!(
-            "--query-space {} (1 to {MAX_QUERY_SPACE} advertisements)",
-            opts.query_space
-        )));
-    }
     let mut rows = Vec::new();
     for model in &opts.models {
-        parse_model(model)?;
         for &nr in &opts.rendezvous {
             for &ne in &opts.edges {
-                // The rendezvous form one peer view (each names those
-                // started before it); the first is the central server.
-                let mut rdvs: Vec<RdvProcess> = Vec::new();
-                for _ in 0..nr.max(1) {
-                    let peers: Vec<SocketAddr> = rdvs.iter().map(|r| r.addr).collect();
-                    let central = rdvs.first().map(|r| r.peer);
-                    rdvs.push(
-                        RdvProcess::spawn(
-                            &opts.exe,
-                            model,
-                            opts.key_bits,
-                            1_000_000,
-                            &peers,
-                            central,
-                        )
-                        .await?,
-                    );
-                }
-                if rdvs.len() > 1 {
-                    // Probes run every 500 ms: let the view settle.
-                    tokio::time::sleep(Duration::from_millis(1500)).await;
-                }
-                let seeds: Vec<SocketAddr> = rdvs.iter().map(|r| r.addr).collect();
-                let edges = start_edges(homes.path(), ne.max(1), &seeds, opts.key_bits).await?;
-                wait_all_leased(&edges, Duration::from_secs(30)).await?;
-                // The query space, spread round-robin over the edges.
-                for j in 0..opts.query_space {
-                    if let Some(h) = edges[j % edges.len()].rendezvous() {
-                        let _ = h
-                            .srdi_publish(
-                                "Adv",
-                                "Name",
-                                &format!("item-{j}"),
-                                Duration::from_secs(3600),
-                            )
-                            .await;
+                let setup = set_up(opts, model, nr, ne, homes.path(), &mut progress).await;
+                let mut setup = match setup {
+                    Ok(s) => s,
+                    Err(e) => {
+                        progress(&format!(
+                            "rendezvous model={model} edges={ne} rendezvous={nr}: error: {e}"
+                        ));
+                        for &rate in &opts.rates {
+                            rows.push(error_row(opts, model, ne, nr, rate, e.to_string()));
+                        }
+                        continue;
                     }
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                };
                 for &rate in &opts.rates {
-                    let row = measure(model, &rdvs, &edges, rate, opts).await;
+                    let row = measure(model, &setup.rdvs, &setup.edges, rate, opts).await;
                     progress(&format!(
-                        "rendezvous model={model} edges={ne} rendezvous={nr} offered={rate}/s: {:.0} q/s p50 {:.2} ms p99 {:.2} ms loss {:.2}% cpu {:.0}%",
-                        row.queries_per_s, row.response_ms_p50, row.response_ms_p99, row.loss_pct, row.rdv_cpu_pct
+                        "rendezvous {} model={model} edges={ne} rendezvous={nr} offered={rate}/s: {:.1} q/s mean {:.2} ms p50 {:.2} ms p99 {:.2} ms cv {:.2} loss {:.2}% cpu {:.0}%",
+                        opts.query_kind.name(),
+                        row.queries_per_s, row.response_ms_mean, row.response_ms_p50, row.response_ms_p99, row.cv, row.loss_pct, row.rdv_cpu_pct
                     ));
                     rows.push(row);
                 }
-                drop(edges);
-                for r in &mut rdvs {
+                drop(std::mem::take(&mut setup.edges));
+                for r in &mut setup.rdvs {
                     r.kill().await;
                 }
             }
         }
     }
     Ok(rows)
+}
+
+fn error_row(
+    opts: &RendezvousOptions,
+    model: &str,
+    edges: usize,
+    rendezvous: usize,
+    rate: u32,
+    error: String,
+) -> RendezvousRow {
+    RendezvousRow {
+        scenario: "rendezvous",
+        query_kind: opts.query_kind,
+        model: model.to_string(),
+        edges,
+        rendezvous,
+        offered_qps: rate,
+        positive_pct: opts.positive_pct,
+        query_space: opts.query_space,
+        adv_type: opts.adv_type,
+        threshold: opts.threshold,
+        rdv_cache: opts.rdv_cache,
+        timeout_ms: opts.timeout.as_millis() as u64,
+        queries_per_s: 0.0,
+        queries_issued: 0,
+        positive_issued: 0,
+        positive_answered: 0,
+        negative_answered: 0,
+        responses_mean: 0.0,
+        threshold_met_pct: 0.0,
+        response_ms_p50: 0.0,
+        response_ms_p99: 0.0,
+        response_ms_mean: 0.0,
+        response_ms_stddev: 0.0,
+        loss_pct: 100.0,
+        cv: 0.0,
+        completion_cv: 0.0,
+        rdv_cpu_pct: 0.0,
+        rdv_rss_mb: 0.0,
+        error: Some(error),
+    }
 }
 
 async fn measure(
@@ -463,54 +1023,112 @@ async fn measure(
     opts: &RendezvousOptions,
 ) -> RendezvousRow {
     let duration = opts.duration;
-    let (positive_pct, space) = (opts.positive_pct, opts.query_space.max(1));
+    let (positive_pct, names) = (opts.positive_pct, opts.names());
     let n = edges.len();
     let samples = Arc::new(Mutex::new(Samples::default()));
     let cpu0: f64 = rdvs.iter().filter_map(|r| r.usage()).map(|u| u.0).sum();
     let start = Instant::now();
     let per_edge = (rate as f64 / n as f64).max(0.001);
     let period = Duration::from_secs_f64(1.0 / per_edge);
+    let shared = Arc::new(opts.clone());
     let mut gens = Vec::new();
     for (i, e) in edges.iter().enumerate() {
         let Some(h) = e.rendezvous().cloned() else {
             continue;
         };
         let samples = samples.clone();
+        let edge = e.discovery();
+        let opts = shared.clone();
         gens.push(tokio::spawn(async move {
             let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            // Edges start at different points of their period.
+            tokio::time::sleep(period.mul_f64(i as f64 / n as f64)).await;
             let mut k = 0usize;
             let mut tasks = Vec::new();
             while start.elapsed() < duration {
                 tick.tick().await;
-                // `positive_pct` % ask for a published item (spread over
+                if start.elapsed() >= duration {
+                    break;
+                }
+                // `positive_pct` % ask for a published name (spread over
                 // the query space, each edge from its own offset), the
                 // rest for a name nobody published.
-                let value = if is_positive(k as u64, positive_pct) {
-                    format!("item-{}", (i.wrapping_mul(7919) + k) % space)
-                } else {
-                    format!("none-{i}-{k}")
+                // Offset by the edge: the edges' positive queries are not
+                // in step.
+                let positive = is_positive((k + i) as u64, positive_pct);
+                let mut b = (i.wrapping_mul(7919) + k) % names;
+                // PDP: never its own advertisements (a JXSE remote query
+                // does not reach the querier's own cache): the next name.
+                // (With one edge, or one name, there is no other.)
+                if opts.query_kind == QueryKind::Pdp
+                    && n > 1
+                    && names > 1
+                    && publisher_of(&opts, b, n) == i
+                {
+                    b = (b + 1) % names;
+                }
+                let value = match (positive, opts.query_kind) {
+                    (true, QueryKind::Lookup) => format!("item-{b}"),
+                    (true, QueryKind::Pdp) => pdp_name(&opts, b),
+                    (false, _) => format!("none-{i}-{k}"),
                 };
                 k += 1;
-                samples.lock().expect("samples").issued += 1;
+                {
+                    let mut s = samples.lock().expect("samples");
+                    s.issued += 1;
+                    s.positive += u64::from(positive);
+                }
                 if in_flight.load(std::sync::atomic::Ordering::Relaxed) >= MAX_IN_FLIGHT_PER_EDGE {
                     samples.lock().expect("samples").lost += 1;
                     continue;
                 }
                 in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let (h, samples, in_flight) = (h.clone(), samples.clone(), in_flight.clone());
+                let (edge, opts) = (edge.clone(), opts.clone());
                 tasks.push(tokio::spawn(async move {
                     let t = Instant::now();
-                    let r = h.lookup("Adv", "Name", &value, LOOKUP_TIMEOUT).await;
+                    // Advertisements (PDP) or publishers (lookup) found;
+                    // `None`: no answer in time.
+                    let got: Option<usize> = match opts.query_kind {
+                        QueryKind::Lookup => h
+                            .lookup("Adv", "Name", &value, opts.timeout)
+                            .await
+                            .ok()
+                            .map(|v| v.len()),
+                        QueryKind::Pdp => match pdp_query(&opts, &edge, &h, &value).await {
+                            Some(Ok(f)) if !f.advertisements.is_empty() => {
+                                Some(f.advertisements.len())
+                            }
+                            _ => None,
+                        },
+                    };
+                    let ms = t.elapsed().as_secs_f64() * 1e3;
                     in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
                     let mut s = samples.lock().expect("samples");
-                    match r {
-                        Ok(_) => {
-                            s.latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
-                            s.done_at_ms.push(start.elapsed().as_millis() as u64);
+                    // A lookup is answered for negatives too (with no
+                    // publisher); a discovery query only when found.
+                    let answered = match opts.query_kind {
+                        QueryKind::Lookup => got.is_some(),
+                        QueryKind::Pdp => positive && got.is_some(),
+                    };
+                    if opts.query_kind == QueryKind::Pdp && !positive && got.is_some() {
+                        s.negative_answered += 1;
+                    }
+                    if answered {
+                        s.latencies_ms.push(ms);
+                        s.done_at_ms.push(start.elapsed().as_millis() as u64);
+                        if positive {
+                            s.positive_answered += 1;
+                            let c = got.unwrap_or(0) as u64;
+                            s.responses += c;
+                            if c >= u64::from(opts.threshold) {
+                                s.threshold_met += 1;
+                            }
                         }
-                        Err(_) => s.lost += 1,
+                    } else if opts.query_kind == QueryKind::Lookup || positive {
+                        s.lost += 1;
                     }
                 }));
             }
@@ -540,22 +1158,50 @@ async fn measure(
     let mean = per_bin.iter().sum::<f64>() / bins as f64;
     let var = per_bin.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / bins as f64;
     let (rt_mean, rt_stddev) = mean_stddev(&s.latencies_ms);
+    // PDP loss counts positive queries only (a miss is never answered).
+    let counted = match opts.query_kind {
+        QueryKind::Lookup => s.issued,
+        QueryKind::Pdp => s.positive,
+    };
+    let pct = |a: u64, b: u64| {
+        if b == 0 {
+            0.0
+        } else {
+            a as f64 * 100.0 / b as f64
+        }
+    };
     RendezvousRow {
         scenario: "rendezvous",
+        query_kind: opts.query_kind,
         model: model.to_string(),
         edges: n,
         rendezvous: rdvs.len(),
         offered_qps: rate,
         positive_pct,
-        query_space: space,
-        queries_per_s: answered as f64 / elapsed.max(measured),
-        response_ms_p50: crate::util::percentile(&s.latencies_ms, 0.5),
-        response_ms_p99: crate::util::percentile(&s.latencies_ms, 0.99),
-        loss_pct: if s.issued == 0 {
+        query_space: opts.query_space,
+        adv_type: opts.adv_type,
+        threshold: opts.threshold,
+        rdv_cache: opts.rdv_cache,
+        timeout_ms: opts.timeout.as_millis() as u64,
+        // PDP: over the generation window (the drain at the end waits for
+        // the misses' timeouts, which JXSE never answers).
+        queries_per_s: match opts.query_kind {
+            QueryKind::Lookup => answered as f64 / elapsed.max(measured),
+            QueryKind::Pdp => answered as f64 / measured.max(1e-9),
+        },
+        queries_issued: s.issued,
+        positive_issued: s.positive,
+        positive_answered: s.positive_answered,
+        negative_answered: s.negative_answered,
+        responses_mean: if s.positive_answered == 0 {
             0.0
         } else {
-            s.lost as f64 * 100.0 / s.issued as f64
+            s.responses as f64 / s.positive_answered as f64
         },
+        threshold_met_pct: pct(s.threshold_met, s.positive_answered),
+        response_ms_p50: crate::util::percentile(&s.latencies_ms, 0.5),
+        response_ms_p99: crate::util::percentile(&s.latencies_ms, 0.99),
+        loss_pct: pct(s.lost, counted),
         response_ms_mean: rt_mean,
         response_ms_stddev: rt_stddev,
         cv: if rt_mean > 0.0 {
@@ -566,6 +1212,7 @@ async fn measure(
         completion_cv: if mean > 0.0 { var.sqrt() / mean } else { 0.0 },
         rdv_cpu_pct: (cpu1 - cpu0) * 100.0 / elapsed.max(1e-9),
         rdv_rss_mb: rss,
+        error: None,
     }
 }
 
@@ -596,6 +1243,106 @@ mod tests {
         // Out-of-range shares are capped, never overflow.
         assert!(is_positive(u64::MAX, 255));
         assert!(!is_positive(u64::MAX, 0));
+    }
+
+    #[test]
+    fn combinations_that_cannot_be_honoured_are_refused_by_name() {
+        let ok = RendezvousOptions::default();
+        assert!(ok.validate().is_ok());
+        assert!(RendezvousOptions::full().validate().is_ok());
+        let cases: Vec<(RendezvousOptions, &str)> = vec![
+            (
+                RendezvousOptions {
+                    query_space: 1024,
+                    rdv_cache: 100,
+                    ..ok.clone()
+                },
+                "--rdv-cache",
+            ),
+            (
+                RendezvousOptions {
+                    threshold: 0,
+                    ..ok.clone()
+                },
+                "--threshold",
+            ),
+            (
+                RendezvousOptions {
+                    threshold: 4,
+                    query_space: 2,
+                    ..ok.clone()
+                },
+                "--threshold",
+            ),
+            (
+                RendezvousOptions {
+                    adv_type: AdvType::Peer,
+                    query_space: 8,
+                    edges: vec![4],
+                    ..ok.clone()
+                },
+                "--adv-type peer",
+            ),
+            (
+                RendezvousOptions {
+                    query_kind: QueryKind::Lookup,
+                    threshold: 2,
+                    ..ok.clone()
+                },
+                "--threshold",
+            ),
+            (
+                RendezvousOptions {
+                    rates: vec![8, 0],
+                    ..ok.clone()
+                },
+                "--rate",
+            ),
+            (
+                RendezvousOptions {
+                    edges: vec![0],
+                    ..ok.clone()
+                },
+                "--edges",
+            ),
+            (
+                RendezvousOptions {
+                    positive_pct: 101,
+                    ..ok.clone()
+                },
+                "--positive-pct",
+            ),
+        ];
+        for (o, name) in cases {
+            let e = o.validate().unwrap_err().to_string();
+            assert!(e.contains(name), "{name}: {e}");
+        }
+        assert!(QueryKind::parse("walk").is_err());
+        assert_eq!(AdvType::parse("group").unwrap(), AdvType::Group);
+        // The peer type within its bound is accepted.
+        let peer = RendezvousOptions {
+            adv_type: AdvType::Peer,
+            query_space: 4,
+            edges: vec![4, 8],
+            ..ok
+        };
+        assert!(peer.validate().is_ok());
+    }
+
+    #[test]
+    fn the_full_sweep_is_the_thesis_one_and_bounded() {
+        let f = RendezvousOptions::full();
+        assert_eq!(f.models.len(), 3);
+        assert_eq!(f.rendezvous, [1, 2, 4]);
+        assert_eq!(f.edges, [4, 8, 16, 32]);
+        assert!([2, 4, 8, 16].iter().all(|r| f.rates.contains(r)));
+        assert!(f.rates.iter().any(|&r| r > 16));
+        assert_eq!(f.query_space, 1024);
+        let est = f.estimate();
+        assert!(
+            est > Duration::ZERO && est < Duration::from_secs(2 * 3600),
+            "{est:?}"
+        );
     }
 
     #[test]

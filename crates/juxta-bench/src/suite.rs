@@ -591,18 +591,16 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                 ..OpsOptions::default()
             })),
             Scenario::Rendezvous => {
-                let mut o = RendezvousOptions {
-                    key_bits: opts.key_bits,
-                    ..RendezvousOptions::default()
+                // The thesis' sweep under --full (discovery queries).
+                let base = if opts.full {
+                    RendezvousOptions::full()
+                } else {
+                    RendezvousOptions::default()
                 };
-                if opts.full {
-                    o.models = vec!["centralized".into(), "flooding".into(), "srdi".into()];
-                    o.edges = vec![4, 16, 64, 256];
-                    o.rendezvous = vec![1, 2, 4];
-                    o.rates = vec![1_000, 5_000, 10_000, 20_000, 40_000];
-                    o.duration = Duration::from_secs(5);
-                }
-                steps.push(Step::Rendezvous(o));
+                steps.push(Step::Rendezvous(RendezvousOptions {
+                    key_bits: opts.key_bits,
+                    ..base
+                }));
             }
             Scenario::Relay => {
                 if !layers.is_empty() {

@@ -325,6 +325,7 @@ pub async fn run(spec: WorkerSpec) -> Result<(), BenchError> {
                 key_bits: spec.key_bits,
                 peers: spec.peers.clone(),
                 central: None,
+                max_entries: juxta::proto::srdi::index::DEFAULT_MAX_ENTRIES,
             };
             let listen = opts.listen;
             let peer = crate::rendezvous::start(opts).await?;
@@ -1046,4 +1047,112 @@ pub fn proc_sample(pid: u32) -> Option<ProcSample> {
         fds: count("fd")?,
         threads: count("task")?,
     })
+}
+
+// ---------------------------------------------------------------------
+// Rendezvous kills, shared by `chaos` and `recovery`.
+
+/// Unix time now, ms (the clock of the workers' event lines).
+pub fn unix_ms() -> f64 {
+    now_ms()
+}
+
+/// Median, 99th percentile and maximum of `v` (sorted in place); `None`s
+/// for no samples.
+pub fn p50_p99_max(v: &mut [f64]) -> (Option<f64>, Option<f64>, Option<f64>) {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return (None, None, None);
+    }
+    (
+        Some(crate::util::percentile(v, 0.5)),
+        Some(crate::util::percentile(v, 0.99)),
+        v.last().copied(),
+    )
+}
+
+/// The first lease (to anyone but `not`) an edge reported after unix ms `t`.
+pub fn leased_after(log: &WorkerLog, t: f64, not: Option<&str>) -> Option<f64> {
+    log.leases
+        .iter()
+        .find(|(at, p, gained)| *gained && *at > t && Some(p.as_str()) != not)
+        .map(|(at, _, _)| *at)
+}
+
+/// One rendezvous kill ([`kill_busiest_rendezvous`]).
+#[derive(Debug, Clone)]
+pub struct RdvKill {
+    /// Index of the killed rendezvous in the slice given.
+    pub index: usize,
+    /// Its name.
+    pub name: String,
+    /// When it was killed (unix ms).
+    pub t_kill: f64,
+    /// Edges that held a lease with it.
+    pub affected: usize,
+    /// From the kill until each of those reported a lease with another
+    /// rendezvous, ms (only those that did within the limit).
+    pub recovery_ms: Vec<f64>,
+}
+
+/// Kills (SIGKILL by PID) the live rendezvous that the most `edges` lease
+/// (the lowest index on a tie; those in `killed` are skipped), then waits up
+/// to `limit` for every edge it orphaned to report a lease with another
+/// rendezvous. `None` when no rendezvous is left to kill.
+pub async fn kill_busiest_rendezvous(
+    rdvs: &mut [Worker],
+    killed: &[usize],
+    edges: &[Worker],
+    limit: Duration,
+) -> Option<RdvKill> {
+    let count = |r: &Worker| {
+        edges
+            .iter()
+            .filter(|e| e.log.lock().expect("log").current_lease() == Some(&r.peer))
+            .count()
+    };
+    let ti = (0..rdvs.len())
+        .filter(|i| !killed.contains(i))
+        .max_by_key(|i| (count(&rdvs[*i]), usize::MAX - i))?;
+    let target = rdvs[ti].peer.clone();
+    let affected: Vec<&Worker> = edges
+        .iter()
+        .filter(|e| e.log.lock().expect("log").current_lease() == Some(&target))
+        .collect();
+    let t_kill = now_ms();
+    rdvs[ti].kill().await;
+    let deadline = Instant::now() + limit;
+    let mut rec: Vec<Option<f64>> = vec![None; affected.len()];
+    while Instant::now() < deadline && rec.iter().any(Option::is_none) {
+        for (k, e) in affected.iter().enumerate() {
+            if rec[k].is_none() {
+                let log = e.log.lock().expect("log");
+                rec[k] = leased_after(&log, t_kill, Some(&target)).map(|t| t - t_kill);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Some(RdvKill {
+        index: ti,
+        name: rdvs[ti].name.clone(),
+        t_kill,
+        affected: affected.len(),
+        recovery_ms: rec.into_iter().flatten().collect(),
+    })
+}
+
+/// Waits up to `limit` until every edge reports a rendezvous lease;
+/// returns how many do.
+pub async fn wait_edges_leased(edges: &[Worker], limit: Duration) -> usize {
+    let leased = || {
+        edges
+            .iter()
+            .filter(|e| e.log.lock().expect("log").current_lease().is_some())
+            .count()
+    };
+    let t = Instant::now();
+    while t.elapsed() < limit && leased() < edges.len() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    leased()
 }

@@ -635,6 +635,9 @@ struct RdvServeArgs {
     /// Peer ID of the central server (centralized model; default: itself).
     #[arg(long)]
     central: Option<String>,
+    /// Bound of the SRDI index, (key, publisher) entries.
+    #[arg(long, default_value_t = 1_000_000)]
+    max_entries: usize,
 }
 
 #[derive(clap::Args, Clone)]
@@ -658,10 +661,32 @@ struct RendezvousArgs {
     /// for names nobody published).
     #[arg(long, default_value_t = 50)]
     positive_pct: u8,
-    /// Advertisements published across the edges; positive lookups pick
+    /// Advertisements published across the edges; positive queries pick
     /// from them (the thesis: 1,024).
     #[arg(long, default_value_t = 1024)]
     query_space: usize,
+    /// pdp: JXTA discovery queries through the resolver, as the thesis
+    /// measured; lookup: Juxta's own SRDI lookup.
+    #[arg(long, default_value = "pdp")]
+    query_kind: String,
+    /// pdp: responses (advertisements) wanted per query.
+    #[arg(long, default_value_t = 1)]
+    threshold: u32,
+    /// pdp: advertisement type queried: peer, group or adv.
+    #[arg(long, default_value = "adv")]
+    adv_type: String,
+    /// The rendezvous' index bound in advertisements (the thesis: 100 and
+    /// 1,000); must hold the query space.
+    #[arg(long, default_value_t = juxta_bench::rendezvous::DEFAULT_RDV_CACHE)]
+    rdv_cache: usize,
+    /// Query timeout (a query not answered by then is lost), ms.
+    #[arg(long, default_value_t = 2000)]
+    timeout_ms: u64,
+    /// The thesis' sweep: centralized, flooding and srdi; 4, 8, 16, 32
+    /// edges; 1, 2, 4 rendezvous; 2 to 64 queries/s; 10 s per rate, 5 s
+    /// timeout (overrides those options; about an hour).
+    #[arg(long)]
+    full: bool,
     /// Write the results here as JSON (`command`, `machine`, `results`).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -669,12 +694,25 @@ struct RendezvousArgs {
 
 #[derive(clap::Args, Clone)]
 struct RecoveryArgs {
-    /// Edges in this process.
+    /// Edges (in this process; with --kill-every: edge processes).
     #[arg(long, default_value_t = 16)]
     edges: usize,
-    /// Kills measured.
+    /// Kills measured (without --kill-every: two rendezvous, one kill each).
     #[arg(long, default_value_t = 5)]
     repeats: usize,
+    /// The thesis' procedure: every this many seconds kill the rendezvous
+    /// the most edges lease, down to one; an orphan not leased again
+    /// within the interval counts as never recovered.
+    #[arg(long)]
+    kill_every: Option<f64>,
+    /// Rendezvous processes at the start (with --kill-every).
+    #[arg(long, default_value_t = 4)]
+    rendezvous: usize,
+    /// Seeding (with --kill-every): ring (rendezvous name their neighbour,
+    /// edges list the rendezvous in a rotated order) or star (everyone
+    /// names rendezvous 0 first). See docs/benchmarks.md.
+    #[arg(long, default_value = "ring")]
+    topology: String,
     /// Write the results here as JSON (`command`, `machine`, `results`).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -1816,6 +1854,7 @@ async fn run_rdv_serve(a: RdvServeArgs) -> Result<(), CliError> {
         rate_limit: a.rate_limit,
         key_bits: a.key_bits,
         peers: a.peers,
+        max_entries: a.max_entries,
         central: match a.central {
             Some(c) => Some(
                 c.parse()
@@ -1853,6 +1892,7 @@ fn write_rows(json: Option<PathBuf>, rows: serde_json::Value) -> Result<(), CliE
 }
 
 fn run_rendezvous(a: RendezvousArgs) -> Result<(), CliError> {
+    use juxta_bench::rendezvous::{AdvType, QueryKind, RendezvousOptions};
     let models: Vec<String> = a
         .model
         .split(',')
@@ -1866,7 +1906,7 @@ fn run_rendezvous(a: RendezvousArgs) -> Result<(), CliError> {
         .into_iter()
         .map(|r| u32::try_from(r).unwrap_or(u32::MAX))
         .collect();
-    let opts = juxta_bench::rendezvous::RendezvousOptions {
+    let mut opts = RendezvousOptions {
         models,
         edges: parse_counts(&a.edges, "edges")?,
         rendezvous: parse_counts(&a.rendezvous, "rendezvous")?,
@@ -1874,14 +1914,53 @@ fn run_rendezvous(a: RendezvousArgs) -> Result<(), CliError> {
         duration: std::time::Duration::from_millis(a.duration_ms.max(100)),
         positive_pct: a.positive_pct,
         query_space: a.query_space,
+        query_kind: QueryKind::parse(&a.query_kind)?,
+        threshold: a.threshold,
+        adv_type: AdvType::parse(&a.adv_type)?,
+        rdv_cache: a.rdv_cache,
+        timeout: std::time::Duration::from_millis(a.timeout_ms),
         ..Default::default()
     };
+    if a.full {
+        let f = RendezvousOptions::full();
+        opts.models = f.models;
+        opts.edges = f.edges;
+        opts.rendezvous = f.rendezvous;
+        opts.rates = f.rates;
+        opts.duration = f.duration;
+        opts.timeout = f.timeout;
+    }
+    // Refused before anything starts, naming the option.
+    opts.validate()?;
+    eprintln!(
+        "rendezvous: at most about {:.0} min",
+        opts.estimate().as_secs_f64() / 60.0
+    );
     let rows =
         multi_thread().block_on(juxta_bench::rendezvous::run(&opts, |l| eprintln!("{l}")))?;
     write_rows(a.json, serde_json::json!(rows))
 }
 
 fn run_recovery(a: RecoveryArgs) -> Result<(), CliError> {
+    if let Some(s) = a.kill_every {
+        if !s.is_finite() || s <= 0.0 {
+            return Err(CliError::Msg(format!(
+                "--kill-every {s} (seconds, more than 0)"
+            )));
+        }
+        let opts = juxta_bench::recovery::SuccessiveOptions {
+            rendezvous: a.rendezvous,
+            edges: a.edges,
+            kill_every: std::time::Duration::from_secs_f64(s.min(3600.0)),
+            topology: juxta_bench::recovery::Topology::parse(&a.topology)?,
+            ..Default::default()
+        };
+        opts.validate()?;
+        let out = multi_thread().block_on(juxta_bench::recovery::run_successive(&opts, |l| {
+            eprintln!("{l}")
+        }))?;
+        return write_rows(a.json, serde_json::json!(out.rows()));
+    }
     let opts = juxta_bench::recovery::RecoveryOptions {
         edges: a.edges,
         repeats: a.repeats,

@@ -250,6 +250,7 @@ pub fn sections(doc: &Value) -> Result<Vec<Section>, ReportError> {
                     &[
                         plots::rendezvous_response_qps,
                         plots::rendezvous_loss_qps,
+                        plots::rendezvous_cv_qps,
                         plots::rendezvous_response_edges,
                         plots::rendezvous_loss_edges,
                     ],

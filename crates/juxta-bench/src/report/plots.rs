@@ -740,6 +740,19 @@ pub fn rendezvous_loss_qps(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError
     )
 }
 
+/// Rendezvous coefficient of variation (stddev / mean of the response
+/// times, the thesis' figure) vs offered query rate.
+pub fn rendezvous_cv_qps(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    rdv_plot(
+        rows,
+        "offered_qps",
+        "cv",
+        "plot-rendezvous-cv-qps",
+        "Rendezvous: coefficient of variation vs query rate",
+        Axis::linear("cv (stddev / mean response time)"),
+    )
+}
+
 /// Rendezvous response time (p50) vs group size.
 pub fn rendezvous_response_edges(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
     rdv_plot(
@@ -771,10 +784,19 @@ pub fn recovery(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
         Kind::Markers,
         |r| {
             let n = r.f("rendezvous").unwrap_or(0.0);
-            Some(plain_key(format!("{n} rendezvous"), n))
+            // Successive kills (`--kill-every`): each kill's median, per
+            // topology; the summary rows are left out.
+            match (r.s("row"), r.s("topology")) {
+                (Some("summary"), _) => None,
+                (Some(_), Some(t)) => Some(plain_key(
+                    format!("{n} rendezvous, {t}, median per kill"),
+                    n + 0.5,
+                )),
+                _ => Some(plain_key(format!("{n} rendezvous"), n)),
+            }
         },
         |r| r.f("edges"),
-        |r| Some(r.f("recovery_ms")? / 1000.0),
+        |r| Some(r.f("recovery_ms").or_else(|| r.f("recovery_ms_p50"))? / 1000.0),
         true,
     );
     finish(

@@ -859,9 +859,14 @@ fn rows_table(id: &str, caption: &str, rows: &[Row<'_>], cols: &[(&str, &str)]) 
 pub fn rendezvous(rows: &[Row<'_>]) -> Option<Table> {
     rows_table(
         "table-rendezvous",
-        "Rendezvous load runs: response times, loss, coefficient of variation (stddev/mean) and the rendezvous' CPU and memory.",
+        "Rendezvous load runs: response times, loss, coefficient of variation (stddev/mean) and the rendezvous' CPU and memory. Query pdp: JXTA discovery queries through the rendezvous (loss counts positive queries: a miss is never answered); lookup: Juxta's SRDI lookup.",
         rows,
         &[
+            ("query_kind", "query"),
+            ("adv_type", "type"),
+            ("threshold", "threshold"),
+            ("query_space", "space"),
+            ("rdv_cache", "rdv cache"),
             ("model", "model"),
             ("edges", "edges"),
             ("rendezvous", "rdv"),
@@ -874,6 +879,7 @@ pub fn rendezvous(rows: &[Row<'_>]) -> Option<Table> {
             ("cv", "cv (sd/mean)"),
             ("rdv_cpu_pct", "rdv CPU %"),
             ("rdv_rss_mb", "rdv RSS MB"),
+            ("error", "error"),
         ],
     )
 }
@@ -906,9 +912,19 @@ pub fn recovery(rows: &[Row<'_>]) -> Option<Table> {
         &caption,
         rows,
         &[
+            ("topology", "topology"),
+            ("row", "row"),
+            ("kill", "kill"),
             ("edges", "edges"),
             ("rendezvous", "rendezvous"),
+            ("live_rendezvous", "live after"),
+            ("orphaned", "orphaned"),
+            ("never_recovered", "never recovered"),
             ("recovery_ms", "recovery ms"),
+            ("recovery_ms_p50", "p50 ms"),
+            ("recovery_ms_p99", "p99 ms"),
+            ("recovery_ms_max", "max ms"),
+            ("recovery_ms_mean", "mean ms"),
         ],
     )
 }

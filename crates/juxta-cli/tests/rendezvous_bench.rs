@@ -1,0 +1,191 @@
+//! `juxta bench rendezvous` with discovery queries (PDP) and `juxta bench
+//! recovery --kill-every`: rows carry every parameter, combinations that
+//! cannot be honoured are refused before anything runs, successive kills
+//! are each reported. Short parameters; no timing thresholds.
+
+use std::process::{Command, Output};
+
+fn juxta(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_juxta"))
+        .args(args)
+        .output()
+        .expect("run juxta")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn results(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    assert!(doc["command"].is_string(), "{doc}");
+    doc["results"].as_array().unwrap().clone()
+}
+
+#[test]
+fn pdp_rows_record_their_parameters_and_find_published_advertisements() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("rdv.json");
+    let o = juxta(&[
+        "bench",
+        "rendezvous",
+        "--query-kind",
+        "pdp",
+        "--model",
+        "srdi,centralized",
+        "--edges",
+        "3",
+        "--rendezvous",
+        "1",
+        "--rate",
+        "10",
+        "--duration-ms",
+        "1500",
+        "--query-space",
+        "12",
+        "--threshold",
+        "2",
+        "--adv-type",
+        "adv",
+        "--rdv-cache",
+        "100",
+        "--timeout-ms",
+        "5000",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = results(&json);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    // (Flooding is left out: its first answer may be an empty one from an
+    // edge without the advertisement, see docs/benchmarks.md.)
+    for (r, model) in rows.iter().zip(["srdi", "centralized"]) {
+        assert_eq!(r["scenario"], "rendezvous");
+        assert_eq!(r["query_kind"], "pdp");
+        assert_eq!(r["model"], model);
+        assert_eq!(r["edges"], 3);
+        assert_eq!(r["rendezvous"], 1);
+        assert_eq!(r["offered_qps"], 10);
+        assert_eq!(r["query_space"], 12);
+        assert_eq!(r["threshold"], 2);
+        assert_eq!(r["adv_type"], "adv");
+        assert_eq!(r["rdv_cache"], 100);
+        assert_eq!(r["timeout_ms"], 5000);
+        assert!(r.get("error").is_none(), "{r}");
+        assert!(r["positive_issued"].as_u64().unwrap() > 0, "{r}");
+        // Published advertisements are found through the rendezvous, two
+        // per answer (groups of `threshold` share a name and a publisher);
+        // a miss is never answered.
+        assert!(r["positive_answered"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(r["responses_mean"].as_f64().unwrap(), 2.0, "{r}");
+        assert_eq!(r["negative_answered"], 0, "{r}");
+        let (mean, sd, cv) = (
+            r["response_ms_mean"].as_f64().unwrap(),
+            r["response_ms_stddev"].as_f64().unwrap(),
+            r["cv"].as_f64().unwrap(),
+        );
+        assert!(mean > 0.0, "{r}");
+        assert!((cv - sd / mean).abs() < 1e-9, "{r}");
+    }
+}
+
+#[test]
+fn rendezvous_combinations_that_cannot_be_honoured_are_refused_up_front() {
+    for (args, name) in [
+        (
+            &["--query-space", "1024", "--rdv-cache", "100"][..],
+            "--rdv-cache",
+        ),
+        (&["--threshold", "0"][..], "--threshold"),
+        (&["--threshold", "51"][..], "--threshold"),
+        (
+            &["--adv-type", "peer", "--edges", "4", "--query-space", "8"][..],
+            "--adv-type peer",
+        ),
+        (&["--adv-type", "module"][..], "--adv-type"),
+        (&["--query-kind", "walk"][..], "--query-kind"),
+        (
+            &["--query-kind", "lookup", "--threshold", "3"][..],
+            "--threshold",
+        ),
+        (&["--rate", "0"][..], "rate \"0\""),
+    ] {
+        let mut a = vec!["bench", "rendezvous"];
+        a.extend_from_slice(args);
+        let o = juxta(&a);
+        assert!(!o.status.success(), "{args:?} was accepted");
+        let e = stderr(&o);
+        assert!(e.contains(name), "{args:?}: {e}");
+        assert!(!e.contains("rendezvous model="), "{args:?} ran: {e}");
+    }
+    for args in [
+        &["--kill-every", "0"][..],
+        &["--kill-every", "2", "--rendezvous", "1"][..],
+        &["--kill-every", "2", "--topology", "mesh"][..],
+    ] {
+        let mut a = vec!["bench", "recovery"];
+        a.extend_from_slice(args);
+        let o = juxta(&a);
+        assert!(!o.status.success(), "{args:?} was accepted");
+        let e = stderr(&o);
+        assert!(
+            e.contains("--kill-every") || e.contains("--rendezvous") || e.contains("--topology"),
+            "{args:?}: {e}"
+        );
+    }
+}
+
+fn successive(topology: &str) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("rec.json");
+    let o = juxta(&[
+        "bench",
+        "recovery",
+        "--rendezvous",
+        "4",
+        "--kill-every",
+        "4",
+        "--topology",
+        topology,
+        "--edges",
+        "4",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    results(&json)
+}
+
+#[test]
+fn recovery_kills_down_to_one_rendezvous_and_reports_every_kill() {
+    for topology in ["ring", "star"] {
+        let rows = successive(topology);
+        let kills: Vec<&serde_json::Value> = rows.iter().filter(|r| r["row"] == "kill").collect();
+        assert_eq!(kills.len(), 3, "{topology}: {rows:?}");
+        for (i, k) in kills.iter().enumerate() {
+            assert_eq!(k["scenario"], "recovery");
+            assert_eq!(k["topology"], topology);
+            assert_eq!(k["kill"], i + 1);
+            assert_eq!(k["live_rendezvous"], 3 - i, "{k}");
+            // The busiest rendezvous is killed: someone leased it.
+            let orphaned = k["orphaned"].as_u64().unwrap();
+            assert!(orphaned >= 1, "{k}");
+            assert_eq!(k["never_recovered"], 0, "{topology}: {k}");
+            assert_eq!(k["recovered"], orphaned, "{k}");
+            assert_eq!(
+                k["recovery_ms"].as_array().unwrap().len() as u64,
+                orphaned,
+                "{k}"
+            );
+            assert!(k["recovery_ms_max"].as_f64().unwrap() > 0.0, "{k}");
+        }
+        if topology == "star" {
+            // Everyone leases the hub first: its kill orphans every edge.
+            assert_eq!(kills[0]["orphaned"], 4, "{:?}", kills[0]);
+        }
+        let s = rows.iter().find(|r| r["row"] == "summary").unwrap();
+        assert_eq!(s["kills"], 3);
+        assert_eq!(s["never_recovered"], 0, "{s}");
+        assert_eq!(s["unleased_at_end"], 0, "{s}");
+    }
+}
