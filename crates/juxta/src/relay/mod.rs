@@ -534,7 +534,7 @@ fn start_drain(inner: &Arc<Inner>, s: &Arc<ServerRuntime>, conn: &Arc<Connection
     };
     let s = s.clone();
     let weak = Arc::downgrade(inner);
-    tokio::spawn(async move {
+    inner.tasks.spawn(async move {
         loop {
             let Some(inner) = weak.upgrade() else { break };
             let alive = {
@@ -813,6 +813,23 @@ async fn client_task(
             }
         }
     }
+}
+
+/// Edge: gives the relay lease back (`Disconnect` to the leased relay, a
+/// graceful stop); whether one was sent.
+pub(crate) fn release_lease(inner: &Arc<Inner>) -> bool {
+    let relay = *inner.router.leased.borrow();
+    let Some(conn) = relay.and_then(|r| inner.connection(&r)) else {
+        return false;
+    };
+    let m = crate::Messenger::new(conn, inner.clone());
+    let sent = m
+        .post(RELAY_SERVICE, None, RelayRequest::Disconnect.to_message())
+        .is_ok();
+    if sent {
+        inner.router.leased.send_replace(None);
+    }
+    sent
 }
 
 async fn send_request(inner: &Arc<Inner>, relay: PeerId, request: RelayRequest) {

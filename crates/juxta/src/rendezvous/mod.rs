@@ -541,7 +541,8 @@ impl Task {
             return;
         };
         let tx = self.conn_tx.clone();
-        tokio::spawn(async move {
+        let tasks = inner.clone();
+        tasks.tasks.spawn(async move {
             let peer = crate::peer::connect_to(&inner, addr)
                 .await
                 .ok()
