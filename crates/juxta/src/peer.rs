@@ -44,10 +44,13 @@ pub enum PeerError {
     },
     /// Another peer (in this process or another) is running with the same
     /// home directory; a home serves one peer at a time.
-    #[error("home directory {} is in use by another running peer (lock on {}/lock held)", path.display(), path.display())]
+    #[error("home directory {} is in use by another running peer{} (lock on {}/lock held)", path.display(), pid.map(|p| format!(", process {p}")).unwrap_or_default(), path.display())]
     HomeLocked {
         /// The home directory.
         path: PathBuf,
+        /// The process holding the lock, as it recorded in the lock file
+        /// (`None` if it recorded none).
+        pid: Option<u32>,
     },
     /// An identity file is not a plain file (e.g. a symbolic link, which
     /// could make the peer read or overwrite another file), or the
@@ -791,7 +794,9 @@ impl Peer {
 
 /// An exclusive advisory lock (`flock`) on `<home>/lock`, held while a
 /// [`Peer`] runs so that two peers never share a home (its identity files
-/// and cache). Released when dropped (or when the process exits).
+/// and cache); the holder writes its process ID in the file, for the
+/// error a second peer gets. Released when dropped (or when the process
+/// exits).
 #[derive(Debug)]
 pub(crate) struct HomeLock {
     _lock: nix::fcntl::Flock<std::fs::File>,
@@ -814,10 +819,28 @@ impl HomeLock {
             &path,
         )?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => Ok(HomeLock { _lock: lock }),
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(PeerError::HomeLocked {
-                path: home.to_path_buf(),
-            }),
+            Ok(lock) => {
+                use std::io::Write;
+                // Best effort: the lock holds without the note.
+                let mut f: &std::fs::File = &lock;
+                let _ = f
+                    .set_len(0)
+                    .and_then(|()| write!(f, "{}", std::process::id()));
+                Ok(HomeLock { _lock: lock })
+            }
+            Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
+                use std::io::Read;
+                let mut text = String::new();
+                let pid = (&mut file)
+                    .take(32)
+                    .read_to_string(&mut text)
+                    .ok()
+                    .and_then(|_| text.trim().parse().ok());
+                Err(PeerError::HomeLocked {
+                    path: home.to_path_buf(),
+                    pid,
+                })
+            }
             Err((_, e)) => Err(PeerError::Io {
                 what: format!("locking {}", path.display()),
                 source: e.into(),
