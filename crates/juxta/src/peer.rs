@@ -313,6 +313,10 @@ pub(crate) struct Inner {
     /// closes the sockets: a peer dropped in-process disappears from the
     /// network as a stopped process does).
     pub(crate) tasks: crate::tasks::Tasks,
+    /// Links (connections, HTTP sessions) coming up and going down, as
+    /// they are registered and unregistered: services select on these
+    /// instead of polling the connection table.
+    pub(crate) links: tokio::sync::broadcast::Sender<LinkEvent>,
     /// Route cache, route queries, relay state.
     pub(crate) router: crate::relay::Router,
     /// Signed messages seen, so that a replayed one proves no identity.
@@ -327,6 +331,20 @@ pub(crate) struct Inner {
     /// Dials triggered by remote queries: bounded and rate-limited.
     pub(crate) answer_dials: crate::resolver::AnswerDials,
 }
+
+/// A link to a peer came up or went down ([`Inner::links`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LinkEvent {
+    /// A connection (or HTTP session) to the peer is registered: the peer
+    /// is reachable directly.
+    Up(PeerId),
+    /// The peer's registered connection closed: no direct link is left.
+    Down(PeerId),
+}
+
+/// Link events buffered per subscriber; one that falls further behind
+/// gets `Lagged` and must look at the connection table once.
+pub(crate) const LINK_EVENTS: usize = 1024;
 
 /// Permits of [`Inner::crypto`]: all cores but one, at least one.
 fn crypto_permits() -> usize {
@@ -348,6 +366,7 @@ impl Inner {
                     && (existing.proof().is_proven() || !conn.proof().is_proven()) => {}
             _ => {
                 map.insert(conn.remote, conn.clone());
+                let _ = self.links.send(LinkEvent::Up(conn.remote));
             }
         }
     }
@@ -380,6 +399,7 @@ impl Inner {
         let mut map = self.connections.write().expect("connections lock");
         if map.get(&conn.remote).map(|c| c.id) == Some(conn.id) {
             map.remove(&conn.remote);
+            let _ = self.links.send(LinkEvent::Down(conn.remote));
         }
     }
 
@@ -1042,6 +1062,7 @@ impl Peer {
             groups: Default::default(),
             rendezvous: std::sync::OnceLock::new(),
             tasks: Default::default(),
+            links: tokio::sync::broadcast::channel(LINK_EVENTS).0,
             router: crate::relay::Router::new(local_peer, cfg_relay.as_ref()),
             crypto: Semaphore::new(crypto_permits()),
             answer_dials: crate::resolver::AnswerDials::default(),
