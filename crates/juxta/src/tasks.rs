@@ -121,11 +121,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn dropping_every_handle_frees_the_peer() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = |n: &str| {
-            let mut c = PeerConfig::new(dir.path().join(n));
-            c.key_bits = 1024;
-            c
-        };
+        let cfg = |n: &str| PeerConfig::new(dir.path().join(n)).key_bits(1024);
         let a = Peer::start(
             cfg("a")
                 .listen("127.0.0.1:0".parse().unwrap())

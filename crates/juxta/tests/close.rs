@@ -11,9 +11,7 @@ use juxta::rendezvous::{RendezvousConfig, RendezvousEvent};
 use juxta::{CloseError, Peer, PeerConfig};
 
 fn config(home: &Path) -> PeerConfig {
-    let mut cfg = PeerConfig::new(home.to_path_buf());
-    cfg.key_bits = 1024;
-    cfg
+    PeerConfig::new(home).key_bits(1024)
 }
 
 /// Waits (up to 10 s, then fails) until `f` holds.
