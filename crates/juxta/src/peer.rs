@@ -395,6 +395,23 @@ impl Inner {
         true
     }
 
+    /// Empties the connection table, shutting every socket left down (the
+    /// tasks that would have are gone): a closed or dropped peer holds no
+    /// socket open through a handle that outlives it.
+    pub(crate) fn drop_connections(&self) {
+        let conns: Vec<Arc<Connection>> = self
+            .connections
+            .write()
+            .expect("connections lock")
+            .drain()
+            .map(|(_, c)| c)
+            .collect();
+        self.by_addr.write().expect("by_addr lock").clear();
+        for c in conns {
+            c.abort_socket();
+        }
+    }
+
     pub(crate) fn unregister(&self, conn: &Arc<Connection>) {
         let mut map = self.connections.write().expect("connections lock");
         if map.get(&conn.remote).map(|c| c.id) == Some(conn.id) {
@@ -631,6 +648,7 @@ impl Drop for Peer {
             t.abort();
         }
         self.inner.tasks.abort_all();
+        self.inner.drop_connections();
     }
 }
 
@@ -794,6 +812,7 @@ impl Peer {
         report.tasks_finished = stopped.finished;
         report.tasks_cancelled = stopped.cancelled;
         report.tasks_aborted = stopped.stuck;
+        self.inner.drop_connections();
         // 5. The home is free.
         drop(self.home_lock.lock().expect("home lock").take());
         report.elapsed = t0.elapsed();

@@ -498,6 +498,18 @@ impl Connection {
         tcp
     }
 
+    /// Marks the connection closed and shuts its socket down both ways
+    /// without waiting (its task is gone: a closed or dropped peer).
+    pub(crate) fn abort_socket(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.closed_notify.notify_waiters();
+        if let Ok(w) = self.writer.try_lock() {
+            if let Sink::Tcp(half) = &w.half {
+                let _ = SockRef::from(half.as_ref()).shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
     /// Waits until the connection has closed.
     pub async fn closed(&self) {
         loop {
