@@ -622,8 +622,7 @@ async fn start_peer(
     if let Some(ip) = listen {
         cfg = cfg.listen(SocketAddr::new(ip, 0));
     }
-    cfg.key_bits = key_bits;
-    let peer = Peer::start(cfg).await?;
+    let peer = Peer::start(cfg.key_bits(key_bits)).await?;
     Ok(Hold { peer, _home: home })
 }
 

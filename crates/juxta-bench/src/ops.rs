@@ -282,8 +282,7 @@ impl Tally {
 }
 
 fn peer_cfg(dir: &Path, name: &str, key_bits: usize, listen: bool) -> PeerConfig {
-    let mut c = PeerConfig::new(dir.join(name));
-    c.key_bits = key_bits;
+    let mut c = PeerConfig::new(dir.join(name)).key_bits(key_bits);
     if listen {
         c = c.listen("127.0.0.1:0".parse().expect("address"));
     }

@@ -106,10 +106,11 @@ pub async fn run(
         // Every edge lists r0 first: all lease r0.
         let mut edges = Vec::with_capacity(n);
         for i in 0..n {
-            let mut c = juxta::PeerConfig::new(homes.path().join(format!("edge{i}"))).rendezvous(
-                juxta::rendezvous::RendezvousConfig::edge(vec![r0.addr, r1.addr]),
-            );
-            c.key_bits = opts.key_bits;
+            let c = juxta::PeerConfig::new(homes.path().join(format!("edge{i}")))
+                .rendezvous(juxta::rendezvous::RendezvousConfig::edge(vec![
+                    r0.addr, r1.addr,
+                ]))
+                .key_bits(opts.key_bits);
             edges.push(juxta::Peer::start(c).await?);
         }
         wait_all_leased(&edges, Duration::from_secs(30)).await?;

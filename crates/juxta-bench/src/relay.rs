@@ -324,8 +324,7 @@ async fn start_peer(
     key_bits: usize,
     cfg: impl FnOnce(PeerConfig) -> PeerConfig,
 ) -> Result<Peer, BenchError> {
-    let mut c = PeerConfig::new(homes.join(name));
-    c.key_bits = key_bits;
+    let c = PeerConfig::new(homes.join(name)).key_bits(key_bits);
     Ok(Peer::start(cfg(c)).await?)
 }
 
@@ -1041,8 +1040,7 @@ pub async fn serve_with(
     if let Some(h) = http_listen {
         cfg = cfg.http_listen(h);
     }
-    cfg.key_bits = key_bits;
-    let peer = Peer::start(cfg).await?;
+    let peer = Peer::start(cfg.key_bits(key_bits)).await?;
     if let Some(p) = peer_addr {
         peer.connect(p).await?;
     }

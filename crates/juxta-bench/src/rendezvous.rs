@@ -116,8 +116,9 @@ pub async fn start(opts: ServeOptions) -> Result<Peer, BenchError> {
         total_burst: (rate / 10).max(1),
         ..AdmissionConfig::default()
     };
-    let mut cfg = PeerConfig::new(&opts.home).listen(opts.listen);
-    cfg.key_bits = opts.key_bits;
+    let cfg = PeerConfig::new(&opts.home)
+        .listen(opts.listen)
+        .key_bits(opts.key_bits);
     // The central server is this rendezvous itself (no peer view yet).
     let mut probe = cfg.clone();
     probe.listen = None;
@@ -272,9 +273,9 @@ pub async fn start_edges(
 ) -> Result<Vec<Peer>, BenchError> {
     let mut v = Vec::with_capacity(n);
     for i in 0..n {
-        let mut c = PeerConfig::new(homes.join(format!("edge{i}")))
-            .rendezvous(RendezvousConfig::edge(seeds.to_vec()).first_seed(i));
-        c.key_bits = key_bits;
+        let c = PeerConfig::new(homes.join(format!("edge{i}")))
+            .rendezvous(RendezvousConfig::edge(seeds.to_vec()).first_seed(i))
+            .key_bits(key_bits);
         v.push(Peer::start(c).await?);
     }
     Ok(v)

@@ -377,8 +377,7 @@ async fn edge(
     counters: Arc<Counters>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), BenchError> {
-    let mut cfg = PeerConfig::new(&spec.home);
-    cfg.key_bits = spec.key_bits;
+    let mut cfg = PeerConfig::new(&spec.home).key_bits(spec.key_bits);
     if let Some(l) = spec.listen {
         cfg = cfg.listen(l);
     }

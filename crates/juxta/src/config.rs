@@ -7,13 +7,25 @@ use std::time::Duration;
 
 use juxta_proto::wire::connection::ConnectionConfig;
 
-/// Settings for [`crate::Peer::start`].
+/// Settings for [`crate::Peer::start`], built from [`PeerConfig::new`]
+/// with one method per setting (each documented with its default); no
+/// `juxta_proto` type is needed for the common ones. The fields stay
+/// readable (and assignable); the struct is `#[non_exhaustive]`, so new
+/// settings are not breaking changes.
 ///
 /// ```
-/// let cfg = juxta::PeerConfig::new("/tmp/juxta-doc-peer").listen("127.0.0.1:0".parse().unwrap());
+/// use std::time::Duration;
+/// let cfg = juxta::PeerConfig::new("/tmp/juxta-doc-peer")
+///     .listen("127.0.0.1:0".parse().unwrap())
+///     .name("printer-room")
+///     .max_connections(256)
+///     .connect_timeout(Duration::from_secs(3))
+///     .idle_timeout(Some(Duration::from_secs(300)));
 /// assert!(cfg.connection.cbjx);
+/// assert_eq!(cfg.max_connections, 256);
 /// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PeerConfig {
     /// Home directory: holds `identity.key` and `identity.crt`, created on
     /// first start.
@@ -397,6 +409,126 @@ impl PeerConfig {
     /// Enables or disables CBJX signatures (must match the other side).
     pub fn cbjx(mut self, on: bool) -> PeerConfig {
         self.connection.cbjx = on;
+        self
+    }
+
+    /// The name written into a new identity's certificate (default `"juxta"`).
+    pub fn name(mut self, name: impl Into<String>) -> PeerConfig {
+        self.name = name.into();
+        self
+    }
+
+    /// The RSA key size of a new identity (default 2048; an existing identity keeps its key).
+    pub fn key_bits(mut self, bits: usize) -> PeerConfig {
+        self.key_bits = bits;
+        self
+    }
+
+    /// `SO_SNDBUF`/`SO_RCVBUF` of every TCP connection; `None` (default) leaves the kernel's automatic tuning on.
+    pub fn socket_buffer(mut self, bytes: Option<usize>) -> PeerConfig {
+        self.socket_buffer = bytes;
+        self
+    }
+
+    /// How long the welcome lines (and a compact handshake the remote started) may take before the connection is closed (default 5 s).
+    pub fn welcome_timeout(mut self, d: Duration) -> PeerConfig {
+        self.welcome_timeout = d;
+        self
+    }
+
+    /// How long a frame, once begun, may take to arrive whole (default 60 s; slowloris).
+    pub fn frame_timeout(mut self, d: Duration) -> PeerConfig {
+        self.frame_timeout = d;
+        self
+    }
+
+    /// How long an accepted connection may stay silent after the welcome (default 60 s).
+    pub fn first_message_timeout(mut self, d: Duration) -> PeerConfig {
+        self.first_message_timeout = d;
+        self
+    }
+
+    /// Closes a connection on which nothing arrived for this long; `None` (default): never.
+    pub fn idle_timeout(mut self, d: Option<Duration>) -> PeerConfig {
+        self.idle_timeout = d;
+        self
+    }
+
+    /// How long a write may make no progress (the remote stopped reading) before the connection is closed (default 10 s).
+    pub fn write_timeout(mut self, d: Duration) -> PeerConfig {
+        self.write_timeout = d;
+        self
+    }
+
+    /// Connections open at once, both directions (default 1024); more are refused.
+    pub fn max_connections(mut self, n: usize) -> PeerConfig {
+        self.max_connections = n;
+        self
+    }
+
+    /// Accepted connections from one IP address (default 32).
+    pub fn max_connections_per_addr(mut self, n: usize) -> PeerConfig {
+        self.max_connections_per_addr = n;
+        self
+    }
+
+    /// Accepted connections from one IP address still exchanging welcome lines (default 8).
+    pub fn max_pending_per_addr(mut self, n: usize) -> PeerConfig {
+        self.max_pending_per_addr = n;
+        self
+    }
+
+    /// Service messages (resolver, discovery, rendezvous, relay) queued per connection while its socket is busy (default 128); more are refused and counted.
+    pub fn service_queue(mut self, n: usize) -> PeerConfig {
+        self.service_queue = n;
+        self
+    }
+
+    /// Messages queued per listener (default 1024); a full queue makes the connection stop reading (back-pressure).
+    pub fn listener_queue(mut self, n: usize) -> PeerConfig {
+        self.listener_queue = n;
+        self
+    }
+
+    /// How long a dial (TCP connect and welcome) may take (default 10 s).
+    pub fn connect_timeout(mut self, d: Duration) -> PeerConfig {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// How long [`crate::Peer::route_to`] waits for a usable route answer (default 900 ms).
+    pub fn route_query_timeout(mut self, d: Duration) -> PeerConfig {
+        self.route_query_timeout = d;
+        self
+    }
+
+    /// Learns routes nothing vouches for (off by default; on only for JXSE peers that send unsigned routes, on a trusted network).
+    pub fn accept_unsigned_routes(mut self, on: bool) -> PeerConfig {
+        self.accept_unsigned_routes = on;
+        self
+    }
+
+    /// The largest message accepted or sent on a connection, in bytes (default: JXSE's limit).
+    pub fn max_message(mut self, bytes: u64) -> PeerConfig {
+        self.connection.max_message = bytes;
+        self
+    }
+
+    /// Discovery's bounds (queries pending, answers per query, flow control).
+    pub fn discovery(mut self, d: crate::discovery::DiscoveryConfig) -> PeerConfig {
+        self.discovery = d;
+        self
+    }
+
+    /// The HTTP transport's settings (sessions, polls, limits), for [`PeerConfig::http_listen`] and [`crate::Peer::connect_http`].
+    pub fn http(mut self, h: crate::transport::http::HttpConfig) -> PeerConfig {
+        self.http = h;
+        self
+    }
+
+    /// Every framing and security setting of connections at once (advanced; [`PeerConfig::compact`], [`PeerConfig::cbjx`], [`PeerConfig::handshake`] and [`PeerConfig::max_message`] cover the common ones).
+    pub fn connection(mut self, c: ConnectionConfig) -> PeerConfig {
+        self.connection = c;
         self
     }
 }

@@ -382,7 +382,8 @@ impl Task {
                 }
                 LanEvent::Verify { peer, addr } => {
                     let tx = self.vtx.clone();
-                    tokio::spawn(async move {
+                    let tasks = inner.clone();
+                    tasks.tasks.spawn(async move {
                         let r = tokio::time::timeout(
                             VERIFY_TIMEOUT,
                             crate::peer::connect_to_peer(&inner, addr, Some(peer)),

@@ -57,9 +57,10 @@ pub mod relay;
 pub mod rendezvous;
 mod resolver;
 pub mod socket;
+mod tasks;
 pub mod transport;
 
 pub use config::PeerConfig;
 pub use endpoint::{Listener, Messenger, SendError};
 pub use juxta_proto as proto;
-pub use peer::{ConnectionInfo, Peer, PeerError, Stats};
+pub use peer::{CloseError, CloseReport, ConnectionInfo, Peer, PeerError, Stats, CLOSE_BOUND};

@@ -44,10 +44,13 @@ pub enum PeerError {
     },
     /// Another peer (in this process or another) is running with the same
     /// home directory; a home serves one peer at a time.
-    #[error("home directory {} is in use by another running peer (lock on {}/lock held)", path.display(), path.display())]
+    #[error("home directory {} is in use by another running peer{} (lock on {}/lock held)", path.display(), pid.map(|p| format!(", process {p}")).unwrap_or_default(), path.display())]
     HomeLocked {
         /// The home directory.
         path: PathBuf,
+        /// The process holding the lock, as it recorded in the lock file
+        /// (`None` if it recorded none).
+        pid: Option<u32>,
     },
     /// An identity file is not a plain file (e.g. a symbolic link, which
     /// could make the peer read or overwrite another file), or the
@@ -79,6 +82,9 @@ pub enum PeerError {
     /// No connection to that peer.
     #[error("not connected to {0}")]
     NotConnected(PeerId),
+    /// The peer was closed ([`Peer::close`]) or dropped.
+    #[error("the peer is closed")]
+    Closed,
     /// An HTTP session could not be opened.
     #[error(transparent)]
     Http(#[from] crate::transport::http::HttpClientError),
@@ -302,10 +308,15 @@ pub(crate) struct Inner {
     pub(crate) groups: crate::group::State,
     /// The rendezvous service, when configured (set once at start).
     pub(crate) rendezvous: std::sync::OnceLock<crate::rendezvous::RendezvousHandle>,
-    /// The connection tasks (aborted when the [`Peer`] is dropped, which
+    /// Every long-lived task of the peer (connections, services, dials):
+    /// ended by [`Peer::close`], aborted when the [`Peer`] is dropped (which
     /// closes the sockets: a peer dropped in-process disappears from the
-    /// network as a stopped process does). Pruned of finished tasks.
-    pub(crate) conn_tasks: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
+    /// network as a stopped process does).
+    pub(crate) tasks: crate::tasks::Tasks,
+    /// Links (connections, HTTP sessions) coming up and going down, as
+    /// they are registered and unregistered: services select on these
+    /// instead of polling the connection table.
+    pub(crate) links: tokio::sync::broadcast::Sender<LinkEvent>,
     /// Route cache, route queries, relay state.
     pub(crate) router: crate::relay::Router,
     /// Signed messages seen, so that a replayed one proves no identity.
@@ -320,6 +331,20 @@ pub(crate) struct Inner {
     /// Dials triggered by remote queries: bounded and rate-limited.
     pub(crate) answer_dials: crate::resolver::AnswerDials,
 }
+
+/// A link to a peer came up or went down ([`Inner::links`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LinkEvent {
+    /// A connection (or HTTP session) to the peer is registered: the peer
+    /// is reachable directly.
+    Up(PeerId),
+    /// The peer's registered connection closed: no direct link is left.
+    Down(PeerId),
+}
+
+/// Link events buffered per subscriber; one that falls further behind
+/// gets `Lagged` and must look at the connection table once.
+pub(crate) const LINK_EVENTS: usize = 1024;
 
 /// Permits of [`Inner::crypto`]: all cores but one, at least one.
 fn crypto_permits() -> usize {
@@ -341,6 +366,7 @@ impl Inner {
                     && (existing.proof().is_proven() || !conn.proof().is_proven()) => {}
             _ => {
                 map.insert(conn.remote, conn.clone());
+                let _ = self.links.send(LinkEvent::Up(conn.remote));
             }
         }
     }
@@ -369,10 +395,28 @@ impl Inner {
         true
     }
 
+    /// Empties the connection table, shutting every socket left down (the
+    /// tasks that would have are gone): a closed or dropped peer holds no
+    /// socket open through a handle that outlives it.
+    pub(crate) fn drop_connections(&self) {
+        let conns: Vec<Arc<Connection>> = self
+            .connections
+            .write()
+            .expect("connections lock")
+            .drain()
+            .map(|(_, c)| c)
+            .collect();
+        self.by_addr.write().expect("by_addr lock").clear();
+        for c in conns {
+            c.abort_socket();
+        }
+    }
+
     pub(crate) fn unregister(&self, conn: &Arc<Connection>) {
         let mut map = self.connections.write().expect("connections lock");
         if map.get(&conn.remote).map(|c| c.id) == Some(conn.id) {
             map.remove(&conn.remote);
+            let _ = self.links.send(LinkEvent::Down(conn.remote));
         }
     }
 
@@ -582,39 +626,216 @@ impl Inner {
 pub struct Peer {
     pub(crate) inner: Arc<Inner>,
     local_addr: Option<SocketAddr>,
-    accept_task: Option<JoinHandle<()>>,
-    service_tasks: Vec<JoinHandle<()>>,
+    /// The TCP and HTTP accept loops: stopped first on close.
+    accept_tasks: Vec<tokio::task::AbortHandle>,
+    /// The relay lease task (an edge's): stopped before its lease is given
+    /// back, so that it does not lease again.
+    relay_task: Option<tokio::task::AbortHandle>,
     rendezvous: Option<crate::rendezvous::RendezvousHandle>,
     http: Option<Arc<crate::transport::http::HttpServer>>,
     pub(crate) lan: Option<crate::lan::LanHandle>,
-    /// The lock on the home directory; the last field, so it is released
-    /// after everything else a `Peer` owns.
-    _home_lock: HomeLock,
+    /// Set by the first [`Peer::close`].
+    closing: std::sync::atomic::AtomicBool,
+    /// The lock on the home directory: released at the end of
+    /// [`Peer::close`], else when the peer is dropped (the last field, so
+    /// after everything else a `Peer` owns).
+    home_lock: std::sync::Mutex<Option<HomeLock>>,
 }
 
 impl Drop for Peer {
     fn drop(&mut self) {
-        for t in self
-            .inner
-            .conn_tasks
-            .lock()
-            .expect("conn_tasks lock")
-            .drain(..)
+        for t in &self.accept_tasks {
+            t.abort();
+        }
+        self.inner.tasks.abort_all();
+        self.inner.drop_connections();
+    }
+}
+
+/// Aborts a peer's tasks when dropped armed (a failed start).
+struct AbortOnDrop(Option<Arc<Inner>>);
+
+impl AbortOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.take() {
+            inner.tasks.abort_all();
+        }
+    }
+}
+
+/// How long [`Peer::close`] may take: the leases, the close handshakes
+/// and the tasks' ends are awaited this long at most.
+pub const CLOSE_BOUND: Duration = Duration::from_secs(2);
+
+/// What [`Peer::close`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CloseReport {
+    /// Edge: the rendezvous lease was ended with a `Disconnect` (the
+    /// rendezvous releases it and this edge's SRDI entries at once).
+    pub rendezvous_released: bool,
+    /// Edge: the relay lease was given back with a `Disconnect`.
+    pub relay_released: bool,
+    /// Connections closed with the close handshake: TCP connections whose
+    /// remote answered this peer's FIN with its own, HTTP sessions ended.
+    pub connections_closed: usize,
+    /// TCP connections whose remote had not answered by the bound (cut).
+    pub connections_cut: usize,
+    /// Tasks that had ended on their own (connections after their close
+    /// handshake, finished dials).
+    pub tasks_finished: usize,
+    /// Service tasks (accept loops, the resolver, rendezvous, relay, ...)
+    /// cancelled at an await point, and ended.
+    pub tasks_cancelled: usize,
+    /// Tasks still running at the bound: aborted (they end at their next
+    /// await point) and counted here; `close` then returns
+    /// [`CloseError::TasksAborted`].
+    pub tasks_aborted: usize,
+    /// How long the close took.
+    pub elapsed: Duration,
+}
+
+/// Why [`Peer::close`] did not close cleanly.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CloseError {
+    /// The peer was closed before (by another call).
+    #[error("the peer is already closed")]
+    AlreadyClosed,
+    /// Some tasks did not end within the bound and were aborted; the
+    /// peer is closed all the same (its listeners stopped, its home
+    /// unlocked).
+    #[error("{} task(s) did not end within {bound:?} and were aborted", report.tasks_aborted)]
+    TasksAborted {
+        /// The bound.
+        bound: Duration,
+        /// What was done.
+        report: CloseReport,
+    },
+}
+
+impl Peer {
+    /// Shuts the peer down gracefully, within [`CLOSE_BOUND`]:
+    /// 1. stops accepting connections (TCP and HTTP listeners);
+    /// 2. an edge gives its leases back: the rendezvous lease (its
+    ///    `Disconnect`, see [`crate::rendezvous::RendezvousHandle::shutdown`])
+    ///    and the relay lease;
+    /// 3. closes every connection with the close handshake (what is queued
+    ///    is written, then FIN; the remote answers with its FIN), waiting
+    ///    for the remotes up to half the bound;
+    /// 4. ends every task the peer spawned and awaits them up to the bound
+    ///    (a task still running then is aborted and counted);
+    /// 5. releases the home directory's lock.
+    ///
+    /// Afterwards the handles that outlive the peer (messengers, listeners,
+    /// pipes) fail or end; nothing of the peer runs any more. Dropping a
+    /// `Peer` without closing it aborts its tasks at once (no leases given
+    /// back, no close handshake).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use juxta::{Peer, PeerConfig};
+    /// let peer = Peer::start(PeerConfig::new("/tmp/p").listen("127.0.0.1:0".parse()?)).await?;
+    /// // ... use the peer ...
+    /// let report = peer.close().await?;
+    /// println!("closed in {:?}: {} connection(s)", report.elapsed, report.connections_closed);
+    /// # Ok(()) }
+    /// ```
+    pub async fn close(&self) -> Result<CloseReport, CloseError> {
+        self.close_within(CLOSE_BOUND).await
+    }
+
+    /// [`Peer::close`] with another bound than [`CLOSE_BOUND`].
+    pub async fn close_within(&self, bound: Duration) -> Result<CloseReport, CloseError> {
+        use std::sync::atomic::Ordering as O;
+        if self.closing.swap(true, O::AcqRel) {
+            return Err(CloseError::AlreadyClosed);
+        }
+        let t0 = tokio::time::Instant::now();
+        let deadline = t0 + bound;
+        let links_deadline = t0 + bound / 2;
+        let mut report = CloseReport::default();
+        // 1. Nobody new comes in.
+        for t in &self.accept_tasks {
+            t.abort();
+        }
+        // 2. Leases: the relay's first (its task stopped so that it does
+        // not lease again), then the rendezvous'.
+        if let Some(t) = &self.relay_task {
+            t.abort();
+        }
+        report.relay_released = crate::relay::release_lease(&self.inner);
+        if let Some(h) = self
+            .rendezvous
+            .as_ref()
+            .filter(|h| !h.status().is_rendezvous)
         {
-            t.abort();
+            let leased = h.status().leased_to.is_some();
+            let r = tokio::time::timeout_at(links_deadline, h.shutdown()).await;
+            report.rendezvous_released = leased && matches!(r, Ok(Ok(())));
         }
-        if let Some(t) = self.accept_task.take() {
-            t.abort();
+        // 3. Close handshakes, all at once.
+        let conns: Vec<Arc<Connection>> = self
+            .inner
+            .connections
+            .read()
+            .expect("connections lock")
+            .values()
+            .cloned()
+            .collect();
+        let mut closing = tokio::task::JoinSet::new();
+        for c in conns {
+            closing.spawn(async move {
+                if c.begin_close().await {
+                    c.closed().await;
+                }
+            });
         }
-        for t in self.service_tasks.drain(..) {
-            t.abort();
+        while !closing.is_empty() {
+            match tokio::time::timeout_at(links_deadline, closing.join_next()).await {
+                Ok(Some(_)) => report.connections_closed += 1,
+                Ok(None) => break,
+                Err(_) => {
+                    report.connections_cut = closing.len();
+                    closing.abort_all();
+                    break;
+                }
+            }
         }
+        // 4. Every task.
+        let stopped = self.inner.tasks.stop(deadline).await;
+        report.tasks_finished = stopped.finished;
+        report.tasks_cancelled = stopped.cancelled;
+        report.tasks_aborted = stopped.stuck;
+        self.inner.drop_connections();
+        // 5. The home is free.
+        drop(self.home_lock.lock().expect("home lock").take());
+        report.elapsed = t0.elapsed();
+        tracing::info!(
+            peer = %self.peer_id(),
+            elapsed_ms = report.elapsed.as_secs_f64() * 1e3,
+            connections_closed = report.connections_closed,
+            connections_cut = report.connections_cut,
+            tasks_aborted = report.tasks_aborted,
+            "peer closed"
+        );
+        if report.tasks_aborted > 0 {
+            return Err(CloseError::TasksAborted { bound, report });
+        }
+        Ok(report)
     }
 }
 
 /// An exclusive advisory lock (`flock`) on `<home>/lock`, held while a
 /// [`Peer`] runs so that two peers never share a home (its identity files
-/// and cache). Released when dropped (or when the process exits).
+/// and cache); the holder writes its process ID in the file, for the
+/// error a second peer gets. Released when dropped (or when the process
+/// exits).
 #[derive(Debug)]
 pub(crate) struct HomeLock {
     _lock: nix::fcntl::Flock<std::fs::File>,
@@ -637,10 +858,28 @@ impl HomeLock {
             &path,
         )?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => Ok(HomeLock { _lock: lock }),
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(PeerError::HomeLocked {
-                path: home.to_path_buf(),
-            }),
+            Ok(lock) => {
+                use std::io::Write;
+                // Best effort: the lock holds without the note.
+                let mut f: &std::fs::File = &lock;
+                let _ = f
+                    .set_len(0)
+                    .and_then(|()| write!(f, "{}", std::process::id()));
+                Ok(HomeLock { _lock: lock })
+            }
+            Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
+                use std::io::Read;
+                let mut text = String::new();
+                let pid = (&mut file)
+                    .take(32)
+                    .read_to_string(&mut text)
+                    .ok()
+                    .and_then(|_| text.trim().parse().ok());
+                Err(PeerError::HomeLocked {
+                    path: home.to_path_buf(),
+                    pid,
+                })
+            }
             Err((_, e)) => Err(PeerError::Io {
                 what: format!("locking {}", path.display()),
                 source: e.into(),
@@ -841,7 +1080,8 @@ impl Peer {
             discovery,
             groups: Default::default(),
             rendezvous: std::sync::OnceLock::new(),
-            conn_tasks: std::sync::Mutex::new(Vec::new()),
+            tasks: Default::default(),
+            links: tokio::sync::broadcast::channel(LINK_EVENTS).0,
             router: crate::relay::Router::new(local_peer, cfg_relay.as_ref()),
             crypto: Semaphore::new(crypto_permits()),
             answer_dials: crate::resolver::AnswerDials::default(),
@@ -849,27 +1089,39 @@ impl Peer {
                 juxta_proto::wire::replay::DEFAULT_REPLAY_CAPACITY,
             )),
         });
-        let accept_task = listener.map(|l| tokio::spawn(accept_loop(inner.clone(), l)));
-        let mut service_tasks = vec![
-            crate::resolver::spawn(&inner)?,
-            crate::pipe::secure::spawn(&inner)?,
-        ];
-        service_tasks.extend(crate::transport::multicast::spawn(&inner));
+        // A start that fails half-way ends what it started.
+        let guard = AbortOnDrop(Some(inner.clone()));
+        let mut accept_tasks = Vec::new();
+        if let Some(l) = listener {
+            let t = tokio::spawn(accept_loop(inner.clone(), l));
+            accept_tasks.push(t.abort_handle());
+            inner.tasks.adopt(t);
+        }
+        let tasks = &inner.tasks;
+        tasks.adopt(crate::resolver::spawn(&inner)?);
+        tasks.adopt(crate::pipe::secure::spawn(&inner)?);
+        if let Some(t) = crate::transport::multicast::spawn(&inner) {
+            tasks.adopt(t);
+        }
         crate::discovery::publish_own(&inner).await?;
         let purge =
             cache.purge_periodically(Duration::from_secs(60), 1000, crate::cache::unix_now_ms);
-        service_tasks.push(tokio::spawn(async move {
+        tasks.spawn(async move {
             if let Err(e) = purge.await {
                 tracing::warn!(error = %e, "advertisement cache purge stopped");
             }
-        }));
+        });
         let http = match inner.cfg.http_listen {
             Some(addr) => {
                 let (server, tasks) =
                     crate::transport::http::listen(&inner, addr, inner.cfg.http.clone())
                         .await
                         .map_err(io_err(format!("listening for HTTP on {addr}")))?;
-                service_tasks.extend(tasks);
+                // The first task accepts.
+                accept_tasks.extend(tasks.first().map(|t| t.abort_handle()));
+                for t in tasks {
+                    inner.tasks.adopt(t);
+                }
                 Some(server)
             }
             None => None,
@@ -877,34 +1129,42 @@ impl Peer {
         let rendezvous = match inner.cfg.rendezvous.clone() {
             Some(rc) => {
                 let (h, t) = crate::rendezvous::spawn(&inner, rc)?;
-                service_tasks.push(t);
+                tasks.adopt(t);
                 let _ = inner.rendezvous.set(h.clone());
                 Some(h)
             }
             None => None,
         };
+        let mut relay_task = None;
         if let Some(rc) = inner.cfg.relay.clone() {
             let (_h, t) = crate::relay::spawn(&inner, rc)?;
-            service_tasks.extend(t);
+            relay_task = t.as_ref().map(|t| t.abort_handle());
+            if let Some(t) = t {
+                tasks.adopt(t);
+            }
         }
         let lan = match (inner.cfg.lan, &rendezvous) {
             (Some(lc), Some(rdv)) => {
                 let (h, t) = crate::lan::spawn(&inner, lc, rdv.clone(), local_addr);
-                service_tasks.extend(t);
+                if let Some(t) = t {
+                    tasks.adopt(t);
+                }
                 h
             }
             _ => None,
         };
         tracing::info!(peer = %inner.identity.peer_id(), listen = ?local_addr, "peer started");
+        guard.disarm();
         Ok(Peer {
             inner,
             local_addr,
-            accept_task,
-            service_tasks,
+            accept_tasks,
+            relay_task,
             rendezvous,
             http,
             lan,
-            _home_lock: home_lock,
+            closing: Default::default(),
+            home_lock: std::sync::Mutex::new(Some(home_lock)),
         })
     }
 
@@ -1061,6 +1321,9 @@ pub(crate) async fn connect_to_peer(
     addr: SocketAddr,
     expected: Option<PeerId>,
 ) -> Result<Messenger, PeerError> {
+    if inner.tasks.is_stopped() {
+        return Err(PeerError::Closed);
+    }
     let known = inner
         .by_addr
         .read()
@@ -1171,9 +1434,8 @@ async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
     }
 }
 
-/// Remembers a connection task so that dropping the peer ends it.
+/// Remembers a connection task so that closing or dropping the peer ends
+/// it.
 fn track_connection(inner: &Inner, t: JoinHandle<()>) {
-    let mut v = inner.conn_tasks.lock().expect("conn_tasks lock");
-    v.retain(|h| !h.is_finished());
-    v.push(t.abort_handle());
+    inner.tasks.adopt(t);
 }

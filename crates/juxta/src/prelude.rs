@@ -19,7 +19,7 @@ pub use crate::config::PeerConfig;
 pub use crate::discovery::{DiscoveryError, DiscoveryService, Found, Search};
 pub use crate::endpoint::{Listener, Messenger, SendError};
 pub use crate::group::{CertCredential, Group, GroupError, GroupService};
-pub use crate::peer::{Peer, PeerError};
+pub use crate::peer::{CloseError, CloseReport, Peer, PeerError};
 pub use crate::pipe::{InputPipe, OutputPipe, PipeError, PipeMessage, PipeService};
 pub use crate::relay::RelayConfig;
 pub use crate::rendezvous::RendezvousConfig;

@@ -455,7 +455,8 @@ async fn send_response(
     };
     let inner = inner.clone();
     let group = g.to_string();
-    tokio::spawn(async move {
+    let tasks = inner.clone();
+    tasks.tasks.spawn(async move {
         let _ticket = ticket;
         let mut found = None;
         for addr in dial {

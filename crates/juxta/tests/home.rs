@@ -129,13 +129,22 @@ async fn second_peer_on_the_same_home_is_refused_until_the_first_is_dropped() {
     let home = dir.path().join("home");
     let first = Peer::start(config(&home)).await.unwrap();
     match Peer::start(config(&home)).await {
-        Err(PeerError::HomeLocked { path }) => assert_eq!(path, home),
+        Err(PeerError::HomeLocked { path, pid }) => {
+            assert_eq!(path, home);
+            // The holder recorded its process: this one.
+            assert_eq!(pid, Some(std::process::id()));
+        }
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("two peers share one home"),
     }
     let err = Peer::start(config(&home)).await.err().unwrap();
     assert!(
         err.to_string().contains(&home.display().to_string()),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains(&format!("process {}", std::process::id())),
         "{err}"
     );
     // Another home is not affected.
@@ -148,4 +157,9 @@ async fn second_peer_on_the_same_home_is_refused_until_the_first_is_dropped() {
     drop(first);
     let again = Peer::start(config(&home)).await.unwrap();
     assert_eq!(again.peer_id(), id);
+    // Closing (not only dropping) unlocks the home, even while the closed
+    // peer's value lives on.
+    again.close().await.unwrap();
+    let third = Peer::start(config(&home)).await.unwrap();
+    assert_eq!(third.peer_id(), id);
 }

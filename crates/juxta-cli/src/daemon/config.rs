@@ -302,20 +302,20 @@ impl Settings {
         cfg.listen = f.listen;
         cfg.http_listen = f.http;
         if let Some(n) = &f.name {
-            cfg.name = n.clone();
+            cfg = cfg.name(n.clone());
         }
         if let Some(k) = f.key_bits {
-            cfg.key_bits = k;
+            cfg = cfg.key_bits(k);
         }
         let l = &f.limits;
         if let Some(n) = l.max_connections {
-            cfg.max_connections = n.max(1);
+            cfg = cfg.max_connections(n.max(1));
         }
         if let Some(n) = l.max_connections_per_addr {
-            cfg.max_connections_per_addr = n.max(1);
+            cfg = cfg.max_connections_per_addr(n.max(1));
         }
         if let Some(n) = l.max_pending_per_addr {
-            cfg.max_pending_per_addr = n.max(1);
+            cfg = cfg.max_pending_per_addr(n.max(1));
         }
         let has = |r| self.roles.contains(&r);
         let seeds = f.seeds.clone().unwrap_or_default();

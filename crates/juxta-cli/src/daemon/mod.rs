@@ -403,26 +403,22 @@ async fn daemon(settings: Settings) -> Result<(), DaemonError> {
     }
     transfers.stop_all();
     drop(transfers);
-    // An edge ends its rendezvous lease politely first (the rendezvous
-    // releases the lease and its SRDI entries at once).
-    if let Some(h) = peer.rendezvous().filter(|h| !h.status().is_rendezvous) {
-        match tokio::time::timeout(STOP_BOUND / 2, h.shutdown()).await {
-            Ok(Ok(())) => tracing::info!("rendezvous lease released"),
-            Ok(Err(e)) => tracing::debug!(error = %e, "rendezvous lease not released"),
-            Err(_) => tracing::warn!("rendezvous lease release timed out"),
-        }
-    }
     let _ = std::fs::remove_file(&control_path);
-    // Dropping the peer aborts its tasks and closes its sockets (leases
-    // end with them); bounded by STOP_BOUND.
-    let stop = async move {
-        for t in tasks {
-            let _ = t.await;
-        }
-        drop(peer);
-    };
-    if tokio::time::timeout(STOP_BOUND, stop).await.is_err() {
-        tracing::warn!("stop took longer than {STOP_BOUND:?}; exiting anyway");
+    // The peer closes gracefully within STOP_BOUND: an edge gives its
+    // rendezvous and relay leases back, every connection gets its close
+    // handshake, every task of the peer ends.
+    match peer.close_within(STOP_BOUND).await {
+        Ok(r) => tracing::info!(
+            rendezvous_released = r.rendezvous_released,
+            relay_released = r.relay_released,
+            connections_closed = r.connections_closed,
+            connections_cut = r.connections_cut,
+            "peer closed"
+        ),
+        Err(e) => tracing::warn!(error = %e, "peer closed with tasks aborted"),
+    }
+    for t in tasks {
+        let _ = t.await;
     }
     tracing::info!(stop_ms = t1.elapsed().as_secs_f64() * 1e3, "stopped");
     Ok(())

@@ -163,18 +163,19 @@ impl Communicator {
             .prefix("juxta-mp-")
             .tempdir()
             .map_err(BootError::Home)?;
-        let mut pc = PeerConfig::new(home.path())
+        let defaults = PeerConfig::new(home.path());
+        let pc = PeerConfig::new(home.path())
             .listen(cfg.listen)
-            .compact(true);
-        pc.key_bits = cfg.key_bits;
-        pc.connection.max_message = cfg.max_message;
-        // A rank may compute for minutes while its peers' messages wait
-        // in the socket: do not cut writers that make no progress.
-        pc.write_timeout = Duration::from_secs(24 * 3600);
-        pc.frame_timeout = Duration::from_secs(24 * 3600);
-        pc.first_message_timeout = cfg.boot_timeout;
-        pc.max_connections_per_addr = pc.max_connections_per_addr.max(size + 8);
-        pc.max_pending_per_addr = pc.max_pending_per_addr.max(size + 8);
+            .compact(true)
+            .key_bits(cfg.key_bits)
+            .max_message(cfg.max_message)
+            // A rank may compute for minutes while its peers' messages
+            // wait in the socket: do not cut writers that make no progress.
+            .write_timeout(Duration::from_secs(24 * 3600))
+            .frame_timeout(Duration::from_secs(24 * 3600))
+            .first_message_timeout(cfg.boot_timeout)
+            .max_connections_per_addr(defaults.max_connections_per_addr.max(size + 8))
+            .max_pending_per_addr(defaults.max_pending_per_addr.max(size + 8));
         let peer = Peer::start(pc).await?;
         let data = peer.listen(SERVICE, Some(job))?;
         let mut boot = peer.listen(BOOT_SERVICE, Some(job))?;

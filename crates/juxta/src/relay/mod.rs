@@ -51,7 +51,7 @@ use juxta_proto::endpoint::route_query::{RouteResolver, RouteResolverConfig};
 use juxta_proto::endpoint::signed_route::SignedRoute;
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
-use juxta_proto::relay::client::{ClientAction, ClientConfig, RelayClient};
+use juxta_proto::relay::client::{ClientAction, ClientConfig, ClientState, RelayClient};
 use juxta_proto::relay::server::{RelayServer, ServerConfig, ServerCounters};
 use juxta_proto::relay::{Control, Refusal, RelayRequest, RelayResponse, RELAY_SERVICE};
 use tokio::sync::{mpsc, watch, Notify};
@@ -560,7 +560,7 @@ fn start_drain(inner: &Arc<Inner>, s: &Arc<ServerRuntime>, conn: &Arc<Connection
     };
     let s = s.clone();
     let weak = Arc::downgrade(inner);
-    tokio::spawn(async move {
+    inner.tasks.spawn(async move {
         loop {
             let Some(inner) = weak.upgrade() else { break };
             let alive = {
@@ -771,12 +771,36 @@ async fn client_task(
     let mut sm = RelayClient::new(seeds.len(), cfg);
     // Automatic lease: the seeds that said they are no relay.
     let mut not_relays: Vec<PeerId> = Vec::new();
-    let mut tick = tokio::time::interval(Duration::from_millis(200));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let Some(mut links) = weak.upgrade().map(|i| i.links.subscribe()) else {
+        return;
+    };
     loop {
+        // Woken by a response, by a link going down, or at the machine's
+        // next deadline (capped at an hour).
+        let wait = {
+            let Some(inner) = weak.upgrade() else { return };
+            let now = inner.router.now_ms();
+            let at = match *sm.state() {
+                ClientState::Idle { until_ms } => until_ms,
+                ClientState::Connecting { deadline_ms, .. }
+                | ClientState::Requested { deadline_ms, .. } => deadline_ms,
+                ClientState::Leased {
+                    renew_ms,
+                    expires_ms,
+                    ..
+                } => renew_ms.min(expires_ms),
+            };
+            Duration::from_millis(at.saturating_sub(now).min(3_600_000))
+        };
         let event = tokio::select! {
-            _ = tick.tick() => None,
+            _ = tokio::time::sleep(wait) => None,
             r = rx.recv() => match r { Some(r) => Some(r), None => return },
+            l = links.recv() => match l {
+                Ok(crate::peer::LinkEvent::Up(_)) => continue,
+                Ok(crate::peer::LinkEvent::Down(_))
+                | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            },
         };
         let Some(inner) = weak.upgrade() else { return };
         let now = inner.router.now_ms();
@@ -839,6 +863,23 @@ async fn client_task(
             }
         }
     }
+}
+
+/// Edge: gives the relay lease back (`Disconnect` to the leased relay, a
+/// graceful stop); whether one was sent.
+pub(crate) fn release_lease(inner: &Arc<Inner>) -> bool {
+    let relay = *inner.router.leased.borrow();
+    let Some(conn) = relay.and_then(|r| inner.connection(&r)) else {
+        return false;
+    };
+    let m = crate::Messenger::new(conn, inner.clone());
+    let sent = m
+        .post(RELAY_SERVICE, None, RelayRequest::Disconnect.to_message())
+        .is_ok();
+    if sent {
+        inner.router.leased.send_replace(None);
+    }
+    sent
 }
 
 async fn send_request(inner: &Arc<Inner>, relay: PeerId, request: RelayRequest) {

@@ -88,9 +88,6 @@ pub use juxta_proto::rendezvous::node::{
 /// Events buffered per subscriber; a slower subscriber gets
 /// `RecvError::Lagged` with the number it missed.
 pub const EVENT_CAPACITY: usize = 1024;
-/// How often the task checks its links (a closed connection is reported
-/// to the state machine).
-const TICK_MS: u64 = 50;
 /// Commands queued from handles before callers wait.
 const CMD_QUEUE: usize = 4096;
 
@@ -441,6 +438,7 @@ pub(crate) fn spawn(
         rand::random::<u64>(),
     );
     let (conn_tx, conn_rx) = mpsc::channel(64);
+    let links = inner.links.subscribe();
     let task = Task {
         cfg,
         pa,
@@ -455,7 +453,7 @@ pub(crate) fn spawn(
         events: ev_tx.clone(),
         conn_tx,
     };
-    let h = tokio::spawn(task.run(cmd_rx, conn_rx, [lease, prop, walk, pv, s]));
+    let h = tokio::spawn(task.run(cmd_rx, conn_rx, links, [lease, prop, walk, pv, s]));
     Ok((
         RendezvousHandle {
             cmd: cmd_tx,
@@ -495,6 +493,7 @@ impl Task {
         mut self,
         mut cmds: mpsc::Receiver<Cmd>,
         mut conns: mpsc::Receiver<(SocketAddr, Option<PeerId>)>,
+        mut links: broadcast::Receiver<crate::peer::LinkEvent>,
         listeners: [crate::Listener; 5],
     ) {
         let [mut lease, mut prop, mut walk, mut pv, mut s] = listeners;
@@ -506,12 +505,14 @@ impl Task {
                 return;
             }
             self.publish_status();
+            // The machine's timer only (capped at an hour, to stay within
+            // `Instant`'s range): closed links arrive as events.
             let now = self.now();
             let next = self
                 .node
                 .poll_timeout()
                 .unwrap_or(u64::MAX)
-                .min(now.saturating_add(TICK_MS));
+                .min(now.saturating_add(3_600_000));
             let at = self.t0 + Duration::from_millis(next);
             tokio::select! {
                 c = cmds.recv() => match c {
@@ -535,6 +536,16 @@ impl Task {
                     let now = self.now();
                     self.node.handle_dialed(addr, p, now);
                 },
+                l = links.recv() => match l {
+                    Ok(crate::peer::LinkEvent::Up(_)) => {}
+                    // A link went down (or events were missed): whoever
+                    // it carried, directly or as a route's first hop.
+                    Ok(crate::peer::LinkEvent::Down(_)) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        let now = self.now();
+                        self.check_links(now);
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
                 _ = tokio::time::sleep_until(at) => self.on_tick(),
             }
         }
@@ -547,7 +558,8 @@ impl Task {
             return;
         };
         let tx = self.conn_tx.clone();
-        tokio::spawn(async move {
+        let tasks = inner.clone();
+        tasks.tasks.spawn(async move {
             let peer = crate::peer::connect_to(&inner, addr)
                 .await
                 .ok()
@@ -556,9 +568,18 @@ impl Task {
         });
     }
 
-    /// Reports closed links, then runs the machine's timers.
+    /// Runs the machine's timers, after reporting links gone meanwhile
+    /// (a route that expired).
     fn on_tick(&mut self) {
         let now = self.now();
+        self.check_links(now);
+        self.node.handle_timeout(now);
+    }
+
+    /// Reports the links that are down: a leased edge whose connection
+    /// closed has left; a seed or peer rendezvous with no messenger left
+    /// (no connection, no route through a connected peer) is down.
+    fn check_links(&mut self, now: u64) {
         if let Some(inner) = self.inner.upgrade() {
             // A leased edge whose connection closed has left; a seed or
             // peer rendezvous with no messenger left is down.
@@ -578,7 +599,6 @@ impl Task {
                 self.node.handle_link_down(&p, now);
             }
         }
-        self.node.handle_timeout(now);
     }
 
     fn on_delivery(&mut self, d: Delivery, srdi: bool) {

@@ -1060,7 +1060,7 @@ impl JxtaSocket {
         while let Some(m) = input.try_recv() {
             shared.on_message(&m.message);
         }
-        tokio::spawn(drive(
+        inner.tasks.spawn(drive(
             Arc::downgrade(inner),
             shared.clone(),
             urn,

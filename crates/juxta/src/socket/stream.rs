@@ -269,7 +269,9 @@ impl StreamSocket {
                 proven: true,
             });
         }
-        tokio::spawn(drive(Arc::downgrade(inner), shared.clone(), urn, input));
+        inner
+            .tasks
+            .spawn(drive(Arc::downgrade(inner), shared.clone(), urn, input));
         StreamSocket {
             shared,
             inflight: None,

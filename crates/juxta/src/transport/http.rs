@@ -852,7 +852,11 @@ async fn accept_loop(server: Arc<HttpServer>, listener: TcpListener) {
             continue;
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(serve_client(server.clone(), stream, addr, permit));
+        let s = server.clone();
+        server
+            .inner
+            .tasks
+            .spawn(serve_client(s, stream, addr, permit));
     }
 }
 
@@ -1186,7 +1190,7 @@ pub(crate) async fn connect(
     tracing::info!(remote = %server, %addr, "HTTP session established");
 
     let max_body = inner.cfg.connection.max_message;
-    tokio::spawn(post_task(
+    inner.tasks.spawn(post_task(
         inner.clone(),
         conn.clone(),
         posts,
@@ -1195,7 +1199,7 @@ pub(crate) async fn connect(
         me.clone(),
         cfg.max_batch,
     ));
-    tokio::spawn(poll_task(
+    inner.tasks.spawn(poll_task(
         inner.clone(),
         conn.clone(),
         ClientConn::new(addr, cfg.request_timeout),

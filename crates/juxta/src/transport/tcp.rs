@@ -469,6 +469,47 @@ impl Connection {
         self.closed.load(Ordering::Acquire)
     }
 
+    /// Starts the close handshake: writes what is queued (the backlog and
+    /// the service queue, e.g. a lease's `Disconnect` posted just before),
+    /// then shuts the sending side down (FIN on TCP; the session's queue
+    /// closes on HTTP). The remote answers with its own FIN, which ends
+    /// the connection's task. Returns whether that answer is worth waiting
+    /// for (TCP).
+    pub(crate) async fn begin_close(&self) -> bool {
+        let mut w = self.writer.lock().await;
+        let mut ok = w.drain_backlog().await.is_ok();
+        while ok {
+            let next = self
+                .service
+                .lock()
+                .expect("service queue lock")
+                .items
+                .pop_front();
+            let Some((to, msg)) = next else { break };
+            if let Ok(enc) = w.out.encode(&to, msg) {
+                ok = w.write(&enc).await.is_ok();
+                if ok {
+                    self.bytes_out.fetch_add(enc.len as u64, Ordering::Relaxed);
+                }
+            }
+        }
+        let tcp = matches!(w.half, Sink::Tcp(_));
+        w.shutdown().await;
+        tcp
+    }
+
+    /// Marks the connection closed and shuts its socket down both ways
+    /// without waiting (its task is gone: a closed or dropped peer).
+    pub(crate) fn abort_socket(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.closed_notify.notify_waiters();
+        if let Ok(w) = self.writer.try_lock() {
+            if let Sink::Tcp(half) = &w.half {
+                let _ = SockRef::from(half.as_ref()).shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
     /// Waits until the connection has closed.
     pub async fn closed(&self) {
         loop {
