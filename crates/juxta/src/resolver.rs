@@ -206,10 +206,17 @@ async fn on_query(
         };
         let r = crate::discovery::answer(inner, &cache, &dq).await?;
         let on_rdv = rdv.filter(|h| h.is_rendezvous());
-        // A rendezvous answers only when it holds something (as JXSE), and
-        // hands the query to its SRDI index, which forwards it to the
+        // A peer answers when it holds something (JXSE answers only then,
+        // `DiscoveryServiceImpl.processQuery`). An edge also answers
+        // "nothing" to a querier that asked it directly, so that a direct
+        // search can tell "nothing there" from "nobody answered"; never to
+        // a query another peer forwarded (a rendezvous flooding it to its
+        // edges): an empty answer there would reach the querier first and
+        // end its search before the holder's answer. A rendezvous hands
+        // the query to its SRDI index, which forwards it to the
         // publishers; they answer the querier themselves.
-        if on_rdv.is_none() || !r.responses.is_empty() {
+        let asked_directly = d.from == Some(q.src_peer);
+        if !r.responses.is_empty() || (on_rdv.is_none() && asked_directly) {
             let resp = ResolverResponse {
                 handler: q.handler.clone(),
                 query_id: q.query_id,
