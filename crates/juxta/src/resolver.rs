@@ -164,7 +164,15 @@ fn is_discovery(handler: &str) -> bool {
 /// [`crate::discovery::DiscoveryConfig::query_rate`]); `false` (counted):
 /// drop it.
 fn admit(inner: &Inner, d: &Delivery, src: PeerId) -> bool {
-    let who = d.from.unwrap_or(src);
+    // A query forwarded by a rendezvous of our peer view (or by the
+    // rendezvous this edge leases) was admitted there under its querier's
+    // budget: it is charged to the querier it names. Charged to the
+    // forwarder, everything one rendezvous forwards would share one
+    // peer's rate (two rendezvous at 1,000 queries/s lost 30 %).
+    let who = match (d.from, inner.rendezvous.get()) {
+        (Some(f), Some(h)) if f != src && h.is_forwarder(&f) => src,
+        (from, _) => from.unwrap_or(src),
+    };
     if inner.discovery.allow_query(who, Instant::now()) {
         true
     } else {

@@ -221,6 +221,12 @@ pub struct RendezvousStatus {
     /// neither leased edges nor peer-view members or over their rate:
     /// refused.
     pub refused: u64,
+    /// The peers whose forwarded queries were admitted by them under the
+    /// querier's own budget: a rendezvous' peer-view members, an edge's
+    /// leased rendezvous. A query one of them forwards is charged to the
+    /// querier it names, not to the forwarder (whose budget would
+    /// otherwise cap everything it forwards at one peer's rate).
+    pub forwarders: Vec<PeerId>,
 }
 
 /// The ID of an edge's outstanding query (a resolver query ID, never 0).
@@ -686,11 +692,18 @@ impl RendezvousNode {
                     busy: s.busy,
                     answered: 0,
                     refused: v.not_member + v.over_rate + r.srv.peer_view().stats().not_sender,
+                    forwarders: r.srv.peer_view().members().collect(),
                 }
             }
             Side::Edge(e) => RendezvousStatus {
                 is_rendezvous: false,
                 leased_to: e.cli.as_ref().and_then(|c| c.rendezvous()),
+                forwarders: e
+                    .cli
+                    .as_ref()
+                    .and_then(|c| c.rendezvous())
+                    .into_iter()
+                    .collect(),
                 busy: e.busy,
                 answered: e.answered,
                 ..RendezvousStatus::default()

@@ -370,6 +370,12 @@ impl RendezvousHandle {
         rx.await.ok()?
     }
 
+    /// Whether `peer` forwards queries it admitted under the querier's
+    /// budget (a peer-view member, or the rendezvous this edge leases).
+    pub(crate) fn is_forwarder(&self, peer: &PeerId) -> bool {
+        self.status.borrow().forwarders.contains(peer)
+    }
+
     /// Whether this peer is a rendezvous.
     pub(crate) fn is_rendezvous(&self) -> bool {
         self.status.borrow().is_rendezvous
