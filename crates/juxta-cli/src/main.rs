@@ -1700,6 +1700,11 @@ fn run_composition(args: CompositionArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// A table cell: the value with `p` decimals, `-` when not measured.
+fn cell(v: Option<f64>, p: usize) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v:.p$}"))
+}
+
 fn run_buffers(args: BuffersArgs) -> Result<(), CliError> {
     use juxta_bench::buffers::{self, BuffersOptions};
     let opts = BuffersOptions {
@@ -1728,7 +1733,6 @@ fn run_buffers(args: BuffersArgs) -> Result<(), CliError> {
         "{:<7} {:<8} {:>9} {:>12} {:>10} {:>8} {:>11} {:>8}",
         "layer", "window", "size", "rtt_med_us", "pp_MB_s", "pp/tcp", "stream_MB_s", "st/tcp"
     );
-    let opt = |v: Option<f64>, p: usize| v.map_or_else(|| "-".to_string(), |v| format!("{v:.p$}"));
     for r in &rows {
         println!(
             "{:<7} {:<8} {:>9} {:>12.1} {:>10.1} {:>8.2} {:>11} {:>8}",
@@ -1738,8 +1742,8 @@ fn run_buffers(args: BuffersArgs) -> Result<(), CliError> {
             r.rtt_us_median,
             r.bandwidth_mb_s,
             r.bandwidth_ratio_vs_tcp,
-            opt(r.stream_mb_s, 1),
-            opt(r.stream_ratio_vs_tcp, 2)
+            cell(r.stream_mb_s, 1),
+            cell(r.stream_ratio_vs_tcp, 2)
         );
     }
     if let Some(p) = &args.json {
@@ -1821,7 +1825,6 @@ fn run_senders(args: SendersArgs) -> Result<(), CliError> {
         "{:<16} {:<8} {:>8} {:>9} {:>12} {:>10} {:>12} {:>8}",
         "layer", "mode", "senders", "size", "msgs_per_s", "bw_MB_s", "rtt_med_us", "loss_%"
     );
-    let opt = |v: Option<f64>, p: usize| v.map_or_else(|| "-".to_string(), |v| format!("{v:.p$}"));
     for r in &rows {
         println!(
             "{:<16} {:<8} {:>8} {:>9} {:>12.0} {:>10.1} {:>12} {:>8}",
@@ -1831,8 +1834,8 @@ fn run_senders(args: SendersArgs) -> Result<(), CliError> {
             r.size,
             r.msgs_per_s,
             r.bandwidth_mb_s,
-            opt(r.rtt_us_median, 1),
-            opt(r.loss_pct, 2)
+            cell(r.rtt_us_median, 1),
+            cell(r.loss_pct, 2)
         );
     }
     if let Some(p) = &args.json {

@@ -333,6 +333,14 @@ pub fn pingpong_wire_overhead(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportEr
     )
 }
 
+/// One series per layer and message size, ordered by layer then size.
+fn layer_size_key(r: &Row<'_>) -> Option<Key> {
+    let size = r.f("size").map(size_text).unwrap_or_default();
+    let mut k = layer_key(r, &size);
+    k.rank.1 = k.rank.1 * 100_000_000 + r.f("size").unwrap_or(0.0) as usize;
+    Some(k)
+}
+
 /// Propagate RTT vs number of receivers (one-to-many).
 pub fn propagate_receivers(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
     let fan: Vec<Row<'_>> = rows
@@ -343,12 +351,7 @@ pub fn propagate_receivers(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError
     let s = build(
         &fan,
         Kind::Line,
-        |r| {
-            let size = r.f("size").map(size_text).unwrap_or_default();
-            let mut k = layer_key(r, &size);
-            k.rank.1 = k.rank.1 * 100_000_000 + r.f("size").unwrap_or(0.0) as usize;
-            Some(k)
-        },
+        layer_size_key,
         |r| r.f("receivers"),
         |r| r.f("rtt_us_median"),
         true,
@@ -396,12 +399,7 @@ pub fn throughput_paced(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
     let s = build(
         &paced,
         Kind::Line,
-        |r| {
-            let size = r.f("size").map(size_text).unwrap_or_default();
-            let mut k = layer_key(r, &size);
-            k.rank.1 = k.rank.1 * 100_000_000 + r.f("size").unwrap_or(0.0) as usize;
-            Some(k)
-        },
+        layer_size_key,
         |r| r.f("offered_msgs_per_s"),
         |r| r.f("msgs_per_s"),
         true,
