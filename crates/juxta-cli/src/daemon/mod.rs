@@ -229,6 +229,33 @@ fn init_logging(s: &Settings) {
     };
 }
 
+/// How long a seeded edge waits for its first rendezvous and relay leases
+/// before it serves the control socket and prints `ready`.
+const LEASE_WAIT: Duration = Duration::from_secs(5);
+
+/// The relay lease is waited for only when relays are named (an automatic
+/// relay, a seed that may not relay, is not).
+async fn wait_first_leases(peer: &Peer, relays_named: bool) {
+    let t = Instant::now();
+    if let Some(rdv) = peer.rendezvous() {
+        if !rdv.status().is_rendezvous && rdv.wait_leased(LEASE_WAIT).await.is_none() {
+            tracing::warn!(
+                wait_ms = LEASE_WAIT.as_millis() as u64,
+                "no rendezvous lease yet; still trying in the background"
+            );
+        }
+    }
+    if let Some(relay) = peer.relay().filter(|_| relays_named) {
+        let left = LEASE_WAIT.saturating_sub(t.elapsed());
+        if relay.wait_leased(left).await.is_none() {
+            tracing::warn!(
+                wait_ms = LEASE_WAIT.as_millis() as u64,
+                "no relay lease yet; still trying in the background"
+            );
+        }
+    }
+}
+
 /// The daemon's state the control handler reads.
 struct State {
     peer: Arc<Peer>,
@@ -288,6 +315,14 @@ async fn daemon(settings: Settings) -> Result<(), DaemonError> {
     let tp = Instant::now();
     let peer = Arc::new(Peer::start(cfg).await?);
     let peer_start = tp.elapsed();
+    // An edge with seeds (or relays) answers the operator only once its
+    // first leases are held or `LEASE_WAIT` has passed: a `juxta status`
+    // that succeeds then shows the lease, on the rendezvous too (its grant
+    // is recorded before the edge hears of it). A seed that does not
+    // answer delays the start by `LEASE_WAIT` and is logged; the lease is
+    // still sought in the background.
+    let relays_named = settings.file.relays.as_ref().is_some_and(|r| !r.is_empty());
+    wait_first_leases(&peer, relays_named).await;
     let control_path = control::socket_path(&settings.home);
     let listener = control::bind(&control_path)?;
     let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
