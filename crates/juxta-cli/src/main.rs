@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod daemon;
+mod launch;
 
 use clap::{Parser, Subcommand};
 use juxta_bench::composition::{self, CompositionOptions};
@@ -81,6 +82,20 @@ enum Cmd {
         /// The ranks' operation timeout in seconds (JUXTA_MP_TIMEOUT).
         #[arg(long)]
         op_timeout: Option<f64>,
+        /// Run the ranks on the hosts this file lists (`ADDR [slots=N]
+        /// [peer=ID]` per line: a `juxta peer` daemon's TCP address with
+        /// `[launch]` allowing this launcher's peer ID), not on this
+        /// machine. See docs/message-passing.md.
+        #[arg(long)]
+        hosts: Option<PathBuf>,
+        /// With --hosts: the launcher's home (its identity, the peer ID
+        /// the hosts allow). Default ~/.juxta/launch.
+        #[arg(long, requires = "hosts")]
+        home: Option<PathBuf>,
+        /// With --hosts: seconds to wait for a host to connect and to
+        /// answer a start.
+        #[arg(long, default_value_t = 15.0, requires = "hosts")]
+        connect_timeout: f64,
         /// The program and its arguments (after `--`).
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<std::ffi::OsString>,
@@ -871,7 +886,27 @@ fn main() -> ExitCode {
             bind,
             timeout,
             op_timeout,
+            hosts: Some(hosts),
+            home,
+            connect_timeout,
             command,
+        } => {
+            return run_remote_job(
+                n,
+                &bind,
+                (timeout, op_timeout, connect_timeout),
+                &hosts,
+                home,
+                command,
+            )
+        }
+        Cmd::Run {
+            n,
+            bind,
+            timeout,
+            op_timeout,
+            command,
+            ..
         } => return run_job(n, &bind, timeout, op_timeout, command),
         Cmd::Pipe { cmd } => return transfer::run(transfer::pipe_cmd::main(cmd)),
         Cmd::Socket { cmd } => return transfer::run(transfer::socket_cmd::main(cmd)),
@@ -952,6 +987,63 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("juxta: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `juxta run --hosts`: the job's ranks on other hosts, through their
+/// daemons.
+fn run_remote_job(
+    n: usize,
+    bind: &str,
+    (timeout, op_timeout, connect_timeout): (Option<f64>, Option<f64>, f64),
+    hosts: &std::path::Path,
+    home: Option<PathBuf>,
+    command: Vec<std::ffi::OsString>,
+) -> ExitCode {
+    use launch::client::{run, RemoteJob};
+    let secs = |what: &str, t: f64| {
+        if t.is_finite() && t > 0.0 {
+            Ok(std::time::Duration::from_secs_f64(t))
+        } else {
+            Err(format!("{what} {t}: expected a positive number of seconds"))
+        }
+    };
+    let job = (|| {
+        if bind != "none" {
+            return Err(format!(
+                "--bind {bind}: placement on other hosts is theirs to choose (local jobs only)"
+            ));
+        }
+        let home = match home {
+            Some(h) => h,
+            None => std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .map(|h| PathBuf::from(h).join(".juxta").join("launch"))
+                .ok_or("no HOME: pass --home")?,
+        };
+        Ok::<_, String>(RemoteJob {
+            hosts: launch::hostfile::read(hosts).map_err(|e| e.to_string())?,
+            ranks: n,
+            command,
+            timeout: timeout.map(|t| secs("--timeout", t)).transpose()?,
+            op_timeout: op_timeout.map(|t| secs("--op-timeout", t)).transpose()?,
+            home,
+            connect_timeout: secs("--connect-timeout", connect_timeout)?,
+        })
+    })();
+    let job = match job {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("juxta run: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match multi_thread().block_on(run(&job)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("juxta run: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -230,6 +230,18 @@ fn human(name: &str, v: &Value) -> String {
                     ),
                 );
             }
+            if let Some(l) = v["launch"].as_object() {
+                line(
+                    "launch",
+                    format!(
+                        "{} ranks running, {} started, {} refused, {} killed",
+                        s(&l["running"]),
+                        s(&l["started"]),
+                        s(&l["refused"]),
+                        s(&l["killed"])
+                    ),
+                );
+            }
             if let Some(t) = v["transfers"].as_object() {
                 let serving = t["serving"].as_array().cloned().unwrap_or_default();
                 line(

@@ -53,6 +53,79 @@ pub struct FileConfig {
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
+    /// Ranks of message-passing jobs started here by allowed launchers
+    /// (`juxta run --hosts`).
+    #[serde(default)]
+    pub launch: LaunchConfig,
+}
+
+/// `[launch]`: start ranks of `juxta run --hosts` jobs for the peers
+/// allowed. Off unless `allowed_peers` lists someone.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchConfig {
+    /// Launcher peer IDs that may start ranks here (`juxta id --home
+    /// ~/.juxta/launch` on the launching machine). An allowed peer runs any
+    /// program (or one of `programs`) as the daemon's user.
+    pub allowed_peers: Option<Vec<String>>,
+    /// If set, the only programs a launcher may start (paths as the
+    /// launcher gives them).
+    pub programs: Option<Vec<PathBuf>>,
+    /// Most ranks running here at once (default 64).
+    pub max_ranks: Option<usize>,
+    /// Working directory of the ranks (default: the home).
+    pub dir: Option<PathBuf>,
+    /// The address ranks listen on, reachable by the other hosts
+    /// (default: the IP of `listen`; required when that is 0.0.0.0 or ::).
+    pub address: Option<std::net::IpAddr>,
+}
+
+impl LaunchConfig {
+    /// The settings the launch service runs with, or `None` when it is
+    /// off (no allowed peer).
+    pub fn settings(
+        &self,
+        home: &Path,
+        listen: Option<SocketAddr>,
+    ) -> Result<Option<crate::launch::serve::LaunchSettings>, ConfigError> {
+        let peers: Vec<juxta_proto::id::PeerId> = self
+            .allowed_peers
+            .iter()
+            .flatten()
+            .map(|s| {
+                s.parse().map_err(|e| {
+                    ConfigError::Conflict(format!(
+                        "launch.allowed_peers: {s:?} is not a peer ID: {e}"
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        if peers.is_empty() {
+            return Ok(None);
+        }
+        let address = match (self.address, listen) {
+            (Some(a), _) => a,
+            (None, Some(l)) if !l.ip().is_unspecified() => l.ip(),
+            _ => {
+                return Err(ConfigError::Conflict(
+                    "launch: set `launch.address` (the address ranks listen on) or a `listen` address that is not 0.0.0.0/::".into(),
+                ))
+            }
+        };
+        let max_ranks = self
+            .max_ranks
+            .unwrap_or(crate::launch::serve::DEFAULT_MAX_RANKS);
+        if max_ranks == 0 {
+            return Err(ConfigError::Conflict("launch.max_ranks: at least 1".into()));
+        }
+        Ok(Some(crate::launch::serve::LaunchSettings {
+            allowed_peers: peers,
+            programs: self.programs.clone(),
+            max_ranks,
+            dir: self.dir.clone().unwrap_or_else(|| home.to_path_buf()),
+            address,
+        }))
+    }
 }
 
 /// A role of the peer.

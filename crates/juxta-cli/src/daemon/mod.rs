@@ -267,11 +267,17 @@ struct State {
     bench: Option<SocketAddr>,
     /// Transfers served for `juxta send`.
     transfers: Arc<serve::Transfers>,
+    /// What the launch service did (`juxta run --hosts`).
+    launch: Arc<crate::launch::serve::LaunchCounters>,
 }
 
 async fn daemon(settings: Settings) -> Result<(), DaemonError> {
     let t0 = Instant::now();
     let cfg = settings.peer_config()?;
+    let launch = settings
+        .file
+        .launch
+        .settings(&settings.home, settings.file.listen)?;
     // Before anything starts: the home must be ours alone, and the
     // advertisements to publish must parse.
     std::fs::create_dir_all(&settings.home).map_err(|source| DaemonError::Read {
@@ -330,6 +336,22 @@ async fn daemon(settings: Settings) -> Result<(), DaemonError> {
     if let Some(l) = metrics_listener {
         tasks.push(tokio::spawn(metrics::serve(l, peer.clone())));
     }
+    let launch_counters = Arc::new(crate::launch::serve::LaunchCounters::default());
+    if let Some(l) = launch {
+        let inbox = peer.listen(crate::launch::SERVICE, Some(crate::launch::PARAM))?;
+        tracing::info!(
+            allowed_peers = l.allowed_peers.len(),
+            max_ranks = l.max_ranks,
+            address = %l.address,
+            "launch service serving (juxta run --hosts)"
+        );
+        tasks.push(tokio::spawn(crate::launch::serve::serve(
+            peer.clone(),
+            inbox,
+            l,
+            launch_counters.clone(),
+        )));
+    }
     if settings.file.bench_ack.unwrap_or(true) {
         let pings = peer.listen(BENCH_SERVICE, Some("ping"))?;
         tasks.push(tokio::spawn(serve_acks(peer.clone(), pings)));
@@ -379,6 +401,7 @@ async fn daemon(settings: Settings) -> Result<(), DaemonError> {
         control: control_path.clone(),
         bench: bench.as_ref().and_then(|(l, _, _)| l.local_addr().ok()),
         transfers: transfers.clone(),
+        launch: launch_counters.clone(),
     });
     tasks.push(tokio::spawn(control::serve(listener, state, max_clients)));
     let roles: Vec<&str> = settings.roles.iter().map(|r| r.as_str()).collect();
@@ -815,6 +838,12 @@ impl State {
             "rendezvous": rdv,
             "relay": relay,
             "transfers": self.transfers.list(),
+            "launch": {
+                "started": ld(&self.launch.started),
+                "running": self.launch.running.load(std::sync::atomic::Ordering::Relaxed),
+                "refused": ld(&self.launch.refused),
+                "killed": ld(&self.launch.killed),
+            },
             "counters": {
                 "bytes_in": ld(&s.bytes_in),
                 "bytes_out": ld(&s.bytes_out),

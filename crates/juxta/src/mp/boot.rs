@@ -31,6 +31,11 @@ pub const ENV_TIMEOUT: &str = "JUXTA_MP_TIMEOUT";
 /// Environment variable: [`MpConfig::spin`] in microseconds (optional).
 pub const ENV_SPIN_US: &str = "JUXTA_MP_SPIN_US";
 
+/// Environment variable: [`MpConfig::listen`], the address a rank other
+/// than 0 listens on (optional; `juxta run --hosts` sets it to the host's
+/// address so that ranks on other hosts can reach it).
+pub const ENV_LISTEN: &str = "JUXTA_MP_LISTEN";
+
 const BOOT_SERVICE: &str = "juxta-mp-boot";
 const NS: &str = "juxta-mp";
 
@@ -102,8 +107,8 @@ fn env_var<T: std::str::FromStr>(var: &'static str) -> Result<Option<T>, BootErr
 impl Communicator {
     /// Joins the job described by the launcher's environment
     /// (`juxta run -n N -- PROGRAM`): [`ENV_RANK`], [`ENV_SIZE`],
-    /// [`ENV_SEED`], optionally [`ENV_JOB`], [`ENV_TIMEOUT`] and
-    /// [`ENV_SPIN_US`].
+    /// [`ENV_SEED`], optionally [`ENV_JOB`], [`ENV_TIMEOUT`],
+    /// [`ENV_SPIN_US`] and [`ENV_LISTEN`].
     pub async fn from_env() -> Result<Communicator, MpError> {
         let need = |var: &'static str| BootError::Env {
             var,
@@ -126,6 +131,9 @@ impl Communicator {
         }
         if let Some(us) = env_var::<u64>(ENV_SPIN_US)? {
             cfg.spin = Duration::from_micros(us);
+        }
+        if let Some(listen) = env_var::<SocketAddr>(ENV_LISTEN)? {
+            cfg.listen = listen;
         }
         Communicator::join(rank, size, seed, &job, cfg).await
     }

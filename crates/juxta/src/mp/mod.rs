@@ -66,7 +66,7 @@ use tokio::sync::{oneshot, Notify};
 use crate::endpoint::{Listener, Messenger, SendError};
 use crate::peer::{Peer, PeerError};
 
-pub use boot::{ENV_JOB, ENV_RANK, ENV_SEED, ENV_SIZE, ENV_SPIN_US, ENV_TIMEOUT};
+pub use boot::{ENV_JOB, ENV_LISTEN, ENV_RANK, ENV_SEED, ENV_SIZE, ENV_SPIN_US, ENV_TIMEOUT};
 pub use datatype::{Datatype, ReduceOp};
 pub use wire::HeaderError;
 use wire::{Header, CTX_COLL, CTX_P2P, ELEM_DATA, ELEM_HDR, NS};
