@@ -311,14 +311,42 @@ pub fn preflight() -> Result<PathBuf, JxseError> {
     Ok(dir)
 }
 
-/// Whether the harness in `dir` is built (classes and runtime jars).
+/// Whether the harness in `dir` is built (classes and runtime jars) and
+/// not older than its sources (`src/`, `pom.xml`): a harness edited since
+/// its last build counts as not built, so it is rebuilt.
 pub fn harness_built(dir: &Path) -> bool {
-    dir.join("target/classes/org/juxta/harness/Bench.class")
-        .is_file()
+    let main = dir.join("target/classes/org/juxta/harness/Bench.class");
+    main.is_file()
         && dir
             .join("target/classes/net/jxta/impl/peergroup/CompatibilityUtils.class")
             .is_file()
         && dir.join("target/lib/jxse-2.7.jar").is_file()
+        && !harness_stale(dir, &main)
+}
+
+/// Whether a file under `dir/src` or `dir/pom.xml` is newer than `built`.
+pub fn harness_stale(dir: &Path, built: &Path) -> bool {
+    fn newest(p: &Path, depth: usize) -> Option<std::time::SystemTime> {
+        let m = std::fs::metadata(p).ok()?;
+        if !m.is_dir() {
+            return m.modified().ok();
+        }
+        if depth == 0 {
+            return None;
+        }
+        std::fs::read_dir(p)
+            .ok()?
+            .flatten()
+            .filter_map(|e| newest(&e.path(), depth - 1))
+            .max()
+    }
+    let Some(built) = std::fs::metadata(built).and_then(|m| m.modified()).ok() else {
+        return true;
+    };
+    [dir.join("src"), dir.join("pom.xml")]
+        .iter()
+        .filter_map(|p| newest(p, 12))
+        .any(|t| t > built)
 }
 
 /// Checks that `dir` holds the harness, building it with its `build.sh`

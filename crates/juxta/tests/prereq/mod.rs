@@ -93,5 +93,38 @@ pub fn jxse() -> Result<(), String> {
     if !built {
         return Err("the JXSE harness is not built: run `bash interop/jxse/build.sh`".into());
     }
+    // A harness edited since its last build would run the old code.
+    let main = dir.join("target/classes/org/juxta/harness/Main.class");
+    if harness_stale(&dir, &main) {
+        return Err("the JXSE harness is older than its sources (interop/jxse/src, pom.xml): run `bash interop/jxse/build.sh`".into());
+    }
     Ok(())
+}
+
+/// Whether a file under `dir/src` or `dir/pom.xml` is newer than `built`
+/// (the same rule as `juxta_bench::jxse::harness_stale`, which rebuilds;
+/// the tests only report it: several test binaries must not run Maven at
+/// once).
+fn harness_stale(dir: &std::path::Path, built: &std::path::Path) -> bool {
+    fn newest(p: &std::path::Path, depth: usize) -> Option<std::time::SystemTime> {
+        let m = std::fs::metadata(p).ok()?;
+        if !m.is_dir() {
+            return m.modified().ok();
+        }
+        if depth == 0 {
+            return None;
+        }
+        std::fs::read_dir(p)
+            .ok()?
+            .flatten()
+            .filter_map(|e| newest(&e.path(), depth - 1))
+            .max()
+    }
+    let Some(built) = std::fs::metadata(built).and_then(|m| m.modified()).ok() else {
+        return true;
+    };
+    [dir.join("src"), dir.join("pom.xml")]
+        .iter()
+        .filter_map(|p| newest(p, 12))
+        .any(|t| t > built)
 }
