@@ -116,9 +116,10 @@ pub struct SecureSession {
     messenger: Messenger,
     param: String,
     /// Held while sending, so messages go out in order; the buffer their
-    /// records are sealed into, reclaimed once the connection let go of it
-    /// (no fresh memory, so no page faults, per message).
-    send_lock: tokio::sync::Mutex<BytesMut>,
+    /// records are sealed into, kept at its full length (every byte
+    /// initialized) and reused once the connection let go of the slice it
+    /// sent (no fresh memory, so no page faults, per message).
+    send_lock: tokio::sync::Mutex<Bytes>,
 }
 
 impl Drop for SecureSession {
@@ -193,7 +194,7 @@ impl SecureSession {
             session,
             messenger,
             param: format!("{id:016x}"),
-            send_lock: tokio::sync::Mutex::new(BytesMut::new()),
+            send_lock: tokio::sync::Mutex::new(Bytes::new()),
         });
         let hello = s.take_outgoing()?;
         let mut first = Message::new();
@@ -239,8 +240,8 @@ impl SecureSession {
     }
 
     /// Encrypts and sends one message: the length prefix and the encoded
-    /// message are sealed straight from the message's buffers into one
-    /// outgoing buffer (records of 16 KiB, encrypted in place) and sent as
+    /// message are encrypted straight from the message's buffers into one
+    /// outgoing buffer (records of 16 KiB, [`SecureChannel::seal_into`]) and sent as
     /// one `JuxtaTls` message per [`WIRE_PLAIN`] bytes of plaintext: a
     /// message of up to 4 MiB is one endpoint message.
     pub(crate) async fn send(&self, msg: Message) -> Result<usize, PipeError> {
@@ -256,7 +257,7 @@ impl SecureSession {
         let mut parts: Vec<&[u8]> = Vec::with_capacity(enc.chunks.len() + 1);
         parts.push(&len);
         parts.extend(enc.chunks.iter().map(|c| &c[..]));
-        let mut scratch = self.send_lock.lock().await;
+        let mut pool = self.send_lock.lock().await;
         let mut wire = 0;
         // Split only messages over WIRE_PLAIN (no allocation for the rest).
         let total: usize = parts.iter().map(|p| p.len()).sum();
@@ -266,19 +267,21 @@ impl SecureSession {
                 Some(s) => &s[i],
                 None => &parts,
             };
-            let size: usize =
-                group.iter().map(|p| p.len()).sum::<usize>() + size_of_records_overhead(group);
-            scratch.clear();
-            if !scratch.try_reclaim(size) {
-                *scratch = BytesMut::with_capacity(size);
-            }
             let sealed = {
                 let mut g = self.session.lock().expect("session lock");
                 if let Some(f) = &g.failed {
                     return Err(PipeError::Tls(TlsError::Failed(f.clone())));
                 }
-                g.chan.seal(group, &mut scratch)?;
-                scratch.split().freeze()
+                let size = tls::sealed_len(group) + g.chan.pending_tls();
+                let mut buf = match std::mem::take(&mut *pool).try_into_mut() {
+                    Ok(b) if b.len() >= size => b,
+                    _ => BytesMut::zeroed(size),
+                };
+                let n = g.chan.seal_into(group, &mut buf);
+                let full = buf.freeze();
+                let sealed = n.map(|n| full.slice(..n));
+                *pool = full;
+                sealed?
             };
             let m = Message::new().with(Element::bytes(NS_JUXTA, ELEM_TLS, sealed));
             wire += self
@@ -288,12 +291,6 @@ impl SecureSession {
         }
         Ok(wire)
     }
-}
-
-/// Record overhead of sealing `group` (one record per 16 KiB).
-fn size_of_records_overhead(group: &[&[u8]]) -> usize {
-    let n: usize = group.iter().map(|p| p.len()).sum();
-    n.div_ceil(tls::MAX_RECORD_PLAINTEXT) * tls::RECORD_OVERHEAD
 }
 
 /// Splits `parts` into consecutive groups of at most `max` bytes each.
@@ -442,11 +439,31 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
                     notify = Some(ready.clone());
                 }
                 // Nothing travels server → client but handshake data.
-                let mut sink = BytesMut::new();
-                let _ = chan.read_plaintext(&mut sink);
+                while chan.take_plaintext().is_some() {}
             }
             Role::Server { pipe: p, plain, to } => {
-                chan.read_plaintext(plain)?;
+                while let Some(mut b) = chan.take_plaintext() {
+                    if plain.is_empty() {
+                        // The usual case: whole messages, decoded from
+                        // the decrypted buffer without a copy.
+                        while b.len() >= 4 {
+                            let n = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
+                            if n > MAX_INNER {
+                                return Err(TlsError::Failed(format!(
+                                    "inner message of {n} bytes"
+                                )));
+                            }
+                            if b.len() < 4 + n {
+                                break;
+                            }
+                            b.advance(4);
+                            let m = decode_v0(b.split_to(n))
+                                .map_err(|e| TlsError::Failed(format!("bad inner message: {e}")))?;
+                            messages.push(m.message);
+                        }
+                    }
+                    plain.extend_from_slice(&b);
+                }
                 while plain.len() >= 4 {
                     let n = u32::from_be_bytes([plain[0], plain[1], plain[2], plain[3]]) as usize;
                     if n > MAX_INNER {
@@ -541,9 +558,5 @@ mod tests {
         let flat: Vec<u8> = g.iter().flatten().flat_map(|p| p.iter().copied()).collect();
         assert_eq!(flat, [a.clone(), b.clone()].concat());
         assert_eq!(groups(&parts, 100).len(), 1);
-        assert_eq!(
-            size_of_records_overhead(&[&[0u8; tls::MAX_RECORD_PLAINTEXT + 1][..]]),
-            2 * tls::RECORD_OVERHEAD
-        );
     }
 }
