@@ -10,11 +10,14 @@
 //! (`juxta:pipe`). Inside the session, each application message is a
 //! 4-byte big-endian length and the message in binary format v0.
 //!
-//! Data path: an application message is sealed into 16 KiB records
-//! straight from its encoded buffers ([`SecureChannel::seal`]) and sent as
-//! one `JuxtaTls` message (one per 4 MiB of plaintext); the receiving peer
-//! decrypts it on the connection's reader task, in place, and hands the
-//! message to the secure input pipe (see [`super::tls`], "Record layer").
+//! Data path: an application message is encrypted into 16 KiB records
+//! straight from its encoded buffers ([`SecureChannel::seal_into`], into a
+//! buffer the session reuses) and sent as one `JuxtaTls` message (one per
+//! 4 MiB of plaintext); the receiving peer decrypts it on the
+//! connection's reader task, straight from the received bytes into a
+//! reused plaintext buffer, decodes the message from there without a copy
+//! and hands it to the secure input pipe (see [`super::tls`], "Record
+//! layer").
 //!
 //! JXSE 2.7's secure pipes run its own TLS transport (JSSE TLSv1 over its
 //! reliable stream, `jxtatls://` addresses); rustls has no TLS 1.0, so the
@@ -344,12 +347,12 @@ pub(crate) async fn on_records_direct(inner: &Inner, d: Delivery) {
 async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
     let from = d
         .from
-        .ok_or(TlsError::Failed("records from an unknown peer".into()))?;
+        .ok_or_else(|| TlsError::Failed("records from an unknown peer".into()))?;
     let sid =
         d.to.param
             .as_deref()
             .and_then(|p| u64::from_str_radix(p, 16).ok())
-            .ok_or(TlsError::Failed("records without a session id".into()))?;
+            .ok_or_else(|| TlsError::Failed("records without a session id".into()))?;
     let key = (from, sid);
     if d.message.get(NS_JUXTA, ELEM_CLOSE).is_some() {
         inner.secure.map.lock().expect("sessions lock").remove(&key);
@@ -371,7 +374,7 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
                 .get(NS_JUXTA, ELEM_PIPE)
                 .and_then(|e| e.as_str())
                 .and_then(|s| s.parse().ok())
-                .ok_or(TlsError::Failed("new session without a pipe".into()))?;
+                .ok_or_else(|| TlsError::Failed("new session without a pipe".into()))?;
             if inner.pipes.secure_sink(&pipe).is_none() {
                 return Err(TlsError::Failed(format!("no secure input pipe {pipe}")));
             }
@@ -521,7 +524,7 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
         let sink = inner
             .pipes
             .secure_sink(&pipe)
-            .ok_or(TlsError::Failed(format!("secure input pipe {pipe} closed")))?;
+            .ok_or_else(|| TlsError::Failed(format!("secure input pipe {pipe} closed")))?;
         for message in messages {
             let d = Delivery {
                 group: None,
@@ -543,6 +546,112 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Peer, PeerConfig};
+    use juxta_proto::advertisement::PipeType;
+
+    const WAIT: Duration = Duration::from_secs(60);
+
+    async fn peer(dir: &tempfile::TempDir, name: &str, listen: bool) -> Peer {
+        let mut c = PeerConfig::new(dir.path().join(name));
+        if listen {
+            c = c.listen("127.0.0.1:0".parse().unwrap());
+        }
+        c.key_bits = 2048;
+        Peer::start(c).await.unwrap()
+    }
+
+    async fn recv(input: &mut crate::pipe::InputPipe) -> String {
+        let d = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        d.message
+            .get("test", "data")
+            .and_then(|e| e.as_str())
+            .unwrap()
+            .to_string()
+    }
+
+    fn text(t: &str) -> Message {
+        Message::new().with(Element::text("test", "data", t))
+    }
+
+    /// A record that fails authentication ends that session on the
+    /// receiving peer; other sessions on the same connection, to the same
+    /// input pipe, and new ones keep working.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tampered_record_closes_that_session_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = tokio::join!(peer(&dir, "a", true), peer(&dir, "b", false));
+        let ad = PipeAdvertisement::new(
+            PipeId::random(&mut rand::thread_rng()),
+            PipeType::UnicastSecure,
+        );
+        let mut input = a.pipes().create_input_pipe(&ad).unwrap();
+        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
+        assert!(m.wait_compact(WAIT).await);
+        let s1 = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
+            .await
+            .unwrap();
+        let s2 = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
+            .await
+            .unwrap();
+        s1.send(text("one")).await.unwrap();
+        assert_eq!(recv(&mut input).await, "one");
+        // A real record of s1's session, one bit of its tag flipped.
+        let mut rec = BytesMut::new();
+        s1.session
+            .lock()
+            .unwrap()
+            .chan
+            .seal(&[b"tampered"], &mut rec)
+            .unwrap();
+        let last = rec.len() - 1;
+        rec[last] ^= 1;
+        let bad = Message::new().with(Element::bytes(NS_JUXTA, ELEM_TLS, rec.freeze()));
+        s1.messenger
+            .send(TLS_SERVICE, Some(&s1.param), bad)
+            .await
+            .unwrap();
+        // A forgets that session...
+        let key = (b.peer_id(), s1.key.1);
+        tokio::time::timeout(WAIT, async {
+            while a.inner.secure.map.lock().unwrap().contains_key(&key) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap();
+        // ...so what s1 sends after is not delivered, while s2 (same
+        // connection, same input pipe, records handled in order) is.
+        s1.send(text("lost")).await.unwrap();
+        s2.send(text("two")).await.unwrap();
+        assert_eq!(recv(&mut input).await, "two");
+        assert!(a
+            .inner
+            .secure
+            .map
+            .lock()
+            .unwrap()
+            .contains_key(&(b.peer_id(), s2.key.1)));
+        // New sessions are accepted.
+        let s3 = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
+            .await
+            .unwrap();
+        s3.send(text("three")).await.unwrap();
+        assert_eq!(recv(&mut input).await, "three");
+        // And large messages still cross on the surviving session.
+        let big = Bytes::from(vec![7u8; 3 << 20]);
+        s2.send(Message::new().with(Element::bytes("test", "big", big.clone())))
+            .await
+            .unwrap();
+        let d = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(d.message.get("test", "big").unwrap().data, big);
+        assert_eq!(d.from, Some(b.peer_id()));
+    }
 
     #[test]
     fn groups_split_at_the_bound_across_parts() {

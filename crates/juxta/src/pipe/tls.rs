@@ -96,17 +96,25 @@
 //! direction reaches its suite's confidentiality limit (2^24 records for
 //! AES-GCM, 256 GiB of full records).
 //!
-//! The records themselves: sealing copies the plaintext once, straight from
-//! the caller's buffers ([`SecureChannel::seal`] takes a list of slices, so
-//! a length prefix and an encoded message's chunks need no joining), into
-//! the output buffer, where it is encrypted in place: one buffer per write,
-//! records of the full 16 KiB, no per-record allocation. Opening decrypts
-//! in place in the received buffer ([`SecureChannel::read_tls_bytes`] takes
-//! the bytes by value and uses their buffer when it is not shared; else one
-//! copy into the channel's buffer) and moves each record's plaintext down
-//! over the headers and tags (one `memmove`, in cache), so the plaintext of
-//! many records ends up contiguous in that same buffer and is handed over
-//! without another copy.
+//! The records themselves: no copy on either side. Sealing
+//! ([`SecureChannel::seal_into`]) takes a list of slices (a length prefix
+//! and an encoded message's chunks need no joining) and encrypts each
+//! record straight from the slice holding it into the caller's output
+//! buffer (`aws-lc-rs`'s `seal_out_of_place_scatter`: the inner content
+//! type byte is the "extra" plaintext, encrypted ahead of the tag); only a
+//! record gathering several small slices (under 1 KiB each) is copied
+//! first and encrypted in place. Records are the full 16 KiB except where
+//! a slice ends. Callers keep that output buffer from write to write (at
+//! its full length, every byte initialized, so no fresh memory and no
+//! page faults per write). Opening ([`SecureChannel::read_tls_bytes`])
+//! decrypts each record straight from the received bytes
+//! (`open_separate_gather`) into a plaintext buffer the channel reuses
+//! once nobody holds a slice of it, where the application data of
+//! consecutive records lands contiguous (no `memmove` over headers and
+//! tags); [`SecureChannel::take_plaintext`] hands it over as a `Bytes`
+//! slice, and [`SecureChannel::read_tls_bytes_into`] decrypts the records
+//! that fit straight into the caller's own buffer (the secure socket's
+//! reads).
 //!
 //! The AEAD is `aws-lc-rs`'s (rustls keeps `ring` for the handshake). With
 //! 16 KiB records, one core of the 2-core AMD EPYC (AVX-512, VAES) this was
@@ -120,7 +128,14 @@
 //! ([`SecureChannel::write_plaintext`] / [`SecureChannel::take_tls`] /
 //! [`SecureChannel::read_tls`], one more copy each way) 2.6 / 3.5 GB/s.
 //!
-//! Why: `perf record -g` on `juxta bench pingpong --layers secure-pipe
+//! Why (issue #12, "secure channels at cipher speed"): before, sealing
+//! copied the plaintext into the output buffer and encrypted it there,
+//! and opening decrypted in place and moved each record's plaintext down
+//! over the headers and tags. `perf` on the 1 MB secure-pipe ping-pong
+//! (`docs/benchmarks.md`) put that copy at 38% and that `memmove` at 62%
+//! of the AES-GCM time beside them; both are gone.
+//!
+//! Earlier: `perf record -g` on `juxta bench pingpong --layers secure-pipe
 //! --sizes 1048576 --pin same` before the change (rustls's record layer,
 //! one `JuxtaTls` message per 256 KiB, default allocator) showed, besides
 //! the bench's RSA key generation, `memmove` 9.2%, page faults 6.8% (fresh
@@ -1928,6 +1943,79 @@ mod tests {
         assert_eq!(signer.scheme(), SignatureScheme::RSA_PSS_SHA512);
     }
 
+    /// `seal_into` encrypts parts of every size straight from them (small
+    /// parts gathered); the records open with `read_tls_bytes` (queued
+    /// plaintext, in one piece) and with `read_tls_bytes_into` (straight
+    /// into a buffer while records fit, the rest queued), in order.
+    #[test]
+    fn sealed_parts_open_into_buffers() {
+        let (mut c, mut s) = connected();
+        let big = random(3 * MAX_RECORD_PLAINTEXT + 777, 1);
+        let mid = random(5000, 2);
+        let parts: [&[u8]; 6] = [b"len!", b"hdr", &big, b"", &mid, b"tail"];
+        let want: Vec<u8> = parts.concat();
+        let mut wire = vec![0u8; sealed_len(&parts)];
+        assert!(matches!(
+            c.seal_into(&parts, &mut wire[..10]),
+            Err(TlsError::BufferTooSmall { .. })
+        ));
+        let n = c.seal_into(&parts, &mut wire).unwrap();
+        assert!(n <= sealed_len(&parts) && n > want.len());
+        let wire = Bytes::copy_from_slice(&wire[..n]);
+        s.read_tls_bytes(wire.clone()).unwrap();
+        assert_eq!(s.plaintext_len(), want.len());
+        let one = s.take_plaintext().unwrap();
+        assert_eq!(&one[..], &want[..]);
+        assert!(s.take_plaintext().is_none());
+        drop(one);
+        // Again (a new session), into a buffer that takes only the first
+        // record, split at an odd place so that a partial record waits for
+        // its rest.
+        let (mut c, mut s) = connected();
+        let mut wire = vec![0u8; sealed_len(&parts)];
+        let n3 = c.seal_into(&parts, &mut wire).unwrap();
+        let mut got = Vec::new();
+        let mut dst = vec![0u8; MAX_RECORD_PLAINTEXT + 100];
+        let cut = MAX_RECORD_PLAINTEXT + RECORD_OVERHEAD + 7000;
+        let w = s
+            .read_tls_bytes_into(Bytes::copy_from_slice(&wire[..cut]), &mut dst)
+            .unwrap();
+        assert!(w > 0);
+        got.extend_from_slice(&dst[..w]);
+        while let Some(b) = s.take_plaintext() {
+            got.extend_from_slice(&b);
+        }
+        let w = s
+            .read_tls_bytes_into(Bytes::copy_from_slice(&wire[cut..n3]), &mut dst)
+            .unwrap();
+        // A partial record was pending: everything was queued.
+        assert_eq!(w, 0);
+        while let Some(b) = s.take_plaintext() {
+            got.extend_from_slice(&b);
+        }
+        assert_eq!(got, want);
+        // Straight into a large buffer: all of it, nothing queued.
+        let (mut c, mut s) = connected();
+        let n = c.seal_into(&parts, &mut wire).unwrap();
+        let mut dst = vec![0u8; want.len() + 100];
+        let w = s
+            .read_tls_bytes_into(Bytes::copy_from_slice(&wire[..n]), &mut dst)
+            .unwrap();
+        assert_eq!(&dst[..w], &want[..]);
+        assert_eq!(s.plaintext_len(), 0);
+        // A tampered record: an error, and the session is dead.
+        let n = c.seal_into(&[b"x"], &mut wire).unwrap();
+        wire[n - 1] ^= 1;
+        let e = s
+            .read_tls_bytes_into(Bytes::copy_from_slice(&wire[..n]), &mut dst)
+            .unwrap_err();
+        assert!(
+            matches!(e, TlsError::Rustls(rustls::Error::DecryptError)),
+            "{e:?}"
+        );
+        assert!(s.read_tls_bytes(Bytes::from_static(b"\x17")).is_err());
+    }
+
     #[test]
     fn writes_are_bounded_and_records_may_split() {
         let (mut c, mut s) = connected();
@@ -2037,39 +2125,77 @@ mod tests {
         }
         let total = start.elapsed().as_secs_f64();
         let mb = (MSG * COUNT) as f64 / 1e6;
-        // The fast path: one seal per message, decryption in place.
+        // The fast path: one seal per message into a reused buffer,
+        // straight from the message; decryption straight into a reused
+        // plaintext buffer.
         let (mut seal, mut open) = (0f64, 0f64);
+        let mut out = vec![0u8; sealed_len(&[&msg])];
         for _ in 0..COUNT {
             let t = Instant::now();
-            let mut out = BytesMut::new();
-            c.seal(&[&msg], &mut out).unwrap();
+            let n = c.seal_into(&[&msg], &mut out).unwrap();
             seal += t.elapsed().as_secs_f64();
+            let wire = Bytes::copy_from_slice(&out[..n]);
             let t = Instant::now();
-            s.read_tls_bytes(out.freeze()).unwrap();
-            got.clear();
-            assert_eq!(s.read_plaintext(&mut got).unwrap(), MSG);
+            s.read_tls_bytes(wire).unwrap();
+            assert_eq!(s.take_plaintext().unwrap().len(), MSG);
             open += t.elapsed().as_secs_f64();
         }
-        // The raw AEAD, 16 KiB at a time, in place.
-        let key =
-            aead::LessSafeKey::new(aead::UnboundKey::new(&aead::AES_128_GCM, &[7; 16]).unwrap());
-        let mut buf = msg.clone();
-        let t = Instant::now();
-        for _ in 0..COUNT {
-            for chunk in buf.chunks_mut(MAX_RECORD_PLAINTEXT) {
-                let nonce = aead::Nonce::assume_unique_for_key([1; 12]);
-                let _tag = key
-                    .seal_in_place_separate_tag(nonce, aead::Aad::from([0u8; 5]), chunk)
-                    .unwrap();
-            }
-        }
-        let raw = t.elapsed().as_secs_f64();
         println!(
-            "seal {:.0} MB/s, open in place {:.0} MB/s, raw aws-lc-rs AES-128-GCM {:.0} MB/s",
+            "seal_into {:.0} MB/s, read_tls_bytes + take_plaintext {:.0} MB/s",
             mb / seal,
             mb / open,
-            mb / raw
         );
+        // The raw AEADs, 16 KiB records sealed in place: aws-lc-rs (ours)
+        // against ring.
+        let mut buf = msg.clone();
+        let mut time = |f: &mut dyn FnMut(&mut [u8])| {
+            let t = Instant::now();
+            for _ in 0..COUNT {
+                for chunk in buf.chunks_mut(MAX_RECORD_PLAINTEXT) {
+                    f(chunk);
+                }
+            }
+            mb / t.elapsed().as_secs_f64()
+        };
+        for (name, alg, ralg, klen) in [
+            (
+                "AES-128-GCM",
+                &aead::AES_128_GCM,
+                &ring::aead::AES_128_GCM,
+                16,
+            ),
+            (
+                "AES-256-GCM",
+                &aead::AES_256_GCM,
+                &ring::aead::AES_256_GCM,
+                32,
+            ),
+            (
+                "ChaCha20-Poly1305",
+                &aead::CHACHA20_POLY1305,
+                &ring::aead::CHACHA20_POLY1305,
+                32,
+            ),
+        ] {
+            let k = vec![7u8; klen];
+            let key = aead::LessSafeKey::new(aead::UnboundKey::new(alg, &k).unwrap());
+            let aws = time(&mut |chunk| {
+                let nonce = aead::Nonce::assume_unique_for_key([1; 12]);
+                let _ = key
+                    .seal_in_place_separate_tag(nonce, aead::Aad::from([0u8; 5]), chunk)
+                    .unwrap();
+            });
+            let rkey = ring::aead::LessSafeKey::new(ring::aead::UnboundKey::new(ralg, &k).unwrap());
+            let ring_mbs = time(&mut |chunk| {
+                let nonce = ring::aead::Nonce::assume_unique_for_key([1; 12]);
+                let _ = rkey
+                    .seal_in_place_separate_tag(nonce, ring::aead::Aad::from([0u8; 5]), chunk)
+                    .unwrap();
+            });
+            println!(
+                "raw {name}, 16 KiB records: aws-lc-rs {aws:.0} MB/s, ring {ring_mbs:.0} MB/s"
+            );
+        }
         println!(
             "TLS 1.3 {:?}: {COUNT} x 1 MiB: encrypt {:.0} MB/s, decrypt {:.0} MB/s, \
              encrypt+decrypt {:.0} MB/s ({total:.3} s)",
