@@ -267,10 +267,13 @@ impl SecureSocket {
                 Err(e) => return Poll::Ready(Err(e)),
             };
             // Records whose plaintext fits in the caller's buffer are
-            // decrypted straight into it.
+            // decrypted straight into it. Their plaintext is shorter than
+            // the chunk: only that much of an uninitialized buffer is
+            // zeroed first.
+            let room = buf.remaining().min(chunk.len());
             match self
                 .chan
-                .read_tls_bytes_into(chunk, buf.initialize_unfilled())
+                .read_tls_bytes_into(chunk, buf.initialize_unfilled_to(room))
             {
                 Ok(0) => {}
                 Ok(n) => {
