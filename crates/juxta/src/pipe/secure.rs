@@ -10,11 +10,14 @@
 //! (`juxta:pipe`). Inside the session, each application message is a
 //! 4-byte big-endian length and the message in binary format v0.
 //!
-//! Data path: an application message is sealed into 16 KiB records
-//! straight from its encoded buffers ([`SecureChannel::seal`]) and sent as
-//! one `JuxtaTls` message (one per 4 MiB of plaintext); the receiving peer
-//! decrypts it on the connection's reader task, in place, and hands the
-//! message to the secure input pipe (see [`super::tls`], "Record layer").
+//! Data path: an application message is encrypted into 16 KiB records
+//! straight from its encoded buffers ([`SecureChannel::seal_into`], into a
+//! buffer the session reuses) and sent as one `JuxtaTls` message (one per
+//! 4 MiB of plaintext); the receiving peer decrypts it on the
+//! connection's reader task, straight from the received bytes into a
+//! reused plaintext buffer, decodes the message from there without a copy
+//! and hands it to the secure input pipe (see [`super::tls`], "Record
+//! layer").
 //!
 //! JXSE 2.7's secure pipes run its own TLS transport (JSSE TLSv1 over its
 //! reliable stream, `jxtatls://` addresses); rustls has no TLS 1.0, so the
@@ -116,9 +119,10 @@ pub struct SecureSession {
     messenger: Messenger,
     param: String,
     /// Held while sending, so messages go out in order; the buffer their
-    /// records are sealed into, reclaimed once the connection let go of it
-    /// (no fresh memory, so no page faults, per message).
-    send_lock: tokio::sync::Mutex<BytesMut>,
+    /// records are sealed into, kept at its full length (every byte
+    /// initialized) and reused once the connection let go of the slice it
+    /// sent (no fresh memory, so no page faults, per message).
+    send_lock: tokio::sync::Mutex<Bytes>,
 }
 
 impl Drop for SecureSession {
@@ -193,7 +197,7 @@ impl SecureSession {
             session,
             messenger,
             param: format!("{id:016x}"),
-            send_lock: tokio::sync::Mutex::new(BytesMut::new()),
+            send_lock: tokio::sync::Mutex::new(Bytes::new()),
         });
         let hello = s.take_outgoing()?;
         let mut first = Message::new();
@@ -239,8 +243,8 @@ impl SecureSession {
     }
 
     /// Encrypts and sends one message: the length prefix and the encoded
-    /// message are sealed straight from the message's buffers into one
-    /// outgoing buffer (records of 16 KiB, encrypted in place) and sent as
+    /// message are encrypted straight from the message's buffers into one
+    /// outgoing buffer (records of 16 KiB, [`SecureChannel::seal_into`]) and sent as
     /// one `JuxtaTls` message per [`WIRE_PLAIN`] bytes of plaintext: a
     /// message of up to 4 MiB is one endpoint message.
     pub(crate) async fn send(&self, msg: Message) -> Result<usize, PipeError> {
@@ -256,7 +260,7 @@ impl SecureSession {
         let mut parts: Vec<&[u8]> = Vec::with_capacity(enc.chunks.len() + 1);
         parts.push(&len);
         parts.extend(enc.chunks.iter().map(|c| &c[..]));
-        let mut scratch = self.send_lock.lock().await;
+        let mut pool = self.send_lock.lock().await;
         let mut wire = 0;
         // Split only messages over WIRE_PLAIN (no allocation for the rest).
         let total: usize = parts.iter().map(|p| p.len()).sum();
@@ -266,19 +270,21 @@ impl SecureSession {
                 Some(s) => &s[i],
                 None => &parts,
             };
-            let size: usize =
-                group.iter().map(|p| p.len()).sum::<usize>() + size_of_records_overhead(group);
-            scratch.clear();
-            if !scratch.try_reclaim(size) {
-                *scratch = BytesMut::with_capacity(size);
-            }
             let sealed = {
                 let mut g = self.session.lock().expect("session lock");
                 if let Some(f) = &g.failed {
                     return Err(PipeError::Tls(TlsError::Failed(f.clone())));
                 }
-                g.chan.seal(group, &mut scratch)?;
-                scratch.split().freeze()
+                let size = tls::sealed_len(group) + g.chan.pending_tls();
+                let mut buf = match std::mem::take(&mut *pool).try_into_mut() {
+                    Ok(b) if b.len() >= size => b,
+                    _ => BytesMut::zeroed(size),
+                };
+                let n = g.chan.seal_into(group, &mut buf);
+                let full = buf.freeze();
+                let sealed = n.map(|n| full.slice(..n));
+                *pool = full;
+                sealed?
             };
             let m = Message::new().with(Element::bytes(NS_JUXTA, ELEM_TLS, sealed));
             wire += self
@@ -288,12 +294,6 @@ impl SecureSession {
         }
         Ok(wire)
     }
-}
-
-/// Record overhead of sealing `group` (one record per 16 KiB).
-fn size_of_records_overhead(group: &[&[u8]]) -> usize {
-    let n: usize = group.iter().map(|p| p.len()).sum();
-    n.div_ceil(tls::MAX_RECORD_PLAINTEXT) * tls::RECORD_OVERHEAD
 }
 
 /// Splits `parts` into consecutive groups of at most `max` bytes each.
@@ -347,12 +347,12 @@ pub(crate) async fn on_records_direct(inner: &Inner, d: Delivery) {
 async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
     let from = d
         .from
-        .ok_or(TlsError::Failed("records from an unknown peer".into()))?;
+        .ok_or_else(|| TlsError::Failed("records from an unknown peer".into()))?;
     let sid =
         d.to.param
             .as_deref()
             .and_then(|p| u64::from_str_radix(p, 16).ok())
-            .ok_or(TlsError::Failed("records without a session id".into()))?;
+            .ok_or_else(|| TlsError::Failed("records without a session id".into()))?;
     let key = (from, sid);
     if d.message.get(NS_JUXTA, ELEM_CLOSE).is_some() {
         inner.secure.map.lock().expect("sessions lock").remove(&key);
@@ -374,7 +374,7 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
                 .get(NS_JUXTA, ELEM_PIPE)
                 .and_then(|e| e.as_str())
                 .and_then(|s| s.parse().ok())
-                .ok_or(TlsError::Failed("new session without a pipe".into()))?;
+                .ok_or_else(|| TlsError::Failed("new session without a pipe".into()))?;
             if inner.pipes.secure_sink(&pipe).is_none() {
                 return Err(TlsError::Failed(format!("no secure input pipe {pipe}")));
             }
@@ -442,11 +442,31 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
                     notify = Some(ready.clone());
                 }
                 // Nothing travels server → client but handshake data.
-                let mut sink = BytesMut::new();
-                let _ = chan.read_plaintext(&mut sink);
+                while chan.take_plaintext().is_some() {}
             }
             Role::Server { pipe: p, plain, to } => {
-                chan.read_plaintext(plain)?;
+                while let Some(mut b) = chan.take_plaintext() {
+                    if plain.is_empty() {
+                        // The usual case: whole messages, decoded from
+                        // the decrypted buffer without a copy.
+                        while b.len() >= 4 {
+                            let n = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
+                            if n > MAX_INNER {
+                                return Err(TlsError::Failed(format!(
+                                    "inner message of {n} bytes"
+                                )));
+                            }
+                            if b.len() < 4 + n {
+                                break;
+                            }
+                            b.advance(4);
+                            let m = decode_v0(b.split_to(n))
+                                .map_err(|e| TlsError::Failed(format!("bad inner message: {e}")))?;
+                            messages.push(m.message);
+                        }
+                    }
+                    plain.extend_from_slice(&b);
+                }
                 while plain.len() >= 4 {
                     let n = u32::from_be_bytes([plain[0], plain[1], plain[2], plain[3]]) as usize;
                     if n > MAX_INNER {
@@ -504,7 +524,7 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
         let sink = inner
             .pipes
             .secure_sink(&pipe)
-            .ok_or(TlsError::Failed(format!("secure input pipe {pipe} closed")))?;
+            .ok_or_else(|| TlsError::Failed(format!("secure input pipe {pipe} closed")))?;
         for message in messages {
             let d = Delivery {
                 group: None,
@@ -526,6 +546,112 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Peer, PeerConfig};
+    use juxta_proto::advertisement::PipeType;
+
+    const WAIT: Duration = Duration::from_secs(60);
+
+    async fn peer(dir: &tempfile::TempDir, name: &str, listen: bool) -> Peer {
+        let mut c = PeerConfig::new(dir.path().join(name));
+        if listen {
+            c = c.listen("127.0.0.1:0".parse().unwrap());
+        }
+        c.key_bits = 2048;
+        Peer::start(c).await.unwrap()
+    }
+
+    async fn recv(input: &mut crate::pipe::InputPipe) -> String {
+        let d = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        d.message
+            .get("test", "data")
+            .and_then(|e| e.as_str())
+            .unwrap()
+            .to_string()
+    }
+
+    fn text(t: &str) -> Message {
+        Message::new().with(Element::text("test", "data", t))
+    }
+
+    /// A record that fails authentication ends that session on the
+    /// receiving peer; other sessions on the same connection, to the same
+    /// input pipe, and new ones keep working.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tampered_record_closes_that_session_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = tokio::join!(peer(&dir, "a", true), peer(&dir, "b", false));
+        let ad = PipeAdvertisement::new(
+            PipeId::random(&mut rand::thread_rng()),
+            PipeType::UnicastSecure,
+        );
+        let mut input = a.pipes().create_input_pipe(&ad).unwrap();
+        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
+        assert!(m.wait_compact(WAIT).await);
+        let s1 = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
+            .await
+            .unwrap();
+        let s2 = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
+            .await
+            .unwrap();
+        s1.send(text("one")).await.unwrap();
+        assert_eq!(recv(&mut input).await, "one");
+        // A real record of s1's session, one bit of its tag flipped.
+        let mut rec = BytesMut::new();
+        s1.session
+            .lock()
+            .unwrap()
+            .chan
+            .seal(&[b"tampered"], &mut rec)
+            .unwrap();
+        let last = rec.len() - 1;
+        rec[last] ^= 1;
+        let bad = Message::new().with(Element::bytes(NS_JUXTA, ELEM_TLS, rec.freeze()));
+        s1.messenger
+            .send(TLS_SERVICE, Some(&s1.param), bad)
+            .await
+            .unwrap();
+        // A forgets that session...
+        let key = (b.peer_id(), s1.key.1);
+        tokio::time::timeout(WAIT, async {
+            while a.inner.secure.map.lock().unwrap().contains_key(&key) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap();
+        // ...so what s1 sends after is not delivered, while s2 (same
+        // connection, same input pipe, records handled in order) is.
+        s1.send(text("lost")).await.unwrap();
+        s2.send(text("two")).await.unwrap();
+        assert_eq!(recv(&mut input).await, "two");
+        assert!(a
+            .inner
+            .secure
+            .map
+            .lock()
+            .unwrap()
+            .contains_key(&(b.peer_id(), s2.key.1)));
+        // New sessions are accepted.
+        let s3 = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
+            .await
+            .unwrap();
+        s3.send(text("three")).await.unwrap();
+        assert_eq!(recv(&mut input).await, "three");
+        // And large messages still cross on the surviving session.
+        let big = Bytes::from(vec![7u8; 3 << 20]);
+        s2.send(Message::new().with(Element::bytes("test", "big", big.clone())))
+            .await
+            .unwrap();
+        let d = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(d.message.get("test", "big").unwrap().data, big);
+        assert_eq!(d.from, Some(b.peer_id()));
+    }
 
     #[test]
     fn groups_split_at_the_bound_across_parts() {
@@ -541,9 +667,5 @@ mod tests {
         let flat: Vec<u8> = g.iter().flatten().flat_map(|p| p.iter().copied()).collect();
         assert_eq!(flat, [a.clone(), b.clone()].concat());
         assert_eq!(groups(&parts, 100).len(), 1);
-        assert_eq!(
-            size_of_records_overhead(&[&[0u8; tls::MAX_RECORD_PLAINTEXT + 1][..]]),
-            2 * tls::RECORD_OVERHEAD
-        );
     }
 }

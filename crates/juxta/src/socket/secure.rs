@@ -14,16 +14,19 @@
 //! [`SocketConfig::connect_timeout`](super::SocketConfig::connect_timeout)
 //! ([`SocketError::HandshakeTimeout`]).
 //!
-//! Data: each write seals up to [`MAX_WRITE`] bytes into records (one copy,
-//! encryption in place) whose bytes go to the plain socket as one write
-//! (framed straight from that buffer in stream mode). When the plain socket
+//! Data: each write seals up to [`MAX_WRITE`] bytes into records whose
+//! bytes go to the plain socket as one write (framed straight from that
+//! buffer in stream mode). When the plain socket
 //! cannot take them at once (its previous write still going out, or no
 //! credit), they wait in the socket and go on with the next write, read,
 //! `flush` or `shutdown`: call `flush` after the last write of a burst
-//! unless a read follows (as with any buffered `AsyncWrite`). Reads take the plain
-//! socket's received chunks without copying, decrypt them in place (when
-//! the chunk's buffer is not shared) and copy the plaintext into the
-//! caller's buffer.
+//! unless a read follows (as with any buffered `AsyncWrite`). The records
+//! are encrypted straight from the caller's buffer into a sealing buffer
+//! the socket keeps from write to write. Reads take the plain socket's
+//! received chunks without copying and decrypt each record straight into
+//! the caller's buffer when its plaintext fits there whole; the rest is
+//! decrypted into a plaintext buffer (reused once read out) and copied
+//! from there.
 //!
 //! Errors: a record that fails authentication (tampered, replayed,
 //! reordered), any other TLS protocol violation, or an end of stream
@@ -40,14 +43,16 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use juxta_proto::id::PeerId;
 use juxta_proto::message::{Element, Message};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use super::{JxtaSocket, SocketError};
 use crate::peer::Inner;
-use crate::pipe::tls::{SecureChannel, TlsError, MAX_RECORD_PLAINTEXT, RECORD_OVERHEAD};
+use crate::pipe::tls::{
+    sealed_len, SecureChannel, TlsError, MAX_RECORD_PLAINTEXT, RECORD_OVERHEAD,
+};
 
 const NS_JUXTA: &str = "juxta";
 /// The set-up element asking for (request) and agreeing to (answer) TLS.
@@ -133,12 +138,14 @@ pub(super) async fn handshake(
     let mut early = BytesMut::new();
     // Application data that came with the last handshake flight.
     chan.read_plaintext(&mut early)?;
+    let early = early.freeze();
     Ok(JxtaSocket {
         remote,
         imp: super::Imp::Secure(Box::new(SecureSocket {
             plain: Some(plain),
             chan,
-            out: BytesMut::new(),
+            out: Vec::new(),
+            out_len: 0,
             sent: 0,
             plain_in: early,
             failed: None,
@@ -152,13 +159,15 @@ pub(super) struct SecureSocket {
     /// The plain socket (`None` once aborted after a TLS failure).
     plain: Option<JxtaSocket>,
     chan: SecureChannel,
-    /// Sealed bytes; those from `sent` on are not yet taken by the plain
-    /// socket. The buffer is reused from write to write (no fresh memory,
-    /// so no page faults, per write).
-    out: BytesMut,
+    /// Sealed bytes, `out[..out_len]`; those from `sent` on are not yet
+    /// taken by the plain socket. The buffer keeps its length (every byte
+    /// initialized, records are encrypted straight into it) and is reused
+    /// from write to write (no fresh memory, so no page faults, per write).
+    out: Vec<u8>,
+    out_len: usize,
     sent: usize,
     /// Decrypted bytes not yet read.
-    plain_in: BytesMut,
+    plain_in: Bytes,
     failed: Option<(io::ErrorKind, String)>,
     close_sent: bool,
 }
@@ -197,14 +206,14 @@ impl SecureSocket {
                 io::Error::new(io::ErrorKind::BrokenPipe, "secure socket closed")
             })));
         };
-        while self.sent < self.out.len() {
-            match ready!(Pin::new(&mut *p).poll_write(cx, &self.out[self.sent..])) {
+        while self.sent < self.out_len {
+            match ready!(Pin::new(&mut *p).poll_write(cx, &self.out[self.sent..self.out_len])) {
                 Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                 Ok(n) => self.sent += n,
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }
-        self.out.clear();
+        self.out_len = 0;
         self.sent = 0;
         Poll::Ready(Ok(()))
     }
@@ -216,12 +225,20 @@ impl SecureSocket {
     ) -> Poll<io::Result<()>> {
         // A write the plain socket could not take at once goes on from
         // here too: a task that writes and then reads needs no flush.
-        if self.sent < self.out.len() && self.failed.is_none() {
+        if self.sent < self.out_len && self.failed.is_none() {
             if let Poll::Ready(Err(e)) = self.poll_out(cx) {
                 return Poll::Ready(Err(e));
             }
         }
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
         loop {
+            if self.plain_in.is_empty() {
+                if let Some(b) = self.chan.take_plaintext() {
+                    self.plain_in = b;
+                }
+            }
             if !self.plain_in.is_empty() {
                 let n = self.plain_in.len().min(buf.remaining());
                 buf.put_slice(&self.plain_in[..n]);
@@ -249,13 +266,24 @@ impl SecureSocket {
                 }
                 Err(e) => return Poll::Ready(Err(e)),
             };
-            let fed = self
+            // Records whose plaintext fits in the caller's buffer are
+            // decrypted straight into it. Their plaintext is shorter than
+            // the chunk: only that much of an uninitialized buffer is
+            // zeroed first.
+            let room = buf.remaining().min(chunk.len());
+            match self
                 .chan
-                .read_tls_bytes(chunk)
-                .and_then(|_| self.chan.read_plaintext(&mut self.plain_in));
-            if let Err(e) = fed {
-                let e = self.fail(io::ErrorKind::InvalidData, format!("TLS: {e}"), cx);
-                return Poll::Ready(Err(e));
+                .read_tls_bytes_into(chunk, buf.initialize_unfilled_to(room))
+            {
+                Ok(0) => {}
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) => {
+                    let e = self.fail(io::ErrorKind::InvalidData, format!("TLS: {e}"), cx);
+                    return Poll::Ready(Err(e));
+                }
             }
         }
     }
@@ -273,12 +301,23 @@ impl SecureSocket {
             return Poll::Ready(Ok(0));
         }
         let take = data.len().min(MAX_WRITE);
-        if let Err(e) = self.chan.seal(&[&data[..take]], &mut self.out) {
-            let kind = match e {
-                TlsError::Closed => io::ErrorKind::BrokenPipe,
-                _ => io::ErrorKind::InvalidData,
-            };
-            return Poll::Ready(Err(io::Error::new(kind, e)));
+        let parts: [&[u8]; 1] = [&data[..take]];
+        let need = sealed_len(&parts) + self.chan.pending_tls();
+        if self.out.len() < need {
+            self.out.resize(need, 0);
+        }
+        match self.chan.seal_into(&parts, &mut self.out) {
+            Ok(n) => {
+                self.out_len = n;
+                self.sent = 0;
+            }
+            Err(e) => {
+                let kind = match e {
+                    TlsError::Closed => io::ErrorKind::BrokenPipe,
+                    _ => io::ErrorKind::InvalidData,
+                };
+                return Poll::Ready(Err(io::Error::new(kind, e)));
+            }
         }
         // Out now if the plain socket takes it; else on the next call.
         if let Poll::Ready(Err(e)) = self.poll_out(cx) {
@@ -307,7 +346,10 @@ impl SecureSocket {
             self.chan.send_close_notify();
             self.close_sent = true;
             if let Some(b) = self.chan.take_tls(usize::MAX) {
+                self.out.clear();
                 self.out.extend_from_slice(&b);
+                self.out_len = self.out.len();
+                self.sent = 0;
             }
             ready!(self.poll_out(cx))?;
         }
