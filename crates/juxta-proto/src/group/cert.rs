@@ -107,6 +107,13 @@ pub enum CertError {
     /// A key could not be made from the bytes given.
     #[error("bad key")]
     BadKey,
+    /// A message in the clear in a group whose traffic is encrypted (or a
+    /// sealed message whose encryption does not match the group's).
+    #[error("group message not sealed as the group requires")]
+    NotSealed,
+    /// A sealed message that does not decrypt with the group's traffic key.
+    #[error("sealed group message does not decrypt")]
+    Undecryptable,
 }
 
 /// An Ed25519 key pair (the group key, or a member key).
