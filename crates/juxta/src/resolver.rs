@@ -209,6 +209,16 @@ async fn on_query(
     // the Net peer group's, or the subgroup's own; a query in a group is
     // never answered from another group's index.
     let rdv = crate::group::rdv_of(inner, ctx);
+    if q.handler == crate::group::CRL_HANDLER {
+        if let Some(c) = ctx {
+            if admit(inner, ctx, &d, q.src_peer) {
+                if let Some(from) = d.from.filter(|f| *f == q.src_peer) {
+                    crate::group::on_revocations_query(inner, c, from, &q.query);
+                }
+            }
+        }
+        return Ok(());
+    }
     if q.handler == LOOKUP_HANDLER {
         if let Some(h) = rdv {
             h.resolver_query(d.from, q, d.message, None).await;

@@ -305,3 +305,234 @@ async fn edges_find_each_other_through_their_groups_rendezvous_and_non_members_a
     }
     assert!(bg.rendezvous().is_none());
 }
+
+/// A member joining after a revocation learns the list in force from the
+/// group's rendezvous (when leasing it) or from any member it is
+/// connected to, and keeps it in its home.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_joining_after_a_revocation_fetch_the_list_and_persist_it() {
+    use juxta::proto::group::cert::RevocationList;
+    let dir = tempfile::tempdir().unwrap();
+    let m = start(&dir, "m", RendezvousConfig::rendezvous()).await;
+    let mg = m.groups().create_secure("crl", HOUR).await.unwrap();
+    let mrdv = mg.start_rendezvous(RendezvousConfig::rendezvous()).unwrap();
+    let a = start(&dir, "a", RendezvousConfig::rendezvous()).await;
+    let cred = mg.issue(a.peer_id(), HOUR, false).unwrap();
+    let ag = a
+        .groups()
+        .join_with_certificate(&mg.adv, &cred)
+        .await
+        .unwrap();
+    ag.start_rendezvous(RendezvousConfig::edge(vec![m.local_addr().unwrap()]))
+        .unwrap()
+        .wait_leased(WAIT)
+        .await
+        .unwrap();
+    // m revokes a peer (x): a, connected, gets the list at once.
+    let x = juxta::proto::id::PeerId::from_public_key_spki(b"x");
+    mg.revoke(&[x], &[]).unwrap();
+    until("a to hold the list", || ag.revocations().is_some()).await;
+
+    // b joins later and leases the group's rendezvous: m hands it the list.
+    let b = start(&dir, "b", RendezvousConfig::rendezvous()).await;
+    let cred = mg.issue(b.peer_id(), HOUR, false).unwrap();
+    let bg = b
+        .groups()
+        .join_with_certificate(&mg.adv, &cred)
+        .await
+        .unwrap();
+    assert!(bg.revocations().is_none());
+    bg.start_rendezvous(RendezvousConfig::edge(vec![m.local_addr().unwrap()]))
+        .unwrap();
+    until("b to receive the list from the group's rendezvous", || {
+        bg.revocations().is_some_and(|l| l.peers == vec![x])
+    })
+    .await;
+    assert_eq!(mrdv.status().clients, 2);
+
+    // d joins connected only to a (a member, not the rendezvous): it asks
+    // at join and a answers.
+    let d = start(&dir, "d", RendezvousConfig::rendezvous()).await;
+    d.connect(a.local_addr().unwrap()).await.unwrap();
+    let cred = mg.issue(d.peer_id(), HOUR, false).unwrap();
+    let dg = d
+        .groups()
+        .join_with_certificate(&mg.adv, &cred)
+        .await
+        .unwrap();
+    until("d to receive the list from a", || {
+        dg.revocations().is_some_and(|l| l.peers == vec![x])
+    })
+    .await;
+
+    // Persisted in each member's home.
+    for (home, name) in [("b", "b"), ("d", "d"), ("m", "m")] {
+        let path = juxta::group::revocations_path(&dir.path().join(home), &mg.id);
+        let l = RevocationList::decode(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(l.peers, vec![x], "{name}");
+    }
+    // A revoked peer with a persisted list cannot even join: b's own
+    // certificate revoked and persisted, its join is refused at once.
+    mg.revoke(&[b.peer_id()], &[]).unwrap();
+    until("b to learn it is revoked", || {
+        bg.revocations()
+            .is_some_and(|l| l.peers.contains(&b.peer_id()))
+    })
+    .await;
+    bg.leave().unwrap();
+    let cred_again = mg.issue(b.peer_id(), HOUR, false).unwrap();
+    let again = b.groups().join_with_certificate(&mg.adv, &cred_again).await;
+    assert!(
+        matches!(
+            again,
+            Err(juxta::group::GroupError::Certificate(
+                juxta::proto::group::cert::CertError::Revoked
+            ))
+        ),
+        "{again:?}"
+    );
+}
+
+/// In a group whose traffic is encrypted, members find each other through
+/// the group's rendezvous as before; a non-member on the same Net links
+/// (connected to the members) receives only sealed bytes it cannot read,
+/// and what it injects (in the clear, or sealed under a certificate it
+/// made itself) is dropped and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encrypted_group_traffic_is_unreadable_and_uninjectable_by_non_members() {
+    use juxta::proto::resolver::response_queue;
+    let dir = tempfile::tempdir().unwrap();
+    let r = start(&dir, "r", RendezvousConfig::rendezvous()).await;
+    let seeds = vec![r.local_addr().unwrap()];
+    let m = start(&dir, "m", RendezvousConfig::edge(seeds.clone())).await;
+    let a = start(&dir, "a", RendezvousConfig::edge(seeds.clone())).await;
+    let b = start(&dir, "b", RendezvousConfig::edge(seeds.clone())).await;
+    let c = start(&dir, "c", RendezvousConfig::edge(seeds.clone())).await;
+    let mg = m
+        .groups()
+        .create_secure_encrypted("vault", HOUR)
+        .await
+        .unwrap();
+    assert!(mg.is_encrypted());
+    let mrdv = mg.start_rendezvous(RendezvousConfig::rendezvous()).unwrap();
+    let mut joined = Vec::new();
+    for p in [&a, &b] {
+        let cred = mg.issue(p.peer_id(), HOUR, false).unwrap();
+        assert!(cred.group_secret().is_some());
+        let g = p
+            .groups()
+            .join_with_certificate(&mg.adv, &cred)
+            .await
+            .unwrap();
+        assert!(g.is_encrypted());
+        g.start_rendezvous(RendezvousConfig::edge(vec![m.local_addr().unwrap()]))
+            .unwrap()
+            .wait_leased(WAIT)
+            .await
+            .unwrap();
+        joined.push(g);
+    }
+    let (ag, bg) = (joined[0].clone(), joined[1].clone());
+    let secret = pipe_adv("vault-secret-name", PipeType::Unicast);
+    ag.discovery()
+        .publish(&Advertisement::Pipe(secret.clone()))
+        .await
+        .unwrap();
+    until("the group's index to hold a's entry", || {
+        mrdv.status().index_entries > 0
+    })
+    .await;
+    let found = bg
+        .discovery()
+        .search(AdvKind::Adv)
+        .matching("Name", "vault-*")
+        .threshold(1)
+        .timeout(WAIT)
+        .remote()
+        .await
+        .unwrap();
+    assert_eq!(names(&found.advertisements), vec!["vault-secret-name"]);
+
+    // c, a non-member connected to a, listens on the group's queue and a
+    // pushes the advertisement to every peer it is connected to.
+    let g = mg.id.unique_value();
+    let mut tap = c
+        .listen(RESOLVER_SERVICE, Some(&response_queue(&g)))
+        .unwrap();
+    let to_a = c.connect(a.local_addr().unwrap()).await.unwrap();
+    until("a to see c", || a.is_connected_to(&c.peer_id())).await;
+    let sent = ag
+        .discovery()
+        .remote_publish(&Advertisement::Pipe(secret.clone()), Some(c.peer_id()))
+        .await
+        .unwrap();
+    assert_eq!(sent, 1);
+    let got = tokio::time::timeout(WAIT, tap.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(got.message.get("juxta", seal::SEALED_ELEMENT).is_some());
+    for e in &got.message.elements {
+        assert!(
+            !e.data.windows(12).any(|w| w == b"vault-secret"),
+            "plaintext visible in element {}",
+            e.name
+        );
+    }
+
+    // c injects into a: a query in the clear, and one sealed (in the
+    // clear and "encrypted") under a certificate it made itself.
+    let before = a.stats().group_unauthenticated.load(Ordering::Relaxed);
+    let queue = query_queue(&g);
+    let q = DiscoveryQuery::new(AdvKind::Adv, 5).to_resolver_query(93, c.peer_id());
+    to_a.send(
+        RESOLVER_SERVICE,
+        Some(&queue),
+        Message::new().with(q.to_element(&g)),
+    )
+    .await
+    .unwrap();
+    let own = SigningKey::generate(&mut rand::thread_rng());
+    let own_cert = MemberCertificate::issue(
+        &own,
+        None,
+        mg.id,
+        c.peer_id(),
+        own.public(),
+        9,
+        0,
+        u64::MAX,
+        false,
+    );
+    let guess = seal::TrafficKey::derive(&[0; 32], &mg.id);
+    let label = format!("{RESOLVER_SERVICE}/{queue}");
+    for key in [None, Some(&guess)] {
+        let sealed = seal::seal(
+            &own,
+            &own_cert,
+            key,
+            &label,
+            &Message::new().with(q.to_element(&g)),
+            juxta::cache::unix_now_ms(),
+            &mut rand::thread_rng(),
+        )
+        .unwrap();
+        to_a.send(
+            RESOLVER_SERVICE,
+            Some(&queue),
+            Message::new().with(Element::bytes("juxta", seal::SEALED_ELEMENT, sealed)),
+        )
+        .await
+        .unwrap();
+    }
+    until("a to drop c's three injections", || {
+        a.stats().group_unauthenticated.load(Ordering::Relaxed) >= before + 3
+    })
+    .await;
+    assert_eq!(c.stats().discovery_late.load(Ordering::Relaxed), 0);
+    // Nothing came back to c's tap (a answered nothing).
+    assert!(
+        tokio::time::timeout(SHORT, tap.recv()).await.is_err(),
+        "c got an answer"
+    );
+}

@@ -203,6 +203,8 @@ pub(crate) struct GroupCtx {
     cert: Option<Mutex<CertState>>,
     pipes: Mutex<HashSet<PipeId>>,
     closed: AtomicBool,
+    /// Where the group's revocation list is persisted (certificate groups).
+    crl_path: Option<std::path::PathBuf>,
     /// The group's own rendezvous service here, when started.
     rendezvous: Mutex<Option<GroupRendezvous>>,
 }
@@ -389,9 +391,69 @@ impl GroupCtx {
         };
         let l = RevocationList::decode(bytes)?;
         let mut cs = cs.lock().expect("group cert lock");
-        let changed = cs.membership.apply_revocations(l)?;
+        let changed = cs.membership.apply_revocations(l.clone())?;
+        drop(cs);
+        if changed {
+            self.persist_revocations(&l);
+        }
         Ok(changed)
     }
+
+    /// Writes the revocation list in force to the peer's home, so a
+    /// restarted member refuses revoked members before it hears the list
+    /// again (best effort: a failure is logged).
+    pub(crate) fn persist_revocations(&self, l: &RevocationList) {
+        let Some(path) = &self.crl_path else {
+            return;
+        };
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let tmp = path.with_extension("crl.tmp");
+            std::fs::write(&tmp, l.encode())?;
+            std::fs::rename(&tmp, path)
+        };
+        if let Err(e) = write() {
+            tracing::info!(group = %self.id, error = %e, "revocation list not persisted");
+        }
+    }
+
+    /// The revocation list in force, if any.
+    pub(crate) fn revocations(&self) -> Option<RevocationList> {
+        let cs = self.cert.as_ref()?;
+        cs.lock()
+            .expect("group cert lock")
+            .membership
+            .revocations()
+            .cloned()
+    }
+}
+
+/// Where a certificate group's revocation list is kept in `home`.
+pub fn revocations_path(home: &std::path::Path, group: &PeerGroupId) -> std::path::PathBuf {
+    let name: String = group
+        .unique_value()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    home.join("groups").join(format!("{name}.crl"))
+}
+
+/// Reads a persisted revocation list (`None`: none, unreadable or too
+/// large; its signature is checked when it is applied).
+fn load_revocations(path: &std::path::Path) -> Option<RevocationList> {
+    let meta = std::fs::metadata(path).ok()?;
+    if meta.len() > cert::MAX_CRL_BYTES as u64 {
+        return None;
+    }
+    RevocationList::decode(&std::fs::read(path).ok()?).ok()
 }
 
 /// Membership state kept in the peer: the joined groups by unique value.
@@ -675,13 +737,54 @@ impl Group {
             cs.membership.apply_revocations(l.clone())?;
             l
         };
+        self.ctx.persist_revocations(&list);
         Ok(send_revocations(&self.inner, &self.ctx, &list, None))
+    }
+}
+
+/// Asks the connected peers, in the group, for its revocation list (a
+/// resolver query, handler [`CRL_HANDLER`], naming the version held): a
+/// member holding a newer one answers with it (non-members drop the
+/// query). Returns how many peers were asked.
+fn ask_revocations(inner: &Arc<Inner>, ctx: &GroupCtx) -> usize {
+    use juxta_proto::resolver::{query_queue, ResolverQuery, RESOLVER_SERVICE};
+    let version = ctx.revocations().map_or(0, |l| l.version);
+    let q = ResolverQuery {
+        handler: CRL_HANDLER.to_string(),
+        query_id: 0,
+        hop_count: 0,
+        src_peer: *inner.identity.peer_id(),
+        query: version.to_string(),
+        src_route: None,
+    };
+    let queue = query_queue(&ctx.unique);
+    let mut asked = 0;
+    for p in inner.connected_peers() {
+        let Some(m) = inner.messenger(&p) else {
+            continue;
+        };
+        let msg = ctx.message(&queue, q.to_element(&ctx.unique));
+        if m.post_routed_in(&ctx.unique, RESOLVER_SERVICE, Some(&queue), msg)
+            .is_ok()
+        {
+            asked += 1;
+        }
+    }
+    asked
+}
+
+/// A member asked for the group's revocation list (`query`: the version
+/// it holds): answered with ours when it is newer.
+pub(crate) fn on_revocations_query(inner: &Arc<Inner>, ctx: &GroupCtx, from: PeerId, query: &str) {
+    let held: u64 = query.trim().parse().unwrap_or(0);
+    if let Some(l) = ctx.revocations().filter(|l| l.version > held) {
+        send_revocations(inner, ctx, &l, Some(from));
     }
 }
 
 /// Sends a revocation list in the group (a resolver response with query
 /// ID 0 on the group's `IRes` queue, handler [`CRL_HANDLER`]).
-fn send_revocations(
+pub(crate) fn send_revocations(
     inner: &Arc<Inner>,
     ctx: &GroupCtx,
     list: &RevocationList,
@@ -883,6 +986,7 @@ impl GroupService {
         cert: Option<CertState>,
     ) -> Result<GroupCtx, GroupError> {
         let parent = self.parent_id()?;
+        let cert_group = cert.is_some();
         let cache = CacheHandle::spawn(
             AdvCache::open_in_memory_with(CacheConfig {
                 max_entries: GROUP_CACHE_ENTRIES,
@@ -901,6 +1005,7 @@ impl GroupService {
             cert: cert.map(Mutex::new),
             pipes: Mutex::new(HashSet::new()),
             closed: AtomicBool::new(false),
+            crl_path: cert_group.then(|| revocations_path(&self.inner.cfg.home, &adv.group_id)),
             rendezvous: Mutex::new(None),
         })
     }
@@ -920,7 +1025,15 @@ impl GroupService {
         cred: &CertCredential,
         owner_key: Option<SigningKey>,
     ) -> Result<Group, GroupError> {
-        let checked = CertMembership::from_group(adv).and_then(|m| {
+        let checked = CertMembership::from_group(adv).and_then(|mut m| {
+            // The revocation list persisted here (if any) is in force
+            // from the start: a revoked certificate cannot join again.
+            if let Some(l) = load_revocations(&revocations_path(&self.inner.cfg.home, &adv.group_id))
+            {
+                if let Err(e) = m.apply_revocations(l) {
+                    tracing::info!(group = %adv.group_id, error = %e, "persisted revocation list ignored");
+                }
+            }
             m.verify(&cred.certificate, &self.me(), crate::cache::unix_now_ms())?;
             if cred.key.public() != cred.certificate.member_key {
                 return Err(CertError::BadKey);
@@ -980,7 +1093,12 @@ impl GroupService {
         credential: &CertCredential,
     ) -> Result<Group, GroupError> {
         let adv = self.resolve_ref(group.into()).await?;
-        self.join_cert(&adv, credential, None)
+        let g = self.join_cert(&adv, credential, None)?;
+        // The list in force may be newer than the one persisted here (or
+        // there may be none yet): ask the members connected; the group's
+        // rendezvous also sends it when it grants a lease.
+        ask_revocations(&self.inner, &g.ctx);
+        Ok(g)
     }
 
     async fn local_adv(&self, id: &PeerGroupId) -> Result<PeerGroupAdvertisement, GroupError> {

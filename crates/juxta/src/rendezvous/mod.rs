@@ -796,7 +796,17 @@ impl Task {
                 }
                 NodeEvent::LeaseGained(p) => RendezvousEvent::LeaseGained(p),
                 NodeEvent::LeaseLost { rdv, reason } => RendezvousEvent::LeaseLost { rdv, reason },
-                NodeEvent::ClientJoined(p) => RendezvousEvent::ClientJoined(p),
+                NodeEvent::ClientJoined(p) => {
+                    // A group's rendezvous hands a new edge the group's
+                    // revocation list (a member joining after a
+                    // revocation learns it here).
+                    if let (Some(c), Some(inner)) = (&self.scope, self.inner.upgrade()) {
+                        if let Some(l) = c.revocations() {
+                            crate::group::send_revocations(&inner, c, &l, Some(p));
+                        }
+                    }
+                    RendezvousEvent::ClientJoined(p)
+                }
                 NodeEvent::ClientLeft(p) => RendezvousEvent::ClientLeft(p),
                 NodeEvent::Refused(p) => RendezvousEvent::Refused(p),
                 NodeEvent::RendezvousJoined(p) => RendezvousEvent::RendezvousJoined(p),
