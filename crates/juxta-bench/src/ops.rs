@@ -26,6 +26,17 @@
 //!   `cached-pipe`, `remote-pipe` (discovery in the group's own cache
 //!   partition), `open-input-pipe` and `open-output-pipe` (binding by the
 //!   group's resolver).
+//! - `subgroup-rendezvous` (not run by default): the `rendezvous`
+//!   configuration inside a certificate subgroup with its own rendezvous
+//!   ([`juxta::group::Group::start_rendezvous`]): a member M is the
+//!   group's rendezvous, the two measured members lease it as edges
+//!   (they are not connected to each other at the start), and the
+//!   operations of [`GROUP_RDV_OPERATIONS`] go through M: `publish` (an
+//!   SRDI entry in the group's scope, waited for at M as in
+//!   `rendezvous`), `remote-pipe` (asked of M, which forwards the query by
+//!   the group's index; every message sealed by its sender's member key),
+//!   `cached-pipe`, `open-output-pipe` (binding through M). Compare its
+//!   `remote-pipe` with `rendezvous`'s (the Net peer group's rendezvous).
 //!
 //! Operations (each repeated [`OpsOptions::runs`] times, median and p99 in
 //! ms): `start` (a peer with an existing identity; in `rendezvous`, until
@@ -90,8 +101,24 @@ pub const GROUP_OPERATIONS: [&str; 10] = [
     "open-output-pipe",
 ];
 
+/// The operations of the `subgroup-rendezvous` configuration, in table
+/// order.
+pub const GROUP_RDV_OPERATIONS: [&str; 5] = [
+    "open-input-pipe",
+    "publish",
+    "remote-pipe",
+    "cached-pipe",
+    "open-output-pipe",
+];
+
 /// The configurations, in run order.
-pub const CONFIGS: [&str; 4] = ["ad-hoc", "rendezvous", "firewalled", "subgroup"];
+pub const CONFIGS: [&str; 5] = [
+    "ad-hoc",
+    "rendezvous",
+    "firewalled",
+    "subgroup",
+    "subgroup-rendezvous",
+];
 
 /// The configurations run by default.
 pub const DEFAULT_CONFIGS: [&str; 2] = ["ad-hoc", "rendezvous"];
@@ -114,10 +141,10 @@ pub enum OpsError {
     #[error("{0}: nothing found")]
     NotFound(&'static str),
     /// A configuration name that does not exist.
-    #[error("unknown ops configuration {0:?} (known: ad-hoc, rendezvous, firewalled, subgroup)")]
+    #[error("unknown ops configuration {0:?} (known: ad-hoc, rendezvous, firewalled, subgroup, subgroup-rendezvous)")]
     UnknownConfig(String),
     /// No configuration to run.
-    #[error("no ops configuration given (known: ad-hoc, rendezvous, firewalled, subgroup)")]
+    #[error("no ops configuration given (known: ad-hoc, rendezvous, firewalled, subgroup, subgroup-rendezvous)")]
     NoConfig,
     /// An edge did not lease its rendezvous in time.
     #[error("{0}: not leased by the rendezvous within {1:?}")]
@@ -324,6 +351,8 @@ pub async fn run_report(
             rendezvous(opts, runs, &dir.path().join("fw"), true, &mut progress).await?
         } else if config == "subgroup" {
             subgroup(opts, runs, &dir.path().join("sub"), &mut progress).await?
+        } else if config == "subgroup-rendezvous" {
+            subgroup_rendezvous(opts, runs, &dir.path().join("sub-rdv"), &mut progress).await?
         } else {
             ad_hoc(opts, runs, &dir.path().join("ad-hoc"), &mut progress).await?
         };
@@ -569,6 +598,125 @@ async fn subgroup(
         find_and_bind(&mut t, &db, &bg.pipes(), &adv, aid).await?;
     }
     drop(inputs);
+    Ok(t)
+}
+
+/// Three members of a certificate subgroup: M its rendezvous, A and B
+/// edges leasing M (not connected to each other at the start); discovery
+/// and binding in the group go through M. Every failure fails the run.
+async fn subgroup_rendezvous(
+    opts: &OpsOptions,
+    runs: usize,
+    dir: &Path,
+    progress: &mut impl FnMut(&str),
+) -> Result<Tally, BenchError> {
+    const VALIDITY: Duration = Duration::from_secs(3600);
+    let cfg = |name: &str| peer_cfg(dir, name, opts.key_bits, true);
+    let mut t = Tally::with_ops("subgroup-rendezvous", runs, &GROUP_RDV_OPERATIONS);
+    progress("ops: subgroup-rendezvous: the group's rendezvous and two edges on loopback");
+    let m = Peer::start(cfg("m")).await?;
+    let a = Peer::start(cfg("a")).await?;
+    let b = Peer::start(cfg("b")).await?;
+    let maddr = m
+        .local_addr()
+        .ok_or(OpsError::NotFound("listen address"))
+        .map_err(BenchError::from)?;
+    let mg = m
+        .groups()
+        .create_secure("ops-sub-rdv", VALIDITY)
+        .await
+        .map_err(OpsError::from)?;
+    let mh = mg
+        .start_rendezvous(RendezvousConfig::rendezvous())
+        .map_err(OpsError::from)?;
+    let mut members = Vec::new();
+    for p in [&a, &b] {
+        let cred = mg
+            .issue(p.peer_id(), VALIDITY, false)
+            .map_err(OpsError::from)?;
+        let g = p
+            .groups()
+            .join_with_certificate(&mg.adv, &cred)
+            .await
+            .map_err(OpsError::from)?;
+        let h = g
+            .start_rendezvous(RendezvousConfig::edge(vec![maddr]))
+            .map_err(OpsError::from)?;
+        if h.wait_leased(OP_TIMEOUT).await.is_none() {
+            return Err(OpsError::NotLeased("group edge", OP_TIMEOUT).into());
+        }
+        members.push(g);
+    }
+    let (ag, bg) = (&members[0], &members[1]);
+    let (da, db) = (ag.discovery(), bg.discovery());
+    let mid = m.peer_id();
+    let aid = a.peer_id();
+
+    progress("ops: subgroup-rendezvous: pipes and discovery through the group's rendezvous");
+    let mut inputs = Vec::with_capacity(runs);
+    for i in 0..runs {
+        let adv = pipe(format!("ops-sub-rdv-pipe-{i}"));
+        let before = mh.status().index_entries;
+        let t0 = Instant::now();
+        inputs.push(ag.pipes().create_input_pipe(&adv)?);
+        t.add("open-input-pipe", t0.elapsed());
+        wait_index(&mh, before, 1, progress).await;
+
+        let before = mh.status().index_entries;
+        let doc = Advertisement::Pipe(adv.clone());
+        let want = doc
+            .index_fields()
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .count()
+            .max(1);
+        let t0 = Instant::now();
+        da.publish(&doc).await.map_err(OpsError::from)?;
+        t.add("publish", t0.elapsed());
+        wait_index(&mh, before, want, progress).await;
+
+        let name = adv.name.clone().unwrap_or_default();
+        let t0 = Instant::now();
+        let found = db
+            .get_remote(
+                AdvKind::Adv,
+                Some("Name"),
+                Some(&name),
+                1,
+                Some(mid),
+                OP_TIMEOUT,
+            )
+            .await
+            .map_err(OpsError::from)?;
+        t.add("remote-pipe", t0.elapsed());
+        if found.is_empty() {
+            return Err(OpsError::NotFound("remote-pipe").into());
+        }
+
+        let t0 = Instant::now();
+        let found = db
+            .get_local(AdvKind::Adv, Some("Name"), Some(&name), 1)
+            .await
+            .map_err(OpsError::from)?;
+        t.add("cached-pipe", t0.elapsed());
+        let Some(Advertisement::Pipe(found)) = found.into_iter().next() else {
+            return Err(OpsError::NotFound("cached-pipe").into());
+        };
+
+        let t0 = Instant::now();
+        let out = bg
+            .pipes()
+            .create_output_pipe(&found, &[mid], OP_TIMEOUT)
+            .await?;
+        t.add("open-output-pipe", t0.elapsed());
+        if out.remote() != Some(aid) {
+            return Err(OpsError::NotFound("open-output-pipe").into());
+        }
+        drop(out);
+    }
+    drop(inputs);
+    drop(members);
+    drop((a, b, m));
     Ok(t)
 }
 
@@ -921,6 +1069,28 @@ mod tests {
         let json = serde_json::to_value(&rows[0]).unwrap();
         assert_eq!(json["operation"], "start");
         assert!(json["ms_median"].is_number() && json["ms_p99"].is_number());
+    }
+
+    #[test]
+    fn subgroup_rendezvous_measures_every_group_operation() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let opts = OpsOptions {
+            runs: 2,
+            key_bits: 1024,
+            configs: vec!["subgroup-rendezvous".into()],
+        };
+        let report = rt.block_on(run_report(&opts, |_| {})).unwrap();
+        assert!(report.failures.is_empty(), "{:?}", report.failures);
+        let ops: Vec<&str> = report.rows.iter().map(|r| r.operation.as_str()).collect();
+        assert_eq!(ops, GROUP_RDV_OPERATIONS);
+        assert!(report
+            .rows
+            .iter()
+            .all(|r| r.config == "subgroup-rendezvous" && r.runs == 2));
     }
 
     #[test]

@@ -587,7 +587,8 @@ struct OpsArgs {
     /// each other through the rendezvous, which is also their relay),
     /// subgroup (two peers connected directly, operating inside a subgroup:
     /// password and certificate groups created and joined, discovery and
-    /// pipe binding in the subgroup).
+    /// pipe binding in the subgroup), subgroup-rendezvous (as rendezvous,
+    /// inside a certificate subgroup whose own rendezvous is a member).
     #[arg(long, default_value = "ad-hoc,rendezvous")]
     configs: String,
     /// Also write the rows as JSON to this file.

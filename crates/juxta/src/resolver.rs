@@ -90,7 +90,7 @@ fn classify(param: Option<&str>) -> Option<(bool, &str)> {
     }
 }
 
-async fn handle(inner: &Arc<Inner>, net: &str, d: Delivery) -> Result<(), Fault> {
+async fn handle(inner: &Arc<Inner>, net: &str, mut d: Delivery) -> Result<(), Fault> {
     let param = d.to.param.clone();
     let Some((is_query, qg)) = classify(param.as_deref()) else {
         // E.g. SRDI (`<group>Srdi`), which no service here handles: the
@@ -124,16 +124,21 @@ async fn handle(inner: &Arc<Inner>, net: &str, d: Delivery) -> Result<(), Fault>
     };
     if let Some(c) = &ctx {
         let queue = param.as_deref().unwrap_or_default();
-        if let Err(e) = c.authenticate(queue, &d.message, d.from) {
-            let n = inner
-                .stats
-                .group_unauthenticated
-                .fetch_add(1, Ordering::Relaxed)
-                + 1;
-            if n.is_power_of_two() {
-                tracing::info!(group = qg, from = ?d.from, error = %e, refused = n, "group message without a valid member tag dropped");
+        match c.authenticate(queue, &d.message, d.from) {
+            // Sealed: the message is what the seal held.
+            Ok(Some(m)) => d.message = m,
+            Ok(None) => {}
+            Err(e) => {
+                let n = inner
+                    .stats
+                    .group_unauthenticated
+                    .fetch_add(1, Ordering::Relaxed)
+                    + 1;
+                if n.is_power_of_two() {
+                    tracing::info!(group = qg, from = ?d.from, error = %e, refused = n, "group message without a valid member tag dropped");
+                }
+                return Ok(());
             }
-            return Ok(());
         }
     }
     let g = qg.to_string();
@@ -163,13 +168,18 @@ fn is_discovery(handler: &str) -> bool {
 /// route queries share one budget per peer, see
 /// [`crate::discovery::DiscoveryConfig::query_rate`]); `false` (counted):
 /// drop it.
-fn admit(inner: &Inner, d: &Delivery, src: PeerId) -> bool {
+fn admit(
+    inner: &Inner,
+    ctx: Option<&Arc<crate::group::GroupCtx>>,
+    d: &Delivery,
+    src: PeerId,
+) -> bool {
     // A query forwarded by a rendezvous of our peer view (or by the
     // rendezvous this edge leases) was admitted there under its querier's
     // budget: it is charged to the querier it names. Charged to the
     // forwarder, everything one rendezvous forwards would share one
     // peer's rate (two rendezvous at 1,000 queries/s lost 30 %).
-    let who = match (d.from, inner.rendezvous.get()) {
+    let who = match (d.from, crate::group::rdv_of(inner, ctx)) {
         (Some(f), Some(h)) if f != src && h.is_forwarder(&f) => src,
         (from, _) => from.unwrap_or(src),
     };
@@ -195,9 +205,20 @@ async fn on_query(
     d: Delivery,
 ) -> Result<(), Fault> {
     let q = ResolverQuery::from_message(&d.message, g)?;
-    // The rendezvous (its SRDI index, its walker) serves the Net peer
-    // group only.
-    let rdv = inner.rendezvous.get().filter(|_| ctx.is_none());
+    // The rendezvous of the query's group (its SRDI index, its walker):
+    // the Net peer group's, or the subgroup's own; a query in a group is
+    // never answered from another group's index.
+    let rdv = crate::group::rdv_of(inner, ctx);
+    if q.handler == crate::group::CRL_HANDLER {
+        if let Some(c) = ctx {
+            if admit(inner, ctx, &d, q.src_peer) {
+                if let Some(from) = d.from.filter(|f| *f == q.src_peer) {
+                    crate::group::on_revocations_query(inner, c, from, &q.query);
+                }
+            }
+        }
+        return Ok(());
+    }
     if q.handler == LOOKUP_HANDLER {
         if let Some(h) = rdv {
             h.resolver_query(d.from, q, d.message, None).await;
@@ -205,7 +226,7 @@ async fn on_query(
         return Ok(());
     }
     if is_discovery(&q.handler) {
-        if !admit(inner, &d, q.src_peer) {
+        if !admit(inner, ctx, &d, q.src_peer) {
             return Ok(());
         }
         let dq = DiscoveryQuery::parse(&q.query)?;
@@ -246,7 +267,7 @@ async fn on_query(
         return Ok(());
     }
     if q.handler == juxta_proto::endpoint::route_query::ROUTER_HANDLER {
-        if !admit(inner, &d, q.src_peer) {
+        if !admit(inner, ctx, &d, q.src_peer) {
             return Ok(());
         }
         return match crate::relay::route::on_query(inner, g, &q, d.from).await? {
@@ -255,7 +276,7 @@ async fn on_query(
         };
     }
     if q.handler == PEERINFO_HANDLER {
-        if !admit(inner, &d, q.src_peer) {
+        if !admit(inner, ctx, &d, q.src_peer) {
             return Ok(());
         }
         let pq = PeerInfoQuery::parse(&q.query)?;
@@ -273,7 +294,7 @@ async fn on_query(
         tracing::debug!(handler = %q.handler, "resolver query for a handler we do not run");
         return Ok(());
     }
-    if !admit(inner, &d, q.src_peer) {
+    if !admit(inner, ctx, &d, q.src_peer) {
         return Ok(());
     }
     let msg = PipeResolverMsg::parse(&q.query)?;
@@ -513,7 +534,7 @@ async fn on_response(
     g: &str,
     d: Delivery,
 ) -> Result<(), Fault> {
-    let rdv = inner.rendezvous.get().filter(|_| ctx.is_none());
+    let rdv = crate::group::rdv_of(inner, ctx);
     if let Ok(Some(b)) = BusyNotice::from_message(&d.message) {
         if let Some(h) = rdv {
             h.busy(b).await;
@@ -537,7 +558,7 @@ async fn on_response(
         // Unsolicited remote publishes share the querier's token bucket.
         if r.query_id == 0 {
             let Some(from) = d.from else { return Ok(()) };
-            if !admit(inner, &d, from) {
+            if !admit(inner, ctx, &d, from) {
                 return Ok(());
             }
         }

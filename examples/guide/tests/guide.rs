@@ -36,3 +36,8 @@ fn secure_pipe() {
 fn groups() {
     run(env!("CARGO_BIN_EXE_groups"));
 }
+
+#[test]
+fn group_rendezvous() {
+    run(env!("CARGO_BIN_EXE_group_rendezvous"));
+}

@@ -107,6 +107,13 @@ pub enum CertError {
     /// A key could not be made from the bytes given.
     #[error("bad key")]
     BadKey,
+    /// A message in the clear in a group whose traffic is encrypted (or a
+    /// sealed message whose encryption does not match the group's).
+    #[error("group message not sealed as the group requires")]
+    NotSealed,
+    /// A sealed message that does not decrypt with the group's traffic key.
+    #[error("sealed group message does not decrypt")]
+    Undecryptable,
 }
 
 /// An Ed25519 key pair (the group key, or a member key).
@@ -634,6 +641,65 @@ pub struct CertMembership {
     group_id: PeerGroupId,
     group_key: [u8; 32],
     crl: Option<RevocationList>,
+    verified: VerifiedCerts,
+}
+
+/// Most certificate signatures remembered as verified per group.
+pub const VERIFIED_CERTS: usize = 4096;
+
+/// Certificate signatures already verified (by a digest of key, signed
+/// bytes and signature): a member's certificate rides in every tag, and
+/// its signature need not be checked again each time (its validity period
+/// and revocation still are). Bounded: the oldest are forgotten first.
+#[derive(Debug, Default)]
+struct VerifiedCerts(std::sync::Mutex<Digests>);
+
+/// Digests remembered, and their insertion order.
+type Digests = (HashSet<[u8; 32]>, VecDeque<[u8; 32]>);
+
+impl Clone for VerifiedCerts {
+    fn clone(&self) -> Self {
+        VerifiedCerts::default()
+    }
+}
+
+impl PartialEq for VerifiedCerts {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for VerifiedCerts {}
+
+impl VerifiedCerts {
+    /// [`verify_sig`], remembering successes.
+    fn verify(&self, public: &[u8; 32], msg: &[u8], sig: &[u8; 64]) -> bool {
+        let mut h = Sha256::new();
+        h.update(public);
+        h.update((msg.len() as u64).to_be_bytes());
+        h.update(msg);
+        h.update(sig);
+        let d: [u8; 32] = h.finalize().into();
+        if let Ok(g) = self.0.lock() {
+            if g.0.contains(&d) {
+                return true;
+            }
+        }
+        if !verify_sig(public, msg, sig) {
+            return false;
+        }
+        if let Ok(mut g) = self.0.lock() {
+            if g.1.len() >= VERIFIED_CERTS {
+                if let Some(old) = g.1.pop_front() {
+                    g.0.remove(&old);
+                }
+            }
+            if g.0.insert(d) {
+                g.1.push_back(d);
+            }
+        }
+        true
+    }
 }
 
 impl CertMembership {
@@ -647,6 +713,7 @@ impl CertMembership {
             group_id,
             group_key,
             crl: None,
+            verified: VerifiedCerts::default(),
         })
     }
 
@@ -728,7 +795,10 @@ impl CertMembership {
                 if i.group_id != self.group_id || i.issuer.is_some() {
                     return Err(CertError::NotAuthorised);
                 }
-                if !verify_sig(&self.group_key, &i.tbs(), &i.signature) {
+                if !self
+                    .verified
+                    .verify(&self.group_key, &i.tbs(), &i.signature)
+                {
                     return Err(CertError::BadSignature);
                 }
                 if !i.may_issue {
@@ -741,7 +811,7 @@ impl CertMembership {
                 i.member_key
             }
         };
-        if !verify_sig(&signer, &cert.tbs(), &cert.signature) {
+        if !self.verified.verify(&signer, &cert.tbs(), &cert.signature) {
             return Err(CertError::BadSignature);
         }
         cert.check_time(now_ms)?;

@@ -38,6 +38,7 @@
 use rand::RngCore;
 
 pub mod cert;
+pub mod seal;
 
 use crate::advertisement::group::PeerGroupAdvertisement;
 use crate::advertisement::tree::XmlElement;

@@ -515,6 +515,7 @@ enum Side {
 /// module documentation).
 pub struct RendezvousNode {
     me: PeerId,
+    group: PeerGroupId,
     g: String,
     side: Side,
     out: VecDeque<Transmit>,
@@ -544,7 +545,45 @@ impl RendezvousNode {
         name: &str,
         seed: u64,
     ) -> RendezvousNode {
-        let group = PeerGroupId::NET;
+        Self::build(cfg, me, PeerGroupId::NET, g, peer_adv, name, seed)
+    }
+
+    /// A node serving (or leasing) the rendezvous of `group`, a subgroup:
+    /// its leases, propagation, peer view and SRDI index travel on that
+    /// group's addresses and queues (`RDV_SERVICE`/`<group unique>`,
+    /// `<group unique>Srdi`, ...), apart from the Net peer group's and
+    /// every other group's, as JXSE runs one rendezvous service per group.
+    ///
+    /// ```
+    /// use juxta_proto::id::{PeerGroupId, PeerId};
+    /// use juxta_proto::rendezvous::node::{RendezvousConfig, RendezvousNode};
+    /// let g = juxta_proto::group::new_subgroup_id(&PeerGroupId::NET, &mut rand::thread_rng());
+    /// let me = PeerId::from_public_key_spki(b"a key");
+    /// let n = RendezvousNode::new_in(RendezvousConfig::rendezvous(), me, g, "<x/>".into(), "r", 1);
+    /// assert_eq!(n.group(), g);
+    /// assert!(n.is_rendezvous());
+    /// ```
+    pub fn new_in(
+        cfg: RendezvousConfig,
+        me: PeerId,
+        group: PeerGroupId,
+        peer_adv: Bytes,
+        name: &str,
+        seed: u64,
+    ) -> RendezvousNode {
+        let g = group.unique_value();
+        Self::build(cfg, me, group, &g, peer_adv, name, seed)
+    }
+
+    fn build(
+        cfg: RendezvousConfig,
+        me: PeerId,
+        group: PeerGroupId,
+        g: &str,
+        peer_adv: Bytes,
+        name: &str,
+        seed: u64,
+    ) -> RendezvousNode {
         let side = match &cfg.role {
             RendezvousRole::Rendezvous => {
                 let radv = minimal_rdv_adv(&me, &group, name);
@@ -577,6 +616,7 @@ impl RendezvousNode {
         };
         let mut n = RendezvousNode {
             me,
+            group,
             g: g.to_string(),
             side,
             out: VecDeque::new(),
@@ -593,6 +633,11 @@ impl RendezvousNode {
     /// This peer.
     pub fn me(&self) -> PeerId {
         self.me
+    }
+
+    /// The group this node serves.
+    pub fn group(&self) -> PeerGroupId {
+        self.group
     }
 
     /// Whether this node is a rendezvous.
@@ -763,6 +808,7 @@ impl RendezvousNode {
     /// `peer`, or failed (`None`).
     pub fn handle_dialed(&mut self, addr: SocketAddr, peer: Option<PeerId>, now: Millis) {
         let me = self.me;
+        let group = self.group;
         match &mut self.side {
             Side::Rdv(r) => {
                 r.links.connecting.remove(&addr);
@@ -803,7 +849,7 @@ impl RendezvousNode {
                     order.sort_by_key(|x| x.0);
                     let c = EdgeClient::new(
                         me,
-                        PeerGroupId::NET,
+                        group,
                         e.pa.clone(),
                         order.into_iter().map(|(_, p)| p),
                         e.cfg,

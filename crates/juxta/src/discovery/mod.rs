@@ -324,9 +324,10 @@ impl DiscoveryService {
     ) -> Result<(), DiscoveryError> {
         let e = entry_for(adv, adv.to_xml(), life);
         self.cache()?.publish(e, cache::unix_now_ms()).await?;
-        // SRDI entries go to the Net peer group's rendezvous only: a
-        // subgroup has no rendezvous of its own here (see docs/guide.md).
-        let rdv = self.inner.rendezvous.get().filter(|_| self.scope.is_none());
+        // SRDI entries go to the rendezvous of this service's group: the
+        // Net peer group's, or the subgroup's own (its entries are in the
+        // group's scope only).
+        let rdv = crate::group::rdv_of(&self.inner, self.scope.as_ref());
         if let Some(h) = rdv.filter(|h| !h.is_rendezvous()) {
             let fields: Vec<(String, String)> = adv
                 .index_fields()
@@ -403,9 +404,18 @@ impl DiscoveryService {
     }
 
     fn targets(&self, peer: Option<PeerId>) -> Result<Vec<PeerId>, DiscoveryError> {
+        // In a subgroup with its own rendezvous leased: the query goes
+        // through it (its SRDI index forwards it to the publishers).
+        let group_rdv = self
+            .scope
+            .as_ref()
+            .and_then(|c| c.rendezvous())
+            .and_then(|h| h.status().leased_to)
+            .filter(|r| self.inner.messenger(r).is_some());
         match peer {
             Some(p) if self.inner.messenger(&p).is_some() => Ok(vec![p]),
             Some(p) => Err(DiscoveryError::NotConnected(p.to_string())),
+            None if group_rdv.is_some() => Ok(group_rdv.into_iter().collect()),
             None => {
                 let all = self.inner.connected_peers();
                 if all.is_empty() {

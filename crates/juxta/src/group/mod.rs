@@ -65,6 +65,7 @@ use juxta_proto::group::cert::{
     self, CertError, CertMembership, GroupAuth, MemberCertificate, ReplayGuard, RevocationList,
     SigningKey,
 };
+use juxta_proto::group::seal::{self as gseal, TrafficKey, GROUP_SECRET_LEN, SEALED_ELEMENT};
 use juxta_proto::group::{self, MembershipError, PasswdCredential, PasswdMembership};
 use juxta_proto::id::{PeerGroupId, PeerId, PipeId};
 use juxta_proto::message::{Element, Message};
@@ -85,6 +86,9 @@ const REPLAY_CAPACITY: usize = 16_384;
 pub const NS_JUXTA: &str = "juxta";
 /// The resolver handler carrying a group's revocation list.
 pub const CRL_HANDLER: &str = "juxta.group.revocations";
+/// Most groups in which one peer runs a rendezvous service (as a
+/// rendezvous or as an edge leasing one) at once.
+pub const MAX_GROUP_RENDEZVOUS: usize = 16;
 
 /// Errors from the group service.
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +121,16 @@ pub enum GroupError {
     /// Publishing or discovering failed.
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
+    /// The group's rendezvous service is already running here.
+    #[error("the rendezvous service of group {0} is already running")]
+    RendezvousRunning(String),
+    /// This peer already runs [`MAX_GROUP_RENDEZVOUS`] group rendezvous
+    /// services.
+    #[error("already running {} group rendezvous services", MAX_GROUP_RENDEZVOUS)]
+    TooManyRendezvous,
+    /// The group's rendezvous service could not start.
+    #[error("group rendezvous service: {0}")]
+    Rendezvous(Box<crate::peer::PeerError>),
 }
 
 /// A member credential of a certificate group: the certificate and the
@@ -128,6 +142,7 @@ pub struct CertCredential {
     /// The certificate.
     pub certificate: MemberCertificate,
     key: SigningKey,
+    secret: Option<[u8; GROUP_SECRET_LEN]>,
 }
 
 impl CertCredential {
@@ -137,12 +152,28 @@ impl CertCredential {
         if key.public() != certificate.member_key {
             return Err(GroupError::Certificate(CertError::BadKey));
         }
-        Ok(CertCredential { certificate, key })
+        Ok(CertCredential {
+            certificate,
+            key,
+            secret: None,
+        })
+    }
+
+    /// The same credential carrying the group secret of a group whose
+    /// traffic is encrypted (see [`GroupService::create_secure_encrypted`]).
+    pub fn with_group_secret(mut self, secret: [u8; GROUP_SECRET_LEN]) -> CertCredential {
+        self.secret = Some(secret);
+        self
     }
 
     /// The member key's seed (secret).
     pub fn key_seed(&self) -> [u8; 32] {
         self.key.seed()
+    }
+
+    /// The group secret (secret), in a group whose traffic is encrypted.
+    pub fn group_secret(&self) -> Option<[u8; GROUP_SECRET_LEN]> {
+        self.secret
     }
 }
 
@@ -156,6 +187,7 @@ pub(crate) enum Credential {
 pub(crate) struct CertState {
     pub(crate) membership: CertMembership,
     replay: ReplayGuard,
+    traffic: Option<TrafficKey>,
     owner_key: Option<SigningKey>,
     next_serial: u64,
 }
@@ -171,6 +203,21 @@ pub(crate) struct GroupCtx {
     cert: Option<Mutex<CertState>>,
     pipes: Mutex<HashSet<PipeId>>,
     closed: AtomicBool,
+    /// Where the group's revocation list is persisted (certificate groups).
+    crl_path: Option<std::path::PathBuf>,
+    /// The group's own rendezvous service here, when started.
+    rendezvous: Mutex<Option<GroupRendezvous>>,
+}
+
+/// A group's rendezvous service running on this peer.
+struct GroupRendezvous {
+    handle: crate::rendezvous::RendezvousHandle,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The label a sealed message sent to `dest` is sealed under.
+pub(crate) fn seal_label(dest: &ServiceAddress) -> String {
+    format!("{}/{}", dest.service, dest.param.as_deref().unwrap_or(""))
 }
 
 impl GroupCtx {
@@ -193,9 +240,88 @@ impl GroupCtx {
         self.pipes.lock().expect("group pipes lock").remove(id);
     }
 
+    /// The group's rendezvous service here, if started.
+    pub(crate) fn rendezvous(&self) -> Option<crate::rendezvous::RendezvousHandle> {
+        self.rendezvous
+            .lock()
+            .expect("group rendezvous lock")
+            .as_ref()
+            .map(|r| r.handle.clone())
+    }
+
+    /// Whether this group's traffic is encrypted.
+    pub(crate) fn is_encrypted(&self) -> bool {
+        self.cert
+            .as_ref()
+            .is_some_and(|c| c.lock().expect("group cert lock").traffic.is_some())
+    }
+
+    /// `msg`, to be sent to `dest` in this group: in a certificate group,
+    /// sealed (tagged by this member, encrypted if the group's traffic
+    /// is); in a password group, as it is.
+    pub(crate) fn seal(&self, dest: &ServiceAddress, mut msg: Message) -> Message {
+        let (Credential::Cert(c), Some(cs)) = (&self.credential, &self.cert) else {
+            return msg;
+        };
+        // A forwarded member message: its own tag is no part of ours.
+        msg.remove_all(NS_JUXTA, cert::AUTH_ELEMENT);
+        msg.remove_all(NS_JUXTA, SEALED_ELEMENT);
+        let cs = cs.lock().expect("group cert lock");
+        match gseal::seal(
+            &c.key,
+            &c.certificate,
+            cs.traffic.as_ref(),
+            &seal_label(dest),
+            &msg,
+            crate::cache::unix_now_ms(),
+            &mut rand::thread_rng(),
+        ) {
+            Ok(b) => Message::new().with(Element::bytes(NS_JUXTA, SEALED_ELEMENT, b)),
+            // An empty message: nothing to seal, nothing to send.
+            Err(_) => Message::new(),
+        }
+    }
+
+    /// Opens a message received at `dest` in this group from `from`: in a
+    /// certificate group it must be sealed by a member (`from` itself),
+    /// fresh, and encrypted when the group's traffic is; in a password
+    /// group it is taken as it is.
+    pub(crate) fn open(
+        &self,
+        dest: &ServiceAddress,
+        msg: Message,
+        from: Option<PeerId>,
+    ) -> Result<Message, CertError> {
+        let Some(cs) = &self.cert else {
+            return Ok(msg);
+        };
+        let from = from.ok_or(CertError::Malformed("message without a source"))?;
+        let sealed = msg
+            .get(NS_JUXTA, SEALED_ELEMENT)
+            .ok_or(CertError::NotSealed)?;
+        let mut cs = cs.lock().expect("group cert lock");
+        let (tag, inner) = gseal::open(
+            &cs.membership,
+            cs.traffic.as_ref(),
+            &seal_label(dest),
+            &from,
+            &sealed.data,
+            crate::cache::unix_now_ms(),
+        )?;
+        if !cs.replay.first_time(&tag) {
+            return Err(CertError::Stale);
+        }
+        Ok(inner)
+    }
+
     /// A message carrying `elem` (the resolver element on `queue`) in this
-    /// group: in a certificate group, with the sender's tag over it.
+    /// group: in a certificate group, with the sender's tag over it (and
+    /// sealed, when the group's traffic is encrypted).
     pub(crate) fn message(&self, queue: &str, elem: Element) -> Message {
+        if self.is_encrypted() {
+            let dest = ServiceAddress::new(juxta_proto::resolver::RESOLVER_SERVICE, Some(queue));
+            return self.seal(&dest, Message::new().with(elem));
+        }
         let tag = match &self.credential {
             Credential::Cert(c) => {
                 let mut nonce = [0u8; 16];
@@ -220,16 +346,22 @@ impl GroupCtx {
 
     /// Checks a message received in this group on `queue` (whose element
     /// of that name is the payload) from `from`: in a certificate group,
-    /// it must carry a valid tag of `from`, seen for the first time.
+    /// it must carry a valid tag of `from`, seen for the first time, or
+    /// be sealed by `from` (then the opened message is returned); in a
+    /// group whose traffic is encrypted, it must be sealed.
     pub(crate) fn authenticate(
         &self,
         queue: &str,
         msg: &Message,
         from: Option<PeerId>,
-    ) -> Result<(), CertError> {
+    ) -> Result<Option<Message>, CertError> {
         let Some(cs) = &self.cert else {
-            return Ok(());
+            return Ok(None);
         };
+        if msg.get(NS_JUXTA, SEALED_ELEMENT).is_some() || self.is_encrypted() {
+            let dest = ServiceAddress::new(juxta_proto::resolver::RESOLVER_SERVICE, Some(queue));
+            return self.open(&dest, msg.clone(), from).map(Some);
+        }
         let from = from.ok_or(CertError::Malformed("message without a source"))?;
         let tag = msg
             .get(NS_JUXTA, cert::AUTH_ELEMENT)
@@ -249,7 +381,7 @@ impl GroupCtx {
         if !cs.replay.first_time(&tag) {
             return Err(CertError::Stale);
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Installs a revocation list received in the group.
@@ -259,9 +391,69 @@ impl GroupCtx {
         };
         let l = RevocationList::decode(bytes)?;
         let mut cs = cs.lock().expect("group cert lock");
-        let changed = cs.membership.apply_revocations(l)?;
+        let changed = cs.membership.apply_revocations(l.clone())?;
+        drop(cs);
+        if changed {
+            self.persist_revocations(&l);
+        }
         Ok(changed)
     }
+
+    /// Writes the revocation list in force to the peer's home, so a
+    /// restarted member refuses revoked members before it hears the list
+    /// again (best effort: a failure is logged).
+    pub(crate) fn persist_revocations(&self, l: &RevocationList) {
+        let Some(path) = &self.crl_path else {
+            return;
+        };
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let tmp = path.with_extension("crl.tmp");
+            std::fs::write(&tmp, l.encode())?;
+            std::fs::rename(&tmp, path)
+        };
+        if let Err(e) = write() {
+            tracing::info!(group = %self.id, error = %e, "revocation list not persisted");
+        }
+    }
+
+    /// The revocation list in force, if any.
+    pub(crate) fn revocations(&self) -> Option<RevocationList> {
+        let cs = self.cert.as_ref()?;
+        cs.lock()
+            .expect("group cert lock")
+            .membership
+            .revocations()
+            .cloned()
+    }
+}
+
+/// Where a certificate group's revocation list is kept in `home`.
+pub fn revocations_path(home: &std::path::Path, group: &PeerGroupId) -> std::path::PathBuf {
+    let name: String = group
+        .unique_value()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    home.join("groups").join(format!("{name}.crl"))
+}
+
+/// Reads a persisted revocation list (`None`: none, unreadable or too
+/// large; its signature is checked when it is applied).
+fn load_revocations(path: &std::path::Path) -> Option<RevocationList> {
+    let meta = std::fs::metadata(path).ok()?;
+    if meta.len() > cert::MAX_CRL_BYTES as u64 {
+        return None;
+    }
+    RevocationList::decode(&std::fs::read(path).ok()?).ok()
 }
 
 /// Membership state kept in the peer: the joined groups by unique value.
@@ -436,10 +628,81 @@ impl Group {
             }
             _ => return Err(GroupError::NotIssuer(self.id.to_string())),
         };
+        let secret = match &self.ctx.credential {
+            Credential::Cert(mine) => mine.secret,
+            Credential::Passwd(_) => None,
+        };
         Ok(CertCredential {
             certificate: cert,
             key: member,
+            secret,
         })
+    }
+
+    /// Starts this group's own rendezvous service on this peer, apart
+    /// from the Net peer group's (JXSE runs one per group): with
+    /// [`crate::rendezvous::RendezvousConfig::rendezvous`] this member
+    /// serves leases, an SRDI index and lookups for this group only; with
+    /// [`crate::rendezvous::RendezvousConfig::edge`] (the addresses of
+    /// members that are the group's rendezvous) it leases one of them,
+    /// and then its discovery and pipe binding in the group go through it
+    /// and its publications become SRDI entries there. In a certificate
+    /// group every message of the service is sealed by its sender's
+    /// member key (and encrypted if the group's traffic is): a non-member
+    /// can neither lease the group's rendezvous nor read or feed its
+    /// index. [`Group::leave`] ends the lease (the rendezvous drops this
+    /// peer's entries at once) and stops the service. At most
+    /// [`MAX_GROUP_RENDEZVOUS`] groups per peer.
+    ///
+    /// ```no_run
+    /// # async fn demo(g: juxta::group::Group, rdv: std::net::SocketAddr) -> Result<(), juxta::group::GroupError> {
+    /// use juxta::rendezvous::RendezvousConfig;
+    /// let h = g.start_rendezvous(RendezvousConfig::edge(vec![rdv]))?;
+    /// h.wait_leased(std::time::Duration::from_secs(5)).await;
+    /// # Ok(()) }
+    /// ```
+    pub fn start_rendezvous(
+        &self,
+        cfg: crate::rendezvous::RendezvousConfig,
+    ) -> Result<crate::rendezvous::RendezvousHandle, GroupError> {
+        if self.ctx.is_closed() {
+            return Err(GroupError::NotMember(self.id.to_string()));
+        }
+        let running = self
+            .inner
+            .groups
+            .joined
+            .read()
+            .expect("groups lock")
+            .values()
+            .filter(|c| c.rendezvous().is_some())
+            .count();
+        let mut slot = self.ctx.rendezvous.lock().expect("group rendezvous lock");
+        if slot.is_some() {
+            return Err(GroupError::RendezvousRunning(self.id.to_string()));
+        }
+        if running >= MAX_GROUP_RENDEZVOUS {
+            return Err(GroupError::TooManyRendezvous);
+        }
+        let (handle, task) = crate::rendezvous::spawn_in(&self.inner, cfg, Some(self.ctx.clone()))
+            .map_err(|e| GroupError::Rendezvous(Box::new(e)))?;
+        *slot = Some(GroupRendezvous {
+            handle: handle.clone(),
+            task,
+        });
+        Ok(handle)
+    }
+
+    /// This group's rendezvous service on this peer, if started
+    /// ([`Group::start_rendezvous`]).
+    pub fn rendezvous(&self) -> Option<crate::rendezvous::RendezvousHandle> {
+        self.ctx.rendezvous()
+    }
+
+    /// Whether this group's traffic is encrypted (a certificate group
+    /// created with [`GroupService::create_secure_encrypted`]).
+    pub fn is_encrypted(&self) -> bool {
+        self.ctx.is_encrypted()
     }
 
     /// Revokes members (by peer ID) and certificates (by serial): signs a
@@ -474,13 +737,54 @@ impl Group {
             cs.membership.apply_revocations(l.clone())?;
             l
         };
+        self.ctx.persist_revocations(&list);
         Ok(send_revocations(&self.inner, &self.ctx, &list, None))
+    }
+}
+
+/// Asks the connected peers, in the group, for its revocation list (a
+/// resolver query, handler [`CRL_HANDLER`], naming the version held): a
+/// member holding a newer one answers with it (non-members drop the
+/// query). Returns how many peers were asked.
+fn ask_revocations(inner: &Arc<Inner>, ctx: &GroupCtx) -> usize {
+    use juxta_proto::resolver::{query_queue, ResolverQuery, RESOLVER_SERVICE};
+    let version = ctx.revocations().map_or(0, |l| l.version);
+    let q = ResolverQuery {
+        handler: CRL_HANDLER.to_string(),
+        query_id: 0,
+        hop_count: 0,
+        src_peer: *inner.identity.peer_id(),
+        query: version.to_string(),
+        src_route: None,
+    };
+    let queue = query_queue(&ctx.unique);
+    let mut asked = 0;
+    for p in inner.connected_peers() {
+        let Some(m) = inner.messenger(&p) else {
+            continue;
+        };
+        let msg = ctx.message(&queue, q.to_element(&ctx.unique));
+        if m.post_routed_in(&ctx.unique, RESOLVER_SERVICE, Some(&queue), msg)
+            .is_ok()
+        {
+            asked += 1;
+        }
+    }
+    asked
+}
+
+/// A member asked for the group's revocation list (`query`: the version
+/// it holds): answered with ours when it is newer.
+pub(crate) fn on_revocations_query(inner: &Arc<Inner>, ctx: &GroupCtx, from: PeerId, query: &str) {
+    let held: u64 = query.trim().parse().unwrap_or(0);
+    if let Some(l) = ctx.revocations().filter(|l| l.version > held) {
+        send_revocations(inner, ctx, &l, Some(from));
     }
 }
 
 /// Sends a revocation list in the group (a resolver response with query
 /// ID 0 on the group's `IRes` queue, handler [`CRL_HANDLER`]).
-fn send_revocations(
+pub(crate) fn send_revocations(
     inner: &Arc<Inner>,
     ctx: &GroupCtx,
     list: &RevocationList,
@@ -605,6 +909,33 @@ impl GroupService {
     /// certificate for this peer valid for `validity`, which allows
     /// issuing. Issue members' credentials with [`Group::issue`].
     pub async fn create_secure(&self, name: &str, validity: Duration) -> Result<Group, GroupError> {
+        self.create_cert_group(name, validity, None).await
+    }
+
+    /// [`GroupService::create_secure`], with the group's traffic encrypted:
+    /// a random group secret is made, and handed to members in the
+    /// credentials [`Group::issue`] makes; every group message (resolver:
+    /// discovery, pipe binding, revocations; the group's rendezvous) is
+    /// sealed with ChaCha20-Poly1305 under a key derived from it (HKDF,
+    /// [`juxta_proto::group::seal`]) and signed by its sender's member
+    /// key. A non-member, even on the same rendezvous or relay, can
+    /// neither read it nor inject; a message in the clear is refused.
+    pub async fn create_secure_encrypted(
+        &self,
+        name: &str,
+        validity: Duration,
+    ) -> Result<Group, GroupError> {
+        let mut secret = [0u8; GROUP_SECRET_LEN];
+        rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut secret);
+        self.create_cert_group(name, validity, Some(secret)).await
+    }
+
+    async fn create_cert_group(
+        &self,
+        name: &str,
+        validity: Duration,
+        secret: Option<[u8; GROUP_SECRET_LEN]>,
+    ) -> Result<Group, GroupError> {
         let parent = self.parent_id()?;
         let key = SigningKey::generate(&mut rand::thread_rng());
         let id = cert::group_id_for_key(&key.public(), &parent);
@@ -630,6 +961,7 @@ impl GroupService {
         let cred = CertCredential {
             certificate,
             key: member,
+            secret,
         };
         self.join_cert(&adv, &cred, Some(key))
     }
@@ -654,6 +986,7 @@ impl GroupService {
         cert: Option<CertState>,
     ) -> Result<GroupCtx, GroupError> {
         let parent = self.parent_id()?;
+        let cert_group = cert.is_some();
         let cache = CacheHandle::spawn(
             AdvCache::open_in_memory_with(CacheConfig {
                 max_entries: GROUP_CACHE_ENTRIES,
@@ -672,6 +1005,8 @@ impl GroupService {
             cert: cert.map(Mutex::new),
             pipes: Mutex::new(HashSet::new()),
             closed: AtomicBool::new(false),
+            crl_path: cert_group.then(|| revocations_path(&self.inner.cfg.home, &adv.group_id)),
+            rendezvous: Mutex::new(None),
         })
     }
 
@@ -690,7 +1025,15 @@ impl GroupService {
         cred: &CertCredential,
         owner_key: Option<SigningKey>,
     ) -> Result<Group, GroupError> {
-        let checked = CertMembership::from_group(adv).and_then(|m| {
+        let checked = CertMembership::from_group(adv).and_then(|mut m| {
+            // The revocation list persisted here (if any) is in force
+            // from the start: a revoked certificate cannot join again.
+            if let Some(l) = load_revocations(&revocations_path(&self.inner.cfg.home, &adv.group_id))
+            {
+                if let Err(e) = m.apply_revocations(l) {
+                    tracing::info!(group = %adv.group_id, error = %e, "persisted revocation list ignored");
+                }
+            }
             m.verify(&cred.certificate, &self.me(), crate::cache::unix_now_ms())?;
             if cred.key.public() != cred.certificate.member_key {
                 return Err(CertError::BadKey);
@@ -710,6 +1053,7 @@ impl GroupService {
         let state = CertState {
             membership,
             replay: ReplayGuard::new(REPLAY_CAPACITY),
+            traffic: cred.secret.map(|s| TrafficKey::derive(&s, &adv.group_id)),
             owner_key,
             next_serial: 1,
         };
@@ -749,7 +1093,12 @@ impl GroupService {
         credential: &CertCredential,
     ) -> Result<Group, GroupError> {
         let adv = self.resolve_ref(group.into()).await?;
-        self.join_cert(&adv, credential, None)
+        let g = self.join_cert(&adv, credential, None)?;
+        // The list in force may be newer than the one persisted here (or
+        // there may be none yet): ask the members connected; the group's
+        // rendezvous also sends it when it grants a lease.
+        ask_revocations(&self.inner, &g.ctx);
+        Ok(g)
     }
 
     async fn local_adv(&self, id: &PeerGroupId) -> Result<PeerGroupAdvertisement, GroupError> {
@@ -835,6 +1184,17 @@ impl GroupService {
 /// closes its input pipes.
 fn close(inner: &Inner, ctx: &GroupCtx) {
     ctx.closed.store(true, Ordering::Release);
+    // The group's rendezvous: an edge ends its lease politely (the
+    // rendezvous drops its SRDI entries at once), then the service stops.
+    if let Some(r) = ctx.rendezvous.lock().expect("group rendezvous lock").take() {
+        let GroupRendezvous { handle, task } = r;
+        inner.tasks.spawn(async move {
+            if !handle.status().is_rendezvous {
+                let _ = tokio::time::timeout(Duration::from_secs(2), handle.shutdown()).await;
+            }
+            task.abort();
+        });
+    }
     ctx.cache.lock().expect("group cache lock").take();
     let pipes: Vec<PipeId> = ctx
         .pipes
@@ -848,6 +1208,18 @@ fn close(inner: &Inner, ctx: &GroupCtx) {
             crate::pipe::PIPE_SERVICE,
             Some(&id.to_string()),
         ));
+    }
+}
+
+/// The rendezvous service of a group here (`None`: the Net peer
+/// group's).
+pub(crate) fn rdv_of(
+    inner: &Inner,
+    ctx: Option<&Arc<GroupCtx>>,
+) -> Option<crate::rendezvous::RendezvousHandle> {
+    match ctx {
+        None => inner.rendezvous.get().cloned(),
+        Some(c) => c.rendezvous(),
     }
 }
 

@@ -82,7 +82,8 @@ impl InputPipe {
         // rendezvous reach this peer.
         if let Some(c) = scope {
             c.add_pipe(adv.id);
-        } else if let Some(h) = inner.rendezvous.get().filter(|h| !h.is_rendezvous()) {
+        }
+        if let Some(h) = crate::group::rdv_of(inner, scope).filter(|h| !h.is_rendezvous()) {
             let h = h.clone();
             let (ty, id) = (adv.pipe_type.as_str(), adv.id.to_string());
             tokio::spawn(async move {
@@ -94,7 +95,7 @@ impl InputPipe {
             adv: adv.clone(),
             source,
             dedup,
-            propagate_header: propagate_element_name(inner.group_unique()),
+            propagate_header: propagate_element_name(&group),
             _registration: registration,
             _group: scope.map(|c| GroupPipe {
                 ctx: c.clone(),

@@ -246,7 +246,9 @@ impl PipeService {
         timeout: Duration,
     ) -> Result<OutputPipe, PipeError> {
         match adv.pipe_type {
-            PipeType::Propagate => OutputPipe::propagate(&self.inner, adv, peers),
+            PipeType::Propagate => {
+                OutputPipe::propagate(&self.inner, self.scope.as_ref(), adv, peers)
+            }
             PipeType::Unicast | PipeType::UnicastSecure => {
                 if adv.pipe_type == PipeType::UnicastSecure {
                     // Secure pipes are answered only over compact (Juxta)

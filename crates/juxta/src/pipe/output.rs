@@ -43,6 +43,8 @@ enum Kind {
         targets: Vec<PeerId>,
         tag: u64,
         next: AtomicU64,
+        /// The group the pipe is in (`None`: the Net peer group).
+        scope: Option<Arc<crate::group::GroupCtx>>,
     },
 }
 
@@ -80,6 +82,7 @@ impl OutputPipe {
 
     pub(crate) fn propagate(
         inner: &Arc<Inner>,
+        scope: Option<&Arc<crate::group::GroupCtx>>,
         adv: &PipeAdvertisement,
         peers: &[PeerId],
     ) -> Result<OutputPipe, PipeError> {
@@ -91,6 +94,7 @@ impl OutputPipe {
                 targets: peers.to_vec(),
                 tag: rand::random(),
                 next: AtomicU64::new(0),
+                scope: scope.cloned(),
             },
         })
     }
@@ -126,7 +130,12 @@ impl OutputPipe {
                 Ok(messenger.send(PIPE_SERVICE, Some(&self.urn), msg).await?)
             }
             Kind::Secure { session } => session.send(msg).await,
-            Kind::Propagate { targets, tag, next } => {
+            Kind::Propagate {
+                targets,
+                tag,
+                next,
+                scope,
+            } => {
                 let n = next.fetch_add(1, Ordering::Relaxed);
                 let mut id = BytesMut::with_capacity(16);
                 id.put_u64(*tag);
@@ -155,8 +164,14 @@ impl OutputPipe {
                         })
                         .clone()
                 };
+                // In a subgroup with its own rendezvous, a message to
+                // everyone goes through that rendezvous only (never to
+                // connected peers that may not be members).
+                let group_rdv = scope.as_ref().and_then(|c| c.rendezvous());
                 let all;
-                let to: &[PeerId] = if targets.is_empty() {
+                let to: &[PeerId] = if targets.is_empty() && group_rdv.is_some() {
+                    &[]
+                } else if targets.is_empty() {
                     all = self.inner.connected_peers();
                     &all
                 } else {
@@ -170,7 +185,12 @@ impl OutputPipe {
                 // peers we hold no connection to. A message too large for a
                 // datagram goes only over the connections.
                 let mut mcast_err = None;
-                if let Some(mc) = self.inner.multicast.as_ref().filter(|_| targets.is_empty()) {
+                if let Some(mc) = self
+                    .inner
+                    .multicast
+                    .as_ref()
+                    .filter(|_| targets.is_empty() && scope.is_none())
+                {
                     let at = ServiceAddress::new(PIPE_SERVICE, Some(&self.urn));
                     match mc.send(&at, with_header()).await {
                         Ok(n) => {
@@ -191,7 +211,11 @@ impl OutputPipe {
                 // sent a second copy; any other path's copy carries the
                 // same propagate ID and is delivered once.
                 let mut covered = Vec::new();
-                if let Some(h) = self.inner.rendezvous.get().filter(|_| targets.is_empty()) {
+                let rdv = match scope {
+                    None => self.inner.rendezvous.get().cloned(),
+                    Some(_) => group_rdv,
+                };
+                if let Some(h) = rdv.filter(|_| targets.is_empty()) {
                     let at = ServiceAddress::new(PIPE_SERVICE, Some(&self.urn));
                     if let Some(c) = h.propagate(at, with_header(), PROPAGATE_TTL).await {
                         reached += 1;

@@ -179,10 +179,15 @@ pub(crate) async fn resolve(
             return Err(e.into());
         }
     }
-    let candidates = if peers.is_empty() {
-        inner.connected_peers()
-    } else {
-        peers.to_vec()
+    // In a subgroup with its own rendezvous leased, an open binding asks
+    // it (its SRDI index forwards the query to the holder).
+    let group_rdv = scope
+        .and_then(|c| c.rendezvous())
+        .and_then(|h| h.status().leased_to);
+    let candidates = match group_rdv {
+        Some(r) if peers.is_empty() => vec![r],
+        _ if peers.is_empty() => inner.connected_peers(),
+        _ => peers.to_vec(),
     };
     if candidates.is_empty() {
         return Err(PipeError::NotConnected("any peer".into()));
@@ -192,12 +197,9 @@ pub(crate) async fn resolve(
         let mut b = inner.pipes.binds.lock().expect("binds lock");
         // Asking our rendezvous: the answer comes from whoever holds the
         // pipe, a peer we did not ask.
-        let via_rdv = scope.is_none()
-            && inner
-                .rendezvous
-                .get()
-                .and_then(|h| h.status().leased_to)
-                .is_some_and(|r| candidates.contains(&r));
+        let via_rdv = crate::group::rdv_of(inner, scope)
+            .and_then(|h| h.status().leased_to)
+            .is_some_and(|r| candidates.contains(&r));
         let (bind, q) = b
             .binder
             .start(Instant::now(), adv.id, adv.pipe_type, candidates, timeout)
@@ -282,11 +284,7 @@ async fn send_query(
         Some(c) => c.unique.clone(),
         None => inner.group_unique().to_string(),
     };
-    let rdv = inner
-        .rendezvous
-        .get()
-        .and_then(|h| h.status().leased_to)
-        .filter(|_| scope.is_none());
+    let rdv = crate::group::rdv_of(inner, scope).and_then(|h| h.status().leased_to);
     for peer in &q.peers {
         let Some(m) = inner.messenger(peer) else {
             tracing::debug!(%peer, "no connection for a pipe binding query");

@@ -413,13 +413,27 @@ impl RendezvousHandle {
     }
 }
 
-/// Starts the rendezvous task of a peer.
+/// Starts the rendezvous task of a peer (Net peer group).
 pub(crate) fn spawn(
     inner: &Arc<Inner>,
     cfg: RendezvousConfig,
 ) -> Result<(RendezvousHandle, JoinHandle<()>), PeerError> {
-    let g = inner.group_unique().to_string();
-    let group = PeerGroupId::NET;
+    spawn_in(inner, cfg, None)
+}
+
+/// Starts the rendezvous task of a peer in a group (`None`: the Net peer
+/// group): the same machine on the group's addresses; in a certificate
+/// group, every message sealed by its sender and opened (or dropped and
+/// counted in [`crate::Stats::group_unauthenticated`]) on arrival.
+pub(crate) fn spawn_in(
+    inner: &Arc<Inner>,
+    cfg: RendezvousConfig,
+    scope: Option<Arc<crate::group::GroupCtx>>,
+) -> Result<(RendezvousHandle, JoinHandle<()>), PeerError> {
+    let (g, group) = match &scope {
+        None => (inner.group_unique().to_string(), PeerGroupId::NET),
+        Some(c) => (c.unique.clone(), c.id),
+    };
     let lease = inner.add_listener(lease_address(&group))?;
     let prop = inner.add_listener(propagate_address(&group))?;
     let walk = inner.add_listener(walk_address(&group))?;
@@ -435,18 +449,13 @@ pub(crate) fn spawn(
     // With the route: a JXSE edge accepts a rendezvous' grant only if the
     // route in its advertisement matches a seed address.
     let pa: bytes::Bytes = crate::pipe::local_peer_adv(inner).to_xml().into();
-    let node = RendezvousNode::new(
-        cfg.clone(),
-        me,
-        &g,
-        pa.clone(),
-        &inner.cfg.name,
-        rand::random::<u64>(),
-    );
+    let node = make_node(cfg.clone(), me, group, &g, pa.clone(), &inner.cfg.name);
     let (conn_tx, conn_rx) = mpsc::channel(64);
     let links = inner.links.subscribe();
     let task = Task {
         cfg,
+        group,
+        scope,
         pa,
         name: inner.cfg.name.clone(),
         g: g.clone(),
@@ -470,11 +479,31 @@ pub(crate) fn spawn(
     ))
 }
 
+/// A machine in the Net peer group (on `g`, its configured unique value)
+/// or in a subgroup.
+fn make_node(
+    cfg: RendezvousConfig,
+    me: PeerId,
+    group: PeerGroupId,
+    g: &str,
+    pa: bytes::Bytes,
+    name: &str,
+) -> RendezvousNode {
+    if group == PeerGroupId::NET {
+        RendezvousNode::new(cfg, me, g, pa, name, rand::random())
+    } else {
+        RendezvousNode::new_in(cfg, me, group, pa, name, rand::random())
+    }
+}
+
 /// The driver: owns the clock, the timer, the listeners and the dials;
 /// every decision is the state machine's.
 struct Task {
     /// The configuration, for a role switch.
     cfg: RendezvousConfig,
+    group: PeerGroupId,
+    /// The group (`None`: the Net peer group).
+    scope: Option<Arc<crate::group::GroupCtx>>,
     pa: bytes::Bytes,
     name: String,
     g: String,
@@ -607,9 +636,30 @@ impl Task {
         }
     }
 
-    fn on_delivery(&mut self, d: Delivery, srdi: bool) {
+    fn on_delivery(&mut self, mut d: Delivery, srdi: bool) {
         let now = self.now();
         let dest = if srdi { self.srdi_addr.clone() } else { d.to };
+        if let Some(c) = &self.scope {
+            // A group's service: only what a member sealed (a non-member's
+            // lease request, SRDI entries or lookup never reach the
+            // machine).
+            match c.open(&dest, std::mem::take(&mut d.message), d.from) {
+                Ok(m) => d.message = m,
+                Err(e) => {
+                    if let Some(inner) = self.inner.upgrade() {
+                        let n = inner
+                            .stats
+                            .group_unauthenticated
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                            + 1;
+                        if n.is_power_of_two() {
+                            tracing::info!(group = %c.id, from = ?d.from, error = %e, refused = n, "group rendezvous message without a valid member seal dropped");
+                        }
+                    }
+                    return;
+                }
+            }
+        }
         let Some(from) = d.from else {
             if srdi && self.node.is_rendezvous() {
                 if let Some(inner) = self.inner.upgrade() {
@@ -697,14 +747,7 @@ impl Task {
                 let me = self.node.me();
                 tracing::info!(rendezvous, "rendezvous role switched");
                 // The new machine runs on the same clock.
-                self.node = RendezvousNode::new(
-                    c,
-                    me,
-                    &self.g,
-                    self.pa.clone(),
-                    &self.name,
-                    rand::random(),
-                );
+                self.node = make_node(c, me, self.group, &self.g, self.pa.clone(), &self.name);
                 self.node.handle_timeout(now);
             }
             // Handled in `run` (it flushes before replying).
@@ -753,7 +796,17 @@ impl Task {
                 }
                 NodeEvent::LeaseGained(p) => RendezvousEvent::LeaseGained(p),
                 NodeEvent::LeaseLost { rdv, reason } => RendezvousEvent::LeaseLost { rdv, reason },
-                NodeEvent::ClientJoined(p) => RendezvousEvent::ClientJoined(p),
+                NodeEvent::ClientJoined(p) => {
+                    // A group's rendezvous hands a new edge the group's
+                    // revocation list (a member joining after a
+                    // revocation learns it here).
+                    if let (Some(c), Some(inner)) = (&self.scope, self.inner.upgrade()) {
+                        if let Some(l) = c.revocations() {
+                            crate::group::send_revocations(&inner, c, &l, Some(p));
+                        }
+                    }
+                    RendezvousEvent::ClientJoined(p)
+                }
                 NodeEvent::ClientLeft(p) => RendezvousEvent::ClientLeft(p),
                 NodeEvent::Refused(p) => RendezvousEvent::Refused(p),
                 NodeEvent::RendezvousJoined(p) => RendezvousEvent::RendezvousJoined(p),
@@ -784,9 +837,23 @@ impl Task {
                     Some(m) => {
                         let to = t.to;
                         let dest = t.dest;
-                        if m.post_routed_announced(&dest.service, dest.param.as_deref(), t.message)
-                            .is_err()
-                        {
+                        let sent = match &self.scope {
+                            None => m.post_routed_announced(
+                                &dest.service,
+                                dest.param.as_deref(),
+                                t.message,
+                            ),
+                            Some(c) => {
+                                let msg = c.seal(&dest, t.message);
+                                m.post_routed_in(
+                                    &c.unique,
+                                    &dest.service,
+                                    dest.param.as_deref(),
+                                    msg,
+                                )
+                            }
+                        };
+                        if sent.is_err() {
                             unreachable.push(to);
                         }
                     }
