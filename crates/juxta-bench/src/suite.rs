@@ -40,7 +40,7 @@ use crate::net::{Net, Profile, Topology};
 use crate::ops::{self, OpsOptions};
 use crate::pingpong::{self, PingPongOptions, PingPongRow};
 use crate::recovery::{self, RecoveryOptions};
-use crate::relay::{self, OverloadOptions, RelayOptions};
+use crate::relay::{self, CurveOptions, OverloadOptions, RelayOptions};
 use crate::rendezvous::{self, RendezvousOptions};
 use crate::senders::{self, Mode as SendMode, SendersOptions};
 use crate::throughput::{self, Pattern, ThroughputOptions};
@@ -587,6 +587,13 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
             })),
             Scenario::Ops => steps.push(Step::Ops(OpsOptions {
                 runs: if opts.full { 100 } else { 20 },
+                // Start-up vs cache size (Fig. 6.1): to 1,000,000 under
+                // --full (minutes to fill), to 10,000 by default.
+                cache_sizes: if opts.full {
+                    crate::cache_scale::CacheScaleOptions::full().sizes
+                } else {
+                    crate::cache_scale::CacheScaleOptions::default().sizes
+                },
                 key_bits: opts.key_bits,
                 ..OpsOptions::default()
             })),
@@ -617,6 +624,18 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                         overload: Some(OverloadOptions {
                             duration: Duration::from_secs(if opts.full { 60 } else { 5 }),
                             ..OverloadOptions::default()
+                        }),
+                        // The offered vs received curve: three short
+                        // points by default, the sweep under --full.
+                        curve: Some(if opts.full {
+                            CurveOptions::default()
+                        } else {
+                            CurveOptions {
+                                factors: vec![0.5, 2.0, 8.0],
+                                point: Duration::from_secs(2),
+                                calibrate: Duration::from_secs(2),
+                                ..CurveOptions::default()
+                            }
                         }),
                         key_bits: opts.key_bits,
                         ..RelayOptions::default()
@@ -677,7 +696,7 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
         }
     }
     if opts.net != Profile::Loopback {
-        steps.iter_mut().for_each(shrink_for_link);
+        steps.iter_mut().for_each(|s| shrink_for_link(s, opts.net));
     }
     steps
 }
@@ -685,7 +704,9 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
 /// Over an emulated link a 1 MB ping-pong takes 90 ms (lan) instead of
 /// 0.2 ms: fewer pairs and no 4 MB messages keep the run within budget;
 /// throughput runs longer, so TCP leaves slow start.
-fn shrink_for_link(step: &mut Step) {
+fn shrink_for_link(step: &mut Step, profile: Profile) {
+    // cable and modem56k carry at most a few Mb/s.
+    let slow = profile.rate_bps().is_some_and(|r| r < 10_000_000);
     match step {
         Step::Pingpong(o) => {
             o.sizes.retain(|&s| s <= 1 << 20);
@@ -713,12 +734,29 @@ fn shrink_for_link(step: &mut Step) {
             o.runs = o.runs.min(2);
             o.pairs = o.pairs.min(5);
         }
-        // These run on loopback whatever the profile (their peers are
-        // processes of their own).
+        Step::Relay(o) => {
+            // A 1 MiB ping over modem56k takes minutes.
+            o.sizes.retain(|&s| s <= 65536);
+            o.warmup = o.warmup.min(10);
+            o.pairs = o.pairs.min(20);
+            o.transfer = o.transfer.min(10_000_000);
+            if slow {
+                o.sizes.retain(|&s| s <= 1024);
+                o.transfer = 0;
+                o.stream = o.stream.min(Duration::from_millis(300));
+            }
+        }
+        Step::Rendezvous(o) => {
+            // Every query crosses the link: fewer rates, shorter.
+            if slow {
+                o.rates.retain(|&r| r <= 16);
+                o.edges.retain(|&e| e <= 4);
+            }
+        }
+        // Ops refuses a profile; Mp and JXSE run on loopback whatever the
+        // profile (their peers are processes of their own).
         Step::Ops(_)
-        | Step::Rendezvous(_)
         | Step::Recovery(_)
-        | Step::Relay(_)
         | Step::Mp(_)
         | Step::JxsePingpong(_)
         | Step::JxseThroughput(_) => {}
@@ -769,6 +807,24 @@ fn with_net(step: Step, net: &Net) -> Step {
             ..o
         }),
         Step::Buffers(o) => Step::Buffers(BuffersOptions {
+            net: net.clone(),
+            ..o
+        }),
+        Step::Relay(o) => Step::Relay(RelayOptions {
+            net: net.clone(),
+            ..o
+        }),
+        Step::Rendezvous(o) => Step::Rendezvous(RendezvousOptions {
+            net: net.clone(),
+            ..o
+        }),
+        Step::Recovery(o) => Step::Recovery(RecoveryOptions {
+            net: net.clone(),
+            ..o
+        }),
+        // Refused with a step error naming --net (its peers are all in
+        // this process).
+        Step::Ops(o) => Step::Ops(OpsOptions {
             net: net.clone(),
             ..o
         }),
@@ -1075,6 +1131,15 @@ async fn run_step(
         Step::Ops(o) => {
             let rows = ops::run(o, &mut detail).await?;
             g.rows.extend(to_values(&rows));
+            if !o.cache_sizes.is_empty() {
+                let c = crate::cache_scale::CacheScaleOptions {
+                    sizes: o.cache_sizes.clone(),
+                    key_bits: o.key_bits,
+                    ..Default::default()
+                };
+                g.rows
+                    .extend(to_values(&crate::cache_scale::run(&c, &mut detail).await?));
+            }
         }
         Step::Rendezvous(o) => {
             let o = RendezvousOptions {
