@@ -689,7 +689,7 @@ struct Figures {
 /// A's sending end of a pipe layer.
 enum PipeTx {
     Out(juxta::pipe::OutputPipe),
-    Bidi(juxta::pipe::bidi::BidiPipe),
+    Bidi(Box<juxta::pipe::bidi::BidiPipe>),
 }
 
 impl PipeTx {
@@ -776,7 +776,7 @@ async fn measure_pipes(
                 }
             }
         });
-        (PipeTx::Bidi(a_side), None, echo)
+        (PipeTx::Bidi(Box::new(a_side)), None, echo)
     } else {
         let mut in_b = t.b.pipes().create_input_pipe(&adv_b)?;
         let in_a = t.a.pipes().create_input_pipe(&adv_a)?;
