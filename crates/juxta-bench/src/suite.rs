@@ -323,7 +323,8 @@ fn default_layers(s: Scenario) -> Vec<Layer> {
         ],
         Scenario::Composition => vec![Layer::Endpoint, Layer::UnicastPipe],
         Scenario::Senders => vec![Layer::UnicastPipe],
-        Scenario::Relay => relay::LAYERS.to_vec(),
+        // Secure, bidi and propagate pipes through relays under --full.
+        Scenario::Relay => relay::DEFAULT_LAYERS.to_vec(),
         Scenario::Ops
         | Scenario::Rendezvous
         | Scenario::Recovery
@@ -610,6 +611,11 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                 }));
             }
             Scenario::Relay => {
+                let layers = if opts.full && opts.layers.is_none() {
+                    relay::LAYERS.to_vec()
+                } else {
+                    layers
+                };
                 if !layers.is_empty() {
                     steps.push(Step::Relay(RelayOptions {
                         layers,
@@ -1460,5 +1466,56 @@ mod tests {
         let e = check_out_dir(&file.join("sub")).unwrap_err().to_string();
         assert!(e.contains("--out"), "{e}");
         check_out_dir(&dir.path().join("new/deeper")).unwrap();
+    }
+
+    #[test]
+    fn relay_layers_and_curve_short_by_default_complete_under_full() {
+        let relay = |full: bool| {
+            let mut o = SuiteOptions::quick("x".into());
+            o.full = full;
+            plan(&o)
+                .into_iter()
+                .find_map(|s| match s {
+                    Step::Relay(r) => Some(r),
+                    _ => None,
+                })
+                .expect("a relay step")
+        };
+        let short = relay(false);
+        assert_eq!(short.layers, relay::DEFAULT_LAYERS.to_vec());
+        assert_eq!(short.curve.as_ref().map(|c| c.factors.len()), Some(3));
+        let full = relay(true);
+        assert_eq!(full.layers, relay::LAYERS.to_vec());
+        assert_eq!(
+            full.curve.as_ref().map(|c| c.factors.clone()),
+            Some(CurveOptions::default().factors)
+        );
+    }
+
+    #[test]
+    fn a_profile_reaches_relay_rendezvous_recovery_and_ops() {
+        let net = Net {
+            profile: Profile::Wan,
+            client_ns: Some("a".into()),
+            responder_ns: Some("b".into()),
+            responder_ip: "10.77.0.2".parse().unwrap(),
+        };
+        let steps: Vec<Step> = plan(&SuiteOptions::quick("x".into()))
+            .into_iter()
+            .map(|s| with_net(s, &net))
+            .collect();
+        let mut seen = 0;
+        for s in &steps {
+            let n = match s {
+                Step::Relay(o) => &o.net,
+                Step::Rendezvous(o) => &o.net,
+                Step::Recovery(o) => &o.net,
+                Step::Ops(o) => &o.net,
+                _ => continue,
+            };
+            assert_eq!(n, &net, "{}", s.label());
+            seen += 1;
+        }
+        assert_eq!(seen, 4);
     }
 }
