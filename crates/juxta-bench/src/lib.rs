@@ -16,6 +16,7 @@
 //! [`worker`] processes.
 
 pub mod buffers;
+pub mod cache_scale;
 pub mod chaos;
 pub mod compare;
 pub mod composition;
@@ -60,6 +61,18 @@ pub enum BenchError {
     /// Bad option value.
     #[error("bad option: {0}")]
     BadOption(String),
+    /// A scenario that cannot run under the network profile asked for.
+    #[error(
+        "--net {profile}: {scenario} cannot run under a network profile: {reason} (drop --net)"
+    )]
+    NetUnsupported {
+        /// the profile (`--net`)
+        profile: String,
+        /// the scenario
+        scenario: String,
+        /// why
+        reason: String,
+    },
     /// The responder process failed.
     #[error("responder for layer {layer} failed: {reason}")]
     Responder {

@@ -178,6 +178,12 @@ pub struct OpsOptions {
     /// Configurations to measure, in order (default:
     /// [`DEFAULT_CONFIGS`]; any of [`CONFIGS`]).
     pub configs: Vec<String>,
+    /// Cache sizes for the start-up vs cache size rows (the thesis' Fig.
+    /// 6.1, [`crate::cache_scale`]); empty: none.
+    pub cache_sizes: Vec<u64>,
+    /// Network profile: refused unless loopback (every peer of this
+    /// scenario runs in this process, so none can sit across the link).
+    pub net: crate::net::Net,
 }
 
 impl Default for OpsOptions {
@@ -186,6 +192,8 @@ impl Default for OpsOptions {
             runs: 20,
             key_bits: 1024,
             configs: DEFAULT_CONFIGS.iter().map(|c| c.to_string()).collect(),
+            cache_sizes: Vec::new(),
+            net: crate::net::Net::loopback(),
         }
     }
 }
@@ -329,6 +337,14 @@ pub async fn run_report(
     opts: &OpsOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<OpsReport, BenchError> {
+    if !opts.net.is_local() {
+        return Err(BenchError::NetUnsupported {
+            profile: opts.net.profile.name().into(),
+            scenario: "ops".into(),
+            reason: "its peers all run in this process, so none can sit across the emulated link"
+                .into(),
+        });
+    }
     let configs = opts
         .configs
         .iter()
@@ -1055,6 +1071,7 @@ mod tests {
             runs: 2,
             key_bits: 1024,
             configs: vec!["ad-hoc".into()],
+            ..OpsOptions::default()
         };
         let rows = rt.block_on(run(&opts, |_| {})).unwrap();
         let ops: Vec<&str> = rows.iter().map(|r| r.operation.as_str()).collect();

@@ -44,6 +44,9 @@ pub struct RecoveryOptions {
     pub exe: PathBuf,
     /// RSA key size.
     pub key_bits: usize,
+    /// Network profile: the rendezvous processes run in the responder
+    /// namespace, the edges (this process) in the client namespace.
+    pub net: crate::net::Net,
 }
 
 impl Default for RecoveryOptions {
@@ -54,6 +57,7 @@ impl Default for RecoveryOptions {
             repeats: 3,
             exe: default_exe(),
             key_bits: 1024,
+            net: crate::net::Net::loopback(),
         }
     }
 }
@@ -74,6 +78,13 @@ pub struct RecoveryRow {
 /// Runs the kills; `progress` gets one line per row.
 pub async fn run(
     opts: &RecoveryOptions,
+    progress: impl FnMut(&str),
+) -> Result<Vec<RecoveryRow>, BenchError> {
+    crate::net::scoped(&opts.net, run_here(opts, progress)).await
+}
+
+async fn run_here(
+    opts: &RecoveryOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<RecoveryRow>, BenchError> {
     let homes = tempfile::tempdir().map_err(|source| BenchError::Io {
@@ -83,7 +94,7 @@ pub async fn run(
     let n = opts.edges.max(2);
     let mut rows = Vec::new();
     for _ in 0..opts.repeats.max(1) {
-        let mut r0 = RdvProcess::spawn(
+        let mut r0 = RdvProcess::spawn_in(
             &opts.exe,
             "srdi",
             opts.key_bits,
@@ -91,9 +102,10 @@ pub async fn run(
             &[],
             None,
             DEFAULT_MAX_ENTRIES,
+            &opts.net,
         )
         .await?;
-        let mut r1 = RdvProcess::spawn(
+        let mut r1 = RdvProcess::spawn_in(
             &opts.exe,
             "srdi",
             opts.key_bits,
@@ -101,6 +113,7 @@ pub async fn run(
             &[r0.addr],
             None,
             DEFAULT_MAX_ENTRIES,
+            &opts.net,
         )
         .await?;
         // Every edge lists r0 first: all lease r0.

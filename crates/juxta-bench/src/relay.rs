@@ -61,7 +61,17 @@ use crate::util::{percentile, random_pipe_id};
 use crate::BenchError;
 
 /// Layers this scenario measures.
-pub const LAYERS: [Layer; 2] = [Layer::UnicastPipe, Layer::Socket];
+pub const LAYERS: [Layer; 5] = [
+    Layer::UnicastPipe,
+    Layer::SecurePipe,
+    Layer::BidiPipe,
+    Layer::Propagate,
+    Layer::Socket,
+];
+
+/// Layers measured by default (`juxta bench relay` and the suite; the
+/// others on request with `--layers`).
+pub const DEFAULT_LAYERS: [Layer; 2] = [Layer::UnicastPipe, Layer::Socket];
 
 /// How long the overload run waits, after the senders stop, for what
 /// they sent to reach the sink.
@@ -154,6 +164,42 @@ pub struct OverloadOptions {
     pub in_process: bool,
 }
 
+/// Options of the overload curve: the offered rate swept against the
+/// relay's measured forwarding rate (the thesis' offered vs received plot).
+#[derive(Debug, Clone, Serialize)]
+pub struct CurveOptions {
+    /// Offered rates as multiples of the forwarding rate measured first
+    /// (senders sending back to back for [`CurveOptions::calibrate`]).
+    pub factors: Vec<f64>,
+    /// Explicit offered rates (messages/s): replace `factors` when not
+    /// empty (the forwarding rate is still measured and reported).
+    pub rates: Vec<f64>,
+    /// How long each point offers.
+    pub point: Duration,
+    /// How long the forwarding rate is measured.
+    pub calibrate: Duration,
+    /// Sender edges.
+    pub senders: usize,
+    /// Payload bytes per message.
+    pub size: usize,
+    /// Run the relay in this process instead of its own (tests).
+    pub in_process: bool,
+}
+
+impl Default for CurveOptions {
+    fn default() -> CurveOptions {
+        CurveOptions {
+            factors: vec![0.5, 1.0, 2.0, 4.0, 8.0, 12.0, 20.0],
+            rates: Vec::new(),
+            point: Duration::from_secs(10),
+            calibrate: Duration::from_secs(3),
+            senders: 2,
+            size: 1024,
+            in_process: false,
+        }
+    }
+}
+
 impl Default for OverloadOptions {
     fn default() -> OverloadOptions {
         OverloadOptions {
@@ -187,6 +233,14 @@ pub struct RelayOptions {
     pub transfer: u64,
     /// The overload run (`None`: skipped).
     pub overload: Option<OverloadOptions>,
+    /// The overload curve (`None`: skipped).
+    pub curve: Option<CurveOptions>,
+    /// Network profile: the relays run in the responder namespace, the
+    /// edges (this process) in the client namespace, so every relayed
+    /// message crosses the emulated link twice (the `direct` baseline
+    /// stays on the client side: two edges of one site, their relay
+    /// across the link).
+    pub net: crate::net::Net,
     /// The `juxta` binary re-run as the relays (paths and overload).
     pub exe: PathBuf,
     /// RSA key size of the peers.
@@ -202,13 +256,15 @@ impl Default for RelayOptions {
     fn default() -> RelayOptions {
         RelayOptions {
             paths: RelayPath::ALL.to_vec(),
-            layers: LAYERS.to_vec(),
+            layers: DEFAULT_LAYERS.to_vec(),
             sizes: vec![1, 1024, 65536],
             warmup: 200,
             pairs: 200,
             stream: Duration::from_millis(1000),
             transfer: 100_000_000,
             overload: Some(OverloadOptions::default()),
+            curve: None,
+            net: crate::net::Net::loopback(),
             exe: crate::rendezvous::default_exe(),
             key_bits: 1024,
             relays_in_process: false,
@@ -227,7 +283,8 @@ pub struct RelayRow {
     pub layer: &'static str,
     /// Payload bytes.
     pub size: usize,
-    /// `pingpong` (RTT and bandwidth), `transfer` or `overload`.
+    /// `pingpong` (RTT and bandwidth), `transfer`, `overload` or
+    /// `overload-curve`.
     pub run: &'static str,
     /// Median ping-pong RTT (µs).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -293,6 +350,13 @@ pub struct RelayRow {
     /// Overload: the other pair's ping-pongs not answered within 2 s.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub other_edge_timeouts: Option<u64>,
+    /// Overload curve: the offered rate over the measured forwarding rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offered_factor: Option<f64>,
+    /// Overload curve: messages/s the relay forwarded with the senders
+    /// sending back to back (measured before the points).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forwarding_msgs_per_s: Option<f64>,
     /// Overload: measured seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_s: Option<f64>,
@@ -387,7 +451,8 @@ async fn start_relay(
         };
         return Ok((Relay::InProcess(r), addrs));
     }
-    let r = RelayProcess::start_with(&opts.exe, opts.key_bits, http, peer, rendezvous).await?;
+    let r =
+        RelayProcess::start_in(&opts.exe, opts.key_bits, http, peer, rendezvous, &opts.net).await?;
     let addrs = RelayAddrs {
         tcp: r.addr,
         http: r.http_addr,
@@ -423,7 +488,14 @@ impl Topo {
 
 async fn topology(path: RelayPath, homes: &Path, opts: &RelayOptions) -> Result<Topo, BenchError> {
     let p = path.name();
-    let key_bits = opts.key_bits;
+    // Secure pipes need 2048-bit keys on the edges (the relays only
+    // forward).
+    let key_bits = opts
+        .layers
+        .iter()
+        .map(|l| l.key_bits(opts.key_bits))
+        .max()
+        .unwrap_or(opts.key_bits);
     match path {
         RelayPath::Direct => {
             let b =
@@ -614,51 +686,139 @@ struct Figures {
     mb_s: f64,
 }
 
-/// Unicast pipes A -> B (ping and stream) and B -> A (ack).
+/// A's sending end of a pipe layer.
+enum PipeTx {
+    Out(juxta::pipe::OutputPipe),
+    Bidi(Box<juxta::pipe::bidi::BidiPipe>),
+}
+
+impl PipeTx {
+    async fn send(&self, m: Message) -> Result<(), BenchError> {
+        match self {
+            PipeTx::Out(o) => {
+                o.send(m).await?;
+            }
+            PipeTx::Bidi(b) => {
+                b.send(m).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The next ack (on the ack pipe, or on the bidi pipe itself).
+    async fn ack(&mut self, acks: &mut Option<juxta::pipe::InputPipe>) -> Option<()> {
+        match (self, acks) {
+            (_, Some(i)) => i.recv().await.map(|_| ()),
+            (PipeTx::Bidi(b), None) => b.recv().await.map(|_| ()),
+            (PipeTx::Out(_), None) => None,
+        }
+    }
+}
+
+/// Pipes A -> B (ping and stream) with the acks B -> A: unicast and
+/// secure pipes (the ack on a second pipe of the same type), bidi pipes
+/// (the ack on the same pipe) and propagate pipes (sent to B through the
+/// relay; the ack on a unicast pipe).
 async fn measure_pipes(
     t: &Topo,
+    layer: Layer,
     sizes: &[usize],
     opts: &RelayOptions,
     label: &str,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<Figures>, BenchError> {
-    let (adv_b, adv_a) = (pipe_adv("relay-bench-b"), pipe_adv("relay-bench-a"));
-    let mut in_b = t.b.pipes().create_input_pipe(&adv_b)?;
-    let mut in_a = t.a.pipes().create_input_pipe(&adv_a)?;
-    let (out_ab, out_ba) = if t.discover {
-        let found_b = discovered(&t.b, &t.a, &adv_b).await?;
-        let found_a = discovered(&t.a, &t.b, &adv_a).await?;
-        (
-            t.a.pipes().create_output_pipe(&found_b, &[], WAIT).await?,
-            t.b.pipes().create_output_pipe(&found_a, &[], WAIT).await?,
-        )
-    } else {
-        (
-            t.a.pipes()
-                .create_output_pipe(&adv_b, &[t.b.peer_id()], WAIT)
-                .await?,
-            t.b.pipes()
-                .create_output_pipe(&adv_a, &[t.a.peer_id()], WAIT)
-                .await?,
-        )
+    let ty = match layer {
+        Layer::SecurePipe => PipeType::UnicastSecure,
+        Layer::Propagate => PipeType::Propagate,
+        _ => PipeType::Unicast,
     };
+    let ack_ty = if layer == Layer::SecurePipe {
+        PipeType::UnicastSecure
+    } else {
+        PipeType::Unicast
+    };
+    // Names per layer: discovery by name must find this layer's pipe.
+    let (mut adv_b, mut adv_a) = (
+        pipe_adv(&format!("relay-bench-b-{}", layer.name())),
+        pipe_adv(&format!("relay-bench-a-{}", layer.name())),
+    );
+    adv_b.pipe_type = ty;
+    adv_a.pipe_type = ack_ty;
     let epoch = Instant::now();
     let recv = Arc::new(Received::default());
     let r2 = recv.clone();
-    // B: acks pings, counts streamed messages.
-    let echo = tokio::spawn(async move {
-        while let Some(m) = in_b.recv().await {
-            let d = m.message.get("", "d").map(|e| e.data.len()).unwrap_or(0);
-            if m.message.get("", "p").is_some() {
-                let ack = Message::new().with(Element::bytes("", "k", &b"k"[..]));
-                if out_ba.send(ack).await.is_err() {
-                    break;
+    let (mut tx, mut acks, echo) = if layer == Layer::BidiPipe {
+        let mut listener = t.b.pipes().bind_bidi(&adv_b)?;
+        let found_b = if t.discover {
+            discovered(&t.b, &t.a, &adv_b).await?
+        } else {
+            adv_b.clone()
+        };
+        let accept = tokio::spawn(async move { listener.accept().await });
+        let a_side =
+            t.a.pipes()
+                .connect_bidi(&found_b, t.b.peer_id(), WAIT)
+                .await?;
+        let mut b_side = tokio::time::timeout(WAIT, accept)
+            .await
+            .map_err(|_| fail(format!("{label}: bidi pipe not accepted within {WAIT:?}")))?
+            .map_err(|e| fail(format!("{label}: bidi accept: {e}")))??;
+        let echo = tokio::spawn(async move {
+            while let Some(m) = b_side.recv().await {
+                let d = m.message.get("", "d").map(|e| e.data.len()).unwrap_or(0);
+                if m.message.get("", "p").is_some() {
+                    let ack = Message::new().with(Element::bytes("", "k", &b"k"[..]));
+                    if b_side.send(ack).await.is_err() {
+                        break;
+                    }
+                } else {
+                    r2.add(epoch, d as u64);
                 }
-            } else {
-                r2.add(epoch, d as u64);
             }
-        }
-    });
+        });
+        (PipeTx::Bidi(Box::new(a_side)), None, echo)
+    } else {
+        let mut in_b = t.b.pipes().create_input_pipe(&adv_b)?;
+        let in_a = t.a.pipes().create_input_pipe(&adv_a)?;
+        let (out_ab, out_ba) = if t.discover {
+            let found_b = discovered(&t.b, &t.a, &adv_b).await?;
+            let found_a = discovered(&t.a, &t.b, &adv_a).await?;
+            let to_b: Vec<PeerId> = if layer == Layer::Propagate {
+                vec![t.b.peer_id()]
+            } else {
+                Vec::new()
+            };
+            (
+                t.a.pipes()
+                    .create_output_pipe(&found_b, &to_b, WAIT)
+                    .await?,
+                t.b.pipes().create_output_pipe(&found_a, &[], WAIT).await?,
+            )
+        } else {
+            (
+                t.a.pipes()
+                    .create_output_pipe(&adv_b, &[t.b.peer_id()], WAIT)
+                    .await?,
+                t.b.pipes()
+                    .create_output_pipe(&adv_a, &[t.a.peer_id()], WAIT)
+                    .await?,
+            )
+        };
+        let echo = tokio::spawn(async move {
+            while let Some(m) = in_b.recv().await {
+                let d = m.message.get("", "d").map(|e| e.data.len()).unwrap_or(0);
+                if m.message.get("", "p").is_some() {
+                    let ack = Message::new().with(Element::bytes("", "k", &b"k"[..]));
+                    if out_ba.send(ack).await.is_err() {
+                        break;
+                    }
+                } else {
+                    r2.add(epoch, d as u64);
+                }
+            }
+        });
+        (PipeTx::Out(out_ab), Some(in_a), echo)
+    };
     let mut out = Vec::new();
     for &size in sizes {
         let payload = bytes::Bytes::from(vec![7u8; size]);
@@ -671,8 +831,8 @@ async fn measure_pipes(
         let mut rtts = Vec::with_capacity(opts.pairs);
         for i in 0..opts.warmup + opts.pairs {
             let t0 = Instant::now();
-            out_ab.send(ping()).await?;
-            tokio::time::timeout(WAIT, in_a.recv())
+            tx.send(ping()).await?;
+            tokio::time::timeout(WAIT, tx.ack(&mut acks))
                 .await
                 .map_err(|_| fail(format!("{label}: no ack within {WAIT:?}")))?
                 .ok_or_else(|| fail(format!("{label}: ack pipe closed")))?;
@@ -689,8 +849,7 @@ async fn measure_pipes(
         let t0 = Instant::now();
         let mut sent = 0u64;
         while t0.elapsed() < opts.stream {
-            out_ab
-                .send(Message::new().with(Element::bytes("", "d", payload.clone())))
+            tx.send(Message::new().with(Element::bytes("", "d", payload.clone())))
                 .await?;
             sent += 1;
         }
@@ -897,9 +1056,55 @@ async fn measure_transfer(t: &Topo, total: u64) -> Result<f64, BenchError> {
     })
 }
 
-/// Runs every path, layer and size, then the overload run; `progress`
-/// gets one line per step.
+/// Runs every path, layer and size, then the overload run and the
+/// overload curve; `progress` gets one line per step. Under a network
+/// profile ([`RelayOptions::net`]) this must run on a current-thread
+/// runtime (the edges' sockets are made in the client namespace).
 pub async fn run(
+    opts: &RelayOptions,
+    progress: impl FnMut(&str),
+) -> Result<Vec<RelayRow>, BenchError> {
+    opts.validate()?;
+    crate::net::scoped(&opts.net, run_here(opts, progress)).await
+}
+
+impl RelayOptions {
+    /// Refuses what cannot be honoured (checked before anything starts).
+    pub fn validate(&self) -> Result<(), BenchError> {
+        if !self.net.is_local()
+            && (self.relays_in_process
+                || self.overload.as_ref().is_some_and(|o| o.in_process)
+                || self.curve.as_ref().is_some_and(|c| c.in_process))
+        {
+            return Err(BenchError::NetUnsupported {
+                profile: self.net.profile.name().into(),
+                scenario: "relay".into(),
+                reason: "relays in this process cannot sit across the link (they need the juxta binary as relay-serve)".into(),
+            });
+        }
+        if let Some(c) = &self.curve {
+            let bad = |x: &f64| !(x.is_finite() && *x > 0.0);
+            if c.factors.iter().any(bad) || c.rates.iter().any(bad) {
+                return Err(BenchError::BadOption(
+                    "relay curve: --curve-factors and --rates must be positive numbers".into(),
+                ));
+            }
+            if c.factors.is_empty() && c.rates.is_empty() {
+                return Err(BenchError::BadOption(
+                    "relay curve: give --curve-factors or --rates".into(),
+                ));
+            }
+            if c.rates.iter().any(|r| *r > 1e6) || c.factors.iter().any(|f| *f > 1000.0) {
+                return Err(BenchError::BadOption(
+                    "relay curve: at most 1,000,000 messages/s and 1,000x".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn run_here(
     opts: &RelayOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<RelayRow>, BenchError> {
@@ -908,7 +1113,7 @@ pub async fn run(
             return Err(BenchError::Unsupported {
                 layer: l.name().into(),
                 scenario: "relay".into(),
-                allowed: "unicast-pipe, socket".into(),
+                allowed: "unicast-pipe, secure-pipe, bidi-pipe, propagate, socket".into(),
             });
         }
     }
@@ -930,7 +1135,7 @@ pub async fn run(
             let figs = if layer == Layer::Socket {
                 measure_socket(&t, &opts.sizes, opts, &label, &mut progress).await?
             } else {
-                measure_pipes(&t, &opts.sizes, opts, &label, &mut progress).await?
+                measure_pipes(&t, layer, &opts.sizes, opts, &label, &mut progress).await?
             };
             if layer == Layer::Socket
                 && opts.transfer > 0
@@ -978,6 +1183,9 @@ pub async fn run(
     add_ratios(&mut rows);
     if let Some(o) = &opts.overload {
         rows.push(overload(opts, o, homes.path(), &mut progress).await?);
+    }
+    if let Some(c) = &opts.curve {
+        rows.extend(curve(opts, c, homes.path(), &mut progress).await?);
     }
     Ok(rows)
 }
@@ -1095,17 +1303,42 @@ impl RelayProcess {
         peer: Option<SocketAddr>,
         rendezvous: bool,
     ) -> Result<RelayProcess, BenchError> {
+        RelayProcess::start_in(
+            exe,
+            key_bits,
+            http,
+            peer,
+            rendezvous,
+            &crate::net::Net::loopback(),
+        )
+        .await
+    }
+
+    /// [`RelayProcess::start_with`] in the responder namespace of `net`,
+    /// listening on its responder address (`relay-serve --netns`).
+    pub async fn start_in(
+        exe: &Path,
+        key_bits: usize,
+        http: bool,
+        peer: Option<SocketAddr>,
+        rendezvous: bool,
+        net: &crate::net::Net,
+    ) -> Result<RelayProcess, BenchError> {
         let home = tempfile::tempdir().map_err(io("creating a relay home"))?;
+        let bind = SocketAddr::new(net.responder_ip, 0).to_string();
         let mut cmd = Command::new(exe);
         cmd.arg("relay-serve")
             .arg("--listen")
-            .arg("127.0.0.1:0")
+            .arg(&bind)
             .arg("--home")
             .arg(home.path())
             .arg("--key-bits")
             .arg(key_bits.to_string());
+        if let Some(ns) = &net.responder_ns {
+            cmd.arg("--netns").arg(ns);
+        }
         if http {
-            cmd.arg("--http-listen").arg("127.0.0.1:0");
+            cmd.arg("--http-listen").arg(&bind);
         }
         if let Some(p) = peer {
             cmd.arg("--peer").arg(p.to_string());
@@ -1202,7 +1435,8 @@ async fn overload(
         return overload_with(addr, std::process::id(), opts, o, &homes, progress).await;
     }
     progress("relay overload: starting the relay process");
-    let mut relay = RelayProcess::spawn(&opts.exe, opts.key_bits).await?;
+    let mut relay =
+        RelayProcess::start_in(&opts.exe, opts.key_bits, false, None, false, &opts.net).await?;
     let result = overload_with(relay.addr, relay.pid, opts, o, &homes, progress).await;
     relay.kill().await;
     result
@@ -1438,6 +1672,266 @@ async fn overload_with(
         other_timeouts,
     ));
     Ok(row)
+}
+
+/// The overload curve against a relay process (or one in this process
+/// for tests): sender edges offer 1 KB messages through the relay to a
+/// sink edge that reads as fast as it can. First the forwarding rate is
+/// measured (the senders send back to back for
+/// [`CurveOptions::calibrate`]), then each point offers a set rate, open
+/// loop, for [`CurveOptions::point`]: one row per point with the rate
+/// received at the sink, the loss (offered not delivered within the
+/// point and a drain of at most [`DRAIN`]) and the relay's largest RSS
+/// during the point.
+async fn curve(
+    opts: &RelayOptions,
+    c: &CurveOptions,
+    homes: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<RelayRow>, BenchError> {
+    let homes = homes.join("curve");
+    if c.in_process {
+        progress("relay curve: starting the relay (in this process)");
+        let r = start_peer(&homes, "relay", opts.key_bits, |c| {
+            c.listen(loopback()).relay(RelayConfig::server())
+        })
+        .await?;
+        let addr = r.local_addr().ok_or_else(|| fail("relay has no address"))?;
+        return curve_with(addr, std::process::id(), opts, c, &homes, progress).await;
+    }
+    progress("relay curve: starting the relay process");
+    let mut relay =
+        RelayProcess::start_in(&opts.exe, opts.key_bits, false, None, false, &opts.net).await?;
+    let result = curve_with(relay.addr, relay.pid, opts, c, &homes, progress).await;
+    relay.kill().await;
+    result
+}
+
+/// Samples the RSS of `pid` every 250 ms until `stop`; the largest.
+fn rss_sampler(pid: u32, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<f64> {
+    tokio::spawn(async move {
+        let mut max = rss_mb(pid).unwrap_or(0.0);
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        while !stop.load(Ordering::Relaxed) {
+            tick.tick().await;
+            if let Some(mb) = rss_mb(pid) {
+                max = max.max(mb);
+            }
+        }
+        (max * 100.0).round() / 100.0
+    })
+}
+
+async fn curve_with(
+    relay_addr: SocketAddr,
+    pid: u32,
+    opts: &RelayOptions,
+    c: &CurveOptions,
+    homes: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<RelayRow>, BenchError> {
+    let seeds = vec![relay_addr];
+    let kb = opts.key_bits;
+    let edge = |name: String| {
+        let seeds = seeds.clone();
+        async move { start_peer(homes, &name, kb, |c| c.relay(RelayConfig::client(seeds))).await }
+    };
+    let sink = edge("sink".into()).await?;
+    let mut senders = Vec::new();
+    for i in 0..c.senders.max(1) {
+        senders.push(edge(format!("sender{i}")).await?);
+    }
+    for p in std::iter::once(&sink).chain(&senders) {
+        leased(p, "curve edge").await?;
+    }
+    progress("relay curve: edges leased, binding pipes");
+    let sink_adv = pipe_adv("relay-curve-sink");
+    let mut sink_in = sink.pipes().create_input_pipe(&sink_adv)?;
+    let mut outs = Vec::new();
+    for s in &senders {
+        outs.push(Arc::new(
+            s.pipes()
+                .create_output_pipe(&sink_adv, &[sink.peer_id()], WAIT)
+                .await?,
+        ));
+    }
+    let delivered = Arc::new(AtomicU64::new(0));
+    let d2 = delivered.clone();
+    let sink_task = tokio::spawn(async move {
+        while sink_in.recv().await.is_some() {
+            d2.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let payload = bytes::Bytes::from(vec![5u8; c.size]);
+    let msg = move || Message::new().with(Element::bytes("", "d", payload.clone()));
+    // Waits until nothing more arrives for 500 ms (at most DRAIN).
+    let quiet = |delivered: Arc<AtomicU64>| async move {
+        let until = Instant::now() + DRAIN;
+        settle(
+            || Instant::now() >= until,
+            || delivered.load(Ordering::Relaxed),
+            Duration::from_millis(500),
+        )
+        .await;
+    };
+
+    // The forwarding rate: every sender back to back.
+    progress(&format!(
+        "relay curve: measuring the forwarding rate ({:.0} s, {} senders back to back)",
+        c.calibrate.as_secs_f64(),
+        outs.len()
+    ));
+    let d0 = delivered.load(Ordering::Relaxed);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for out in &outs {
+        let (out, stop, msg) = (out.clone(), stop.clone(), msg.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if out.send(msg()).await.is_err() {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        }));
+    }
+    let t0 = Instant::now();
+    tokio::time::sleep(c.calibrate).await;
+    let forwarding = (delivered.load(Ordering::Relaxed) - d0) as f64 / t0.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+    quiet(delivered.clone()).await;
+    progress(&format!(
+        "relay curve: the relay forwards {forwarding:.0} messages/s"
+    ));
+    if forwarding <= 0.0 && c.rates.is_empty() {
+        sink_task.abort();
+        return Err(fail("relay curve: nothing was forwarded while calibrating"));
+    }
+    let points: Vec<(Option<f64>, f64)> = if c.rates.is_empty() {
+        c.factors
+            .iter()
+            .map(|&f| (Some(f), f * forwarding))
+            .collect()
+    } else {
+        c.rates
+            .iter()
+            .map(|&r| ((forwarding > 0.0).then(|| r / forwarding), r))
+            .collect()
+    };
+    let mut rows = Vec::new();
+    for (factor, rate) in points {
+        progress(&format!(
+            "relay curve: offering {rate:.0} messages/s for {:.0} s",
+            c.point.as_secs_f64()
+        ));
+        let refused0: u64 = senders
+            .iter()
+            .map(|s| s.stats().relay_refused.load(Ordering::Relaxed))
+            .sum();
+        let stop = Arc::new(AtomicBool::new(false));
+        let offered = Arc::new(AtomicU64::new(0));
+        let held_back = Arc::new(AtomicU64::new(0));
+        let send_errors = Arc::new(AtomicU64::new(0));
+        let per_sender = rate / outs.len() as f64;
+        let mut tasks = Vec::new();
+        for out in &outs {
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<Message>(256);
+            let (errs, out) = (send_errors.clone(), out.clone());
+            tasks.push(tokio::spawn(async move {
+                while let Some(m) = rx.recv().await {
+                    if out.send(m).await.is_err() {
+                        errs.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+            let (stop, offered, held_back, msg) = (
+                stop.clone(),
+                offered.clone(),
+                held_back.clone(),
+                msg.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                let t0 = Instant::now();
+                let mut n = 0u64;
+                let mut tick = tokio::time::interval(Duration::from_millis(1));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                while !stop.load(Ordering::Relaxed) {
+                    tick.tick().await;
+                    let due = (t0.elapsed().as_secs_f64() * per_sender) as u64;
+                    while n < due {
+                        n += 1;
+                        offered.fetch_add(1, Ordering::Relaxed);
+                        if tx.try_send(msg()).is_err() {
+                            held_back.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }));
+        }
+        let sampler = rss_sampler(pid, stop.clone());
+        let d0 = delivered.load(Ordering::Relaxed);
+        let start = Instant::now();
+        tokio::time::sleep(c.point).await;
+        let measured = start.elapsed().as_secs_f64();
+        let in_time = delivered.load(Ordering::Relaxed) - d0;
+        stop.store(true, Ordering::Relaxed);
+        quiet(delivered.clone()).await;
+        for t in tasks {
+            t.abort();
+        }
+        let rss = sampler.await.unwrap_or(0.0);
+        let offered = offered.load(Ordering::Relaxed);
+        let got = (delivered.load(Ordering::Relaxed) - d0).min(offered);
+        let held_back = held_back.load(Ordering::Relaxed);
+        let refused = senders
+            .iter()
+            .map(|s| s.stats().relay_refused.load(Ordering::Relaxed))
+            .sum::<u64>()
+            .saturating_sub(refused0);
+        let send_errors = send_errors.load(Ordering::Relaxed);
+        let row = RelayRow {
+            scenario: "relay",
+            path: RelayPath::TcpRelay.name(),
+            layer: Layer::UnicastPipe.name(),
+            size: c.size,
+            run: "overload-curve",
+            offered_msgs_per_s: Some(offered as f64 / measured),
+            delivered_msgs_per_s: Some(in_time as f64 / measured),
+            loss_pct: Some(if offered == 0 {
+                0.0
+            } else {
+                (offered - got) as f64 * 100.0 / offered as f64
+            }),
+            offered: Some(offered),
+            delivered: Some(got),
+            held_back: Some(held_back),
+            refused_by_relay: Some(refused),
+            send_errors: Some(send_errors),
+            unaccounted: Some(
+                offered
+                    .saturating_sub(got)
+                    .saturating_sub(held_back)
+                    .saturating_sub(refused)
+                    .saturating_sub(send_errors),
+            ),
+            relay_rss_mb_max: Some(rss),
+            offered_factor: factor.map(|f| (f * 100.0).round() / 100.0),
+            forwarding_msgs_per_s: Some(forwarding),
+            duration_s: Some(measured),
+            ..RelayRow::default()
+        };
+        progress(&format!(
+            "relay curve: offered {:.0}/s received {:.0}/s loss {:.1}% relay RSS max {rss:.1} MB",
+            row.offered_msgs_per_s.unwrap_or(0.0),
+            row.delivered_msgs_per_s.unwrap_or(0.0),
+            row.loss_pct.unwrap_or(0.0),
+        ));
+        rows.push(row);
+    }
+    sink_task.abort();
+    Ok(rows)
 }
 
 #[cfg(test)]

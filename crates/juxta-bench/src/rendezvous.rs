@@ -165,6 +165,32 @@ impl RdvProcess {
         central: Option<PeerId>,
         max_entries: usize,
     ) -> Result<RdvProcess, BenchError> {
+        RdvProcess::spawn_in(
+            exe,
+            model,
+            key_bits,
+            rate_limit,
+            peers,
+            central,
+            max_entries,
+            &crate::net::Net::loopback(),
+        )
+        .await
+    }
+
+    /// [`RdvProcess::spawn`] in the responder namespace of `net`,
+    /// listening on its responder address (`rdv-serve --netns`).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn spawn_in(
+        exe: &std::path::Path,
+        model: &str,
+        key_bits: usize,
+        rate_limit: u32,
+        peers: &[SocketAddr],
+        central: Option<PeerId>,
+        max_entries: usize,
+        net: &crate::net::Net,
+    ) -> Result<RdvProcess, BenchError> {
         let home = tempfile::tempdir().map_err(|source| BenchError::Io {
             what: "creating a rendezvous home".into(),
             source,
@@ -172,7 +198,7 @@ impl RdvProcess {
         let mut cmd = Command::new(exe);
         cmd.arg("rdv-serve")
             .arg("--listen")
-            .arg("127.0.0.1:0")
+            .arg(SocketAddr::new(net.responder_ip, 0).to_string())
             .arg("--home")
             .arg(home.path())
             .arg("--model")
@@ -201,6 +227,9 @@ impl RdvProcess {
             .stdout(Stdio::piped())
             .stdin(Stdio::null())
             .kill_on_drop(true);
+        if let Some(ns) = &net.responder_ns {
+            cmd.arg("--netns").arg(ns);
+        }
         let mut child = cmd.spawn().map_err(|source| BenchError::Io {
             what: format!("starting rendezvous {}", exe.display()),
             source,
@@ -427,6 +456,9 @@ pub struct RendezvousOptions {
     pub rdv_cache: usize,
     /// How long a query may take before it counts as lost.
     pub timeout: Duration,
+    /// Network profile: the rendezvous processes run in the responder
+    /// namespace, the edges (this process) in the client namespace.
+    pub net: crate::net::Net,
 }
 
 /// Most advertisements a run may publish (`--query-space`).
@@ -455,6 +487,7 @@ impl Default for RendezvousOptions {
             adv_type: AdvType::Adv,
             rdv_cache: DEFAULT_RDV_CACHE,
             timeout: LOOKUP_TIMEOUT,
+            net: crate::net::Net::loopback(),
         }
     }
 }
@@ -728,7 +761,7 @@ async fn set_up(
         let peers: Vec<SocketAddr> = rdvs.iter().map(|r| r.addr).collect();
         let central = rdvs.first().map(|r| r.peer);
         rdvs.push(
-            RdvProcess::spawn(
+            RdvProcess::spawn_in(
                 &opts.exe,
                 model,
                 opts.key_bits,
@@ -736,6 +769,7 @@ async fn set_up(
                 &peers,
                 central,
                 opts.index_bound(ne),
+                &opts.net,
             )
             .await?,
         );
@@ -753,7 +787,7 @@ async fn set_up(
             let mut v = Vec::with_capacity(ne);
             for i in 0..ne {
                 let mut c = PeerConfig::new(sub.join(format!("edge{i}")))
-                    .listen(SocketAddr::from(([127, 0, 0, 1], 0)))
+                    .listen(SocketAddr::new(opts.net.client_ip(), 0))
                     .rendezvous(RendezvousConfig::edge(seeds.clone()).first_seed(i));
                 c.key_bits = opts.key_bits;
                 c.name = edge_name(i);
@@ -932,9 +966,16 @@ async fn pdp_query(
 /// and the run goes on.
 pub async fn run(
     opts: &RendezvousOptions,
-    mut progress: impl FnMut(&str),
+    progress: impl FnMut(&str),
 ) -> Result<Vec<RendezvousRow>, BenchError> {
     opts.validate()?;
+    crate::net::scoped(&opts.net, run_here(opts, progress)).await
+}
+
+async fn run_here(
+    opts: &RendezvousOptions,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<RendezvousRow>, BenchError> {
     let homes = tempfile::tempdir().map_err(|source| BenchError::Io {
         what: "creating edge homes".into(),
         source,

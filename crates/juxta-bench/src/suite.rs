@@ -40,7 +40,7 @@ use crate::net::{Net, Profile, Topology};
 use crate::ops::{self, OpsOptions};
 use crate::pingpong::{self, PingPongOptions, PingPongRow};
 use crate::recovery::{self, RecoveryOptions};
-use crate::relay::{self, OverloadOptions, RelayOptions};
+use crate::relay::{self, CurveOptions, OverloadOptions, RelayOptions};
 use crate::rendezvous::{self, RendezvousOptions};
 use crate::senders::{self, Mode as SendMode, SendersOptions};
 use crate::throughput::{self, Pattern, ThroughputOptions};
@@ -323,7 +323,8 @@ fn default_layers(s: Scenario) -> Vec<Layer> {
         ],
         Scenario::Composition => vec![Layer::Endpoint, Layer::UnicastPipe],
         Scenario::Senders => vec![Layer::UnicastPipe],
-        Scenario::Relay => relay::LAYERS.to_vec(),
+        // Secure, bidi and propagate pipes through relays under --full.
+        Scenario::Relay => relay::DEFAULT_LAYERS.to_vec(),
         Scenario::Ops
         | Scenario::Rendezvous
         | Scenario::Recovery
@@ -587,6 +588,13 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
             })),
             Scenario::Ops => steps.push(Step::Ops(OpsOptions {
                 runs: if opts.full { 100 } else { 20 },
+                // Start-up vs cache size (Fig. 6.1): to 1,000,000 under
+                // --full (minutes to fill), to 10,000 by default.
+                cache_sizes: if opts.full {
+                    crate::cache_scale::CacheScaleOptions::full().sizes
+                } else {
+                    crate::cache_scale::CacheScaleOptions::default().sizes
+                },
                 key_bits: opts.key_bits,
                 ..OpsOptions::default()
             })),
@@ -603,6 +611,11 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                 }));
             }
             Scenario::Relay => {
+                let layers = if opts.full && opts.layers.is_none() {
+                    relay::LAYERS.to_vec()
+                } else {
+                    layers
+                };
                 if !layers.is_empty() {
                     steps.push(Step::Relay(RelayOptions {
                         layers,
@@ -617,6 +630,18 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                         overload: Some(OverloadOptions {
                             duration: Duration::from_secs(if opts.full { 60 } else { 5 }),
                             ..OverloadOptions::default()
+                        }),
+                        // The offered vs received curve: three short
+                        // points by default, the sweep under --full.
+                        curve: Some(if opts.full {
+                            CurveOptions::default()
+                        } else {
+                            CurveOptions {
+                                factors: vec![0.5, 2.0, 8.0],
+                                point: Duration::from_secs(2),
+                                calibrate: Duration::from_secs(2),
+                                ..CurveOptions::default()
+                            }
                         }),
                         key_bits: opts.key_bits,
                         ..RelayOptions::default()
@@ -677,7 +702,7 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
         }
     }
     if opts.net != Profile::Loopback {
-        steps.iter_mut().for_each(shrink_for_link);
+        steps.iter_mut().for_each(|s| shrink_for_link(s, opts.net));
     }
     steps
 }
@@ -685,7 +710,9 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
 /// Over an emulated link a 1 MB ping-pong takes 90 ms (lan) instead of
 /// 0.2 ms: fewer pairs and no 4 MB messages keep the run within budget;
 /// throughput runs longer, so TCP leaves slow start.
-fn shrink_for_link(step: &mut Step) {
+fn shrink_for_link(step: &mut Step, profile: Profile) {
+    // cable and modem56k carry at most a few Mb/s.
+    let slow = profile.rate_bps().is_some_and(|r| r < 10_000_000);
     match step {
         Step::Pingpong(o) => {
             o.sizes.retain(|&s| s <= 1 << 20);
@@ -713,12 +740,29 @@ fn shrink_for_link(step: &mut Step) {
             o.runs = o.runs.min(2);
             o.pairs = o.pairs.min(5);
         }
-        // These run on loopback whatever the profile (their peers are
-        // processes of their own).
+        Step::Relay(o) => {
+            // A 1 MiB ping over modem56k takes minutes.
+            o.sizes.retain(|&s| s <= 65536);
+            o.warmup = o.warmup.min(10);
+            o.pairs = o.pairs.min(20);
+            o.transfer = o.transfer.min(10_000_000);
+            if slow {
+                o.sizes.retain(|&s| s <= 1024);
+                o.transfer = 0;
+                o.stream = o.stream.min(Duration::from_millis(300));
+            }
+        }
+        Step::Rendezvous(o) => {
+            // Every query crosses the link: fewer rates, shorter.
+            if slow {
+                o.rates.retain(|&r| r <= 16);
+                o.edges.retain(|&e| e <= 4);
+            }
+        }
+        // Ops refuses a profile; Mp and JXSE run on loopback whatever the
+        // profile (their peers are processes of their own).
         Step::Ops(_)
-        | Step::Rendezvous(_)
         | Step::Recovery(_)
-        | Step::Relay(_)
         | Step::Mp(_)
         | Step::JxsePingpong(_)
         | Step::JxseThroughput(_) => {}
@@ -769,6 +813,24 @@ fn with_net(step: Step, net: &Net) -> Step {
             ..o
         }),
         Step::Buffers(o) => Step::Buffers(BuffersOptions {
+            net: net.clone(),
+            ..o
+        }),
+        Step::Relay(o) => Step::Relay(RelayOptions {
+            net: net.clone(),
+            ..o
+        }),
+        Step::Rendezvous(o) => Step::Rendezvous(RendezvousOptions {
+            net: net.clone(),
+            ..o
+        }),
+        Step::Recovery(o) => Step::Recovery(RecoveryOptions {
+            net: net.clone(),
+            ..o
+        }),
+        // Refused with a step error naming --net (its peers are all in
+        // this process).
+        Step::Ops(o) => Step::Ops(OpsOptions {
             net: net.clone(),
             ..o
         }),
@@ -1075,6 +1137,15 @@ async fn run_step(
         Step::Ops(o) => {
             let rows = ops::run(o, &mut detail).await?;
             g.rows.extend(to_values(&rows));
+            if !o.cache_sizes.is_empty() {
+                let c = crate::cache_scale::CacheScaleOptions {
+                    sizes: o.cache_sizes.clone(),
+                    key_bits: o.key_bits,
+                    ..Default::default()
+                };
+                g.rows
+                    .extend(to_values(&crate::cache_scale::run(&c, &mut detail).await?));
+            }
         }
         Step::Rendezvous(o) => {
             let o = RendezvousOptions {
@@ -1395,5 +1466,56 @@ mod tests {
         let e = check_out_dir(&file.join("sub")).unwrap_err().to_string();
         assert!(e.contains("--out"), "{e}");
         check_out_dir(&dir.path().join("new/deeper")).unwrap();
+    }
+
+    #[test]
+    fn relay_layers_and_curve_short_by_default_complete_under_full() {
+        let relay = |full: bool| {
+            let mut o = SuiteOptions::quick("x".into());
+            o.full = full;
+            plan(&o)
+                .into_iter()
+                .find_map(|s| match s {
+                    Step::Relay(r) => Some(r),
+                    _ => None,
+                })
+                .expect("a relay step")
+        };
+        let short = relay(false);
+        assert_eq!(short.layers, relay::DEFAULT_LAYERS.to_vec());
+        assert_eq!(short.curve.as_ref().map(|c| c.factors.len()), Some(3));
+        let full = relay(true);
+        assert_eq!(full.layers, relay::LAYERS.to_vec());
+        assert_eq!(
+            full.curve.as_ref().map(|c| c.factors.clone()),
+            Some(CurveOptions::default().factors)
+        );
+    }
+
+    #[test]
+    fn a_profile_reaches_relay_rendezvous_recovery_and_ops() {
+        let net = Net {
+            profile: Profile::Wan,
+            client_ns: Some("a".into()),
+            responder_ns: Some("b".into()),
+            responder_ip: "10.77.0.2".parse().unwrap(),
+        };
+        let steps: Vec<Step> = plan(&SuiteOptions::quick("x".into()))
+            .into_iter()
+            .map(|s| with_net(s, &net))
+            .collect();
+        let mut seen = 0;
+        for s in &steps {
+            let n = match s {
+                Step::Relay(o) => &o.net,
+                Step::Rendezvous(o) => &o.net,
+                Step::Recovery(o) => &o.net,
+                Step::Ops(o) => &o.net,
+                _ => continue,
+            };
+            assert_eq!(n, &net, "{}", s.label());
+            seen += 1;
+        }
+        assert_eq!(seen, 4);
     }
 }

@@ -163,7 +163,7 @@ fn synthetic_doc() -> Value {
                 "size": size, "rtt_us_median": 40.0 + size as f64 / 1000.0, "bandwidth_mb_s": 1.0 + size as f64 / 1e4}));
         }
         for offered in [1000.0, 5000.0, 20000.0] {
-            rows.push(json!({"scenario": "relay", "path": path, "offered_msgs_per_s": offered,
+            rows.push(json!({"scenario": "relay", "path": path, "run": "overload-curve", "offered_msgs_per_s": offered,
                 "delivered_msgs_per_s": f64::min(offered, 8000.0), "loss_pct": 0.0, "relay_rss_mb_max": 20.0}));
         }
     }
@@ -278,6 +278,8 @@ const SYNTHETIC_PLOTS: &[&str] = &[
     "plot-relay-rtt",
     "plot-relay-bandwidth",
     "plot-relay-overload",
+    "plot-relay-overload-loss",
+    "plot-relay-overload-rss",
     "plot-soak-rss",
     "plot-soak-fds",
     "plot-soak-threads",
@@ -289,6 +291,7 @@ const SYNTHETIC_PLOTS: &[&str] = &[
 ];
 
 const SYNTHETIC_TABLES: &[&str] = &[
+    "table-study-figures",
     "table-pingpong-published",
     "table-like-for-like",
     "table-stacks",
@@ -502,6 +505,7 @@ fn real_documents_render() {
         "plot-senders-rtt",
         "plot-buffers",
         "plot-ops",
+        "plot-ops-cache",
         "plot-rendezvous-response-qps",
         "plot-rendezvous-loss-qps",
         "plot-rendezvous-cv-qps",
@@ -511,6 +515,8 @@ fn real_documents_render() {
         "plot-relay-rtt",
         "plot-relay-bandwidth",
         "plot-relay-overload",
+        "plot-relay-overload-loss",
+        "plot-relay-overload-rss",
         "plot-soak-rss",
         "plot-soak-fds",
         "plot-soak-threads",
@@ -788,4 +794,57 @@ fn chromium_renders_every_plot() {
         assert!(!dom.contains("data-rendered=\"bad\""), "{}", page.display());
         assert_eq!(dom.matches("data-rendered=\"ok\"").count(), n);
     }
+}
+
+/// The studies' table of contents lists every study figure by its id,
+/// says for each where it is reproduced or why it cannot be, and marks
+/// the ones this run measured.
+#[test]
+fn study_toc_lists_every_figure() {
+    use juxta_bench::report::published::STUDY_FIGURES;
+    let doc = json!({"results": [
+        {"scenario": "ops", "operation": "start", "config": "ad-hoc", "ms_median": 12.0, "ms_p99": 20.0}
+    ]});
+    let (html, s) = report::render_report(&doc).unwrap();
+    assert_eq!(
+        s.table_ids.first().map(String::as_str),
+        Some(report::STUDY_TOC_ID)
+    );
+    let start = html
+        .find(&format!("id=\"{}\"", report::STUDY_TOC_ID))
+        .expect("the table of contents");
+    let toc = &html[start..start + html[start..].find("</table>").unwrap()];
+    let mut ids = std::collections::HashSet::new();
+    for f in STUDY_FIGURES {
+        assert!(ids.insert(f.id), "figure id {} twice", f.id);
+        assert!(
+            toc.contains(&format!("<td>{}</td>", f.id)),
+            "{} not in the TOC",
+            f.id
+        );
+        // Each figure points at a section of the report.
+        assert!(
+            report::SECTIONS.iter().any(|(_, id, _)| *id == f.section),
+            "{} names no section",
+            f.id
+        );
+        assert!(!f.published.is_empty() && !f.ours.is_empty(), "{}", f.id);
+    }
+    // Every study of the model is there, the figures the issue names too.
+    for id in [
+        "thesis-fig-6.1",
+        "thesis-figs-6.14-6.17",
+        "juxtest-fig-9",
+        "thesis-relay-overload",
+    ] {
+        assert!(STUDY_FIGURES.iter().any(|f| f.id == id), "{id}");
+    }
+    // Those it cannot reproduce say why; the ops table of this run is
+    // marked as reproduced.
+    assert!(toc.contains("not reproduced: no JXTA-C build here"));
+    let ops_line = toc
+        .split("<tr>")
+        .find(|r| r.contains("<td>thesis-ops-tcp-lan</td>"))
+        .unwrap();
+    assert!(ops_line.contains("reproduced in this run"), "{ops_line}");
 }

@@ -712,7 +712,7 @@ async fn relay_paths_and_overload_rows() {
     use juxta_bench::relay::{self, OverloadOptions, RelayOptions, RelayPath};
     let opts = RelayOptions {
         paths: RelayPath::ALL.to_vec(),
-        layers: relay::LAYERS.to_vec(),
+        layers: relay::DEFAULT_LAYERS.to_vec(),
         sizes: vec![1, 4096],
         warmup: 2,
         pairs: 5,
@@ -795,4 +795,102 @@ async fn relay_paths_and_overload_rows() {
     );
     // The other edge pair was served during the overload.
     assert!(n("other_edge_answered") > 0, "{o}");
+}
+
+/// Secure, bidi and propagate pipes through one and two relays (and the
+/// firewalled path, where the pipes are found by discovery): a row per
+/// path, layer and size with an RTT and a bandwidth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_carries_secure_bidi_and_propagate_pipes() {
+    use juxta_bench::relay::{self, RelayOptions, RelayPath};
+    let layers = [Layer::SecurePipe, Layer::BidiPipe, Layer::Propagate];
+    let opts = RelayOptions {
+        paths: vec![
+            RelayPath::Direct,
+            RelayPath::TcpRelay,
+            RelayPath::TwoRelays,
+            RelayPath::Firewalled,
+        ],
+        layers: layers.to_vec(),
+        sizes: vec![1, 4096],
+        warmup: 2,
+        pairs: 5,
+        stream: std::time::Duration::from_millis(50),
+        transfer: 0,
+        overload: None,
+        relays_in_process: true,
+        ..RelayOptions::default()
+    };
+    let rows = relay::run(&opts, quiet).await.expect("relay run");
+    for path in ["direct", "tcp-relay", "two-relays", "firewalled"] {
+        for layer in layers {
+            for size in [1, 4096] {
+                let r = rows
+                    .iter()
+                    .find(|r| r.path == path && r.layer == layer.name() && r.size == size)
+                    .unwrap_or_else(|| panic!("no row {path} {} {size}", layer.name()));
+                assert!(r.rtt_us_median.unwrap() > 0.0, "{r:?}");
+                assert!(r.bandwidth_mb_s.unwrap() > 0.0, "{r:?}");
+            }
+        }
+    }
+}
+
+/// The overload curve: the forwarding rate is measured, then one row per
+/// factor, offered rate rising with the factor; every offered message
+/// delivered or accounted for; the relay's RSS sampled per point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_overload_curve_rows() {
+    use juxta_bench::relay::{self, CurveOptions, RelayOptions, RelayPath};
+    let opts = RelayOptions {
+        paths: vec![RelayPath::Direct],
+        layers: vec![],
+        sizes: vec![],
+        transfer: 0,
+        overload: None,
+        curve: Some(CurveOptions {
+            factors: vec![0.5, 4.0],
+            point: std::time::Duration::from_millis(700),
+            calibrate: std::time::Duration::from_millis(700),
+            in_process: true,
+            ..CurveOptions::default()
+        }),
+        relays_in_process: true,
+        ..RelayOptions::default()
+    };
+    let rows = relay::run(&opts, quiet).await.expect("relay run");
+    let c: Vec<_> = rows.iter().filter(|r| r.run == "overload-curve").collect();
+    assert_eq!(c.len(), 2, "{rows:?}");
+    assert_eq!(c[0].offered_factor, Some(0.5));
+    assert_eq!(c[1].offered_factor, Some(4.0));
+    assert!(c[0].forwarding_msgs_per_s.unwrap() > 0.0);
+    assert!(c[1].offered_msgs_per_s.unwrap() > c[0].offered_msgs_per_s.unwrap());
+    for r in &c {
+        assert!(r.delivered_msgs_per_s.unwrap() > 0.0, "{r:?}");
+        assert!(r.relay_rss_mb_max.unwrap() > 0.0, "{r:?}");
+        let loss = r.loss_pct.unwrap();
+        assert!((0.0..=100.0).contains(&loss), "{r:?}");
+        let (o, d) = (r.offered.unwrap(), r.delivered.unwrap());
+        assert!(d <= o);
+        assert_eq!(
+            o - d,
+            r.held_back.unwrap()
+                + r.refused_by_relay.unwrap()
+                + r.send_errors.unwrap()
+                + r.unaccounted.unwrap(),
+            "{r:?}"
+        );
+    }
+    // Bad curves are refused before anything starts.
+    let bad = RelayOptions {
+        curve: Some(CurveOptions {
+            factors: vec![-1.0],
+            ..CurveOptions::default()
+        }),
+        ..opts
+    };
+    assert!(matches!(
+        relay::run(&bad, quiet).await,
+        Err(juxta_bench::BenchError::BadOption(_))
+    ));
 }

@@ -575,6 +575,15 @@ struct BuffersArgs {
 
 #[derive(clap::Args, Clone)]
 struct OpsArgs {
+    /// Start-up time vs advertisement cache size (the thesis' Fig. 6.1):
+    /// cache sizes, comma-separated (suffixes K and M allowed; up to
+    /// 1,048,576). Measured after the operations.
+    #[arg(long)]
+    cache_sizes: Option<String>,
+    /// Network profile: only loopback (refused otherwise: every peer of
+    /// this scenario runs in this process).
+    #[arg(long, default_value = "loopback")]
+    net: String,
     /// Repetitions of each operation.
     #[arg(long, default_value_t = 20)]
     runs: usize,
@@ -654,10 +663,18 @@ struct RdvServeArgs {
     /// Bound of the SRDI index, (key, publisher) entries.
     #[arg(long, default_value_t = 1_000_000)]
     max_entries: usize,
+    /// Network namespace to enter first (network profiles).
+    #[arg(long)]
+    netns: Option<String>,
 }
 
 #[derive(clap::Args, Clone)]
 struct RendezvousArgs {
+    /// Network profile: loopback, lan, san, wan, cable or modem56k (all
+    /// but loopback need root): the rendezvous processes run across the
+    /// emulated link from the edges.
+    #[arg(long, default_value = "loopback")]
+    net: String,
     /// Search models: centralized, flooding, srdi.
     #[arg(long, default_value = "centralized,flooding,srdi")]
     model: String,
@@ -710,6 +727,11 @@ struct RendezvousArgs {
 
 #[derive(clap::Args, Clone)]
 struct RecoveryArgs {
+    /// Network profile: loopback, lan, san, wan, cable or modem56k (all
+    /// but loopback need root): the rendezvous processes run across the
+    /// emulated link from the edges.
+    #[arg(long, default_value = "loopback")]
+    net: String,
     /// Edges (in this process; with --kill-every: edge processes).
     #[arg(long, default_value_t = 16)]
     edges: usize,
@@ -798,6 +820,9 @@ struct RelayServeArgs {
     rendezvous: bool,
     #[arg(long, default_value_t = 1024)]
     key_bits: usize,
+    /// Network namespace to enter first (network profiles).
+    #[arg(long)]
+    netns: Option<String>,
 }
 
 #[derive(clap::Args, Clone)]
@@ -809,12 +834,28 @@ struct RelayArgs {
         default_value = "direct,tcp-relay,http-relay,two-relays,firewalled"
     )]
     paths: String,
-    /// Layers: unicast-pipe, socket.
+    /// Layers: unicast-pipe, secure-pipe, bidi-pipe, propagate, socket.
     #[arg(long, default_value = "unicast-pipe,socket")]
     layers: String,
     /// Payload sizes in bytes (suffixes K and M allowed).
     #[arg(long, default_value = "1,1024,65536")]
     sizes: String,
+    /// The overload curve: offered rates as multiples of the relay's
+    /// forwarding rate (measured first), comma-separated.
+    #[arg(long, default_value = "0.5,1,2,4,8,12,20")]
+    curve_factors: String,
+    /// The overload curve at these offered rates (messages/s,
+    /// comma-separated) instead of --curve-factors.
+    #[arg(long)]
+    rates: Option<String>,
+    /// Seconds each point of the overload curve offers (0: no curve).
+    #[arg(long, default_value_t = 10)]
+    curve_point_secs: u64,
+    /// Network profile: loopback, lan, san, wan, cable or modem56k (all
+    /// but loopback need root): the relays run across the emulated link
+    /// from the edges.
+    #[arg(long, default_value = "loopback")]
+    net: String,
     /// Timed ping-pong pairs per path, layer and size.
     #[arg(long, default_value_t = 200)]
     pairs: usize,
@@ -915,8 +956,8 @@ fn main() -> ExitCode {
         Cmd::Receive(a) => return transfer::run(transfer::receive::main(a)),
         Cmd::MpRank(a) => juxta_bench::mp::rank_main(&a).map_err(CliError::from),
         Cmd::Sim(a) => run_sim(a),
-        Cmd::RdvServe(a) => multi_thread().block_on(run_rdv_serve(a)),
-        Cmd::RelayServe(a) => multi_thread().block_on(run_relay_serve(a)),
+        Cmd::RdvServe(a) => run_rdv_serve_in_ns(a),
+        Cmd::RelayServe(a) => run_relay_serve_in_ns(a),
         Cmd::SoakWorker { spec } => return juxta_bench::worker::main_json(&spec),
         Cmd::BenchResponder {
             layer,
@@ -1857,12 +1898,51 @@ fn run_ops(args: OpsArgs) -> Result<(), CliError> {
         runs: args.runs.max(1),
         key_bits: args.key_bits,
         configs,
+        ..Default::default()
     };
+    let profile =
+        juxta_bench::net::Profile::parse(&args.net).map_err(juxta_bench::BenchError::from)?;
+    if profile != juxta_bench::net::Profile::Loopback {
+        return Err(juxta_bench::BenchError::NetUnsupported {
+            profile: profile.name().into(),
+            scenario: "ops".into(),
+            reason: "its peers all run in this process, so none can sit across the emulated link"
+                .into(),
+        }
+        .into());
+    }
     if let Some(p) = &args.json {
         prepare_json(p)?;
     }
+    let cache = match &args.cache_sizes {
+        Some(c) => {
+            let c = juxta_bench::cache_scale::CacheScaleOptions {
+                sizes: juxta_bench::util::parse_list(c, juxta_bench::util::parse_size)?
+                    .into_iter()
+                    .map(|n| n as u64)
+                    .collect(),
+                key_bits: args.key_bits,
+                ..Default::default()
+            };
+            c.validate()?;
+            Some(c)
+        }
+        None => None,
+    };
     let report =
         drive(|progress| async move { juxta_bench::ops::run_report(&opts, progress).await })?;
+    let cache_rows = match &cache {
+        Some(c) => {
+            drive(|progress| async move { juxta_bench::cache_scale::run(c, progress).await })?
+        }
+        None => Vec::new(),
+    };
+    for r in &cache_rows {
+        println!(
+            "cache {:>9} advertisements: start {:>8.2} ms median, first query {:.3} ms",
+            r.cache_entries, r.start_ms_median, r.first_query_ms_median
+        );
+    }
     let rows = report.rows;
     println!(
         "{:<18} {:<10} {:>10} {:>10}",
@@ -1881,7 +1961,16 @@ fn run_ops(args: OpsArgs) -> Result<(), CliError> {
         );
     }
     if let Some(p) = &args.json {
-        let doc = results_doc(serde_json::json!(rows));
+        let mut all: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| serde_json::to_value(r).unwrap_or_default())
+            .collect();
+        all.extend(
+            cache_rows
+                .iter()
+                .map(|r| serde_json::to_value(r).unwrap_or_default()),
+        );
+        let doc = results_doc(serde_json::Value::Array(all));
         std::fs::write(p, serde_json::to_string_pretty(&doc).expect("json"))
             .map_err(|e| CliError::Msg(format!("cannot write {}: {e}", p.display())))?;
     }
@@ -1939,6 +2028,14 @@ fn run_senders(args: SendersArgs) -> Result<(), CliError> {
         )?;
     }
     Ok(())
+}
+
+fn run_rdv_serve_in_ns(a: RdvServeArgs) -> Result<(), CliError> {
+    if let Some(ns) = &a.netns {
+        // Before the runtime: its threads inherit the namespace.
+        juxta_bench::net::enter_for_good(ns).map_err(juxta_bench::BenchError::from)?;
+    }
+    multi_thread().block_on(run_rdv_serve(a))
 }
 
 async fn run_rdv_serve(a: RdvServeArgs) -> Result<(), CliError> {
@@ -2032,13 +2129,33 @@ fn run_rendezvous(a: RendezvousArgs) -> Result<(), CliError> {
         "rendezvous: at most about {:.0} min",
         opts.estimate().as_secs_f64() / 60.0
     );
-    let rows =
-        multi_thread().block_on(juxta_bench::rendezvous::run(&opts, |l| eprintln!("{l}")))?;
+    // Removed (namespaces and all) when this function returns.
+    let topology = net_topology(&a.net)?;
+    let rows = if topology.namespaces().is_empty() {
+        multi_thread().block_on(juxta_bench::rendezvous::run(&opts, |l| eprintln!("{l}")))?
+    } else {
+        // The edges' sockets are made in the client namespace: one thread.
+        let opts = RendezvousOptions {
+            net: topology.net(),
+            ..opts
+        };
+        drive(|progress| async move { juxta_bench::rendezvous::run(&opts, progress).await })?
+    };
     write_rows(a.json, serde_json::json!(rows))
 }
 
 fn run_recovery(a: RecoveryArgs) -> Result<(), CliError> {
+    let profile =
+        juxta_bench::net::Profile::parse(&a.net).map_err(juxta_bench::BenchError::from)?;
     if let Some(s) = a.kill_every {
+        if profile != juxta_bench::net::Profile::Loopback {
+            return Err(juxta_bench::BenchError::NetUnsupported {
+                profile: profile.name().into(),
+                scenario: "recovery --kill-every".into(),
+                reason: "its edges are worker processes that do not enter network namespaces (drop --kill-every to measure single kills across the link)".into(),
+            }
+            .into());
+        }
         if !s.is_finite() || s <= 0.0 {
             return Err(CliError::Msg(format!(
                 "--kill-every {s} (seconds, more than 0)"
@@ -2062,8 +2179,27 @@ fn run_recovery(a: RecoveryArgs) -> Result<(), CliError> {
         repeats: a.repeats,
         ..Default::default()
     };
-    let rows = multi_thread().block_on(juxta_bench::recovery::run(&opts, |l| eprintln!("{l}")))?;
+    // Removed (namespaces and all) when this function returns.
+    let topology = net_topology(&a.net)?;
+    let rows = if topology.namespaces().is_empty() {
+        multi_thread().block_on(juxta_bench::recovery::run(&opts, |l| eprintln!("{l}")))?
+    } else {
+        // The edges' sockets are made in the client namespace: one thread.
+        let opts = juxta_bench::recovery::RecoveryOptions {
+            net: topology.net(),
+            ..opts
+        };
+        drive(|progress| async move { juxta_bench::recovery::run(&opts, progress).await })?
+    };
     write_rows(a.json, serde_json::json!(rows))
+}
+
+fn run_relay_serve_in_ns(a: RelayServeArgs) -> Result<(), CliError> {
+    if let Some(ns) = &a.netns {
+        // Before the runtime: its threads inherit the namespace.
+        juxta_bench::net::enter_for_good(ns).map_err(juxta_bench::BenchError::from)?;
+    }
+    multi_thread().block_on(run_relay_serve(a))
 }
 
 async fn run_relay_serve(a: RelayServeArgs) -> Result<(), CliError> {
@@ -2083,8 +2219,22 @@ async fn run_relay_serve(a: RelayServeArgs) -> Result<(), CliError> {
     .map_err(CliError::from)
 }
 
+/// A comma-separated list of positive numbers.
+fn parse_f64s(s: &str, what: &str) -> Result<Vec<f64>, CliError> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.parse::<f64>() {
+            Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+            _ => Err(CliError::Msg(format!(
+                "{what}: {p:?} is not a positive number"
+            ))),
+        })
+        .collect()
+}
+
 fn run_relay(a: RelayArgs) -> Result<(), CliError> {
-    use juxta_bench::relay::{OverloadOptions, RelayOptions, RelayPath};
+    use juxta_bench::relay::{CurveOptions, OverloadOptions, RelayOptions, RelayPath};
     let parsed = juxta_bench::util::parse_list(&a.layers, Layer::parse)?;
     let layers = layers::checked_unique(&parsed, "relay", &juxta_bench::relay::LAYERS)?;
     let opts = RelayOptions {
@@ -2099,10 +2249,35 @@ fn run_relay(a: RelayArgs) -> Result<(), CliError> {
             sink_msgs_per_s: a.sink_rate.max(1),
             ..OverloadOptions::default()
         }),
+        curve: if a.curve_point_secs > 0 {
+            Some(CurveOptions {
+                factors: parse_f64s(&a.curve_factors, "--curve-factors")?,
+                rates: match &a.rates {
+                    Some(r) => parse_f64s(r, "--rates")?,
+                    None => Vec::new(),
+                },
+                point: std::time::Duration::from_secs(a.curve_point_secs),
+                ..CurveOptions::default()
+            })
+        } else {
+            None
+        },
         key_bits: a.key_bits,
         ..RelayOptions::default()
     };
-    let rows = multi_thread().block_on(juxta_bench::relay::run(&opts, |l| eprintln!("{l}")))?;
+    opts.validate()?;
+    // Removed (namespaces and all) when this function returns.
+    let topology = net_topology(&a.net)?;
+    let rows = if topology.namespaces().is_empty() {
+        multi_thread().block_on(juxta_bench::relay::run(&opts, |l| eprintln!("{l}")))?
+    } else {
+        // The edges' sockets are made in the client namespace: one thread.
+        let opts = RelayOptions {
+            net: topology.net(),
+            ..opts
+        };
+        drive(|progress| async move { juxta_bench::relay::run(&opts, progress).await })?
+    };
     write_rows(a.json, serde_json::json!(rows))
 }
 

@@ -41,10 +41,13 @@ fn bad_relay_paths_and_layers_are_refused() {
         e.contains("carrier-pigeon") && e.contains("two-relays"),
         "{e}"
     );
-    let o = juxta(&["bench", "relay", "--layers", "propagate"]);
+    let o = juxta(&["bench", "relay", "--layers", "endpoint"]);
     assert!(!o.status.success());
     let e = stderr(&o);
-    assert!(e.contains("propagate") && e.contains("socket"), "{e}");
+    assert!(e.contains("endpoint") && e.contains("socket"), "{e}");
+    let o = juxta(&["bench", "relay", "--curve-factors", "2,-1"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--curve-factors"), "{}", stderr(&o));
 }
 
 #[test]
@@ -69,6 +72,8 @@ fn the_relay_overload_runs_against_a_relay_process() {
         "1",
         "--sink-rate",
         "200",
+        "--curve-point-secs",
+        "0",
         "--json",
         json.to_str().unwrap(),
     ]);
@@ -115,6 +120,8 @@ fn the_relay_paths_run_against_relay_processes() {
         "--transfer",
         "1M",
         "--overload-secs",
+        "0",
+        "--curve-point-secs",
         "0",
         "--json",
         json.to_str().unwrap(),

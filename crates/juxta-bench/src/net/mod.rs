@@ -278,6 +278,16 @@ impl Net {
         }
     }
 
+    /// The address peers of the client side (this process) listen on:
+    /// [`CLIENT_IP`] in a namespace, else 127.0.0.1.
+    pub fn client_ip(&self) -> IpAddr {
+        if self.client_ns.is_some() {
+            IpAddr::V4(CLIENT_IP)
+        } else {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        }
+    }
+
     /// True when no namespace is involved.
     pub fn is_local(&self) -> bool {
         self.client_ns.is_none() && self.responder_ns.is_none()

@@ -150,7 +150,7 @@ pub const SECTIONS: &[(&str, &str, &str)] = &[
 ];
 
 /// Scenarios drawn in another scenario's section (`juxta bench mp`'s).
-const DRAWN_ELSEWHERE: [&str; 2] = ["matmul", "mp-allreduce"];
+const DRAWN_ELSEWHERE: [&str; 3] = ["matmul", "mp-allreduce", "ops-cache"];
 
 type PlotFn = fn(&[Row<'_>]) -> Result<Option<Plot>, ReportError>;
 
@@ -241,6 +241,8 @@ pub fn sections(doc: &Value) -> Result<Vec<Section>, ReportError> {
                 let r = scenario_rows(&all, "ops");
                 push_plots(&mut items, &r, &[plots::ops])?;
                 push_table(&mut items, tables::ops(&r));
+                let c = scenario_rows(&all, "ops-cache");
+                push_plots(&mut items, &c, &[plots::ops_cache])?;
             }
             "rendezvous" => {
                 let r = scenario_rows(&all, "rendezvous");
@@ -274,6 +276,8 @@ pub fn sections(doc: &Value) -> Result<Vec<Section>, ReportError> {
                         plots::relay_rtt,
                         plots::relay_bandwidth,
                         plots::relay_overload,
+                        plots::relay_overload_loss,
+                        plots::relay_overload_rss,
                     ],
                 )?;
                 push_table(&mut items, tables::relay(&r));
@@ -366,9 +370,75 @@ fn unknown_scenarios(all: &[Row<'_>]) -> Vec<(String, usize)> {
     v
 }
 
+/// The table of contents of the studies' figures: one line per entry of
+/// [`published::STUDY_FIGURES`] with its published values (labelled
+/// absolute or ratio), the section and our plots and tables that carry
+/// it, and whether this run measured it or why the report cannot.
+pub fn study_toc(secs: &[Section]) -> Section {
+    let present: Vec<&str> = secs
+        .iter()
+        .flat_map(|s| s.items.iter())
+        .filter_map(|it| match it {
+            Item::Plot(p) => Some(p.id.as_str()),
+            Item::Table(t) => Some(t.id.as_str()),
+            Item::Note(_) => None,
+        })
+        .collect();
+    let rows = published::STUDY_FIGURES
+        .iter()
+        .map(|f| {
+            let here: Vec<&str> = f
+                .ours
+                .iter()
+                .copied()
+                .filter(|id| present.contains(id))
+                .collect();
+            let title = SECTIONS
+                .iter()
+                .find(|(_, id, _)| *id == f.section)
+                .map_or(f.section, |(_, _, t)| *t);
+            let status = match (f.cannot, here.is_empty()) {
+                (Some(why), true) => format!("not reproduced: {why}"),
+                (Some(why), false) => format!("partly reproduced in this run: {why}"),
+                (None, false) => "reproduced in this run".to_string(),
+                (None, true) => format!("reproducible, not measured in this run: {}", f.how),
+            };
+            vec![
+                f.id.to_string(),
+                f.study.to_string(),
+                f.title.to_string(),
+                f.published.to_string(),
+                format!("{title} ({}): {}", f.section, f.ours.join(", ")),
+                status,
+            ]
+        })
+        .collect();
+    Section {
+        id: "sec-studies".into(),
+        title: "The studies' tables and figures: table of contents".into(),
+        items: vec![
+            Item::Note("Every table and figure of the studies (Halepovic's thesis, JuxTest, de Souza et al.), the published values beside the section that puts ours next to them. Layer figures are compared as ratios to the socket bound each study measured (ours: to the tcp bound of the same run); where a study gives no bound its figures are absolute and labelled so (their hardware is not ours).".into()),
+            Item::Table(html::Table {
+                id: STUDY_TOC_ID.into(),
+                caption: "Study figures: published values, where this report reproduces them, and status.".into(),
+                head: ["study figure", "study", "what", "published", "in this report", "status"]
+                    .iter()
+                    .map(|h| h.to_string())
+                    .collect(),
+                rows,
+            }),
+        ],
+    }
+}
+
+/// The element id of the studies' table of contents.
+pub const STUDY_TOC_ID: &str = "table-study-figures";
+
 /// Renders the report page to a string, with its summary.
 pub fn render_report(doc: &Value) -> Result<(String, ReportSummary), ReportError> {
-    let secs = sections(doc)?;
+    let mut secs = sections(doc)?;
+    let toc = study_toc(&secs);
+    secs.insert(0, toc);
     let mut summary = ReportSummary::default();
     for s in &secs {
         if s.items.is_empty() {

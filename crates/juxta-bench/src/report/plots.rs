@@ -870,12 +870,69 @@ pub fn relay_bandwidth(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
     )
 }
 
-/// Relay overload: delivered vs offered messages/s.
+/// Start-up time and first query vs cache size (the thesis' Fig. 6.1).
+pub fn ops_cache(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    let mut s = Vec::new();
+    for (field, label) in [
+        ("start_ms_median", "peer start (median)"),
+        (
+            "first_query_ms_median",
+            "first local query by name (median)",
+        ),
+    ] {
+        let mut pts: Vec<(f64, f64)> = rows
+            .iter()
+            .filter_map(|r| Some((r.f("cache_entries")?, r.f(field)?)))
+            .filter(|(x, y)| *x > 0.0 && *y > 0.0)
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if !pts.is_empty() {
+            s.push(Series {
+                label: label.into(),
+                color: PALETTE[s.len() % PALETTE.len()],
+                dashed: false,
+                bold: false,
+                marker: Marker::Circle,
+                kind: Kind::Line,
+                points: pts,
+            });
+        }
+    }
+    finish(
+        "plot-ops-cache",
+        "Start-up time vs advertisement cache size (thesis Fig. 6.1)",
+        "The peer's home holds a cache of N pipe advertisements; time of Peer::start on it and of the first local discovery query by name after the start (the thesis: 10 to 1,000 advertisements; here 10 to 10,000, to 1,000,000 under --full).",
+        Axis::log("advertisements in the cache", Unit::Number),
+        Axis::log("ms", Unit::Number),
+        s,
+    )
+}
+
+/// The overload rows' key: the single overload point apart from the
+/// curve's points.
+fn relay_overload_key(r: &Row<'_>) -> Option<Key> {
+    // Documents before the curve had no `run` on their overload row.
+    let run = r.s("run").unwrap_or("overload");
+    if run != "overload" && run != "overload-curve" {
+        return None;
+    }
+    let k = relay_key(r)?;
+    let label = if run == "overload-curve" {
+        format!("{} (curve)", k.label)
+    } else {
+        format!("{} (paced sink)", k.label)
+    };
+    let order = k.rank.1 as f64 / 1000.0 + if run == "overload-curve" { 0.5 } else { 0.0 };
+    Some(plain_key(label, order))
+}
+
+/// Relay overload: delivered vs offered messages/s (the thesis' offered
+/// vs received figure).
 pub fn relay_overload(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
     let mut s = build(
         rows,
         Kind::Line,
-        relay_key,
+        relay_overload_key,
         |r| r.f("offered_msgs_per_s"),
         |r| r.f("delivered_msgs_per_s"),
         true,
@@ -897,10 +954,50 @@ pub fn relay_overload(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
     }
     finish(
         "plot-relay-overload",
-        "Relays under overload",
-        "A sender offers messages faster than the relay forwards them; delivered rate at the receiver (a relay with flow control levels off instead of collapsing).",
+        "Relays under overload: offered vs received (thesis: collapse after ~2,000-4,000 messages)",
+        "Senders offer 1 KB messages through one TCP relay at set rates (the curve: 0.5x to 20x the rate the relay forwarded with the senders back to back, measured first; the sink reads as fast as it can); the single paced-sink point offers 10x what its sink reads. Received rate at the sink (a relay with flow control levels off instead of collapsing).",
         Axis::linear("offered (messages/s)"),
-        Axis::linear("delivered (messages/s)"),
+        Axis::linear("received (messages/s)"),
+        s,
+    )
+}
+
+/// Relay overload curve: loss vs offered messages/s.
+pub fn relay_overload_loss(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    let s = build(
+        rows,
+        Kind::Line,
+        relay_overload_key,
+        |r| r.f("offered_msgs_per_s"),
+        |r| r.f("loss_pct"),
+        true,
+    );
+    finish(
+        "plot-relay-overload-loss",
+        "Relays under overload: loss vs offered rate",
+        "Offered messages not delivered (held back at the sender by the relay's push-back, refused by the relay, or lost), %.",
+        Axis::linear("offered (messages/s)"),
+        Axis::linear("loss (%)"),
+        s,
+    )
+}
+
+/// Relay overload curve: the relay's largest RSS vs offered messages/s.
+pub fn relay_overload_rss(rows: &[Row<'_>]) -> Result<Option<Plot>, ReportError> {
+    let s = build(
+        rows,
+        Kind::Line,
+        relay_overload_key,
+        |r| r.f("offered_msgs_per_s"),
+        |r| r.f("relay_rss_mb_max"),
+        true,
+    );
+    finish(
+        "plot-relay-overload-rss",
+        "Relays under overload: relay memory vs offered rate",
+        "The relay process's largest resident set size during each point, sampled from /proc every 250 ms (a relay that queues without bound grows with the offered rate).",
+        Axis::linear("offered (messages/s)"),
+        Axis::linear("relay RSS max (MB)"),
         s,
     )
 }

@@ -941,6 +941,8 @@ pub fn relay(rows: &[Row<'_>]) -> Option<Table> {
             ("size", "size B"),
             ("rtt_us_median", "RTT us"),
             ("bandwidth_mb_s", "MB/s"),
+            ("run", "run"),
+            ("offered_factor", "offered / forwarding"),
             ("offered_msgs_per_s", "offered msg/s"),
             ("delivered_msgs_per_s", "delivered msg/s"),
             ("loss_pct", "loss %"),
