@@ -497,6 +497,16 @@ struct RdvSide {
     view: Vec<PeerId>,
 }
 
+/// The SRDI node's settings: re-placement after view changes settles
+/// within half a probe interval and happens at least once per probe round.
+fn srdi_cfg(cfg: &RendezvousConfig) -> SrdiNodeConfig {
+    let probe = cfg.server.peer_view.probe_interval_ms.max(1);
+    let mut s = cfg.srdi;
+    s.settle_ms = s.settle_ms.min(probe / 2);
+    s.max_defer_ms = s.max_defer_ms.min(probe).max(s.settle_ms);
+    s
+}
+
 /// Brings `r.view` up to date with the peer view (cheap when unchanged).
 fn refresh_view(r: &mut RdvSide) {
     let pv = r.srv.peer_view();
@@ -550,7 +560,7 @@ impl RendezvousNode {
                 let radv = minimal_rdv_adv(&me, &group, name);
                 Side::Rdv(Box::new(RdvSide {
                     srv: RendezvousServer::new(me, group, peer_adv, radv.into(), cfg.server, seed),
-                    srdi: SrdiNode::new(me, g, DISCOVERY_HANDLER, cfg.srdi),
+                    srdi: SrdiNode::new(me, g, DISCOVERY_HANDLER, srdi_cfg(&cfg)),
                     links: Links::new(cfg.peers.clone()),
                     relayed: BTreeMap::new(),
                     relay_order: VecDeque::new(),
@@ -1288,6 +1298,10 @@ impl RendezvousNode {
                 refresh_view(r);
                 // Refusals are counted by the SRDI node.
                 let _ = r.srdi.handle_srdi(&sender, message, &r.view, now);
+            } else {
+                // Replicas from a rendezvous this one's view does not hold
+                // yet wait for it to join (bounded, counted).
+                let _ = r.srdi.hold(&sender, message, now);
             }
         }
     }
@@ -1489,7 +1503,7 @@ impl RendezvousNode {
         if matches!(self.side, Side::Rdv(_)) {
             self.run_actions(me);
             let mut delivers = Vec::new();
-            let mut view_changed = false;
+            let mut joined = Vec::new();
             if let Side::Rdv(r) = &mut self.side {
                 while let Some(ev) = r.srv.poll_event() {
                     let e = match ev {
@@ -1512,20 +1526,28 @@ impl RendezvousNode {
                         }
                         ServerEvent::Refused(p) => NodeEvent::Refused(p),
                         ServerEvent::RendezvousJoined(p) => {
-                            view_changed = true;
+                            r.srdi.view_changed(p, now);
+                            joined.push(p);
                             NodeEvent::RendezvousJoined(p)
                         }
                         ServerEvent::RendezvousLeft(p) => {
-                            view_changed = true;
+                            r.srdi.view_changed(p, now);
                             r.srdi.remove_peer(&p);
                             NodeEvent::RendezvousLeft(p)
                         }
                     };
                     Self::push_event(&mut self.events, &mut self.stats, e);
                 }
-                if view_changed {
-                    // The placement changed: re-place this rendezvous' own
-                    // edges' entries over the new view.
+                // Replicas a new member sent before this rendezvous knew it.
+                for p in joined {
+                    if r.srv.peer_view().contains(&p) {
+                        r.srdi.release_held(&p, now);
+                    }
+                }
+                if r.srdi.rereplicate_due(now) {
+                    // The placement changed and settled: re-place this
+                    // rendezvous' own edges' entries that moved (coalesced:
+                    // see `srdi::node`).
                     refresh_view(r);
                     let clients: Vec<PeerId> = r.srv.clients().collect();
                     r.srdi.rereplicate(clients, &r.view, now);
