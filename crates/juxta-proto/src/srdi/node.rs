@@ -72,9 +72,8 @@ pub const DEFAULT_FLOOD_TTL: i32 = 3;
 pub const MAX_PENDING_ACTIONS: usize = 65_536;
 /// Default [`SrdiNodeConfig::settle_ms`].
 pub const DEFAULT_SETTLE_MS: u64 = 1_000;
-/// Default [`SrdiNodeConfig::max_defer_ms`] (JXSE's peer-view watchdog
-/// interval).
-pub const DEFAULT_MAX_DEFER_MS: u64 = 30_000;
+/// Default [`SrdiNodeConfig::max_defer_ms`].
+pub const DEFAULT_MAX_DEFER_MS: u64 = 5_000;
 /// Most replica entries held for senders not (yet) in the peer view.
 pub const MAX_HELD_ENTRIES: usize = 4_096;
 /// Longest a held replica entry waits for its sender to join the view
@@ -959,7 +958,7 @@ mod tests {
     fn rereplication_is_coalesced_over_a_changing_view() {
         // 40 edges leased here with 5 entries each; the view grows from 2
         // to 2 + N members, one change every 100 ms.
-        const N: u8 = 60;
+        const N: u8 = 40;
         let mut a = SrdiNode::new(peer(1), "g", "h", SrdiNodeConfig::default());
         let mut members = vec![peer(2)];
         let mut view = global_view(peer(1), members.iter().copied());
@@ -988,7 +987,7 @@ mod tests {
             sent.extend(drain(&mut a));
         }
         // Still changing every 100 ms: nothing re-sent yet (settle 1 s,
-        // at most 30 s deferred).
+        // at most 5 s deferred).
         assert!(sent.is_empty());
         let due = a.poll_timeout().unwrap();
         assert_eq!(due, now + DEFAULT_SETTLE_MS);
