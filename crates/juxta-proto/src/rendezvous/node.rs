@@ -488,12 +488,15 @@ struct RdvSide {
     relay_order: VecDeque<(Millis, QueryId)>,
     next_relay_id: QueryId,
     walked: u64,
-    /// The peer view's members when `view` was computed, and the global
+    /// The peer view's generation when `view` was computed, and the global
     /// view (members and self in placement order) computed from them: the
     /// global view is only recomputed when the members changed (it formats
     /// and sorts every member's ID, which dominated SRDI handling with a
-    /// large view).
-    view_of: Vec<PeerId>,
+    /// large view; comparing the members on every message still cost 12 %
+    /// of a 100,000-peer run).
+    view_gen: Option<u64>,
+    /// The peer view's generation the SRDI node last heard of.
+    srdi_gen: u64,
     view: Vec<PeerId>,
 }
 
@@ -510,9 +513,9 @@ fn srdi_cfg(cfg: &RendezvousConfig) -> SrdiNodeConfig {
 /// Brings `r.view` up to date with the peer view (cheap when unchanged).
 fn refresh_view(r: &mut RdvSide) {
     let pv = r.srv.peer_view();
-    if r.view.is_empty() || !pv.members().eq(r.view_of.iter().copied()) {
-        r.view_of = pv.members().collect();
-        r.view = global_view(r.srv.me(), r.view_of.iter().copied());
+    if r.view_gen != Some(pv.generation()) {
+        r.view_gen = Some(pv.generation());
+        r.view = global_view(r.srv.me(), pv.members());
     }
 }
 
@@ -566,7 +569,8 @@ impl RendezvousNode {
                     relay_order: VecDeque::new(),
                     next_relay_id: 1,
                     walked: 0,
-                    view_of: Vec::new(),
+                    view_gen: None,
+                    srdi_gen: 0,
                     view: Vec::new(),
                 }))
             }
@@ -1537,6 +1541,13 @@ impl RendezvousNode {
                         }
                     };
                     Self::push_event(&mut self.events, &mut self.stats, e);
+                }
+                let gen = r.srv.peer_view().generation();
+                if gen != r.srdi_gen {
+                    // Any change, reported above or not (the view's event
+                    // queue is bounded), is placed over.
+                    r.srdi_gen = gen;
+                    r.srdi.view_stale(now);
                 }
                 // Replicas a new member sent before this rendezvous knew it.
                 for p in joined {

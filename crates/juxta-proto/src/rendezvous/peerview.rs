@@ -118,6 +118,7 @@ pub struct PeerView {
     out: VecDeque<Transmit>,
     events: VecDeque<PeerViewEvent>,
     stats: PeerViewStats,
+    generation: u64,
 }
 
 impl PeerView {
@@ -137,6 +138,7 @@ impl PeerView {
             out: VecDeque::new(),
             events: VecDeque::new(),
             stats: PeerViewStats::default(),
+            generation: 0,
         }
     }
 
@@ -174,6 +176,13 @@ impl PeerView {
             let probe = self.own(PeerViewKind::Probe);
             self.send(peer, probe);
         }
+    }
+
+    /// Changes every time a member joins or leaves (so an owner caching
+    /// something computed from [`PeerView::members`] can tell it is stale
+    /// without comparing the members).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The members (not including self), in view order.
@@ -292,6 +301,7 @@ impl PeerView {
                 last_heard: now,
             },
         );
+        self.generation = self.generation.wrapping_add(1);
         self.event(PeerViewEvent::Added(peer));
         true
     }
@@ -300,6 +310,7 @@ impl PeerView {
         let Some(gone) = self.members.remove(&peer.unique_value()) else {
             return false;
         };
+        self.generation = self.generation.wrapping_add(1);
         self.event(PeerViewEvent::Removed(gone.peer));
         if announce {
             let notice = self.about(&gone, PeerViewKind::Response, true);

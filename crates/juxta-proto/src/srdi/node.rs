@@ -330,6 +330,14 @@ impl SrdiNode {
         p.last_change = p.last_change.max(now);
     }
 
+    /// The peer view changed at `now` in a way not reported by
+    /// [`SrdiNode::view_changed`] (e.g. events were lost): re-place soon.
+    pub fn view_stale(&mut self, now: Millis) {
+        if self.cfg.model == SearchModel::Srdi {
+            self.mark_dirty(now);
+        }
+    }
+
     /// The peer view changed: `peer` joined or left at `now`. Only marks
     /// the placement dirty; the owner calls [`SrdiNode::rereplicate`] when
     /// [`SrdiNode::rereplicate_due`] (see the module documentation).
@@ -404,13 +412,6 @@ impl SrdiNode {
                 self.send_srdi(server, &SrdiMessage { scope: 0, ..sm });
                 return Ok(AddOutcome::default());
             }
-        }
-        if self.cfg.model == SearchModel::Srdi
-            && self.placement.dirty_since.is_none()
-            && self.placement.placed != view
-        {
-            // A change nobody reported: place over it soon.
-            self.mark_dirty(now);
         }
         Ok(self.index_and_replicate(&sm, now))
     }
