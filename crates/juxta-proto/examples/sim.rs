@@ -61,11 +61,24 @@ fn main() {
     let mut sim = Sim::new(cfg).expect("a valid configuration");
     for k in 1..=10 {
         sim.run_until(vs * 100 * k);
+        let r = sim.report();
+        let mut st = [0u64; 5];
+        for i in 0..rn {
+            let s = sim.srdi(i).stats();
+            st[0] += s.rereplications;
+            st[1] += s.rereplicated_messages;
+            st[2] += s.held;
+            st[3] += s.held_released;
+            st[4] += s.held_dropped;
+        }
+        eprintln!("  srdi: rereplications, messages, held, released, dropped: {st:?}");
         eprintln!(
-            "{} s virtual, {:.1} s wall, {} events",
+            "{} s virtual, {:.1} s wall, {} events, {} answered, {} correct",
             sim.now_ms() / 1000,
             t.elapsed().as_secs_f64(),
-            sim.events()
+            sim.events(),
+            r.answered,
+            r.correct
         );
     }
     println!("{:#?}", sim.report());

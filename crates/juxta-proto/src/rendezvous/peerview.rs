@@ -118,6 +118,10 @@ pub struct PeerView {
     out: VecDeque<Transmit>,
     events: VecDeque<PeerViewEvent>,
     stats: PeerViewStats,
+    generation: u64,
+    /// The members' keys in view order, as of `order_gen`.
+    order: Vec<String>,
+    order_gen: u64,
 }
 
 impl PeerView {
@@ -137,6 +141,9 @@ impl PeerView {
             out: VecDeque::new(),
             events: VecDeque::new(),
             stats: PeerViewStats::default(),
+            generation: 0,
+            order: Vec::new(),
+            order_gen: 0,
         }
     }
 
@@ -174,6 +181,20 @@ impl PeerView {
             let probe = self.own(PeerViewKind::Probe);
             self.send(peer, probe);
         }
+    }
+
+    fn refresh_order(&mut self) {
+        if self.order_gen != self.generation || self.order.len() != self.members.len() {
+            self.order = self.members.keys().cloned().collect();
+            self.order_gen = self.generation;
+        }
+    }
+
+    /// Changes every time a member joins or leaves (so an owner caching
+    /// something computed from [`PeerView::members`] can tell it is stale
+    /// without comparing the members).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The members (not including self), in view order.
@@ -292,6 +313,7 @@ impl PeerView {
                 last_heard: now,
             },
         );
+        self.generation = self.generation.wrapping_add(1);
         self.event(PeerViewEvent::Added(peer));
         true
     }
@@ -300,6 +322,7 @@ impl PeerView {
         let Some(gone) = self.members.remove(&peer.unique_value()) else {
             return false;
         };
+        self.generation = self.generation.wrapping_add(1);
         self.event(PeerViewEvent::Removed(gone.peer));
         if announce {
             let notice = self.about(&gone, PeerViewKind::Response, true);
@@ -367,17 +390,30 @@ impl PeerView {
                     self.upsert(pv.rdv_peer, pv.rdv_adv, now);
                 }
                 self.send(from, self.own(PeerViewKind::Response));
-                // One referral, round robin over the other members.
-                let others: Vec<&Member> = self
-                    .members
-                    .values()
-                    .filter(|m| m.peer != from && m.peer != pv.rdv_peer)
-                    .collect();
-                if !others.is_empty() {
-                    let m = others[self.referral % others.len()];
-                    let r = self.about(m, PeerViewKind::Response, false);
+                // One referral, round robin over the other members (the
+                // members but the sender, in view order; picked by index
+                // in the cached key order, not by filtering the members:
+                // that was most of a 1,000-rendezvous view's probe cost).
+                self.refresh_order();
+                let from_key = from.unique_value();
+                let skip = self
+                    .order
+                    .binary_search_by(|k| k.as_str().cmp(&from_key))
+                    .ok();
+                let others = self.order.len() - usize::from(skip.is_some());
+                if others > 0 {
+                    let mut k = self.referral % others;
+                    if skip.is_some_and(|s| k >= s) {
+                        k += 1;
+                    }
+                    let r = self
+                        .members
+                        .get(&self.order[k])
+                        .map(|m| self.about(m, PeerViewKind::Response, false));
                     self.referral = self.referral.wrapping_add(1);
-                    self.send(from, r);
+                    if let Some(r) = r {
+                        self.send(from, r);
+                    }
                 }
             }
             (PeerViewKind::Response, false) => {
