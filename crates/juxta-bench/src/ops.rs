@@ -1099,6 +1099,7 @@ mod tests {
             runs: 2,
             key_bits: 1024,
             configs: vec!["subgroup-rendezvous".into()],
+            ..OpsOptions::default()
         };
         let report = rt.block_on(run_report(&opts, |_| {})).unwrap();
         assert!(report.failures.is_empty(), "{:?}", report.failures);
