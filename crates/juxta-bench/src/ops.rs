@@ -467,7 +467,7 @@ async fn ad_hoc(
             return Err(OpsError::NotFound("cached-peers").into());
         }
 
-        find_and_bind(&mut t, &db, &b.pipes(), &adv, aid).await?;
+        find_and_bind(&mut t, &db, &b.pipes(), &adv, aid, None).await?;
     }
     drop(inputs);
     Ok(t)
@@ -475,14 +475,16 @@ async fn ad_hoc(
 
 /// Finds the pipe advertisement `adv` names through `db`, asking `aid`
 /// (`remote-pipe`), then in the cache (`cached-pipe`), and binds an output
-/// pipe to it (`open-output-pipe`): the same steps in the Net peer group
-/// and in a subgroup.
+/// pipe to it through `aid` (`open-output-pipe`): the same steps in the Net
+/// peer group, in a subgroup and through a subgroup's rendezvous. `holder`:
+/// the peer the pipe must bind to, when it is not `aid`.
 async fn find_and_bind(
     t: &mut Tally,
     db: &juxta::discovery::DiscoveryService,
     pipes: &juxta::pipe::PipeService,
     adv: &PipeAdvertisement,
     aid: juxta::proto::id::PeerId,
+    holder: Option<juxta::proto::id::PeerId>,
 ) -> Result<(), BenchError> {
     let name = adv.name.clone().unwrap_or_default();
     let t0 = Instant::now();
@@ -515,6 +517,9 @@ async fn find_and_bind(
     let t0 = Instant::now();
     let out = pipes.create_output_pipe(&found, &[aid], OP_TIMEOUT).await?;
     t.add("open-output-pipe", t0.elapsed());
+    if holder.is_some_and(|h| out.remote() != Some(h)) {
+        return Err(OpsError::NotFound("open-output-pipe").into());
+    }
     drop(out);
     Ok(())
 }
@@ -611,7 +616,7 @@ async fn subgroup(
             .map_err(OpsError::from)?;
         t.add("publish", t0.elapsed());
 
-        find_and_bind(&mut t, &db, &bg.pipes(), &adv, aid).await?;
+        find_and_bind(&mut t, &db, &bg.pipes(), &adv, aid, None).await?;
     }
     drop(inputs);
     Ok(t)
@@ -691,44 +696,7 @@ async fn subgroup_rendezvous(
         t.add("publish", t0.elapsed());
         wait_index(&mh, before, want, progress).await;
 
-        let name = adv.name.clone().unwrap_or_default();
-        let t0 = Instant::now();
-        let found = db
-            .get_remote(
-                AdvKind::Adv,
-                Some("Name"),
-                Some(&name),
-                1,
-                Some(mid),
-                OP_TIMEOUT,
-            )
-            .await
-            .map_err(OpsError::from)?;
-        t.add("remote-pipe", t0.elapsed());
-        if found.is_empty() {
-            return Err(OpsError::NotFound("remote-pipe").into());
-        }
-
-        let t0 = Instant::now();
-        let found = db
-            .get_local(AdvKind::Adv, Some("Name"), Some(&name), 1)
-            .await
-            .map_err(OpsError::from)?;
-        t.add("cached-pipe", t0.elapsed());
-        let Some(Advertisement::Pipe(found)) = found.into_iter().next() else {
-            return Err(OpsError::NotFound("cached-pipe").into());
-        };
-
-        let t0 = Instant::now();
-        let out = bg
-            .pipes()
-            .create_output_pipe(&found, &[mid], OP_TIMEOUT)
-            .await?;
-        t.add("open-output-pipe", t0.elapsed());
-        if out.remote() != Some(aid) {
-            return Err(OpsError::NotFound("open-output-pipe").into());
-        }
-        drop(out);
+        find_and_bind(&mut t, &db, &bg.pipes(), &adv, mid, Some(aid)).await?;
     }
     drop(inputs);
     drop(members);

@@ -1520,46 +1520,18 @@ async fn overload_with(
     // Generators (open loop) feeding bounded send queues.
     let offered_rate = sink_rate * o.overload_factor.max(1) as f64;
     let per_sender = offered_rate / outs.len() as f64;
-    let offered = Arc::new(AtomicU64::new(0));
-    let held_back = Arc::new(AtomicU64::new(0));
-    let send_errors = Arc::new(AtomicU64::new(0));
     let payload = bytes::Bytes::from(vec![5u8; o.size]);
-    let mut tasks = Vec::new();
-    for out in outs {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Message>(256);
-        let errs = send_errors.clone();
-        tasks.push(tokio::spawn(async move {
-            while let Some(m) = rx.recv().await {
-                if out.send(m).await.is_err() {
-                    errs.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }));
-        let (stop, offered, held_back, payload) = (
-            stop.clone(),
-            offered.clone(),
-            held_back.clone(),
-            payload.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let t0 = Instant::now();
-            let mut n = 0u64;
-            let mut tick = tokio::time::interval(Duration::from_millis(1));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            while !stop.load(Ordering::Relaxed) {
-                tick.tick().await;
-                let due = (t0.elapsed().as_secs_f64() * per_sender) as u64;
-                while n < due {
-                    n += 1;
-                    offered.fetch_add(1, Ordering::Relaxed);
-                    let m = Message::new().with(Element::bytes("", "d", payload.clone()));
-                    if tx.try_send(m).is_err() {
-                        held_back.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        }));
-    }
+    let Paced {
+        offered,
+        held_back,
+        send_errors,
+        tasks,
+    } = spawn_paced(
+        outs.into_iter().map(Arc::new),
+        per_sender,
+        move || Message::new().with(Element::bytes("", "d", payload.clone())),
+        &stop,
+    );
     // RSS sampler.
     let stop2 = stop.clone();
     let sampler = tokio::spawn(async move {
@@ -1708,6 +1680,69 @@ async fn curve(
 }
 
 /// Samples the RSS of `pid` every 250 ms until `stop`; the largest.
+/// Open-loop senders at a set rate (the relay overload scenarios): one
+/// generator per output pipe offers `per_sender` messages a second into a
+/// bounded queue (a message the queue cannot take is held back and
+/// counted), one task per pipe sends what the queue holds.
+struct Paced {
+    offered: Arc<AtomicU64>,
+    held_back: Arc<AtomicU64>,
+    send_errors: Arc<AtomicU64>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+fn spawn_paced(
+    outs: impl IntoIterator<Item = Arc<juxta::pipe::OutputPipe>>,
+    per_sender: f64,
+    msg: impl Fn() -> Message + Clone + Send + Sync + 'static,
+    stop: &Arc<AtomicBool>,
+) -> Paced {
+    let offered = Arc::new(AtomicU64::new(0));
+    let held_back = Arc::new(AtomicU64::new(0));
+    let send_errors = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for out in outs {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Message>(256);
+        let errs = send_errors.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(m) = rx.recv().await {
+                if out.send(m).await.is_err() {
+                    errs.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+        let (stop, offered, held_back, msg) = (
+            stop.clone(),
+            offered.clone(),
+            held_back.clone(),
+            msg.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let t0 = Instant::now();
+            let mut n = 0u64;
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                let due = (t0.elapsed().as_secs_f64() * per_sender) as u64;
+                while n < due {
+                    n += 1;
+                    offered.fetch_add(1, Ordering::Relaxed);
+                    if tx.try_send(msg()).is_err() {
+                        held_back.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    Paced {
+        offered,
+        held_back,
+        send_errors,
+        tasks,
+    }
+}
+
 fn rss_sampler(pid: u32, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<f64> {
     tokio::spawn(async move {
         let mut max = rss_mb(pid).unwrap_or(0.0);
@@ -1831,45 +1866,13 @@ async fn curve_with(
             .map(|s| s.stats().relay_refused.load(Ordering::Relaxed))
             .sum();
         let stop = Arc::new(AtomicBool::new(false));
-        let offered = Arc::new(AtomicU64::new(0));
-        let held_back = Arc::new(AtomicU64::new(0));
-        let send_errors = Arc::new(AtomicU64::new(0));
         let per_sender = rate / outs.len() as f64;
-        let mut tasks = Vec::new();
-        for out in &outs {
-            let (tx, mut rx) = tokio::sync::mpsc::channel::<Message>(256);
-            let (errs, out) = (send_errors.clone(), out.clone());
-            tasks.push(tokio::spawn(async move {
-                while let Some(m) = rx.recv().await {
-                    if out.send(m).await.is_err() {
-                        errs.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }));
-            let (stop, offered, held_back, msg) = (
-                stop.clone(),
-                offered.clone(),
-                held_back.clone(),
-                msg.clone(),
-            );
-            tasks.push(tokio::spawn(async move {
-                let t0 = Instant::now();
-                let mut n = 0u64;
-                let mut tick = tokio::time::interval(Duration::from_millis(1));
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                while !stop.load(Ordering::Relaxed) {
-                    tick.tick().await;
-                    let due = (t0.elapsed().as_secs_f64() * per_sender) as u64;
-                    while n < due {
-                        n += 1;
-                        offered.fetch_add(1, Ordering::Relaxed);
-                        if tx.try_send(msg()).is_err() {
-                            held_back.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-            }));
-        }
+        let Paced {
+            offered,
+            held_back,
+            send_errors,
+            tasks,
+        } = spawn_paced(outs.iter().cloned(), per_sender, msg.clone(), &stop);
         let sampler = rss_sampler(pid, stop.clone());
         let d0 = delivered.load(Ordering::Relaxed);
         let start = Instant::now();
