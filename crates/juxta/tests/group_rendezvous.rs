@@ -275,21 +275,33 @@ async fn edges_find_each_other_through_their_groups_rendezvous_and_non_members_a
 
     // b publishes, then leaves: its entries are withdrawn from the group's
     // rendezvous and its lease ends.
+    // (What the index holds before b publishes, so that b's entry is
+    // waited for itself: a count the index may already hold is no proof.)
+    let before_b = mrdv.status().index_entries;
     bg.discovery()
         .publish(&Advertisement::Pipe(pipe_adv("club-b", PipeType::Unicast)))
         .await
         .unwrap();
     until("the group's index to hold b's entry", || {
-        mrdv.status().index_entries >= 3
+        mrdv.status().index_entries > before_b
     })
     .await;
     let with_b = mrdv.status().index_entries;
     bg.leave().unwrap();
-    until("m to release b's lease and entries", || {
+    let end = tokio::time::Instant::now() + WAIT;
+    loop {
         let s = mrdv.status();
-        s.clients == 1 && s.index_entries < with_b
-    })
-    .await;
+        if s.clients == 1 && s.index_entries < with_b {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "timed out waiting for m to release b's lease and entries: clients {} entries {} (with b {with_b})",
+            s.clients,
+            s.index_entries
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let gone = ag
         .discovery()
         .search(AdvKind::Adv)

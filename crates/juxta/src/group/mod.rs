@@ -392,10 +392,13 @@ impl GroupCtx {
         let l = RevocationList::decode(bytes)?;
         let mut cs = cs.lock().expect("group cert lock");
         let changed = cs.membership.apply_revocations(l.clone())?;
-        drop(cs);
         if changed {
+            // Written before the lock is released: whoever sees the new
+            // list in force (`revocations`) finds it persisted too, so a
+            // leave and rejoin right after cannot miss it.
             self.persist_revocations(&l);
         }
+        drop(cs);
         Ok(changed)
     }
 
@@ -735,9 +738,10 @@ impl Group {
             }
             let l = RevocationList::sign(key, self.id, version, ps, ss);
             cs.membership.apply_revocations(l.clone())?;
+            // Persisted under the lock, as in `apply_revocations`.
+            self.ctx.persist_revocations(&l);
             l
         };
-        self.ctx.persist_revocations(&list);
         Ok(send_revocations(&self.inner, &self.ctx, &list, None))
     }
 }
