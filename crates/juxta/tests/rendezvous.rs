@@ -401,10 +401,22 @@ async fn two_rendezvous_form_a_peer_view_and_share_the_index() {
     // (`digest * N / 2^(8 * len)`, the sign byte counted, stays below N / 2);
     // Juxta places as JXSE does, so whether b holds replicas depends on the
     // IDs. Either way b's edge finds them, through the replica.
+    // The replicas a sent b (when b is their replica) travel on another
+    // connection than b's edge's lookups: the test waits for them, as SRDI
+    // is only loosely consistent. They are sent as soon as a indexes its
+    // edge's entries, even though a's placement over the view that just
+    // formed is still pending (the bug this test caught).
+    use juxta_proto::srdi::placement::{global_view, replica_expr, replica_peer};
+    let gv = global_view(a.peer_id(), [b.peer_id()]);
+    let at_b = keys
+        .iter()
+        .filter(|k| replica_peer(&gv, &replica_expr("Adv", "Name", k)) == Some(b.peer_id()))
+        .count();
     assert!(
-        eventually(|| ha.status().index_entries >= 20).await,
-        "{:?}",
-        ha.status()
+        eventually(|| ha.status().index_entries >= 20 && hb.status().index_entries >= at_b).await,
+        "{:?} {:?} ({at_b} replicas at b)",
+        ha.status(),
+        hb.status()
     );
     for k in &keys {
         let who = eb

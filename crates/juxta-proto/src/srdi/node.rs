@@ -33,7 +33,10 @@
 //!   only if that replica differs from the one under the view the entries
 //!   were last placed over, or it is a peer that joined or left in between
 //!   (it may have restarted empty). New entries arriving meanwhile are
-//!   placed over that same last-placed view, so the difference is exact;
+//!   placed over that same last-placed view, so the difference is exact,
+//!   and also sent to their replica under the current view, so they can
+//!   be found at once instead of a settle period later (the re-placement
+//!   may send them there again: at most one extra copy per entry);
 //! - SRDI has no acknowledgement, so a replica cannot say it refused. A
 //!   rendezvous accepts replicas only from peer-view members (an edge may
 //!   push only its own entries), and a replica's own view may not hold the
@@ -55,7 +58,9 @@ use crate::resolver::{query_queue, response_queue, srdi_queue, ResolverQuery, RE
 
 use super::flow::{Admission, AdmissionConfig, Admit};
 use super::index::{AddOutcome, SrdiIndex};
-use super::placement::{replica_expr, replica_position, replicate, REPLICATION_THRESHOLD};
+use super::placement::{
+    replica_expr, replica_position, replicate, replicate_over, REPLICATION_THRESHOLD,
+};
 use super::search::{decide, QueryContext, QueryPlan, SearchModel};
 use super::{ResolverSrdi, SrdiError, SrdiMessage, SCOPE_REPLICATE};
 
@@ -413,16 +418,30 @@ impl SrdiNode {
                 return Ok(AddOutcome::default());
             }
         }
-        Ok(self.index_and_replicate(&sm, now))
+        Ok(self.index_and_replicate(&sm, view, now))
     }
 
-    fn index_and_replicate(&mut self, sm: &SrdiMessage, now: Millis) -> AddOutcome {
+    fn index_and_replicate(
+        &mut self,
+        sm: &SrdiMessage,
+        view: &[PeerId],
+        now: Millis,
+    ) -> AddOutcome {
         let out = self.index.add_message(sm, now);
         self.stats.refused_entries += out.refused as u64;
         if self.cfg.model == SearchModel::Srdi {
             // Over the view the other entries were placed over, so the
-            // next re-placement's difference covers these too.
-            for (dest, bin) in replicate(sm, &self.placement.placed, &self.me) {
+            // next re-placement's difference covers these too; while a
+            // placement is pending, also to the replica the current view
+            // names, so a lookup finds the entry now rather than after the
+            // view settles.
+            let placed = &self.placement.placed;
+            let bins = if self.placement.dirty_since.is_some() && placed.as_slice() != view {
+                replicate_over(sm, &[placed, view], &self.me)
+            } else {
+                replicate(sm, placed, &self.me)
+            };
+            for (dest, bin) in bins {
                 self.send_srdi(dest, &bin);
             }
         }
@@ -474,7 +493,9 @@ impl SrdiNode {
             let n = h.msg.entries.len();
             self.held_entries -= n;
             self.stats.held_released += n as u64;
-            stored += self.index_and_replicate(&h.msg, now).stored;
+            // Held entries are replicas (scope 0): indexed, never
+            // replicated again, so no view is needed.
+            stored += self.index_and_replicate(&h.msg, &[], now).stored;
         }
         stored
     }
@@ -665,6 +686,103 @@ mod tests {
             query: value.into(),
             src_route: None,
         }
+    }
+
+    /// Where each replicated entry went: (destination, value).
+    fn sent_entries(n: &mut SrdiNode) -> Vec<(PeerId, String)> {
+        let mut v = Vec::new();
+        while let Some(a) = n.poll_action() {
+            let SrdiAction::Send(t) = a else { panic!() };
+            let m = ResolverSrdi::from_message(&t.message, "g")
+                .unwrap()
+                .srdi_message()
+                .unwrap();
+            v.extend(m.entries.into_iter().map(|e| (t.to, e.value)));
+        }
+        v
+    }
+
+    /// An entry published while the placement over a changed view is still
+    /// pending (the view has not settled) reaches its replica under the
+    /// current view at once, as well as the one the last placement names:
+    /// a lookup at the new replica must not miss for a settle period.
+    #[test]
+    fn entries_published_while_placement_is_pending_reach_the_current_replica() {
+        let mut n = SrdiNode::new(peer(9), "g", "h", SrdiNodeConfig::default());
+        let alone = global_view(peer(9), []);
+        let two = global_view(peer(9), [peer(2)]);
+        let three = global_view(peer(9), [peer(2), peer(3)]);
+        let values: Vec<String> = (0..40).map(|i| format!("v{i}")).collect();
+        let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+        let replica = |view: &[PeerId], v: &str| {
+            crate::srdi::placement::replica_peer(view, &replica_expr("Adv", "Name", v))
+        };
+        // Placed over the view of one (no replicas), then peer 2 joins: the
+        // re-placement is pending while new entries arrive.
+        n.rereplicate([], &alone, 0);
+        n.view_changed(peer(2), 10);
+        assert!(!n.rereplicate_due(10));
+        n.handle_srdi(&peer(50), &publish(peer(50), &refs), &two, 10)
+            .unwrap();
+        let sent = sent_entries(&mut n);
+        let want: Vec<(PeerId, String)> = values
+            .iter()
+            .filter_map(|v| {
+                replica(&two, v)
+                    .filter(|r| *r != peer(9))
+                    .map(|r| (r, v.clone()))
+            })
+            .collect();
+        assert!(!want.is_empty(), "some replicas fall on peer 2");
+        let mut got = sent.clone();
+        got.sort_by(|a, b| a.1.cmp(&b.1));
+        let mut want_sorted = want.clone();
+        want_sorted.sort_by(|a, b| a.1.cmp(&b.1));
+        assert_eq!(got, want_sorted);
+        // Placed over two, then peer 3 joins: a new entry goes to its
+        // replica under both views (once when they agree), never to self.
+        n.rereplicate([peer(50)], &two, DEFAULT_SETTLE_MS + 10);
+        sent_entries(&mut n);
+        n.view_changed(peer(3), DEFAULT_SETTLE_MS + 20);
+        n.handle_srdi(
+            &peer(51),
+            &publish(peer(51), &refs),
+            &three,
+            DEFAULT_SETTLE_MS + 20,
+        )
+        .unwrap();
+        let sent = sent_entries(&mut n);
+        for v in &values {
+            let mut want: Vec<PeerId> = [replica(&two, v), replica(&three, v)]
+                .into_iter()
+                .flatten()
+                .filter(|r| *r != peer(9))
+                .collect();
+            want.dedup();
+            let mut got: Vec<PeerId> = sent
+                .iter()
+                .filter(|(_, x)| x == v)
+                .map(|(p, _)| *p)
+                .collect();
+            got.sort_by_key(|p| want.iter().position(|w| w == p));
+            assert_eq!(got, want, "{v}");
+        }
+        // Once settled, only the placed view is used (one copy per entry).
+        n.rereplicate([peer(50), peer(51)], &three, 10 * DEFAULT_SETTLE_MS);
+        sent_entries(&mut n);
+        n.handle_srdi(
+            &peer(52),
+            &publish(peer(52), &refs),
+            &three,
+            10 * DEFAULT_SETTLE_MS,
+        )
+        .unwrap();
+        let sent = sent_entries(&mut n);
+        let want = values
+            .iter()
+            .filter(|v| replica(&three, v) != Some(peer(9)))
+            .count();
+        assert_eq!(sent.len(), want);
     }
 
     #[test]

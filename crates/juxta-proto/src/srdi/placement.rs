@@ -13,7 +13,7 @@
 //! - [`walk_step`]: JXSE's `LimitedRangeWalker`: who gets a walked message
 //!   next, with which header.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use sha1::{Digest, Sha1};
 
@@ -146,6 +146,59 @@ pub fn replicate(msg: &SrdiMessage, view: &[PeerId], me: &PeerId) -> Vec<(PeerId
             .push(e.clone());
     }
     bins.into_iter().map(|(i, m)| (view[i], m)).collect()
+}
+
+/// Like [`replicate`], over several views at once: each entry goes to its
+/// replica under every view that reaches [`REPLICATION_THRESHOLD`], once
+/// per distinct replica (a rendezvous whose placement is pending sends a
+/// new entry both where its last placement put the others and where the
+/// current view puts it). Bins come in first-seen order, deterministic.
+pub fn replicate_over(
+    msg: &SrdiMessage,
+    views: &[&[PeerId]],
+    me: &PeerId,
+) -> Vec<(PeerId, SrdiMessage)> {
+    if msg.scope < SCOPE_REPLICATE {
+        return Vec::new();
+    }
+    let views: Vec<&[PeerId]> = views
+        .iter()
+        .copied()
+        .filter(|v| v.len() >= REPLICATION_THRESHOLD)
+        .collect();
+    if views.is_empty() {
+        return Vec::new();
+    }
+    let mut bins: Vec<(PeerId, SrdiMessage)> = Vec::new();
+    let mut slot: HashMap<PeerId, usize> = HashMap::new();
+    for e in &msg.entries {
+        let expr = replica_expr(&msg.primary_key, &e.key, &e.value);
+        let mut sent_to: Vec<PeerId> = Vec::with_capacity(views.len());
+        for view in &views {
+            let Some(i) = replica_position(&expr, view.len()) else {
+                continue;
+            };
+            let dest = view[i];
+            if dest == *me || sent_to.contains(&dest) {
+                continue;
+            }
+            sent_to.push(dest);
+            let at = *slot.entry(dest).or_insert_with(|| {
+                bins.push((
+                    dest,
+                    SrdiMessage {
+                        peer: msg.peer,
+                        primary_key: msg.primary_key.clone(),
+                        scope: 0,
+                        entries: Vec::new(),
+                    },
+                ));
+                bins.len() - 1
+            });
+            bins[at].1.entries.push(e.clone());
+        }
+    }
+    bins
 }
 
 /// One step of the limited-range walker at rendezvous `me`.
