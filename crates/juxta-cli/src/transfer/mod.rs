@@ -128,6 +128,10 @@ pub enum TransferError {
     /// A socket failed to open.
     #[error(transparent)]
     Socket(#[from] juxta::socket::SocketError),
+    /// The peer could not be shut down gracefully (what it had queued may
+    /// not have reached the other side).
+    #[error("closing the peer: {0}")]
+    Close(#[from] juxta::CloseError),
     /// Local file or stream I/O.
     #[error("{what}: {source}")]
     Io {

@@ -86,7 +86,12 @@ pub async fn main(c: SocketCmd) -> Result<(), TransferError> {
 /// Copies stdin to the socket and the socket to stdout until both
 /// directions ended (stdin's end is sent as a half-close). The side whose
 /// sending ended last then waits (up to 10 s) for the other to close the
-/// connection, so that its last bytes are read before it exits.
+/// connection, so that its last bytes are read before it exits. Either
+/// side then closes its peer gracefully ([`Peer::close`]): a half-close
+/// only hands the last bytes to the connection, and a process that ended
+/// with its peer merely dropped would cut the connection under bytes
+/// still queued for the other side (seen in CI: the connector lost the
+/// end of the listener's data when the listener's sending ended first).
 async fn splice(s: JxtaSocket, peer: Arc<Peer>) -> Result<(), TransferError> {
     let remote = s.remote();
     let down_first = std::sync::atomic::AtomicBool::new(false);
@@ -130,5 +135,6 @@ async fn splice(s: JxtaSocket, peer: Arc<Peer>) -> Result<(), TransferError> {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
+    peer.close().await?;
     Ok(())
 }

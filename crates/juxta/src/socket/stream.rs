@@ -95,6 +95,14 @@ impl State {
         if let Some(e) = self.s.read_error() {
             return Some(io::Error::new(e.io_kind(), e));
         }
+        if self.s.fin_received() {
+            // The peer ended its direction before the connection went:
+            // what it sent is read to the end, then end of stream (a
+            // peer that half-closes and then closes its connection at
+            // once loses nothing; its reader saw "connection closed"
+            // instead of the last bytes and the end).
+            return None;
+        }
         self.conn_error
             .as_ref()
             .map(|(k, why)| io::Error::new(*k, why.clone()))
