@@ -330,6 +330,11 @@ pub(crate) struct Inner {
     pub(crate) crypto: Semaphore,
     /// Dials triggered by remote queries: bounded and rate-limited.
     pub(crate) answer_dials: crate::resolver::AnswerDials,
+    /// HTTP sessions being opened, by server address: a second dial of
+    /// the same address waits for the first and reuses its session (a
+    /// server keeps one session per peer, so two opened at once would
+    /// close one another's).
+    pub(crate) http_dials: crate::transport::http::DialLocks,
 }
 
 /// A link to a peer came up or went down ([`Inner::links`]).
@@ -1085,6 +1090,7 @@ impl Peer {
             router: crate::relay::Router::new(local_peer, cfg_relay.as_ref()),
             crypto: Semaphore::new(crypto_permits()),
             answer_dials: crate::resolver::AnswerDials::default(),
+            http_dials: Default::default(),
             replay: std::sync::Mutex::new(juxta_proto::wire::replay::ReplayCache::new(
                 juxta_proto::wire::replay::DEFAULT_REPLAY_CAPACITY,
             )),

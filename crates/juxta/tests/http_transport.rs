@@ -121,6 +121,45 @@ async fn endpoint_messages_both_ways_over_http() {
     assert!(to_a.connection().bytes_in() > 0 && to_a.connection().bytes_out() > 0);
 }
 
+/// Two services of one edge dialling the same HTTP server at once (its
+/// rendezvous and relay leases do): one session is opened and both get
+/// it. (Two sessions for one peer closed one another's on the server: the
+/// loser's lease waited out a retry, 7 s over the wan profile.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simultaneous_dials_of_one_server_share_one_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = pair(&dir, None).await;
+    let mut a_in = a.listen("test", Some("in")).unwrap();
+    let mut b_in = b.listen("test", Some("back")).unwrap();
+    let addr = a.http_local_addr().unwrap();
+    let (m1, m2) = tokio::join!(b.connect_http(addr), b.connect_http(addr));
+    let (m1, m2) = (m1.unwrap(), m2.unwrap());
+    for (i, m) in [&m1, &m2].into_iter().enumerate() {
+        let p = payload(10 + i);
+        m.send("test", Some("in"), msg(&p)).await.unwrap();
+        let got = tokio::time::timeout(WAIT, a_in.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.message.get("juxta", "payload").unwrap().data, p);
+    }
+    let p = payload(64);
+    a.messenger(&b.peer_id())
+        .unwrap()
+        .send("test", Some("back"), msg(&p))
+        .await
+        .unwrap();
+    let back = tokio::time::timeout(WAIT, b_in.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.message.get("juxta", "payload").unwrap().data, p);
+    let s = a.http_server().unwrap();
+    assert_eq!(s.stats().sessions_opened.load(Ordering::Relaxed), 1);
+    assert_eq!(s.session_count(), 1);
+    assert_eq!(b.connection_count(), 1);
+}
+
 fn adv() -> PipeAdvertisement {
     let mut a = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
     a.name = Some("http".into());

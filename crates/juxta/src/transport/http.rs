@@ -1118,7 +1118,50 @@ impl ClientConn {
 /// Opens an HTTP session with the peer at `addr`: ping (server ID and
 /// challenge), signed hello (session token), then a poll task and a post
 /// task around a [`Connection`] registered like a TCP one.
+/// Per-address locks of the HTTP sessions being opened
+/// ([`crate::peer::Inner::http_dials`]); an entry lives while a dial of its
+/// address is under way, so the map holds at most one per dial in flight.
+#[derive(Default)]
+pub(crate) struct DialLocks(std::sync::Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<()>>>>);
+
+impl DialLocks {
+    fn lock_of(&self, addr: SocketAddr) -> Arc<tokio::sync::Mutex<()>> {
+        self.0
+            .lock()
+            .expect("http dial locks")
+            .entry(addr)
+            .or_default()
+            .clone()
+    }
+
+    /// Drops the entry of `addr` once no dial holds or waits for it.
+    fn release(&self, addr: SocketAddr, lock: Arc<tokio::sync::Mutex<()>>) {
+        let mut m = self.0.lock().expect("http dial locks");
+        // The map's reference and `lock`: nobody else holds it.
+        if Arc::strong_count(&lock) == 2 {
+            m.remove(&addr);
+        }
+    }
+}
+
+/// Opens an HTTP session with the server at `addr`, or returns the live
+/// session or connection to it: dials of one address are serialized (the
+/// later ones find the first's session).
 pub(crate) async fn connect(
+    inner: &Arc<Inner>,
+    addr: SocketAddr,
+    cfg: HttpConfig,
+) -> Result<Messenger, HttpClientError> {
+    let lock = inner.http_dials.lock_of(addr);
+    let r = {
+        let _held = lock.lock().await;
+        connect_serialized(inner, addr, cfg).await
+    };
+    inner.http_dials.release(addr, lock);
+    r
+}
+
+async fn connect_serialized(
     inner: &Arc<Inner>,
     addr: SocketAddr,
     cfg: HttpConfig,
