@@ -14,6 +14,12 @@
 //!   default, `start` lasts until both leases (rendezvous and relay) are
 //!   held, answers reach the querier through the relay, and
 //!   `open-output-pipe` binds without naming a peer, as a user would;
+//! - `http-rendezvous` (not run by default): the thesis' HTTP rendezvous:
+//!   as `firewalled`, but the edges can only speak HTTP: they reach R's
+//!   HTTP listener over JXTA's HTTP transport
+//!   ([`juxta::PeerConfig::rendezvous_over_http`]) and lease it as
+//!   rendezvous and relay over those sessions, so every answer and message
+//!   for them comes back in their HTTP polls;
 //! - `subgroup` (not run by default: `--configs subgroup`): two peers
 //!   connected directly, operating inside subgroups of the Net peer group
 //!   with their own services ([`juxta::group::Group`]): the operations of
@@ -61,8 +67,9 @@
 //! # Ok(()) }
 //! ```
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use juxta::proto::advertisement::{AdvKind, Advertisement, PipeAdvertisement, PipeType};
@@ -70,6 +77,7 @@ use juxta::rendezvous::{RendezvousConfig, RendezvousHandle};
 use juxta::{Peer, PeerConfig};
 use serde::Serialize;
 
+use crate::net::FarRuntime;
 use crate::util::{percentile, random_pipe_id};
 use crate::BenchError;
 
@@ -112,16 +120,24 @@ pub const GROUP_RDV_OPERATIONS: [&str; 5] = [
 ];
 
 /// The configurations, in run order.
-pub const CONFIGS: [&str; 5] = [
+pub const CONFIGS: [&str; 6] = [
     "ad-hoc",
     "rendezvous",
     "firewalled",
+    "http-rendezvous",
     "subgroup",
     "subgroup-rendezvous",
 ];
 
 /// The configurations run by default.
 pub const DEFAULT_CONFIGS: [&str; 2] = ["ad-hoc", "rendezvous"];
+
+/// The configurations that run under a network profile (`--net`): their
+/// far-side peers (in `ad-hoc` the publisher, in `rendezvous` and
+/// `firewalled` and `http-rendezvous` the rendezvous and the publishing
+/// edge) run in the responder namespace, the measured querier in the
+/// client's.
+pub const NET_CONFIGS: [&str; 4] = ["ad-hoc", "rendezvous", "firewalled", "http-rendezvous"];
 
 /// How long a remote operation may take before it counts as failed.
 const OP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -141,10 +157,10 @@ pub enum OpsError {
     #[error("{0}: nothing found")]
     NotFound(&'static str),
     /// A configuration name that does not exist.
-    #[error("unknown ops configuration {0:?} (known: ad-hoc, rendezvous, firewalled, subgroup, subgroup-rendezvous)")]
+    #[error("unknown ops configuration {0:?} (known: ad-hoc, rendezvous, firewalled, http-rendezvous, subgroup, subgroup-rendezvous)")]
     UnknownConfig(String),
     /// No configuration to run.
-    #[error("no ops configuration given (known: ad-hoc, rendezvous, firewalled, subgroup, subgroup-rendezvous)")]
+    #[error("no ops configuration given (known: ad-hoc, rendezvous, firewalled, http-rendezvous, subgroup, subgroup-rendezvous)")]
     NoConfig,
     /// An edge did not lease its rendezvous in time.
     #[error("{0}: not leased by the rendezvous within {1:?}")]
@@ -181,8 +197,14 @@ pub struct OpsOptions {
     /// Cache sizes for the start-up vs cache size rows (the thesis' Fig.
     /// 6.1, [`crate::cache_scale`]); empty: none.
     pub cache_sizes: Vec<u64>,
-    /// Network profile: refused unless loopback (every peer of this
-    /// scenario runs in this process, so none can sit across the link).
+    /// Network profile. Under one, the configurations of [`NET_CONFIGS`]
+    /// run their far-side peers on a thread of their own in the responder
+    /// namespace (`ad-hoc`: the publisher; the rendezvous configurations: the
+    /// rendezvous and the publishing edge) and the measured querier, and
+    /// the edges `start` times, in the client namespace (this thread, which
+    /// must belong to a current-thread runtime); the others are refused
+    /// with [`BenchError::NetUnsupported`]. Operations on a far peer are
+    /// timed on its side.
     pub net: crate::net::Net,
 }
 
@@ -316,13 +338,17 @@ impl Tally {
     }
 }
 
-fn peer_cfg(dir: &Path, name: &str, key_bits: usize, listen: bool) -> PeerConfig {
+fn peer_cfg(dir: &Path, name: &str, key_bits: usize, listen: Option<IpAddr>) -> PeerConfig {
     let mut c = PeerConfig::new(dir.join(name)).key_bits(key_bits);
-    if listen {
-        c = c.listen("127.0.0.1:0".parse().expect("address"));
+    if let Some(ip) = listen {
+        c = c.listen(SocketAddr::new(ip, 0));
     }
     c
 }
+
+/// 127.0.0.1: where peers of the configurations that stay on loopback
+/// listen.
+const LOOPBACK: Option<IpAddr> = Some(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
 
 /// Runs the scenario and returns one row per operation and configuration,
 /// configurations in [`OpsOptions::configs`] order, operations in
@@ -335,16 +361,8 @@ pub async fn run(opts: &OpsOptions, progress: impl FnMut(&str)) -> Result<Vec<Op
 /// Like [`run`], and also says which operations failed and why.
 pub async fn run_report(
     opts: &OpsOptions,
-    mut progress: impl FnMut(&str),
+    progress: impl FnMut(&str),
 ) -> Result<OpsReport, BenchError> {
-    if !opts.net.is_local() {
-        return Err(BenchError::NetUnsupported {
-            profile: opts.net.profile.name().into(),
-            scenario: "ops".into(),
-            reason: "its peers all run in this process, so none can sit across the emulated link"
-                .into(),
-        });
-    }
     let configs = opts
         .configs
         .iter()
@@ -353,6 +371,28 @@ pub async fn run_report(
     if configs.is_empty() {
         return Err(OpsError::NoConfig.into());
     }
+    if !opts.net.is_local() {
+        if let Some(c) = configs.iter().find(|c| !NET_CONFIGS.contains(c)) {
+            return Err(BenchError::NetUnsupported {
+                profile: opts.net.profile.name().into(),
+                scenario: format!("ops --configs {c}"),
+                reason: format!(
+                    "its group members all run on one side of the link (under a profile: --configs {})",
+                    NET_CONFIGS.join(",")
+                ),
+            });
+        }
+        return crate::net::scoped(&opts.net, run_configs(opts, configs, progress)).await;
+    }
+    run_configs(opts, configs, progress).await
+}
+
+/// Runs `configs` (checked) where this thread is.
+async fn run_configs(
+    opts: &OpsOptions,
+    configs: Vec<&'static str>,
+    mut progress: impl FnMut(&str),
+) -> Result<OpsReport, BenchError> {
     let runs = opts.runs.max(1);
     let dir = tempfile::tempdir().map_err(|source| BenchError::Io {
         what: "creating a temporary directory".into(),
@@ -362,9 +402,32 @@ pub async fn run_report(
     for config in configs {
         let first = report.rows.len();
         let t = if config == "rendezvous" {
-            rendezvous(opts, runs, &dir.path().join("rdv"), false, &mut progress).await?
+            rendezvous(
+                opts,
+                runs,
+                &dir.path().join("rdv"),
+                Reach::Tcp,
+                &mut progress,
+            )
+            .await?
         } else if config == "firewalled" {
-            rendezvous(opts, runs, &dir.path().join("fw"), true, &mut progress).await?
+            rendezvous(
+                opts,
+                runs,
+                &dir.path().join("fw"),
+                Reach::Firewalled,
+                &mut progress,
+            )
+            .await?
+        } else if config == "http-rendezvous" {
+            rendezvous(
+                opts,
+                runs,
+                &dir.path().join("http"),
+                Reach::Http,
+                &mut progress,
+            )
+            .await?
         } else if config == "subgroup" {
             subgroup(opts, runs, &dir.path().join("sub"), &mut progress).await?
         } else if config == "subgroup-rendezvous" {
@@ -383,29 +446,41 @@ pub async fn run_report(
     Ok(report)
 }
 
-/// Two peers connected directly: every failure fails the run.
+/// Two peers connected directly: every failure fails the run. Under a
+/// network profile, the publisher `a` runs on the far side of the link.
 async fn ad_hoc(
     opts: &OpsOptions,
     runs: usize,
     dir: &Path,
     progress: &mut impl FnMut(&str),
 ) -> Result<Tally, BenchError> {
-    let cfg = |name: &str, listen: bool| peer_cfg(dir, name, opts.key_bits, listen);
+    let cfg = |name: &str, listen: Option<IpAddr>| peer_cfg(dir, name, opts.key_bits, listen);
     let mut t = Tally::new("ad-hoc", runs);
+    let far = FarRuntime::start(&opts.net).await?;
 
     progress("ops: ad-hoc: start");
     // The identity is created once; `start` loads it.
-    drop(Peer::start(cfg("s", false)).await?);
+    drop(Peer::start(cfg("s", None)).await?);
     for _ in 0..runs {
         let t0 = Instant::now();
-        let p = Peer::start(cfg("s", false)).await?;
+        let p = Peer::start(cfg("s", None)).await?;
         t.add("start", t0.elapsed());
         drop(p);
     }
 
-    progress("ops: ad-hoc: two peers on loopback");
-    let a = Peer::start(cfg("a", true)).await?;
-    let b = Peer::start(cfg("b", false)).await?;
+    progress(&format!(
+        "ops: ad-hoc: two peers ({})",
+        if opts.net.is_local() {
+            "on loopback".to_string()
+        } else {
+            format!("across the {} link", opts.net.profile)
+        }
+    ));
+    let a = Arc::new(
+        far.run(Peer::start(cfg("a", Some(opts.net.responder_ip))))
+            .await??,
+    );
+    let b = Peer::start(cfg("b", None)).await?;
     let addr = a
         .local_addr()
         .ok_or(OpsError::NotFound("listen address"))
@@ -413,17 +488,22 @@ async fn ad_hoc(
     let to_a = b.connect(addr).await?;
     to_a.wait_compact(OP_TIMEOUT).await;
     let aid = a.peer_id();
-    let (da, db) = (a.discovery(), b.discovery());
+    let db = b.discovery();
 
     progress("ops: ad-hoc: groups");
     for i in 0..runs {
-        let t0 = Instant::now();
-        let g = a
-            .groups()
-            .create(&format!("ops-group-{i}"), Some("pw"))
-            .await
-            .map_err(OpsError::from)?;
-        t.add("create-group", t0.elapsed());
+        let (d, g) = far
+            .run(timed({
+                let a = a.clone();
+                async move {
+                    a.groups()
+                        .create(&format!("ops-group-{i}"), Some("pw"))
+                        .await
+                }
+            }))
+            .await?;
+        let g = g.map_err(OpsError::from)?;
+        t.add("create-group", d);
         let t0 = Instant::now();
         b.groups()
             .join(&g.adv, Some("pw"))
@@ -437,15 +517,23 @@ async fn ad_hoc(
     let mut inputs = Vec::with_capacity(runs);
     for i in 0..runs {
         let adv = pipe(format!("ops-pipe-{i}"));
-        let t0 = Instant::now();
-        inputs.push(a.pipes().create_input_pipe(&adv)?);
-        t.add("open-input-pipe", t0.elapsed());
+        let (d, input) = far
+            .run(timed({
+                let (a, adv) = (a.clone(), adv.clone());
+                async move { a.pipes().create_input_pipe(&adv) }
+            }))
+            .await?;
+        inputs.push(input?);
+        t.add("open-input-pipe", d);
 
-        let t0 = Instant::now();
-        da.publish(&Advertisement::Pipe(adv.clone()))
-            .await
-            .map_err(OpsError::from)?;
-        t.add("publish", t0.elapsed());
+        let (d, r) = far
+            .run(timed({
+                let (a, adv) = (a.clone(), Advertisement::Pipe(adv.clone()));
+                async move { a.discovery().publish(&adv).await }
+            }))
+            .await?;
+        r.map_err(OpsError::from)?;
+        t.add("publish", d);
 
         let t0 = Instant::now();
         let found = db
@@ -469,8 +557,18 @@ async fn ad_hoc(
 
         find_and_bind(&mut t, &db, &b.pipes(), &adv, aid, None).await?;
     }
-    drop(inputs);
+    // The far peer and its pipes end on their own side.
+    far.run(async move { drop((inputs, a)) }).await?;
+    drop(b);
     Ok(t)
+}
+
+/// Runs `f` and says how long it took (timed where it runs: on the far
+/// side, the hand-over between the two threads is not counted).
+async fn timed<T>(f: impl std::future::Future<Output = T>) -> (Duration, T) {
+    let t0 = Instant::now();
+    let v = f.await;
+    (t0.elapsed(), v)
 }
 
 /// Finds the pipe advertisement `adv` names through `db`, asking `aid`
@@ -533,7 +631,14 @@ async fn subgroup(
     progress: &mut impl FnMut(&str),
 ) -> Result<Tally, BenchError> {
     const VALIDITY: Duration = Duration::from_secs(3600);
-    let cfg = |name: &str, listen: bool| peer_cfg(dir, name, opts.key_bits, listen);
+    let cfg = |name: &str, listen: bool| {
+        peer_cfg(
+            dir,
+            name,
+            opts.key_bits,
+            if listen { LOOPBACK } else { None },
+        )
+    };
     let mut t = Tally::with_ops("subgroup", runs, &GROUP_OPERATIONS);
     progress("ops: subgroup: two peers on loopback");
     let a = Peer::start(cfg("a", true)).await?;
@@ -632,7 +737,7 @@ async fn subgroup_rendezvous(
     progress: &mut impl FnMut(&str),
 ) -> Result<Tally, BenchError> {
     const VALIDITY: Duration = Duration::from_secs(3600);
-    let cfg = |name: &str| peer_cfg(dir, name, opts.key_bits, true);
+    let cfg = |name: &str| peer_cfg(dir, name, opts.key_bits, LOOPBACK);
     let mut t = Tally::with_ops("subgroup-rendezvous", runs, &GROUP_RDV_OPERATIONS);
     progress("ops: subgroup-rendezvous: the group's rendezvous and two edges on loopback");
     let m = Peer::start(cfg("m")).await?;
@@ -704,18 +809,48 @@ async fn subgroup_rendezvous(
     Ok(t)
 }
 
+/// How the edges of the rendezvous configurations reach the rendezvous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// They listen on TCP and dial it (`rendezvous`).
+    Tcp,
+    /// They do not listen and lease it as relay too (`firewalled`).
+    Firewalled,
+    /// As `Firewalled`, over JXTA's HTTP transport (`http-rendezvous`).
+    Http,
+}
+
+impl Reach {
+    /// The configuration's name.
+    fn config(self) -> &'static str {
+        match self {
+            Reach::Tcp => "rendezvous",
+            Reach::Firewalled => "firewalled",
+            Reach::Http => "http-rendezvous",
+        }
+    }
+
+    /// Whether the edges cannot be dialled (they lease a relay).
+    fn relayed(self) -> bool {
+        self != Reach::Tcp
+    }
+}
+
 /// Starts an edge of the rendezvous at `seed` and waits until it is
-/// leased; `firewalled`: the edge does not listen, and is also waited for
-/// until it holds its (default) relay lease at `seed`.
+/// leased; an edge that does not listen ([`Reach::relayed`]) is also waited
+/// for until it holds its (default) relay lease at `seed`.
 async fn start_edge(
     dir: &Path,
     name: &str,
     key_bits: usize,
     seed: SocketAddr,
-    firewalled: bool,
+    reach: Reach,
+    ip: IpAddr,
 ) -> Result<Result<Peer, OpsError>, BenchError> {
-    let cfg =
-        peer_cfg(dir, name, key_bits, !firewalled).rendezvous(RendezvousConfig::edge(vec![seed]));
+    let listen = (!reach.relayed()).then_some(ip);
+    let cfg = peer_cfg(dir, name, key_bits, listen)
+        .rendezvous(RendezvousConfig::edge(vec![seed]))
+        .rendezvous_over_http(reach == Reach::Http);
     let p = Peer::start(cfg).await?;
     let leased = match p.rendezvous() {
         Some(h) => h.wait_leased(OP_TIMEOUT).await.is_some(),
@@ -724,7 +859,7 @@ async fn start_edge(
     if !leased {
         return Ok(Err(OpsError::NotLeased("edge", OP_TIMEOUT)));
     }
-    if firewalled {
+    if reach.relayed() {
         let relayed = match p.relay() {
             Some(h) => h.wait_leased(OP_TIMEOUT).await.is_some(),
             None => false,
@@ -736,14 +871,16 @@ async fn start_edge(
     Ok(Ok(p))
 }
 
-/// Publishes `adv` on `peer` and waits until the rendezvous `r` indexed its
-/// SRDI entries (or [`INDEX_WAIT`] passed: said on `progress`).
+/// Publishes `adv` on `peer` (which runs on `far`) and waits until the
+/// rendezvous `r` indexed its SRDI entries (or [`INDEX_WAIT`] passed: said
+/// on `progress`). Returns how long the publish took.
 async fn publish_indexed(
-    peer: &Peer,
+    far: &FarRuntime,
+    peer: &Arc<Peer>,
     r: &RendezvousHandle,
     adv: &Advertisement,
     progress: &mut impl FnMut(&str),
-) -> Result<Duration, OpsError> {
+) -> Result<Duration, BenchError> {
     let before = r.status().index_entries;
     // The entries the edge pushes: its non-empty indexed fields.
     let want = adv
@@ -752,9 +889,13 @@ async fn publish_indexed(
         .filter(|(_, v)| !v.is_empty())
         .count()
         .max(1);
-    let t0 = Instant::now();
-    peer.discovery().publish(adv).await?;
-    let took = t0.elapsed();
+    let (took, res) = far
+        .run(timed({
+            let (peer, adv) = (peer.clone(), adv.clone());
+            async move { peer.discovery().publish(&adv).await }
+        }))
+        .await?;
+    res.map_err(OpsError::from)?;
     wait_index(r, before, want, progress).await;
     Ok(took)
 }
@@ -782,34 +923,44 @@ async fn wait_index(
 
 /// Two edges of a rendezvous: operation failures are recorded, set-up
 /// failures (the rendezvous, the edges' leases) fail the run.
-/// `firewalled`: the rendezvous is also a relay and the edges do not
-/// listen (configuration `firewalled`).
+/// Edges that do not listen ([`Reach::relayed`]): the rendezvous is also
+/// a relay (configurations `firewalled`, `http-rendezvous`).
 async fn rendezvous(
     opts: &OpsOptions,
     runs: usize,
     dir: &Path,
-    firewalled: bool,
+    reach: Reach,
     progress: &mut impl FnMut(&str),
 ) -> Result<Tally, BenchError> {
     let kb = opts.key_bits;
-    let config = if firewalled {
-        "firewalled"
-    } else {
-        "rendezvous"
-    };
+    let config = reach.config();
+    let firewalled = reach.relayed();
     let mut t = Tally::new(config, runs);
+
+    // Under a network profile the rendezvous and the publishing edge `a`
+    // run on the far side of the link, the started edges and the querier
+    // `b` here.
+    let far = FarRuntime::start(&opts.net).await?;
+    let (near_ip, far_ip) = (opts.net.client_ip(), opts.net.responder_ip);
 
     progress(&format!("ops: {config}: rendezvous peer"));
     // Room for the edges started by `start` (their leases outlive them).
-    let mut rcfg = peer_cfg(dir, "r", kb, true)
+    let mut rcfg = peer_cfg(dir, "r", kb, Some(far_ip))
         .rendezvous(RendezvousConfig::rendezvous().max_clients(runs + 8));
     if firewalled {
         rcfg = rcfg.relay(juxta::relay::RelayConfig::server().max_clients(runs + 8));
     }
-    let r = Peer::start(rcfg).await?;
-    let r_addr = r
-        .local_addr()
-        .ok_or(OpsError::NotFound("rendezvous listen address"))?;
+    if reach == Reach::Http {
+        rcfg = rcfg.http_listen(SocketAddr::new(far_ip, 0));
+    }
+    let r = far.run(Peer::start(rcfg)).await??;
+    let r_addr = if reach == Reach::Http {
+        r.http_local_addr()
+            .ok_or(OpsError::NotFound("rendezvous HTTP listen address"))?
+    } else {
+        r.local_addr()
+            .ok_or(OpsError::NotFound("rendezvous listen address"))?
+    };
     let rid = r.peer_id();
     let rh = r
         .rendezvous()
@@ -821,11 +972,11 @@ async fn rendezvous(
     // restarted edge with the same peer ID is not leased again while the
     // rendezvous still holds its previous lease.
     for i in 0..runs {
-        drop(Peer::start(peer_cfg(dir, &format!("s{i}"), kb, false)).await?);
+        drop(Peer::start(peer_cfg(dir, &format!("s{i}"), kb, None)).await?);
     }
     for i in 0..runs {
         let t0 = Instant::now();
-        match start_edge(dir, &format!("s{i}"), kb, r_addr, firewalled).await? {
+        match start_edge(dir, &format!("s{i}"), kb, r_addr, reach, near_ip).await? {
             Ok(p) => {
                 t.add("start", t0.elapsed());
                 drop(p);
@@ -838,19 +989,30 @@ async fn rendezvous(
     }
 
     progress(&format!("ops: {config}: two edges"));
-    let a = start_edge(dir, "a", kb, r_addr, firewalled).await??;
-    let b = start_edge(dir, "b", kb, r_addr, firewalled).await??;
+    let a = {
+        let d = dir.to_path_buf();
+        Arc::new(
+            far.run(async move { start_edge(&d, "a", kb, r_addr, reach, far_ip).await })
+                .await???,
+        )
+    };
+    let b = start_edge(dir, "b", kb, r_addr, reach, near_ip).await??;
     let aid = a.peer_id();
-    let (da, db) = (a.discovery(), b.discovery());
+    let db = b.discovery();
 
     progress(&format!("ops: {config}: groups"));
     for i in 0..runs {
-        let t0 = Instant::now();
-        let g = match a
-            .groups()
-            .create(&format!("ops-rdv-group-{i}"), Some("pw"))
-            .await
-        {
+        let (d, g) = far
+            .run(timed({
+                let a = a.clone();
+                async move {
+                    a.groups()
+                        .create(&format!("ops-rdv-group-{i}"), Some("pw"))
+                        .await
+                }
+            }))
+            .await?;
+        let g = match g {
             Ok(g) => g,
             Err(e) => {
                 t.fail("create-group", e, progress);
@@ -858,7 +1020,7 @@ async fn rendezvous(
                 break;
             }
         };
-        t.add("create-group", t0.elapsed());
+        t.add("create-group", d);
         if !t.live("join-group") {
             continue;
         }
@@ -874,15 +1036,22 @@ async fn rendezvous(
 
     // A's own peer advertisement is in its cache since start, without SRDI
     // entries: published again so that R indexes it.
-    let own = da
-        .get_local(AdvKind::Peer, Some("PID"), Some(&aid.to_string()), 1)
-        .await
+    let own = far
+        .run({
+            let a = a.clone();
+            async move {
+                a.discovery()
+                    .get_local(AdvKind::Peer, Some("PID"), Some(&aid.to_string()), 1)
+                    .await
+            }
+        })
+        .await?
         .map_err(OpsError::from)?;
     let own = own
         .into_iter()
         .next()
         .ok_or(OpsError::NotFound("own peer advertisement"))?;
-    publish_indexed(&a, &rh, &own, progress).await?;
+    publish_indexed(&far, &a, &rh, &own, progress).await?;
     let aid_text = aid.to_string();
 
     progress(&format!("ops: {config}: pipes and discovery"));
@@ -890,10 +1059,15 @@ async fn rendezvous(
     for i in 0..runs {
         let adv = pipe(format!("ops-rdv-pipe-{i}"));
         let before = rh.status().index_entries;
-        let t0 = Instant::now();
-        match a.pipes().create_input_pipe(&adv) {
+        let (d, input) = far
+            .run(timed({
+                let (a, adv) = (a.clone(), adv.clone());
+                async move { a.pipes().create_input_pipe(&adv) }
+            }))
+            .await?;
+        match input {
             Ok(p) => {
-                t.add("open-input-pipe", t0.elapsed());
+                t.add("open-input-pipe", d);
                 inputs.push(p);
                 // The input pipe's SRDI entry (pipe type, Id), pushed
                 // asynchronously: indexed before binding is timed.
@@ -902,7 +1076,7 @@ async fn rendezvous(
             Err(e) => t.fail("open-input-pipe", e, progress),
         }
 
-        match publish_indexed(&a, &rh, &Advertisement::Pipe(adv.clone()), progress).await {
+        match publish_indexed(&far, &a, &rh, &Advertisement::Pipe(adv.clone()), progress).await {
             Ok(d) => t.add("publish", d),
             Err(e) => t.fail("publish", e, progress),
         }
@@ -1020,8 +1194,9 @@ async fn rendezvous(
             }
         }
     }
-    drop(inputs);
-    drop((a, b, r));
+    drop(b);
+    // The far peers and the pipes end on their own side.
+    far.run(async move { drop((inputs, a, r)) }).await?;
     Ok(t)
 }
 

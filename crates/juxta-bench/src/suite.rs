@@ -588,6 +588,16 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
             })),
             Scenario::Ops => steps.push(Step::Ops(OpsOptions {
                 runs: if opts.full { 100 } else { 20 },
+                // The thesis' HTTP rendezvous too under --full.
+                configs: if opts.full {
+                    vec![
+                        "ad-hoc".into(),
+                        "rendezvous".into(),
+                        "http-rendezvous".into(),
+                    ]
+                } else {
+                    OpsOptions::default().configs
+                },
                 // Start-up vs cache size (Fig. 6.1): to 1,000,000 under
                 // --full (minutes to fill), to 10,000 by default.
                 cache_sizes: if opts.full {
@@ -759,13 +769,14 @@ fn shrink_for_link(step: &mut Step, profile: Profile) {
                 o.edges.retain(|&e| e <= 4);
             }
         }
-        // Ops refuses a profile; Mp and JXSE run on loopback whatever the
-        // profile (their peers are processes of their own).
-        Step::Ops(_)
-        | Step::Recovery(_)
-        | Step::Mp(_)
-        | Step::JxsePingpong(_)
-        | Step::JxseThroughput(_) => {}
+        Step::Ops(o) => {
+            // Every remote operation crosses the link: fewer repetitions
+            // (a slow link's start-up and discovery take seconds each).
+            o.runs = o.runs.min(if slow { 5 } else { 20 });
+        }
+        // Mp and JXSE run on loopback whatever the profile (their peers
+        // are processes of their own).
+        Step::Recovery(_) | Step::Mp(_) | Step::JxsePingpong(_) | Step::JxseThroughput(_) => {}
     }
 }
 
@@ -828,8 +839,7 @@ fn with_net(step: Step, net: &Net) -> Step {
             net: net.clone(),
             ..o
         }),
-        // Refused with a step error naming --net (its peers are all in
-        // this process).
+        // Its far-side peers run on a thread in the responder namespace.
         Step::Ops(o) => Step::Ops(OpsOptions {
             net: net.clone(),
             ..o

@@ -577,27 +577,34 @@ async fn reply_pipes_bind_while_a_sender_streams() {
     assert!(rows.iter().all(|r| r.loss_pct == 0.0 && r.msgs_per_s > 0.0));
 }
 
-/// `ops` in the `firewalled` configuration: edges without listeners
-/// behind the rendezvous, which is also their relay (leased by default):
+/// `ops` in the `firewalled` and `http-rendezvous` configurations: edges
+/// without listeners behind the rendezvous, which is also their relay
+/// (leased by default; over JXTA's HTTP transport in `http-rendezvous`):
 /// every operation is measured, none fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ops_firewalled_config() {
+async fn ops_firewalled_and_http_rendezvous_configs() {
     use juxta_bench::ops::{self, OpsOptions, OPERATIONS};
-    let opts = OpsOptions {
-        runs: 2,
-        configs: vec!["firewalled".into()],
-        ..OpsOptions::default()
-    };
-    let report = ops::run_report(&opts, quiet).await.unwrap();
-    assert!(report.failures.is_empty(), "{:?}", report.failures);
-    let ops: Vec<&str> = report.rows.iter().map(|r| r.operation.as_str()).collect();
-    assert_eq!(ops, OPERATIONS);
-    for r in &report.rows {
-        assert_eq!(
-            (r.scenario.as_str(), r.config.as_str(), r.runs),
-            ("ops", "firewalled", 2)
+    for config in ["firewalled", "http-rendezvous"] {
+        let opts = OpsOptions {
+            runs: 2,
+            configs: vec![config.into()],
+            ..OpsOptions::default()
+        };
+        let report = ops::run_report(&opts, quiet).await.unwrap();
+        assert!(
+            report.failures.is_empty(),
+            "{config}: {:?}",
+            report.failures
         );
-        assert!(r.ms_p99 >= r.ms_median, "{r:?}");
+        let ops: Vec<&str> = report.rows.iter().map(|r| r.operation.as_str()).collect();
+        assert_eq!(ops, OPERATIONS, "{config}");
+        for r in &report.rows {
+            assert_eq!(
+                (r.scenario.as_str(), r.config.as_str(), r.runs),
+                ("ops", config, 2)
+            );
+            assert!(r.ms_p99 >= r.ms_median, "{r:?}");
+        }
     }
 }
 

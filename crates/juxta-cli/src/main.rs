@@ -580,8 +580,11 @@ struct OpsArgs {
     /// 1,048,576). Measured after the operations.
     #[arg(long)]
     cache_sizes: Option<String>,
-    /// Network profile: only loopback (refused otherwise: every peer of
-    /// this scenario runs in this process).
+    /// Network profile (loopback, lan, san, wan, cable, modem56k; needs
+    /// root): the publisher (ad-hoc) or the rendezvous and the publishing
+    /// edge (rendezvous, firewalled, http-rendezvous) run in the responder namespace, the
+    /// measured querier in the client's, so every remote operation crosses
+    /// the emulated link. The subgroup configurations refuse a profile.
     #[arg(long, default_value = "loopback")]
     net: String,
     /// Repetitions of each operation.
@@ -594,6 +597,8 @@ struct OpsArgs {
     /// (two edges of a rendezvous, discovery and binding through it),
     /// firewalled (as rendezvous, but the edges do not listen and reach
     /// each other through the rendezvous, which is also their relay),
+    /// http-rendezvous (as firewalled, over JXTA's HTTP transport: the
+    /// thesis' HTTP rendezvous),
     /// subgroup (two peers connected directly, operating inside a subgroup:
     /// password and certificate groups created and joined, discovery and
     /// pipe binding in the subgroup), subgroup-rendezvous (as rendezvous,
@@ -1894,23 +1899,35 @@ fn run_ops(args: OpsArgs) -> Result<(), CliError> {
     let configs = juxta_bench::util::parse_list(&args.configs, |c| {
         juxta_bench::ops::parse_config(c).map(str::to_string)
     })?;
+    let profile =
+        juxta_bench::net::Profile::parse(&args.net).map_err(juxta_bench::BenchError::from)?;
+    // A configuration that cannot sit across the link is refused before
+    // any namespace exists.
+    if profile != juxta_bench::net::Profile::Loopback {
+        if let Some(c) = configs
+            .iter()
+            .find(|c| !juxta_bench::ops::NET_CONFIGS.contains(&c.as_str()))
+        {
+            return Err(juxta_bench::BenchError::NetUnsupported {
+                profile: profile.name().into(),
+                scenario: format!("ops --configs {c}"),
+                reason: format!(
+                    "its group members all run on one side of the link (under a profile: --configs {})",
+                    juxta_bench::ops::NET_CONFIGS.join(",")
+                ),
+            }
+            .into());
+        }
+    }
+    // Removed (namespaces and all) when this function returns.
+    let topology = net_topology(&args.net)?;
     let opts = juxta_bench::ops::OpsOptions {
         runs: args.runs.max(1),
         key_bits: args.key_bits,
         configs,
+        net: topology.net(),
         ..Default::default()
     };
-    let profile =
-        juxta_bench::net::Profile::parse(&args.net).map_err(juxta_bench::BenchError::from)?;
-    if profile != juxta_bench::net::Profile::Loopback {
-        return Err(juxta_bench::BenchError::NetUnsupported {
-            profile: profile.name().into(),
-            scenario: "ops".into(),
-            reason: "its peers all run in this process, so none can sit across the emulated link"
-                .into(),
-        }
-        .into());
-    }
     if let Some(p) = &args.json {
         prepare_json(p)?;
     }

@@ -2,8 +2,9 @@
 //! rendezvous, recovery) honour `--net`: the relays and rendezvous run in
 //! the responder namespace, the edges in the client namespace, so their
 //! traffic crosses the emulated link (a behaviour check: the measured
-//! RTT is at least the profile's). `ops` refuses a profile, naming the
-//! flag. Needs root and iproute2 (CI runs as root): elsewhere the
+//! RTT is at least the profile's). `ops` runs its far-side peers on a
+//! thread in the responder namespace; its subgroup configurations refuse a
+//! profile, naming the flag. Needs root and iproute2 (CI runs as root): elsewhere the
 //! namespace tests print `skipped: …`, with env `CI=true` they fail.
 
 use std::path::Path;
@@ -14,21 +15,32 @@ mod prereq;
 
 const JUXTA: &str = env!("CARGO_BIN_EXE_juxta");
 
-/// Runs `juxta bench <args> --json <tmp>` and returns the result rows.
+/// Runs `juxta bench <args> --json <tmp>` and returns the result rows;
+/// checks that the run left none of its namespaces behind (they are named
+/// after its PID, so the tests of this file running in parallel do not
+/// see each other's).
 fn bench_rows(args: &[&str]) -> Vec<serde_json::Value> {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("out.json");
-    let out = Command::new(JUXTA)
+    let child = Command::new(JUXTA)
         .arg("bench")
         .args(args)
         .arg("--json")
         .arg(&json)
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "juxta bench {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        no_namespaces_left_by(&format!("juxta-{pid}-")),
+        "juxta bench {args:?} left namespaces behind"
     );
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -89,7 +101,6 @@ fn relay_runs_across_a_lan_profile() {
         .collect();
     assert_eq!(c.len(), 1, "{rows:?}");
     assert!(c[0]["delivered_msgs_per_s"].as_f64().unwrap() > 0.0);
-    assert!(no_namespaces_left_by("juxta-"), "namespaces left behind");
 }
 
 #[test]
@@ -122,12 +133,48 @@ fn rendezvous_and_recovery_run_across_a_lan_profile() {
     assert!(rows[0]["recovery_ms"].as_f64().unwrap() > 0.0);
 }
 
-/// Scenarios that cannot sit across a link refuse a profile up front,
-/// naming --net (no root needed: refused before any namespace exists).
+/// `ops` runs across a profile: the publisher (ad-hoc), the rendezvous and
+/// the publishing edge (rendezvous) in the responder namespace, the querier
+/// in the client's, so every remote operation crosses the link (at least
+/// one RTT of the profile) while local ones do not.
 #[test]
-fn ops_and_successive_recovery_refuse_a_profile() {
+fn ops_runs_across_a_lan_profile() {
+    if !prereq::require_ok(prereq::netns()) {
+        return;
+    }
+    let rows = bench_rows(&[
+        "ops",
+        "--net",
+        "lan",
+        "--runs",
+        "2",
+        "--configs",
+        "ad-hoc,rendezvous",
+    ]);
+    let ms = |config: &str, op: &str| {
+        rows.iter()
+            .find(|r| r["config"] == config && r["operation"] == op)
+            .unwrap_or_else(|| panic!("{config} {op} in {rows:?}"))["ms_median"]
+            .as_f64()
+            .unwrap()
+    };
+    for config in ["ad-hoc", "rendezvous"] {
+        // The lan profile's RTT is 70 us: a remote answer takes at least one.
+        for op in ["remote-peers", "remote-pipe", "open-output-pipe"] {
+            assert!(ms(config, op) >= 0.07, "{config} {op}: {rows:?}");
+        }
+        assert!(ms(config, "cached-pipe") >= 0.0);
+    }
+}
+
+/// Scenarios and configurations that cannot sit across a link refuse a
+/// profile up front, naming --net (no root needed: refused before any
+/// namespace exists).
+#[test]
+fn subgroup_ops_and_successive_recovery_refuse_a_profile() {
     for args in [
-        &["ops", "--net", "wan"][..],
+        &["ops", "--net", "wan", "--configs", "ad-hoc,subgroup"][..],
+        &["ops", "--net", "wan", "--configs", "subgroup-rendezvous"][..],
         &["recovery", "--net", "wan", "--kill-every", "5"][..],
     ] {
         let out = Command::new(JUXTA)

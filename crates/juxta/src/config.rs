@@ -118,6 +118,12 @@ pub struct PeerConfig {
     /// The rendezvous service (edge or rendezvous role); `None` (the
     /// default): the peer takes no part in RVP/SRDI.
     pub rendezvous: Option<crate::rendezvous::RendezvousConfig>,
+    /// Whether the rendezvous service reaches its seeds (and a
+    /// rendezvous its peer rendezvous) over JXTA's HTTP transport, at
+    /// their [`PeerConfig::http_listen`] addresses, instead of TCP
+    /// (default `false`): an edge that can only speak HTTP (the thesis'
+    /// "HTTP rendezvous"). See [`PeerConfig::rendezvous_over_http`].
+    pub rendezvous_http: bool,
     /// Address to listen for HTTP clients on (JXTA's HTTP transport);
     /// `None` (the default): no HTTP listener.
     pub http_listen: Option<SocketAddr>,
@@ -258,6 +264,7 @@ impl PeerConfig {
             cache: None,
             discovery: crate::discovery::DiscoveryConfig::default(),
             rendezvous: None,
+            rendezvous_http: false,
             http_listen: None,
             http: crate::transport::http::HttpConfig::default(),
             relay: None,
@@ -298,7 +305,14 @@ impl PeerConfig {
         }
         match &self.rendezvous.as_ref()?.role {
             crate::rendezvous::RendezvousRole::Edge { seeds } if !seeds.is_empty() => {
-                Some(crate::relay::RelayConfig::auto(seeds.clone()))
+                let mut r = crate::relay::RelayConfig::auto(seeds.clone());
+                if self.rendezvous_http {
+                    // The seeds are HTTP listeners: leased over HTTP too.
+                    if let crate::relay::RelayRole::Client { http, .. } = &mut r.role {
+                        *http = true;
+                    }
+                }
+                Some(r)
             }
             _ => None,
         }
@@ -397,6 +411,32 @@ impl PeerConfig {
     /// Runs the rendezvous service in this role.
     pub fn rendezvous(mut self, r: crate::rendezvous::RendezvousConfig) -> PeerConfig {
         self.rendezvous = Some(r);
+        self
+    }
+
+    /// Reaches the rendezvous seeds (and, for a rendezvous, its peer
+    /// rendezvous) over JXTA's HTTP transport instead of TCP: the
+    /// addresses given to [`crate::rendezvous::RendezvousConfig::edge`] are
+    /// then [`PeerConfig::http_listen`] addresses. An edge that can only
+    /// speak HTTP does this with no listen address of its own; its
+    /// automatic relay lease ([`PeerConfig::auto_relay`]) then also goes
+    /// over HTTP, so everything for it comes back in its HTTP polls.
+    ///
+    /// ```
+    /// use juxta::rendezvous::RendezvousConfig;
+    /// let seeds = vec!["127.0.0.1:9780".parse().unwrap()];
+    /// let edge = juxta::PeerConfig::new("/tmp/juxta-doc-rdv-http")
+    ///     .rendezvous(RendezvousConfig::edge(seeds.clone()))
+    ///     .rendezvous_over_http(true);
+    /// assert!(edge.rendezvous_http);
+    /// // Its relay lease at the seed goes over HTTP as well.
+    /// assert!(matches!(
+    ///     edge.effective_relay().unwrap().role,
+    ///     juxta::relay::RelayRole::Client { http: true, auto: true, .. }
+    /// ));
+    /// ```
+    pub fn rendezvous_over_http(mut self, on: bool) -> PeerConfig {
+        self.rendezvous_http = on;
         self
     }
 

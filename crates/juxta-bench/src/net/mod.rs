@@ -326,6 +326,90 @@ where
     }
 }
 
+/// A runtime on a thread of its own inside the responder namespace, for a
+/// scenario whose far-side peers live in this process (`ops`): a socket
+/// belongs to the namespace of the thread that creates it, and a peer
+/// creates sockets (dials, accepts) on the runtime that runs it, so every
+/// call on those peers goes through [`FarRuntime::run`]. Without a
+/// responder namespace, `run` awaits the future where it is.
+pub(crate) struct FarRuntime {
+    handle: Option<tokio::runtime::Handle>,
+    /// Ends the thread's `block_on` (dropping its runtime) when dropped.
+    _stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl FarRuntime {
+    /// Starts the far side of `net` (nothing for loopback).
+    pub(crate) async fn start(net: &Net) -> Result<FarRuntime, NetError> {
+        let Some(ns) = net.responder_ns.clone() else {
+            return Ok(FarRuntime {
+                handle: None,
+                _stop: None,
+            });
+        };
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("far-side".into())
+            .spawn(move || {
+                let rt = enter_for_good(&ns).and_then(|()| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|source| NetError::Io {
+                            what: "building the far side's runtime".into(),
+                            source,
+                        })
+                });
+                match rt {
+                    Ok(rt) => {
+                        let _ = ready_tx.send(Ok(rt.handle().clone()));
+                        // Drives the far peers' tasks until stopped; the
+                        // runtime (and whatever still runs on it) is
+                        // dropped on this thread.
+                        rt.block_on(async {
+                            let _ = stop_rx.await;
+                        });
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            })
+            .map_err(|source| NetError::Io {
+                what: "starting the far side's thread".into(),
+                source,
+            })?;
+        let handle = ready_rx.await.map_err(|_| NetError::Io {
+            what: "starting the far side's thread".into(),
+            source: io::Error::other("the thread ended before its runtime was ready"),
+        })??;
+        Ok(FarRuntime {
+            handle: Some(handle),
+            _stop: Some(stop_tx),
+        })
+    }
+
+    /// Runs `f` on the far side and returns its output (a panic in `f` is
+    /// resumed here).
+    pub(crate) async fn run<T: Send + 'static>(
+        &self,
+        f: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Result<T, NetError> {
+        let Some(h) = &self.handle else {
+            return Ok(f.await);
+        };
+        match h.spawn(f).await {
+            Ok(v) => Ok(v),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(NetError::Io {
+                what: "running an operation on the far side".into(),
+                source: io::Error::other("its runtime stopped"),
+            }),
+        }
+    }
+}
+
 /// The calling thread is in another network namespace until this drops;
 /// then the thread that drops it returns to the namespace the guard was
 /// made in (drop it on the thread that made it).

@@ -496,8 +496,8 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         published: "absolute: ad-hoc total 8,048 ms; 56 kbps WAN total 13,414 ms",
         section: "sec-ops",
         ours: &["table-ops"],
-        cannot: Some("the ad-hoc total is reproduced; the HTTP-rendezvous, WAN and 56 kbps rows are not: ops runs every peer in one process and refuses --net"),
-        how: "juxta bench (ops)",
+        cannot: Some("one network profile per run: the ad-hoc and HTTP-rendezvous totals come from a loopback run (HTTP rendezvous under --full), the WAN and 56 kbps rows from a run with --net wan or --net modem56k"),
+        how: "juxta bench --full (ops); juxta bench ops --net wan|modem56k --configs ad-hoc,rendezvous,http-rendezvous",
     },
     StudyFigure {
         id: "thesis-pipe-rates",

@@ -595,10 +595,14 @@ impl Task {
         let tx = self.conn_tx.clone();
         let tasks = inner.clone();
         tasks.tasks.spawn(async move {
-            let peer = crate::peer::connect_to(&inner, addr)
-                .await
-                .ok()
-                .map(|m| m.remote());
+            let m = if inner.cfg.rendezvous_http {
+                crate::transport::http::connect(&inner, addr, inner.cfg.http.clone())
+                    .await
+                    .ok()
+            } else {
+                crate::peer::connect_to(&inner, addr).await.ok()
+            };
+            let peer = m.map(|m| m.remote());
             let _ = tx.send((addr, peer)).await;
         });
     }
