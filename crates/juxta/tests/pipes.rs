@@ -254,7 +254,10 @@ async fn bidi_echo(mode: BidiMode) {
     }
     let stats = c.stats();
     c.close().await.unwrap();
-    assert_eq!(tokio::time::timeout(WAIT, server).await.unwrap().unwrap(), 3);
+    assert_eq!(
+        tokio::time::timeout(WAIT, server).await.unwrap().unwrap(),
+        3
+    );
     assert_eq!((stats.foreign, stats.malformed), (0, 0));
     if mode == BidiMode::Reliable {
         assert_eq!(stats.reliable.unwrap().blocks_received, 3);
@@ -309,7 +312,10 @@ async fn reliable_bidi_refuses_bad_blocks_and_foreign_data() {
         .await
         .unwrap();
     let resp = loop {
-        let m = tokio::time::timeout(WAIT, input.recv()).await.unwrap().unwrap();
+        let m = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
         if let Ok(r) = ConnectResponse::from_message(&m.message) {
             break r;
         }
@@ -373,7 +379,10 @@ async fn reliable_bidi_refuses_bad_blocks_and_foreign_data() {
     )
     .await
     .unwrap();
-    assert!(tokio::time::timeout(WAIT, p.recv()).await.unwrap().is_none());
+    assert!(tokio::time::timeout(WAIT, p.recv())
+        .await
+        .unwrap()
+        .is_none());
     let acked = async {
         loop {
             let m = input.recv().await.unwrap();
@@ -388,7 +397,10 @@ async fn reliable_bidi_refuses_bad_blocks_and_foreign_data() {
         }
     };
     tokio::time::timeout(WAIT, acked).await.unwrap();
-    tokio::time::timeout(WAIT, p.close()).await.unwrap().unwrap();
+    tokio::time::timeout(WAIT, p.close())
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

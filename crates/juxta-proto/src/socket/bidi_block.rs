@@ -165,8 +165,13 @@ mod tests {
         &IDS.get_or_init(|| {
             (0..2)
                 .map(|i| {
-                    Identity::generate(&mut rand::thread_rng(), 1024, &format!("t{i}"), 1_700_000_000)
-                        .unwrap()
+                    Identity::generate(
+                        &mut rand::thread_rng(),
+                        1024,
+                        &format!("t{i}"),
+                        1_700_000_000,
+                    )
+                    .unwrap()
                 })
                 .collect()
         })[n]

@@ -262,9 +262,7 @@ impl BidiPipe {
                 if *closed {
                     return Err(PipeError::Stopped);
                 }
-                Ok(messenger
-                    .send(PIPE_SERVICE, Some(remote_pipe), msg)
-                    .await?)
+                Ok(messenger.send(PIPE_SERVICE, Some(remote_pipe), msg).await?)
             }
             Imp::Reliable(r) => r.send(msg).await,
         }

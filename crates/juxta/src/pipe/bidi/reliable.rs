@@ -136,9 +136,7 @@ impl ReliableBidi {
             app: Some(app_tx),
             remote_closed: false,
         };
-        inner
-            .tasks
-            .spawn(driver.run(input, cmd_rx, close_rx));
+        inner.tasks.spawn(driver.run(input, cmd_rx, close_rx));
         ReliableBidi {
             inner: Arc::downgrade(inner),
             cmd: Some(cmd_tx),
@@ -160,11 +158,7 @@ impl ReliableBidi {
     /// block's length.
     pub(super) async fn send(&self, msg: Message) -> Result<usize, PipeError> {
         let inner = self.inner.upgrade().ok_or(PipeError::Stopped)?;
-        let signer = inner
-            .cfg
-            .connection
-            .cbjx
-            .then(|| inner.identity.clone());
+        let signer = inner.cfg.connection.cbjx.then(|| inner.identity.clone());
         let order = inner.cfg.connection.hash_order;
         drop(inner);
         let block = bidi_block::encode_block(&msg, order, signer.as_deref(), self.max_block)?;
@@ -188,9 +182,9 @@ impl ReliableBidi {
     pub(super) async fn close(mut self) -> Result<(), PipeError> {
         self.cmd = None;
         let (tx, rx) = oneshot::channel();
-        match self.close.take() {
-            Some(c) if c.send(tx).is_ok() => {}
-            _ => return Ok(()),
+        let asked = self.close.take().is_some_and(|c| c.send(tx).is_ok());
+        if !asked {
+            return Ok(());
         }
         match rx.await {
             Ok(r) => r,
@@ -381,11 +375,12 @@ impl Driver {
                     }
                 }
             }
+            // Counters first: what the application reads next is counted.
+            *self.counters.engine.lock().expect("stats lock") = self.engine.stats().clone();
             self.consume();
             if let Err(e) = self.pump().await {
                 break Err(e);
             }
-            *self.counters.engine.lock().expect("stats lock") = self.engine.stats().clone();
             if let Some(e) = self.engine.error() {
                 let e = e.clone();
                 self.fail(e.clone());

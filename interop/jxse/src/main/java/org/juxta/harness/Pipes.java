@@ -846,16 +846,25 @@ final class Pipes {
                 sendBidi(pipe, payloadMessage(payloads[i % payloads.length]));
             }
             stage = "echo";
+            // All echoes must come back intact; their order is not checked here: JXSE's TCP
+            // transport runs every received message on a thread pool and its reliable input
+            // stream calls the listener outside any lock, so this listener may see them in any
+            // order (the sender's order is checked by the other side).
             long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ECHO_TIMEOUT_MS);
+            List<String> echoes = new ArrayList<>();
+            List<String> wanted = new ArrayList<>();
             for (int i = 0; i < count; i++) {
                 String echo = got.poll(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
                 if (echo == null) {
                     throw new IOException("got " + i + " of " + count + " echoes within " + ECHO_TIMEOUT_MS + " ms");
                 }
-                String want = wants[i % wants.length];
-                if (!echo.equals(want)) {
-                    throw new IOException("echo " + (i + 1) + " is '" + echo + "', want '" + want + "'");
-                }
+                echoes.add(echo);
+                wanted.add(wants[i % wants.length]);
+            }
+            Collections.sort(echoes);
+            Collections.sort(wanted);
+            if (!echoes.equals(wanted)) {
+                throw new IOException("echoes " + echoes + ", want " + wanted);
             }
             long t2 = System.nanoTime();
             stage = "close";
