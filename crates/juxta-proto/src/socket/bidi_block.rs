@@ -271,6 +271,31 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Arbitrary bytes, and a valid signed block with bytes flipped or
+        /// cut anywhere, give a typed error, never a panic (the block left
+        /// alone still decodes).
+        #[test]
+        fn hostile_blocks_never_panic(
+            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            flips in proptest::collection::vec((0usize..4096, 1u8..=255), 0..4),
+            cut in 0usize..4096,
+        ) {
+            let _ = decode_block(Bytes::from(junk), id(0).peer_id(), false, &mut CbjxVerifier::new(), MAX);
+            let good = encode_block(&msg(50), JavaHashOrder::Java8, Some(id(0)), MAX).unwrap();
+            let mut b = good.to_vec();
+            for (at, x) in &flips {
+                let i = at % b.len();
+                b[i] ^= x;
+            }
+            b.truncate(cut.max(1).min(b.len()));
+            let changed = b[..] != good[..];
+            let r = decode_block(Bytes::from(b), id(0).peer_id(), true, &mut CbjxVerifier::new(), MAX);
+            // Every byte is signed or parsed strictly: any change is refused.
+            proptest::prop_assert_eq!(r.is_err(), changed);
+        }
+    }
+
     #[test]
     fn close_message_is_recognised() {
         assert!(is_close(&close_message()));

@@ -190,13 +190,15 @@ pub struct BidiPipe {
 }
 
 enum Imp {
-    Unreliable {
-        messenger: Messenger,
-        remote_pipe: String,
-        input: InputPipe,
-        closed: bool,
-    },
+    Unreliable(Box<Unreliable>),
     Reliable(reliable::ReliableBidi),
+}
+
+struct Unreliable {
+    messenger: Messenger,
+    remote_pipe: String,
+    input: InputPipe,
+    closed: bool,
 }
 
 impl BidiPipe {
@@ -216,12 +218,12 @@ impl BidiPipe {
                 input,
             ))
         } else {
-            Imp::Unreliable {
+            Imp::Unreliable(Box::new(Unreliable {
                 messenger,
                 remote_pipe,
                 input,
                 closed: false,
-            }
+            }))
         };
         BidiPipe { remote, imp }
     }
@@ -234,7 +236,7 @@ impl BidiPipe {
     /// The mode the pipe runs in.
     pub fn mode(&self) -> BidiMode {
         match self.imp {
-            Imp::Unreliable { .. } => BidiMode::Unreliable,
+            Imp::Unreliable(_) => BidiMode::Unreliable,
             Imp::Reliable(_) => BidiMode::Reliable,
         }
     }
@@ -243,7 +245,7 @@ impl BidiPipe {
     /// input is an ordinary input pipe's).
     pub fn stats(&self) -> BidiStats {
         match &self.imp {
-            Imp::Unreliable { .. } => BidiStats::default(),
+            Imp::Unreliable(_) => BidiStats::default(),
             Imp::Reliable(r) => r.stats(),
         }
     }
@@ -253,16 +255,13 @@ impl BidiPipe {
     /// queued in the send window, not when the peer acknowledged it.
     pub async fn send(&self, msg: Message) -> Result<usize, PipeError> {
         match &self.imp {
-            Imp::Unreliable {
-                messenger,
-                remote_pipe,
-                closed,
-                ..
-            } => {
-                if *closed {
+            Imp::Unreliable(u) => {
+                if u.closed {
                     return Err(PipeError::Stopped);
                 }
-                Ok(messenger.send(PIPE_SERVICE, Some(remote_pipe), msg).await?)
+                Ok(u.messenger
+                    .send(PIPE_SERVICE, Some(&u.remote_pipe), msg)
+                    .await?)
             }
             Imp::Reliable(r) => r.send(msg).await,
         }
@@ -272,13 +271,13 @@ impl BidiPipe {
     /// (reliable mode: also once it failed).
     pub async fn recv(&mut self) -> Option<PipeMessage> {
         match &mut self.imp {
-            Imp::Unreliable { input, closed, .. } => {
-                if *closed {
+            Imp::Unreliable(u) => {
+                if u.closed {
                     return None;
                 }
-                let m = input.recv().await?;
+                let m = u.input.recv().await?;
                 if let Some(SetupMessage::Close(_)) = classify(&m.message) {
-                    *closed = true;
+                    u.closed = true;
                     return None;
                 }
                 Some(m)
@@ -296,15 +295,11 @@ impl BidiPipe {
     /// background.
     pub async fn close(self) -> Result<(), PipeError> {
         match self.imp {
-            Imp::Unreliable {
-                messenger,
-                remote_pipe,
-                ..
-            } => {
-                messenger
+            Imp::Unreliable(u) => {
+                u.messenger
                     .send(
                         PIPE_SERVICE,
-                        Some(&remote_pipe),
+                        Some(&u.remote_pipe),
                         CloseSignal::Close.to_message(SetupKind::BiDi),
                     )
                     .await?;

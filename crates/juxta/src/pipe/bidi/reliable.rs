@@ -81,16 +81,19 @@ struct Counters {
     failure: OnceLock<ReliableError>,
 }
 
+/// Where the driver answers a block handed to it.
+type Reply = oneshot::Sender<Result<(), PipeError>>;
+
 enum Cmd {
     /// One encoded block; answered once the engine took it.
-    Block(Bytes, oneshot::Sender<Result<(), PipeError>>),
+    Block(Bytes, Reply),
 }
 
 /// The application's side of a reliable bidi pipe.
 pub(super) struct ReliableBidi {
     inner: Weak<Inner>,
     cmd: Option<mpsc::Sender<Cmd>>,
-    close: Option<oneshot::Sender<oneshot::Sender<Result<(), PipeError>>>>,
+    close: Option<oneshot::Sender<Reply>>,
     rx: mpsc::Receiver<Message>,
     counters: Arc<Counters>,
     max_block: usize,
@@ -345,11 +348,11 @@ impl Driver {
         mut self,
         mut input: InputPipe,
         mut cmd: mpsc::Receiver<Cmd>,
-        mut close_req: oneshot::Receiver<oneshot::Sender<Result<(), PipeError>>>,
+        mut close_req: oneshot::Receiver<Reply>,
     ) {
         let conn = self.messenger.connection().clone();
-        let mut pending: Option<(Bytes, Option<oneshot::Sender<Result<(), PipeError>>>)> = None;
-        let mut closer: Option<oneshot::Sender<Result<(), PipeError>>> = None;
+        let mut pending: Option<(Bytes, Option<Reply>)> = None;
+        let mut closer: Option<Reply> = None;
         let mut closing_at: Option<tokio::time::Instant> = None;
         let mut linger_until: Option<tokio::time::Instant> = None;
         let mut cmd_open = true;
