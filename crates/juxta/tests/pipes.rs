@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use juxta::pipe::bidi::BidiMode;
+use juxta::pipe::bidi::{BidiMode, BidiPipe};
 use juxta::pipe::PipeError;
 use juxta::{Peer, PeerConfig};
 use juxta_proto::advertisement::{PeerAdvertisement, PipeAdvertisement, PipeType};
@@ -274,6 +274,52 @@ async fn reliable_bidi_pipe_echo() {
     bidi_echo(BidiMode::Reliable).await;
 }
 
+/// Both ends of a reliable bidi pipe send twelve 1 MB messages at the same
+/// time, then read the other side's: all arrive, intact and in order, both
+/// ways (the drivers keep reading and acking while they send).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reliable_bidi_both_ways_at_once() {
+    const N: usize = 12;
+    let dir = tempfile::tempdir().unwrap();
+    let a = peer(&dir, "a", true, true).await;
+    let b = peer(&dir, "b", false, true).await;
+    let ad = adv(PipeType::Unicast);
+    let mut listener = a.pipes().bind_bidi(&ad).unwrap();
+    b.connect(a.local_addr().unwrap()).await.unwrap();
+    let pipes = b.pipes();
+    let (server, client) = tokio::join!(
+        async { listener.accept().await.unwrap() },
+        pipes.connect_bidi_with(&ad, a.peer_id(), WAIT, BidiMode::Reliable)
+    );
+    // Message i: 1 MB of byte `tag + i`.
+    async fn exchange(mut p: BidiPipe, mine: u8, theirs: u8) -> BidiPipe {
+        for i in 0..N as u8 {
+            let m = Message::new().with(Element::bytes("test", "data", vec![mine + i; 1 << 20]));
+            p.send(m).await.unwrap();
+        }
+        for i in 0..N as u8 {
+            let m = p.recv().await.expect("pipe ended early");
+            let d = &m.message.get("test", "data").unwrap().data;
+            assert!(
+                d.len() == 1 << 20 && d.iter().all(|&x| x == theirs + i),
+                "message {i}"
+            );
+        }
+        p
+    }
+    let (s, c) = tokio::time::timeout(WAIT, async {
+        tokio::join!(exchange(server, 100, 0), exchange(client.unwrap(), 0, 100))
+    })
+    .await
+    .expect("simultaneous sends hung");
+    for p in [&s, &c] {
+        let st = p.stats();
+        assert_eq!((st.foreign, st.malformed), (0, 0));
+    }
+    c.close().await.unwrap();
+    s.close().await.unwrap();
+}
+
 /// A reliable bidi pipe's server end facing a hand-made client: blocks
 /// with a bad name, blocks that are not a message, unsigned and wrongly
 /// signed messages are refused and counted; a third peer's block is dropped
@@ -368,6 +414,13 @@ async fn reliable_bidi_refuses_bad_blocks_and_foreign_data() {
         assert_eq!(&got.message, want);
         assert_eq!(got.from, Some(b.peer_id()));
     }
+    // c's block comes over another connection: wait until it was seen.
+    let foreign_seen = async {
+        while p.stats().foreign == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, foreign_seen).await.unwrap();
     let stats = p.stats();
     assert_eq!(stats.malformed, 4, "{stats:?}");
     assert_eq!(stats.foreign, 1, "{stats:?}");

@@ -56,6 +56,9 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(15);
 /// After the peer closed: how long we keep retransmitting what it has not
 /// acknowledged yet.
 const LINGER: Duration = Duration::from_secs(15);
+/// Messages (blocks, acks) queued for the sender task; further transmits
+/// wait in the engine.
+const OUT_QUEUE: usize = 8;
 
 /// Counters of a bidi pipe ([`super::BidiPipe::stats`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -79,10 +82,22 @@ struct Counters {
     engine: Mutex<ReliableStats>,
     /// Why the pipe failed, once it has.
     failure: OnceLock<ReliableError>,
+    /// Why sending failed (given to the first caller who asks).
+    send_error: Mutex<Option<crate::SendError>>,
 }
 
 /// Where the driver answers a block handed to it.
 type Reply = oneshot::Sender<Result<(), PipeError>>;
+
+impl Counters {
+    /// The sender's error, or `Stopped` once it was taken.
+    fn take_send_error(&self) -> PipeError {
+        match self.send_error.lock().expect("error lock").take() {
+            Some(e) => PipeError::Send(e),
+            None => PipeError::Stopped,
+        }
+    }
+}
 
 enum Cmd {
     /// One encoded block; answered once the engine took it.
@@ -153,7 +168,7 @@ impl ReliableBidi {
     fn failed(&self) -> PipeError {
         match self.counters.failure.get() {
             Some(e) => PipeError::Reliable(e.clone()),
-            None => PipeError::Stopped,
+            None => self.counters.take_send_error(),
         }
     }
 
@@ -330,14 +345,20 @@ impl Driver {
         }
     }
 
-    /// Sends everything the engine has ready.
-    async fn pump(&mut self) -> Result<(), PipeError> {
-        while let Some(t) = self.engine.poll_transmit(Instant::now()) {
-            self.messenger
-                .send(PIPE_SERVICE, Some(&self.remote_pipe), t.into_message())
-                .await?;
+    /// Hands what the engine has ready to the sender task, as far as its
+    /// queue takes it; returns `true` if the queue is full (the driver then
+    /// waits for room).
+    fn pump(&mut self, out: &mpsc::Sender<Message>) -> bool {
+        // The driver is the only producer: room seen here stays.
+        while out.capacity() > 0 {
+            let Some(t) = self.engine.poll_transmit(Instant::now()) else {
+                return false;
+            };
+            if out.try_send(t.into_message()).is_err() {
+                return false; // the sender ended; the driver sees it next
+            }
         }
-        Ok(())
+        true
     }
 
     fn fail(&self, e: ReliableError) {
@@ -351,6 +372,23 @@ impl Driver {
         mut close_req: oneshot::Receiver<Reply>,
     ) {
         let conn = self.messenger.connection().clone();
+        // Sending runs on a task of its own, so the driver keeps reading
+        // our pipe (and acking) while a large block is being written: two
+        // peers sending to each other never wait on each other's reader.
+        let (out, mut out_rx) = mpsc::channel::<Message>(OUT_QUEUE);
+        let sender = {
+            let messenger = self.messenger.clone();
+            let pipe = self.remote_pipe.clone();
+            let counters = self.counters.clone();
+            tokio::spawn(async move {
+                while let Some(m) = out_rx.recv().await {
+                    if let Err(e) = messenger.send(PIPE_SERVICE, Some(&pipe), m).await {
+                        *counters.send_error.lock().expect("error lock") = Some(e);
+                        return;
+                    }
+                }
+            })
+        };
         let mut pending: Option<(Bytes, Option<Reply>)> = None;
         let mut closer: Option<Reply> = None;
         let mut closing_at: Option<tokio::time::Instant> = None;
@@ -381,9 +419,10 @@ impl Driver {
             // Counters first: what the application reads next is counted.
             *self.counters.engine.lock().expect("stats lock") = self.engine.stats().clone();
             self.consume();
-            if let Err(e) = self.pump().await {
-                break Err(e);
+            if out.is_closed() {
+                break Err(self.counters.take_send_error());
             }
+            let out_full = self.pump(&out);
             if let Some(e) = self.engine.error() {
                 let e = e.clone();
                 self.fail(e.clone());
@@ -395,6 +434,11 @@ impl Driver {
                 self.app = None;
                 cmd_open = false;
                 if let Some((_, Some(r))) = pending.take() {
+                    let _ = r.send(Err(PipeError::Stopped));
+                }
+                // Sends already queued fail now, not when the driver ends.
+                cmd.close();
+                while let Ok(Cmd::Block(_, r)) = cmd.try_recv() {
                     let _ = r.send(Err(PipeError::Stopped));
                 }
                 linger_until.get_or_insert_with(|| tokio::time::Instant::now() + LINGER);
@@ -450,6 +494,11 @@ impl Driver {
                         self.app = None;
                     }
                 },
+                r = out.reserve(), if out_full => {
+                    if r.is_err() {
+                        break Err(self.counters.take_send_error());
+                    }
+                },
                 _ = conn.closed() => break Err(PipeError::Stopped),
                 _ = async {
                     match wake_at {
@@ -461,6 +510,12 @@ impl Driver {
         };
         if let Some((_, Some(r))) = pending.take() {
             let _ = r.send(Err(PipeError::Stopped));
+        }
+        // The sender finishes what is queued (acks, the last blocks) and
+        // ends; after a failure there is nothing worth sending.
+        drop(out);
+        if result.is_err() {
+            sender.abort();
         }
         if let Err(e) = &result {
             tracing::debug!(peer = %self.remote, error = %e, "reliable bidi pipe ended");
