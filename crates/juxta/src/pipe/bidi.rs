@@ -31,7 +31,13 @@ mod reliable;
 pub use reliable::{BidiStats, MAX_HELD_BYTES};
 
 /// How a bidirectional pipe carries its messages (the `reliable` element of
-/// the `JXTABIP` request).
+/// the `JXTABIP` request); pass it to [`PipeService::connect_bidi_with`].
+///
+/// ```
+/// use juxta::pipe::bidi::BidiMode;
+/// // Juxta's default is JXSE's: unreliable.
+/// assert_eq!(BidiMode::default(), BidiMode::Unreliable);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BidiMode {
     /// Messages go as they are (JXSE's and Juxta's default).

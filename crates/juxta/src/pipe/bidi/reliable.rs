@@ -10,7 +10,9 @@
 //! pipe, feeds blocks and acks to the engine, hands whole messages to the
 //! application through a bounded queue (a block is acknowledged when its
 //! message enters that queue, so a slow reader stops the sender), writes the
-//! application's blocks when the engine has room, and runs the timers.
+//! application's blocks when the engine has room, and runs the timers. What
+//! the engine sends goes through a small queue to a sender task, so the
+//! driver keeps reading (and acknowledging) while a large block is written.
 //!
 //! Hostile input: only messages from the pipe's peer count (others are
 //! dropped and counted, [`BidiStats::foreign`], and in
@@ -61,6 +63,14 @@ const LINGER: Duration = Duration::from_secs(15);
 const OUT_QUEUE: usize = 8;
 
 /// Counters of a bidi pipe ([`super::BidiPipe::stats`]).
+///
+/// ```
+/// use juxta::pipe::bidi::BidiStats;
+/// // An unreliable pipe's counters (its input is an ordinary input pipe's).
+/// let s = BidiStats::default();
+/// assert_eq!((s.foreign, s.malformed, s.over_budget), (0, 0, 0));
+/// assert!(s.reliable.is_none());
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BidiStats {
     /// Messages from another peer than the pipe's, dropped.
