@@ -205,7 +205,8 @@ SHA_100K=$(pattern_sha 100000)
 cmd A "BIDI_CONNECT $P5 $URN_B 100000 3 reliable" '^(BIDI_DONE|ERROR BIDI_CONNECT) '
 [[ $ANS == "BIDI_DONE 3 $SHA_100K" ]] || fail "BIDI_CONNECT reliable: $ANS"
 expect B "^BIDI_RECV 100000 $SHA_100K\$" 3
-expect B "^BIDI_ACCEPTED $P5 $URN_A\$" 2
+expect B "^BIDI_ACCEPTED $P5 $URN_A unreliable\$" 1
+expect B "^BIDI_ACCEPTED $P5 $URN_A reliable\$" 1
 log "  ok: 3 reliable bidi round trips"
 
 # 6. PIPE_CLOSE, shutdown (QUIT for A, EOF for B)

@@ -5,7 +5,8 @@
 //!   the reverse);
 //! - JxtaSocket, Juxta client → JXSE server and JXSE client → Juxta server,
 //!   10 MB each way, intact and closed cleanly;
-//! - JxtaBiDiPipe echo both ways.
+//! - JxtaBiDiPipe echo both ways, unreliable (JXSE's default) and
+//!   reliable (one `jxtarel` block per message).
 
 mod common;
 mod prereq;
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{juxta_peer, payload, sha, Jxse, WAIT};
+use juxta::pipe::bidi::BidiMode;
 use juxta::socket::{JxtaServerSocket, JxtaSocket, SocketConfig};
 use juxta::Peer;
 use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
@@ -252,6 +254,174 @@ async fn jxse_unreliable_socket_to_a_juxta_server() {
     assert_eq!(done[2], sha(&payload(REPLY)));
 }
 
+/// The harness's spelling of a bidi mode (`BIDI_CONNECT`, `BIDI_ACCEPTED`).
+fn mode_word(mode: BidiMode) -> &'static str {
+    match mode {
+        BidiMode::Unreliable => "unreliable",
+        BidiMode::Reliable => "reliable",
+    }
+}
+
+/// Length and SHA-256 of a payload, as the harness reports them.
+fn len_sha(b: &[u8]) -> (String, String) {
+    (b.len().to_string(), sha(b))
+}
+
+/// Juxta connects a bidi pipe in `mode` to a JXSE `JxtaServerPipe` (which
+/// echoes). First one message per size in `sizes`, each sent after the
+/// previous echo: every echo must equal its message, and JXSE must report
+/// each one (length, SHA-256) in order. Then all of `sizes` again at once:
+/// the echoes and JXSE's reports must be those messages, intact; their
+/// order is not checked there, because JXSE's TCP transport hands every
+/// received message to a thread pool (`TcpMessenger.run`) and its reliable
+/// input stream calls the listener outside any lock, so JXSE's application
+/// sees a burst in any order (a 300 KB message overtaken by the 17 B one
+/// sent after it, with the blocks delivered in sequence and no
+/// retransmission). JXSE's `BIDI_ACCEPTED` names the mode; our close makes
+/// it report `BIDI_CLOSED`.
+async fn bidi_echo_from_jxse_server(jxse: &mut Jxse, a: &Peer, mode: BidiMode, sizes: &[usize]) {
+    jxse.command("PIPE_NEW");
+    let urn = block(|| jxse.expect("PIPE"))[1].clone();
+    jxse.command(&format!("BIDI_SERVE {urn}"));
+    block(|| jxse.expect("BIDI_SERVING"));
+    let mut p = a
+        .pipes()
+        .connect_bidi_with(&unicast_adv(&urn), jxse.peer_id, WAIT, mode)
+        .await
+        .unwrap();
+    assert_eq!(p.mode(), mode);
+    assert_eq!(p.remote(), jxse.peer_id);
+    let accepted = block(|| jxse.expect("BIDI_ACCEPTED"));
+    assert_eq!(accepted[1], urn);
+    assert_eq!(accepted[3], mode_word(mode), "JXSE's side: {accepted:?}");
+    let msg = |n: usize| Message::new().with(Element::bytes("juxta", "payload", payload(n)));
+
+    // One at a time: order checked on both sides.
+    for (i, &n) in sizes.iter().enumerate() {
+        p.send(msg(n)).await.unwrap();
+        let echo = tokio::time::timeout(WAIT, p.recv())
+            .await
+            .expect("no echo from JXSE")
+            .unwrap_or_else(|| panic!("pipe ended at echo {i}"));
+        assert_eq!(echo.from, Some(jxse.peer_id));
+        let got = harness_payload(&echo.message);
+        assert_eq!(
+            len_sha(&got),
+            len_sha(&payload(n)),
+            "echo {i}; {:?}",
+            p.stats()
+        );
+        let r = block(|| jxse.expect("BIDI_RECV"));
+        assert_eq!(
+            (r[1].clone(), r[2].clone()),
+            len_sha(&payload(n)),
+            "JXSE's message {i}"
+        );
+    }
+
+    // A burst: everything intact.
+    let mut want: Vec<_> = sizes.iter().map(|&n| len_sha(&payload(n))).collect();
+    want.sort();
+    let burst = async {
+        for &n in sizes {
+            p.send(msg(n)).await.unwrap();
+        }
+        let mut got = Vec::new();
+        for i in 0..sizes.len() {
+            let echo = p
+                .recv()
+                .await
+                .unwrap_or_else(|| panic!("pipe ended at echo {i}"));
+            got.push(len_sha(&harness_payload(&echo.message)));
+        }
+        got
+    };
+    let mut got = tokio::time::timeout(WAIT, burst)
+        .await
+        .expect("burst echo from JXSE hung");
+    got.sort();
+    assert_eq!(got, want, "{:?}", p.stats());
+    let mut reports: Vec<_> = (0..sizes.len())
+        .map(|_| {
+            let r = block(|| jxse.expect("BIDI_RECV"));
+            (r[1].clone(), r[2].clone())
+        })
+        .collect();
+    reports.sort();
+    assert_eq!(reports, want);
+
+    let stats = p.stats();
+    tokio::time::timeout(WAIT, p.close())
+        .await
+        .expect("bidi close hung")
+        .unwrap();
+    assert_eq!(block(|| jxse.expect("BIDI_CLOSED"))[1], urn);
+    assert_eq!((stats.foreign, stats.malformed), (0, 0), "{stats:?}");
+    if mode == BidiMode::Reliable {
+        let r = stats.reliable.expect("engine stats");
+        let n = 2 * sizes.len() as u64;
+        assert!(r.blocks_received >= n && r.blocks_sent >= n, "{r:?}");
+    }
+}
+
+/// JXSE connects a bidi pipe in `mode` to a Juxta listener (`BIDI_CONNECT`)
+/// and sends `count` messages back to back from one thread, message i of
+/// `sizes[i % sizes.len()]` bytes; Juxta checks each one, content and order
+/// (JXSE numbers its blocks in send order), and echoes it; JXSE checks the
+/// echoes (all of them, intact; see `bidi_echo_from_jxse_server` for why
+/// not their order at JXSE's end), then closes, which ends our `recv`.
+async fn bidi_echo_to_juxta_listener(
+    jxse: &mut Jxse,
+    a: &Peer,
+    mode: BidiMode,
+    sizes: &[usize],
+    count: usize,
+) {
+    let adv = new_adv();
+    let mut l = a.pipes().bind_bidi(&adv).unwrap();
+    let list: Vec<String> = sizes.iter().map(|n| n.to_string()).collect();
+    jxse.command(&format!(
+        "BIDI_CONNECT {} {} {} {count} {}",
+        adv.id,
+        a.peer_id(),
+        list.join(","),
+        mode_word(mode)
+    ));
+    let server = async {
+        let mut p = l.accept().await.unwrap();
+        assert_eq!(p.mode(), mode);
+        assert_eq!(p.remote(), jxse.peer_id);
+        let mut n = 0;
+        while let Some(m) = p.recv().await {
+            let want = payload(sizes[n % sizes.len()]);
+            let got = harness_payload(&m.message);
+            assert_eq!(
+                (got.len(), sha(&got)),
+                (want.len(), sha(&want)),
+                "message {n} from JXSE"
+            );
+            p.send(m.message).await.unwrap();
+            n += 1;
+        }
+        let stats = p.stats();
+        p.close().await.unwrap();
+        (n, stats)
+    };
+    let (n, stats) = tokio::time::timeout(WAIT, server)
+        .await
+        .expect("bidi from JXSE hung");
+    assert_eq!(n, count);
+    assert_eq!((stats.foreign, stats.malformed), (0, 0), "{stats:?}");
+    if mode == BidiMode::Reliable {
+        let r = stats.reliable.expect("engine stats");
+        // JXSE's close travels as one more block.
+        assert!(r.blocks_received > count as u64, "{r:?}");
+    }
+    let done = block(|| jxse.expect("BIDI_DONE"));
+    assert_eq!(done[1], count.to_string());
+    assert_eq!(done[2], sha(&payload(sizes[0])));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bidi_pipes_both_ways() {
     if !prereq::require_ok(prereq::jxse()) {
@@ -260,51 +430,25 @@ async fn bidi_pipes_both_ways() {
     let mut jxse = block(Jxse::start);
     let dir = tempfile::tempdir().unwrap();
     let a = connected(&jxse, &dir).await;
+    // JXSE's default (and Juxta's): unreliable.
+    bidi_echo_from_jxse_server(&mut jxse, &a, BidiMode::Unreliable, &[1, 4096, 100_000]).await;
+    bidi_echo_to_juxta_listener(&mut jxse, &a, BidiMode::Unreliable, &[4096], 5).await;
+}
 
-    // Juxta connects to a JXSE JxtaServerPipe, which echoes.
-    jxse.command("PIPE_NEW");
-    let urn = block(|| jxse.expect("PIPE"))[1].clone();
-    jxse.command(&format!("BIDI_SERVE {urn}"));
-    block(|| jxse.expect("BIDI_SERVING"));
-    let mut p = a
-        .pipes()
-        .connect_bidi(&unicast_adv(&urn), jxse.peer_id, WAIT)
-        .await
-        .unwrap();
-    for n in [1usize, 4096, 100_000] {
-        let data = payload(n);
-        p.send(Message::new().with(Element::bytes("juxta", "payload", data.clone())))
-            .await
-            .unwrap();
-        let echo = tokio::time::timeout(WAIT, p.recv())
-            .await
-            .expect("no echo from JXSE")
-            .unwrap();
-        assert_eq!(harness_payload(&echo.message), data);
+/// JXSE's reliable bidi pipes (`reliable=true`: one `jxtarel` block per
+/// message, in the binary wire format with its CBJX trailer), both ways:
+/// several sizes up to 300 KB, several messages in order, checked by
+/// content on both sides, closed both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reliable_bidi_pipes_both_ways() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
     }
-    p.close().await.unwrap();
-
-    // JXSE connects to a Juxta listener, which echoes.
-    let adv = new_adv();
-    let mut l = a.pipes().bind_bidi(&adv).unwrap();
-    jxse.command(&format!(
-        "BIDI_CONNECT {} {} 4096 5 unreliable",
-        adv.id,
-        a.peer_id()
-    ));
-    let server = async {
-        let mut p = l.accept().await.unwrap();
-        let mut n = 0;
-        while let Some(m) = p.recv().await {
-            p.send(m.message).await.unwrap();
-            n += 1;
-        }
-        n
-    };
-    let n = tokio::time::timeout(WAIT, server)
-        .await
-        .expect("bidi from JXSE hung");
-    assert_eq!(n, 5);
-    let done = block(|| jxse.expect("BIDI_DONE"));
-    assert_eq!(done[1], "5");
+    let mut jxse = block(Jxse::start);
+    let dir = tempfile::tempdir().unwrap();
+    let a = connected(&jxse, &dir).await;
+    let sizes = [1usize, 4096, 100_000, 65_536, 300_000, 17];
+    let many: Vec<usize> = sizes.iter().cycle().take(24).copied().collect();
+    bidi_echo_from_jxse_server(&mut jxse, &a, BidiMode::Reliable, &many).await;
+    bidi_echo_to_juxta_listener(&mut jxse, &a, BidiMode::Reliable, &sizes, 12).await;
 }

@@ -1,17 +1,23 @@
 //! Pipes between Juxta peers on loopback: unicast (compact and JXTA
 //! framing), many senders into one input pipe, propagate fan-out, secure
-//! pipes, bidirectional pipes, and bad input (unknown pipe, unanswerable
-//! resolution, malformed resolver traffic).
+//! pipes, bidirectional pipes (unreliable and reliable), and bad input
+//! (unknown pipe, unanswerable resolution, malformed resolver traffic,
+//! malformed and foreign reliable bidi blocks).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
+use juxta::pipe::bidi::{BidiMode, BidiPipe};
 use juxta::pipe::PipeError;
 use juxta::{Peer, PeerConfig};
-use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
-use juxta_proto::id::PipeId;
+use juxta_proto::advertisement::{PeerAdvertisement, PipeAdvertisement, PipeType};
+use juxta_proto::id::{PeerGroupId, PipeId};
+use juxta_proto::message::namespace_order::JavaHashOrder;
 use juxta_proto::message::{Element, Message};
+use juxta_proto::socket::bidi_block::{close_message, encode_block};
+use juxta_proto::socket::reliable::{parse, Incoming, Transmit, MIME_BLOCK};
+use juxta_proto::socket::setup::{ConnectRequest, ConnectResponse, SetupKind};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -214,8 +220,9 @@ async fn secure_pipe_proves_the_sender() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bidi_pipe_echo() {
+/// A bidi pipe between two Juxta peers in `mode`: echoes of 1 B, 4 KB and
+/// 1 MB come back intact, and the close ends the server's `recv`.
+async fn bidi_echo(mode: BidiMode) {
     let dir = tempfile::tempdir().unwrap();
     let a = peer(&dir, "a", true, true).await;
     let b = peer(&dir, "b", false, true).await;
@@ -224,24 +231,229 @@ async fn bidi_pipe_echo() {
     b.connect(a.local_addr().unwrap()).await.unwrap();
     let server = tokio::spawn(async move {
         let mut p = listener.accept().await.unwrap();
+        assert_eq!(p.mode(), mode);
+        let mut n = 0;
         while let Some(m) = p.recv().await {
             p.send(m.message).await.unwrap();
+            n += 1;
         }
+        n
     });
     let mut c = b
         .pipes()
-        .connect_bidi(&ad, a.peer_id(), WAIT)
+        .connect_bidi_with(&ad, a.peer_id(), WAIT, mode)
         .await
         .unwrap();
     assert_eq!(c.remote(), a.peer_id());
+    assert_eq!(c.mode(), mode);
     for size in [1usize, 4096, 1 << 20] {
         let p = payload(size);
         c.send(data_msg(&p)).await.unwrap();
         let got = tokio::time::timeout(WAIT, c.recv()).await.unwrap().unwrap();
         assert_eq!(got.message.get("test", "data").unwrap().data, p);
     }
+    let stats = c.stats();
     c.close().await.unwrap();
-    tokio::time::timeout(WAIT, server).await.unwrap().unwrap();
+    assert_eq!(
+        tokio::time::timeout(WAIT, server).await.unwrap().unwrap(),
+        3
+    );
+    assert_eq!((stats.foreign, stats.malformed), (0, 0));
+    if mode == BidiMode::Reliable {
+        assert_eq!(stats.reliable.unwrap().blocks_received, 3);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bidi_pipe_echo() {
+    bidi_echo(BidiMode::Unreliable).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reliable_bidi_pipe_echo() {
+    bidi_echo(BidiMode::Reliable).await;
+}
+
+/// Both ends of a reliable bidi pipe send twelve 1 MB messages at the same
+/// time, then read the other side's: all arrive, intact and in order, both
+/// ways (the drivers keep reading and acking while they send).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reliable_bidi_both_ways_at_once() {
+    const N: usize = 12;
+    let dir = tempfile::tempdir().unwrap();
+    let a = peer(&dir, "a", true, true).await;
+    let b = peer(&dir, "b", false, true).await;
+    let ad = adv(PipeType::Unicast);
+    let mut listener = a.pipes().bind_bidi(&ad).unwrap();
+    b.connect(a.local_addr().unwrap()).await.unwrap();
+    let pipes = b.pipes();
+    let (server, client) = tokio::join!(
+        async { listener.accept().await.unwrap() },
+        pipes.connect_bidi_with(&ad, a.peer_id(), WAIT, BidiMode::Reliable)
+    );
+    // Message i: 1 MB of byte `tag + i`.
+    async fn exchange(mut p: BidiPipe, mine: u8, theirs: u8) -> BidiPipe {
+        for i in 0..N as u8 {
+            let m = Message::new().with(Element::bytes("test", "data", vec![mine + i; 1 << 20]));
+            p.send(m).await.unwrap();
+        }
+        for i in 0..N as u8 {
+            let m = p.recv().await.expect("pipe ended early");
+            let d = &m.message.get("test", "data").unwrap().data;
+            assert!(
+                d.len() == 1 << 20 && d.iter().all(|&x| x == theirs + i),
+                "message {i}"
+            );
+        }
+        p
+    }
+    let (s, c) = tokio::time::timeout(WAIT, async {
+        tokio::join!(exchange(server, 100, 0), exchange(client.unwrap(), 0, 100))
+    })
+    .await
+    .expect("simultaneous sends hung");
+    for p in [&s, &c] {
+        let st = p.stats();
+        assert_eq!((st.foreign, st.malformed), (0, 0));
+    }
+    c.close().await.unwrap();
+    s.close().await.unwrap();
+}
+
+/// A reliable bidi pipe's server end facing a hand-made client: blocks
+/// with a bad name, blocks that are not a message, unsigned and wrongly
+/// signed messages are refused and counted; a third peer's block is dropped
+/// and counted as foreign; the good messages still arrive in order, and a
+/// close in a block ends the pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reliable_bidi_refuses_bad_blocks_and_foreign_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = peer(&dir, "a", true, true).await;
+    let b = peer(&dir, "b", false, true).await;
+    let c = peer(&dir, "c", false, true).await;
+    let ad = adv(PipeType::Unicast);
+    let mut listener = a.pipes().bind_bidi(&ad).unwrap();
+    b.connect(a.local_addr().unwrap()).await.unwrap();
+    c.connect(a.local_addr().unwrap()).await.unwrap();
+    let accept = tokio::spawn(async move { listener.accept().await.unwrap() });
+
+    // b asks for a reliable pipe by hand.
+    let mine = adv(PipeType::Unicast);
+    let mut input = b.pipes().create_input_pipe(&mine).unwrap();
+    let req = ConnectRequest {
+        kind: SetupKind::BiDi,
+        req_pipe: mine.clone(),
+        rem_peer: PeerAdvertisement {
+            peer_id: b.peer_id(),
+            group_id: PeerGroupId::NET,
+            name: "b".into(),
+            desc: None,
+            route: None,
+        },
+        reliable: true,
+        connection_properties: None,
+    };
+    let mb = b.messenger(&a.peer_id()).unwrap();
+    mb.send("PipeService", Some(&ad.id.to_string()), req.to_message())
+        .await
+        .unwrap();
+    let resp = loop {
+        let m = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if let Ok(r) = ConnectResponse::from_message(&m.message) {
+            break r;
+        }
+    };
+    assert_eq!(resp.reliable, Some(true));
+    let mut p = tokio::time::timeout(WAIT, accept).await.unwrap().unwrap();
+    assert_eq!(p.mode(), BidiMode::Reliable);
+    let theirs = resp.rem_pipe.id.to_string();
+    let block = |seq: u32, data: Bytes| {
+        Transmit::Block {
+            seq,
+            data,
+            retry: false,
+        }
+        .into_message()
+    };
+    let signed = |who: &Peer, m: &Message| {
+        encode_block(m, JavaHashOrder::Java8, Some(&**who.identity()), 1 << 24).unwrap()
+    };
+    let good1 = data_msg(&payload(100));
+    let good2 = data_msg(&payload(70_000));
+    let bad = [
+        // Not a sequence number.
+        Message::new().with(Element::typed("jxtarel", "x1", MIME_BLOCK, &b"x"[..])),
+        // Block 1: not a message.
+        block(1, Bytes::from_static(b"not a jxta message")),
+        // Block 2: a message without its CBJX trailer (CBJX is on).
+        block(
+            2,
+            encode_block(&good1, JavaHashOrder::Java8, None, 1 << 24).unwrap(),
+        ),
+        // Block 3: signed by c, not by b.
+        block(3, signed(&c, &good1)),
+    ];
+    for m in bad {
+        mb.send("PipeService", Some(&theirs), m).await.unwrap();
+    }
+    // c sends a well-formed block of its own to the pipe.
+    let mc = c.messenger(&a.peer_id()).unwrap();
+    mc.send("PipeService", Some(&theirs), block(4, signed(&c, &good1)))
+        .await
+        .unwrap();
+    for (seq, m) in [(4, &good1), (5, &good2)] {
+        mb.send("PipeService", Some(&theirs), block(seq, signed(&b, m)))
+            .await
+            .unwrap();
+    }
+    for want in [&good1, &good2] {
+        let got = tokio::time::timeout(WAIT, p.recv()).await.unwrap().unwrap();
+        assert_eq!(&got.message, want);
+        assert_eq!(got.from, Some(b.peer_id()));
+    }
+    // c's block comes over another connection: wait until it was seen.
+    let foreign_seen = async {
+        while p.stats().foreign == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, foreign_seen).await.unwrap();
+    let stats = p.stats();
+    assert_eq!(stats.malformed, 4, "{stats:?}");
+    assert_eq!(stats.foreign, 1, "{stats:?}");
+    // The close, in block 6, ends the pipe; a acknowledges all six blocks.
+    mb.send(
+        "PipeService",
+        Some(&theirs),
+        block(6, signed(&b, &close_message())),
+    )
+    .await
+    .unwrap();
+    assert!(tokio::time::timeout(WAIT, p.recv())
+        .await
+        .unwrap()
+        .is_none());
+    let acked = async {
+        loop {
+            let m = input.recv().await.unwrap();
+            if let Ok(items) = parse(&m.message) {
+                if items
+                    .iter()
+                    .any(|i| matches!(i, Incoming::Ack { cumulative: 6, .. }))
+                {
+                    return;
+                }
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, acked).await.unwrap();
+    tokio::time::timeout(WAIT, p.close())
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

