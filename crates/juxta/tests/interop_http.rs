@@ -129,6 +129,10 @@ async fn jxse_http_client_talks_to_juxta_http_server() {
             .expect("no message from the JXSE HTTP client")
             .unwrap();
         assert_eq!(got.from, Some(jxse.peer_id));
+        assert!(
+            !got.proven,
+            "a delivery over an unproven session is not proven"
+        );
         let data = &got.message.get("juxta", "payload").unwrap().data;
         assert_eq!(data.len(), n);
         assert_eq!(sha(data), sent[2], "Juxta got different bytes");
@@ -215,6 +219,21 @@ async fn juxta_http_client_talks_to_jxse_servlet() {
         assert_eq!(recv[4], sha(&p), "JXSE got different bytes");
     }
 
+    // Several queued at once: one POST each (JXSE's servlet reads one
+    // message per request body).
+    let mut want = std::collections::BTreeSet::new();
+    for n in 2..7usize {
+        let (p, m) = msg(n);
+        want.insert((n.to_string(), sha(&p)));
+        to_jxse.send("JuxtaTest", Some("sink"), m).await.unwrap();
+    }
+    let mut got = std::collections::BTreeSet::new();
+    for _ in 0..want.len() {
+        let recv = tokio::task::block_in_place(|| jxse.expect("RECV"));
+        got.insert((recv[3].clone(), recv[4].clone()));
+    }
+    assert_eq!(got, want, "JXSE got other messages than sent");
+
     // JXSE -> Juxta: through JXSE's router, over the messenger its servlet
     // makes of Juxta's poll.
     for n in [1usize, 65536] {
@@ -228,6 +247,10 @@ async fn juxta_http_client_talks_to_jxse_servlet() {
             .expect("no message from the JXSE servlet")
             .unwrap();
         assert_eq!(got.from, Some(jxse.peer_id));
+        assert!(
+            !got.proven,
+            "a delivery from a servlet without proof is not proven"
+        );
         let data = &got.message.get("juxta", "payload").unwrap().data;
         assert_eq!(data.len(), n);
         assert_eq!(sha(data), sent[2], "Juxta got different bytes");
@@ -305,6 +328,7 @@ async fn unproven_clients_are_refused_typed_and_never_displace_a_proven_session(
         .unwrap()
         .unwrap();
     assert_eq!(got.from, Some(*stranger.peer_id()));
+    assert!(!got.proven);
     assert_eq!(
         got.message.get("juxta", "payload").unwrap().as_str(),
         Some("hello")

@@ -1527,7 +1527,9 @@ fn connect_unchallenged(
         rx,
         None,
         me.clone(),
-        cfg.max_batch,
+        // 0: one message per POST; JXSE's servlet reads one message from
+        // a request body and ignores the rest.
+        0,
     ));
     let mut polls = ClientConn::new(addr, cfg.request_timeout);
     polls.jxse_trailer = true;
