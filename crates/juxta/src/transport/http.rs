@@ -17,6 +17,14 @@
 //! and post must carry. Sessions that stop polling expire and their queue
 //! is freed. Everything is bounded: heads, bodies, queues (messages and
 //! bytes: a full queue makes the sender wait), sessions, clients, nonces.
+//!
+//! JXSE 2.7 can give no such proof. Two options, off by default, let the
+//! two talk anyway: [`HttpConfig::allow_unproven_jxse_clients`] serves a
+//! JXSE client in an *unproven* session (tokenless POSTs of CBJX-signed
+//! messages, tokenless polls), and [`HttpConfig::allow_unchallenged_servers`]
+//! lets this client use a JXSE servlet; both sessions are
+//! [`Proof::Claimed`](juxta_proto::wire::connection::Proof::Claimed)
+//! (docs/security.md).
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -75,9 +83,9 @@ pub struct HttpConfig {
     /// 2.7's `HttpClientMessenger` POSTs CBJX-signed messages to `/` and
     /// polls `/<its peer>` with no hello and no token. Such a client gets an
     /// *unproven* session (its connection is [`Proof::Claimed`]): what it
-    /// may and may not do is in docs/security.md ("HTTP clients without
-    /// the session proof"). Off by default: with it off every HTTP session
-    /// has proven its peer ID with a fresh challenge.
+    /// may and may not do is in docs/security.md ("HTTP clients and
+    /// servers without the session proof"). Off by default: with it off
+    /// every HTTP session has proven its peer ID with a fresh challenge.
     ///
     /// [`Proof::Claimed`]: juxta_proto::wire::connection::Proof::Claimed
     pub allow_unproven_jxse_clients: bool,
