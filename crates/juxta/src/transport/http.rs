@@ -17,6 +17,14 @@
 //! and post must carry. Sessions that stop polling expire and their queue
 //! is freed. Everything is bounded: heads, bodies, queues (messages and
 //! bytes: a full queue makes the sender wait), sessions, clients, nonces.
+//!
+//! JXSE 2.7 can give no such proof. Two options, off by default, let the
+//! two talk anyway: [`HttpConfig::allow_unproven_jxse_clients`] serves a
+//! JXSE client in an *unproven* session (tokenless POSTs of CBJX-signed
+//! messages, tokenless polls), and [`HttpConfig::allow_unchallenged_servers`]
+//! lets this client use a JXSE servlet; both sessions are
+//! [`Proof::Claimed`](juxta_proto::wire::connection::Proof::Claimed)
+//! (docs/security.md).
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -71,6 +79,51 @@ pub struct HttpConfig {
     /// Server: most outstanding session challenges (nonces); the oldest is
     /// dropped (and counted) beyond it.
     pub max_nonces: usize,
+    /// Server: admit HTTP clients that cannot give the session proof: JXSE
+    /// 2.7's `HttpClientMessenger` POSTs CBJX-signed messages to `/` and
+    /// polls `/<its peer>` with no hello and no token. Such a client gets an
+    /// *unproven* session (its connection is [`Proof::Claimed`]): what it
+    /// may and may not do is in docs/security.md ("HTTP clients and
+    /// servers without the session proof"). Off by default: with it off
+    /// every HTTP session has proven its peer ID with a fresh challenge.
+    ///
+    /// [`Proof::Claimed`]: juxta_proto::wire::connection::Proof::Claimed
+    pub allow_unproven_jxse_clients: bool,
+    /// Server: most unproven sessions at once (further ones are refused and
+    /// counted in [`HttpStats::refused_busy`]).
+    pub max_unproven_sessions: usize,
+    /// Client: talk to a server whose ping offers no session challenge (a
+    /// JXSE 2.7 servlet): no hello, no token, the connection stays
+    /// [`Proof::Claimed`] (the server's ID comes from its ping answer; its
+    /// messages are still CBJX-verified as signed by that ID). Off by
+    /// default: [`HttpClientError::NoChallenge`].
+    ///
+    /// [`Proof::Claimed`]: juxta_proto::wire::connection::Proof::Claimed
+    pub allow_unchallenged_servers: bool,
+}
+
+impl HttpConfig {
+    /// Sets [`HttpConfig::allow_unproven_jxse_clients`].
+    ///
+    /// ```
+    /// let h = juxta::transport::http::HttpConfig::default().allow_unproven_jxse_clients(true);
+    /// assert!(h.allow_unproven_jxse_clients);
+    /// ```
+    pub fn allow_unproven_jxse_clients(mut self, on: bool) -> HttpConfig {
+        self.allow_unproven_jxse_clients = on;
+        self
+    }
+
+    /// Sets [`HttpConfig::allow_unchallenged_servers`].
+    ///
+    /// ```
+    /// let h = juxta::transport::http::HttpConfig::default().allow_unchallenged_servers(true);
+    /// assert!(h.allow_unchallenged_servers);
+    /// ```
+    pub fn allow_unchallenged_servers(mut self, on: bool) -> HttpConfig {
+        self.allow_unchallenged_servers = on;
+        self
+    }
 }
 
 impl Default for HttpConfig {
@@ -84,6 +137,9 @@ impl Default for HttpConfig {
             max_batch: 1024 * 1024,
             request_timeout: Duration::from_secs(15),
             max_nonces: 1024,
+            allow_unproven_jxse_clients: false,
+            max_unproven_sessions: 64,
+            allow_unchallenged_servers: false,
         }
     }
 }
@@ -117,6 +173,13 @@ pub struct HttpStats {
     /// Messages taken from a session queue whose poll response could not
     /// be written (the client went away mid-response).
     pub lost_in_response: AtomicU64,
+    /// Unproven sessions opened ([`HttpConfig::allow_unproven_jxse_clients`]).
+    pub unproven_sessions_opened: AtomicU64,
+    /// Messages received from unproven sessions.
+    pub unproven_messages: AtomicU64,
+    /// Tokenless POSTs refused because a proven session holds the signer's
+    /// peer ID (an unproven client never displaces a proven one).
+    pub unproven_refused_proven: AtomicU64,
 }
 
 /// Why the server refused a request (logged, counted in [`HttpStats`],
@@ -146,6 +209,10 @@ pub enum HttpRefusal {
     /// The session limit is reached.
     #[error("session limit reached")]
     TooManySessions,
+    /// A client without the session proof claims a peer ID that a proven
+    /// session holds.
+    #[error("{0} holds a proven session; an unproven client cannot take its place")]
+    ProvenSessionExists(Box<PeerId>),
 }
 
 impl HttpRefusal {
@@ -159,7 +226,8 @@ impl HttpRefusal {
             HttpRefusal::Malformed(_) => 400,
             HttpRefusal::Unauthenticated(_)
             | HttpRefusal::BadNonce
-            | HttpRefusal::WrongPeer { .. } => 403,
+            | HttpRefusal::WrongPeer { .. }
+            | HttpRefusal::ProvenSessionExists(_) => 403,
             HttpRefusal::UnknownSession => 404,
             HttpRefusal::TooManySessions => 503,
         }
@@ -174,6 +242,7 @@ impl HttpRefusal {
             | HttpRefusal::WrongPeer { .. } => &s.unauthenticated,
             HttpRefusal::UnknownSession => &s.unknown_session,
             HttpRefusal::TooManySessions => &s.refused_busy,
+            HttpRefusal::ProvenSessionExists(_) => &s.unproven_refused_proven,
         };
         c.fetch_add(1, Ordering::Relaxed);
     }
@@ -205,7 +274,8 @@ pub enum HttpClientError {
     #[error("HTTP status {0}")]
     Status(u16),
     /// The ping answer carries no session challenge (not a Juxta server,
-    /// e.g. a JXSE servlet, which this client does not support).
+    /// e.g. a JXSE servlet) and [`HttpConfig::allow_unchallenged_servers`]
+    /// is off.
     #[error("the server offers no session challenge")]
     NoChallenge,
     /// The ping answer is not a peer ID.
@@ -372,6 +442,7 @@ fn session_connection(
     remote_public: String,
     peer_addr: SocketAddr,
     sink: HttpSink,
+    proven: bool,
 ) -> Result<Arc<Connection>, juxta_proto::wire::connection::ConnectionError> {
     let mut out = Outbound::new(http_connection_config(inner), role, inner.identity.clone());
     let w = Welcome::new(inner.public_addr.clone(), remote_public, remote);
@@ -394,8 +465,10 @@ fn session_connection(
         compact_ready: tokio::sync::Notify::new(),
         closed_notify: tokio::sync::Notify::new(),
         // The session proof (nonce, CBJX-signed hello by a certificate
-        // deriving the ID, session token) is a fresh challenge-response.
-        proof: std::sync::atomic::AtomicU8::new(2),
+        // deriving the ID, session token) is a fresh challenge-response
+        // (2: Proof::Handshake); without it (a JXSE client or servlet) the
+        // ID is only claimed (0: Proof::Claimed).
+        proof: std::sync::atomic::AtomicU8::new(if proven { 2 } else { 0 }),
         service: Default::default(),
     }))
 }
@@ -470,6 +543,9 @@ fn same_token(a: &str, b: &str) -> bool {
 
 struct Session {
     token: String,
+    /// Opened by a verified hello (else: an unproven JXSE client, served
+    /// without a token).
+    proven: bool,
     conn: Arc<Connection>,
     queue: tokio::sync::Mutex<Queue>,
     verifier: std::sync::Mutex<CbjxVerifier>,
@@ -512,6 +588,9 @@ pub struct HttpServer {
     nonces: std::sync::Mutex<VecDeque<(String, Instant)>>,
     clients: Arc<Semaphore>,
     stats: HttpStats,
+    /// Woken when a session opens (a tokenless poll may be waiting for its
+    /// unproven session).
+    opened: tokio::sync::Notify,
 }
 
 /// A response to write.
@@ -614,8 +693,29 @@ impl HttpServer {
             .cloned()
             .ok_or(HttpRefusal::UnknownSession)?;
         match token {
-            Some(t) if same_token(&s.token, t) && !s.conn.is_closed() => Ok(s),
+            Some(t) if s.proven && same_token(&s.token, t) && !s.conn.is_closed() => Ok(s),
+            // An unproven session has no token to give (JXSE sends none).
+            None if !s.proven && !s.conn.is_closed() && self.cfg.allow_unproven_jxse_clients => {
+                Ok(s)
+            }
             _ => Err(HttpRefusal::UnknownSession),
+        }
+    }
+
+    /// A tokenless poll for a peer without a session: JXSE's poller starts
+    /// before its first POST (which opens the unproven session), and stops
+    /// for good after two failed polls, so the poll waits (up to `wait`)
+    /// for the session instead of being refused. `None`: none opened.
+    async fn await_unproven(&self, peer: &PeerId, wait: Duration) -> Option<Arc<Session>> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let opened = self.opened.notified();
+            if let Ok(s) = self.session(peer, None) {
+                return Some(s);
+            }
+            if tokio::time::timeout_at(deadline, opened).await.is_err() {
+                return None;
+            }
         }
     }
 
@@ -650,7 +750,20 @@ impl HttpServer {
                 let poll = req
                     .poll()
                     .ok_or(HttpRefusal::Malformed(HttpError::BadRequestLine))?;
-                let s = self.session(&peer, req.session.as_deref())?;
+                let s = match self.session(&peer, req.session.as_deref()) {
+                    Ok(s) => s,
+                    Err(HttpRefusal::UnknownSession)
+                        if req.session.is_none() && self.cfg.allow_unproven_jxse_clients =>
+                    {
+                        let wait = Duration::from_millis(poll.response_timeout_ms.max(0) as u64)
+                            .min(self.cfg.session_idle);
+                        match self.await_unproven(&peer, wait).await {
+                            Some(s) => s,
+                            None => return Ok(Reply::empty(204)),
+                        }
+                    }
+                    Err(e) => return Err(e),
+                };
                 self.poll(&s, poll.response_timeout_ms).await
             }
             Method::Post => self.post(req, body, path_peer, from).await,
@@ -710,6 +823,10 @@ impl HttpServer {
             }
             return Ok(Reply::empty(200));
         }
+        if path_peer.is_none() && self.cfg.allow_unproven_jxse_clients {
+            // JXSE's client POSTs to `/` with no token: unproven.
+            return self.post_unproven(body, from).await;
+        }
         // No session: only a hello may open one.
         let mut verifier = CbjxVerifier::new();
         let m = wire::decode_message(&body, &mut verifier, true, None)
@@ -733,10 +850,69 @@ impl HttpServer {
         if !self.take_nonce(nonce) {
             return Err(HttpRefusal::BadNonce);
         }
-        let token = self.open_session(signer, verifier, from)?;
+        let token = self.open_session(signer, verifier, from, true)?;
         let mut r = Reply::empty(200);
         r.headers.push((SESSION_HEADER, token));
         Ok(r)
+    }
+
+    /// A POST from a client without the session proof (JXSE's): every
+    /// message must carry a CBJX trailer whose signer's ID is derived from
+    /// its certificate (what JXSE always sends), all by one signer. The
+    /// messages go into that signer's unproven session, opened if needed;
+    /// a proven session for that ID is never displaced.
+    async fn post_unproven(&self, body: Bytes, from: SocketAddr) -> Result<Reply, HttpRefusal> {
+        let mut verifier = CbjxVerifier::new();
+        let msgs =
+            decode_all(&body, &mut verifier, None).map_err(HttpRefusal::from_message_error)?;
+        let Some(signer) = msgs.first().and_then(|m| m.signer) else {
+            return Err(HttpRefusal::Malformed(HttpError::Message(
+                juxta_proto::message::codec::MessageError::Empty,
+            )));
+        };
+        if let Some(other) = msgs.iter().find_map(|m| m.signer.filter(|p| *p != signer)) {
+            return Err(HttpRefusal::WrongPeer {
+                path: Box::new(signer),
+                signer: Box::new(other),
+            });
+        }
+        let existing = self
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .get(&signer)
+            .cloned();
+        let s = match existing {
+            Some(s) if s.proven && !s.conn.is_closed() => {
+                return Err(HttpRefusal::ProvenSessionExists(Box::new(signer)));
+            }
+            Some(s) if !s.conn.is_closed() => s,
+            _ => {
+                let unproven = self
+                    .sessions
+                    .lock()
+                    .expect("sessions lock")
+                    .values()
+                    .filter(|s| !s.proven && !s.conn.is_closed())
+                    .count();
+                if unproven >= self.cfg.max_unproven_sessions {
+                    return Err(HttpRefusal::TooManySessions);
+                }
+                self.open_session(signer, verifier, from, false)?;
+                self.session(&signer, None)?
+            }
+        };
+        s.touch();
+        self.stats
+            .unproven_messages
+            .fetch_add(msgs.len() as u64, Ordering::Relaxed);
+        for m in msgs {
+            s.conn
+                .bytes_in
+                .fetch_add(m.wire_len as u64, Ordering::Relaxed);
+            self.inner.dispatch(&s.conn, received(m)).await;
+        }
+        Ok(Reply::empty(200))
     }
 
     fn open_session(
@@ -744,6 +920,7 @@ impl HttpServer {
         peer: PeerId,
         verifier: CbjxVerifier,
         from: SocketAddr,
+        proven: bool,
     ) -> Result<String, HttpRefusal> {
         let slot = self
             .inner
@@ -759,11 +936,13 @@ impl HttpServer {
             peer.endpoint_address(),
             from,
             sink,
+            proven,
         )
         .map_err(|_| HttpRefusal::TooManySessions)?;
         let token = random_hex(24);
         let s = Arc::new(Session {
             token: token.clone(),
+            proven,
             conn: conn.clone(),
             queue: tokio::sync::Mutex::new(Queue { rx, pending: None }),
             verifier: std::sync::Mutex::new(verifier),
@@ -771,13 +950,34 @@ impl HttpServer {
             polling: AtomicUsize::new(0),
             _slot: slot,
         });
-        let old = self.sessions.lock().expect("sessions lock").insert(peer, s);
-        if let Some(old) = old {
-            close_connection(&self.inner, &old.conn);
+        {
+            let mut map = self.sessions.lock().expect("sessions lock");
+            if !proven
+                && map
+                    .get(&peer)
+                    .is_some_and(|o| o.proven && !o.conn.is_closed())
+            {
+                // A proven session appeared meanwhile: it stays.
+                close_connection(&self.inner, &conn);
+                return Err(HttpRefusal::ProvenSessionExists(Box::new(peer)));
+            }
+            if let Some(old) = map.insert(peer, s) {
+                close_connection(&self.inner, &old.conn);
+            }
         }
+        // `register` keeps a proven connection (TCP or HTTP) for this ID
+        // over an unproven one.
         self.inner.register(&conn);
-        self.stats.sessions_opened.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(remote = %peer, %from, "HTTP session opened");
+        if proven {
+            self.stats.sessions_opened.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(remote = %peer, %from, "HTTP session opened");
+        } else {
+            self.stats
+                .unproven_sessions_opened
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(remote = %peer, %from, "unproven HTTP session opened (JXSE client)");
+        }
+        self.opened.notify_waiters();
         Ok(token)
     }
 
@@ -822,6 +1022,7 @@ pub(crate) async fn listen(
         sessions: Default::default(),
         nonces: Default::default(),
         stats: HttpStats::default(),
+        opened: tokio::sync::Notify::new(),
     });
     let accept = tokio::spawn(accept_loop(server.clone(), listener));
     let s = server.clone();
@@ -1034,6 +1235,11 @@ struct ClientConn {
     timeout: Duration,
     io: Option<(OwnedReadHalf, OwnedWriteHalf)>,
     buf: BytesMut,
+    /// The server is a JXSE servlet: a message in a response body may be
+    /// followed by its CBJX trailer beyond the `content-length` (JXSE sets
+    /// it from `WireFormatMessage.getByteLength()`, which leaves the
+    /// trailer out, then writes the trailer anyway).
+    jxse_trailer: bool,
 }
 
 impl ClientConn {
@@ -1043,6 +1249,7 @@ impl ClientConn {
             timeout,
             io: None,
             buf: BytesMut::with_capacity(16 * 1024),
+            jxse_trailer: false,
         }
     }
 
@@ -1066,7 +1273,9 @@ impl ClientConn {
         }
         let r = self.exchange(head, body, wait, max_body).await;
         match &r {
-            Ok((resp, _)) if resp.keep_alive => {}
+            Ok((resp, b)) if resp.keep_alive && b.len() as u64 == resp.content_length => {}
+            // A body longer than announced (a JXSE servlet's trailer):
+            // Jetty closes the connection after it, without saying so.
             _ => self.io = None,
         }
         r
@@ -1105,14 +1314,90 @@ impl ClientConn {
         .await
         .map_err(|_| HttpClientError::Timeout(addr))??;
         let _ = buf.split_to(resp.head_len);
-        let body = read_body(rd, buf, resp.content_length as usize, self.timeout)
+        let to_client_err = |e: io::Error| match e.kind() {
+            io::ErrorKind::TimedOut => HttpClientError::Timeout(addr),
+            _ => e.into(),
+        };
+        let mut body = read_body(rd, buf, resp.content_length as usize, self.timeout)
             .await
-            .map_err(|e| match e.kind() {
-                io::ErrorKind::TimedOut => HttpClientError::Timeout(addr),
-                _ => e.into(),
-            })?;
+            .map_err(to_client_err)?;
+        if self.jxse_trailer && resp.status == 200 && !body.is_empty() {
+            body = with_jxse_trailer(rd, buf, body, self.timeout, max_body)
+                .await
+                .map_err(to_client_err)?;
+        }
         Ok((resp, body))
     }
+}
+
+/// A JXSE servlet's poll response body: one message whose `content-length`
+/// leaves out its CBJX trailer. When the body ends exactly where the
+/// message's elements end, the trailer (three length-prefixed fields, each
+/// within its bound, the whole within `max_body`) is read from the stream
+/// behind it and appended. A body that already holds more (a trailer, or
+/// a well-behaved server) is returned as it is.
+async fn with_jxse_trailer(
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    body: Bytes,
+    stall: Duration,
+    max_body: u64,
+) -> io::Result<Bytes> {
+    let bad = |e: String| io::Error::new(io::ErrorKind::InvalidData, e);
+    let decoded = juxta_proto::message::codec::decode_v0(body.clone())
+        .map_err(|e| bad(format!("JXSE poll response: {e}")))?;
+    if decoded.elements_end != body.len() {
+        return Ok(body);
+    }
+    use juxta_proto::message::cbjx::{
+        MAX_TRAILER_CERT_LEN, MAX_TRAILER_SIG_LEN, MAX_TRAILER_SRC_LEN,
+    };
+    // Each field's length is read (and checked against its bound) before
+    // its bytes are awaited, so at most the bounded trailer is buffered.
+    let mut pos = 0usize;
+    for max in [
+        MAX_TRAILER_CERT_LEN,
+        MAX_TRAILER_SRC_LEN,
+        MAX_TRAILER_SIG_LEN,
+    ] {
+        fill_to(rd, buf, pos + 4, stall).await?;
+        let len = u32::from_be_bytes([buf[pos], buf[pos + 1], buf[pos + 2], buf[pos + 3]]) as usize;
+        if len > max {
+            return Err(bad(format!(
+                "JXSE poll response: CBJX trailer field of {len} bytes (at most {max})"
+            )));
+        }
+        pos += 4 + len;
+        fill_to(rd, buf, pos, stall).await?;
+    }
+    if (body.len() as u64).saturating_add(pos as u64) > max_body {
+        return Err(bad("JXSE poll response larger than allowed".into()));
+    }
+    let mut whole = BytesMut::with_capacity(body.len() + pos);
+    whole.extend_from_slice(&body);
+    whole.extend_from_slice(&buf.split_to(pos));
+    Ok(whole.freeze())
+}
+
+/// Reads until `buf` holds `n` bytes; fails when nothing arrives for
+/// `stall` or the stream ends.
+async fn fill_to(
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    n: usize,
+    stall: Duration,
+) -> io::Result<()> {
+    while buf.len() < n {
+        match tokio::time::timeout(stall, fill(rd, buf)).await {
+            Err(_) => return Err(io::ErrorKind::TimedOut.into()),
+            Ok(r) => {
+                if !r? {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Opens an HTTP session with the peer at `addr`: ping (server ID and
@@ -1183,7 +1468,9 @@ async fn connect_serialized(
     if resp.status != 200 {
         return Err(HttpClientError::Status(resp.status));
     }
-    let nonce = resp.nonce.ok_or(HttpClientError::NoChallenge)?;
+    if resp.nonce.is_none() && !cfg.allow_unchallenged_servers {
+        return Err(HttpClientError::NoChallenge);
+    }
     let server: PeerId = std::str::from_utf8(&body)
         .ok()
         .and_then(|s| format!("urn:jxta:{}", s.trim()).parse().ok())
@@ -1193,6 +1480,9 @@ async fn connect_serialized(
     if let Some(m) = inner.messenger(&server) {
         return Ok(m);
     }
+    let Some(nonce) = resp.nonce else {
+        return connect_unchallenged(inner, addr, cfg, server, posts, slot);
+    };
 
     // The connection, then the hello signed through its own encoder.
     let (sink, rx) = HttpSink::new(&cfg);
@@ -1203,6 +1493,7 @@ async fn connect_serialized(
         format!("http://{addr}"),
         addr,
         sink,
+        true,
     )?;
     let hello = {
         let mut w = conn.writer.lock().await;
@@ -1228,7 +1519,7 @@ async fn connect_serialized(
     if resp.status != 200 {
         return Err(HttpClientError::Status(resp.status));
     }
-    let token = resp.session.ok_or(HttpClientError::NoSession)?;
+    let token = Some(resp.session.ok_or(HttpClientError::NoSession)?);
     inner.register(&conn);
     tracing::info!(remote = %server, %addr, "HTTP session established");
 
@@ -1255,12 +1546,63 @@ async fn connect_serialized(
     Ok(Messenger::new(conn, inner.clone()))
 }
 
+/// The session with a server that offers no challenge (a JXSE servlet,
+/// [`HttpConfig::allow_unchallenged_servers`]): no hello and no token; the
+/// connection is [`Proof::Claimed`](juxta_proto::wire::connection::Proof::Claimed).
+fn connect_unchallenged(
+    inner: &Arc<Inner>,
+    addr: SocketAddr,
+    cfg: HttpConfig,
+    server: PeerId,
+    posts: ClientConn,
+    slot: OwnedSemaphorePermit,
+) -> Result<Messenger, HttpClientError> {
+    let me = inner.identity.peer_id().unique_value();
+    let (sink, rx) = HttpSink::new(&cfg);
+    let conn = session_connection(
+        inner,
+        Role::Initiator,
+        server,
+        format!("http://{addr}"),
+        addr,
+        sink,
+        false,
+    )?;
+    inner.register(&conn);
+    tracing::info!(remote = %server, %addr, "HTTP session with a server without challenge (JXSE servlet): peer ID unproven");
+    let max_body = inner.cfg.connection.max_message;
+    inner.tasks.spawn(post_task(
+        inner.clone(),
+        conn.clone(),
+        posts,
+        rx,
+        None,
+        me.clone(),
+        // 0: one message per POST; JXSE's servlet reads one message from
+        // a request body and ignores the rest.
+        0,
+    ));
+    let mut polls = ClientConn::new(addr, cfg.request_timeout);
+    polls.jxse_trailer = true;
+    inner.tasks.spawn(poll_task(
+        inner.clone(),
+        conn.clone(),
+        polls,
+        None,
+        me,
+        cfg.poll_timeout,
+        max_body,
+        slot,
+    ));
+    Ok(Messenger::new(conn, inner.clone()))
+}
+
 async fn post_task(
     inner: Arc<Inner>,
     conn: Arc<Connection>,
     mut http: ClientConn,
     rx: mpsc::Receiver<HttpFrame>,
-    token: String,
+    token: Option<String>,
     me: String,
     max_batch: usize,
 ) {
@@ -1286,13 +1628,15 @@ async fn post_task(
             .iter()
             .flat_map(|f| f.chunks.iter().cloned())
             .collect();
+        let session: Vec<(&str, &str)> =
+            token.iter().map(|t| (SESSION_HEADER, t.as_str())).collect();
         let head = wire::request_head(
             Method::Post,
             &path,
             &host,
             Some(CONTENT_TYPE_JXTA_MSG),
             len as u64,
-            &[(SESSION_HEADER, &token)],
+            &session,
         );
         match http.request(head, &body, wait, 4096).await {
             Ok((r, _)) if r.status == 200 => {}
@@ -1315,7 +1659,7 @@ async fn poll_task(
     inner: Arc<Inner>,
     conn: Arc<Connection>,
     mut http: ClientConn,
-    token: String,
+    token: Option<String>,
     me: String,
     poll_timeout: Duration,
     max_body: u64,
@@ -1338,14 +1682,9 @@ async fn poll_task(
     let server = conn.remote;
     let mut verifier = CbjxVerifier::new();
     loop {
-        let head = wire::request_head(
-            Method::Get,
-            &target,
-            &host,
-            None,
-            0,
-            &[(SESSION_HEADER, &token)],
-        );
+        let session: Vec<(&str, &str)> =
+            token.iter().map(|t| (SESSION_HEADER, t.as_str())).collect();
+        let head = wire::request_head(Method::Get, &target, &host, None, 0, &session);
         let r = tokio::select! {
             r = http.request(head, &[], wait, max_body) => r,
             _ = conn.closed() => break,

@@ -111,6 +111,10 @@ public final class Main {
     private boolean rendezvous;
     /** With --lan: the address of the LAN interface (TCP and multicast there); else loopback. */
     private String lanAddress;
+    /** With --http-port: JXSE's HTTP servlet transport (Jetty) listening on host:port, and its client on. */
+    private int httpPort = -1;
+    /** With --http-client: JXSE's HTTP client on (reaches http://host:port addresses), no listener. */
+    private boolean httpClient;
     private Discovery discovery;
     private final AtomicLong ackRepliesSeen = new AtomicLong();
 
@@ -128,6 +132,8 @@ public final class Main {
         boolean noIncoming = false;
         boolean rendezvous = false;
         String lan = null;
+        int httpPort = -1;
+        boolean httpClient = false;
         for (int i = 0; i < args.length; i++) {
             String a = args[i];
             String v = (i + 1 < args.length) ? args[i + 1] : null;
@@ -140,9 +146,11 @@ public final class Main {
                 case "--no-incoming": noIncoming = true; break;
                 case "--rendezvous": rendezvous = true; break;
                 case "--lan": lan = require(a, v); i++; break;
+                case "--http-port": httpPort = Integer.parseInt(require(a, v)); i++; break;
+                case "--http-client": httpClient = true; break;
                 case "-h":
                 case "--help":
-                    System.err.println("usage: Main --port P [--home DIR] [--name NAME] [--rdv-seed tcp://127.0.0.1:P]... [--relay-seed tcp://127.0.0.1:P]... [--no-incoming] [--rendezvous] [--lan IP]");
+                    System.err.println("usage: Main --port P [--home DIR] [--name NAME] [--rdv-seed tcp://127.0.0.1:P]... [--relay-seed tcp://127.0.0.1:P]... [--no-incoming] [--rendezvous] [--lan IP] [--http-port P] [--http-client]");
                     System.exit(0);
                     return;
                 default:
@@ -168,6 +176,8 @@ public final class Main {
         main.noIncoming = noIncoming;
         main.rendezvous = rendezvous;
         main.lanAddress = lan;
+        main.httpPort = httpPort;
+        main.httpClient = httpClient;
         int rc;
         try {
             rc = main.run(port, home, name);
@@ -220,6 +230,9 @@ public final class Main {
     private int run(int port, String homeArg, String name) throws Exception {
         String host = lanAddress != null ? lanAddress : "127.0.0.1";
         checkPortFree(host, port);
+        if (httpPort > 0) {
+            checkPortFree(host, httpPort);
+        }
         Path home;
         boolean tempHome = false;
         if (homeArg == null) {
@@ -239,6 +252,7 @@ public final class Main {
         manager = new NetworkManager(mode, name, home.toUri());
         configure(manager.getConfigurator(), host, port, rdvSeeds, rendezvous, lanAddress != null);
         configureRelay(manager.getConfigurator(), relaySeeds, noIncoming);
+        configureHttp(manager.getConfigurator(), host, httpPort, httpClient);
         netGroup = manager.startNetwork();
         endpoint = netGroup.getEndpointService();
         peerId = netGroup.getPeerID().toString();
@@ -258,7 +272,8 @@ public final class Main {
         System.err.printf("juxta-harness: %s started in %d ms, home %s, CBJX %s%n", peerId,
                 TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0), home,
                 Boolean.getBoolean("net.jxta.endpoint.WireFormatMessageFactory.CBJX_DISABLE") ? "off" : "on");
-        out("READY " + peerId + " tcp://" + host + ":" + port);
+        out("READY " + peerId + " tcp://" + host + ":" + port
+                + (httpPort > 0 ? " http://" + host + ":" + httpPort : ""));
 
         try {
             commandLoop();
@@ -340,6 +355,28 @@ public final class Main {
         }
         if (noIncoming) {
             c.setTcpIncoming(false);
+        }
+    }
+
+    /**
+     * --http-port P: JXSE's HTTP servlet transport on, its Jetty server listening on host:P
+     * (announced as http://host:P) and its client on. --http-client: the client only (it
+     * reaches http://host:port addresses; no listener, so nothing needs Jetty). Without
+     * either, HTTP stays off (configure()).
+     */
+    private static void configureHttp(NetworkConfigurator c, String host, int httpPort, boolean client) {
+        if (httpPort <= 0 && !client) {
+            return;
+        }
+        c.setHttpEnabled(true);
+        c.setHttpOutgoing(true);
+        c.setHttpInterfaceAddress(host);
+        if (httpPort > 0) {
+            c.setHttpIncoming(true);
+            c.setHttpPort(httpPort);
+            c.setHttpPublicAddress(host + ":" + httpPort, true);
+        } else {
+            c.setHttpIncoming(false);
         }
     }
 
