@@ -1157,13 +1157,14 @@ async fn publish_space(
         let b = j / t;
         let (publisher, adv) = match opts.adv_type {
             AdvType::Peer => {
-                let e = &edges[j];
+                // (`validate`: the query space is at most the edges.)
+                let e = &edges[j % n];
                 let route = e
                     .local_addr()
                     .map(|a| RouteAdvertisement::direct(e.peer_id(), [format!("tcp://{a}")]));
                 let mut pa = PeerAdvertisement::new(e.peer_id(), gid, edge_name(j));
                 pa.route = route;
-                (j, Advertisement::Peer(pa))
+                (j % n, Advertisement::Peer(pa))
             }
             AdvType::Group => {
                 let new_gid = juxta::proto::group::new_group_id(&mut rng);
