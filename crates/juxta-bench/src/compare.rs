@@ -45,6 +45,7 @@ pub const ID_FIELDS: &[&str] = &[
     "rendezvous",
     "offered_qps",
     "offered_msgs_per_s",
+    "group",
 ];
 
 /// Numeric fields that are not figures worth a ratio.
@@ -102,6 +103,9 @@ impl RowKey {
             fields: ID_FIELDS
                 .iter()
                 .filter_map(|f| r.0.get(*f).map(|v| (f.to_string(), value_text(v))))
+                // `group: net` is what rows without the field measured
+                // (rendezvous rows before `--group`): the same key.
+                .filter(|(f, v)| !(f == "group" && v == "net"))
                 .collect(),
             occurrence: 0,
         }

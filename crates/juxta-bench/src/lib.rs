@@ -37,6 +37,7 @@ pub mod senders;
 pub mod soak;
 pub mod socket_bytes;
 pub mod stacks;
+pub mod subgroup;
 pub mod suite;
 pub mod throughput;
 pub mod util;
@@ -114,6 +115,9 @@ pub enum BenchError {
     /// Operations scenario error.
     #[error(transparent)]
     Ops(#[from] ops::OpsError),
+    /// Setting up a certificate subgroup's member failed.
+    #[error(transparent)]
+    Subgroup(#[from] subgroup::SubgroupError),
     /// Another stack (ZeroMQ, ...) failed.
     #[error(transparent)]
     Stack(#[from] stacks::StackError),

@@ -736,7 +736,6 @@ async fn subgroup_rendezvous(
     dir: &Path,
     progress: &mut impl FnMut(&str),
 ) -> Result<Tally, BenchError> {
-    const VALIDITY: Duration = Duration::from_secs(3600);
     let cfg = |name: &str| peer_cfg(dir, name, opts.key_bits, LOOPBACK);
     let mut t = Tally::with_ops("subgroup-rendezvous", runs, &GROUP_RDV_OPERATIONS);
     progress("ops: subgroup-rendezvous: the group's rendezvous and two edges on loopback");
@@ -747,30 +746,20 @@ async fn subgroup_rendezvous(
         .local_addr()
         .ok_or(OpsError::NotFound("listen address"))
         .map_err(BenchError::from)?;
-    let mg = m
-        .groups()
-        .create_secure("ops-sub-rdv", VALIDITY)
-        .await
-        .map_err(OpsError::from)?;
+    // The shared subgroup set-up (also `bench rendezvous --group subgroup`).
+    let mg = crate::subgroup::create(&m, "ops-sub-rdv").await?;
     let mh = mg
         .start_rendezvous(RendezvousConfig::rendezvous())
         .map_err(OpsError::from)?;
     let mut members = Vec::new();
     for p in [&a, &b] {
-        let cred = mg
-            .issue(p.peer_id(), VALIDITY, false)
-            .map_err(OpsError::from)?;
-        let g = p
-            .groups()
-            .join_with_certificate(&mg.adv, &cred)
-            .await
-            .map_err(OpsError::from)?;
-        let h = g
-            .start_rendezvous(RendezvousConfig::edge(vec![maddr]))
-            .map_err(OpsError::from)?;
-        if h.wait_leased(OP_TIMEOUT).await.is_none() {
-            return Err(OpsError::NotLeased("group edge", OP_TIMEOUT).into());
-        }
+        let (g, _) = crate::subgroup::join_member(
+            &mg,
+            p,
+            RendezvousConfig::edge(vec![maddr]),
+            Some(OP_TIMEOUT),
+        )
+        .await?;
         members.push(g);
     }
     let (ag, bg) = (&members[0], &members[1]);

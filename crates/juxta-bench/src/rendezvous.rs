@@ -21,6 +21,17 @@
 //! - `--query-kind lookup`: Juxta's own SRDI lookup (`juxta-rdv-lookup`),
 //!   answered by the rendezvous with the publishers' IDs.
 //!
+//! - `--group subgroup`: the same measurement inside a certificate
+//!   subgroup of the Net peer group ([`crate::subgroup`]): a creator peer
+//!   in this process issues every rendezvous and edge a member
+//!   certificate; each rendezvous process joins with it and runs the
+//!   group's own rendezvous ([`juxta::group::Group::start_rendezvous`],
+//!   with the same model, peer view and index bound), and no Net peer
+//!   group rendezvous; the edges lease them in the group, publish the
+//!   query space in the group and query through the group's discovery.
+//!   Every rendezvous message in the group is sealed with the sender's
+//!   member key. Rows say which group they measured (`group`).
+//!
 //! Reported per configuration: answered queries/s, response time mean,
 //! stddev, p50, p99, the thesis' coefficient of variation (stddev / mean),
 //! loss, the stability of the completion rate (`completion_cv`), and the
@@ -36,6 +47,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use juxta::discovery::DiscoveryService;
+use juxta::group::Group;
 use juxta::proto::advertisement::{
     AdvKind, Advertisement, PeerAdvertisement, PeerGroupAdvertisement, PipeAdvertisement, PipeType,
     RouteAdvertisement,
@@ -47,8 +59,8 @@ use juxta::proto::srdi::search::SearchModel;
 use juxta::rendezvous::{RendezvousConfig, RendezvousHandle};
 use juxta::{Peer, PeerConfig};
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::BenchError;
 
@@ -90,23 +102,61 @@ pub struct ServeOptions {
     pub central: Option<PeerId>,
     /// Bound of the SRDI index, (key, publisher) entries (`--rdv-cache`).
     pub max_entries: usize,
+    /// Run as the rendezvous of a certificate subgroup instead of the Net
+    /// peer group's: the directory holding its membership
+    /// ([`crate::subgroup::write_credential`]).
+    pub group_credential: Option<PathBuf>,
 }
 
 /// Runs a rendezvous until the process is killed; `ready` gets its
-/// address and ID once it listens.
+/// address and ID once it listens. Then answers each `status` line on
+/// standard input with `STATUS <index entries>` on standard output (its
+/// rendezvous' SRDI index, in the group it serves); at the end of input it
+/// just runs on.
 pub async fn serve(
     opts: ServeOptions,
     ready: impl FnOnce(SocketAddr, PeerId),
 ) -> Result<(), BenchError> {
     let listen = opts.listen;
-    let peer = start(opts).await?;
-    ready(peer.local_addr().unwrap_or(listen), peer.peer_id());
+    let served = start_served(opts).await?;
+    ready(
+        served.peer.local_addr().unwrap_or(listen),
+        served.peer.peer_id(),
+    );
+    // Standard input on a thread of its own (blocking reads).
+    let rdv = served.rdv.clone();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { break };
+            if line.trim() == "status" {
+                println!("STATUS {}", rdv.status().index_entries);
+            }
+        }
+    });
     std::future::pending::<()>().await;
+    drop(served);
     Ok(())
+}
+
+/// A rendezvous peer [`start_served`] started.
+pub struct Served {
+    /// The peer.
+    pub peer: Peer,
+    /// The certificate subgroup it serves (`None`: the Net peer group).
+    pub group: Option<Group>,
+    /// Its rendezvous service (in that group).
+    pub rdv: RendezvousHandle,
 }
 
 /// Starts the rendezvous peer [`serve`] runs and returns it.
 pub async fn start(opts: ServeOptions) -> Result<Peer, BenchError> {
+    Ok(start_served(opts).await?.peer)
+}
+
+/// Starts the rendezvous peer [`serve`] runs: the Net peer group's
+/// rendezvous, or with [`ServeOptions::group_credential`] a plain peer
+/// that joins that certificate subgroup and runs its rendezvous.
+pub async fn start_served(opts: ServeOptions) -> Result<Served, BenchError> {
     let model_name = parse_model(&opts.model)?;
     let rate = opts.rate_limit.max(1);
     let adm = AdmissionConfig {
@@ -139,12 +189,46 @@ pub async fn start(opts: ServeOptions) -> Result<Peer, BenchError> {
         .model(model)
         .peers(opts.peers.clone());
     rc.srdi.max_entries = opts.max_entries.max(1);
-    Ok(Peer::start(cfg.rendezvous(rc)).await?)
+    let no_service = || BenchError::Responder {
+        layer: "rendezvous".into(),
+        reason: "no rendezvous service".into(),
+    };
+    match &opts.group_credential {
+        None => {
+            let peer = Peer::start(cfg.rendezvous(rc)).await?;
+            let rdv = peer.rendezvous().cloned().ok_or_else(no_service)?;
+            Ok(Served {
+                peer,
+                group: None,
+                rdv,
+            })
+        }
+        Some(dir) => {
+            let (adv, cred) = crate::subgroup::read_credential(dir)?;
+            let peer = Peer::start(cfg).await?;
+            let group = peer
+                .groups()
+                .join_with_certificate(&adv, &cred)
+                .await
+                .map_err(crate::subgroup::SubgroupError::from)?;
+            let rdv = group
+                .start_rendezvous(rc)
+                .map_err(crate::subgroup::SubgroupError::from)?;
+            Ok(Served {
+                peer,
+                group: Some(group),
+                rdv,
+            })
+        }
+    }
 }
 
 /// A rendezvous child process (killed when dropped).
 pub struct RdvProcess {
     child: Child,
+    /// Its standard input (`status` requests) and output (`STATUS` lines).
+    stdin: Option<ChildStdin>,
+    lines: Lines<BufReader<ChildStdout>>,
     /// Its address.
     pub addr: SocketAddr,
     /// Its peer ID.
@@ -191,10 +275,76 @@ impl RdvProcess {
         max_entries: usize,
         net: &crate::net::Net,
     ) -> Result<RdvProcess, BenchError> {
+        RdvProcess::spawn_impl(
+            exe,
+            model,
+            key_bits,
+            rate_limit,
+            peers,
+            central,
+            max_entries,
+            net,
+            None,
+        )
+        .await
+    }
+
+    /// [`RdvProcess::spawn_in`] as the rendezvous of `owner`'s certificate
+    /// subgroup: its identity is made here first, `owner` issues it a
+    /// member certificate into its home, and the process joins the group
+    /// with it and runs the group's rendezvous (`rdv-serve
+    /// --group-credential`), not the Net peer group's.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn spawn_in_group(
+        exe: &std::path::Path,
+        model: &str,
+        key_bits: usize,
+        rate_limit: u32,
+        peers: &[SocketAddr],
+        central: Option<PeerId>,
+        max_entries: usize,
+        net: &crate::net::Net,
+        owner: &Group,
+    ) -> Result<RdvProcess, BenchError> {
+        RdvProcess::spawn_impl(
+            exe,
+            model,
+            key_bits,
+            rate_limit,
+            peers,
+            central,
+            max_entries,
+            net,
+            Some(owner),
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn spawn_impl(
+        exe: &std::path::Path,
+        model: &str,
+        key_bits: usize,
+        rate_limit: u32,
+        peers: &[SocketAddr],
+        central: Option<PeerId>,
+        max_entries: usize,
+        net: &crate::net::Net,
+        owner: Option<&Group>,
+    ) -> Result<RdvProcess, BenchError> {
         let home = tempfile::tempdir().map_err(|source| BenchError::Io {
             what: "creating a rendezvous home".into(),
             source,
         })?;
+        if let Some(owner) = owner {
+            // The identity the process will load from its home: made
+            // here so the owner can issue its certificate beforehand.
+            let probe = Peer::start(PeerConfig::new(home.path()).key_bits(key_bits)).await?;
+            let id = probe.peer_id();
+            drop(probe);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            crate::subgroup::write_credential(owner, id, home.path())?;
+        }
         let mut cmd = Command::new(exe);
         cmd.arg("rdv-serve")
             .arg("--listen")
@@ -225,10 +375,13 @@ impl RdvProcess {
                     .flatten(),
             )
             .stdout(Stdio::piped())
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .kill_on_drop(true);
         if let Some(ns) = &net.responder_ns {
             cmd.arg("--netns").arg(ns);
+        }
+        if owner.is_some() {
+            cmd.arg("--group-credential").arg(home.path());
         }
         let mut child = cmd.spawn().map_err(|source| BenchError::Io {
             what: format!("starting rendezvous {}", exe.display()),
@@ -255,13 +408,29 @@ impl RdvProcess {
         let addr = a.parse().map_err(|_| bad(format!("bad address {a:?}")))?;
         let peer = p.parse().map_err(|_| bad(format!("bad peer ID {p:?}")))?;
         let pid = child.id().ok_or_else(|| bad("no PID".into()))?;
+        let stdin = child.stdin.take();
         Ok(RdvProcess {
             child,
+            stdin,
+            lines,
             addr,
             peer,
             pid,
             _home: home,
         })
+    }
+
+    /// The entries in its rendezvous' SRDI index (of the group it serves),
+    /// asked on its standard input; `None` if it does not answer in 5 s.
+    pub async fn index_entries(&mut self) -> Option<u64> {
+        let stdin = self.stdin.as_mut()?;
+        stdin.write_all(b"status\n").await.ok()?;
+        stdin.flush().await.ok()?;
+        let line = tokio::time::timeout(Duration::from_secs(5), self.lines.next_line())
+            .await
+            .ok()?
+            .ok()??;
+        line.strip_prefix("STATUS ")?.trim().parse().ok()
     }
 
     /// Kills the process (SIGKILL) and reaps it.
@@ -312,10 +481,24 @@ pub async fn start_edges(
 
 /// Waits until every edge holds a lease.
 pub async fn wait_all_leased(edges: &[Peer], timeout: Duration) -> Result<(), BenchError> {
+    let mut handles = Vec::with_capacity(edges.len());
     for e in edges {
-        let h = e
-            .rendezvous()
-            .ok_or_else(|| BenchError::BadOption("edge without rendezvous service".into()))?;
+        handles.push(
+            e.rendezvous()
+                .cloned()
+                .ok_or_else(|| BenchError::BadOption("edge without rendezvous service".into()))?,
+        );
+    }
+    wait_handles_leased(&handles, timeout).await
+}
+
+/// Waits until every rendezvous service (edges' services, in any group)
+/// holds a lease.
+pub async fn wait_handles_leased(
+    handles: &[RendezvousHandle],
+    timeout: Duration,
+) -> Result<(), BenchError> {
+    for h in handles {
         if h.wait_leased(timeout).await.is_none() {
             return Err(BenchError::Responder {
                 layer: "rendezvous".into(),
@@ -417,6 +600,46 @@ impl AdvType {
     }
 }
 
+/// The peer group measured (`--group`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupScope {
+    /// The Net peer group: the rendezvous processes run the Net peer
+    /// group's rendezvous.
+    #[default]
+    Net,
+    /// A certificate subgroup of the Net peer group whose own rendezvous
+    /// are the rendezvous processes ([`crate::subgroup`]).
+    Subgroup,
+}
+
+impl GroupScope {
+    /// `net` or `subgroup`.
+    ///
+    /// ```
+    /// use juxta_bench::rendezvous::GroupScope;
+    /// assert_eq!(GroupScope::parse("subgroup").unwrap(), GroupScope::Subgroup);
+    /// assert!(GroupScope::parse("world").unwrap_err().to_string().contains("--group"));
+    /// ```
+    pub fn parse(s: &str) -> Result<GroupScope, BenchError> {
+        match s {
+            "net" => Ok(GroupScope::Net),
+            "subgroup" => Ok(GroupScope::Subgroup),
+            o => Err(BenchError::BadOption(format!(
+                "--group {o:?} (known: net, subgroup)"
+            ))),
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupScope::Net => "net",
+            GroupScope::Subgroup => "subgroup",
+        }
+    }
+}
+
 /// Options of [`run`].
 #[derive(Debug, Clone)]
 pub struct RendezvousOptions {
@@ -459,6 +682,9 @@ pub struct RendezvousOptions {
     /// Network profile: the rendezvous processes run in the responder
     /// namespace, the edges (this process) in the client namespace.
     pub net: crate::net::Net,
+    /// The peer group measured: the Net peer group, or a certificate
+    /// subgroup with its own rendezvous (`--group subgroup`).
+    pub group: GroupScope,
 }
 
 /// Most advertisements a run may publish (`--query-space`).
@@ -488,6 +714,7 @@ impl Default for RendezvousOptions {
             rdv_cache: DEFAULT_RDV_CACHE,
             timeout: LOOKUP_TIMEOUT,
             net: crate::net::Net::loopback(),
+            group: GroupScope::Net,
         }
     }
 }
@@ -555,6 +782,16 @@ impl RendezvousOptions {
                 "--query-space {} is larger than --rdv-cache {}: the rendezvous could not index every advertisement, so positive queries would be lost to the bound, not to load (lower --query-space or raise --rdv-cache)",
                 self.query_space, self.rdv_cache
             ));
+        }
+        if self.group == GroupScope::Subgroup && self.models.iter().any(|m| m == "flooding") {
+            // A certificate group's rendezvous floods a query sealed with
+            // its own member key; the edge opens the seal but the query
+            // inside no longer carries its querier's tag, so the edge's
+            // resolver drops it (group_unauthenticated): nothing would be
+            // answered.
+            return bad(
+                "--model flooding with --group subgroup: a query flooded by a certificate subgroup's rendezvous reaches the edges without its querier's member tag and is dropped there, so nothing would be answered (use srdi or centralized)".into(),
+            );
         }
         if self.timeout < Duration::from_millis(100) || self.timeout > Duration::from_secs(600) {
             return bad(format!(
@@ -644,6 +881,9 @@ pub fn is_positive(k: u64, pct: u8) -> bool {
 pub struct RendezvousRow {
     /// Always `rendezvous`.
     pub scenario: &'static str,
+    /// The peer group measured: `net` (the Net peer group's rendezvous) or
+    /// `subgroup` (a certificate subgroup's own rendezvous).
+    pub group: GroupScope,
     /// Discovery queries (`pdp`) or Juxta lookups (`lookup`).
     pub query_kind: QueryKind,
     /// Search model.
@@ -702,6 +942,10 @@ pub struct RendezvousRow {
     pub rdv_cpu_pct: f64,
     /// RSS of all rendezvous processes, MB.
     pub rdv_rss_mb: f64,
+    /// Entries in the SRDI indexes of the measured group's rendezvous
+    /// after the run, summed over the rendezvous (replicas counted at
+    /// each): where the published query space was indexed.
+    pub rdv_index_entries: u64,
     /// Why this configuration produced no figures (the run went on).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -724,6 +968,18 @@ struct Samples {
 struct Setup {
     rdvs: Vec<RdvProcess>,
     edges: Vec<Peer>,
+    /// Each edge's services in the measured group.
+    scopes: Vec<EdgeScope>,
+    /// Subgroup: the edges' memberships and the creator (peer, group).
+    groups: Vec<Group>,
+    owner: Option<(Peer, Group)>,
+}
+
+/// An edge's discovery and rendezvous services in the measured group.
+#[derive(Clone)]
+struct EdgeScope {
+    disco: DiscoveryService,
+    rdv: RendezvousHandle,
 }
 
 /// The name edge `i` gets (PDP peer queries ask for it).
@@ -745,7 +1001,8 @@ fn pdp_name(opts: &RendezvousOptions, b: usize) -> String {
 }
 
 /// Starts the rendezvous and edges of one configuration and publishes the
-/// query space.
+/// query space (in the Net peer group, or in a new certificate subgroup
+/// whose creator is a peer of this process).
 async fn set_up(
     opts: &RendezvousOptions,
     model: &str,
@@ -754,80 +1011,141 @@ async fn set_up(
     homes: &std::path::Path,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Setup, BenchError> {
+    let sub = homes.join(format!("{model}-{nr}-{ne}"));
+    let owner = match opts.group {
+        GroupScope::Net => None,
+        GroupScope::Subgroup => {
+            // The creator only issues certificates (it neither listens
+            // nor takes part in the measurement).
+            let p = Peer::start(PeerConfig::new(sub.join("owner")).key_bits(opts.key_bits)).await?;
+            let g = crate::subgroup::create(&p, &format!("rdvbench-{model}-{nr}-{ne}")).await?;
+            Some((p, g))
+        }
+    };
     // The rendezvous form one peer view (each names those started before
     // it); the first is the central server.
     let mut rdvs: Vec<RdvProcess> = Vec::new();
     for _ in 0..nr {
         let peers: Vec<SocketAddr> = rdvs.iter().map(|r| r.addr).collect();
         let central = rdvs.first().map(|r| r.peer);
-        rdvs.push(
-            RdvProcess::spawn_in(
-                &opts.exe,
-                model,
-                opts.key_bits,
-                1_000_000,
-                &peers,
-                central,
-                opts.index_bound(ne),
-                &opts.net,
-            )
-            .await?,
-        );
+        let (exe, bound) = (&opts.exe, opts.index_bound(ne));
+        rdvs.push(match &owner {
+            None => {
+                RdvProcess::spawn_in(
+                    exe,
+                    model,
+                    opts.key_bits,
+                    1_000_000,
+                    &peers,
+                    central,
+                    bound,
+                    &opts.net,
+                )
+                .await?
+            }
+            Some((_, g)) => {
+                RdvProcess::spawn_in_group(
+                    exe,
+                    model,
+                    opts.key_bits,
+                    1_000_000,
+                    &peers,
+                    central,
+                    bound,
+                    &opts.net,
+                    g,
+                )
+                .await?
+            }
+        });
     }
     if rdvs.len() > 1 {
         // Probes run every 500 ms: let the view settle.
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
     let seeds: Vec<SocketAddr> = rdvs.iter().map(|r| r.addr).collect();
-    let sub = homes.join(format!("{model}-{nr}-{ne}"));
-    let edges = match opts.query_kind {
-        QueryKind::Lookup => start_edges(&sub, ne, &seeds, opts.key_bits).await?,
-        QueryKind::Pdp => {
-            // Edges listen: a publisher answers the querier directly.
-            let mut v = Vec::with_capacity(ne);
-            for i in 0..ne {
-                let mut c = PeerConfig::new(sub.join(format!("edge{i}")))
-                    .listen(SocketAddr::new(opts.net.client_ip(), 0))
-                    .rendezvous(RendezvousConfig::edge(seeds.clone()).first_seed(i));
-                c.key_bits = opts.key_bits;
-                c.name = edge_name(i);
-                v.push(Peer::start(c).await?);
-            }
-            v
+    // Edges listen for PDP: a publisher answers the querier directly.
+    let listen = opts.query_kind == QueryKind::Pdp;
+    let mut edges = Vec::with_capacity(ne);
+    let mut scopes = Vec::with_capacity(ne);
+    let mut groups = Vec::new();
+    for i in 0..ne {
+        let rc = RendezvousConfig::edge(seeds.clone()).first_seed(i);
+        let mut c = PeerConfig::new(sub.join(format!("edge{i}"))).key_bits(opts.key_bits);
+        if listen {
+            c = c.listen(SocketAddr::new(opts.net.client_ip(), 0));
+            c.name = edge_name(i);
         }
-    };
-    wait_all_leased(&edges, Duration::from_secs(30)).await?;
+        match &owner {
+            None => {
+                let p = Peer::start(c.rendezvous(rc)).await?;
+                let rdv = p.rendezvous().cloned().ok_or_else(|| {
+                    BenchError::BadOption("edge without rendezvous service".into())
+                })?;
+                scopes.push(EdgeScope {
+                    disco: p.discovery(),
+                    rdv,
+                });
+                edges.push(p);
+            }
+            Some((_, og)) => {
+                // A member of the subgroup, leasing its rendezvous there
+                // (no Net peer group rendezvous service at all).
+                let p = Peer::start(c).await?;
+                let (g, rdv) = crate::subgroup::join_member(og, &p, rc, None).await?;
+                scopes.push(EdgeScope {
+                    disco: g.discovery(),
+                    rdv,
+                });
+                groups.push(g);
+                edges.push(p);
+            }
+        }
+    }
+    let handles: Vec<RendezvousHandle> = scopes.iter().map(|s| s.rdv.clone()).collect();
+    wait_handles_leased(&handles, Duration::from_secs(30)).await?;
     let n = edges.len();
     match opts.query_kind {
         QueryKind::Lookup => {
             // The query space, spread round-robin over the edges.
             for j in 0..opts.query_space {
-                if let Some(h) = edges[j % n].rendezvous() {
-                    let _ = h
-                        .srdi_publish(
-                            "Adv",
-                            "Name",
-                            &format!("item-{j}"),
-                            Duration::from_secs(3600),
-                        )
-                        .await;
-                }
+                let _ = scopes[j % n]
+                    .rdv
+                    .srdi_publish(
+                        "Adv",
+                        "Name",
+                        &format!("item-{j}"),
+                        Duration::from_secs(3600),
+                    )
+                    .await;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         QueryKind::Pdp => {
-            publish_space(opts, &edges).await?;
+            let gid = groups.first().map_or(PeerGroupId::NET, |g| g.id);
+            publish_space(opts, &edges, &scopes, gid).await?;
             connect_mesh(&edges, progress).await;
-            probe(opts, &edges, progress).await;
+            probe(opts, &scopes, progress).await;
         }
     }
-    Ok(Setup { rdvs, edges })
+    Ok(Setup {
+        rdvs,
+        edges,
+        scopes,
+        groups,
+        owner,
+    })
 }
 
 /// PDP: publishes the query space (remote publication: SRDI entries to
 /// each publisher's rendezvous). Advertisement `j` is named after its
 /// group `j / threshold`; group `b` is published by edge `b mod edges`.
-async fn publish_space(opts: &RendezvousOptions, edges: &[Peer]) -> Result<(), BenchError> {
+async fn publish_space(
+    opts: &RendezvousOptions,
+    edges: &[Peer],
+    scopes: &[EdgeScope],
+    gid: PeerGroupId,
+) -> Result<(), BenchError> {
     let n = edges.len();
     let t = opts.threshold.max(1) as usize;
     let mut rng = rand::thread_rng();
@@ -839,31 +1157,36 @@ async fn publish_space(opts: &RendezvousOptions, edges: &[Peer]) -> Result<(), B
         let b = j / t;
         let (publisher, adv) = match opts.adv_type {
             AdvType::Peer => {
-                let e = &edges[j];
+                // (`validate`: the query space is at most the edges.)
+                let e = &edges[j % n];
                 let route = e
                     .local_addr()
                     .map(|a| RouteAdvertisement::direct(e.peer_id(), [format!("tcp://{a}")]));
-                let mut pa = PeerAdvertisement::new(e.peer_id(), PeerGroupId::NET, edge_name(j));
+                let mut pa = PeerAdvertisement::new(e.peer_id(), gid, edge_name(j));
                 pa.route = route;
-                (e, Advertisement::Peer(pa))
+                (j % n, Advertisement::Peer(pa))
             }
             AdvType::Group => {
-                let gid = juxta::proto::group::new_group_id(&mut rng);
+                let new_gid = juxta::proto::group::new_group_id(&mut rng);
                 let spec = juxta::proto::group::ALL_PURPOSE_GROUP_SPEC
                     .parse()
                     .map_err(|_| BenchError::BadOption("group spec ID".into()))?;
                 (
-                    &edges[b % n],
-                    Advertisement::Group(PeerGroupAdvertisement::new(gid, spec, pdp_name(opts, b))),
+                    b % n,
+                    Advertisement::Group(PeerGroupAdvertisement::new(
+                        new_gid,
+                        spec,
+                        pdp_name(opts, b),
+                    )),
                 )
             }
             AdvType::Adv => {
                 let mut p = PipeAdvertisement::new(PipeId::random(&mut rng), PipeType::Unicast);
                 p.name = Some(pdp_name(opts, b));
-                (&edges[b % n], Advertisement::Pipe(p))
+                (b % n, Advertisement::Pipe(p))
             }
         };
-        publisher.discovery().publish(&adv).await.map_err(err)?;
+        scopes[publisher].disco.publish(&adv).await.map_err(err)?;
     }
     Ok(())
 }
@@ -910,18 +1233,15 @@ async fn connect_mesh(edges: &[Peer], progress: &mut dyn FnMut(&str)) {
 
 /// PDP: waits (up to 15 s) until a few published names are found through
 /// the rendezvous (the SRDI entries arrived); says so when not.
-async fn probe(opts: &RendezvousOptions, edges: &[Peer], progress: &mut dyn FnMut(&str)) {
+async fn probe(opts: &RendezvousOptions, scopes: &[EdgeScope], progress: &mut dyn FnMut(&str)) {
     let names = opts.names();
-    let n = edges.len();
+    let n = scopes.len();
     let deadline = Instant::now() + Duration::from_secs(15);
     for b in [0, names / 2, names - 1] {
-        let asker = &edges[(b + 1) % n];
-        let Some(h) = asker.rendezvous() else {
-            return;
-        };
-        let disco = asker.discovery();
+        let asker = &scopes[(b + 1) % n];
         let found = loop {
-            if let Some(Ok(f)) = pdp_query(opts, &disco, h, &pdp_name(opts, b)).await {
+            if let Some(Ok(f)) = pdp_query(opts, &asker.disco, &asker.rdv, &pdp_name(opts, b)).await
+            {
                 if !f.advertisements.is_empty() {
                     break true;
                 }
@@ -998,15 +1318,22 @@ async fn run_here(
                     }
                 };
                 for &rate in &opts.rates {
-                    let row = measure(model, &setup.rdvs, &setup.edges, rate, opts).await;
+                    let row = measure(model, &mut setup.rdvs, &setup.scopes, rate, opts).await;
                     progress(&format!(
-                        "rendezvous {} model={model} edges={ne} rendezvous={nr} offered={rate}/s: {:.1} q/s mean {:.2} ms p50 {:.2} ms p99 {:.2} ms cv {:.2} loss {:.2}% cpu {:.0}%",
+                        "rendezvous {}{} model={model} edges={ne} rendezvous={nr} offered={rate}/s: {:.1} q/s mean {:.2} ms p50 {:.2} ms p99 {:.2} ms cv {:.2} loss {:.2}% cpu {:.0}%",
                         opts.query_kind.name(),
+                        match opts.group {
+                            GroupScope::Net => "",
+                            GroupScope::Subgroup => " group=subgroup",
+                        },
                         row.queries_per_s, row.response_ms_mean, row.response_ms_p50, row.response_ms_p99, row.cv, row.loss_pct, row.rdv_cpu_pct
                     ));
                     rows.push(row);
                 }
+                drop(std::mem::take(&mut setup.scopes));
+                drop(std::mem::take(&mut setup.groups));
                 drop(std::mem::take(&mut setup.edges));
+                drop(setup.owner.take());
                 for r in &mut setup.rdvs {
                     r.kill().await;
                 }
@@ -1026,6 +1353,7 @@ fn error_row(
 ) -> RendezvousRow {
     RendezvousRow {
         scenario: "rendezvous",
+        group: opts.group,
         query_kind: opts.query_kind,
         model: model.to_string(),
         edges,
@@ -1053,14 +1381,15 @@ fn error_row(
         completion_cv: 0.0,
         rdv_cpu_pct: 0.0,
         rdv_rss_mb: 0.0,
+        rdv_index_entries: 0,
         error: Some(error),
     }
 }
 
 async fn measure(
     model: &str,
-    rdvs: &[RdvProcess],
-    edges: &[Peer],
+    rdvs: &mut [RdvProcess],
+    edges: &[EdgeScope],
     rate: u32,
     opts: &RendezvousOptions,
 ) -> RendezvousRow {
@@ -1075,11 +1404,9 @@ async fn measure(
     let shared = Arc::new(opts.clone());
     let mut gens = Vec::new();
     for (i, e) in edges.iter().enumerate() {
-        let Some(h) = e.rendezvous().cloned() else {
-            continue;
-        };
+        let h = e.rdv.clone();
         let samples = samples.clone();
-        let edge = e.discovery();
+        let edge = e.disco.clone();
         let opts = shared.clone();
         gens.push(tokio::spawn(async move {
             let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -1185,6 +1512,10 @@ async fn measure(
     let elapsed = start.elapsed().as_secs_f64();
     let cpu1: f64 = rdvs.iter().filter_map(|r| r.usage()).map(|u| u.0).sum();
     let rss: f64 = rdvs.iter().filter_map(|r| r.usage()).map(|u| u.1).sum();
+    let mut index_entries = 0u64;
+    for r in rdvs.iter_mut() {
+        index_entries = index_entries.saturating_add(r.index_entries().await.unwrap_or(0));
+    }
     let mut s = std::mem::take(&mut *samples.lock().expect("samples"));
     s.latencies_ms.sort_by(|a, b| a.total_cmp(b));
     let answered = s.latencies_ms.len();
@@ -1214,6 +1545,7 @@ async fn measure(
     };
     RendezvousRow {
         scenario: "rendezvous",
+        group: opts.group,
         query_kind: opts.query_kind,
         model: model.to_string(),
         edges: n,
@@ -1254,6 +1586,7 @@ async fn measure(
         completion_cv: if mean > 0.0 { var.sqrt() / mean } else { 0.0 },
         rdv_cpu_pct: (cpu1 - cpu0) * 100.0 / elapsed.max(1e-9),
         rdv_rss_mb: rss,
+        rdv_index_entries: index_entries,
         error: None,
     }
 }
@@ -1354,12 +1687,31 @@ mod tests {
                 },
                 "--positive-pct",
             ),
+            (
+                RendezvousOptions {
+                    group: GroupScope::Subgroup,
+                    models: vec!["srdi".into(), "flooding".into()],
+                    ..ok.clone()
+                },
+                "--model flooding with --group subgroup",
+            ),
         ];
         for (o, name) in cases {
             let e = o.validate().unwrap_err().to_string();
             assert!(e.contains(name), "{name}: {e}");
         }
         assert!(QueryKind::parse("walk").is_err());
+        assert!(GroupScope::parse("world")
+            .unwrap_err()
+            .to_string()
+            .contains("--group"));
+        // The subgroup takes the other models.
+        let sub = RendezvousOptions {
+            group: GroupScope::Subgroup,
+            models: vec!["srdi".into(), "centralized".into()],
+            ..ok.clone()
+        };
+        assert!(sub.validate().is_ok());
         assert_eq!(AdvType::parse("group").unwrap(), AdvType::Group);
         // The peer type within its bound is accepted.
         let peer = RendezvousOptions {

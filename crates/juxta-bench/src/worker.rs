@@ -326,6 +326,7 @@ pub async fn run(spec: WorkerSpec) -> Result<(), BenchError> {
                 peers: spec.peers.clone(),
                 central: None,
                 max_entries: juxta::proto::srdi::index::DEFAULT_MAX_ENTRIES,
+                group_credential: None,
             };
             let listen = opts.listen;
             let peer = crate::rendezvous::start(opts).await?;

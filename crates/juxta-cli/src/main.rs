@@ -671,6 +671,11 @@ struct RdvServeArgs {
     /// Network namespace to enter first (network profiles).
     #[arg(long)]
     netns: Option<String>,
+    /// Run as the rendezvous of a certificate subgroup (not of the Net
+    /// peer group): the directory holding the group advertisement and
+    /// this peer's member credential (written by the bench).
+    #[arg(long)]
+    group_credential: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Clone)]
@@ -680,6 +685,13 @@ struct RendezvousArgs {
     /// emulated link from the edges.
     #[arg(long, default_value = "loopback")]
     net: String,
+    /// Peer groups measured, each a run with the same parameters: net
+    /// (the Net peer group's rendezvous) or subgroup (the rendezvous and
+    /// edges are members of one certificate subgroup; the rendezvous run
+    /// as that group's own rendezvous and the edges publish and query in
+    /// the group); `net,subgroup` measures both.
+    #[arg(long, default_value = "net")]
+    group: String,
     /// Search models: centralized, flooding, srdi.
     #[arg(long, default_value = "centralized,flooding,srdi")]
     model: String,
@@ -2065,6 +2077,7 @@ async fn run_rdv_serve(a: RdvServeArgs) -> Result<(), CliError> {
         key_bits: a.key_bits,
         peers: a.peers,
         max_entries: a.max_entries,
+        group_credential: a.group_credential,
         central: match a.central {
             Some(c) => Some(
                 c.parse()
@@ -2102,7 +2115,7 @@ fn write_rows(json: Option<PathBuf>, rows: serde_json::Value) -> Result<(), CliE
 }
 
 fn run_rendezvous(a: RendezvousArgs) -> Result<(), CliError> {
-    use juxta_bench::rendezvous::{AdvType, QueryKind, RendezvousOptions};
+    use juxta_bench::rendezvous::{AdvType, GroupScope, QueryKind, RendezvousOptions};
     let models: Vec<String> = a
         .model
         .split(',')
@@ -2131,6 +2144,20 @@ fn run_rendezvous(a: RendezvousArgs) -> Result<(), CliError> {
         timeout: std::time::Duration::from_millis(a.timeout_ms),
         ..Default::default()
     };
+    // Each group asked for is a run of its own (same parameters), in order.
+    let groups: Vec<GroupScope> = a
+        .group
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(GroupScope::parse)
+        .collect::<Result<_, _>>()?;
+    if groups.is_empty() {
+        return Err(juxta_bench::BenchError::BadOption(
+            "--group: none given (net, subgroup)".into(),
+        )
+        .into());
+    }
     if a.full {
         let f = RendezvousOptions::full();
         opts.models = f.models;
@@ -2140,23 +2167,46 @@ fn run_rendezvous(a: RendezvousArgs) -> Result<(), CliError> {
         opts.duration = f.duration;
         opts.timeout = f.timeout;
     }
+    let mut runs: Vec<RendezvousOptions> = groups
+        .iter()
+        .map(|&group| RendezvousOptions {
+            group,
+            ..opts.clone()
+        })
+        .collect();
     // Refused before anything starts, naming the option.
-    opts.validate()?;
+    for o in &runs {
+        o.validate()?;
+    }
+    let estimate: std::time::Duration = runs.iter().map(|o| o.estimate()).sum();
     eprintln!(
         "rendezvous: at most about {:.0} min",
-        opts.estimate().as_secs_f64() / 60.0
+        estimate.as_secs_f64() / 60.0
     );
     // Removed (namespaces and all) when this function returns.
     let topology = net_topology(&a.net)?;
+    if !topology.namespaces().is_empty() {
+        for o in &mut runs {
+            o.net = topology.net();
+        }
+    }
     let rows = if topology.namespaces().is_empty() {
-        multi_thread().block_on(juxta_bench::rendezvous::run(&opts, |l| eprintln!("{l}")))?
+        multi_thread().block_on(async {
+            let mut rows = Vec::new();
+            for o in &runs {
+                rows.extend(juxta_bench::rendezvous::run(o, |l| eprintln!("{l}")).await?);
+            }
+            Ok::<_, juxta_bench::BenchError>(rows)
+        })?
     } else {
         // The edges' sockets are made in the client namespace: one thread.
-        let opts = RendezvousOptions {
-            net: topology.net(),
-            ..opts
-        };
-        drive(|progress| async move { juxta_bench::rendezvous::run(&opts, progress).await })?
+        drive(|mut progress| async move {
+            let mut rows = Vec::new();
+            for o in &runs {
+                rows.extend(juxta_bench::rendezvous::run(o, &mut progress).await?);
+            }
+            Ok(rows)
+        })?
     };
     write_rows(a.json, serde_json::json!(rows))
 }

@@ -89,6 +89,67 @@ fn pdp_rows_record_their_parameters_and_find_published_advertisements() {
     }
 }
 
+/// `--group subgroup`: the rendezvous processes run a certificate
+/// subgroup's own rendezvous (and none of the Net peer group), the edges
+/// are members publishing and querying in the group: the answers come
+/// through the group's index, which holds the query space.
+#[test]
+fn subgroup_rows_are_answered_through_the_groups_own_rendezvous() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("rdv.json");
+    // Both groups in one run, same parameters: the Net group's rows first.
+    let o = juxta(&[
+        "bench",
+        "rendezvous",
+        "--group",
+        "net,subgroup",
+        "--model",
+        "srdi",
+        "--edges",
+        "3",
+        "--rendezvous",
+        "1,2",
+        "--rate",
+        "10",
+        "--duration-ms",
+        "1500",
+        "--query-space",
+        "12",
+        "--threshold",
+        "2",
+        "--rdv-cache",
+        "100",
+        "--timeout-ms",
+        "5000",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = results(&json);
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    let (net, sub) = rows.split_at(2);
+    for (r, group) in net
+        .iter()
+        .map(|r| (r, "net"))
+        .chain(sub.iter().map(|r| (r, "subgroup")))
+    {
+        assert_eq!(r["group"], group, "{r}");
+        assert!(r.get("error").is_none(), "{r}");
+        assert!(r["positive_answered"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(r["responses_mean"].as_f64().unwrap(), 2.0, "{r}");
+        assert_eq!(r["negative_answered"], 0, "{r}");
+        // The measured group's rendezvous indexed the query space: an Id
+        // entry per advertisement (12) and a Name entry per name and
+        // publisher (6), each at one rendezvous at least; in the subgroup
+        // the rendezvous run no Net peer group rendezvous at all, so this
+        // is the group's own index.
+        let entries = r["rdv_index_entries"].as_u64().unwrap();
+        assert!(entries >= 18, "{group}: {entries} index entries: {r}");
+    }
+    assert_eq!(sub[0]["rendezvous"], 1);
+    assert_eq!(sub[1]["rendezvous"], 2);
+}
+
 #[test]
 fn rendezvous_combinations_that_cannot_be_honoured_are_refused_up_front() {
     for (args, name) in [
@@ -109,6 +170,11 @@ fn rendezvous_combinations_that_cannot_be_honoured_are_refused_up_front() {
             "--threshold",
         ),
         (&["--rate", "0"][..], "rate \"0\""),
+        (&["--group", "world"][..], "--group"),
+        (
+            &["--group", "subgroup", "--model", "srdi,flooding"][..],
+            "--model flooding with --group subgroup",
+        ),
     ] {
         let mut a = vec!["bench", "rendezvous"];
         a.extend_from_slice(args);

@@ -668,7 +668,10 @@ fn rdv_label(r: &Row<'_>, vary: &str) -> Option<Key> {
         _ => r.f("offered_qps"),
     }
     .unwrap_or(0.0);
-    let order = model_rank * 1e6
+    // A certificate subgroup's rendezvous after the Net peer group's.
+    let subgroup = r.s("group") == Some("subgroup");
+    let order = f64::from(u8::from(subgroup)) * 1e7
+        + model_rank * 1e6
         + other_n.clamp(0.0, 9999.0) * 100.0
         + r.f("rendezvous").unwrap_or(0.0).clamp(0.0, 99.0);
     let rdv = r
@@ -680,7 +683,8 @@ fn rdv_label(r: &Row<'_>, vary: &str) -> Option<Key> {
         _ => r.f("offered_qps").map(|q| format!(", {q} q/s")),
     }
     .unwrap_or_default();
-    Some(plain_key(format!("{model}{other}{rdv}"), order))
+    let group = if subgroup { ", subgroup" } else { "" };
+    Some(plain_key(format!("{model}{other}{rdv}{group}"), order))
 }
 
 fn rdv_plot(

@@ -859,9 +859,10 @@ fn rows_table(id: &str, caption: &str, rows: &[Row<'_>], cols: &[(&str, &str)]) 
 pub fn rendezvous(rows: &[Row<'_>]) -> Option<Table> {
     rows_table(
         "table-rendezvous",
-        "Rendezvous load runs: response times, loss, coefficient of variation (stddev/mean) and the rendezvous' CPU and memory. Query pdp: JXTA discovery queries through the rendezvous (loss counts positive queries: a miss is never answered); lookup: Juxta's SRDI lookup.",
+        "Rendezvous load runs: response times, loss, coefficient of variation (stddev/mean) and the rendezvous' CPU and memory. Query pdp: JXTA discovery queries through the rendezvous (loss counts positive queries: a miss is never answered); lookup: Juxta's SRDI lookup. Group net: the Net peer group's rendezvous; subgroup: a certificate subgroup's own rendezvous (every message sealed with the member key).",
         rows,
         &[
+            ("group", "group"),
             ("query_kind", "query"),
             ("adv_type", "type"),
             ("threshold", "threshold"),
