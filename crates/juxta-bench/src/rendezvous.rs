@@ -783,16 +783,6 @@ impl RendezvousOptions {
                 self.query_space, self.rdv_cache
             ));
         }
-        if self.group == GroupScope::Subgroup && self.models.iter().any(|m| m == "flooding") {
-            // A certificate group's rendezvous floods a query sealed with
-            // its own member key; the edge opens the seal but the query
-            // inside no longer carries its querier's tag, so the edge's
-            // resolver drops it (group_unauthenticated): nothing would be
-            // answered.
-            return bad(
-                "--model flooding with --group subgroup: a query flooded by a certificate subgroup's rendezvous reaches the edges without its querier's member tag and is dropped there, so nothing would be answered (use srdi or centralized)".into(),
-            );
-        }
         if self.timeout < Duration::from_millis(100) || self.timeout > Duration::from_secs(600) {
             return bad(format!(
                 "--timeout-ms {} (100 to 600000)",
@@ -1686,14 +1676,6 @@ mod tests {
                     ..ok.clone()
                 },
                 "--positive-pct",
-            ),
-            (
-                RendezvousOptions {
-                    group: GroupScope::Subgroup,
-                    models: vec!["srdi".into(), "flooding".into()],
-                    ..ok.clone()
-                },
-                "--model flooding with --group subgroup",
             ),
         ];
         for (o, name) in cases {

@@ -519,11 +519,14 @@ impl Inner {
     /// named `to`) to the listener here, without waiting: a full listener
     /// queue refuses it (counted in [`Stats::unroutable`] and logged), so the
     /// rendezvous task that calls this never blocks on a slow service.
+    /// `vouched_in`: the group whose rendezvous propagated it under a
+    /// verified member seal ([`Delivery::vouched_in`]).
     pub(crate) fn deliver_local(
         &self,
         from: PeerId,
         to: ServiceAddress,
         message: juxta_proto::message::Message,
+        vouched_in: Option<String>,
     ) {
         let tx = {
             let l = self.listeners.read().expect("listeners lock");
@@ -544,6 +547,7 @@ impl Inner {
             routed: false,
             // Propagated or walked: the origin is as the header says.
             proven: false,
+            vouched_in,
         };
         let ok = tx.is_some_and(|tx| tx.try_send(d).is_ok());
         if !ok {

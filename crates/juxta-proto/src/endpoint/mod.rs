@@ -127,6 +127,12 @@ pub struct Delivery {
     /// Services that act on the sender (leases, SRDI ownership, relay,
     /// binding answers) refuse deliveries that are not proven.
     pub proven: bool,
+    /// The group (its unique value) whose rendezvous vouched for this
+    /// message: it came propagated by that group's rendezvous, whose
+    /// member seal was verified (and which verified the origin's) before
+    /// it was handed here. Set only by the local runtime, never from the
+    /// wire; `None` for everything else.
+    pub vouched_in: Option<String>,
 }
 
 /// Resolves what a received message is for: demangles the service name and,
@@ -144,6 +150,7 @@ pub fn deliver(
     let (group, real) = demangle(to);
     if real.service != ROUTER_SERVICE {
         return Ok(Delivery {
+            vouched_in: None,
             group,
             to: real,
             from,
@@ -171,6 +178,7 @@ pub fn deliver(
         param: h.dest.param.clone(),
     });
     Ok(Delivery {
+        vouched_in: None,
         group: inner_group.or(group),
         to,
         from: h.src.peer_id().or(from),

@@ -527,6 +527,7 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
             .ok_or_else(|| TlsError::Failed(format!("secure input pipe {pipe} closed")))?;
         for message in messages {
             let d = Delivery {
+                vouched_in: None,
                 group: None,
                 to: to.clone(),
                 from: peer,

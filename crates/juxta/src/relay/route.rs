@@ -41,6 +41,7 @@ pub(crate) async fn on_link_message(
     }
     if real.service != ROUTER_SERVICE {
         return Some(Delivery {
+            vouched_in: None,
             group,
             to: real,
             from: Some(conn.remote),
@@ -77,6 +78,7 @@ pub(crate) async fn on_link_message(
                 // message sent through a relay) gives the group.
                 let (inner_group, to) = demangle(to);
                 Some(Delivery {
+                    vouched_in: None,
                     group: inner_group.or(group),
                     to,
                     from: Some(m.src),

@@ -776,11 +776,18 @@ impl Task {
                 } => {
                     tracing::debug!(%from, ?dest, "propagated message delivered here");
                     if let Some(inner) = self.inner.upgrade() {
+                        // In a group, what its rendezvous propagated came
+                        // under a member seal, opened and verified on
+                        // arrival (`on_delivery`): the group's services
+                        // take it as vouched for by that member (the
+                        // origin's own tag was checked by the rendezvous
+                        // and is not carried on).
+                        let vouched = self.scope.as_ref().map(|c| c.unique.clone());
                         // A JXSE propagate pipe's message (wire-pipe
                         // service) goes to the input pipe its header names.
                         match crate::pipe::wire_pipe_destination(&inner, &dest, &message) {
-                            Ok(Some(pipe)) => inner.deliver_local(from, pipe, message),
-                            Ok(None) => inner.deliver_local(from, dest, message),
+                            Ok(Some(pipe)) => inner.deliver_local(from, pipe, message, vouched),
+                            Ok(None) => inner.deliver_local(from, dest, message, vouched),
                             Err(_) => {}
                         }
                     }

@@ -269,6 +269,7 @@ impl StreamSocket {
             .insert(urn.clone(), Arc::new(Sink(shared.clone())));
         while let Some(m) = input.try_recv() {
             shared.on_message(juxta_proto::endpoint::Delivery {
+                vouched_in: None,
                 group: None,
                 to: juxta_proto::endpoint::ServiceAddress::new(PIPE_SERVICE, Some(&urn)),
                 from: m.from,
