@@ -89,26 +89,23 @@ fn pdp_rows_record_their_parameters_and_find_published_advertisements() {
     }
 }
 
-/// `--group subgroup`: the rendezvous processes run a certificate
-/// subgroup's own rendezvous (and none of the Net peer group), the edges
-/// are members publishing and querying in the group: the answers come
-/// through the group's index, which holds the query space.
-#[test]
-fn subgroup_rows_are_answered_through_the_groups_own_rendezvous() {
+/// A small `bench rendezvous` run (3 edges, 10 q/s for 1.5 s, 12
+/// advertisements, threshold 2) with these groups, models and rendezvous
+/// counts; its result rows.
+fn small_group_run(groups: &str, models: &str, rendezvous: &str) -> Vec<serde_json::Value> {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("rdv.json");
-    // Both groups in one run, same parameters: the Net group's rows first.
     let o = juxta(&[
         "bench",
         "rendezvous",
         "--group",
-        "net,subgroup",
+        groups,
         "--model",
-        "srdi",
+        models,
         "--edges",
         "3",
         "--rendezvous",
-        "1,2",
+        rendezvous,
         "--rate",
         "10",
         "--duration-ms",
@@ -125,7 +122,17 @@ fn subgroup_rows_are_answered_through_the_groups_own_rendezvous() {
         json.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let rows = results(&json);
+    results(&json)
+}
+
+/// `--group subgroup`: the rendezvous processes run a certificate
+/// subgroup's own rendezvous (and none of the Net peer group), the edges
+/// are members publishing and querying in the group: the answers come
+/// through the group's index, which holds the query space.
+#[test]
+fn subgroup_rows_are_answered_through_the_groups_own_rendezvous() {
+    // Both groups in one run, same parameters: the Net group's rows first.
+    let rows = small_group_run("net,subgroup", "srdi", "1,2");
     assert_eq!(rows.len(), 4, "{rows:?}");
     let (net, sub) = rows.split_at(2);
     for (r, group) in net
@@ -157,36 +164,7 @@ fn subgroup_rows_are_answered_through_the_groups_own_rendezvous() {
 /// dropped every flooded query: it no longer carried its querier's tag.)
 #[test]
 fn flooded_queries_in_a_subgroup_are_answered() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("rdv.json");
-    let o = juxta(&[
-        "bench",
-        "rendezvous",
-        "--group",
-        "subgroup",
-        "--model",
-        "flooding",
-        "--edges",
-        "3",
-        "--rendezvous",
-        "1",
-        "--rate",
-        "10",
-        "--duration-ms",
-        "1500",
-        "--query-space",
-        "12",
-        "--threshold",
-        "2",
-        "--rdv-cache",
-        "100",
-        "--timeout-ms",
-        "5000",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let rows = results(&json);
+    let rows = small_group_run("subgroup", "flooding", "1");
     assert_eq!(rows.len(), 1, "{rows:?}");
     let r = &rows[0];
     assert_eq!(r["group"], "subgroup", "{r}");
