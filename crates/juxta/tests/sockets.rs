@@ -109,6 +109,52 @@ async fn ten_megabytes_each_way_jxta_framing() {
     .unwrap();
 }
 
+/// A half-close over jxtarel: the client ends its direction
+/// (`shutdown` returns once its close is out) and only then does the
+/// server, having read the end of stream, write its answer and close.
+/// The client reads the whole answer, then the end. (The server used to
+/// acknowledge the client's close at once, closing both directions, so an
+/// answer written after reading the end failed or was cut: found as a
+/// secure socket's close_notify lost under load.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_close_over_jxtarel_lets_the_server_answer_after_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = peer(&dir, "a", true, false).await;
+    let b = peer(&dir, "b", false, false).await;
+    let ad = adv();
+    let cfg = SocketConfig::default();
+    let mut server = JxtaServerSocket::bind(&a, &ad, cfg.clone()).unwrap();
+    b.connect(a.local_addr().unwrap()).await.unwrap();
+    let (client_done_tx, client_done_rx) = tokio::sync::oneshot::channel::<()>();
+    const UP: usize = 300_000;
+    const DOWN: usize = 1 << 20;
+    let srv = tokio::spawn(async move {
+        let mut s = server.accept().await.unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        assert!(got == pattern(UP, 1), "server got corrupted data");
+        // Only once the client's shutdown has returned.
+        client_done_rx.await.unwrap();
+        s.write_all(&pattern(DOWN, 2)).await.unwrap();
+        s.shutdown().await.unwrap();
+    });
+    let mut c = JxtaSocket::connect(&b.pipes(), &ad, a.peer_id(), cfg)
+        .await
+        .unwrap();
+    assert_eq!(c.mode(), juxta::socket::SocketMode::Reliable);
+    c.write_all(&pattern(UP, 1)).await.unwrap();
+    c.shutdown().await.unwrap();
+    client_done_tx.send(()).unwrap();
+    let mut back = Vec::new();
+    tokio::time::timeout(WAIT, c.read_to_end(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.len(), DOWN, "the whole answer, then the end");
+    assert!(back == pattern(DOWN, 2), "answer corrupted");
+    tokio::time::timeout(WAIT, srv).await.unwrap().unwrap();
+}
+
 /// Forwards a JXTA-framed TCP connection (compact framing off), dropping
 /// each frame that carries reliable-stream data or acks with probability
 /// `loss`, or everything once `blackhole` is set.

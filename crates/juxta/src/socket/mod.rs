@@ -416,9 +416,16 @@ struct State {
     close_waker: Option<Waker>,
     /// The application asked to close; the driver closes once all is acked.
     closing: bool,
+    /// Our close went out (everything we wrote was acknowledged first):
+    /// our direction is finished, `shutdown` returns; reads go on until
+    /// the peer closes too.
+    close_sent: bool,
     /// Our close was acknowledged (or the stream is finished otherwise).
     closed: bool,
     /// The peer closed its side: reads end once the buffer is drained.
+    /// Our closeACK waits until our application closes too (shutdown or
+    /// drop), so it can still write after reading the peer's end (a
+    /// half-close, as a secure socket's close_notify needs).
     remote_closed: bool,
     error: Option<io::ErrorKind>,
     error_text: String,
@@ -1036,6 +1043,7 @@ impl JxtaSocket {
                 write_waker: None,
                 close_waker: None,
                 closing: false,
+                close_sent: false,
                 closed: false,
                 remote_closed: false,
                 error: None,
@@ -1116,6 +1124,7 @@ async fn drive(
     let mut close_deadline: Option<tokio::time::Instant> = None;
     let mut last_busy = tokio::time::Instant::now();
     let mut close_ack_sent = false;
+    let mut last_received = 0u64;
     loop {
         shared.pump_async().await;
         let (mut send_close, send_close_ack, done, next_timer, busy) = {
@@ -1126,7 +1135,10 @@ async fn drive(
             }
             let all_acked = st.engine.all_acked();
             let send_close = st.closing && !st.closed && all_acked && close_sent.is_none();
-            let send_close_ack = st.remote_closed && all_acked && !st.closed && !close_ack_sent;
+            // The peer's close ends its direction only: ours ends when our
+            // application closes (shutdown or drop) and all is acknowledged.
+            let send_close_ack =
+                st.remote_closed && st.closing && all_acked && !st.closed && !close_ack_sent;
             if st.engine.writable() > 0 {
                 if let Some(w) = st.write_waker.take() {
                     w.wake();
@@ -1169,6 +1181,11 @@ async fn drive(
                 let now = tokio::time::Instant::now();
                 close_sent = Some(now);
                 close_deadline = Some(now + close_timeout);
+                let mut st = shared.state.lock().expect("socket lock");
+                st.close_sent = true;
+                if let Some(w) = st.close_waker.take() {
+                    w.wake();
+                }
             } else {
                 close_ack_sent = true;
             }
@@ -1232,7 +1249,15 @@ async fn drive(
                 let now = tokio::time::Instant::now();
                 let mut st = shared.state.lock().expect("socket lock");
                 st.engine.handle_timeout(Instant::now());
-                if close_deadline.is_some_and(|d| now >= d) {
+                let received = st.engine.stats().blocks_received;
+                if received != last_received || st.engine.readable() > 0 {
+                    // The peer is still sending, or the application has
+                    // not read what came: the close is not overdue.
+                    last_received = received;
+                    if close_deadline.is_some() {
+                        close_deadline = Some(now + close_timeout);
+                    }
+                } else if close_deadline.is_some_and(|d| now >= d) {
                     if st.engine.all_acked() {
                         // Everything we sent was acknowledged; JXSE skips
                         // the closeACK when its own queue is not empty, so
@@ -1324,9 +1349,12 @@ impl Shared {
         Poll::Ready(Ok(()))
     }
 
+    /// Ends our direction: returns once everything written was
+    /// acknowledged and our close went out (not when the peer closes: it
+    /// may still be sending, and reads go on until it does).
     fn poll_shutdown(self: &Arc<Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut st = self.state.lock().expect("socket lock");
-        if st.closed {
+        if st.closed || st.close_sent {
             return Poll::Ready(Ok(()));
         }
         if st.error.is_some() {
