@@ -492,10 +492,9 @@ impl Inner {
             // A full queue makes this connection stop reading: back-pressure
             // to the sender, nothing dropped.
             Some(tx) => {
-                let to = d.to.clone();
-                if tx.send(d).await.is_err() {
+                if let Err(back) = tx.send(d).await {
                     self.stats.unroutable.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(?to, "listener gone; message dropped");
+                    tracing::debug!(to = ?back.0.to, "listener gone; message dropped");
                 }
             }
             None if d.to.service == crate::pipe::PIPE_SERVICE => {

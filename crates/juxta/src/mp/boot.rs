@@ -210,6 +210,10 @@ impl Communicator {
                 cfg,
                 by_peer,
                 links,
+                wire_to: juxta_proto::endpoint::mangle(
+                    &peer.inner.cfg.connection.group_unique,
+                    &juxta_proto::endpoint::ServiceAddress::new(SERVICE, Some(job)),
+                ),
                 listener: tokio::sync::Mutex::new(data),
                 queue: Mutex::new(Queue::default()),
                 arrived: Notify::new(),

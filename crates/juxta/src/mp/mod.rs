@@ -60,7 +60,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use juxta_proto::id::PeerId;
-use juxta_proto::message::{Element, Message};
+use juxta_proto::message::Message;
 use tokio::sync::{oneshot, Notify};
 
 use crate::endpoint::{Listener, Messenger, SendError};
@@ -290,6 +290,9 @@ struct Shared {
     cfg: MpConfig,
     by_peer: HashMap<PeerId, usize>,
     links: Vec<Option<Messenger>>,
+    /// The wire address of the job's traffic (the service and job mangled
+    /// with the Net group), computed once instead of per message.
+    wire_to: juxta_proto::endpoint::ServiceAddress,
     listener: tokio::sync::Mutex<Listener>,
     queue: Mutex<Queue>,
     arrived: Notify,
@@ -505,9 +508,14 @@ impl Communicator {
             return Ok(());
         };
         let msg = Message::new()
-            .with(Element::bytes(NS, ELEM_HDR, hdr.encode()))
-            .with(Element::bytes(NS, ELEM_DATA, data));
-        match m.send(SERVICE, Some(&self.s.job), msg).await {
+            .with(wire::element(ELEM_HDR, hdr.encode()))
+            .with(wire::element(ELEM_DATA, data));
+        let sent = if m.is_routed() {
+            m.send(SERVICE, Some(&self.s.job), msg).await
+        } else {
+            m.send_raw(&self.s.wire_to, msg).await
+        };
+        match sent {
             Ok(_) => Ok(()),
             Err(SendError::Closed(_)) => Err(MpError::RankDead { rank: dest }),
             Err(source) => Err(MpError::Send { rank: dest, source }),
@@ -861,8 +869,23 @@ impl Communicator {
     /// Membership and header checks of a delivery.
     fn check(&self, mut d: juxta_proto::endpoint::Delivery) -> Option<Envelope> {
         let s = &*self.s;
-        let src = match d.from.and_then(|p| s.by_peer.get(&p)) {
-            Some(&r) if d.proven && !d.routed => r,
+        // The rank the header names, when its link's peer is the sender
+        // (the usual case: no hashing); else the table decides.
+        let named = d
+            .message
+            .get(NS, ELEM_HDR)
+            .and_then(|e| e.data.get(4..8))
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            .filter(|&r| {
+                d.from.is_some()
+                    && s.links
+                        .get(r)
+                        .and_then(|m| m.as_ref())
+                        .is_some_and(|m| Some(m.remote()) == d.from)
+            });
+        let member = named.or_else(|| d.from.and_then(|p| s.by_peer.get(&p).copied()));
+        let src = match member {
+            Some(r) if d.proven && !d.routed => r,
             _ => {
                 let n = s.stats.refused_outsider.fetch_add(1, Ordering::Relaxed) + 1;
                 if n.is_power_of_two() {
