@@ -617,6 +617,49 @@ mod tests {
         }
     }
 
+    /// The encoder's memory of recent channels and names (beside its
+    /// tables) must give the frames the tables alone give: more names
+    /// than it remembers, two channels in turn, and names that differ
+    /// only by MIME type.
+    #[test]
+    fn recent_names_and_channels_encode_like_the_tables() {
+        let mut enc = CompactEncoder::new();
+        let mut dec = CompactDecoder::new();
+        let chans = [
+            ServiceAddress::new("S", Some("a")),
+            ServiceAddress::new("S", Some("b")),
+        ];
+        let msg = |i: usize| {
+            let mut typed = Element::bytes("ns", &format!("n{}", i % 12), &b"t"[..]);
+            typed.mime = Some("text/plain".into());
+            Message::new()
+                .with(Element::bytes("ns", &format!("n{}", i % 12), &b"x"[..]))
+                .with(Element::bytes(
+                    "ns",
+                    &format!("n{}", (i + 5) % 12),
+                    &b"y"[..],
+                ))
+                .with(typed)
+        };
+        let mut steady = Vec::new();
+        for round in 0..3 {
+            for i in 0..24 {
+                let to = &chans[i % 2];
+                let m = msg(i);
+                let mut f = frame(&mut enc, to, &m);
+                let wire = f.clone();
+                let (t, got, _) = dec.decode(&mut f, 1 << 20).unwrap().unwrap();
+                assert_eq!((&t, &got), (to, &m));
+                match round {
+                    0 => {}
+                    1 => steady.push(wire),
+                    // Everything interned: the same frame every time.
+                    _ => assert_eq!(wire, steady[i]),
+                }
+            }
+        }
+    }
+
     #[test]
     fn large_payload_is_not_copied_and_partial_frames_wait() {
         let mut enc = CompactEncoder::new();

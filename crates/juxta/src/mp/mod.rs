@@ -652,7 +652,8 @@ impl Communicator {
     }
 
     /// Takes (or with `peek`, finds) the first queued message matching
-    /// `want`, reading from the connections while none is there. `cap`:
+    /// `want`, waiting while none is there (the connections' readers queue
+    /// what arrives, see [`Inbox`]). `cap`:
     /// the largest message the caller takes (else `Truncated`).
     async fn take(
         &self,
