@@ -296,6 +296,9 @@ pub(crate) struct Inner {
     connections: RwLock<HashMap<PeerId, Arc<Connection>>>,
     by_addr: RwLock<HashMap<SocketAddr, PeerId>>,
     listeners: RwLock<HashMap<ServiceAddress, mpsc::Sender<Delivery>>>,
+    /// Communicators' receive queues: their messages go from the
+    /// connection's reader straight in (see `crate::mp::Inbox`).
+    mp_inboxes: RwLock<Vec<Arc<crate::mp::Inbox>>>,
     pub(crate) pipes: crate::pipe::registry::PipeRegistry,
     pub(crate) secure: crate::pipe::secure::Sessions,
     pub(crate) direct: RwLock<HashMap<String, Arc<dyn crate::pipe::DirectSink>>>,
@@ -429,6 +432,21 @@ impl Inner {
         let Some(me) = self.self_ref.upgrade() else {
             return;
         };
+        // A communicator's traffic (the bulk of a parallel job's messages)
+        // goes straight into its queue, as its address is on the wire:
+        // what `on_link_message` would deliver, without rewriting the
+        // address or passing through a listener's channel.
+        if let Some(inbox) = self.mp_inbox(|i| i.wire_to == m.to) {
+            inbox
+                .deliver(
+                    Some(conn.remote),
+                    conn.proof().is_proven(),
+                    false,
+                    m.message,
+                )
+                .await;
+            return;
+        }
         // Router and relay traffic is checked (and maybe forwarded) first.
         if let Some(d) = crate::relay::route::on_link_message(&me, conn, m.to, m.message).await {
             self.hand_over(conn.remote, d).await;
@@ -477,6 +495,11 @@ impl Inner {
                 return;
             }
         }
+        if let Some(inbox) = self.mp_inbox(|i| i.to == d.to) {
+            // A communicator's message that came another way (a route).
+            inbox.deliver(d.from, d.proven, d.routed, d.message).await;
+            return;
+        }
         let tx = {
             let l = self.listeners.read().expect("listeners lock");
             l.get(&d.to)
@@ -492,10 +515,9 @@ impl Inner {
             // A full queue makes this connection stop reading: back-pressure
             // to the sender, nothing dropped.
             Some(tx) => {
-                let to = d.to.clone();
-                if tx.send(d).await.is_err() {
+                if let Err(back) = tx.send(d).await {
                     self.stats.unroutable.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(?to, "listener gone; message dropped");
+                    tracing::debug!(to = ?back.0.to, "listener gone; message dropped");
                 }
             }
             None if d.to.service == crate::pipe::PIPE_SERVICE => {
@@ -528,6 +550,12 @@ impl Inner {
         message: juxta_proto::message::Message,
         vouched_in: Option<String>,
     ) {
+        if let Some(inbox) = self.mp_inbox(|i| i.to == to) {
+            if !inbox.try_deliver(Some(from), message) {
+                self.stats.unroutable.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
         let tx = {
             let l = self.listeners.read().expect("listeners lock");
             l.get(&to)
@@ -557,9 +585,42 @@ impl Inner {
     }
 
     /// Registers a listener for `to` (not mangled).
+    /// The communicator inbox `f` picks, if any (none registered: one
+    /// uncontended read lock).
+    fn mp_inbox(&self, f: impl Fn(&crate::mp::Inbox) -> bool) -> Option<Arc<crate::mp::Inbox>> {
+        let v = self.mp_inboxes.read().expect("mp inboxes lock");
+        v.iter().find(|i| f(i)).cloned()
+    }
+
+    /// Registers a communicator's inbox (its address must be free).
+    pub(crate) fn add_mp_inbox(&self, inbox: Arc<crate::mp::Inbox>) -> Result<(), PeerError> {
+        let l = self.listeners.read().expect("listeners lock");
+        let mut v = self.mp_inboxes.write().expect("mp inboxes lock");
+        if l.contains_key(&inbox.to) || v.iter().any(|i| i.to == inbox.to) {
+            return Err(PeerError::ListenerExists(inbox.to.clone()));
+        }
+        v.push(inbox);
+        Ok(())
+    }
+
+    /// Unregisters a communicator's inbox.
+    pub(crate) fn remove_mp_inbox(&self, inbox: &Arc<crate::mp::Inbox>) {
+        self.mp_inboxes
+            .write()
+            .expect("mp inboxes lock")
+            .retain(|i| !Arc::ptr_eq(i, inbox));
+    }
+
     pub(crate) fn add_listener(&self, to: ServiceAddress) -> Result<Listener, PeerError> {
         let mut l = self.listeners.write().expect("listeners lock");
-        if l.contains_key(&to) {
+        if l.contains_key(&to)
+            || self
+                .mp_inboxes
+                .read()
+                .expect("mp inboxes lock")
+                .iter()
+                .any(|i| i.to == to)
+        {
             return Err(PeerError::ListenerExists(to));
         }
         let (tx, rx) = mpsc::channel(self.cfg.listener_queue);
@@ -1081,6 +1142,7 @@ impl Peer {
             connections: RwLock::new(HashMap::new()),
             by_addr: RwLock::new(HashMap::new()),
             listeners: RwLock::new(HashMap::new()),
+            mp_inboxes: RwLock::new(Vec::new()),
             pipes: crate::pipe::registry::PipeRegistry::new(),
             secure: Default::default(),
             direct: RwLock::new(HashMap::new()),

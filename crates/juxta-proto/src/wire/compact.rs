@@ -160,7 +160,17 @@ pub struct CompactEncoder {
     names: HashMap<String, u64>,
     name_bytes: usize,
     scratch: String,
+    /// The last channel used and its ID: a stream of messages to one
+    /// service (the usual case) skips hashing its address.
+    last_channel: Option<(ServiceAddress, u64)>,
+    /// The last names used and their IDs (at most [`RECENT_NAMES`]),
+    /// compared directly: a stream of messages of the same shape skips
+    /// building and hashing their keys. IDs never change once given.
+    recent_names: Vec<(ByteString, ByteString, Option<ByteString>, u64)>,
 }
+
+/// Names remembered by [`CompactEncoder`] beside its table.
+const RECENT_NAMES: usize = 8;
 
 impl CompactEncoder {
     /// A fresh encoder (empty tables).
@@ -233,46 +243,40 @@ impl CompactEncoder {
                 .sum::<usize>(),
         );
         // Definitions first.
-        let channel = match self.channels.get(to) {
-            Some(&id) => id,
-            None if self.channels.len() < MAX_TABLE
-                && self.channel_bytes + channel_cost(to) <= MAX_TABLE_BYTES =>
-            {
-                let id = self.channels.len() as u64 + 1;
-                self.channel_bytes += channel_cost(to);
-                self.channels.insert(to.clone(), id);
-                body.put_u8(TAG_CHANNEL);
-                put_varint(&mut body, id);
-                put_channel(&mut body, to);
+        let channel = match &self.last_channel {
+            Some((c, id)) if c == to => *id,
+            _ => {
+                let id = self.channel_id(to, &mut body);
+                if id != 0 {
+                    self.last_channel = Some((to.clone(), id));
+                }
                 id
             }
-            None => 0,
         };
         let mut name_ids = Vec::with_capacity(msg.elements.len());
         for e in &msg.elements {
-            // Length-prefixed parts: names may contain any character,
-            // NUL included, and two different names must never share a
-            // key (("", "\0", none) and ("", "", "\0") once did).
-            self.scratch.clear();
-            let _ = write!(self.scratch, "{}:", e.namespace.len());
-            self.scratch.push_str(&e.namespace);
-            let _ = write!(self.scratch, "{}:", e.name.len());
-            self.scratch.push_str(&e.name);
-            self.scratch.push_str(e.mime.as_deref().unwrap_or(""));
-            let id = match self.names.get(self.scratch.as_str()) {
-                Some(&id) => id,
-                None if self.names.len() < MAX_TABLE
-                    && self.name_bytes + name_cost(e) <= MAX_TABLE_BYTES =>
-                {
-                    let id = self.names.len() as u64 + 1;
-                    self.name_bytes += name_cost(e);
-                    body.put_u8(TAG_NAME);
-                    put_varint(&mut body, id);
-                    put_name(&mut body, e);
-                    self.names.insert(self.scratch.clone(), id);
+            let recent = self
+                .recent_names
+                .iter()
+                .find(|(ns, n, m, _)| *ns == e.namespace && *n == e.name && *m == e.mime)
+                .map(|r| r.3);
+            let id = match recent {
+                Some(id) => id,
+                None => {
+                    let id = self.name_id(e, &mut body);
+                    if id != 0 {
+                        if self.recent_names.len() >= RECENT_NAMES {
+                            self.recent_names.remove(0);
+                        }
+                        self.recent_names.push((
+                            e.namespace.clone(),
+                            e.name.clone(),
+                            e.mime.clone(),
+                            id,
+                        ));
+                    }
                     id
                 }
-                None => 0,
             };
             name_ids.push(id);
         }
@@ -309,6 +313,57 @@ impl CompactEncoder {
         }
         for c in chunks {
             out.push(c);
+        }
+    }
+}
+
+impl CompactEncoder {
+    /// The ID of channel `to`, defined in `body` if new; 0 when the table
+    /// is full (the address then goes inline).
+    fn channel_id(&mut self, to: &ServiceAddress, body: &mut BytesMut) -> u64 {
+        match self.channels.get(to) {
+            Some(&id) => id,
+            None if self.channels.len() < MAX_TABLE
+                && self.channel_bytes + channel_cost(to) <= MAX_TABLE_BYTES =>
+            {
+                let id = self.channels.len() as u64 + 1;
+                self.channel_bytes += channel_cost(to);
+                self.channels.insert(to.clone(), id);
+                body.put_u8(TAG_CHANNEL);
+                put_varint(body, id);
+                put_channel(body, to);
+                id
+            }
+            None => 0,
+        }
+    }
+
+    /// The ID of `e`'s name, defined in `body` if new; 0 when the table is
+    /// full (the name then goes inline).
+    fn name_id(&mut self, e: &Element, body: &mut BytesMut) -> u64 {
+        // Length-prefixed parts: names may contain any character,
+        // NUL included, and two different names must never share a
+        // key (("", "\0", none) and ("", "", "\0") once did).
+        self.scratch.clear();
+        let _ = write!(self.scratch, "{}:", e.namespace.len());
+        self.scratch.push_str(&e.namespace);
+        let _ = write!(self.scratch, "{}:", e.name.len());
+        self.scratch.push_str(&e.name);
+        self.scratch.push_str(e.mime.as_deref().unwrap_or(""));
+        match self.names.get(self.scratch.as_str()) {
+            Some(&id) => id,
+            None if self.names.len() < MAX_TABLE
+                && self.name_bytes + name_cost(e) <= MAX_TABLE_BYTES =>
+            {
+                let id = self.names.len() as u64 + 1;
+                self.name_bytes += name_cost(e);
+                body.put_u8(TAG_NAME);
+                put_varint(body, id);
+                put_name(body, e);
+                self.names.insert(self.scratch.clone(), id);
+                id
+            }
+            None => 0,
         }
     }
 }
@@ -559,6 +614,49 @@ mod tests {
             let mut f = frame(&mut enc, &to, &m);
             let (_, got, _) = dec.decode(&mut f, 1 << 20).unwrap().unwrap();
             assert_eq!(got, m);
+        }
+    }
+
+    /// The encoder's memory of recent channels and names (beside its
+    /// tables) must give the frames the tables alone give: more names
+    /// than it remembers, two channels in turn, and names that differ
+    /// only by MIME type.
+    #[test]
+    fn recent_names_and_channels_encode_like_the_tables() {
+        let mut enc = CompactEncoder::new();
+        let mut dec = CompactDecoder::new();
+        let chans = [
+            ServiceAddress::new("S", Some("a")),
+            ServiceAddress::new("S", Some("b")),
+        ];
+        let msg = |i: usize| {
+            let mut typed = Element::bytes("ns", &format!("n{}", i % 12), &b"t"[..]);
+            typed.mime = Some("text/plain".into());
+            Message::new()
+                .with(Element::bytes("ns", &format!("n{}", i % 12), &b"x"[..]))
+                .with(Element::bytes(
+                    "ns",
+                    &format!("n{}", (i + 5) % 12),
+                    &b"y"[..],
+                ))
+                .with(typed)
+        };
+        let mut steady = Vec::new();
+        for round in 0..3 {
+            for i in 0..24 {
+                let to = &chans[i % 2];
+                let m = msg(i);
+                let mut f = frame(&mut enc, to, &m);
+                let wire = f.clone();
+                let (t, got, _) = dec.decode(&mut f, 1 << 20).unwrap().unwrap();
+                assert_eq!((&t, &got), (to, &m));
+                match round {
+                    0 => {}
+                    1 => steady.push(wire),
+                    // Everything interned: the same frame every time.
+                    _ => assert_eq!(wire, steady[i]),
+                }
+            }
         }
     }
 

@@ -4,15 +4,15 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use juxta_proto::id::PeerId;
 use juxta_proto::message::{Element, Message};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{Communicator, MpConfig, MpError, MpStats, Queue, Shared, MAX_RANKS, SERVICE};
+use super::inbox::{Inbox, Registered};
+use super::{Communicator, MpConfig, MpError, Shared, MAX_RANKS, SERVICE};
 use crate::endpoint::{Listener, Messenger};
 use crate::peer::Peer;
 use crate::PeerConfig;
@@ -185,7 +185,11 @@ impl Communicator {
             .max_connections_per_addr(defaults.max_connections_per_addr.max(size + 8))
             .max_pending_per_addr(defaults.max_pending_per_addr.max(size + 8));
         let peer = Peer::start(pc).await?;
-        let data = peer.listen(SERVICE, Some(job))?;
+        let to = juxta_proto::endpoint::ServiceAddress::new(SERVICE, Some(job));
+        let wire_to = juxta_proto::endpoint::mangle(&peer.inner.cfg.connection.group_unique, &to);
+        // Registered before the bootstrap: a rank that finished it may
+        // send before this one has (held until the members are known).
+        let inbox = Registered::new(Arc::new(Inbox::new(to, wire_to.clone(), &cfg)), &peer.inner)?;
         let mut boot = peer.listen(BOOT_SERVICE, Some(job))?;
         let deadline = Instant::now() + cfg.boot_timeout;
         let links = if size == 1 {
@@ -201,6 +205,13 @@ impl Communicator {
                 by_peer.insert(m.remote(), r);
             }
         }
+        inbox.set_members(
+            by_peer,
+            links
+                .iter()
+                .map(|m| m.as_ref().map(|m| m.remote()))
+                .collect(),
+        );
         drop(boot);
         Ok(Communicator {
             s: Arc::new(Shared {
@@ -208,13 +219,10 @@ impl Communicator {
                 size,
                 job: job.to_string(),
                 cfg,
-                by_peer,
                 links,
-                listener: tokio::sync::Mutex::new(data),
-                queue: Mutex::new(Queue::default()),
-                arrived: Notify::new(),
+                wire_to,
+                inbox,
                 coll_seq: AtomicU64::new(0),
-                stats: MpStats::default(),
                 peer,
                 _home: Some(home),
             }),

@@ -49,27 +49,28 @@
 mod boot;
 mod coll;
 mod datatype;
+mod inbox;
 pub mod launch;
 mod wire;
 
-use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use juxta_proto::id::PeerId;
-use juxta_proto::message::{Element, Message};
-use tokio::sync::{oneshot, Notify};
+use juxta_proto::message::Message;
+use tokio::sync::oneshot;
 
-use crate::endpoint::{Listener, Messenger, SendError};
+use crate::endpoint::{Messenger, SendError};
 use crate::peer::{Peer, PeerError};
 
 pub use boot::{ENV_JOB, ENV_LISTEN, ENV_RANK, ENV_SEED, ENV_SIZE, ENV_SPIN_US, ENV_TIMEOUT};
 pub use datatype::{Datatype, ReduceOp};
+pub(crate) use inbox::Inbox;
 pub use wire::HeaderError;
-use wire::{Header, CTX_COLL, CTX_P2P, ELEM_DATA, ELEM_HDR, NS};
+use wire::{Header, CTX_COLL, CTX_P2P, ELEM_DATA, ELEM_HDR};
 
 /// Matches a message from any source.
 pub const ANY_SOURCE: usize = usize::MAX;
@@ -254,12 +255,6 @@ struct Envelope {
     data: Bytes,
 }
 
-#[derive(Default)]
-struct Queue {
-    items: VecDeque<Envelope>,
-    bytes: usize,
-}
-
 /// What a receive waits for.
 #[derive(Debug, Clone, Copy)]
 struct Want {
@@ -288,14 +283,14 @@ struct Shared {
     size: usize,
     job: String,
     cfg: MpConfig,
-    by_peer: HashMap<PeerId, usize>,
     links: Vec<Option<Messenger>>,
-    listener: tokio::sync::Mutex<Listener>,
-    queue: Mutex<Queue>,
-    arrived: Notify,
+    /// The wire address of the job's traffic (the service and job mangled
+    /// with the Net group), computed once instead of per message.
+    wire_to: juxta_proto::endpoint::ServiceAddress,
+    /// The receive queue, filled by the connections' readers.
+    inbox: inbox::Registered,
     coll_seq: AtomicU64,
-    stats: MpStats,
-    // Dropped last: the messengers and listener above belong to it.
+    // Dropped last: the messengers and inbox above belong to it.
     peer: Peer,
     _home: Option<tempfile::TempDir>,
 }
@@ -412,7 +407,7 @@ impl Communicator {
 
     /// Counters.
     pub fn stats(&self) -> &MpStats {
-        &self.s.stats
+        &self.s.inbox.stats
     }
 
     /// Peer ID of `rank`.
@@ -488,26 +483,25 @@ impl Communicator {
         }
         let Some(m) = &self.s.links[dest] else {
             // To self: straight into the queue.
-            let mut q = self.s.queue.lock().expect("mp queue lock");
-            if q.items.len() >= self.s.cfg.max_unexpected
-                || (q.bytes + data.len() > self.s.cfg.max_unexpected_bytes && !q.items.is_empty())
-            {
-                return Err(MpError::QueueFull);
-            }
-            q.bytes += data.len();
-            q.items.push_back(Envelope {
+            let e = Envelope {
                 hdr,
                 src: dest,
                 data,
-            });
-            drop(q);
-            self.s.arrived.notify_waiters();
+            };
+            if !self.s.inbox.push_local(e) {
+                return Err(MpError::QueueFull);
+            }
             return Ok(());
         };
         let msg = Message::new()
-            .with(Element::bytes(NS, ELEM_HDR, hdr.encode()))
-            .with(Element::bytes(NS, ELEM_DATA, data));
-        match m.send(SERVICE, Some(&self.s.job), msg).await {
+            .with(wire::element(ELEM_HDR, hdr.encode()))
+            .with(wire::element(ELEM_DATA, data));
+        let sent = if m.is_routed() {
+            m.send(SERVICE, Some(&self.s.job), msg).await
+        } else {
+            m.send_raw(&self.s.wire_to, msg).await
+        };
+        match sent {
             Ok(_) => Ok(()),
             Err(SendError::Closed(_)) => Err(MpError::RankDead { rank: dest }),
             Err(source) => Err(MpError::Send { rank: dest, source }),
@@ -616,12 +610,7 @@ impl Communicator {
             tag,
             seq: 0,
         };
-        if let Ok(mut l) = self.s.listener.try_lock() {
-            while let Some(d) = l.try_recv() {
-                self.accept(d);
-            }
-        }
-        let q = self.s.queue.lock().expect("mp queue lock");
+        let q = self.s.inbox.state.lock().expect("mp queue lock");
         Ok(q.items.iter().find(|e| want.matches(e)).map(|e| Status {
             source: e.src,
             tag: e.hdr.tag,
@@ -663,7 +652,8 @@ impl Communicator {
     }
 
     /// Takes (or with `peek`, finds) the first queued message matching
-    /// `want`, reading from the connections while none is there. `cap`:
+    /// `want`, waiting while none is there (the connections' readers queue
+    /// what arrives, see [`Inbox`]). `cap`:
     /// the largest message the caller takes (else `Truncated`).
     async fn take(
         &self,
@@ -673,67 +663,42 @@ impl Communicator {
         coll: Option<&Header>,
     ) -> Result<Envelope, MpError> {
         let s = &*self.s;
+        let ib = &*s.inbox;
         let start = Instant::now();
         let mut dead_seen: Option<usize> = None;
         loop {
-            let notified = s.arrived.notified();
+            let notified = ib.arrived.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            let seen = ib.arrivals.load(Ordering::Acquire);
             if let Some(e) = self.try_take(&want, cap, peek, coll)? {
                 return Ok(e);
             }
-            let full = self.queue_full();
             let mut progressed = false;
-            if !full {
-                if let Ok(mut l) = s.listener.try_lock() {
-                    // Busy-poll first (as MPI's progress engine does): a
-                    // reply due in microseconds is taken without the
-                    // wake-up of a parked thread.
-                    let mut got = None;
-                    if !s.cfg.spin.is_zero() {
-                        let until = Instant::now() + s.cfg.spin;
-                        loop {
-                            if let Some(d) = l.try_recv() {
-                                got = Some(Ok(Some(d)));
-                                break;
-                            }
-                            if Instant::now() >= until {
-                                break;
-                            }
-                            tokio::task::yield_now().await;
-                        }
+            if !s.cfg.spin.is_zero() {
+                // Busy-poll first (as MPI's progress engine does): each
+                // yield lets the runtime poll the sockets without
+                // sleeping, and the connection's reader queue what came;
+                // a reply due in microseconds is taken without the
+                // wake-up of a parked thread.
+                let until = Instant::now() + s.cfg.spin;
+                loop {
+                    tokio::task::yield_now().await;
+                    if ib.arrivals.load(Ordering::Acquire) != seen {
+                        progressed = true;
+                        break;
                     }
-                    let got = match got {
-                        Some(g) => g,
-                        None => tokio::time::timeout(s.cfg.liveness_interval, l.recv()).await,
-                    };
-                    match got {
-                        Ok(Some(d)) => {
-                            let mut n = 0;
-                            if let Some(e) = self.accept_direct(d, &want, cap, peek) {
-                                drop(l);
-                                s.arrived.notify_waiters();
-                                return Ok(e);
-                            }
-                            // Take whatever else is there already.
-                            while n < 64 && !self.queue_full() {
-                                let Some(d) = l.try_recv() else { break };
-                                self.accept(d);
-                                n += 1;
-                            }
-                            progressed = true;
-                        }
-                        Ok(None) => return Err(MpError::Closed),
-                        Err(_) => {}
+                    if Instant::now() >= until {
+                        break;
                     }
-                    drop(l);
-                    s.arrived.notify_waiters();
-                } else {
-                    let _ = tokio::time::timeout(s.cfg.liveness_interval, notified).await;
                 }
-            } else {
-                s.stats.pushback.fetch_add(1, Ordering::Relaxed);
-                let _ = tokio::time::timeout(s.cfg.liveness_interval, notified).await;
+            }
+            if !progressed {
+                // (A full queue makes the readers wait for room, counted
+                // there: a message this receive waits for may be behind.)
+                progressed = tokio::time::timeout(s.cfg.liveness_interval, notified)
+                    .await
+                    .is_ok();
             }
             if progressed {
                 continue;
@@ -761,12 +726,6 @@ impl Communicator {
         }
     }
 
-    fn queue_full(&self) -> bool {
-        let s = &*self.s;
-        let q = s.queue.lock().expect("mp queue lock");
-        q.items.len() >= s.cfg.max_unexpected || q.bytes >= s.cfg.max_unexpected_bytes
-    }
-
     /// The first dead rank among those `src` stands for.
     fn dead_rank(&self, src: usize) -> Option<usize> {
         let closed = |r: usize| {
@@ -790,7 +749,8 @@ impl Communicator {
         peek: bool,
         coll: Option<&Header>,
     ) -> Result<Option<Envelope>, MpError> {
-        let mut q = self.s.queue.lock().expect("mp queue lock");
+        let ib = &*self.s.inbox;
+        let mut q = ib.state.lock().expect("mp queue lock");
         let Some(i) = q.items.iter().position(|e| want.matches(e)) else {
             if let Some(h) = coll {
                 // Another rank's message of this very collective that
@@ -808,7 +768,7 @@ impl Communicator {
         let e = &q.items[i];
         if let Some(cap) = cap {
             if e.data.len() > cap {
-                self.s.stats.truncated.fetch_add(1, Ordering::Relaxed);
+                ib.stats.truncated.fetch_add(1, Ordering::Relaxed);
                 return Err(MpError::Truncated {
                     source_rank: e.src,
                     tag: e.hdr.tag,
@@ -824,80 +784,7 @@ impl Communicator {
                 data: e.data.clone(),
             }));
         }
-        let e = q.items.remove(i).expect("found above");
-        q.bytes -= e.data.len();
-        Ok(Some(e))
-    }
-
-    /// Checks a delivery; returns it if it is what the caller waits for
-    /// (and fits), else queues it.
-    fn accept_direct(
-        &self,
-        d: juxta_proto::endpoint::Delivery,
-        want: &Want,
-        cap: Option<usize>,
-        peek: bool,
-    ) -> Option<Envelope> {
-        let e = self.check(d)?;
-        if !peek && want.matches(&e) && cap.is_none_or(|c| e.data.len() <= c) {
-            return Some(e);
-        }
-        self.enqueue(e);
-        None
-    }
-
-    fn accept(&self, d: juxta_proto::endpoint::Delivery) {
-        if let Some(e) = self.check(d) {
-            self.enqueue(e);
-        }
-    }
-
-    fn enqueue(&self, e: Envelope) {
-        let mut q = self.s.queue.lock().expect("mp queue lock");
-        q.bytes += e.data.len();
-        q.items.push_back(e);
-    }
-
-    /// Membership and header checks of a delivery.
-    fn check(&self, mut d: juxta_proto::endpoint::Delivery) -> Option<Envelope> {
-        let s = &*self.s;
-        let src = match d.from.and_then(|p| s.by_peer.get(&p)) {
-            Some(&r) if d.proven && !d.routed => r,
-            _ => {
-                let n = s.stats.refused_outsider.fetch_add(1, Ordering::Relaxed) + 1;
-                if n.is_power_of_two() {
-                    tracing::info!(from = ?d.from, refused = n, "mp message from outside the job refused");
-                }
-                return None;
-            }
-        };
-        let malformed = |why: &str| {
-            let n = s.stats.refused_malformed.fetch_add(1, Ordering::Relaxed) + 1;
-            if n.is_power_of_two() {
-                tracing::info!(rank = src, why, refused = n, "malformed mp message refused");
-            }
-        };
-        let hdr = match d.message.get(NS, ELEM_HDR).map(|e| Header::decode(&e.data)) {
-            Some(Ok(h)) => h,
-            Some(Err(e)) => {
-                malformed(&e.to_string());
-                return None;
-            }
-            None => {
-                malformed("no header");
-                return None;
-            }
-        };
-        if hdr.src as usize != src {
-            malformed("header names another rank");
-            return None;
-        }
-        let data = d
-            .message
-            .take(NS, ELEM_DATA)
-            .map(|e| e.data)
-            .unwrap_or_default();
-        Some(Envelope { hdr, src, data })
+        Ok(ib.remove(&mut q, i))
     }
 }
 

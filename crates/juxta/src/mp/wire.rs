@@ -3,6 +3,7 @@
 //! copied to prepend it).
 
 use bytes::Bytes;
+use juxta_proto::message::{ByteString, Element};
 
 /// Element namespace of communicator messages.
 pub(crate) const NS: &str = "juxta-mp";
@@ -13,6 +14,18 @@ pub(crate) const ELEM_DATA: &str = "d";
 /// Header length in bytes.
 pub(crate) const HDR_LEN: usize = 32;
 const VERSION: u8 = 1;
+
+/// An element of a communicator message: its namespace and name are
+/// static (no copy of them per message).
+pub(crate) fn element(name: &'static str, data: Bytes) -> Element {
+    Element {
+        namespace: ByteString::from_static(NS),
+        name: ByteString::from_static(name),
+        mime: None,
+        data,
+        signature: None,
+    }
+}
 
 /// Point-to-point traffic.
 pub(crate) const CTX_P2P: u8 = 0;
