@@ -26,6 +26,16 @@
 //! `WireFormatMessageFactory.CBJX_DISABLE` property), reported as
 //! `impl = "jxse-nocbjx"`.
 //!
+//! Besides the endpoint, the unicast pipe (unreliable) and the socket
+//! (stream mode, reliable over jxtarel), the ping-pong measures the two
+//! other JXTA routines de Souza et al. measured: `socket-unreliable`
+//! (`new JxtaSocket(.., stream = false)`: each write one `JXTASOC:data`
+//! message, nothing retransmitted) and `bidi-pipe-reliable` (a
+//! `JxtaBiDiPipe` with reliability on). [`reliable`] says which layer is
+//! which. A message lost on an unreliable layer leaves a ping without its
+//! ack: the client JVM gives up after its reply timeout (30 s) and the run
+//! ends with a [`JxseError::Harness`] naming the layer and size.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), juxta_bench::BenchError> {
 //! use juxta_bench::jxse::{run_pingpong, JxseOptions};
@@ -58,8 +68,32 @@ use crate::throughput::{Pattern, ThroughputRow};
 use crate::util::{loss_pct, Pin};
 use crate::BenchError;
 
-/// The layers JXSE is measured on.
+/// The layers JXSE is measured on by default (ping-pong and throughput).
 pub const JXSE_LAYERS: [Layer; 3] = [Layer::Endpoint, Layer::UnicastPipe, Layer::Socket];
+
+/// Every layer the JXSE ping-pong measures: [`JXSE_LAYERS`] and the two
+/// of [`Layer::JXSE_ONLY`], JXSE's unreliable socket (`socket-unreliable`)
+/// and its reliable bidi pipe (`bidi-pipe-reliable`), de Souza's other
+/// JXTA routines. The throughput runs [`JXSE_LAYERS`] only.
+pub const JXSE_PINGPONG_LAYERS: [Layer; 5] = [
+    Layer::Endpoint,
+    Layer::UnicastPipe,
+    Layer::BidiPipeReliable,
+    Layer::Socket,
+    Layer::SocketUnreliable,
+];
+
+/// Whether JXSE delivers on `layer` reliably (retransmits what is lost):
+/// its socket (stream mode) and reliable bidi pipe run jxtarel; the
+/// endpoint, the unicast pipe and the unreliable socket do not. `None`
+/// for a layer JXSE is not measured on.
+pub fn reliable(layer: Layer) -> Option<bool> {
+    match layer {
+        Layer::Socket | Layer::BidiPipeReliable => Some(true),
+        Layer::Endpoint | Layer::UnicastPipe | Layer::SocketUnreliable => Some(false),
+        _ => None,
+    }
+}
 
 /// Largest payload the harness accepts (its payload is one Java byte array).
 pub const MAX_SIZE: usize = 64 << 20;
@@ -153,7 +187,7 @@ pub enum JxseError {
         reason: String,
     },
     /// A layer JXSE is not measured on.
-    #[error("layer {0} is not measured for JXSE (choose from: endpoint, unicast-pipe, socket)")]
+    #[error("layer {0} is not measured for JXSE (choose from: endpoint, unicast-pipe, socket; the ping-pong also bidi-pipe-reliable, socket-unreliable)")]
     UnsupportedLayer(String),
     /// The tcp lane measured beside JXSE failed.
     #[error("the tcp lane beside JXSE failed: {0}")]
@@ -175,7 +209,8 @@ pub enum JxseError {
 /// Options of the JXSE side.
 #[derive(Debug, Clone, Serialize)]
 pub struct JxseOptions {
-    /// Layers (of [`JXSE_LAYERS`]).
+    /// Layers (of [`JXSE_PINGPONG_LAYERS`]; the throughput takes those of
+    /// [`JXSE_LAYERS`]).
     pub layers: Vec<Layer>,
     /// Payload sizes in bytes (at most [`MAX_SIZE`]).
     pub sizes: Vec<usize>,
@@ -229,7 +264,7 @@ impl Default for JxseOptions {
 impl JxseOptions {
     fn check(&self) -> Result<(), JxseError> {
         for l in &self.layers {
-            if !JXSE_LAYERS.contains(l) {
+            if !JXSE_PINGPONG_LAYERS.contains(l) {
                 return Err(JxseError::UnsupportedLayer(l.name().into()));
             }
         }
@@ -734,10 +769,10 @@ impl JxseBench {
         let cmd = format!("BENCH_SERVE {} tcp://127.0.0.1:{to_client}", client.peer);
         let serving = responder.call(&cmd, "BENCH_SERVING", t).await?;
         let pipes: Vec<&str> = serving.split_whitespace().skip(1).collect();
-        if pipes.len() != 4 {
+        if pipes.len() != 5 {
             return Err(JxseError::Parse {
                 line: serving,
-                reason: "expected 4 pipe IDs".into(),
+                reason: "expected 5 pipe IDs".into(),
             });
         }
         let cmd = format!(
@@ -775,7 +810,7 @@ impl JxseBench {
 
     /// `n` untimed pairs of `layer` at `size` (warm-up).
     pub async fn warm(&mut self, layer: Layer, size: usize, n: usize) -> Result<(), JxseError> {
-        if !JXSE_LAYERS.contains(&layer) {
+        if !JXSE_PINGPONG_LAYERS.contains(&layer) {
             return Err(JxseError::UnsupportedLayer(layer.name().into()));
         }
         let cmd = format!("BENCH_PAIRS {} {size} {n}", layer.name());
@@ -793,7 +828,7 @@ impl JxseBench {
         size: usize,
         pairs: usize,
     ) -> Result<Vec<f64>, JxseError> {
-        if !JXSE_LAYERS.contains(&layer) {
+        if !JXSE_PINGPONG_LAYERS.contains(&layer) {
             return Err(JxseError::UnsupportedLayer(layer.name().into()));
         }
         // No warm-up here, one run, every pair completed (budget 0).

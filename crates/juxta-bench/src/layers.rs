@@ -122,6 +122,14 @@ pub enum Layer {
     SecureSocket,
     /// A propagate pipe to 1..n receivers, each acking on a unicast pipe.
     Propagate,
+    /// JXSE only ([`crate::jxse`]): a JXTA socket in JXSE's unreliable
+    /// mode (`stream = false`: each write one `JXTASOC:data` message, no
+    /// jxtarel); the ack is one byte written back. A lost message fails
+    /// the run (no ack within the harness's timeout), never hangs it.
+    SocketUnreliable,
+    /// JXSE only ([`crate::jxse`]): a bidirectional pipe with reliability
+    /// on (jxtarel); the ack comes back on the same pipe.
+    BidiPipeReliable,
 }
 
 impl Layer {
@@ -149,10 +157,16 @@ impl Layer {
         Layer::MpiSm,
     ];
 
-    /// Parses a layer name.
+    /// The layers only JXSE is measured on (through its harness,
+    /// [`crate::jxse`]): its unreliable socket and its reliable bidi pipe,
+    /// de Souza's other two JXTA routines. Not in [`Layer::ALL`].
+    pub const JXSE_ONLY: [Layer; 2] = [Layer::SocketUnreliable, Layer::BidiPipeReliable];
+
+    /// Parses a layer name (of [`Layer::ALL`] or [`Layer::JXSE_ONLY`]).
     pub fn parse(s: &str) -> Result<Layer, BenchError> {
         Layer::ALL
             .into_iter()
+            .chain(Layer::JXSE_ONLY)
             .find(|l| l.name() == s)
             .ok_or_else(|| BenchError::UnknownLayer(s.to_string()))
     }
@@ -180,6 +194,8 @@ impl Layer {
             Layer::Libp2pQuic => "quic",
             Layer::MpiTcp => "mpi-tcp",
             Layer::MpiSm => "mpi-sm",
+            Layer::SocketUnreliable => "socket-unreliable",
+            Layer::BidiPipeReliable => "bidi-pipe-reliable",
         }
     }
 
@@ -917,6 +933,11 @@ pub async fn run_responder(
                     .into(),
             })
         }
+        Layer::SocketUnreliable | Layer::BidiPipeReliable => Err(BenchError::Unsupported {
+            layer: layer.name().into(),
+            scenario: "bench-responder".into(),
+            allowed: "the layers of juxta (this one is measured on JXSE only)".into(),
+        }),
         Layer::Udp => {
             let sock = UdpSocket::bind(SocketAddr::new(spec.bind, 0))
                 .await
@@ -1254,6 +1275,13 @@ impl Client {
                     scenario: "a juxta client".into(),
                     allowed: "the layers of juxta and the sockets (stacks run their own programs)"
                         .into(),
+                })
+            }
+            Layer::SocketUnreliable | Layer::BidiPipeReliable => {
+                return Err(BenchError::Unsupported {
+                    layer: layer.name().into(),
+                    scenario: "a juxta client".into(),
+                    allowed: "the layers of juxta (this one is measured on JXSE only)".into(),
                 })
             }
             Layer::Endpoint | Layer::EndpointCompat | Layer::EndpointCompatNoCbjx => {

@@ -357,8 +357,10 @@ pub struct MpOptions {
     /// pipes, sockets and UDP routines. Their reply is a 1-byte ack (the
     /// rows say so in `reply`).
     pub layers: Vec<crate::layers::Layer>,
-    /// JXSE 2.7's unicast pipe and socket through the harness (as shipped,
-    /// CBJX on), beside the layers.
+    /// JXSE 2.7's pipes and sockets through the harness (as shipped, CBJX
+    /// on), beside the layers: the unicast pipe (unreliable), the bidi pipe
+    /// with reliability on (`bidi-pipe-reliable`), the socket (stream mode,
+    /// reliable) and the unreliable socket (`socket-unreliable`).
     pub jxse: bool,
     /// The `juxta` binary the ranks run (`juxta mp-rank`); `None`: this
     /// executable.
@@ -399,7 +401,8 @@ pub struct MpPingPongRow {
     #[serde(rename = "impl")]
     pub implementation: &'static str,
     /// `tcp`, `mp`, the MPI BTL (`tcp`, `sm`), or a harness layer
-    /// (`unicast-pipe`, `socket`, `udp`).
+    /// (`unicast-pipe`, `socket`, `udp`; for JXSE also
+    /// `bidi-pipe-reliable` and `socket-unreliable`).
     pub layer: &'static str,
     /// `echo` (the message comes back: the ranks' ping-pong, as the study
     /// ran it) or `ack` (a 1-byte reply: the common ping-pong harness,
@@ -418,6 +421,10 @@ pub struct MpPingPongRow {
     /// Bandwidth over the MPI TCP BTL's, when measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bandwidth_ratio_vs_mpi_tcp: Option<f64>,
+    /// JXSE rows: whether the layer delivers reliably (retransmits what is
+    /// lost, [`crate::jxse::reliable`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reliable: Option<bool>,
 }
 
 /// A matrix multiplication row.
@@ -762,6 +769,13 @@ pub async fn run(
             bandwidth_mb_s: bw,
             rtt_ratio_vs_mpi_tcp: base.map(|b| rtt / b),
             bandwidth_ratio_vs_mpi_tcp: base.map(|b| bw / (2.0 * size as f64 / b)),
+            reliable: if imp.starts_with("jxse") {
+                crate::layers::Layer::parse(layer)
+                    .ok()
+                    .and_then(crate::jxse::reliable)
+            } else {
+                None
+            },
         });
     }
     if opts.matmul_n > 0 {
@@ -921,7 +935,12 @@ async fn harness_rows(
     if opts.jxse {
         use crate::layers::Layer;
         let j = crate::jxse::JxseOptions {
-            layers: vec![Layer::UnicastPipe, Layer::Socket],
+            layers: vec![
+                Layer::UnicastPipe,
+                Layer::BidiPipeReliable,
+                Layer::Socket,
+                Layer::SocketUnreliable,
+            ],
             sizes: opts.sizes.clone(),
             pin,
             warmup: opts.warmup,
@@ -940,9 +959,6 @@ async fn harness_rows(
         if let Some(e) = run.error {
             notes.push(format!("the JXSE side stopped early: {e}"));
         }
-        notes.push(
-            "JXSE's unreliable sockets (stream=false) and unreliable pipes are not measured: the harness drives reliable ones only".into(),
-        );
     }
     Ok(())
 }

@@ -433,8 +433,10 @@ struct MpArgs {
     /// for none.
     #[arg(long, default_value = "unicast-pipe,socket,udp")]
     layers: String,
-    /// Also JXSE 2.7's unicast pipe and socket through the harness (jxse;
-    /// needs Java 17 and Maven).
+    /// Also JXSE 2.7's pipes and sockets, reliable and unreliable, through
+    /// the harness (jxse; needs Java 17 and Maven): layers unicast-pipe
+    /// (unreliable), bidi-pipe-reliable, socket (reliable) and
+    /// socket-unreliable.
     #[arg(long = "impl", default_value = "juxta")]
     implementations: String,
     /// Write the results here as JSON (`command`, `machine`, `results`).
@@ -1218,13 +1220,13 @@ fn run_mp(a: MpArgs) -> Result<(), CliError> {
     let host = &host;
     let res = drive(|progress| async move { juxta_bench::mp::run(host, &o, progress).await })?;
     println!(
-        "{:<6} {:<13} {:<5} {:>9} {:>12} {:>12} {:>9} {:>8}",
+        "{:<6} {:<18} {:<5} {:>9} {:>12} {:>12} {:>9} {:>8}",
         "impl", "layer", "reply", "size", "rtt_med_us", "bw_MB_s", "rtt/mpi", "bw/mpi"
     );
     let ratio = |x: Option<f64>| x.map(|v| format!("{v:.2}")).unwrap_or_default();
     for r in &res.pingpong {
         println!(
-            "{:<6} {:<13} {:<5} {:>9} {:>12.1} {:>12.1} {:>9} {:>8}",
+            "{:<6} {:<18} {:<5} {:>9} {:>12.1} {:>12.1} {:>9} {:>8}",
             r.implementation,
             r.layer,
             r.reply,

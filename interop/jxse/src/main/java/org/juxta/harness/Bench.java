@@ -42,6 +42,9 @@ import net.jxta.pipe.PipeMsgEvent;
 import net.jxta.pipe.PipeService;
 import net.jxta.socket.JxtaServerSocket;
 import net.jxta.socket.JxtaSocket;
+import net.jxta.util.JxtaBiDiPipe;
+import net.jxta.util.JxtaServerPipe;
+import net.jxta.util.ServerPipeAcceptListener;
 
 /**
  * Benchmark commands (see README.md, "Benchmark commands"): JXSE 2.7 measured with the
@@ -65,6 +68,15 @@ import net.jxta.socket.JxtaSocket;
  * - JxtaSocket: frames of 1 type byte ('P' ping, 'T' one-way, 'E' end), a 4-byte big-endian
  *   length and the payload. 'P' is answered with 1 byte, 'E' with the 8-byte count of 'T'
  *   frames since the previous 'E'.
+ * - socket-unreliable (a JxtaSocket with stream=false: each write is one JXTASOC:data message,
+ *   no jxtarel, so a message can be lost or overtaken): one connection per payload size. It
+ *   opens with the frame 'S', length 4, the size (answered with 1 byte); from then on every
+ *   ping is exactly `size` bytes, answered with 1 byte once that many bytes arrived (the order
+ *   of the messages within a ping does not matter). A lost message leaves the ping without its
+ *   ack: the client's read times out after REPLY_TIMEOUT_MS and the command fails (the
+ *   connection is dropped, the next command opens a new one).
+ * - bidi-pipe-reliable (a JxtaBiDiPipe connected with reliability on, jxtarel under it): the
+ *   ping message on the pipe, the bench:ack message back on the same pipe.
  */
 final class Bench {
 
@@ -106,6 +118,10 @@ final class Bench {
     private volatile PipeID pingPipe;
     private volatile PipeID tputPipe;
     private volatile PipeID sockPipe;
+    private volatile PipeID bidiPipe;
+    private volatile JxtaSocket uSocket;
+    private volatile int uSocketSize = -1;
+    private volatile JxtaBiDiPipe bidi;
     private final BlockingQueue<Long> acks = new LinkedBlockingQueue<>();
     /** End-of-run answers: {run, count}. */
     private final BlockingQueue<long[]> dones = new LinkedBlockingQueue<>();
@@ -170,6 +186,7 @@ final class Bench {
         PipeID tput = IDFactory.newPipeID(group.getPeerGroupID());
         PipeID ack = IDFactory.newPipeID(group.getPeerGroupID());
         PipeID sock = IDFactory.newPipeID(group.getPeerGroupID());
+        PipeID bidiId = IDFactory.newPipeID(group.getPeerGroupID());
         ackPipeUrn = ack.toString();
 
         endpoint.addIncomingMessageListener((m, s, d) -> onPing(m, false), SERVICE, "ping");
@@ -190,7 +207,24 @@ final class Bench {
         Thread acceptor = new Thread(() -> acceptLoop(server), "juxta-bench-accept");
         acceptor.setDaemon(true);
         acceptor.start();
-        return "BENCH_SERVING " + ping + " " + tput + " " + ack + " " + sock;
+
+        JxtaServerPipe bidiServer = new JxtaServerPipe(group, Pipes.pipeAdv(bidiId, PipeService.UnicastType),
+                new ServerPipeAcceptListener() {
+                    public void pipeAccepted(JxtaBiDiPipe pipe) {
+                        closeables.add(pipe::close);
+                        pipe.setMessageListener((PipeMsgEvent ev) -> {
+                            if (ev.getMessage() != null) {
+                                replies.execute(() -> bidiAck(pipe));
+                            }
+                        });
+                    }
+
+                    public void serverPipeClosed() {
+                        // nothing to do
+                    }
+                });
+        closeables.add(bidiServer::close);
+        return "BENCH_SERVING " + ping + " " + tput + " " + ack + " " + sock + " " + bidiId;
     }
 
     private void onPing(Message m, boolean pipe) {
@@ -300,6 +334,28 @@ final class Bench {
         }
     }
 
+    /** The responder's ack of a bidi pipe ping: bench:ack on the same pipe. */
+    private static void bidiAck(JxtaBiDiPipe pipe) {
+        Message r = new Message();
+        r.addMessageElement(NS, new ByteArrayMessageElement("ack", null, new byte[] {1}, null));
+        try {
+            sendBidi(pipe, r);
+        } catch (Exception e) {
+            Main.out("ERROR BENCH reply bidi: " + Main.oneLine(e));
+        }
+    }
+
+    /** JxtaBiDiPipe.sendMessage returns false while its queue is full: retry until REPLY_TIMEOUT_MS. */
+    private static void sendBidi(JxtaBiDiPipe pipe, Message msg) throws IOException, InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(REPLY_TIMEOUT_MS);
+        while (!pipe.sendMessage(msg)) {
+            if (System.nanoTime() > deadline) {
+                throw new IOException("bidi pipe refused the message for " + REPLY_TIMEOUT_MS + " ms");
+            }
+            Thread.sleep(1);
+        }
+    }
+
     private void acceptLoop(JxtaServerSocket server) {
         while (!server.isClosed()) {
             Socket s;
@@ -352,6 +408,20 @@ final class Bench {
                         out.flush();
                         count = 0;
                         break;
+                    case 'S':
+                        // socket-unreliable: fixed-size pings from now on (see the class comment).
+                        if (len != 4) {
+                            throw new IOException("bad size frame length " + len);
+                        }
+                        int size = ((buf[0] & 0xff) << 24) | ((buf[1] & 0xff) << 16) | ((buf[2] & 0xff) << 8)
+                                | (buf[3] & 0xff);
+                        if (size < 0 || size > MAX_SIZE) {
+                            throw new IOException("bad ping size " + size);
+                        }
+                        out.write(1);
+                        out.flush();
+                        serveFixedPings(in, out, size);
+                        return;
                     default:
                         throw new IOException("bad frame type " + type);
                 }
@@ -367,13 +437,36 @@ final class Bench {
         }
     }
 
+    /** socket-unreliable: every `size` bytes read (in whatever order they came) get a 1-byte ack. */
+    private static void serveFixedPings(DataInputStream in, DataOutputStream out, int size) throws IOException {
+        byte[] buf = new byte[Math.max(1, Math.min(size, 1 << 20))];
+        while (true) {
+            int left = size;
+            while (left > 0) {
+                int n = in.read(buf, 0, Math.min(left, buf.length));
+                if (n < 0) {
+                    if (left == size) {
+                        return;   // the client closed between pings
+                    }
+                    throw new EOFException("socket ended inside a ping");
+                }
+                left -= n;
+            }
+            out.write(1);
+            out.flush();
+        }
+    }
+
     // ================================================================ client
 
-    /** BENCH_CLIENT <responder peer> <responder tcp address> <ping pipe> <tput pipe> <ack pipe> <socket pipe>. */
+    /**
+     * BENCH_CLIENT <responder peer> <responder tcp address> <ping pipe> <tput pipe> <ack pipe> <socket pipe>
+     * <bidi pipe>.
+     */
     private String client(String[] p) throws Exception {
-        if (p.length != 7) {
+        if (p.length != 8) {
             throw new Usage("BENCH_CLIENT <responder peer> <responder tcp://host:port> <ping pipe> <tput pipe>"
-                    + " <ack pipe> <socket pipe>");
+                    + " <ack pipe> <socket pipe> <bidi pipe>");
         }
         respPeer = peer(p[1]);
         respAddr = new EndpointAddress(new EndpointAddress(p[2]), null, null);
@@ -381,6 +474,7 @@ final class Bench {
         tputPipe = pipe(p[4]);
         PipeID ack = pipe(p[5]);
         sockPipe = pipe(p[6]);
+        bidiPipe = pipe(p[7]);
         endpoint.addIncomingMessageListener((m, s, d) -> onReply(m), SERVICE, "pong");
         closeables.add(() -> endpoint.removeIncomingMessageListener(SERVICE, "pong"));
         InputPipe in = pipeService.createInputPipe(Pipes.pipeAdv(ack, PipeService.UnicastType),
@@ -424,13 +518,127 @@ final class Bench {
         long[] end(long sent) throws Exception;
     }
 
-    private Sender sender(String layer) throws Exception {
+    /** The sender of `layer`; `size` is the payload size of the pings to come. */
+    private Sender sender(String layer, int size) throws Exception {
         switch (layer) {
             case "endpoint": return endpointSender();
             case "unicast-pipe": return pipeSender();
             case "socket": return socketSender();
-            default: throw new Usage("layer must be endpoint, unicast-pipe or socket, not " + layer);
+            case "socket-unreliable": return unreliableSocketSender(size);
+            case "bidi-pipe-reliable": return reliableBidiSender();
+            default: throw new Usage("layer must be endpoint, unicast-pipe, socket, socket-unreliable or"
+                    + " bidi-pipe-reliable, not " + layer);
         }
+    }
+
+    /** Layers measured by the ping-pong only (BENCH_THROUGHPUT refuses them). */
+    private static boolean pingOnly(String layer) {
+        return layer.equals("socket-unreliable") || layer.equals("bidi-pipe-reliable");
+    }
+
+    /**
+     * socket-unreliable: a JxtaSocket with stream=false, one per ping size (see the class
+     * comment). A ping without its ack within REPLY_TIMEOUT_MS (a lost message) fails the
+     * command and drops the connection.
+     */
+    private Sender unreliableSocketSender(int size) throws Exception {
+        needClient();
+        if (uSocket == null || uSocket.isClosed() || uSocketSize != size) {
+            dropUnreliableSocket();
+            JxtaSocket s = new JxtaSocket(group, respPeer, Pipes.pipeAdv(sockPipe, PipeService.UnicastType),
+                    (int) REPLY_TIMEOUT_MS, false);
+            s.setSoTimeout((int) REPLY_TIMEOUT_MS);
+            closeables.add(s::close);
+            OutputStream o = s.getOutputStream();
+            o.write(new byte[] {'S', 0, 0, 0, 4, (byte) (size >>> 24), (byte) (size >>> 16), (byte) (size >>> 8),
+                    (byte) size});
+            o.flush();
+            try {
+                if (s.getInputStream().read() < 0) {
+                    throw new EOFException("unreliable socket closed by the responder");
+                }
+            } catch (IOException e) {
+                closeQuietly(s);
+                throw new IOException("unreliable socket: no answer to the size frame: " + Main.oneLine(e), e);
+            }
+            uSocket = s;
+            uSocketSize = size;
+        }
+        JxtaSocket s = uSocket;
+        java.io.InputStream in = s.getInputStream();
+        OutputStream out = s.getOutputStream();
+        return new Sender() {
+            public void pair(byte[] payload) throws Exception {
+                try {
+                    out.write(payload);
+                    out.flush();
+                    if (in.read() < 0) {
+                        throw new EOFException("unreliable socket closed by the responder");
+                    }
+                } catch (SocketTimeoutException lost) {
+                    dropUnreliableSocket();
+                    throw new IOException("unreliable socket: no ack within " + REPLY_TIMEOUT_MS
+                            + " ms (a message of the ping or its ack was lost)", lost);
+                } catch (IOException e) {
+                    dropUnreliableSocket();
+                    throw e;
+                }
+            }
+
+            public void oneWay(byte[] payload) throws Exception {
+                throw new Usage("socket-unreliable is measured by the ping-pong only");
+            }
+
+            public long[] end(long sent) throws Exception {
+                throw new Usage("socket-unreliable is measured by the ping-pong only");
+            }
+        };
+    }
+
+    private void dropUnreliableSocket() {
+        JxtaSocket s = uSocket;
+        uSocket = null;
+        uSocketSize = -1;
+        if (s != null) {
+            // A close may wait for the other side: off the command's thread.
+            workers.execute(() -> closeQuietly(s));
+        }
+    }
+
+    private static void closeQuietly(Socket s) {
+        try {
+            s.close();
+        } catch (Exception ignored) {
+            // best effort
+        }
+    }
+
+    /** bidi-pipe-reliable: a JxtaBiDiPipe with reliability on; acks come back on it. */
+    private Sender reliableBidiSender() throws Exception {
+        needClient();
+        JxtaBiDiPipe b = bidi;
+        if (b == null || !b.isBound()) {
+            b = new JxtaBiDiPipe();
+            b.connect(group, respPeer, Pipes.pipeAdv(bidiPipe, PipeService.UnicastType), (int) REPLY_TIMEOUT_MS,
+                    (PipeMsgEvent ev) -> onReply(ev.getMessage()), true);
+            closeables.add(b::close);
+            bidi = b;
+        }
+        JxtaBiDiPipe pipe = b;
+        return new Sender() {
+            public void pair(byte[] payload) throws Exception {
+                sendBidi(pipe, Pipes.payloadMessage(payload));
+                awaitAck();
+            }
+
+            public void oneWay(byte[] payload) throws Exception {
+                throw new Usage("bidi-pipe-reliable is measured by the ping-pong only");
+            }
+
+            public long[] end(long sent) throws Exception {
+                throw new Usage("bidi-pipe-reliable is measured by the ping-pong only");
+            }
+        };
     }
 
     private void needClient() throws Usage {
@@ -616,7 +824,7 @@ final class Bench {
         long budgetMs = intArg(p[6], Integer.MAX_VALUE);
         boolean bounded = budgetMs > 0;
         long budget = TimeUnit.MILLISECONDS.toNanos(Math.max(1, budgetMs));
-        Sender s = sender(layer);
+        Sender s = sender(layer, size);
         acks.clear();
         byte[] payload = Main.pattern(size);
         long warmEnd = System.nanoTime() + budget / 4;
@@ -660,8 +868,8 @@ final class Bench {
         if (p.length != 4) {
             throw new Usage("BENCH_PAIRS <layer> <size> <count>");
         }
-        Sender s = sender(p[1]);
         int size = intArg(p[2], MAX_SIZE);
+        Sender s = sender(p[1], size);
         int count = intArg(p[3], Integer.MAX_VALUE);
         acks.clear();
         byte[] payload = Main.pattern(size);
@@ -685,7 +893,10 @@ final class Bench {
         int size = intArg(p[2], MAX_SIZE);
         long duration = TimeUnit.MILLISECONDS.toNanos(intArg(p[3], Integer.MAX_VALUE));
         long max = Math.max(1, Long.parseLong(p[4]));
-        Sender s = sender(layer);
+        if (pingOnly(layer)) {
+            throw new Usage(layer + " is measured by the ping-pong only");
+        }
+        Sender s = sender(layer, size);
         dones.clear();
         byte[] payload = Main.pattern(size);
         long t0 = System.nanoTime();
