@@ -191,6 +191,60 @@ async fn missing_java_is_a_typed_error() {
     );
 }
 
+/// de Souza's other two JXTA routines on JXSE: the unreliable socket
+/// (stream = false) and the reliable bidi pipe, each a lane of the common
+/// harness with rows at every size (one of them above JXSE's message
+/// chunking) and positive round trips; the throughput refuses them with a
+/// typed error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jxse_unreliable_socket_and_reliable_bidi_pipe() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
+    prereq::built_jxse_harness();
+    let sizes = vec![2, 20_000, 200_000];
+    let opts = JxseOptions {
+        layers: Layer::JXSE_ONLY.to_vec(),
+        sizes: sizes.clone(),
+        ..small()
+    };
+    let run = jxse::run_pingpong(&Host::Thread, &opts, &mut |_: &str| {}).await;
+    assert!(run.error.is_none(), "pingpong failed: {:?}", run.error);
+    assert!(
+        gone(&run.jvm_pids),
+        "JVMs still running: {:?}",
+        run.jvm_pids
+    );
+    for (layer, reliable) in [
+        (Layer::SocketUnreliable, false),
+        (Layer::BidiPipeReliable, true),
+    ] {
+        assert_eq!(jxse::reliable(layer), Some(reliable));
+        let got: Vec<usize> = run
+            .rows
+            .iter()
+            .filter(|r| r.implementation == "jxse" && r.layer == layer.name())
+            .map(|r| {
+                assert_eq!(r.samples, 2 * 3, "{r:?}");
+                assert!(
+                    r.rtt_us_median.is_finite() && r.rtt_us_median > 0.0,
+                    "{r:?}"
+                );
+                assert!(r.wire_bytes >= r.size as u64, "{r:?}");
+                r.size
+            })
+            .collect();
+        assert_eq!(got, sizes, "{}", layer.name());
+    }
+    let run = jxse::run_throughput(&opts, &mut |_: &str| {}).await;
+    assert!(
+        matches!(run.error, Some(JxseError::UnsupportedLayer(_))),
+        "{:?}",
+        run.error
+    );
+    assert!(gone(&run.jvm_pids));
+}
+
 #[tokio::test]
 async fn unsupported_layer_and_dying_jvm() {
     let opts = JxseOptions {
