@@ -4,6 +4,10 @@
 
 use std::process::{Command, Output, Stdio};
 
+#[path = "../../juxta/tests/prereq/mod.rs"]
+#[allow(dead_code)]
+mod prereq;
+
 fn juxta(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_juxta"))
         .args(args)
@@ -241,6 +245,75 @@ fn bench_mp_writes_every_routine_s_rows() {
     assert!(rows
         .iter()
         .any(|r| r["scenario"] == "mp-allreduce" && r["impl"] == "juxta"));
+}
+
+/// `juxta bench mp --impl jxse` end to end: JXSE 2.7's pipes and
+/// sockets, reliable and unreliable, each with a row per size, a positive
+/// RTT and `reliable` saying which is which (needs Java and the harness).
+#[test]
+fn bench_mp_with_jxse_reports_reliable_and_unreliable_routines() {
+    if !prereq::require_ok(prereq::jxse()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("mp.json");
+    let o = juxta(&[
+        "bench",
+        "mp",
+        "--impl",
+        "jxse",
+        "--layers",
+        "",
+        "--sizes",
+        "2,20000",
+        "--warmup",
+        "3",
+        "--runs",
+        "1",
+        "--pairs",
+        "3",
+        "--matmul-n",
+        "0",
+        "--allreduce-doubles",
+        "0",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    assert!(
+        !text(&o.stdout).contains("stopped early"),
+        "{}",
+        text(&o.stdout)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("the json file")).unwrap();
+    let rows = doc["results"].as_array().expect("results");
+    for (layer, reliable) in [
+        ("unicast-pipe", false),
+        ("bidi-pipe-reliable", true),
+        ("socket", true),
+        ("socket-unreliable", false),
+    ] {
+        let sizes: Vec<u64> = rows
+            .iter()
+            .filter(|r| {
+                r["scenario"] == "mp-pingpong" && r["impl"] == "jxse" && r["layer"] == layer
+            })
+            .map(|r| {
+                let rtt = r["rtt_us_median"].as_f64().unwrap();
+                assert!(rtt > 0.0 && rtt.is_finite(), "{r}");
+                assert_eq!(r["reply"], "ack", "{r}");
+                assert_eq!(r["reliable"], reliable, "{r}");
+                r["size"].as_u64().unwrap()
+            })
+            .collect();
+        assert_eq!(sizes, [2, 20_000], "{layer}");
+    }
 }
 
 fn which(p: &str) -> bool {
