@@ -5,7 +5,6 @@
 use std::process::{Command, Output, Stdio};
 
 #[path = "../../juxta/tests/prereq/mod.rs"]
-#[allow(dead_code)]
 mod prereq;
 
 fn juxta(args: &[&str]) -> Output {
