@@ -1129,5 +1129,25 @@ mod tests {
         };
         assert!(matches!(o.check(), Err(JxseError::BadOption(_))));
         assert!(JxseOptions::default().check().is_ok());
+        // The JXSE-only layers parse by name and the ping-pong takes them.
+        for l in Layer::JXSE_ONLY {
+            assert_eq!(Layer::parse(l.name()).unwrap(), l);
+            assert!(!Layer::ALL.contains(&l));
+        }
+        let o = JxseOptions {
+            layers: JXSE_PINGPONG_LAYERS.to_vec(),
+            ..JxseOptions::default()
+        };
+        assert!(o.check().is_ok());
+    }
+
+    #[test]
+    fn reliability_of_each_layer() {
+        assert_eq!(reliable(Layer::Socket), Some(true));
+        assert_eq!(reliable(Layer::BidiPipeReliable), Some(true));
+        assert_eq!(reliable(Layer::UnicastPipe), Some(false));
+        assert_eq!(reliable(Layer::SocketUnreliable), Some(false));
+        assert_eq!(reliable(Layer::Endpoint), Some(false));
+        assert_eq!(reliable(Layer::Propagate), None);
     }
 }
