@@ -1,7 +1,8 @@
 //! The JXSE side by side with tiny budgets: two real JXSE 2.7 peers (the
 //! interop/jxse harness, built by scripts/test.sh or on demand here) run
 //! the ping-pong and throughput on the endpoint, unicast pipe and socket
-//! layers. Checks rows, figures and that the JVMs are gone afterwards (no
+//! layers, and the ping-pong on the unreliable socket and reliable bidi
+//! pipe. Checks rows, figures and that the JVMs are gone afterwards (no
 //! timing thresholds), and that bad set-ups give typed errors quickly.
 
 use std::time::Duration;
