@@ -166,9 +166,18 @@ pub async fn start_served(opts: ServeOptions) -> Result<Served, BenchError> {
         total_burst: (rate / 10).max(1),
         ..AdmissionConfig::default()
     };
+    // Every edge of a bench run connects from one address (this host, or
+    // the client namespace under --net), where the thesis' edges were
+    // separate machines: the per-address limits (a defence against one
+    // host taking every slot, 32 connections and 8 pending by default)
+    // would refuse the 33rd edge and delay re-leases after a kill, so the
+    // bench's rendezvous allows as many per address as it has clients.
+    let per_addr = opts.max_clients.clamp(1, 65_536);
     let cfg = PeerConfig::new(&opts.home)
         .listen(opts.listen)
-        .key_bits(opts.key_bits);
+        .key_bits(opts.key_bits)
+        .max_connections_per_addr(per_addr)
+        .max_pending_per_addr(per_addr);
     // The central server is this rendezvous itself (no peer view yet).
     let mut probe = cfg.clone();
     probe.listen = None;

@@ -274,3 +274,31 @@ fn recovery_kills_down_to_one_rendezvous_and_reports_every_kill() {
         assert_eq!(s["unleased_at_end"], 0, "{s}");
     }
 }
+
+/// More edges than a peer's default per-address limit (32 connections,
+/// 8 pending): every bench edge connects from one address (this host, or
+/// the client namespace under --net), so the bench's rendezvous processes
+/// allow as many per address as they have clients. Before, the 33rd edge
+/// was refused and `juxta bench --full --net wan`'s recovery step (64
+/// edges) failed with "an edge got no lease".
+#[test]
+fn recovery_with_more_edges_than_the_per_address_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("rec.json");
+    let o = juxta(&[
+        "bench",
+        "recovery",
+        "--edges",
+        "40",
+        "--repeats",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = results(&json);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0].get("error").is_none(), "{rows:?}");
+    assert_eq!(rows[0]["edges"], 40, "{rows:?}");
+    assert!(rows[0]["recovery_ms"].as_f64().unwrap() > 0.0, "{rows:?}");
+}
