@@ -327,7 +327,8 @@ fn through_one_relay() {
     eprintln!("relay counters: {counters:?}");
     assert!(!a_direct, "A had no direct connection to B");
     assert_eq!(b_got, PIPE_MESSAGES);
-    assert_eq!(counters.clients, 2);
+    // Both edges leased (not the leases still held: see new_user_scenario).
+    assert_eq!(counters.server.leases_granted, 2, "{counters:?}");
     assert!(
         (counters.server.forwarded + counters.server.passed) as usize > PIPE_MESSAGES,
         "the relay forwarded the traffic: {counters:?}"
@@ -584,7 +585,10 @@ fn new_user_scenario() {
     assert!(!a_direct, "A had no direct connection to B");
     assert_eq!(got_len, NU_SOCKET_BYTES);
     assert_eq!(got_hash, sent_hash, "SHA-256 of the 100 MB stream");
-    assert_eq!(counters.clients, 2);
+    // Both edges leased R. (Not `clients`, the leases held now: an edge
+    // that has finished may have ended its lease before R counts; seen in
+    // a CI loop under load, 1 client left of 2 granted.)
+    assert_eq!(counters.server.leases_granted, 2, "{counters:?}");
     assert!(
         (counters.server.forwarded + counters.server.passed) as usize > NU_MESSAGES,
         "the relay carried the traffic: {counters:?}"
