@@ -69,6 +69,12 @@ impl State {
     fn len(&self) -> usize {
         self.items.len() + self.early.len()
     }
+
+    /// Queues a checked message, counting its bytes.
+    fn push(&mut self, e: Envelope) {
+        self.bytes += e.data.len();
+        self.items.push_back(e);
+    }
 }
 
 impl Inbox {
@@ -150,11 +156,9 @@ impl Inbox {
             return None;
         };
         if let Some(e) = self.check(m, item) {
-            st.bytes += e.data.len();
-            st.items.push_back(e);
+            st.push(e);
             drop(st);
-            self.arrivals.fetch_add(1, Ordering::Release);
-            self.arrived.notify_waiters();
+            self.announce();
         }
         None
     }
@@ -170,14 +174,12 @@ impl Inbox {
         let early = std::mem::take(&mut st.early);
         for item in early {
             if let Some(e) = self.check(&m, item) {
-                st.bytes += e.data.len();
-                st.items.push_back(e);
+                st.push(e);
             }
         }
         st.members = Some(m);
         drop(st);
-        self.arrivals.fetch_add(1, Ordering::Release);
-        self.arrived.notify_waiters();
+        self.announce();
         self.space.notify_waiters();
     }
 
@@ -189,12 +191,17 @@ impl Inbox {
         {
             return false;
         }
-        st.bytes += e.data.len();
-        st.items.push_back(e);
+        st.push(e);
         drop(st);
+        self.announce();
+        true
+    }
+
+    /// Tells a receiver (busy-polling the counter or parked) that
+    /// something was queued.
+    fn announce(&self) {
         self.arrivals.fetch_add(1, Ordering::Release);
         self.arrived.notify_waiters();
-        true
     }
 
     /// Takes item `i` out of the queue (the lock held), waking a reader
