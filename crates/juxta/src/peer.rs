@@ -295,6 +295,13 @@ pub(crate) struct Inner {
     pub(crate) addr_limits: Arc<crate::transport::limits::AddrLimits>,
     connections: RwLock<HashMap<PeerId, Arc<Connection>>>,
     by_addr: RwLock<HashMap<SocketAddr, PeerId>>,
+    /// Dials in progress, one gate per address: a second dial to an
+    /// address waits for the first and reuses its connection instead of
+    /// opening a duplicate (services that start together, e.g. the
+    /// rendezvous and relay clients, dial the same seed at once). An entry
+    /// lives only while someone dials or waits, so the map is bounded by
+    /// the callers.
+    dialing: std::sync::Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<()>>>>,
     listeners: RwLock<HashMap<ServiceAddress, mpsc::Sender<Delivery>>>,
     /// Communicators' receive queues: their messages go from the
     /// connection's reader straight in (see `crate::mp::Inbox`).
@@ -837,7 +844,15 @@ impl Peer {
         // 2. Leases: the relay's first (its task stopped so that it does
         // not lease again), then the rendezvous'.
         if let Some(t) = &self.relay_task {
+            // An abort takes effect only when the task next waits, and the
+            // lease task can run several steps (a reconnect, a new lease)
+            // without waiting when events are ready: it is told to stop,
+            // and the release below waits until it has.
+            self.inner.router.stop_client();
             t.abort();
+            while !t.is_finished() && tokio::time::Instant::now() < links_deadline {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
         }
         report.relay_released = crate::relay::release_lease(&self.inner);
         if let Some(h) = self
@@ -1141,6 +1156,7 @@ impl Peer {
             next_conn_id: AtomicU64::new(1),
             connections: RwLock::new(HashMap::new()),
             by_addr: RwLock::new(HashMap::new()),
+            dialing: std::sync::Mutex::new(HashMap::new()),
             listeners: RwLock::new(HashMap::new()),
             mp_inboxes: RwLock::new(Vec::new()),
             pipes: crate::pipe::registry::PipeRegistry::new(),
@@ -1396,6 +1412,52 @@ pub(crate) async fn connect_to_peer(
     if inner.tasks.is_stopped() {
         return Err(PeerError::Closed);
     }
+    let gate = DialGate::enter(inner, addr);
+    let _one_at_a_time = gate.gate.lock().await;
+    dial(inner, addr, expected).await
+}
+
+/// A place in the queue of dials to one address (see `Inner::dialing`);
+/// dropping it (the dial done, or its caller gone) removes the address'
+/// entry when nobody else holds one.
+struct DialGate<'a> {
+    inner: &'a Inner,
+    addr: SocketAddr,
+    gate: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl<'a> DialGate<'a> {
+    fn enter(inner: &'a Inner, addr: SocketAddr) -> Self {
+        let gate = inner
+            .dialing
+            .lock()
+            .expect("dialing lock")
+            .entry(addr)
+            .or_default()
+            .clone();
+        DialGate { inner, addr, gate }
+    }
+}
+
+impl Drop for DialGate<'_> {
+    fn drop(&mut self) {
+        let mut d = self.inner.dialing.lock().expect("dialing lock");
+        // Clones are made under this lock only: two strong references (the
+        // map's and ours) mean nobody else is dialing or waiting.
+        if Arc::strong_count(&self.gate) == 2 {
+            d.remove(&self.addr);
+        }
+    }
+}
+
+/// [`connect_to_peer`]'s dial, run with the address' gate held: reuses a
+/// live connection to `addr` if one is known (the gate's previous holder
+/// may have just made it).
+async fn dial(
+    inner: &Arc<Inner>,
+    addr: SocketAddr,
+    expected: Option<PeerId>,
+) -> Result<Messenger, PeerError> {
     let known = inner
         .by_addr
         .read()

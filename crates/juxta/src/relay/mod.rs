@@ -40,7 +40,7 @@ pub(crate) mod route;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -346,6 +346,9 @@ pub(crate) struct Router {
     /// Responses for the edge's lease task.
     client_tx: Option<mpsc::Sender<(PeerId, RelayResponse)>>,
     client_rx: Mutex<Option<mpsc::Receiver<(PeerId, RelayResponse)>>>,
+    /// Set when the peer closes: the lease task ends at its next step and
+    /// sends nothing more (see `Router::stop_client`).
+    client_stopped: AtomicBool,
     /// Signed routes of other peers (edges leased here, destinations of
     /// routes learned from signed answers), handed on with route answers.
     /// At most [`route::MAX_PROOFS`].
@@ -387,10 +390,21 @@ impl Router {
             leased: watch::channel(None).0,
             client_tx,
             client_rx: Mutex::new(client_rx),
+            client_stopped: AtomicBool::new(false),
             proofs: Mutex::new(HashMap::new()),
             own_signed: Mutex::new(None),
             denied: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Tells the edge's lease task to end before its next step (a closing
+    /// peer gives its lease back and must not take a new one).
+    pub(crate) fn stop_client(&self) {
+        self.client_stopped.store(true, Ordering::Release);
+    }
+
+    fn client_stopped(&self) -> bool {
+        self.client_stopped.load(Ordering::Acquire)
     }
 
     /// Milliseconds since the router started (its clock).
@@ -803,6 +817,9 @@ async fn client_task(
             },
         };
         let Some(inner) = weak.upgrade() else { return };
+        if inner.router.client_stopped() {
+            return;
+        }
         let now = inner.router.now_ms();
         if let (true, Some((from, RelayResponse::Refused(Refusal::NotRelay)))) = (auto, &event) {
             if !not_relays.contains(from) {
@@ -827,6 +844,9 @@ async fn client_task(
             }
         };
         while let Some(action) = (!actions.is_empty()).then(|| actions.remove(0)) {
+            if inner.router.client_stopped() {
+                return;
+            }
             match action {
                 ClientAction::Connect { seed } => {
                     let addr = seeds[seed];
