@@ -608,6 +608,27 @@ async fn ops_firewalled_and_http_rendezvous_configs() {
     }
 }
 
+/// `ops` ad hoc with the `--full` preset's 100 repetitions: on loopback
+/// they ask the far peer more resolver queries than its default per-peer
+/// budget allows (200/s, bursts of 100), and a dropped query made an
+/// operation fail with "nothing found" (the `--full` run failed so). The
+/// bench's peers raise that budget; every operation is measured 100 times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ops_ad_hoc_with_the_full_presets_repetitions() {
+    use juxta_bench::ops::{self, OpsOptions};
+    let opts = OpsOptions {
+        runs: 100,
+        configs: vec!["ad-hoc".into()],
+        ..OpsOptions::default()
+    };
+    let report = ops::run_report(&opts, quiet).await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    for op in ["remote-peers", "remote-pipe", "open-output-pipe"] {
+        let row = report.rows.iter().find(|r| r.operation == op);
+        assert_eq!(row.map(|r| r.runs), Some(100), "{op}: {:?}", report.rows);
+    }
+}
+
 /// The `rendezvous` configuration of the operations table: two edges of a
 /// rendezvous, discovery and pipe binding through it. Every operation is
 /// accounted for once (a row, or a failure saying why); the discovery
