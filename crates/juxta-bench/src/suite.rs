@@ -39,7 +39,7 @@ use crate::layers::{Host, Layer};
 use crate::net::{Net, Profile, Topology};
 use crate::ops::{self, OpsOptions};
 use crate::pingpong::{self, PingPongOptions, PingPongRow};
-use crate::recovery::{self, RecoveryOptions};
+use crate::recovery::{self, RecoveryOptions, SuccessiveOptions};
 use crate::relay::{self, CurveOptions, OverloadOptions, RelayOptions};
 use crate::rendezvous::{self, RendezvousOptions};
 use crate::senders::{self, Mode as SendMode, SendersOptions};
@@ -221,6 +221,9 @@ pub enum Step {
     Rendezvous(RendezvousOptions),
     /// Rendezvous failure recovery.
     Recovery(RecoveryOptions),
+    /// Recovery as the thesis ran it: successive kills down to one
+    /// rendezvous (`--full`, loopback only: every peer is a process).
+    RecoverySuccessive(SuccessiveOptions),
     /// Relay paths and the relay overload.
     Relay(RelayOptions),
     /// Message passing (ranks, matmul, allreduce).
@@ -242,7 +245,7 @@ impl Step {
             Step::Buffers(_) => Scenario::Buffers,
             Step::Ops(_) => Scenario::Ops,
             Step::Rendezvous(_) => Scenario::Rendezvous,
-            Step::Recovery(_) => Scenario::Recovery,
+            Step::Recovery(_) | Step::RecoverySuccessive(_) => Scenario::Recovery,
             Step::Relay(_) => Scenario::Relay,
             Step::Mp(_) => Scenario::Mp,
             Step::JxsePingpong(_) => Scenario::Pingpong,
@@ -275,6 +278,13 @@ impl Step {
                 o.rates
             ),
             Step::Recovery(o) => format!("{} edges, {} kills", o.edges, o.repeats),
+            Step::RecoverySuccessive(o) => format!(
+                "as the thesis: {} rendezvous killed down to one every {} s, {} edges, {}",
+                o.rendezvous,
+                o.kill_every.as_secs_f64(),
+                o.edges,
+                o.topology.name()
+            ),
             Step::Relay(o) => format!(
                 "{} x {} x sizes {:?}, overload {} s",
                 o.paths
@@ -679,12 +689,29 @@ pub fn plan(opts: &SuiteOptions) -> Vec<Step> {
                     ..crate::mp::MpOptions::default()
                 }
             })),
-            Scenario::Recovery => steps.push(Step::Recovery(RecoveryOptions {
-                edges: if opts.full { 64 } else { 16 },
-                repeats: if opts.full { 10 } else { 3 },
-                key_bits: opts.key_bits,
-                ..RecoveryOptions::default()
-            })),
+            Scenario::Recovery => {
+                steps.push(Step::Recovery(RecoveryOptions {
+                    edges: if opts.full { 64 } else { 16 },
+                    repeats: if opts.full { 10 } else { 3 },
+                    key_bits: opts.key_bits,
+                    ..RecoveryOptions::default()
+                }));
+                // The thesis' procedure (16 edges, 4 rendezvous, one killed
+                // per interval down to one, both seeding topologies), with
+                // 10 s intervals where the thesis waited 10 minutes. Its
+                // edges are processes of their own, which the network
+                // profiles do not place: loopback runs only (the report
+                // says how to run it otherwise).
+                if opts.full && opts.net == Profile::Loopback {
+                    for topology in [recovery::Topology::Ring, recovery::Topology::Star] {
+                        steps.push(Step::RecoverySuccessive(SuccessiveOptions {
+                            topology,
+                            key_bits: opts.key_bits,
+                            ..SuccessiveOptions::default()
+                        }));
+                    }
+                }
+            }
             Scenario::Senders => {
                 let mut layers = layers;
                 if opts.full && opts.layers.is_none() {
@@ -776,7 +803,11 @@ fn shrink_for_link(step: &mut Step, profile: Profile) {
         }
         // Mp and JXSE run on loopback whatever the profile (their peers
         // are processes of their own).
-        Step::Recovery(_) | Step::Mp(_) | Step::JxsePingpong(_) | Step::JxseThroughput(_) => {}
+        Step::Recovery(_)
+        | Step::RecoverySuccessive(_)
+        | Step::Mp(_)
+        | Step::JxsePingpong(_)
+        | Step::JxseThroughput(_) => {}
     }
 }
 
@@ -1173,6 +1204,15 @@ async fn run_step(
             g.rows
                 .extend(to_values(&recovery::run(&o, &mut detail).await?));
         }
+        Step::RecoverySuccessive(o) => {
+            let o = SuccessiveOptions {
+                exe: exe_of(host, &o.exe),
+                ..o.clone()
+            };
+            o.validate()?;
+            g.rows
+                .extend(recovery::run_successive(&o, &mut detail).await?.rows());
+        }
         Step::Relay(o) => {
             let o = RelayOptions {
                 exe: exe_of(host, &o.exe),
@@ -1447,8 +1487,30 @@ mod tests {
         assert!(steps.iter().any(|s| matches!(s,
             Step::Senders(x) if x.modes.contains(&SendMode::Oneway)
                 && x.layers == vec![Layer::Socket])));
+        // Recovery as the thesis ran it, both topologies, on loopback;
+        // a profile run leaves it out (its edges are processes of their own).
+        let thesis = |steps: &[Step]| {
+            steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::RecoverySuccessive(r) => Some((r.topology, r.rendezvous, r.edges)),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            thesis(&steps),
+            vec![
+                (recovery::Topology::Ring, 4, 16),
+                (recovery::Topology::Star, 4, 16)
+            ]
+        );
+        let mut wan = o.clone();
+        wan.net = Profile::Wan;
+        assert!(thesis(&plan(&wan)).is_empty());
         // The default run has none of it.
         let quick = plan(&SuiteOptions::quick("x".into()));
+        assert!(thesis(&quick).is_empty());
         assert!(quick.iter().all(|s| !matches!(s,
             Step::Throughput(t) if t.patterns.contains(&Pattern::Paced))));
         assert!(quick.iter().all(|s| !matches!(s,

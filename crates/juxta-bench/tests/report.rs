@@ -157,6 +157,24 @@ fn synthetic_doc() -> Value {
             json!({"scenario": "recovery", "edges": edges, "rendezvous": rdv, "recovery_ms": ms}),
         );
     }
+    // The thesis' procedure (`--kill-every`): per-kill and summary rows.
+    for topology in ["ring", "star"] {
+        for kill in 1..=3u64 {
+            rows.push(
+                json!({"scenario": "recovery", "row": "kill", "topology": topology,
+                "rendezvous": 4, "edges": 16, "kill_every_s": 10.0, "kill": kill,
+                "live_rendezvous": 4 - kill, "orphaned": 4 * kill, "recovered": 4 * kill,
+                "never_recovered": 0, "recovery_ms": [20.0, 30.0], "recovery_ms_p50": 20.0,
+                "recovery_ms_p99": 30.0, "recovery_ms_max": 30.0}),
+            );
+        }
+        rows.push(
+            json!({"scenario": "recovery", "row": "summary", "topology": topology,
+            "rendezvous": 4, "edges": 16, "kill_every_s": 10.0, "kills": 3, "orphaned": 24,
+            "never_recovered": 0, "recovery_ms_p50": 20.0, "recovery_ms_p99": 30.0,
+            "recovery_ms_max": 30.0, "recovery_ms_mean": 24.0}),
+        );
+    }
     for path in ["direct", "tcp-relay", "http-relay", "two-relays"] {
         for size in [1u64, 65536] {
             rows.push(json!({"scenario": "relay", "path": path, "layer": "unicast-pipe",
@@ -303,6 +321,7 @@ const SYNTHETIC_TABLES: &[&str] = &[
     "table-ops",
     "table-rendezvous",
     "table-recovery",
+    "table-recovery-thesis",
     "table-relay",
     "table-soak",
     "table-soak-totals",
@@ -847,4 +866,37 @@ fn study_toc_lists_every_figure() {
         .find(|r| r.contains("<td>thesis-ops-tcp-lan</td>"))
         .unwrap();
     assert!(ops_line.contains("reproduced in this run"), "{ops_line}");
+}
+
+/// The thesis' recovery figure counts as reproduced only with rows of its
+/// procedure (`--kill-every`, per topology), not with the two-rendezvous
+/// single kills of the default run, which are another experiment.
+#[test]
+fn thesis_recovery_needs_the_thesis_procedure() {
+    let line = |rows: Value| {
+        let (html, _) = report::render_report(&json!({ "results": rows })).unwrap();
+        let start = html
+            .find(&format!("id=\"{}\"", report::STUDY_TOC_ID))
+            .unwrap();
+        let toc = html[start..start + html[start..].find("</table>").unwrap()].to_string();
+        toc.split("<tr>")
+            .find(|r| r.contains("<td>thesis-recovery</td>"))
+            .unwrap()
+            .to_string()
+    };
+    let single =
+        json!([{"scenario": "recovery", "edges": 64, "rendezvous": 2, "recovery_ms": 25.0}]);
+    let l = line(single);
+    assert!(l.contains("reproducible, not measured in this run"), "{l}");
+    assert!(l.contains("--kill-every"), "{l}");
+    let thesis = json!([
+        {"scenario": "recovery", "edges": 64, "rendezvous": 2, "recovery_ms": 25.0},
+        {"scenario": "recovery", "row": "summary", "topology": "ring", "rendezvous": 4,
+         "edges": 16, "kill_every_s": 10.0, "kills": 3, "orphaned": 24, "never_recovered": 0,
+         "recovery_ms_p50": 20.0, "recovery_ms_p99": 30.0, "recovery_ms_max": 30.0,
+         "recovery_ms_mean": 24.0}
+    ]);
+    let l = line(thesis);
+    assert!(l.contains("reproduced in this run"), "{l}");
+    assert!(!l.contains("not measured"), "{l}");
 }

@@ -266,6 +266,7 @@ pub fn sections(doc: &Value) -> Result<Vec<Section>, ReportError> {
                 let r = scenario_rows(&all, "recovery");
                 push_plots(&mut items, &r, &[plots::recovery])?;
                 push_table(&mut items, tables::recovery(&r));
+                push_table(&mut items, tables::recovery_thesis(&r));
             }
             "relay" => {
                 let r = scenario_rows(&all, "relay");
