@@ -900,3 +900,32 @@ fn thesis_recovery_needs_the_thesis_procedure() {
     assert!(l.contains("reproduced in this run"), "{l}");
     assert!(!l.contains("not measured"), "{l}");
 }
+
+/// A figure measured on another link than the study's says so: the
+/// synthetic run is on `lan`, so JuxTest's LAN layers are reproduced and
+/// its WAN and SAN figures are measured but not under the study's link.
+#[test]
+fn figures_name_the_study_link_when_the_run_used_another() {
+    let (html, _) = report::render_report(&synthetic_doc()).unwrap();
+    let start = html
+        .find(&format!("id=\"{}\"", report::STUDY_TOC_ID))
+        .unwrap();
+    let toc = &html[start..start + html[start..].find("</table>").unwrap()];
+    let line = |id: &str| {
+        toc.split("<tr>")
+            .find(|r| r.contains(&format!("<td>{id}</td>")))
+            .unwrap()
+            .to_string()
+    };
+    let lan = line("juxtest-lan-layers");
+    assert!(lan.contains("reproduced in this run"), "{lan}");
+    for (id, link) in [("juxtest-wan", "wan"), ("juxtest-san-layers", "san")] {
+        let l = line(id);
+        assert!(
+            l.contains(&format!(
+                "measured in this run on lan, not on the study&#39;s link ({link})"
+            )),
+            "{l}"
+        );
+    }
+}

@@ -374,8 +374,10 @@ fn unknown_scenarios(all: &[Row<'_>]) -> Vec<(String, usize)> {
 /// The table of contents of the studies' figures: one line per entry of
 /// [`published::STUDY_FIGURES`] with its published values (labelled
 /// absolute or ratio), the section and our plots and tables that carry
-/// it, and whether this run measured it or why the report cannot.
-pub fn study_toc(secs: &[Section]) -> Section {
+/// it, and whether this run measured it or why the report cannot. `net`:
+/// the run's network profile (`None` when the results do not say), checked
+/// against each figure's [`published::StudyFigure::link`].
+pub fn study_toc(secs: &[Section], net: Option<&str>) -> Section {
     let present: Vec<&str> = secs
         .iter()
         .flat_map(|s| s.items.iter())
@@ -398,11 +400,19 @@ pub fn study_toc(secs: &[Section]) -> Section {
                 .iter()
                 .find(|(_, id, _)| *id == f.section)
                 .map_or(f.section, |(_, _, t)| *t);
-            let status = match (f.cannot, here.is_empty()) {
-                (Some(why), true) => format!("not reproduced: {why}"),
-                (Some(why), false) => format!("partly reproduced in this run: {why}"),
-                (None, false) => "reproduced in this run".to_string(),
-                (None, true) => format!("reproducible, not measured in this run: {}", f.how),
+            let other_link = match (f.link, net) {
+                (Some(want), Some(got)) if want != got => Some((want, got)),
+                _ => None,
+            };
+            let status = match (f.cannot, here.is_empty(), other_link) {
+                (Some(why), true, _) => format!("not reproduced: {why}"),
+                (Some(why), false, _) => format!("partly reproduced in this run: {why}"),
+                (None, false, None) => "reproduced in this run".to_string(),
+                (None, false, Some((want, got))) => format!(
+                    "measured in this run on {got}, not on the study's link ({want}): {}",
+                    f.how
+                ),
+                (None, true, _) => format!("reproducible, not measured in this run: {}", f.how),
             };
             vec![
                 f.id.to_string(),
@@ -438,7 +448,7 @@ pub const STUDY_TOC_ID: &str = "table-study-figures";
 /// Renders the report page to a string, with its summary.
 pub fn render_report(doc: &Value) -> Result<(String, ReportSummary), ReportError> {
     let mut secs = sections(doc)?;
-    let toc = study_toc(&secs);
+    let toc = study_toc(&secs, doc.get("net").and_then(Value::as_str));
     secs.insert(0, toc);
     let mut summary = ReportSummary::default();
     for s in &secs {

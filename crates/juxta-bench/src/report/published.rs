@@ -404,6 +404,11 @@ pub struct StudyFigure {
     pub cannot: Option<&'static str>,
     /// The command that measures it.
     pub how: &'static str,
+    /// The network profile that emulates the study's link, when its
+    /// figures depend on it (`None`: any); a run on another profile
+    /// measures the figure but not under the study's conditions, and the
+    /// table of contents says so.
+    pub link: Option<&'static str>,
 }
 
 /// Every table and figure of the studies the Performance Model lists
@@ -418,6 +423,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["table-pingpong-published", "plot-pingpong-bandwidth", "plot-pingpong-rtt-1b"],
         cannot: None,
         how: "juxta bench (pingpong; --net lan for the link)",
+        link: Some("lan"),
     },
     StudyFigure {
         id: "juxtest-jxta-c",
@@ -428,6 +434,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["table-pingpong-published", "table-like-for-like"],
         cannot: Some("no JXTA-C build here: the published JXTA-C rows stand beside Juxta and, with --impl jxse, JXSE 2.7 (the J2SE line's successor)"),
         how: "juxta bench --impl jxse",
+        link: None,
     },
     StudyFigure {
         id: "juxtest-wire-bytes",
@@ -438,6 +445,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["table-pingpong-wire", "plot-pingpong-wire"],
         cannot: None,
         how: "juxta bench (pingpong)",
+        link: None,
     },
     StudyFigure {
         id: "juxtest-san-layers",
@@ -448,6 +456,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["table-pingpong-published", "plot-pingpong-bandwidth"],
         cannot: None,
         how: "juxta bench --net san",
+        link: Some("san"),
     },
     StudyFigure {
         id: "juxtest-fig-9",
@@ -458,6 +467,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["plot-buffers", "table-buffers"],
         cannot: None,
         how: "juxta bench (buffers; --net san or wan)",
+        link: Some("san"),
     },
     StudyFigure {
         id: "juxtest-wan",
@@ -468,6 +478,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["plot-pingpong-bandwidth", "plot-throughput-mbs", "plot-buffers"],
         cannot: None,
         how: "juxta bench --net wan",
+        link: Some("wan"),
     },
     StudyFigure {
         id: "thesis-fig-6.1",
@@ -478,6 +489,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["plot-ops-cache"],
         cannot: None,
         how: "juxta bench ops --cache-sizes 10,100,1000 (the suite: to 10,000; --full to 1,000,000)",
+        link: None,
     },
     StudyFigure {
         id: "thesis-ops-tcp-lan",
@@ -488,6 +500,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["table-ops", "plot-ops"],
         cannot: None,
         how: "juxta bench (ops)",
+        link: None,
     },
     StudyFigure {
         id: "thesis-ops-totals",
@@ -498,6 +511,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["table-ops"],
         cannot: Some("one network profile per run: the ad-hoc and HTTP-rendezvous totals come from a loopback run (HTTP rendezvous under --full), the WAN and 56 kbps rows from a run with --net wan or --net modem56k"),
         how: "juxta bench --full (ops); juxta bench ops --net wan|modem56k --configs ad-hoc,rendezvous,http-rendezvous",
+        link: None,
     },
     StudyFigure {
         id: "thesis-pipe-rates",
@@ -508,6 +522,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["table-throughput-published", "plot-throughput-msgs", "plot-throughput-paced"],
         cannot: None,
         how: "juxta bench (throughput; the send-rate sweep under --full)",
+        link: None,
     },
     StudyFigure {
         id: "thesis-composition",
@@ -518,6 +533,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["plot-composition", "table-composition"],
         cannot: None,
         how: "juxta bench (composition; every layer under --full)",
+        link: None,
     },
     StudyFigure {
         id: "thesis-propagate-receivers",
@@ -528,6 +544,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["plot-propagate-receivers", "table-propagate"],
         cannot: None,
         how: "juxta bench (pingpong propagate)",
+        link: None,
     },
     StudyFigure {
         id: "thesis-figs-6.14-6.17",
@@ -538,6 +555,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["plot-senders-msgs", "plot-senders-mbs", "plot-senders-rtt"],
         cannot: None,
         how: "juxta bench (senders; one-way throughput under --full)",
+        link: None,
     },
     StudyFigure {
         id: "thesis-rendezvous-response",
@@ -548,6 +566,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["plot-rendezvous-response-qps", "plot-rendezvous-response-edges", "table-rendezvous"],
         cannot: None,
         how: "juxta bench (rendezvous; the thesis' sweep under --full)",
+        link: None,
     },
     StudyFigure {
         id: "thesis-rendezvous-loss",
@@ -558,6 +577,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["plot-rendezvous-loss-qps", "plot-rendezvous-loss-edges", "table-rendezvous"],
         cannot: None,
         how: "juxta bench (rendezvous; --full)",
+        link: None,
     },
     StudyFigure {
         id: "thesis-rendezvous-cv",
@@ -568,6 +588,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["plot-rendezvous-cv-qps", "table-rendezvous"],
         cannot: None,
         how: "juxta bench (rendezvous)",
+        link: None,
     },
     StudyFigure {
         id: "thesis-rendezvous-memory",
@@ -578,6 +599,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["plot-soak-rss", "table-soak"],
         cannot: Some("no 12-hour run in the suite: the opt-in soak (juxta bench soak --minutes N) samples the rendezvous' RSS under a mixed load"),
         how: "juxta bench soak --minutes 720",
+        link: None,
     },
     StudyFigure {
         id: "thesis-recovery",
@@ -590,6 +612,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["table-recovery-thesis"],
         cannot: None,
         how: "juxta bench recovery --rendezvous 4 --kill-every S --topology ring|star (in juxta bench --full on loopback)",
+        link: None,
     },
     StudyFigure {
         id: "thesis-relay-paths",
@@ -600,6 +623,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["plot-relay-rtt", "plot-relay-bandwidth", "table-relay"],
         cannot: None,
         how: "juxta bench relay (--layers unicast-pipe,secure-pipe,bidi-pipe,propagate,socket)",
+        link: None,
     },
     StudyFigure {
         id: "thesis-relay-overload",
@@ -610,6 +634,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["plot-relay-overload", "plot-relay-overload-loss", "plot-relay-overload-rss"],
         cannot: None,
         how: "juxta bench relay (the curve: --curve-factors or --rates)",
+        link: None,
     },
     StudyFigure {
         id: "desouza-matmul",
@@ -620,6 +645,7 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["table-matmul"],
         cannot: None,
         how: "juxta bench mp",
+        link: None,
     },
     StudyFigure {
         id: "desouza-pingpong",
@@ -630,5 +656,6 @@ pub const STUDY_FIGURES: &[StudyFigure] = &[
         ours: &["table-mp-pingpong", "plot-mp-rtt-small", "plot-mp-rtt-medium", "plot-mp-rtt-large"],
         cannot: None,
         how: "juxta bench mp",
+        link: None,
     },
 ];
