@@ -88,21 +88,10 @@ pub fn facts() -> MachineFacts {
                 .map(|s| s.trim().to_string())
         })
         .unwrap_or_default();
-    let git_commit = std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into());
-    let git_dirty = std::process::Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=no"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .is_some_and(|o| !o.stdout.is_empty());
+    // Recorded when the binary was built (build.rs), not read from the
+    // work tree now: the tree may have moved on since.
+    let git_commit = env!("JUXTA_GIT_COMMIT").to_string();
+    let git_dirty = env!("JUXTA_GIT_DIRTY") == "true";
     MachineFacts {
         // The bench pins itself before collecting these, so the affinity
         // mask (available_parallelism) would say 1.
@@ -140,5 +129,18 @@ mod tests {
         if let Some(n) = online_cpus() {
             assert_eq!(f.cores, n);
         }
+    }
+
+    #[test]
+    fn the_commit_is_the_one_the_binary_was_built_from() {
+        let f = facts();
+        // A full hash from a checkout, or "unknown" from a source archive.
+        assert!(
+            f.git_commit == "unknown"
+                || (f.git_commit.len() == 40
+                    && f.git_commit.chars().all(|c| c.is_ascii_hexdigit())),
+            "{}",
+            f.git_commit
+        );
     }
 }
