@@ -747,7 +747,7 @@ mod tests {
             for i in 0..count {
                 varint(i as u64 + 1, &mut body);
                 varint(size as u64, &mut body);
-                body.extend(std::iter::repeat(i as u8).take(size));
+                body.resize(body.len() + size, i as u8);
             }
             let mut want = Vec::new();
             varint(body.len() as u64, &mut want);
