@@ -136,7 +136,7 @@ fn check_compact_round_trip(to: &ServiceAddress, msg: &Message) {
             .decode(&mut rx, u64::MAX)
             .expect("re-encoded compact frame decodes")
             .expect("re-encoded compact frame is complete");
-        assert_eq!(&t, to);
+        assert_eq!(&*t, to);
         assert_eq!(&m, msg);
         assert_eq!(used, wire.len());
         assert!(rx.is_empty());

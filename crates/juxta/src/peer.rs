@@ -443,7 +443,7 @@ impl Inner {
         // goes straight into its queue, as its address is on the wire:
         // what `on_link_message` would deliver, without rewriting the
         // address or passing through a listener's channel.
-        if let Some(inbox) = self.mp_inbox(|i| i.wire_to == m.to) {
+        if let Some(inbox) = self.mp_inbox(|i| i.wire_to == *m.to) {
             inbox
                 .deliver(
                     Some(conn.remote),
@@ -455,7 +455,8 @@ impl Inner {
             return;
         }
         // Router and relay traffic is checked (and maybe forwarded) first.
-        if let Some(d) = crate::relay::route::on_link_message(&me, conn, m.to, m.message).await {
+        let to = Arc::try_unwrap(m.to).unwrap_or_else(|to| (*to).clone());
+        if let Some(d) = crate::relay::route::on_link_message(&me, conn, to, m.message).await {
             self.hand_over(conn.remote, d).await;
         }
     }

@@ -27,6 +27,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use bytestring::ByteString;
@@ -229,19 +230,27 @@ impl CompactEncoder {
     /// body; large payloads stay the caller's buffers). The message should
     /// pass [`CompactEncoder::check`], or the remote decoder refuses it.
     pub fn encode(&mut self, to: &ServiceAddress, msg: &Message, out: &mut EncodedMessage) {
+        // A frame whose payloads are all copied into it (the small-message
+        // case) is built in one buffer with room for its length prefix in
+        // front: one allocation, and the prefix written in place once the
+        // length is known. The bytes are those of the general path.
+        let whole = msg.elements.iter().all(|e| e.data.len() <= COALESCE_LIMIT);
+        let room = if whole { PREFIX_ROOM } else { 0 };
         let mut body = BytesMut::with_capacity(
-            16 + msg
-                .elements
-                .iter()
-                .map(|e| {
-                    8 + if e.data.len() <= COALESCE_LIMIT {
-                        e.data.len()
-                    } else {
-                        0
-                    }
-                })
-                .sum::<usize>(),
+            room + 16
+                + msg
+                    .elements
+                    .iter()
+                    .map(|e| {
+                        8 + if e.data.len() <= COALESCE_LIMIT {
+                            e.data.len()
+                        } else {
+                            0
+                        }
+                    })
+                    .sum::<usize>(),
         );
+        body.put_bytes(0, room);
         // Definitions first.
         let channel = match &self.last_channel {
             Some((c, id)) if c == to => *id,
@@ -253,14 +262,22 @@ impl CompactEncoder {
                 id
             }
         };
-        let mut name_ids = Vec::with_capacity(msg.elements.len());
-        for e in &msg.elements {
+        // The name IDs: on the stack for a message of a few elements.
+        let mut few = [0u64; RECENT_NAMES];
+        let mut many = Vec::new();
+        let name_ids: &mut [u64] = if msg.elements.len() <= RECENT_NAMES {
+            &mut few[..msg.elements.len()]
+        } else {
+            many.resize(msg.elements.len(), 0);
+            &mut many
+        };
+        for (e, slot) in msg.elements.iter().zip(name_ids.iter_mut()) {
             let recent = self
                 .recent_names
                 .iter()
                 .find(|(ns, n, m, _)| *ns == e.namespace && *n == e.name && *m == e.mime)
                 .map(|r| r.3);
-            let id = match recent {
+            *slot = match recent {
                 Some(id) => id,
                 None => {
                     let id = self.name_id(e, &mut body);
@@ -278,7 +295,6 @@ impl CompactEncoder {
                     id
                 }
             };
-            name_ids.push(id);
         }
         body.put_u8(TAG_MESSAGE);
         put_varint(&mut body, channel);
@@ -286,8 +302,25 @@ impl CompactEncoder {
             put_channel(&mut body, to);
         }
         put_varint(&mut body, msg.elements.len() as u64);
+        if whole {
+            for (e, &id) in msg.elements.iter().zip(name_ids.iter()) {
+                put_varint(&mut body, id);
+                if id == 0 {
+                    put_name(&mut body, e);
+                }
+                put_varint(&mut body, e.data.len() as u64);
+                body.put_slice(&e.data);
+            }
+            // The length prefix, right-aligned in the room left for it.
+            let mut len = [0u8; PREFIX_ROOM];
+            let n = varint_into(&mut len, (body.len() - PREFIX_ROOM) as u64);
+            body[PREFIX_ROOM - n..PREFIX_ROOM].copy_from_slice(&len[..n]);
+            body.advance(PREFIX_ROOM - n);
+            out.push(body.freeze());
+            return;
+        }
         let mut chunks: Vec<Bytes> = Vec::new();
-        for (e, id) in msg.elements.iter().zip(name_ids) {
+        for (e, &id) in msg.elements.iter().zip(name_ids.iter()) {
             put_varint(&mut body, id);
             if id == 0 {
                 put_name(&mut body, e);
@@ -315,6 +348,22 @@ impl CompactEncoder {
             out.push(c);
         }
     }
+}
+
+/// Room for a varint length prefix (a `u64` takes at most 10 bytes).
+const PREFIX_ROOM: usize = 10;
+
+/// Writes `v` as a varint into `buf` (as [`put_varint`] does); returns
+/// how many bytes it took.
+fn varint_into(buf: &mut [u8; PREFIX_ROOM], mut v: u64) -> usize {
+    let mut i = 0;
+    while v >= 0x80 {
+        buf[i] = (v as u8) | 0x80;
+        v >>= 7;
+        i += 1;
+    }
+    buf[i] = v as u8;
+    i + 1
 }
 
 impl CompactEncoder {
@@ -388,7 +437,9 @@ fn put_name(body: &mut BytesMut, e: &Element) {
 /// Receiving side of a compact connection direction.
 #[derive(Debug, Default)]
 pub struct CompactDecoder {
-    channels: Vec<ServiceAddress>,
+    /// Shared with the frames decoded for them: a frame to a known
+    /// channel costs a reference count, not a copy of the address.
+    channels: Vec<Arc<ServiceAddress>>,
     channel_bytes: usize,
     names: Vec<NameKey>,
     name_bytes: usize,
@@ -465,7 +516,7 @@ impl CompactDecoder {
         &mut self,
         rx: &mut BytesMut,
         max: u64,
-    ) -> Result<Option<(ServiceAddress, Message, usize)>, CompactError> {
+    ) -> Result<Option<(Arc<ServiceAddress>, Message, usize)>, CompactError> {
         let Some((len, n)) = get_varint(rx)? else {
             return Ok(None);
         };
@@ -499,7 +550,7 @@ impl CompactDecoder {
                             max: MAX_TABLE_BYTES,
                         });
                     }
-                    self.channels.push(ch);
+                    self.channels.push(Arc::new(ch));
                 }
                 TAG_NAME => {
                     let id = c.varint()?;
@@ -524,7 +575,7 @@ impl CompactDecoder {
         }
         let ch = c.varint()?;
         let to = if ch == 0 {
-            c.channel()?
+            Arc::new(c.channel()?)
         } else {
             self.channels
                 .get(ch as usize - 1)
@@ -587,7 +638,7 @@ mod tests {
         let m = Message::new().with(Element::bytes("bench", "data", &b"a"[..]));
         let mut first = frame(&mut enc, &to, &m);
         let (t, got, _) = dec.decode(&mut first, 1 << 20).unwrap().unwrap();
-        assert_eq!((t, got), (to.clone(), m.clone()));
+        assert_eq!((&*t, got), (&to, m.clone()));
         assert!(first.is_empty());
         let mut second = frame(&mut enc, &to, &m);
         assert_eq!(second.len(), 7);
@@ -649,7 +700,7 @@ mod tests {
                 let mut f = frame(&mut enc, to, &m);
                 let wire = f.clone();
                 let (t, got, _) = dec.decode(&mut f, 1 << 20).unwrap().unwrap();
-                assert_eq!((&t, &got), (to, &m));
+                assert_eq!((&*t, &got), (to, &m));
                 match round {
                     0 => {}
                     1 => steady.push(wire),
@@ -657,6 +708,53 @@ mod tests {
                     _ => assert_eq!(wire, steady[i]),
                 }
             }
+        }
+    }
+
+    /// Small frames are built with their length prefix in place: the
+    /// bytes must be the varint length then the body, across the prefix's
+    /// 1/2/3-byte boundaries and above the old two-chunk threshold.
+    #[test]
+    fn in_place_prefix_gives_the_same_bytes() {
+        fn varint(mut v: u64, out: &mut Vec<u8>) {
+            while v >= 0x80 {
+                out.push((v as u8) | 0x80);
+                v >>= 7;
+            }
+            out.push(v as u8);
+        }
+        let to = ServiceAddress::new("S", Some("p"));
+        for (count, size) in [
+            (1, 1),
+            (1, 120),
+            (1, 130),
+            (2, 512),
+            (8, 512),
+            (3, 300),
+            (40, 512),
+        ] {
+            let mut enc = CompactEncoder::new();
+            let mut dec = CompactDecoder::new();
+            let mut m = Message::new();
+            for i in 0..count {
+                m = m.with(Element::bytes("ns", &format!("e{i}"), vec![i as u8; size]));
+            }
+            let mut first = frame(&mut enc, &to, &m);
+            assert_eq!(dec.decode(&mut first, 1 << 20).unwrap().unwrap().1, m);
+            let wire = frame(&mut enc, &to, &m);
+            let mut body = vec![TAG_MESSAGE, 1];
+            varint(count as u64, &mut body);
+            for i in 0..count {
+                varint(i as u64 + 1, &mut body);
+                varint(size as u64, &mut body);
+                body.resize(body.len() + size, i as u8);
+            }
+            let mut want = Vec::new();
+            varint(body.len() as u64, &mut want);
+            want.extend_from_slice(&body);
+            assert_eq!(&wire[..], &want[..], "{count} x {size} B");
+            let mut rx = wire.clone();
+            assert_eq!(dec.decode(&mut rx, 1 << 20).unwrap().unwrap().1, m);
         }
     }
 
@@ -692,7 +790,7 @@ mod tests {
             let m = Message::new().with(Element::bytes("", &format!("n{i}"), &b"z"[..]));
             let mut f = frame(&mut enc, &to, &m);
             let (t, got, _) = dec.decode(&mut f, 1 << 20).unwrap().unwrap();
-            assert_eq!((t, got), (to, m));
+            assert_eq!((&*t, got), (&to, m));
         }
     }
 

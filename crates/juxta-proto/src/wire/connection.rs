@@ -214,8 +214,9 @@ pub struct SignedBy {
 /// A message received on a connection.
 #[derive(Debug, Clone)]
 pub struct Received {
-    /// The service address on the wire (possibly mangled).
-    pub to: ServiceAddress,
+    /// The service address on the wire (possibly mangled); shared with
+    /// the compact decoder's channel table (no copy per message).
+    pub to: Arc<ServiceAddress>,
     /// `EndpointSourceAddress`, if present (JXTA framing only).
     pub source: Option<String>,
     /// The message, without the two address elements.
@@ -533,7 +534,7 @@ impl Inbound {
         }
         self.received += 1;
         Ok(Some(InboundEvent::Message(Received {
-            to,
+            to: Arc::new(to),
             source,
             message,
             wire_len: total,
@@ -1106,7 +1107,7 @@ mod tests {
                 let m = payload_message(n);
                 let (got, len) = p.send(from_initiator, &to(), m.clone());
                 assert_eq!(got.message, m);
-                assert_eq!(got.to, to());
+                assert_eq!(*got.to, to());
                 assert_eq!(got.wire_len, len);
                 sizes.push(len);
             }

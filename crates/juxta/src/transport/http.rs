@@ -489,7 +489,7 @@ fn close_connection(inner: &Inner, conn: &Arc<Connection>) {
 
 fn received(m: HttpMessage) -> Received {
     Received {
-        to: m.to,
+        to: std::sync::Arc::new(m.to),
         source: m.source,
         message: m.message,
         wire_len: m.wire_len,

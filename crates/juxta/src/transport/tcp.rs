@@ -64,13 +64,51 @@ pub(crate) fn configure(stream: &TcpStream, buffer: Option<usize>) -> io::Result
 
 /// The `writev` slices for `chunks` from chunk `idx`, byte `off` on (at
 /// most [`MAX_IOV`]).
-fn io_slices<B: AsRef<[u8]>>(chunks: &[B], idx: usize, off: usize) -> Vec<IoSlice<'_>> {
-    let mut iov = Vec::with_capacity((chunks.len() - idx).min(MAX_IOV));
-    iov.push(IoSlice::new(&chunks[idx].as_ref()[off..]));
-    for c in chunks[idx + 1..].iter().take(MAX_IOV - 1) {
-        iov.push(IoSlice::new(c.as_ref()));
+fn io_slices<B: AsRef<[u8]>>(chunks: &[B], idx: usize, off: usize) -> Iov<'_> {
+    let n = (chunks.len() - idx).min(MAX_IOV);
+    let first = IoSlice::new(&chunks[idx].as_ref()[off..]);
+    let rest = chunks[idx + 1..]
+        .iter()
+        .take(MAX_IOV - 1)
+        .map(|c| IoSlice::new(c.as_ref()));
+    let mut few = [IoSlice::new(&[]); FEW_IOV];
+    if n <= FEW_IOV {
+        few[0] = first;
+        for (s, c) in few[1..].iter_mut().zip(rest) {
+            *s = c;
+        }
+        return Iov {
+            few,
+            n,
+            many: Vec::new(),
+        };
     }
-    iov
+    let mut many = Vec::with_capacity(n);
+    many.push(first);
+    many.extend(rest);
+    Iov { few, n: 0, many }
+}
+
+/// Slices on the stack for a frame of a few chunks (a small message is
+/// one): no allocation per write.
+const FEW_IOV: usize = 4;
+
+/// The slices of one vectored write (see [`io_slices`]).
+struct Iov<'a> {
+    few: [IoSlice<'a>; FEW_IOV],
+    n: usize,
+    many: Vec<IoSlice<'a>>,
+}
+
+impl<'a> std::ops::Deref for Iov<'a> {
+    type Target = [IoSlice<'a>];
+    fn deref(&self) -> &[IoSlice<'a>] {
+        if self.many.is_empty() {
+            &self.few[..self.n]
+        } else {
+            &self.many
+        }
+    }
 }
 
 /// Moves the write position (`idx`, `off`) past `n` written bytes.
@@ -969,7 +1007,15 @@ async fn read_loop(
             }
             Ok(Some(InboundEvent::Welcome(_))) => {}
             Ok(None) => {
-                if rx.is_empty() && rx.capacity() < frame_hint && !rx.try_reclaim(frame_hint) {
+                // Only after large frames: small ones keep reading into
+                // the rest of the buffer (reserved below when it runs
+                // low), not a fresh 64 KiB buffer per frame, which each
+                // small frame got while the last one was still queued.
+                if rx.is_empty()
+                    && frame_hint > READ_RESERVE
+                    && rx.capacity() < frame_hint
+                    && !rx.try_reclaim(frame_hint)
+                {
                     let fresh = match spare.iter_mut().position(|b| b.try_reclaim(frame_hint)) {
                         Some(i) => spare.swap_remove(i),
                         None => BytesMut::with_capacity(frame_hint),
