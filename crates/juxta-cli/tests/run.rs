@@ -155,11 +155,7 @@ fn bad_jobs_are_refused() {
 /// (`reply: ack`), the matmul and the allreduce, all in one JSON file.
 #[test]
 fn bench_mp_writes_every_routine_s_rows() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("mp.json");
-    let o = juxta(&[
-        "bench",
-        "mp",
+    let (_, doc) = bench_mp(&[
         "--sizes",
         "2,1000,100000",
         "--warmup",
@@ -175,17 +171,7 @@ fn bench_mp_writes_every_routine_s_rows() {
         "1024",
         "--allreduce-ranks",
         "2",
-        "--json",
-        json.to_str().unwrap(),
     ]);
-    assert!(
-        o.status.success(),
-        "{}\n{}",
-        text(&o.stdout),
-        text(&o.stderr)
-    );
-    let doc: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("the json file")).unwrap();
     let rows = doc["results"].as_array().expect("results");
     let pp = |imp: &str, layer: &str, reply: &str| {
         rows.iter()
@@ -254,11 +240,7 @@ fn bench_mp_with_jxse_reports_reliable_and_unreliable_routines() {
     if !prereq::require_ok(prereq::jxse()) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("mp.json");
-    let o = juxta(&[
-        "bench",
-        "mp",
+    let (stdout, doc) = bench_mp(&[
         "--impl",
         "jxse",
         "--layers",
@@ -275,22 +257,8 @@ fn bench_mp_with_jxse_reports_reliable_and_unreliable_routines() {
         "0",
         "--allreduce-doubles",
         "0",
-        "--json",
-        json.to_str().unwrap(),
     ]);
-    assert!(
-        o.status.success(),
-        "{}\n{}",
-        text(&o.stdout),
-        text(&o.stderr)
-    );
-    assert!(
-        !text(&o.stdout).contains("stopped early"),
-        "{}",
-        text(&o.stdout)
-    );
-    let doc: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("the json file")).unwrap();
+    assert!(!stdout.contains("stopped early"), "{stdout}");
     let rows = doc["results"].as_array().expect("results");
     for (layer, reliable) in [
         ("unicast-pipe", false),
@@ -313,6 +281,25 @@ fn bench_mp_with_jxse_reports_reliable_and_unreliable_routines() {
             .collect();
         assert_eq!(sizes, [2, 20_000], "{layer}");
     }
+}
+
+/// Runs `juxta bench mp ARGS --json FILE`, checks that it succeeded and
+/// returns its stdout and the JSON document it wrote.
+fn bench_mp(args: &[&str]) -> (String, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("mp.json");
+    let mut all = vec!["bench", "mp"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--json", json.to_str().unwrap()]);
+    let o = juxta(&all);
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    let doc = serde_json::from_slice(&std::fs::read(&json).expect("the json file")).unwrap();
+    (text(&o.stdout), doc)
 }
 
 fn which(p: &str) -> bool {
