@@ -1413,9 +1413,28 @@ pub(crate) async fn connect_to_peer(
     if inner.tasks.is_stopped() {
         return Err(PeerError::Closed);
     }
+    // A live connection is reused without queueing behind the gate.
+    if let Some(m) = known_live(inner, addr, expected) {
+        return Ok(m);
+    }
     let gate = DialGate::enter(inner, addr);
     let _one_at_a_time = gate.gate.lock().await;
     dial(inner, addr, expected).await
+}
+
+/// A live connection to `addr` (to `expected`, when given), if one is
+/// known.
+fn known_live(inner: &Arc<Inner>, addr: SocketAddr, expected: Option<PeerId>) -> Option<Messenger> {
+    let known = inner
+        .by_addr
+        .read()
+        .expect("by_addr lock")
+        .get(&addr)
+        .copied()
+        .filter(|p| !matches!(expected, Some(e) if e != *p))?;
+    inner
+        .messenger(&known)
+        .filter(|m| !m.connection().is_closed())
 }
 
 /// A place in the queue of dials to one address (see `Inner::dialing`);
@@ -1459,17 +1478,8 @@ async fn dial(
     addr: SocketAddr,
     expected: Option<PeerId>,
 ) -> Result<Messenger, PeerError> {
-    let known = inner
-        .by_addr
-        .read()
-        .expect("by_addr lock")
-        .get(&addr)
-        .copied()
-        .filter(|p| !matches!(expected, Some(e) if e != *p));
-    if let Some(m) = known.and_then(|p| inner.messenger(&p)) {
-        if !m.connection().is_closed() {
-            return Ok(m);
-        }
+    if let Some(m) = known_live(inner, addr, expected) {
+        return Ok(m);
     }
     let permit = inner
         .slots
