@@ -436,9 +436,6 @@ impl Inner {
     }
 
     pub(crate) async fn dispatch(&self, conn: &Arc<Connection>, m: Incoming) {
-        let Some(me) = self.self_ref.upgrade() else {
-            return;
-        };
         // A communicator's traffic (the bulk of a parallel job's messages)
         // goes straight into its queue, as its address is on the wire:
         // what `on_link_message` would deliver, without rewriting the
@@ -454,6 +451,9 @@ impl Inner {
                 .await;
             return;
         }
+        let Some(me) = self.self_ref.upgrade() else {
+            return;
+        };
         // Router and relay traffic is checked (and maybe forwarded) first.
         let to = Arc::try_unwrap(m.to).unwrap_or_else(|to| (*to).clone());
         if let Some(d) = crate::relay::route::on_link_message(&me, conn, to, m.message).await {

@@ -168,7 +168,29 @@ pub struct CompactEncoder {
     /// compared directly: a stream of messages of the same shape skips
     /// building and hashing their keys. IDs never change once given.
     recent_names: Vec<(ByteString, ByteString, Option<ByteString>, u64)>,
+    /// The buffer small frames are built in: each frame is split off it,
+    /// and once written and dropped its memory is taken back by the next
+    /// frame (no allocation per small message).
+    frames: BytesMut,
 }
+
+/// Whether two names are the same: the same shared string (a static name,
+/// or one copy handed around) without comparing bytes, else by content.
+fn same_name(a: &ByteString, b: &ByteString) -> bool {
+    (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
+}
+
+/// [`same_name`] for an optional MIME type.
+fn same_mime(a: &Option<ByteString>, b: &Option<ByteString>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => same_name(a, b),
+        _ => false,
+    }
+}
+
+/// Most bytes [`CompactEncoder`] keeps for building small frames.
+const FRAME_BUFFER: usize = 16 * 1024;
 
 /// Names remembered by [`CompactEncoder`] beside its table.
 const RECENT_NAMES: usize = 8;
@@ -236,20 +258,34 @@ impl CompactEncoder {
         // length is known. The bytes are those of the general path.
         let whole = msg.elements.iter().all(|e| e.data.len() <= COALESCE_LIMIT);
         let room = if whole { PREFIX_ROOM } else { 0 };
-        let mut body = BytesMut::with_capacity(
-            room + 16
-                + msg
-                    .elements
-                    .iter()
-                    .map(|e| {
-                        8 + if e.data.len() <= COALESCE_LIMIT {
-                            e.data.len()
-                        } else {
-                            0
-                        }
-                    })
-                    .sum::<usize>(),
-        );
+        let need = room
+            + 16
+            + msg
+                .elements
+                .iter()
+                .map(|e| {
+                    8 + if e.data.len() <= COALESCE_LIMIT {
+                        e.data.len()
+                    } else {
+                        0
+                    }
+                })
+                .sum::<usize>();
+        // A small frame is built in the kept buffer (its memory comes back
+        // once the previous frames are written and dropped); a frame with
+        // large payloads in a buffer of its own.
+        let pooled = whole && need <= FRAME_BUFFER / 4;
+        let mut body = if pooled {
+            let mut b = std::mem::take(&mut self.frames);
+            if b.capacity() < need {
+                // Reclaims the whole buffer when every frame split off it
+                // is gone, else starts a new one.
+                b.reserve(FRAME_BUFFER);
+            }
+            b
+        } else {
+            BytesMut::with_capacity(need)
+        };
         body.put_bytes(0, room);
         // Definitions first.
         let channel = match &self.last_channel {
@@ -275,7 +311,9 @@ impl CompactEncoder {
             let recent = self
                 .recent_names
                 .iter()
-                .find(|(ns, n, m, _)| *ns == e.namespace && *n == e.name && *m == e.mime)
+                .find(|(ns, n, m, _)| {
+                    same_name(n, &e.name) && same_name(ns, &e.namespace) && same_mime(m, &e.mime)
+                })
                 .map(|r| r.3);
             *slot = match recent {
                 Some(id) => id,
@@ -315,8 +353,12 @@ impl CompactEncoder {
             let mut len = [0u8; PREFIX_ROOM];
             let n = varint_into(&mut len, (body.len() - PREFIX_ROOM) as u64);
             body[PREFIX_ROOM - n..PREFIX_ROOM].copy_from_slice(&len[..n]);
-            body.advance(PREFIX_ROOM - n);
-            out.push(body.freeze());
+            let mut frame = body.split();
+            if pooled {
+                self.frames = body;
+            }
+            frame.advance(PREFIX_ROOM - n);
+            out.push(frame.freeze());
             return;
         }
         let mut chunks: Vec<Bytes> = Vec::new();

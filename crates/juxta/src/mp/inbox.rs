@@ -7,7 +7,7 @@
 //! the sender, counted), so nothing is dropped and nothing overtakes.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
@@ -56,6 +56,9 @@ pub(crate) struct Inbox {
     /// Bumped when a message is queued: what a busy-polling receive
     /// watches (one atomic load per poll).
     pub(super) arrivals: AtomicU64,
+    /// Receives parked on `arrived` (the queue wakes them only when there
+    /// are some: no lock per message while receives busy-poll).
+    pub(super) parked: AtomicUsize,
     /// Woken (all waiters) when a full queue gives up a message.
     space: Notify,
     /// Set when the communicator is gone: deliveries are dropped.
@@ -85,6 +88,7 @@ impl Inbox {
             state: Mutex::new(State::default()),
             arrived: Notify::new(),
             arrivals: AtomicU64::new(0),
+            parked: AtomicUsize::new(0),
             space: Notify::new(),
             closed: AtomicBool::new(false),
             stats: MpStats::default(),
@@ -113,6 +117,11 @@ impl Inbox {
             routed,
             message,
         };
+        // The usual case first: room in the queue, no waiter registered.
+        match self.offer(item) {
+            None => return,
+            Some(back) => item = back,
+        }
         let mut counted = false;
         loop {
             let space = self.space.notified();
@@ -200,8 +209,11 @@ impl Inbox {
     /// Tells a receiver (busy-polling the counter or parked) that
     /// something was queued.
     fn announce(&self) {
-        self.arrivals.fetch_add(1, Ordering::Release);
-        self.arrived.notify_waiters();
+        // SeqCst, paired with the receive's count-then-check in `take`.
+        self.arrivals.fetch_add(1, Ordering::SeqCst);
+        if self.parked.load(Ordering::SeqCst) > 0 {
+            self.arrived.notify_waiters();
+        }
     }
 
     /// Takes item `i` out of the queue (the lock held), waking a reader
@@ -229,7 +241,17 @@ impl Inbox {
             mut message,
         } = item;
         let stats = &self.stats;
-        let hdr_bytes = message.get(NS, ELEM_HDR).map(|e| e.data.clone());
+        // A communicator sends [header, data] in that order: taken by
+        // position when the names agree, else looked up by name.
+        let in_order = message.elements.len() == 2
+            && message.elements[0].name == ELEM_HDR
+            && message.elements[1].name == ELEM_DATA
+            && message.elements.iter().all(|e| e.namespace == NS);
+        let hdr_bytes = if in_order {
+            Some(message.elements[0].data.clone())
+        } else {
+            message.get(NS, ELEM_HDR).map(|e| e.data.clone())
+        };
         // The rank the header names, when its peer is the sender (the
         // usual case: no hashing); else the table decides.
         let named = hdr_bytes
@@ -273,10 +295,14 @@ impl Inbox {
             malformed("header names another rank");
             return None;
         }
-        let data: Bytes = message
-            .take(NS, ELEM_DATA)
-            .map(|e| e.data)
-            .unwrap_or_default();
+        let data: Bytes = if in_order {
+            message.elements.pop().map(|e| e.data).unwrap_or_default()
+        } else {
+            message
+                .take(NS, ELEM_DATA)
+                .map(|e| e.data)
+                .unwrap_or_default()
+        };
         Some(Envelope { hdr, src, data })
     }
 }

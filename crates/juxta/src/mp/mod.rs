@@ -493,9 +493,12 @@ impl Communicator {
             }
             return Ok(());
         };
-        let msg = Message::new()
-            .with(wire::element(ELEM_HDR, hdr.encode()))
-            .with(wire::element(ELEM_DATA, data));
+        let msg = Message {
+            elements: vec![
+                wire::element(ELEM_HDR, hdr.encode()),
+                wire::element(ELEM_DATA, data),
+            ],
+        };
         let sent = if m.is_routed() {
             m.send(SERVICE, Some(&self.s.job), msg).await
         } else {
@@ -664,13 +667,15 @@ impl Communicator {
     ) -> Result<Envelope, MpError> {
         let s = &*self.s;
         let ib = &*s.inbox;
-        let start = Instant::now();
+        // Read only when a deadline applies (a clock read per receive
+        // otherwise).
+        let start = s.cfg.op_timeout.map(|_| Instant::now());
         let mut dead_seen: Option<usize> = None;
         loop {
-            let notified = ib.arrived.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let seen = ib.arrivals.load(Ordering::Acquire);
+            // What was queued up to here is looked at below; anything
+            // later changes the counter (seen by the busy-poll, or by the
+            // check made after registering to be woken).
+            let seen = ib.arrivals.load(Ordering::SeqCst);
             if let Some(e) = self.try_take(&want, cap, peek, coll)? {
                 return Ok(e);
             }
@@ -682,23 +687,38 @@ impl Communicator {
                 // a reply due in microseconds is taken without the
                 // wake-up of a parked thread.
                 let until = Instant::now() + s.cfg.spin;
+                let mut polls = 0u32;
                 loop {
                     tokio::task::yield_now().await;
-                    if ib.arrivals.load(Ordering::Acquire) != seen {
+                    if ib.arrivals.load(Ordering::SeqCst) != seen {
                         progressed = true;
                         break;
                     }
-                    if Instant::now() >= until {
+                    // The clock every 16 polls (a poll is well under a
+                    // microsecond): the spin ends within a few µs of `until`.
+                    polls = polls.wrapping_add(1);
+                    if polls % 16 == 0 && Instant::now() >= until {
                         break;
                     }
                 }
             }
             if !progressed {
-                // (A full queue makes the readers wait for room, counted
-                // there: a message this receive waits for may be behind.)
-                progressed = tokio::time::timeout(s.cfg.liveness_interval, notified)
-                    .await
-                    .is_ok();
+                // Parks: registered to be woken first, then counted as
+                // parked, then the counter checked again. A message queued
+                // meanwhile is either seen here or wakes this waiter (the
+                // queue wakes waiters only while one is counted; both
+                // sides' operations are SeqCst). (A full queue makes the
+                // readers wait for room, counted there: a message this
+                // receive waits for may be behind.)
+                let notified = ib.arrived.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                ib.parked.fetch_add(1, Ordering::SeqCst);
+                progressed = ib.arrivals.load(Ordering::SeqCst) != seen
+                    || tokio::time::timeout(s.cfg.liveness_interval, notified)
+                        .await
+                        .is_ok();
+                ib.parked.fetch_sub(1, Ordering::SeqCst);
             }
             if progressed {
                 continue;
@@ -715,7 +735,7 @@ impl Communicator {
                 }
                 (d, _) => dead_seen = d,
             }
-            if let Some(t) = s.cfg.op_timeout {
+            if let (Some(t), Some(start)) = (s.cfg.op_timeout, start) {
                 if start.elapsed() >= t {
                     return Err(MpError::Timeout {
                         rank: want.src,
