@@ -110,11 +110,12 @@ fn median(v: &mut [f64]) -> f64 {
 /// Runs one rank of a benchmark job (`juxta mp-rank MODE`), in a
 /// single-threaded runtime as an MPI process is.
 pub fn rank_main(a: &RankArgs) -> Result<(), BenchError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(io("tokio runtime"))?;
-    let lines = rt.block_on(rank_run(a))?;
+    // `rank_main` runs the work as a task of a current-thread runtime:
+    // a receive there sees a message in the scheduler turn its
+    // connection's reader queued it, not one turn later.
+    let args = a.clone();
+    let lines = juxta::mp::rank_main(async move { rank_run(&args).await })
+        .map_err(io("tokio runtime"))??;
     if lines.is_empty() {
         return Ok(());
     }

@@ -546,3 +546,33 @@ async fn full_unexpected_queue_pushes_back() {
         assert_eq!(b[0], t as u8);
     }
 }
+
+/// `rank_main` runs the program as a task of its own runtime (not as the
+/// `block_on` future), returns its output, and raises its panic again.
+#[test]
+fn rank_main_runs_the_program_in_a_task() {
+    let out = juxta::mp::rank_main(async {
+        // Inside a spawned task, not the runtime's block_on future.
+        assert!(tokio::task::try_id().is_some());
+        // Two ranks of a job in this one task: the communicator works there.
+        let cfg = cfg();
+        let seed = free_seed();
+        let (a, b) = tokio::join!(
+            Communicator::join(0, 2, seed, "rank-main", cfg.clone()),
+            Communicator::join(1, 2, seed, "rank-main", cfg)
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let (sent, got) = tokio::join!(
+            a.send_bytes(1, 3, Bytes::from_static(b"hi")),
+            b.recv_bytes(0, 3)
+        );
+        sent.unwrap();
+        got.unwrap().0
+    })
+    .unwrap();
+    assert_eq!(&out[..], b"hi");
+    let panicked =
+        std::panic::catch_unwind(|| juxta::mp::rank_main(async { panic!("rank failed") }));
+    let msg = panicked.unwrap_err();
+    assert_eq!(msg.downcast_ref::<&str>(), Some(&"rank failed"));
+}
