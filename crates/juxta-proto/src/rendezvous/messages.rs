@@ -556,6 +556,20 @@ impl PeerViewMessage {
     /// Reads a peer view message: a probe if `PeerView.PeerAdv` is present,
     /// else a response. Flags count by presence, as in JXSE.
     pub fn from_message(msg: &Message) -> Result<PeerViewMessage, RdvMessageError> {
+        PeerViewMessage::from_message_known(msg, |_| None)
+    }
+
+    /// As [`PeerViewMessage::from_message`], but `known` may name the
+    /// rendezvous of an advertisement already read: given the advertisement's
+    /// bytes, it returns the `RdvPeerId` an earlier parse of exactly these
+    /// bytes gave, and the XML is not parsed again (a peer view sees the same
+    /// advertisement from each member every probe round). The result is the
+    /// same as `from_message`'s whenever `known` only answers for bytes it
+    /// saw parse.
+    pub fn from_message_known(
+        msg: &Message,
+        known: impl FnOnce(&[u8]) -> Option<PeerId>,
+    ) -> Result<PeerViewMessage, RdvMessageError> {
         let (kind, e) = match (
             msg.get(NS_JXTA, ELEM_PV_PROBE),
             msg.get(NS_JXTA, ELEM_PV_RESPONSE),
@@ -564,8 +578,13 @@ impl PeerViewMessage {
             (None, Some(e)) => (PeerViewKind::Response, e),
             (None, None) => return Err(RdvMessageError::NotThisProtocol),
         };
-        let text = e.as_str().ok_or(RdvMessageError::NotUtf8(ELEM_PV_PROBE))?;
-        let rdv_peer = rdv_adv_peer_id(text)?;
+        let rdv_peer = match known(&e.data) {
+            Some(p) => p,
+            None => {
+                let text = e.as_str().ok_or(RdvMessageError::NotUtf8(ELEM_PV_PROBE))?;
+                rdv_adv_peer_id(text)?
+            }
+        };
         let has = |n| msg.get(NS_JXTA, n).is_some();
         Ok(PeerViewMessage {
             kind,

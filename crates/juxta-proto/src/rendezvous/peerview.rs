@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
 
+use crate::endpoint::ServiceAddress;
 use crate::id::{PeerGroupId, PeerId, UniqueKey};
 use crate::message::Message;
 
@@ -109,7 +110,8 @@ pub struct PeerView {
     me: PeerId,
     my_key: UniqueKey,
     my_adv: Bytes,
-    group: PeerGroupId,
+    /// The peer view service address of the group (every transmit's).
+    dest: ServiceAddress,
     cfg: PeerViewConfig,
     /// Keyed by unique value, compared as the string but without
     /// building it ([`UniqueKey`]).
@@ -134,7 +136,7 @@ impl PeerView {
             me,
             my_key: me.unique_key(),
             my_adv,
-            group,
+            dest: peerview_address(&group),
             cfg,
             members: BTreeMap::new(),
             seeds: Vec::new(),
@@ -250,7 +252,7 @@ impl PeerView {
         }
         self.out.push_back(Transmit {
             to,
-            dest: peerview_address(&self.group),
+            dest: self.dest.clone(),
             message: m.to_message(),
         });
     }
@@ -342,7 +344,12 @@ impl PeerView {
         msg: &Message,
         now: Millis,
     ) -> Result<(), RdvMessageError> {
-        let pv = PeerViewMessage::from_message(msg)?;
+        // The sender's own advertisement, unchanged since it was last read
+        // (its member entry holds those bytes): not parsed again.
+        let member = self.members.get(&from.unique_key());
+        let pv = PeerViewMessage::from_message_known(msg, |adv| {
+            member.filter(|m| m.adv == adv).map(|m| m.peer)
+        })?;
         self.handle(from, pv, now)
     }
 
