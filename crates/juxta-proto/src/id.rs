@@ -382,10 +382,26 @@ impl Ord for UniqueKey {
                     len: lb,
                     seq: sb,
                 },
-            ) => fa
-                .name()
-                .cmp(fb.name())
-                .then_with(|| sa[..usize::from(*la)].cmp(&sb[..usize::from(*lb)])),
+            ) => fa.name().cmp(fb.name()).then_with(|| {
+                let (la, lb) = (usize::from(*la), usize::from(*lb));
+                if la >= 32 && lb >= 32 {
+                    // The first 32 bytes (both have them) as two big-endian
+                    // integers: the same order as comparing the bytes, in
+                    // two instructions instead of a call (peer views do
+                    // this millions of times).
+                    let w = |s: &[u8; ID_LEN], i: usize| {
+                        let mut b = [0u8; 16];
+                        b.copy_from_slice(&s[i..i + 16]);
+                        u128::from_be_bytes(b)
+                    };
+                    w(sa, 0)
+                        .cmp(&w(sb, 0))
+                        .then_with(|| w(sa, 16).cmp(&w(sb, 16)))
+                        .then_with(|| sa[32..la].cmp(&sb[32..lb]))
+                } else {
+                    sa[..la].cmp(&sb[..lb])
+                }
+            }),
             // A well-known ID on either side: compare the strings (rare).
             _ => self.text().cmp(&other.text()),
         }
