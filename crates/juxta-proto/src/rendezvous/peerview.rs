@@ -16,7 +16,7 @@
 //! others, and the view is bounded (`max_members`). JXSE's timers (30 s
 //! watchdog, 5 min grace) are available as [`PeerViewConfig::jxse`].
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use bytes::Bytes;
 
@@ -126,6 +126,10 @@ pub struct PeerView {
     /// The members' keys in view order (kept sorted as members join and
     /// leave: a probe answer picks its referral by index in it).
     order: Vec<UniqueKey>,
+    /// The members' advertisements (the bytes each member's entry holds)
+    /// and whose they are: a referral to a member carries its
+    /// advertisement, already read (a third of a full view's messages).
+    by_adv: HashMap<Bytes, PeerId>,
 }
 
 impl PeerView {
@@ -147,6 +151,7 @@ impl PeerView {
             stats: PeerViewStats::default(),
             generation: 0,
             order: Vec::new(),
+            by_adv: HashMap::new(),
         }
     }
 
@@ -293,6 +298,12 @@ impl PeerView {
     fn upsert(&mut self, peer: PeerId, adv: Bytes, now: Millis) -> bool {
         let key = peer.unique_key();
         if let Some(m) = self.members.get_mut(&key) {
+            if m.adv != adv {
+                if self.by_adv.get(&m.adv) == Some(&peer) {
+                    self.by_adv.remove(&m.adv);
+                }
+                self.by_adv.insert(adv.clone(), peer);
+            }
             m.adv = adv;
             m.last_heard = now;
             return true;
@@ -304,6 +315,7 @@ impl PeerView {
         if let Err(at) = self.order.binary_search(&key) {
             self.order.insert(at, key.clone());
         }
+        self.by_adv.insert(adv.clone(), peer);
         self.members.insert(
             key,
             Member {
@@ -325,6 +337,9 @@ impl PeerView {
         if let Ok(at) = self.order.binary_search(&key) {
             self.order.remove(at);
         }
+        if self.by_adv.get(&gone.adv) == Some(&gone.peer) {
+            self.by_adv.remove(&gone.adv);
+        }
         self.generation = self.generation.wrapping_add(1);
         self.event(PeerViewEvent::Removed(gone.peer));
         if announce {
@@ -344,16 +359,24 @@ impl PeerView {
         msg: &Message,
         now: Millis,
     ) -> Result<(), RdvMessageError> {
-        // The sender's own advertisement, unchanged since it was last read
-        // (its member entry holds those bytes): not parsed again.
+        // A member's advertisement, unchanged since it was last read (its
+        // entry holds those bytes): not parsed again. The sender's own is
+        // checked first (probes and answers), then any member's (referrals).
         let member = self.members.get(&from.unique_key());
+        let by_adv = &self.by_adv;
         let pv = PeerViewMessage::from_message_known(msg, |adv| {
-            member.filter(|m| m.adv == adv).map(|m| m.peer)
+            member
+                .filter(|m| m.adv == adv)
+                .map(|m| m.peer)
+                .or_else(|| by_adv.get(adv).copied())
         })?;
         self.handle(from, pv, now)
     }
 
     /// Handles a parsed peer view message from `from` (a proven sender).
+    /// `pv.rdv_peer` must be its advertisement's `RdvPeerId`, as
+    /// [`PeerViewMessage::from_message`] reads it (the view reuses that
+    /// reading when the same advertisement comes again).
     ///
     /// A peer speaks for itself only: a probe or response that is not a
     /// referral (`Cached`) must advertise its sender
@@ -550,6 +573,11 @@ mod tests {
             assert!(!v.contains(&dead.me()));
             assert_eq!(v.len(), 3);
             assert!(v.order.iter().eq(v.members.keys()), "order kept sorted");
+            assert_eq!(v.by_adv.len(), v.len(), "one advertisement per member");
+            assert!(v
+                .members
+                .values()
+                .all(|m| v.by_adv.get(&m.adv) == Some(&m.peer)));
         }
         assert_eq!(vs[1].up(), Some(peer(4)));
     }
