@@ -298,6 +298,18 @@ impl LeaseMessage {
     /// Reads a lease message. JXSE's precedence: a grant if `RdvAdvReply` or
     /// `ConnectedPeer` is present, then `Connect`, then `Disconnect`.
     pub fn from_message(msg: &Message) -> Result<LeaseMessage, RdvMessageError> {
+        LeaseMessage::from_message_known(msg, |_| None)
+    }
+
+    /// As [`LeaseMessage::from_message`], but `known` may give the `PID` an
+    /// earlier parse of exactly these `jxta:PA` bytes gave (a rendezvous
+    /// sees the same advertisement in every lease renewal); the XML is then
+    /// not parsed again. Same result whenever `known` only answers for bytes
+    /// it saw parse.
+    pub fn from_message_known(
+        msg: &Message,
+        known: impl Fn(&[u8]) -> Option<PeerId>,
+    ) -> Result<LeaseMessage, RdvMessageError> {
         let has = |n| msg.get(NS_JXTA, n).is_some();
         if has(ELEM_RDV_ADV_REPLY) || has(ELEM_CONNECTED_PEER) {
             let adv_el = msg
@@ -319,8 +331,13 @@ impl LeaseMessage {
         }
         for (name, connect) in [(ELEM_CONNECT, true), (ELEM_DISCONNECT, false)] {
             if let Some(e) = msg.get(NS_JXTA, name) {
-                let text = e.as_str().ok_or(RdvMessageError::NotUtf8(name))?;
-                let peer = pa_peer(text, name)?;
+                let peer = match known(&e.data) {
+                    Some(p) => p,
+                    None => {
+                        let text = e.as_str().ok_or(RdvMessageError::NotUtf8(name))?;
+                        pa_peer(text, name)?
+                    }
+                };
                 let peer_adv = e.data.clone();
                 return Ok(if connect {
                     LeaseMessage::Request { peer, peer_adv }
