@@ -728,6 +728,32 @@ mod tests {
     }
 
     #[test]
+    fn a_renewals_advertisement_is_read_once_and_a_forged_one_still_refused() {
+        let mut s = server(1, ServerConfig::default());
+        let lease = lease_address(&PeerGroupId::NET);
+        for _ in 0..3 {
+            s.handle_message(peer(10), &lease, request(10), 0).unwrap();
+        }
+        assert_eq!(s.pa_memo.len(), 1, "one advertisement, remembered once");
+        assert_eq!(s.clients().collect::<Vec<_>>(), vec![peer(10)]);
+        // Another peer replaying peer 10's remembered advertisement is
+        // refused as before: the memo gives the PID the bytes name.
+        assert!(matches!(
+            s.handle_message(peer(11), &lease, request(10), 0),
+            Err(RdvMessageError::NotSender { .. })
+        ));
+        assert_eq!(s.clients().count(), 1);
+        // Bounded: a new advertisement when full clears it first.
+        while s.pa_memo.len() < PA_MEMO_MAX {
+            let pa = Bytes::from(format!("<jxta:PA>{}</jxta:PA>", s.pa_memo.len()));
+            s.pa_memo.insert(pa, peer(12));
+        }
+        s.handle_message(peer(13), &lease, request(13), 0).unwrap();
+        assert_eq!(s.pa_memo.len(), 1);
+        assert_eq!(s.clients().count(), 2);
+    }
+
+    #[test]
     fn propagation_ttl_dup_and_loops() {
         let mut a = server(1, ServerConfig::default());
         let mut b = server(2, ServerConfig::default());
