@@ -186,8 +186,10 @@ impl DuplicateFilter {
     pub fn new(capacity: usize) -> DuplicateFilter {
         DuplicateFilter {
             capacity,
-            seen: HashSet::with_capacity(capacity.min(4096)),
-            order: VecDeque::with_capacity(capacity.min(4096)),
+            // Grown as keys come: most filters (an edge's) see few keys,
+            // and a restarted simulated edge paid for the full window.
+            seen: HashSet::new(),
+            order: VecDeque::new(),
         }
     }
 

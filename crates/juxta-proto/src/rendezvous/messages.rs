@@ -298,6 +298,18 @@ impl LeaseMessage {
     /// Reads a lease message. JXSE's precedence: a grant if `RdvAdvReply` or
     /// `ConnectedPeer` is present, then `Connect`, then `Disconnect`.
     pub fn from_message(msg: &Message) -> Result<LeaseMessage, RdvMessageError> {
+        LeaseMessage::from_message_known(msg, |_| None)
+    }
+
+    /// As [`LeaseMessage::from_message`], but `known` may give the `PID` an
+    /// earlier parse of exactly these `jxta:PA` bytes gave (a rendezvous
+    /// sees the same advertisement in every lease renewal); the XML is then
+    /// not parsed again. Same result whenever `known` only answers for bytes
+    /// it saw parse.
+    pub fn from_message_known(
+        msg: &Message,
+        known: impl Fn(&[u8]) -> Option<PeerId>,
+    ) -> Result<LeaseMessage, RdvMessageError> {
         let has = |n| msg.get(NS_JXTA, n).is_some();
         if has(ELEM_RDV_ADV_REPLY) || has(ELEM_CONNECTED_PEER) {
             let adv_el = msg
@@ -319,8 +331,13 @@ impl LeaseMessage {
         }
         for (name, connect) in [(ELEM_CONNECT, true), (ELEM_DISCONNECT, false)] {
             if let Some(e) = msg.get(NS_JXTA, name) {
-                let text = e.as_str().ok_or(RdvMessageError::NotUtf8(name))?;
-                let peer = pa_peer(text, name)?;
+                let peer = match known(&e.data) {
+                    Some(p) => p,
+                    None => {
+                        let text = e.as_str().ok_or(RdvMessageError::NotUtf8(name))?;
+                        pa_peer(text, name)?
+                    }
+                };
                 let peer_adv = e.data.clone();
                 return Ok(if connect {
                     LeaseMessage::Request { peer, peer_adv }
@@ -556,6 +573,20 @@ impl PeerViewMessage {
     /// Reads a peer view message: a probe if `PeerView.PeerAdv` is present,
     /// else a response. Flags count by presence, as in JXSE.
     pub fn from_message(msg: &Message) -> Result<PeerViewMessage, RdvMessageError> {
+        PeerViewMessage::from_message_known(msg, |_| None)
+    }
+
+    /// As [`PeerViewMessage::from_message`], but `known` may name the
+    /// rendezvous of an advertisement already read: given the advertisement's
+    /// bytes, it returns the `RdvPeerId` an earlier parse of exactly these
+    /// bytes gave, and the XML is not parsed again (a peer view sees the same
+    /// advertisement from each member every probe round). The result is the
+    /// same as `from_message`'s whenever `known` only answers for bytes it
+    /// saw parse.
+    pub fn from_message_known(
+        msg: &Message,
+        known: impl FnOnce(&[u8]) -> Option<PeerId>,
+    ) -> Result<PeerViewMessage, RdvMessageError> {
         let (kind, e) = match (
             msg.get(NS_JXTA, ELEM_PV_PROBE),
             msg.get(NS_JXTA, ELEM_PV_RESPONSE),
@@ -564,8 +595,13 @@ impl PeerViewMessage {
             (None, Some(e)) => (PeerViewKind::Response, e),
             (None, None) => return Err(RdvMessageError::NotThisProtocol),
         };
-        let text = e.as_str().ok_or(RdvMessageError::NotUtf8(ELEM_PV_PROBE))?;
-        let rdv_peer = rdv_adv_peer_id(text)?;
+        let rdv_peer = match known(&e.data) {
+            Some(p) => p,
+            None => {
+                let text = e.as_str().ok_or(RdvMessageError::NotUtf8(ELEM_PV_PROBE))?;
+                rdv_adv_peer_id(text)?
+            }
+        };
         let has = |n| msg.get(NS_JXTA, n).is_some();
         Ok(PeerViewMessage {
             kind,

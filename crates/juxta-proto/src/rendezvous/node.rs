@@ -497,7 +497,9 @@ struct RdvSide {
     view_gen: Option<u64>,
     /// The peer view's generation the SRDI node last heard of.
     srdi_gen: u64,
-    view: Vec<PeerId>,
+    /// Shared so a query can hold it while the node changes (a copy of a
+    /// 1,000-rendezvous view per query was a measurable cost).
+    view: std::sync::Arc<Vec<PeerId>>,
 }
 
 /// The SRDI node's settings: re-placement after view changes settles
@@ -515,7 +517,7 @@ fn refresh_view(r: &mut RdvSide) {
     let pv = r.srv.peer_view();
     if r.view_gen != Some(pv.generation()) {
         r.view_gen = Some(pv.generation());
-        r.view = global_view(r.srv.me(), pv.members());
+        r.view = std::sync::Arc::new(global_view(r.srv.me(), pv.members()));
     }
 }
 
@@ -610,7 +612,7 @@ impl RendezvousNode {
                     walked: 0,
                     view_gen: None,
                     srdi_gen: 0,
-                    view: Vec::new(),
+                    view: std::sync::Arc::new(Vec::new()),
                 }))
             }
             RendezvousRole::Edge { seeds } => Side::Edge(Box::new(EdgeSide {
@@ -1415,7 +1417,7 @@ impl RendezvousNode {
             return;
         };
         refresh_view(r);
-        let view = r.view.clone();
+        let view = std::sync::Arc::clone(&r.view);
         if q.handler != LOOKUP_HANDLER {
             // A discovery or pipe binding query: forwarded to the
             // publishers the index names, else to the replica, else walked

@@ -16,11 +16,12 @@
 //! others, and the view is bounded (`max_members`). JXSE's timers (30 s
 //! watchdog, 5 min grace) are available as [`PeerViewConfig::jxse`].
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use bytes::Bytes;
 
-use crate::id::{PeerGroupId, PeerId};
+use crate::endpoint::ServiceAddress;
+use crate::id::{PeerGroupId, PeerId, UniqueKey};
 use crate::message::Message;
 
 use super::messages::{peerview_address, PeerViewKind, PeerViewMessage, RdvMessageError};
@@ -107,11 +108,14 @@ struct Member {
 #[derive(Debug)]
 pub struct PeerView {
     me: PeerId,
-    my_key: String,
+    my_key: UniqueKey,
     my_adv: Bytes,
-    group: PeerGroupId,
+    /// The peer view service address of the group (every transmit's).
+    dest: ServiceAddress,
     cfg: PeerViewConfig,
-    members: BTreeMap<String, Member>,
+    /// Keyed by unique value, compared as the string but without
+    /// building it ([`UniqueKey`]).
+    members: BTreeMap<UniqueKey, Member>,
     seeds: Vec<PeerId>,
     next_probe: Millis,
     referral: usize,
@@ -119,9 +123,13 @@ pub struct PeerView {
     events: VecDeque<PeerViewEvent>,
     stats: PeerViewStats,
     generation: u64,
-    /// The members' keys in view order, as of `order_gen`.
-    order: Vec<String>,
-    order_gen: u64,
+    /// The members' keys in view order (kept sorted as members join and
+    /// leave: a probe answer picks its referral by index in it).
+    order: Vec<UniqueKey>,
+    /// The members' advertisements (the bytes each member's entry holds)
+    /// and whose they are: a referral to a member carries its
+    /// advertisement, already read (a third of a full view's messages).
+    by_adv: HashMap<Bytes, PeerId>,
 }
 
 impl PeerView {
@@ -130,9 +138,9 @@ impl PeerView {
     pub fn new(me: PeerId, my_adv: Bytes, group: PeerGroupId, cfg: PeerViewConfig) -> PeerView {
         PeerView {
             me,
-            my_key: me.unique_value(),
+            my_key: me.unique_key(),
             my_adv,
-            group,
+            dest: peerview_address(&group),
             cfg,
             members: BTreeMap::new(),
             seeds: Vec::new(),
@@ -143,7 +151,7 @@ impl PeerView {
             stats: PeerViewStats::default(),
             generation: 0,
             order: Vec::new(),
-            order_gen: 0,
+            by_adv: HashMap::new(),
         }
     }
 
@@ -183,13 +191,6 @@ impl PeerView {
         }
     }
 
-    fn refresh_order(&mut self) {
-        if self.order_gen != self.generation || self.order.len() != self.members.len() {
-            self.order = self.members.keys().cloned().collect();
-            self.order_gen = self.generation;
-        }
-    }
-
     /// Changes every time a member joins or leaves (so an owner caching
     /// something computed from [`PeerView::members`] can tell it is stale
     /// without comparing the members).
@@ -214,14 +215,14 @@ impl PeerView {
 
     /// Whether a peer is a member.
     pub fn contains(&self, peer: &PeerId) -> bool {
-        self.members.contains_key(&peer.unique_value())
+        self.members.contains_key(&peer.unique_key())
     }
 
     /// The next member above self in view order (JXSE's up peer).
     pub fn up(&self) -> Option<PeerId> {
         use std::ops::Bound::{Excluded, Unbounded};
         self.members
-            .range::<String, _>((Excluded(&self.my_key), Unbounded))
+            .range::<UniqueKey, _>((Excluded(&self.my_key), Unbounded))
             .next()
             .map(|(_, m)| m.peer)
     }
@@ -229,7 +230,7 @@ impl PeerView {
     /// The next member below self in view order (JXSE's down peer).
     pub fn down(&self) -> Option<PeerId> {
         self.members
-            .range::<String, _>(..&self.my_key)
+            .range::<UniqueKey, _>(..&self.my_key)
             .next_back()
             .map(|(_, m)| m.peer)
     }
@@ -256,7 +257,7 @@ impl PeerView {
         }
         self.out.push_back(Transmit {
             to,
-            dest: peerview_address(&self.group),
+            dest: self.dest.clone(),
             message: m.to_message(),
         });
     }
@@ -295,8 +296,14 @@ impl PeerView {
 
     /// Adds or refreshes a member; false if the view is full.
     fn upsert(&mut self, peer: PeerId, adv: Bytes, now: Millis) -> bool {
-        let key = peer.unique_value();
+        let key = peer.unique_key();
         if let Some(m) = self.members.get_mut(&key) {
+            if m.adv != adv {
+                if self.by_adv.get(&m.adv) == Some(&peer) {
+                    self.by_adv.remove(&m.adv);
+                }
+                self.by_adv.insert(adv.clone(), peer);
+            }
             m.adv = adv;
             m.last_heard = now;
             return true;
@@ -305,6 +312,10 @@ impl PeerView {
             self.stats.refused_full += 1;
             return false;
         }
+        if let Err(at) = self.order.binary_search(&key) {
+            self.order.insert(at, key.clone());
+        }
+        self.by_adv.insert(adv.clone(), peer);
         self.members.insert(
             key,
             Member {
@@ -319,9 +330,16 @@ impl PeerView {
     }
 
     fn remove(&mut self, peer: &PeerId, announce: bool) -> bool {
-        let Some(gone) = self.members.remove(&peer.unique_value()) else {
+        let key = peer.unique_key();
+        let Some(gone) = self.members.remove(&key) else {
             return false;
         };
+        if let Ok(at) = self.order.binary_search(&key) {
+            self.order.remove(at);
+        }
+        if self.by_adv.get(&gone.adv) == Some(&gone.peer) {
+            self.by_adv.remove(&gone.adv);
+        }
         self.generation = self.generation.wrapping_add(1);
         self.event(PeerViewEvent::Removed(gone.peer));
         if announce {
@@ -341,11 +359,24 @@ impl PeerView {
         msg: &Message,
         now: Millis,
     ) -> Result<(), RdvMessageError> {
-        let pv = PeerViewMessage::from_message(msg)?;
+        // A member's advertisement, unchanged since it was last read (its
+        // entry holds those bytes): not parsed again. The sender's own is
+        // checked first (probes and answers), then any member's (referrals).
+        let member = self.members.get(&from.unique_key());
+        let by_adv = &self.by_adv;
+        let pv = PeerViewMessage::from_message_known(msg, |adv| {
+            member
+                .filter(|m| m.adv == adv)
+                .map(|m| m.peer)
+                .or_else(|| by_adv.get(adv).copied())
+        })?;
         self.handle(from, pv, now)
     }
 
     /// Handles a parsed peer view message from `from` (a proven sender).
+    /// `pv.rdv_peer` must be its advertisement's `RdvPeerId`, as
+    /// [`PeerViewMessage::from_message`] reads it (the view reuses that
+    /// reading when the same advertisement comes again).
     ///
     /// A peer speaks for itself only: a probe or response that is not a
     /// referral (`Cached`) must advertise its sender
@@ -370,7 +401,7 @@ impl PeerView {
             }
             let stale = self
                 .members
-                .get(&pv.rdv_peer.unique_value())
+                .get(&pv.rdv_peer.unique_key())
                 .is_some_and(|m| now.saturating_sub(m.last_heard) >= self.cfg.probe_interval_ms);
             if stale {
                 self.send(pv.rdv_peer, self.own(PeerViewKind::Probe));
@@ -392,14 +423,9 @@ impl PeerView {
                 self.send(from, self.own(PeerViewKind::Response));
                 // One referral, round robin over the other members (the
                 // members but the sender, in view order; picked by index
-                // in the cached key order, not by filtering the members:
+                // in the sorted key order, not by filtering the members:
                 // that was most of a 1,000-rendezvous view's probe cost).
-                self.refresh_order();
-                let from_key = from.unique_value();
-                let skip = self
-                    .order
-                    .binary_search_by(|k| k.as_str().cmp(&from_key))
-                    .ok();
+                let skip = self.order.binary_search(&from.unique_key()).ok();
                 let others = self.order.len() - usize::from(skip.is_some());
                 if others > 0 {
                     let mut k = self.referral % others;
@@ -520,6 +546,7 @@ mod tests {
         }
         for v in &vs {
             assert_eq!(v.len(), 4, "{:?}", v.me());
+            assert!(v.order.iter().eq(v.members.keys()), "order kept sorted");
         }
         assert_eq!(vs[2].up(), Some(peer(4)));
         assert_eq!(vs[2].down(), Some(peer(2)));
@@ -545,6 +572,12 @@ mod tests {
         for v in &vs {
             assert!(!v.contains(&dead.me()));
             assert_eq!(v.len(), 3);
+            assert!(v.order.iter().eq(v.members.keys()), "order kept sorted");
+            assert_eq!(v.by_adv.len(), v.len(), "one advertisement per member");
+            assert!(v
+                .members
+                .values()
+                .all(|m| v.by_adv.get(&m.adv) == Some(&m.peer)));
         }
         assert_eq!(vs[1].up(), Some(peer(4)));
     }

@@ -43,6 +43,11 @@ pub const MAX_CLIENTS_LIMIT: usize = 100_000;
 /// Propagated message IDs remembered for duplicate detection (JXSE's
 /// `MAX_MSGIDS`).
 pub const DEDUP_WINDOW: usize = 1_000;
+/// Most lease advertisements remembered as already read (see
+/// `RendezvousServer::pa_memo`).
+pub const PA_MEMO_MAX: usize = 4_096;
+/// Largest lease advertisement remembered as already read.
+pub const PA_MEMO_MAX_BYTES: usize = 8_192;
 /// Default TTL of a new propagation or walk.
 pub const DEFAULT_PROPAGATE_TTL: i32 = 10;
 /// Most transmits queued before the owner drains them (oldest discarded
@@ -161,6 +166,12 @@ pub struct RendezvousServer {
     next_expiry: Option<Millis>,
     peer_view: PeerView,
     dedup: DuplicateFilter,
+    /// `jxta:PA` bytes already read in a lease message, and the `PID` they
+    /// name (a memo of a pure function: every renewal carries the same
+    /// advertisement; parsing it was most of a lease's cost). Bounded:
+    /// cleared when [`PA_MEMO_MAX`] entries, only advertisements up to
+    /// [`PA_MEMO_MAX_BYTES`], copied so no message buffer is kept.
+    pa_memo: HashMap<Bytes, PeerId>,
     ids: IdGen,
     out: VecDeque<Transmit>,
     events: VecDeque<ServerEvent>,
@@ -194,6 +205,7 @@ impl RendezvousServer {
             prop_budget: HashMap::new(),
             next_expiry: None,
             dedup: DuplicateFilter::new(DEDUP_WINDOW),
+            pa_memo: HashMap::new(),
             ids: IdGen::new(seed ^ 0x5244_565f_5345_5256),
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -359,7 +371,21 @@ impl RendezvousServer {
         msg: &Message,
         now: Millis,
     ) -> Result<(), RdvMessageError> {
-        let lm = LeaseMessage::from_message(msg)?;
+        let memo = &self.pa_memo;
+        let hit = std::cell::Cell::new(false);
+        let lm = LeaseMessage::from_message_known(msg, |pa| {
+            memo.get(pa).copied().inspect(|_| hit.set(true))
+        })?;
+        if let LeaseMessage::Request { peer, peer_adv }
+        | LeaseMessage::Disconnect { peer, peer_adv } = &lm
+        {
+            if !hit.get() && peer_adv.len() <= PA_MEMO_MAX_BYTES {
+                if self.pa_memo.len() >= PA_MEMO_MAX {
+                    self.pa_memo.clear();
+                }
+                self.pa_memo.insert(Bytes::copy_from_slice(peer_adv), *peer);
+            }
+        }
         // Leases and disconnects act on the sender, never on an ID written
         // in the body: otherwise any connected peer could lease for, or
         // disconnect, another.
@@ -699,6 +725,32 @@ mod tests {
             .handle_message(peer(1), &lease, Message::new(), 0)
             .is_err());
         assert_eq!(s.stats().malformed, 1);
+    }
+
+    #[test]
+    fn a_renewals_advertisement_is_read_once_and_a_forged_one_still_refused() {
+        let mut s = server(1, ServerConfig::default());
+        let lease = lease_address(&PeerGroupId::NET);
+        for _ in 0..3 {
+            s.handle_message(peer(10), &lease, request(10), 0).unwrap();
+        }
+        assert_eq!(s.pa_memo.len(), 1, "one advertisement, remembered once");
+        assert_eq!(s.clients().collect::<Vec<_>>(), vec![peer(10)]);
+        // Another peer replaying peer 10's remembered advertisement is
+        // refused as before: the memo gives the PID the bytes name.
+        assert!(matches!(
+            s.handle_message(peer(11), &lease, request(10), 0),
+            Err(RdvMessageError::NotSender { .. })
+        ));
+        assert_eq!(s.clients().count(), 1);
+        // Bounded: a new advertisement when full clears it first.
+        while s.pa_memo.len() < PA_MEMO_MAX {
+            let pa = Bytes::from(format!("<jxta:PA>{}</jxta:PA>", s.pa_memo.len()));
+            s.pa_memo.insert(pa, peer(12));
+        }
+        s.handle_message(peer(13), &lease, request(13), 0).unwrap();
+        assert_eq!(s.pa_memo.len(), 1);
+        assert_eq!(s.clients().count(), 2);
     }
 
     #[test]
