@@ -739,7 +739,7 @@ impl Communicator {
                     // The clock every 16 polls (a poll is well under a
                     // microsecond): the spin ends within a few µs of `until`.
                     polls = polls.wrapping_add(1);
-                    if polls % 16 == 0 && Instant::now() >= until {
+                    if polls.is_multiple_of(16) && Instant::now() >= until {
                         break;
                     }
                 }
