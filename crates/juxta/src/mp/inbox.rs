@@ -307,6 +307,23 @@ impl Inbox {
     }
 }
 
+/// A receive counted in [`Inbox::parked`] while it lives (so that a
+/// cancelled receive never stays counted).
+pub(super) struct Parked<'a>(&'a AtomicUsize);
+
+impl<'a> Parked<'a> {
+    pub(super) fn new(count: &'a AtomicUsize) -> Parked<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        Parked(count)
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// An inbox registered with its peer: unregistered (and closed, so that
 /// no reader waits on it any more) when dropped.
 pub(super) struct Registered {

@@ -755,12 +755,13 @@ impl Communicator {
                 let notified = ib.arrived.notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
-                ib.parked.fetch_add(1, Ordering::SeqCst);
+                // Uncounted on drop, also when this receive is cancelled
+                // while parked.
+                let _parked = inbox::Parked::new(&ib.parked);
                 progressed = ib.arrivals.load(Ordering::SeqCst) != seen
                     || tokio::time::timeout(s.cfg.liveness_interval, notified)
                         .await
                         .is_ok();
-                ib.parked.fetch_sub(1, Ordering::SeqCst);
             }
             if progressed {
                 continue;
