@@ -75,6 +75,71 @@ pub struct RecoveryRow {
     pub recovery_ms: f64,
 }
 
+/// All kills of one [`run`] as one set (issue #16's target is a p99 over
+/// at least 20 kills): the row `row: "summary"` after the kills.
+///
+/// ```
+/// use juxta_bench::recovery::{summarize, RecoveryRow};
+/// let rows: Vec<RecoveryRow> = [5.0, 7.0, 6.0]
+///     .iter()
+///     .map(|&ms| RecoveryRow { scenario: "recovery", edges: 16, rendezvous: 2, recovery_ms: ms })
+///     .collect();
+/// let s = summarize(&rows).unwrap();
+/// assert_eq!((s.kills, s.recovery_ms_p50, s.recovery_ms_max), (3, 6.0, 7.0));
+/// ```
+#[derive(Debug, Clone, Serialize)]
+pub struct RecoverySummary {
+    /// Always `recovery`.
+    pub scenario: &'static str,
+    /// Always `summary`.
+    pub row: &'static str,
+    /// Edges per kill.
+    pub edges: usize,
+    /// Rendezvous processes per kill (2).
+    pub rendezvous: usize,
+    /// Kills measured (every one recovered: a kill that does not within
+    /// [`RECOVERY_LIMIT`] fails the run).
+    pub kills: usize,
+    /// Median recovery, ms.
+    pub recovery_ms_p50: f64,
+    /// 99th percentile (nearest rank), ms.
+    pub recovery_ms_p99: f64,
+    /// Longest, ms.
+    pub recovery_ms_max: f64,
+    /// Mean, ms.
+    pub recovery_ms_mean: f64,
+}
+
+/// The summary of [`run`]'s rows (`None` without rows).
+pub fn summarize(rows: &[RecoveryRow]) -> Option<RecoverySummary> {
+    let first = rows.first()?;
+    let mut v: Vec<f64> = rows.iter().map(|r| r.recovery_ms).collect();
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let (p50, p99, max) = p50_p99_max(&mut v);
+    Some(RecoverySummary {
+        scenario: "recovery",
+        row: "summary",
+        edges: first.edges,
+        rendezvous: first.rendezvous,
+        kills: rows.len(),
+        recovery_ms_p50: p50?,
+        recovery_ms_p99: p99?,
+        recovery_ms_max: max?,
+        recovery_ms_mean: mean,
+    })
+}
+
+/// [`run`]'s rows and their summary as JSON values (kills, then the
+/// summary), as the CLI and the suite write them.
+pub fn rows_with_summary(rows: &[RecoveryRow]) -> Vec<serde_json::Value> {
+    let mut v: Vec<serde_json::Value> = rows
+        .iter()
+        .filter_map(|r| serde_json::to_value(r).ok())
+        .collect();
+    v.extend(summarize(rows).and_then(|s| serde_json::to_value(s).ok()));
+    v
+}
+
 /// Runs the kills; `progress` gets one line per row.
 pub async fn run(
     opts: &RecoveryOptions,
@@ -160,6 +225,12 @@ async fn run_here(
         });
         drop(edges);
         r1.kill().await;
+    }
+    if let Some(s) = summarize(&rows) {
+        progress(&format!(
+            "recovery over {} kills: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, mean {:.1} ms",
+            s.kills, s.recovery_ms_p50, s.recovery_ms_p99, s.recovery_ms_max, s.recovery_ms_mean
+        ));
     }
     Ok(rows)
 }

@@ -1201,8 +1201,9 @@ async fn run_step(
                 exe: exe_of(host, &o.exe),
                 ..o.clone()
             };
-            g.rows
-                .extend(to_values(&recovery::run(&o, &mut detail).await?));
+            g.rows.extend(recovery::rows_with_summary(
+                &recovery::run(&o, &mut detail).await?,
+            ));
         }
         Step::RecoverySuccessive(o) => {
             let o = SuccessiveOptions {

@@ -2260,7 +2260,10 @@ fn run_recovery(a: RecoveryArgs) -> Result<(), CliError> {
         };
         drive(|progress| async move { juxta_bench::recovery::run(&opts, progress).await })?
     };
-    write_rows(a.json, serde_json::json!(rows))
+    write_rows(
+        a.json,
+        serde_json::json!(juxta_bench::recovery::rows_with_summary(&rows)),
+    )
 }
 
 fn run_relay_serve_in_ns(a: RelayServeArgs) -> Result<(), CliError> {

@@ -198,11 +198,25 @@ fn the_default_run_covers_scenarios_that_run_their_own_processes() {
         serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
     let rows = doc["results"].as_array().unwrap();
     assert!(!rows.is_empty());
-    for r in rows {
+    // One row per kill, then their summary.
+    let (summary, kills) = rows.split_last().unwrap();
+    assert!(!kills.is_empty());
+    for r in kills {
         assert_eq!(r["scenario"], "recovery");
         assert!(r["recovery_ms"].as_f64().unwrap() > 0.0, "{r}");
         assert_eq!(r["rendezvous"], 2);
     }
+    assert_eq!(summary["row"], "summary", "{summary}");
+    assert_eq!(summary["kills"].as_u64().unwrap() as usize, kills.len());
+    let max = kills
+        .iter()
+        .map(|r| r["recovery_ms"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert_eq!(
+        summary["recovery_ms_max"].as_f64().unwrap(),
+        max,
+        "{summary}"
+    );
     assert!(out.join("recovery.csv").exists());
     assert!(out.join("report.html").exists());
 }

@@ -129,8 +129,10 @@ fn rendezvous_and_recovery_run_across_a_lan_profile() {
     // Every answered query crossed the link to the rendezvous and back.
     assert!(r["response_ms_mean"].as_f64().unwrap() >= 0.07, "{r}");
     let rows = bench_rows(&["recovery", "--net", "lan", "--edges", "2", "--repeats", "1"]);
-    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows.len(), 2, "one kill and the summary: {rows:?}");
     assert!(rows[0]["recovery_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(rows[1]["row"], "summary", "{rows:?}");
+    assert_eq!(rows[1]["kills"], 1, "{rows:?}");
 }
 
 /// `ops` runs across a profile: the publisher (ad-hoc), the rendezvous and

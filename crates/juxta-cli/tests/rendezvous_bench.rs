@@ -297,8 +297,13 @@ fn recovery_with_more_edges_than_the_per_address_limit() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let rows = results(&json);
-    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows.len(), 2, "one kill and the summary: {rows:?}");
     assert!(rows[0].get("error").is_none(), "{rows:?}");
     assert_eq!(rows[0]["edges"], 40, "{rows:?}");
     assert!(rows[0]["recovery_ms"].as_f64().unwrap() > 0.0, "{rows:?}");
+    assert_eq!(rows[1]["row"], "summary", "{rows:?}");
+    assert_eq!(
+        rows[1]["recovery_ms_p99"], rows[0]["recovery_ms"],
+        "one kill: its time is the p99: {rows:?}"
+    );
 }

@@ -914,9 +914,14 @@ pub fn recovery(rows: &[Row<'_>]) -> Option<Table> {
         &caption,
         &rows,
         &[
+            ("row", "row"),
             ("edges", "edges"),
             ("rendezvous", "rendezvous"),
             ("recovery_ms", "recovery ms"),
+            ("kills", "kills"),
+            ("recovery_ms_p50", "p50 ms"),
+            ("recovery_ms_p99", "p99 ms"),
+            ("recovery_ms_max", "max ms"),
         ],
     )
 }
