@@ -173,9 +173,20 @@ pub async fn start_served(opts: ServeOptions) -> Result<Served, BenchError> {
     // would refuse the 33rd edge and delay re-leases after a kill, so the
     // bench's rendezvous allows as many per address as it has clients.
     let per_addr = opts.max_clients.clamp(1, 65_536);
+    // `--rate-limit` is the rendezvous' per-querier budget for every
+    // query kind: the SRDI admission above and the resolver's per-peer
+    // budget for discovery, peer-info and pipe-binding queries (200/s by
+    // default, which 16 edges at 6,000 queries/s overrun: the excess was
+    // dropped there and read as loss of the rendezvous).
+    let disco = juxta::discovery::DiscoveryConfig {
+        query_rate: f64::from(rate),
+        query_burst: (rate / 10).max(1),
+        ..Default::default()
+    };
     let cfg = PeerConfig::new(&opts.home)
         .listen(opts.listen)
         .key_bits(opts.key_bits)
+        .discovery(disco)
         .max_connections_per_addr(per_addr)
         .max_pending_per_addr(per_addr);
     // The central server is this rendezvous itself (no peer view yet).
@@ -945,6 +956,9 @@ pub struct RendezvousRow {
     /// after the run, summed over the rendezvous (replicas counted at
     /// each): where the published query space was indexed.
     pub rdv_index_entries: u64,
+    /// Where the lost queries went (their sum is the numerator of
+    /// `loss_pct`).
+    pub lost: LostWhy,
     /// Why this configuration produced no figures (the run went on).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -955,12 +969,32 @@ struct Samples {
     latencies_ms: Vec<f64>,
     done_at_ms: Vec<u64>,
     lost: u64,
+    lost_why: LostWhy,
     issued: u64,
     positive: u64,
     positive_answered: u64,
     negative_answered: u64,
     responses: u64,
     threshold_met: u64,
+}
+
+/// Why counted queries were lost (the parts of `loss_pct`), so a loss
+/// figure says where the queries went.
+#[derive(Debug, Default, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct LostWhy {
+    /// Not sent: the edge already had [`MAX_IN_FLIGHT_PER_EDGE`] queries
+    /// in flight.
+    pub in_flight_cap: u64,
+    /// Not sent: the edge held no lease when the query was due.
+    pub unleased: u64,
+    /// Refused by the querier's own service (e.g. its table of pending
+    /// queries full).
+    pub refused: u64,
+    /// Sent, and nobody answered before the timeout.
+    pub no_answer: u64,
+    /// Sent, answered, but the answers carried no advertisement (PDP) or
+    /// the lookup failed.
+    pub empty: u64,
 }
 
 /// A configuration that is up: rendezvous processes and leased edges.
@@ -1381,6 +1415,7 @@ fn error_row(
         rdv_cpu_pct: 0.0,
         rdv_rss_mb: 0.0,
         rdv_index_entries: 0,
+        lost: LostWhy::default(),
         error: Some(error),
     }
 }
@@ -1449,7 +1484,11 @@ async fn measure(
                     s.positive += u64::from(positive);
                 }
                 if in_flight.load(std::sync::atomic::Ordering::Relaxed) >= MAX_IN_FLIGHT_PER_EDGE {
-                    samples.lock().expect("samples").lost += 1;
+                    if opts.query_kind == QueryKind::Lookup || positive {
+                        let mut s = samples.lock().expect("samples");
+                        s.lost += 1;
+                        s.lost_why.in_flight_cap += 1;
+                    }
                     continue;
                 }
                 in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -1459,17 +1498,27 @@ async fn measure(
                     let t = Instant::now();
                     // Advertisements (PDP) or publishers (lookup) found;
                     // `None`: no answer in time.
-                    let got: Option<usize> = match opts.query_kind {
-                        QueryKind::Lookup => h
-                            .lookup("Adv", "Name", &value, opts.timeout)
-                            .await
-                            .ok()
-                            .map(|v| v.len()),
+                    let (got, why): (Option<usize>, Option<Lost>) = match opts.query_kind {
+                        QueryKind::Lookup => {
+                            match h.lookup("Adv", "Name", &value, opts.timeout).await {
+                                Ok(v) => (Some(v.len()), None),
+                                Err(juxta::rendezvous::RendezvousError::Timeout) => {
+                                    (None, Some(Lost::NoAnswer))
+                                }
+                                Err(_) => (None, Some(Lost::Refused)),
+                            }
+                        }
                         QueryKind::Pdp => match pdp_query(&opts, &edge, &h, &value).await {
                             Some(Ok(f)) if !f.advertisements.is_empty() => {
-                                Some(f.advertisements.len())
+                                (Some(f.advertisements.len()), None)
                             }
-                            _ => None,
+                            Some(Ok(f)) if f.answered == 0 => (None, Some(Lost::NoAnswer)),
+                            Some(Ok(_)) => (None, Some(Lost::Empty)),
+                            Some(Err(juxta::discovery::DiscoveryError::NoAnswer { .. })) => {
+                                (None, Some(Lost::NoAnswer))
+                            }
+                            Some(Err(_)) => (None, Some(Lost::Refused)),
+                            None => (None, Some(Lost::Unleased)),
                         },
                     };
                     let ms = t.elapsed().as_secs_f64() * 1e3;
@@ -1497,6 +1546,12 @@ async fn measure(
                         }
                     } else if opts.query_kind == QueryKind::Lookup || positive {
                         s.lost += 1;
+                        match why.unwrap_or(Lost::Empty) {
+                            Lost::NoAnswer => s.lost_why.no_answer += 1,
+                            Lost::Unleased => s.lost_why.unleased += 1,
+                            Lost::Refused => s.lost_why.refused += 1,
+                            Lost::Empty => s.lost_why.empty += 1,
+                        }
                     }
                 }));
             }
@@ -1586,8 +1641,18 @@ async fn measure(
         rdv_cpu_pct: (cpu1 - cpu0) * 100.0 / elapsed.max(1e-9),
         rdv_rss_mb: rss,
         rdv_index_entries: index_entries,
+        lost: s.lost_why,
         error: None,
     }
+}
+
+/// Why one query was lost (see [`LostWhy`]).
+#[derive(Debug, Clone, Copy)]
+enum Lost {
+    NoAnswer,
+    Unleased,
+    Refused,
+    Empty,
 }
 
 /// Mean and (population) standard deviation; zeros for no samples.

@@ -672,7 +672,14 @@ pub(crate) async fn run_connection(
     let w = match established {
         Ok(w) => w,
         Err(e) => {
-            tracing::warn!(%peer_addr, error = %e, "connection closed before it was established");
+            // A reset or close before the welcome is what a peer that dies
+            // (or a port scan) looks like: counted, and not a warning.
+            // Anything else (a protocol violation, a timeout) is.
+            if matches!(e, CloseReason::Io(_) | CloseReason::Eof) {
+                tracing::debug!(%peer_addr, error = %e, "connection closed before it was established");
+            } else {
+                tracing::warn!(%peer_addr, error = %e, "connection closed before it was established");
+            }
             if matches!(
                 e,
                 CloseReason::Protocol(ConnectionError::UnexpectedPeer { .. })
