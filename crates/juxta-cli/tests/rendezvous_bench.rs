@@ -79,6 +79,16 @@ fn pdp_rows_record_their_parameters_and_find_published_advertisements() {
         assert!(r["positive_answered"].as_u64().unwrap() > 0, "{r}");
         assert_eq!(r["responses_mean"].as_f64().unwrap(), 2.0, "{r}");
         assert_eq!(r["negative_answered"], 0, "{r}");
+        // Every positive query is answered or lost for a stated reason.
+        let lost: u64 = ["no_answer", "refused", "unleased", "empty", "in_flight_cap"]
+            .iter()
+            .map(|k| r["lost"][k].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            lost + r["positive_answered"].as_u64().unwrap(),
+            r["positive_issued"].as_u64().unwrap(),
+            "{r}"
+        );
         let (mean, sd, cv) = (
             r["response_ms_mean"].as_f64().unwrap(),
             r["response_ms_stddev"].as_f64().unwrap(),
