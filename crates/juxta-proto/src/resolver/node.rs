@@ -139,6 +139,9 @@ pub struct Handler<K> {
     /// Whether unsolicited responses (query ID 0, e.g. a discovery remote
     /// publish) are charged to their sender's budget like a query.
     pub admit_unsolicited: bool,
+    /// Whether it takes responses only (its queries are refused as for an
+    /// unknown handler).
+    pub responses_only: bool,
 }
 
 impl<K> Handler<K> {
@@ -151,6 +154,7 @@ impl<K> Handler<K> {
             admission: Admission::Shared,
             groups: Groups::All,
             admit_unsolicited: false,
+            responses_only: false,
         }
     }
 
@@ -177,6 +181,12 @@ impl<K> Handler<K> {
     /// Unsolicited responses are charged like queries.
     pub fn admit_unsolicited(mut self) -> Handler<K> {
         self.admit_unsolicited = true;
+        self
+    }
+
+    /// It takes responses only.
+    pub fn responses_only(mut self) -> Handler<K> {
+        self.responses_only = true;
         self
     }
 
@@ -593,7 +603,10 @@ impl<K: Clone> ResolverNode<K> {
             Ok(q) => q,
             Err(e) => return self.refuse(e.into()),
         };
-        let Some(h) = self.handler(&q.handler, s.open) else {
+        let Some(h) = self
+            .handler(&q.handler, s.open)
+            .filter(|h| !h.responses_only)
+        else {
             return self.refuse(Refusal::NoHandler(truncate(&q.handler, 128)));
         };
         let (key, admission) = (h.key.clone(), h.admission);
