@@ -80,7 +80,7 @@ pub enum Event<K> {
         /// The peer it came from.
         from: PeerId,
         /// The query.
-        query: ResolverQuery,
+        query: Box<ResolverQuery>,
         /// The message it came in (for [`Node::forward_query`]).
         message: Message,
     },
@@ -229,7 +229,9 @@ impl<K: Clone> Node<K> {
                     query,
                     message,
                     ..
-                } => self.rdv.handle_query(Some(from), query, message, None, now),
+                } => self
+                    .rdv
+                    .handle_query(Some(from), *query, message, None, now),
                 ResolverEvent::Query {
                     key: Routed::Owner(key),
                     query,

@@ -266,7 +266,7 @@ async fn handle(inner: &Arc<Inner>, mut d: Delivery) -> Result<(), Fault> {
                 query,
                 message,
                 ..
-            } => on_query(inner, ctx.as_ref(), &group, key, from, query, message).await?,
+            } => on_query(inner, ctx.as_ref(), &group, key, from, *query, message).await?,
             ResolverEvent::Response {
                 key,
                 group,

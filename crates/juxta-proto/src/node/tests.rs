@@ -122,7 +122,7 @@ impl Trio {
             } => {
                 if self.nodes[i].rendezvous().is_rendezvous() {
                     let key = Some(("Adv".into(), "Name".into(), query.query.clone()));
-                    self.nodes[i].forward_query(Some(from), query.clone(), message, key, now);
+                    self.nodes[i].forward_query(Some(from), (*query).clone(), message, key, now);
                 } else if self.holds[i] == Some(query.query.as_str()) {
                     let me = self.nodes[i].me();
                     self.nodes[i].respond(&query, format!("{} {me}", query.query));

@@ -352,7 +352,7 @@ pub enum ResolverEvent<K> {
         /// The peer it came from (the link's, or the router's origin).
         from: Option<PeerId>,
         /// The query.
-        query: ResolverQuery,
+        query: Box<ResolverQuery>,
         /// The message it came in.
         message: Message,
     },
@@ -630,7 +630,7 @@ impl<K: Clone> ResolverNode<K> {
             group: s.group.clone(),
             open: s.open,
             from,
-            query: q,
+            query: Box::new(q),
             message,
         });
         Ok(())

@@ -1253,7 +1253,7 @@ impl Sim {
                 query,
                 message,
                 ..
-            } => return self.on_query(i, from, query, message),
+            } => return self.on_query(i, from, *query, message),
             // Answers to the application's queries complete them in the
             // rendezvous part ([`NodeEvent::Answered`]); nothing else
             // answers it.

@@ -176,7 +176,7 @@ fn the_query_event_carries_the_query_its_sender_and_group() {
             assert_eq!(group, NET);
             assert!(open);
             assert_eq!(f, Some(from));
-            assert_eq!(query, q);
+            assert_eq!(*query, q);
         }
         e => panic!("unexpected {e:?}"),
     }
