@@ -17,6 +17,10 @@
 //!   the endpoint router (ERM) needed to talk to JXSE.
 //! - [`relay`]: the relay service's control messages, lease table, bounded
 //!   queues and quotas, and the edge's lease client.
+//! - [`resolver`]: the resolver envelope and [`resolver::node`], the
+//!   resolver's rules (scoping, handlers, admission, answer routing).
+//! - [`node`]: the resolver and rendezvous service of one peer composed
+//!   into one machine (what the simulator runs).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -28,6 +32,7 @@ pub mod id;
 pub mod identity;
 pub mod lan;
 pub mod message;
+pub mod node;
 pub mod pipe;
 pub mod relay;
 pub mod rendezvous;

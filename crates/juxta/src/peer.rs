@@ -206,7 +206,7 @@ pub struct Stats {
     pub unproven_refused: AtomicU64,
     /// Dials another peer's message asked for (answering a query over the
     /// route it carried) not made: too many at once or too often
-    /// (see `resolver::AnswerDials`).
+    /// (see `juxta_proto::resolver::node::MAX_ANSWER_DIALS`).
     pub dials_throttled: AtomicU64,
     /// Routes not learned because nothing vouched for them: a route
     /// answer without a valid signed route of its destination naming the
@@ -338,8 +338,9 @@ pub(crate) struct Inner {
     /// else (compact connections, local services) instead of holding the
     /// runtime's workers for a scheduling budget's worth of signatures.
     pub(crate) crypto: Semaphore,
-    /// Dials triggered by remote queries: bounded and rate-limited.
-    pub(crate) answer_dials: crate::resolver::AnswerDials,
+    /// The resolver's rules (scoping, handlers, admission, answer dials):
+    /// the sans-IO machine the resolver task drives.
+    pub(crate) resolver: std::sync::Mutex<crate::resolver::Machine>,
     /// HTTP sessions being opened, by server address: a second dial of
     /// the same address waits for the first and reuses its session (a
     /// server keeps one session per peer, so two opened at once would
@@ -1129,6 +1130,7 @@ impl Peer {
             1024,
         )?;
         let discovery = crate::discovery::State::new(cache.clone(), cfg.discovery);
+        let resolver = crate::resolver::machine(&cfg.connection.group_unique, &cfg.discovery);
         let listener = match cfg.listen {
             Some(addr) => Some(
                 TcpListener::bind(addr)
@@ -1172,7 +1174,7 @@ impl Peer {
             links: tokio::sync::broadcast::channel(LINK_EVENTS).0,
             router: crate::relay::Router::new(local_peer, cfg_relay.as_ref()),
             crypto: Semaphore::new(crypto_permits()),
-            answer_dials: crate::resolver::AnswerDials::default(),
+            resolver: std::sync::Mutex::new(resolver),
             http_dials: Default::default(),
             replay: std::sync::Mutex::new(juxta_proto::wire::replay::ReplayCache::new(
                 juxta_proto::wire::replay::DEFAULT_REPLAY_CAPACITY,

@@ -1,25 +1,36 @@
-//! The resolver service (PRP) task: receives resolver queries and responses
-//! for this peer and hands them to the protocol that owns their handler:
-//! the Pipe Binding Protocol (`JxtaPipeResolver`), discovery (the
-//! discovery class URN, possibly followed by the group, as JXSE names its
-//! handlers) and peer info (PIP). Queries for other handlers are dropped.
+//! The resolver service (PRP) task: the driver of the sans-IO resolver
+//! ([`juxta_proto::resolver::node::ResolverNode`], which decides queue
+//! classification, group scoping, which handler gets a message, admission
+//! control of every query kind and how an answer goes back). This task
+//! feeds it what the resolver listeners receive, authenticates group
+//! traffic between its two steps (the member seal is the group's key
+//! material), and executes its decisions: it hands queries and responses
+//! to the protocol that owns their handler, the Pipe Binding Protocol
+//! (`JxtaPipeResolver`), discovery, peer info (PIP), routes, group
+//! revocation lists and the rendezvous (Juxta's lookups), and sends the
+//! answers over the path the machine chose.
 //!
-//! Group scoping: resolver queues are named after the group
-//! (`<group unique ID>ORes`/`IRes`). Traffic for a group this peer has not
-//! joined is dropped and counted ([`crate::Stats::group_refused`]); the Net
-//! and World groups are open to all.
+//! Refusals are counted in [`crate::Stats`]: a group this peer has not
+//! joined in [`crate::Stats::group_refused`] (the Net group is open to
+//! all), a querier over its budget in
+//! [`crate::Stats::discovery_throttled`], an answer dial refused in
+//! [`crate::Stats::dials_throttled`], a malformed message in
+//! [`crate::Stats::resolver_errors`].
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use juxta_proto::advertisement::PipeType;
 use juxta_proto::discovery::peerinfo::{PeerInfoQuery, PEERINFO_HANDLER};
 use juxta_proto::discovery::{DiscoveryQuery, DiscoveryResponse, DISCOVERY_HANDLER};
+use juxta_proto::endpoint::route_query::{NO_ROUTE_HANDLER, ROUTER_HANDLER};
 use juxta_proto::endpoint::{Delivery, ServiceAddress};
 use juxta_proto::id::PeerId;
+use juxta_proto::message::Message;
 use juxta_proto::pipe::binding::{BindingError, PipeResolverMsg, PIPE_RESOLVER_HANDLER};
-use juxta_proto::rendezvous::messages::BusyNotice;
+use juxta_proto::resolver::node::{
+    AnswerPath, Direction, Handler, Refusal, ResolverConfig, ResolverEvent, ResolverNode,
+};
 use juxta_proto::resolver::{
     query_queue, response_queue, ResolverError, ResolverQuery, ResolverResponse, RESOLVER_SERVICE,
 };
@@ -42,10 +53,115 @@ enum Fault {
     DiscoveryService(#[from] crate::discovery::DiscoveryError),
     #[error(transparent)]
     Send(#[from] crate::SendError),
-    #[error("no connection to {0} for the answer")]
-    NoRoute(PeerId),
+    #[error(transparent)]
+    Refused(#[from] Refusal),
     #[error(transparent)]
     Route(#[from] crate::relay::route::RouteFault),
+}
+
+/// The services of this peer that own resolver handlers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Service {
+    /// Discovery (the class URN, possibly followed by the group).
+    Discovery,
+    /// The Pipe Binding Protocol.
+    PipeBinding,
+    /// Peer info (PIP).
+    PeerInfo,
+    /// Route queries and responses of the endpoint router.
+    Route,
+    /// Juxta's "no route" answers (responses only).
+    NoRoute,
+    /// The rendezvous' lookups (admitted by its own flow control, which
+    /// answers `Juxta.Busy`).
+    Lookup,
+    /// A group's certificate revocation list (joined groups only).
+    Revocations,
+}
+
+/// The resolver machine this runtime drives.
+pub(crate) type Machine = ResolverNode<Service>;
+
+/// The resolver machine of a peer in the group `net` with the discovery
+/// service's query budget, its handlers registered.
+pub(crate) fn machine(net: &str, d: &crate::discovery::DiscoveryConfig) -> Machine {
+    let mut cfg = ResolverConfig::new(net);
+    cfg.query_rate = d.query_rate;
+    cfg.query_burst = d.query_burst;
+    cfg.max_tracked_peers = d.max_tracked_peers;
+    cfg.max_groups = juxta_proto::group::MAX_MEMBERSHIPS;
+    let mut m = ResolverNode::new(cfg);
+    let handlers = [
+        Handler::prefix(Service::Discovery, DISCOVERY_HANDLER).admit_unsolicited(),
+        Handler::exact(Service::PipeBinding, PIPE_RESOLVER_HANDLER),
+        Handler::exact(Service::PeerInfo, PEERINFO_HANDLER),
+        Handler::exact(Service::Route, ROUTER_HANDLER),
+        Handler::exact(Service::NoRoute, NO_ROUTE_HANDLER).responses_only(),
+        Handler::exact(Service::Lookup, LOOKUP_HANDLER).own_admission(),
+        Handler::exact(Service::Revocations, crate::group::CRL_HANDLER).joined_only(),
+    ];
+    for h in handlers {
+        // Distinct names, fewer than MAX_HANDLERS: cannot fail.
+        let _ = m.register(h);
+    }
+    m
+}
+
+fn lock(inner: &Inner) -> std::sync::MutexGuard<'_, Machine> {
+    inner.resolver.lock().expect("resolver lock")
+}
+
+/// The resolver's clock: milliseconds since the peer started.
+fn now_ms(inner: &Inner) -> u64 {
+    u64::try_from(inner.discovery.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The group `unique` was joined: its resolver traffic is served.
+pub(crate) fn join(inner: &Inner, unique: &str) -> Result<(), crate::group::GroupError> {
+    lock(inner)
+        .join(unique)
+        .map_err(|_| crate::group::GroupError::TooManyGroups)
+}
+
+/// The group `unique` was left: its resolver traffic is refused.
+pub(crate) fn leave(inner: &Inner, unique: &str) {
+    lock(inner).leave(unique);
+}
+
+/// Counts a refusal in the peer's statistics (as the runtime always has).
+fn count(inner: &Inner, r: &Refusal) {
+    let s = &inner.stats;
+    match r {
+        Refusal::Unroutable(queue) => {
+            // E.g. SRDI (`<group>Srdi`), which no service here handles:
+            // the same count as a message with no listener.
+            s.unroutable.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(?queue, "resolver message on a queue we do not serve");
+        }
+        Refusal::NotMember(group) => {
+            s.group_refused.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(group, "resolver message for a group we are not in dropped");
+        }
+        Refusal::Throttled(who) => {
+            let n = s.discovery_throttled.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::info!(peer = %who, throttled = n, "discovery queries throttled");
+            }
+        }
+        Refusal::DialThrottled(to) => {
+            let n = s.dials_throttled.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::info!(querier = %to, throttled = n, "answer to a querier we have no connection to not sent");
+            }
+        }
+        Refusal::Malformed(_) | Refusal::NoRoute(_) => {
+            s.resolver_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(why = %r, "resolver message dropped");
+        }
+        Refusal::NoHandler(_) | Refusal::Anonymous => {
+            tracing::debug!(why = %r, "resolver message for a handler we do not run");
+        }
+    }
 }
 
 /// Starts the resolver task of a peer.
@@ -72,62 +188,38 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> Result<JoinHandle<()>, PeerError> {
             let (Some(d), Some(inner)) = (d, weak.upgrade()) else {
                 return;
             };
-            if let Err(why) = handle(&inner, &g, d).await {
-                inner.stats.resolver_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(%why, "resolver message dropped");
+            if let Err(why) = handle(&inner, d).await {
+                match why {
+                    Fault::Refused(r) => count(&inner, &r),
+                    why => {
+                        inner.stats.resolver_errors.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%why, "resolver message dropped");
+                    }
+                }
             }
         }
     }))
 }
 
-/// The group unique value and direction (`true`: query) of a queue name.
-fn classify(param: Option<&str>) -> Option<(bool, &str)> {
-    let p = param?;
-    if let Some(g) = p.strip_suffix("ORes") {
-        Some((true, g))
-    } else {
-        p.strip_suffix("IRes").map(|g| (false, g))
-    }
-}
-
-async fn handle(inner: &Arc<Inner>, net: &str, mut d: Delivery) -> Result<(), Fault> {
-    let param = d.to.param.clone();
-    let Some((is_query, qg)) = classify(param.as_deref()) else {
-        // E.g. SRDI (`<group>Srdi`), which no service here handles: the
-        // same count as a message with no listener.
-        inner.stats.unroutable.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(queue = ?param, "resolver message on a queue we do not serve");
-        return Ok(());
-    };
-    // The group: the queue's. A message addressed in one group (its
-    // mangled address) for another group's queue is refused, as is one
-    // for a group we are not in.
-    let addressed = d.group.as_deref().filter(|a| *a != net);
-    let scope = if qg == net {
-        if addressed.is_some() {
-            None
-        } else {
-            Some(None)
-        }
-    } else if addressed.is_some_and(|a| a != qg) {
+async fn handle(inner: &Arc<Inner>, mut d: Delivery) -> Result<(), Fault> {
+    // Step one: the machine scopes the message (its queue, its group).
+    let s = lock(inner).accept(d.to.param.as_deref(), d.group.as_deref())?;
+    // The Net group is the only open one here; any other is a joined
+    // group whose context holds its key material and services.
+    let ctx = if s.open {
         None
     } else {
-        inner.groups.get(qg).filter(|c| !c.is_closed()).map(Some)
-    };
-    let Some(ctx) = scope else {
-        inner.stats.group_refused.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(
-            group = qg,
-            "resolver message for a group we are not in dropped"
-        );
-        return Ok(());
+        match inner.groups.get(&s.group).filter(|c| !c.is_closed()) {
+            Some(c) => Some(c),
+            // Left between the two looks.
+            None => return Err(Refusal::NotMember(s.group).into()),
+        }
     };
     // A query the group's own rendezvous propagated here was checked
     // there and arrived under its verified member seal.
     let vouched = matches!((&ctx, d.vouched_in.as_deref()), (Some(c), Some(v)) if *c.unique == *v);
     if let Some(c) = ctx.as_ref().filter(|_| !vouched) {
-        let queue = param.as_deref().unwrap_or_default();
-        match c.authenticate(queue, &d.message, d.from) {
+        match c.authenticate(&s.queue(), &d.message, d.from) {
             // Sealed: the message is what the seal held.
             Ok(Some(m)) => d.message = m,
             Ok(None) => {}
@@ -138,18 +230,58 @@ async fn handle(inner: &Arc<Inner>, net: &str, mut d: Delivery) -> Result<(), Fa
                     .fetch_add(1, Ordering::Relaxed)
                     + 1;
                 if n.is_power_of_two() {
-                    tracing::info!(group = qg, from = ?d.from, error = %e, refused = n, "group message without a valid member tag dropped");
+                    tracing::info!(group = %s.group, from = ?d.from, error = %e, refused = n, "group message without a valid member tag dropped");
                 }
                 return Ok(());
             }
         }
     }
-    let g = qg.to_string();
-    if is_query {
-        on_query(inner, ctx.as_ref(), &g, d).await
-    } else {
-        on_response(inner, ctx.as_ref(), &g, d).await
+    // Step two: the machine parses, finds the handler and admits.
+    let proven = d.proven;
+    let now = now_ms(inner);
+    let events: Vec<ResolverEvent<Service>> = match s.direction {
+        Direction::Query => {
+            // A query one of the group's forwarders (a rendezvous of its
+            // peer view, the rendezvous this edge leases) handed on is
+            // charged to the querier it names.
+            let forwarder = d.from.is_some_and(|f| {
+                crate::group::rdv_of(inner, ctx.as_ref()).is_some_and(|h| h.is_forwarder(&f))
+            });
+            let mut m = lock(inner);
+            m.handle_query(&s, d.from, forwarder, d.message, now)?;
+            std::iter::from_fn(|| m.poll_event()).collect()
+        }
+        Direction::Response => {
+            let mut m = lock(inner);
+            m.handle_response(&s, d.from, &d.message, now)?;
+            std::iter::from_fn(|| m.poll_event()).collect()
+        }
+    };
+    for ev in events {
+        match ev {
+            ResolverEvent::Query {
+                key,
+                group,
+                from,
+                query,
+                message,
+                ..
+            } => on_query(inner, ctx.as_ref(), &group, key, from, *query, message).await?,
+            ResolverEvent::Response {
+                key,
+                group,
+                from,
+                response,
+                ..
+            } => on_response(inner, ctx.as_ref(), &group, key, proven, from, response).await?,
+            ResolverEvent::Busy { notice, .. } => {
+                if let Some(h) = crate::group::rdv_of(inner, ctx.as_ref()) {
+                    h.busy(notice).await;
+                }
+            }
+        }
     }
+    Ok(())
 }
 
 /// The advertisement cache of the group (`None`: the Net peer group's).
@@ -163,174 +295,106 @@ fn cache_of(
     }
 }
 
-fn is_discovery(handler: &str) -> bool {
-    handler.starts_with(DISCOVERY_HANDLER)
-}
-
-/// Flow control of one peer's queries (discovery, peer info, pipe binding,
-/// route queries share one budget per peer, see
-/// [`crate::discovery::DiscoveryConfig::query_rate`]); `false` (counted):
-/// drop it.
-fn admit(
-    inner: &Inner,
-    ctx: Option<&Arc<crate::group::GroupCtx>>,
-    d: &Delivery,
-    src: PeerId,
-) -> bool {
-    // A query forwarded by a rendezvous of our peer view (or by the
-    // rendezvous this edge leases) was admitted there under its querier's
-    // budget: it is charged to the querier it names. Charged to the
-    // forwarder, everything one rendezvous forwards would share one
-    // peer's rate (two rendezvous at 1,000 queries/s lost 30 %).
-    let who = match (d.from, crate::group::rdv_of(inner, ctx)) {
-        (Some(f), Some(h)) if f != src && h.is_forwarder(&f) => src,
-        (from, _) => from.unwrap_or(src),
-    };
-    if inner.discovery.allow_query(who, Instant::now()) {
-        true
-    } else {
-        let n = inner
-            .stats
-            .discovery_throttled
-            .fetch_add(1, Ordering::Relaxed)
-            + 1;
-        if n.is_power_of_two() {
-            tracing::info!(peer = %who, throttled = n, "discovery queries throttled");
-        }
-        false
-    }
-}
-
+/// An admitted query for `key`'s service (see [`Machine`]).
 async fn on_query(
     inner: &Arc<Inner>,
     ctx: Option<&Arc<crate::group::GroupCtx>>,
     g: &str,
-    d: Delivery,
+    key: Service,
+    from: Option<PeerId>,
+    q: ResolverQuery,
+    message: Message,
 ) -> Result<(), Fault> {
-    let q = ResolverQuery::from_message(&d.message, g)?;
     // The rendezvous of the query's group (its SRDI index, its walker):
     // the Net peer group's, or the subgroup's own; a query in a group is
     // never answered from another group's index.
     let rdv = crate::group::rdv_of(inner, ctx);
-    if q.handler == crate::group::CRL_HANDLER {
-        if let Some(c) = ctx {
-            if admit(inner, ctx, &d, q.src_peer) {
-                if let Some(from) = d.from.filter(|f| *f == q.src_peer) {
-                    crate::group::on_revocations_query(inner, c, from, &q.query);
-                }
+    match key {
+        Service::Revocations => {
+            if let (Some(c), Some(from)) = (ctx, from.filter(|f| *f == q.src_peer)) {
+                crate::group::on_revocations_query(inner, c, from, &q.query);
             }
+            Ok(())
         }
-        return Ok(());
-    }
-    if q.handler == LOOKUP_HANDLER {
-        if let Some(h) = rdv {
-            h.resolver_query(d.from, q, d.message, None).await;
+        Service::Lookup => {
+            if let Some(h) = rdv {
+                h.resolver_query(from, q, message, None).await;
+            }
+            Ok(())
         }
-        return Ok(());
-    }
-    if is_discovery(&q.handler) {
-        if !admit(inner, ctx, &d, q.src_peer) {
-            return Ok(());
-        }
-        let dq = DiscoveryQuery::parse(&q.query)?;
-        let Some(cache) = cache_of(inner, ctx) else {
-            return Ok(());
-        };
-        let r = crate::discovery::answer(inner, &cache, &dq).await?;
-        let on_rdv = rdv.filter(|h| h.is_rendezvous());
-        // A peer answers when it holds something (JXSE answers only then,
-        // `DiscoveryServiceImpl.processQuery`). An edge also answers
-        // "nothing" to a querier that asked it directly, so that a direct
-        // search can tell "nothing there" from "nobody answered"; never to
-        // a query another peer forwarded (a rendezvous flooding it to its
-        // edges): an empty answer there would reach the querier first and
-        // end its search before the holder's answer. A rendezvous hands
-        // the query to its SRDI index, which forwards it to the
-        // publishers; they answer the querier themselves.
-        let asked_directly = d.from == Some(q.src_peer);
-        if !r.responses.is_empty() || (on_rdv.is_none() && asked_directly) {
-            let resp = ResolverResponse {
-                handler: q.handler.clone(),
-                query_id: q.query_id,
-                response: r.to_xml(),
+        Service::Discovery => {
+            let dq = DiscoveryQuery::parse(&q.query)?;
+            let Some(cache) = cache_of(inner, ctx) else {
+                return Ok(());
             };
-            send_response(inner, ctx, g, &q, d.from, resp).await?;
+            let r = crate::discovery::answer(inner, &cache, &dq).await?;
+            let on_rdv = rdv.filter(|h| h.is_rendezvous());
+            let asked_directly = from == Some(q.src_peer);
+            if juxta_proto::discovery::answers(
+                !r.responses.is_empty(),
+                on_rdv.is_some(),
+                asked_directly,
+            ) {
+                let resp = q.response(r.to_xml());
+                send_response(inner, ctx, g, &q, from, resp).await?;
+            }
+            if let Some(h) = on_rdv {
+                let key = dq.srdi_key();
+                h.resolver_query(from, q, message, key).await;
+            }
+            Ok(())
         }
-        if let Some(h) = on_rdv {
-            let key = match (&dq.attr, &dq.value) {
-                (Some(a), Some(v)) if !a.trim().is_empty() => Some((
-                    dq.kind.srdi_primary_key().to_string(),
-                    a.trim().to_string(),
-                    v.trim().to_string(),
-                )),
-                _ => None,
-            };
-            h.resolver_query(d.from, q, d.message, key).await;
-        }
-        return Ok(());
-    }
-    if q.handler == juxta_proto::endpoint::route_query::ROUTER_HANDLER {
-        if !admit(inner, ctx, &d, q.src_peer) {
-            return Ok(());
-        }
-        return match crate::relay::route::on_query(inner, g, &q, d.from).await? {
-            Some(resp) => send_response(inner, ctx, g, &q, d.from, resp).await,
+        Service::Route => match crate::relay::route::on_query(inner, g, &q, from).await? {
+            Some(resp) => send_response(inner, ctx, g, &q, from, resp).await,
             None => Ok(()),
-        };
-    }
-    if q.handler == PEERINFO_HANDLER {
-        if !admit(inner, ctx, &d, q.src_peer) {
-            return Ok(());
+        },
+        Service::PeerInfo => {
+            let pq = PeerInfoQuery::parse(&q.query)?;
+            if pq.target != *inner.identity.peer_id() {
+                return Ok(());
+            }
+            let uptime = now_ms(inner);
+            let mut resp = pq
+                .answer(uptime, crate::cache::unix_now_ms(), None)
+                .to_resolver_response(q.query_id);
+            resp.handler = q.handler.clone();
+            send_response(inner, ctx, g, &q, from, resp).await
         }
-        let pq = PeerInfoQuery::parse(&q.query)?;
-        if pq.target != *inner.identity.peer_id() {
-            return Ok(());
-        }
-        let uptime = inner.discovery.started.elapsed().as_millis() as u64;
-        let mut resp = pq
-            .answer(uptime, crate::cache::unix_now_ms(), None)
-            .to_resolver_response(q.query_id);
-        resp.handler = q.handler.clone();
-        return send_response(inner, ctx, g, &q, d.from, resp).await;
+        Service::PipeBinding => on_pipe_query(inner, ctx, g, rdv, from, q, message).await,
+        // Registered for responses only.
+        Service::NoRoute => Ok(()),
     }
-    if q.handler != PIPE_RESOLVER_HANDLER {
-        tracing::debug!(handler = %q.handler, "resolver query for a handler we do not run");
-        return Ok(());
-    }
-    if !admit(inner, ctx, &d, q.src_peer) {
-        return Ok(());
-    }
+}
+
+async fn on_pipe_query(
+    inner: &Arc<Inner>,
+    ctx: Option<&Arc<crate::group::GroupCtx>>,
+    g: &str,
+    rdv: Option<crate::rendezvous::RendezvousHandle>,
+    from: Option<PeerId>,
+    q: ResolverQuery,
+    message: Message,
+) -> Result<(), Fault> {
     let msg = PipeResolverMsg::parse(&q.query)?;
     let me = *inner.identity.peer_id();
     // A rendezvous that does not hold the pipe stays silent (a "not found"
     // would end the querier's binding) and forwards the query to the peer
-    // its SRDI index names (`<pipe type>`/`Id`/pipe ID), which answers the
-    // querier itself.
-    if let (
-        Some(h),
-        PipeResolverMsg::Query {
-            pipe_id, pipe_type, ..
-        },
-    ) = (rdv.filter(|h| h.is_rendezvous()), &msg)
+    // its SRDI index names, which answers the querier itself.
+    if let (Some(h), Some((pipe_id, pipe_type))) =
+        (rdv.filter(|h| h.is_rendezvous()), msg.queried_pipe())
     {
-        if !inner.pipes.has_input(pipe_id, *pipe_type, g) {
-            let key = Some((
-                pipe_type.as_str().to_string(),
-                "Id".to_string(),
-                pipe_id.to_string(),
-            ));
-            h.resolver_query(d.from, q, d.message, key).await;
+        if !inner.pipes.has_input(&pipe_id, pipe_type, g) {
+            h.resolver_query(from, q, message, msg.srdi_key()).await;
             return Ok(());
         }
     }
-    let directed = matches!(&msg, PipeResolverMsg::Query { peers, .. } if peers.contains(&me));
+    let directed = msg.is_directed_to(&me);
     // Secure pipes speak TLS 1.3 to Juxta peers only (JXSE's secure pipes
     // use TLS 1.0 over its own transport): a peer on a direct connection in
     // JXTA framing is not told we hold one. A querier reached through a
     // relay may be either; it is answered, and its TLS handshake decides
     // (a JXSE peer fails there, with a clear error on its side).
-    let jxta_framed_direct = d
-        .from
+    let jxta_framed_direct = from
         .and_then(|p| inner.messenger(&p))
         .is_some_and(|m| !m.is_routed() && !m.is_compact());
     let Some(answer) = juxta_proto::pipe::binding::answer_query(&me, &msg, directed, |id, ty| {
@@ -343,103 +407,32 @@ async fn on_query(
         query_id: q.query_id,
         response: answer.to_xml(),
     };
-    send_response(inner, ctx, g, &q, d.from, resp).await
-}
-
-/// Dials made to answer queries from peers we have no connection to
-/// (a query's `SrcPeerRoute`): any peer can send a query naming any
-/// address, so these dials are bounded: one at a time per querier, at most
-/// [`AnswerDials::MAX_IN_FLIGHT`] at once, and at most
-/// [`AnswerDials::RATE`] new ones per second (burst
-/// [`AnswerDials::BURST`]). A query beyond that is not answered (counted in
-/// [`crate::Stats::dials_throttled`]); the querier's retry, or its
-/// rendezvous, gets the answer later.
-#[derive(Debug)]
-pub(crate) struct AnswerDials {
-    state: std::sync::Mutex<DialState>,
-}
-
-#[derive(Debug)]
-struct DialState {
-    in_flight: std::collections::HashSet<PeerId>,
-    tokens: f64,
-    at: Option<Instant>,
-}
-
-impl Default for AnswerDials {
-    fn default() -> AnswerDials {
-        AnswerDials {
-            state: std::sync::Mutex::new(DialState {
-                in_flight: std::collections::HashSet::new(),
-                tokens: AnswerDials::BURST,
-                at: None,
-            }),
-        }
-    }
-}
-
-impl AnswerDials {
-    /// Most answer dials in progress at once.
-    pub(crate) const MAX_IN_FLIGHT: usize = 16;
-    /// New answer dials per second, sustained.
-    pub(crate) const RATE: f64 = 8.0;
-    /// New answer dials allowed at once after a quiet period.
-    pub(crate) const BURST: f64 = 16.0;
-
-    /// Whether `to` may be dialled now; if so it counts as in progress
-    /// until [`AnswerDials::finish`].
-    fn try_start(&self, to: PeerId, now: Instant) -> bool {
-        let mut s = self.state.lock().expect("answer dials lock");
-        if let Some(at) = s.at {
-            let refill = now.saturating_duration_since(at).as_secs_f64() * Self::RATE;
-            s.tokens = (s.tokens + refill).min(Self::BURST);
-        }
-        s.at = Some(now);
-        if s.in_flight.len() >= Self::MAX_IN_FLIGHT || s.tokens < 1.0 || s.in_flight.contains(&to) {
-            return false;
-        }
-        s.tokens -= 1.0;
-        s.in_flight.insert(to);
-        true
-    }
-
-    fn finish(&self, to: &PeerId) {
-        if let Ok(mut s) = self.state.lock() {
-            s.in_flight.remove(to);
-        }
-    }
-}
-
-/// An answer dial in progress: ends when dropped.
-pub(crate) struct DialTicket {
-    inner: Arc<Inner>,
-    to: PeerId,
-}
-
-impl DialTicket {
-    /// A ticket for dialling `to` now, or `None` when the dial is refused.
-    pub(crate) fn start(inner: &Arc<Inner>, to: PeerId, now: Instant) -> Option<DialTicket> {
-        inner.answer_dials.try_start(to, now).then(|| DialTicket {
-            inner: inner.clone(),
-            to,
-        })
-    }
-}
-
-impl Drop for DialTicket {
-    fn drop(&mut self) {
-        self.inner.answer_dials.finish(&self.to);
-    }
+    send_response(inner, ctx, g, &q, from, resp).await
 }
 
 /// Most time spent dialling a querier's route to answer it.
 const ANSWER_DIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Sends `resp` to the issuer of `q`: over a live connection (or known
-/// route) to it; else, in the background, over a new connection to a TCP
-/// address of the route its query carried (`SrcPeerRoute`), or over a
-/// route found to it. Never through `via`, the peer the query came from,
-/// unless that is the issuer.
+/// An answer dial in progress (admitted by the machine's dial bounds):
+/// reported finished when dropped.
+struct DialTicket {
+    inner: Arc<Inner>,
+    to: PeerId,
+}
+
+impl Drop for DialTicket {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.inner.resolver.lock() {
+            m.dial_finished(&self.to);
+        }
+    }
+}
+
+/// Sends `resp` to the issuer of `q` over the path the machine chose
+/// ([`ResolverNode::answer_path`]): the live connection (or known route)
+/// to it; else, in the background, a new connection to a TCP address of
+/// the route its query carried (`SrcPeerRoute`), or a route found to it.
+/// Never through `via`, the peer the query came from.
 async fn send_response(
     inner: &Arc<Inner>,
     ctx: Option<&Arc<crate::group::GroupCtx>>,
@@ -448,49 +441,40 @@ async fn send_response(
     via: Option<PeerId>,
     resp: ResolverResponse,
 ) -> Result<(), Fault> {
-    let to = q.src_peer;
     let queue = response_queue(g);
     let msg = match ctx {
         Some(c) => c.message(&queue, resp.to_element(g)),
-        None => juxta_proto::message::Message::new().with(resp.to_element(g)),
+        None => Message::new().with(resp.to_element(g)),
     };
-    // Answers are posted (written now or queued on the connection, never
-    // awaited): one querier that stops reading cannot stall the resolver.
-    if let Some(m) = inner.messenger(&to) {
-        // An answer in JXTA framing is signed here (CBJX): a crypto permit.
-        let _permit = if m.is_compact() {
-            None
-        } else {
-            inner.crypto.acquire().await.ok()
-        };
-        m.post_routed_in(g, RESOLVER_SERVICE, Some(&queue), msg)?;
-        return Ok(());
-    }
-    let dial: Vec<std::net::SocketAddr> = q
-        .src_route
-        .iter()
-        .filter(|r| r.dest_peer == Some(to))
-        .flat_map(|r| r.dest.addresses.iter())
-        .filter_map(|ea| ea.strip_prefix("tcp://")?.parse().ok())
-        .filter(|a: &std::net::SocketAddr| !a.ip().is_unspecified() && a.port() != 0)
-        .take(4)
-        .collect();
+    let linked = inner.messenger(&q.src_peer);
+    let path = lock(inner).answer_path(q, via, linked.is_some(), now_ms(inner))?;
+    let (to, dial) = match (path, linked) {
+        // Answers are posted (written now or queued on the connection,
+        // never awaited): one querier that stops reading cannot stall the
+        // resolver.
+        (AnswerPath::Direct(_), Some(m)) => {
+            // An answer in JXTA framing is signed here (CBJX): a crypto
+            // permit.
+            let _permit = if m.is_compact() {
+                None
+            } else {
+                inner.crypto.acquire().await.ok()
+            };
+            m.post_routed_in(g, RESOLVER_SERVICE, Some(&queue), msg)?;
+            return Ok(());
+        }
+        (AnswerPath::Direct(to), None) => return Err(Refusal::NoRoute(to).into()),
+        (AnswerPath::Dial { to, addrs }, _) => (to, addrs),
+    };
     // No connection to the querier: answer in the background, so the
     // resolver keeps serving. First over a new connection to an address
     // its query's route named (a query a rendezvous forwarded here, from a
     // peer never met); else, for a querier nobody can dial (an edge behind
     // its relay), over a route to it (through our relay, or a relay that
-    // holds its signed route). Handing the answer to `via`, the peer that
-    // forwarded the query, would give it to a peer that never asked.
-    if via == Some(to) {
-        return Err(Fault::NoRoute(to));
-    }
-    let Some(ticket) = DialTicket::start(inner, to, Instant::now()) else {
-        let n = inner.stats.dials_throttled.fetch_add(1, Ordering::Relaxed) + 1;
-        if n.is_power_of_two() {
-            tracing::info!(querier = %to, throttled = n, "answer to a querier we have no connection to not sent");
-        }
-        return Ok(());
+    // holds its signed route).
+    let ticket = DialTicket {
+        inner: inner.clone(),
+        to,
     };
     let inner = inner.clone();
     let group = g.to_string();
@@ -531,105 +515,42 @@ async fn send_response(
     Ok(())
 }
 
+/// A response (or an admitted unsolicited one) for `key`'s service.
 async fn on_response(
     inner: &Arc<Inner>,
     ctx: Option<&Arc<crate::group::GroupCtx>>,
     g: &str,
-    d: Delivery,
+    key: Service,
+    proven: bool,
+    from: Option<PeerId>,
+    r: ResolverResponse,
 ) -> Result<(), Fault> {
-    let rdv = crate::group::rdv_of(inner, ctx);
-    if let Ok(Some(b)) = BusyNotice::from_message(&d.message) {
-        if let Some(h) = rdv {
-            h.busy(b).await;
+    match key {
+        Service::Revocations => {
+            if let Some(c) = ctx {
+                crate::group::on_revocations(inner, c, &r.response);
+            }
         }
-        return Ok(());
-    }
-    let r = ResolverResponse::from_message(&d.message, g)?;
-    if r.handler == crate::group::CRL_HANDLER {
-        if let Some(c) = ctx {
-            crate::group::on_revocations(inner, c, &r.response);
+        Service::Lookup => {
+            if let Some(h) = crate::group::rdv_of(inner, ctx) {
+                h.resolver_response(r).await;
+            }
         }
-        return Ok(());
-    }
-    if r.handler == LOOKUP_HANDLER {
-        if let Some(h) = rdv {
-            h.resolver_response(r).await;
-        }
-        return Ok(());
-    }
-    if is_discovery(&r.handler) {
-        // Unsolicited remote publishes share the querier's token bucket.
-        if r.query_id == 0 {
-            let Some(from) = d.from else { return Ok(()) };
-            if !admit(inner, ctx, &d, from) {
+        Service::Discovery => {
+            let resp = DiscoveryResponse::parse(&r.response)?;
+            let Some(cache) = cache_of(inner, ctx) else {
                 return Ok(());
-            }
+            };
+            crate::discovery::on_response(inner, g, &cache, r.query_id, resp, from, proven).await;
         }
-        let resp = DiscoveryResponse::parse(&r.response)?;
-        let Some(cache) = cache_of(inner, ctx) else {
-            return Ok(());
-        };
-        crate::discovery::on_response(inner, g, &cache, r.query_id, resp, d.from, d.proven).await;
-        return Ok(());
+        Service::Route => crate::relay::route::on_response(inner, g, &r, from).await?,
+        Service::NoRoute => crate::relay::route::on_no_route(inner, g, &r, from)?,
+        Service::PipeBinding => {
+            let msg = PipeResolverMsg::parse(&r.response)?;
+            inner.pipes.on_answer(r.query_id, msg, from);
+        }
+        // Peer info answers are not asked for here.
+        Service::PeerInfo => {}
     }
-    if r.handler == juxta_proto::endpoint::route_query::ROUTER_HANDLER {
-        crate::relay::route::on_response(inner, g, &r, d.from).await?;
-        return Ok(());
-    }
-    if r.handler == juxta_proto::endpoint::route_query::NO_ROUTE_HANDLER {
-        crate::relay::route::on_no_route(inner, g, &r, d.from)?;
-        return Ok(());
-    }
-    if r.handler != PIPE_RESOLVER_HANDLER {
-        return Ok(());
-    }
-    let msg = PipeResolverMsg::parse(&r.response)?;
-    inner.pipes.on_answer(r.query_id, msg, d.from);
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn peer(n: u8) -> PeerId {
-        PeerId::from_public_key_spki(&[n])
-    }
-
-    #[test]
-    fn answer_dials_are_bounded_per_peer_in_flight_and_in_rate() {
-        let d = AnswerDials::default();
-        let t0 = Instant::now();
-        assert!(d.try_start(peer(0), t0));
-        // One dial at a time per querier.
-        assert!(!d.try_start(peer(0), t0));
-        d.finish(&peer(0));
-        assert!(d.try_start(peer(0), t0));
-        d.finish(&peer(0));
-        // The burst is spent (two tokens used above); no more than
-        // MAX_IN_FLIGHT at once either way.
-        let mut started = 0;
-        for i in 1..=100u8 {
-            if d.try_start(peer(i), t0) {
-                started += 1;
-            }
-        }
-        assert_eq!(started, AnswerDials::BURST as usize - 2);
-        assert!(started <= AnswerDials::MAX_IN_FLIGHT);
-        for i in 1..=100u8 {
-            d.finish(&peer(i));
-        }
-        // Nothing more without time passing; one second refills RATE.
-        assert!(!d.try_start(peer(200), t0));
-        let t1 = t0 + std::time::Duration::from_secs(1);
-        let mut refilled = 0;
-        for i in 101..=200u8 {
-            if d.try_start(peer(i), t1) {
-                refilled += 1;
-            }
-        }
-        assert_eq!(refilled, AnswerDials::RATE as usize);
-        // A clock that goes backwards refills nothing and does not panic.
-        assert!(!d.try_start(peer(201), t0));
-    }
 }

@@ -210,7 +210,52 @@ pub struct DiscoveryQuery {
     pub value: Option<String>,
 }
 
+/// Whether a peer answers a discovery query: when it holds something
+/// (`holds`; JXSE answers only then, `DiscoveryServiceImpl.processQuery`).
+/// A peer that is not a rendezvous also answers "nothing" to a querier
+/// that asked it directly (`asked_directly`: the query came from its
+/// issuer), so that a direct search can tell "nothing there" from "nobody
+/// answered"; never to a query another peer forwarded (a rendezvous
+/// flooding it to its edges): an empty answer there would reach the
+/// querier first and end its search before the holder's answer. A
+/// rendezvous hands the query to its SRDI index instead, which forwards it
+/// to the publishers; they answer the querier themselves.
+///
+/// ```
+/// use juxta_proto::discovery::answers;
+/// assert!(answers(true, true, false));
+/// assert!(answers(false, false, true));
+/// assert!(!answers(false, false, false));
+/// assert!(!answers(false, true, true));
+/// ```
+pub fn answers(holds: bool, on_rendezvous: bool, asked_directly: bool) -> bool {
+    holds || (!on_rendezvous && asked_directly)
+}
+
 impl DiscoveryQuery {
+    /// The SRDI key a rendezvous looks the query up under (primary key,
+    /// attribute, value; trimmed), when it names an attribute and a value.
+    ///
+    /// ```
+    /// use juxta_proto::advertisement::AdvKind;
+    /// use juxta_proto::discovery::DiscoveryQuery;
+    /// let mut q = DiscoveryQuery::new(AdvKind::Peer, 10);
+    /// assert_eq!(q.srdi_key(), None);
+    /// q.attr = Some(" Name ".into());
+    /// q.value = Some("alice".into());
+    /// assert_eq!(q.srdi_key(), Some(("Peers".into(), "Name".into(), "alice".into())));
+    /// ```
+    pub fn srdi_key(&self) -> Option<(String, String, String)> {
+        match (&self.attr, &self.value) {
+            (Some(a), Some(v)) if !a.trim().is_empty() => Some((
+                self.kind.srdi_primary_key().to_string(),
+                a.trim().to_string(),
+                v.trim().to_string(),
+            )),
+            _ => None,
+        }
+    }
+
     /// A query for any advertisement of that kind.
     pub fn new(kind: AdvKind, threshold: u32) -> DiscoveryQuery {
         DiscoveryQuery {

@@ -96,6 +96,29 @@ fn peer_id(text: &str, field: &'static str) -> Result<PeerId, BindingError> {
 }
 
 impl PipeResolverMsg {
+    /// A query's pipe and type (`None` for an answer).
+    pub fn queried_pipe(&self) -> Option<(PipeId, PipeType)> {
+        match self {
+            PipeResolverMsg::Query {
+                pipe_id, pipe_type, ..
+            } => Some((*pipe_id, *pipe_type)),
+            PipeResolverMsg::Answer { .. } => None,
+        }
+    }
+
+    /// The SRDI key under which a rendezvous finds a query's pipe
+    /// (`<pipe type>`, `Id`, pipe ID): a rendezvous that does not hold the
+    /// pipe forwards the query to the peer its index names.
+    pub fn srdi_key(&self) -> Option<(String, String, String)> {
+        self.queried_pipe()
+            .map(|(id, ty)| (ty.as_str().to_string(), "Id".to_string(), id.to_string()))
+    }
+
+    /// Whether this is a query naming `me` among the peers asked.
+    pub fn is_directed_to(&self, me: &PeerId) -> bool {
+        matches!(self, PipeResolverMsg::Query { peers, .. } if peers.contains(me))
+    }
+
     /// The pipe the message is about.
     pub fn pipe_id(&self) -> &PipeId {
         match self {

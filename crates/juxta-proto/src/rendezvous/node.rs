@@ -690,6 +690,26 @@ impl RendezvousNode {
         }
     }
 
+    /// Whether `peer` forwards queries it admitted under their querier's
+    /// budget (a rendezvous' peer-view member, an edge's leased
+    /// rendezvous; see [`RendezvousStatus::forwarders`]).
+    pub fn is_forwarder(&self, peer: &PeerId) -> bool {
+        match &self.side {
+            Side::Rdv(r) => r.srv.peer_view().contains(peer),
+            Side::Edge(e) => e.cli.as_ref().and_then(|c| c.rendezvous()) == Some(*peer),
+        }
+    }
+
+    /// Whether a response for `handler` with ID `id` is awaited here (an
+    /// edge's outstanding query, a rendezvous' relayed lookup):
+    /// [`handle_response`](Self::handle_response) takes it.
+    pub fn awaits(&self, id: QueryId, handler: &str) -> bool {
+        match &self.side {
+            Side::Rdv(r) => handler == LOOKUP_HANDLER && r.relayed.contains_key(&id),
+            Side::Edge(e) => e.pending.get(&id).is_some_and(|p| p.handler == handler),
+        }
+    }
+
     /// Edge: the rendezvous leased to.
     pub fn leased_to(&self) -> Option<PeerId> {
         self.edge().and_then(|c| c.rendezvous())

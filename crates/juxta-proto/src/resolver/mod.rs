@@ -12,6 +12,8 @@
 //! optional `jxta:Cred` and `SrcPeerRoute`); parsing trims text values and
 //! ignores `jxta:Cred`, `SrcPeerRoute` and unknown children.
 
+pub mod node;
+
 use crate::advertisement::route::ROUTE_ROOT;
 use crate::advertisement::{
     parse_xml, parse_xml_limited, truncate, PrettyDoc, RouteAdvertisement, XmlError, XmlNode,

@@ -1,13 +1,15 @@
 //! A deterministic discrete-event simulator of JXTA rendezvous networks
-//! that runs the real protocol code: every peer is the sans-IO
-//! [`RendezvousNode`] the runtime (`juxta::rendezvous`) drives.
+//! that runs the real protocol code: every peer is a sans-IO [`Node`]
+//! (the resolver's rules, [`crate::resolver::node::ResolverNode`], composed
+//! with the [`RendezvousNode`] the runtime (`juxta::rendezvous`) drives).
 //!
 //! The simulator only does what the runtime's driver and the operating
 //! system do around a node: it moves messages between peers in virtual
-//! time, answers dials, plays the resolver (hands queries and responses to
-//! the node) and the application (an edge answers queries for the items it
-//! holds, issues lookups), and injects faults. No protocol decision is made
-//! here.
+//! time, answers dials, plays the application (a rendezvous hands the
+//! application's queries to its SRDI index, an edge answers queries for
+//! the items it holds, issues lookups), and injects faults. No protocol
+//! decision is made here: the node's resolver scopes, parses and routes
+//! every resolver message (lookups to the rendezvous part).
 //!
 //! What it models:
 //! - virtual time in microseconds (the nodes see whole milliseconds), one
@@ -55,16 +57,16 @@ use crate::advertisement::PeerAdvertisement;
 use crate::endpoint::ServiceAddress;
 use crate::id::{IdFormat, IdType, JxtaId, PeerGroupId, PeerId};
 use crate::message::{Element, Message};
+use crate::node::{Event, InputError, Node};
 use crate::rendezvous::edge::EdgeConfig;
-use crate::rendezvous::messages::{lease_address, peerview_address, BusyNotice, LeaseMessage};
+use crate::rendezvous::messages::{lease_address, peerview_address, LeaseMessage};
 use crate::rendezvous::node::{
     lookup_peers, NodeEvent, RendezvousConfig, RendezvousNode, LOOKUP_HANDLER,
 };
 use crate::rendezvous::server::{RendezvousServer, ServerConfig};
 use crate::rendezvous::Transmit;
-use crate::resolver::{
-    query_queue, response_queue, srdi_queue, ResolverQuery, ResolverResponse, RESOLVER_SERVICE,
-};
+use crate::resolver::node::{Handler, Refusal, ResolverConfig};
+use crate::resolver::{query_queue, response_queue, srdi_queue, ResolverQuery, RESOLVER_SERVICE};
 use crate::srdi::flow::AdmissionConfig;
 use crate::srdi::node::{SrdiNode, SrdiNodeConfig};
 use crate::srdi::search::SearchModel;
@@ -522,8 +524,23 @@ struct Asked {
     owner: Option<PeerId>,
 }
 
+/// The handler the simulated application registers ([`APP_HANDLER`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct AppHandler;
+
+/// A simulated peer's node: the resolver with the application's handler,
+/// composed with the rendezvous part.
+fn sim_node(rdv: RendezvousNode) -> Node<AppHandler> {
+    // The application's queries at a rendezvous are SRDI queries, admitted
+    // by the index's own flow control (as lookups).
+    let mut n = Node::new(rdv, ResolverConfig::new(GROUP)).expect("one handler");
+    n.register(Handler::exact(AppHandler, APP_HANDLER).own_admission())
+        .expect("distinct handler names");
+    n
+}
+
 struct Peer {
-    node: RendezvousNode,
+    node: Node<AppHandler>,
     kind: Kind,
     alive: bool,
     hostile: bool,
@@ -787,7 +804,6 @@ pub struct Sim {
     hostile_sent: u64,
     next_absent: u64,
     ores: ServiceAddress,
-    ires: ServiceAddress,
 }
 
 impl Sim {
@@ -837,7 +853,6 @@ impl Sim {
             hostile_sent: 0,
             next_absent: 0,
             ores: query_address(),
-            ires: response_address(),
             cfg,
         };
         let all: Vec<SocketAddr> = (0..rn).map(rdv_addr).collect();
@@ -867,7 +882,14 @@ impl Sim {
                 peers,
                 ..RendezvousConfig::rendezvous()
             };
-            let node = RendezvousNode::new(rc, me, GROUP, sim_peer_adv(me, "rdv"), "rdv", i as u64);
+            let node = sim_node(RendezvousNode::new(
+                rc,
+                me,
+                GROUP,
+                sim_peer_adv(me, "rdv"),
+                "rdv",
+                i as u64,
+            ));
             sim.addrs.insert(all[i], i as u32);
             sim.push_peer(me, node, Kind::Rdv);
         }
@@ -930,7 +952,7 @@ impl Sim {
         me: PeerId,
         seeds: Vec<SocketAddr>,
         first: usize,
-    ) -> RendezvousNode {
+    ) -> Node<AppHandler> {
         let rc = RendezvousConfig {
             edge: self.cfg.edge,
             first_seed: first,
@@ -943,10 +965,10 @@ impl Sim {
             // Checked keys: cannot fail.
             let _ = node.publish(key, ENTRY_LIFE_MS, self.now / 1000);
         }
-        node
+        sim_node(node)
     }
 
-    fn push_peer(&mut self, me: PeerId, node: RendezvousNode, kind: Kind) -> u32 {
+    fn push_peer(&mut self, me: PeerId, node: Node<AppHandler>, kind: Kind) -> u32 {
         let idx = self.peers.len() as u32;
         self.ids.insert(me, idx);
         self.peers.push(Peer {
@@ -1004,12 +1026,12 @@ impl Sim {
 
     /// Rendezvous `i`'s node.
     pub fn rdv(&self, i: usize) -> &RendezvousNode {
-        &self.peers[i].node
+        self.peers[i].node.rendezvous()
     }
 
     /// Edge `i`'s node.
     pub fn edge(&self, i: usize) -> &RendezvousNode {
-        &self.peers[self.cfg.rendezvous + i].node
+        self.peers[self.cfg.rendezvous + i].node.rendezvous()
     }
 
     /// Rendezvous `i`'s ID.
@@ -1110,6 +1132,7 @@ impl Sim {
         }
         let id = p
             .node
+            .rendezvous_mut()
             .query(APP_HANDLER, value, u64::MAX, now)
             .expect("an edge below its pending bound");
         self.drain(idx as u32);
@@ -1124,6 +1147,7 @@ impl Sim {
         let key = (PKEY.to_string(), ATTR.to_string(), value.to_string());
         let id = self.peers[idx]
             .node
+            .rendezvous_mut()
             .lookup(&key, u64::MAX, now)
             .expect("an edge below its pending bound");
         self.drain(idx as u32);
@@ -1221,7 +1245,20 @@ impl Sim {
         }
     }
 
-    fn on_event(&mut self, i: u32, ev: NodeEvent) {
+    fn on_event(&mut self, i: u32, ev: Event<AppHandler>) {
+        let ev = match ev {
+            Event::Rendezvous(e) => e,
+            Event::Query {
+                from,
+                query,
+                message,
+                ..
+            } => return self.on_query(i, from, *query, message),
+            // Answers to the application's queries complete them in the
+            // rendezvous part ([`NodeEvent::Answered`]); nothing else
+            // answers it.
+            Event::Response { .. } => return,
+        };
         let now = self.now;
         let iu = i as usize;
         match ev {
@@ -1234,11 +1271,6 @@ impl Sim {
                     .map(|r| self.peers[r as usize].node.me());
                 self.peers[iu].node.handle_dialed(a, to, now / 1000);
             }
-            NodeEvent::Deliver {
-                from,
-                dest,
-                message,
-            } if dest == self.ores => self.on_query(i, from, message),
             NodeEvent::LeaseGained(rdv) => {
                 let p = &mut self.peers[iu];
                 if self.cfg.record {
@@ -1298,36 +1330,27 @@ impl Sim {
         }
     }
 
-    /// A resolver query arrived at peer `i` (what the resolver does with
-    /// it): a rendezvous hands it to its node, an edge answers it if it
-    /// holds the item.
-    fn on_query(&mut self, i: u32, from: PeerId, msg: Message) {
+    /// A query for the application's handler, admitted by peer `i`'s
+    /// resolver: a rendezvous hands it to its SRDI index (under the key it
+    /// names), an edge answers it if it holds the item.
+    fn on_query(&mut self, i: u32, from: PeerId, q: ResolverQuery, msg: Message) {
         let now = self.now / 1000;
-        let Ok(q) = ResolverQuery::from_message(&msg, GROUP) else {
-            self.resolver_malformed += 1;
-            return;
-        };
         let iu = i as usize;
         match self.peers[iu].kind {
             Kind::Rdv => {
-                let key = (q.handler == APP_HANDLER)
-                    .then(|| (PKEY.to_string(), ATTR.to_string(), q.query.clone()));
+                let key = Some((PKEY.to_string(), ATTR.to_string(), q.query.clone()));
                 self.peers[iu]
                     .node
-                    .handle_query(Some(from), q, msg, key, now);
+                    .forward_query(Some(from), q, msg, key, now);
             }
             Kind::Edge => {
                 let j = iu - self.cfg.rendezvous;
                 let holds = (0..self.cfg.items_per_edge).any(|k| item(j, k) == q.query);
-                if q.handler == APP_HANDLER && holds && self.peers[iu].alive {
+                if holds && self.peers[iu].alive {
                     let me = self.peers[iu].node.me();
-                    let resp = q.response(format!("{} {}", q.query, me));
-                    let t = Transmit {
-                        to: q.src_peer,
-                        dest: self.ires.clone(),
-                        message: Message::new().with(resp.to_element(GROUP)),
-                    };
-                    self.send(i, t);
+                    self.peers[iu]
+                        .node
+                        .respond(&q, format!("{} {}", q.query, me));
                 }
             }
         }
@@ -1338,23 +1361,13 @@ impl Sim {
         let from_id = self.peers[from as usize].node.me();
         self.delivered += 1;
         let Transmit { dest, message, .. } = tx;
-        if dest == self.ores {
-            self.on_query(to, from_id, message);
-        } else if dest == self.ires {
-            let n = &mut self.peers[to as usize].node;
-            match BusyNotice::from_message(&message) {
-                Ok(Some(b)) => n.handle_busy(b, now),
-                _ => match ResolverResponse::from_message(&message, GROUP) {
-                    Ok(resp) => n.handle_response(resp, now),
-                    Err(_) => self.resolver_malformed += 1,
-                },
-            }
-        } else {
-            // The simulator's links are authenticated; refusals are
-            // counted by the node.
-            let _ = self.peers[to as usize]
-                .node
-                .handle_message(from_id, true, &dest, message, now);
+        // The simulator's links are authenticated; refusals are counted
+        // by the node (malformed resolver documents here too).
+        let r = self.peers[to as usize]
+            .node
+            .handle_message(from_id, true, &dest, message, now);
+        if let Err(InputError::Resolver(Refusal::Malformed(_))) = r {
+            self.resolver_malformed += 1;
         }
         self.drain(to);
     }
@@ -1439,7 +1452,7 @@ impl Sim {
                     self.kills += 1;
                     let now = self.now;
                     for p in self.peers[self.cfg.rendezvous..].iter_mut() {
-                        if p.alive && p.node.leased_to() == Some(dead) {
+                        if p.alive && p.node.rendezvous().leased_to() == Some(dead) {
                             p.orphaned_at = Some((now, false));
                             self.orphaned += 1;
                         }
@@ -1501,7 +1514,11 @@ impl Sim {
         let key = (PKEY.to_string(), ATTR.to_string(), value);
         let now = self.now;
         let idx = rn + j;
-        if let Ok(id) = self.peers[idx].node.lookup(&key, timeout, now / 1000) {
+        if let Ok(id) = self.peers[idx]
+            .node
+            .rendezvous_mut()
+            .lookup(&key, timeout, now / 1000)
+        {
             self.issued += 1;
             self.peers[idx]
                 .asked
@@ -1514,7 +1531,7 @@ impl Sim {
     fn junk(&mut self, i: u32) {
         let rn = self.cfg.rendezvous;
         let me = self.peers[i as usize].node.me();
-        let to = match self.peers[i as usize].node.leased_to() {
+        let to = match self.peers[i as usize].node.rendezvous().leased_to() {
             Some(r) if self.rng.gen_bool(0.5) => r,
             _ => self.peers[self.rng.gen_range(0..rn)].node.me(),
         };
@@ -1604,7 +1621,9 @@ impl Sim {
             ..Refusals::default()
         };
         for p in &self.peers[..self.cfg.rendezvous] {
-            let (Some(srv), Some(srdi)) = (p.node.server(), p.node.srdi()) else {
+            let (Some(srv), Some(srdi)) =
+                (p.node.rendezvous().server(), p.node.rendezvous().srdi())
+            else {
                 continue;
             };
             let s = srv.stats();
@@ -1705,7 +1724,7 @@ impl Sim {
             refusals: self.refusals(),
             leased_edges: edges
                 .iter()
-                .filter(|p| p.alive && p.node.leased_to().is_some())
+                .filter(|p| p.alive && p.node.rendezvous().leased_to().is_some())
                 .count(),
             live_edges: edges.iter().filter(|p| p.alive).count(),
         }

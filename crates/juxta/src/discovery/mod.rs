@@ -141,11 +141,6 @@ impl Default for DiscoveryConfig {
     }
 }
 
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
 /// A pending remote query: the group (unique value) it was asked in, and
 /// its waiter.
 type Pending = (String, mpsc::Sender<Vec<Advertisement>>);
@@ -158,7 +153,6 @@ pub(crate) struct State {
     /// Pending remote queries: the group (unique value) each was asked
     /// in, and the waiter.
     pending: Mutex<HashMap<i32, Pending>>,
-    buckets: Mutex<HashMap<PeerId, Bucket>>,
     pub(crate) started: Instant,
 }
 
@@ -169,34 +163,7 @@ impl State {
             cfg,
             next_id: AtomicI32::new(rand::random::<u16>() as i32 + 1),
             pending: Mutex::new(HashMap::new()),
-            buckets: Mutex::new(HashMap::new()),
             started: Instant::now(),
-        }
-    }
-
-    /// Takes one token from `peer`'s bucket; `false`: throttle.
-    pub(crate) fn allow_query(&self, peer: PeerId, now: Instant) -> bool {
-        let rate = self.cfg.query_rate.max(0.0);
-        let burst = f64::from(self.cfg.query_burst.max(1));
-        let mut b = self.buckets.lock().expect("buckets lock");
-        if !b.contains_key(&peer) && b.len() >= self.cfg.max_tracked_peers {
-            // Forget the buckets that have refilled: they hold no state.
-            b.retain(|_, k| k.tokens + now.duration_since(k.at).as_secs_f64() * rate < burst);
-            if b.len() >= self.cfg.max_tracked_peers {
-                return false;
-            }
-        }
-        let k = b.entry(peer).or_insert(Bucket {
-            tokens: burst,
-            at: now,
-        });
-        k.tokens = (k.tokens + now.duration_since(k.at).as_secs_f64() * rate).min(burst);
-        k.at = now;
-        if k.tokens >= 1.0 {
-            k.tokens -= 1.0;
-            true
-        } else {
-            false
         }
     }
 

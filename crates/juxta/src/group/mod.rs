@@ -979,6 +979,7 @@ impl GroupService {
         } else if j.len() >= group::MAX_MEMBERSHIPS {
             return Err(GroupError::TooManyGroups);
         }
+        crate::resolver::join(&self.inner, &ctx.unique)?;
         j.insert(ctx.unique.clone(), ctx.clone());
         Ok(Group::new(&self.inner, ctx))
     }
@@ -1188,6 +1189,7 @@ impl GroupService {
 /// closes its input pipes.
 fn close(inner: &Inner, ctx: &GroupCtx) {
     ctx.closed.store(true, Ordering::Release);
+    crate::resolver::leave(inner, &ctx.unique);
     // The group's rendezvous: an edge ends its lease politely (the
     // rendezvous drops its SRDI entries at once), then the service stops.
     if let Some(r) = ctx.rendezvous.lock().expect("group rendezvous lock").take() {
