@@ -337,7 +337,8 @@ fn one_identity(
             return Ok((id, true));
         }
     }
-    let id = Identity::generate(&mut rand::thread_rng(), bits, "JuxtaLease", now).map_err(id_err)?;
+    let id =
+        Identity::generate(&mut rand::thread_rng(), bits, "JuxtaLease", now).map_err(id_err)?;
     if let Some(p) = &path {
         let (key, cert) = id.to_pem().map_err(id_err)?;
         let tmp = p.with_extension("tmp");
@@ -880,6 +881,9 @@ pub struct LeasesRow {
     pub probe_failed: u64,
     /// The bench process' own RSS at the end, MB.
     pub bench_rss_mb: f64,
+    /// The bench process' CPU time during the hold (the clients and the
+    /// probe), % of one core.
+    pub bench_cpu_pct_hold: f64,
     /// The rendezvous' PID (killed at the end).
     pub rdv_pid: u32,
     /// Wall time of the whole run, s.
@@ -976,7 +980,14 @@ async fn measure(
         .map_err(|e| BenchError::BadOption(format!("probe publish: {e}")))?;
     let me = probe_peer.peer_id();
     // Until the entry is indexed, then 50 timed lookups.
-    let _ = probe(&ph, me, Instant::now() + Duration::from_secs(5), Duration::ZERO, 1).await;
+    let _ = probe(
+        &ph,
+        me,
+        Instant::now() + Duration::from_secs(5),
+        Duration::ZERO,
+        1,
+    )
+    .await;
     let (idle, idle_failed) = probe(
         &ph,
         me,
@@ -1058,15 +1069,9 @@ async fn measure(
     let sent0 = s.renewals_sent.load(Ordering::Relaxed);
     let ok0 = s.renewals_ok.load(Ordering::Relaxed);
     let lost0 = snapshot_lost(s);
+    let self_cpu0 = proc_usage(std::process::id()).unwrap_or_default().cpu_s;
     let t_hold = Instant::now();
-    let (held, hold_failed) = probe(
-        &ph,
-        me,
-        t_hold + o.hold,
-        o.probe_interval,
-        usize::MAX,
-    )
-    .await;
+    let (held, hold_failed) = probe(&ph, me, t_hold + o.hold, o.probe_interval, usize::MAX).await;
     let rest = o.hold.saturating_sub(t_hold.elapsed());
     tokio::time::sleep(rest).await;
     let hold_s = t_hold.elapsed().as_secs_f64();
@@ -1074,6 +1079,7 @@ async fn measure(
     let ok = s.renewals_ok.load(Ordering::Relaxed) - ok0;
     let lost_hold = snapshot_lost(s) - lost0;
     let end = proc_usage(rdv.pid).ok_or_else(gone)?;
+    let self_cpu = proc_usage(std::process::id()).unwrap_or_default().cpu_s - self_cpu0;
     let rdv_clients_end = rdv.status().await.map(|(_, c)| c);
     let _ = stop_tx.send(true);
     let mut renew: Vec<u64> = s
@@ -1159,6 +1165,11 @@ async fn measure(
         probe_hold_ms_p99: pct(&held, 99.0) / 1000.0,
         probe_failed: idle_failed + hold_failed,
         bench_rss_mb,
+        bench_cpu_pct_hold: if hold_s > 0.0 {
+            100.0 * self_cpu / hold_s
+        } else {
+            0.0
+        },
         rdv_pid: rdv.pid,
         duration_s: started.elapsed().as_secs_f64(),
     })
