@@ -461,9 +461,12 @@ struct Shared {
     refused: Mutex<BTreeMap<String, u64>>,
     /// Established clients whose connection ended, by reason.
     closed: Mutex<BTreeMap<String, u64>>,
-    /// Leases lost (a renewal not answered in time, a refusal, a
+    /// Losses seen by clients that had a lease (a renewal, or a request
+    /// to regain the lease, not answered in time; a refusal; a
     /// disconnect), by reason.
     lost: Mutex<BTreeMap<String, u64>>,
+    /// Clients holding a lease when told to stop.
+    leased_at_stop: AtomicUsize,
     /// Renewals sent (lease requests while leased).
     renewals_sent: AtomicU64,
     /// Renewals answered with a grant.
@@ -732,7 +735,12 @@ async fn client(
                     }
                 }
                 _ = tokio::time::sleep_until(next) => {}
-                _ = stop.changed() => return Ok(()),
+                _ = stop.changed() => {
+                    if edge.rendezvous().is_some() {
+                        s.leased_at_stop.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Ok(());
+                }
             }
         }
     }
@@ -846,8 +854,9 @@ pub struct LeasesRow {
     pub renewals_sent: u64,
     /// Renewals answered with a grant during the hold.
     pub renewals_ok: u64,
-    /// Renewals during the hold that lost their lease: not answered within
-    /// `response_timeout_ms`, or refused (the same as `lost_hold`).
+    /// Losses during the hold (the same as `lost_hold`): renewals, or
+    /// requests to regain a lease, not answered within
+    /// `response_timeout_ms`, or refused.
     pub renewals_failed: u64,
     /// Renewal round trip during the hold, ms.
     pub renew_ms_p50: f64,
@@ -855,10 +864,16 @@ pub struct LeasesRow {
     pub renew_ms_p99: f64,
     /// Same, maximum.
     pub renew_ms_max: f64,
-    /// Leases lost during the whole run, by reason.
+    /// Losses over the whole run, by reason: lease requests (renewals, or
+    /// requests to regain a lease) of clients that had a lease, not
+    /// answered within `response_timeout_ms` (`timeout`), refused or
+    /// disconnected. One outage can count several (each re-request that
+    /// times out).
     pub lost: BTreeMap<String, u64>,
-    /// Leases lost during the hold.
+    /// Losses during the hold.
     pub lost_hold: u64,
+    /// Clients holding a lease when stopped (their own view).
+    pub leased_end: usize,
     /// Leases regained after a loss (whole run).
     pub releases: u64,
     /// Established connections that ended before the stop, by reason.
@@ -1154,6 +1169,7 @@ async fn measure(
         renew_ms_max: renew.last().copied().unwrap_or(0) as f64 / 1000.0,
         lost: map(&s.lost),
         lost_hold,
+        leased_end: s.leased_at_stop.load(Ordering::Relaxed),
         releases: s.releases.load(Ordering::Relaxed),
         closed: map(&s.closed),
         other_messages: s.other_messages.load(Ordering::Relaxed),

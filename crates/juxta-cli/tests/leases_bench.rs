@@ -68,6 +68,8 @@ fn forty_edges_over_three_addresses_all_lease_and_the_rendezvous_is_stopped() {
     assert_eq!(r["identities"]["generated"], 40, "{r}");
     // The rendezvous counts every edge (and the probe) as leased at the end.
     assert_eq!(r["rdv_clients_end"], 41, "{r}");
+    // And every client still holds its lease when stopped.
+    assert_eq!(r["leased_end"], 40, "{r}");
     assert!(r["granted_lease_ms"].as_i64().unwrap() > 0, "{r}");
     for f in [
         "rdv_rss_mb_before",
