@@ -106,13 +106,59 @@ pub struct ServeOptions {
     /// peer group's: the directory holding its membership
     /// ([`crate::subgroup::write_credential`]).
     pub group_credential: Option<PathBuf>,
+    /// Most connections the process holds at once (the runtime's
+    /// `max_connections`, 1,024 by default): `juxta bench leases` raises it
+    /// to hold thousands of edges.
+    pub max_connections: usize,
+    /// Most connections accepted from one remote IP address; `None`: as
+    /// many as `max_clients` (every edge of the older benches connects from
+    /// one address). `juxta bench leases` keeps the runtime's default (32)
+    /// and spreads its edges over many loopback addresses instead.
+    pub max_per_addr: Option<usize>,
+    /// Most connections from one address still in their welcome; `None`:
+    /// as many as `max_clients`.
+    pub max_pending_per_addr: Option<usize>,
+    /// The lease granted to edges, ms; `None`: the protocol default
+    /// (JXSE's 20 minutes).
+    pub lease_ms: Option<u64>,
+}
+
+impl ServeOptions {
+    /// The options of a Net peer group rendezvous on `listen` with home
+    /// `home` and the `rdv-serve` defaults (SRDI model, 100,000 clients,
+    /// 1024-bit key, the runtime's connection limit).
+    ///
+    /// ```
+    /// use juxta_bench::rendezvous::ServeOptions;
+    /// let o = ServeOptions::new("127.0.0.1:0".parse().unwrap(), "/tmp/rdv".into());
+    /// assert_eq!(o.max_clients, 100_000);
+    /// assert_eq!(o.max_per_addr, None);
+    /// ```
+    pub fn new(listen: SocketAddr, home: PathBuf) -> ServeOptions {
+        ServeOptions {
+            listen,
+            home,
+            model: "srdi".into(),
+            max_clients: 100_000,
+            rate_limit: 1_000_000,
+            key_bits: 1024,
+            peers: Vec::new(),
+            central: None,
+            max_entries: 1_000_000,
+            group_credential: None,
+            max_connections: juxta::PeerConfig::new(".").max_connections,
+            max_per_addr: None,
+            max_pending_per_addr: None,
+            lease_ms: None,
+        }
+    }
 }
 
 /// Runs a rendezvous until the process is killed; `ready` gets its
 /// address and ID once it listens. Then answers each `status` line on
 /// standard input with `STATUS <index entries>` on standard output (its
-/// rendezvous' SRDI index, in the group it serves); at the end of input it
-/// just runs on.
+/// rendezvous' SRDI index, in the group it serves) and `STATUS <index
+/// entries> <leased edges>`; at the end of input it just runs on.
 pub async fn serve(
     opts: ServeOptions,
     ready: impl FnOnce(SocketAddr, PeerId),
@@ -129,7 +175,8 @@ pub async fn serve(
         for line in std::io::stdin().lines() {
             let Ok(line) = line else { break };
             if line.trim() == "status" {
-                println!("STATUS {}", rdv.status().index_entries);
+                let st = rdv.status();
+                println!("STATUS {} {}", st.index_entries, st.clients);
             }
         }
     });
@@ -172,6 +219,8 @@ pub async fn start_served(opts: ServeOptions) -> Result<Served, BenchError> {
     // host taking every slot, 32 connections and 8 pending by default)
     // would refuse the 33rd edge and delay re-leases after a kill, so the
     // bench's rendezvous allows as many per address as it has clients.
+    // `juxta bench leases` keeps the defences and spreads its edges over
+    // many source addresses instead (`max_per_addr`).
     let per_addr = opts.max_clients.clamp(1, 65_536);
     // `--rate-limit` is the rendezvous' per-querier budget for every
     // query kind: the SRDI admission above and the resolver's per-peer
@@ -187,8 +236,9 @@ pub async fn start_served(opts: ServeOptions) -> Result<Served, BenchError> {
         .listen(opts.listen)
         .key_bits(opts.key_bits)
         .discovery(disco)
-        .max_connections_per_addr(per_addr)
-        .max_pending_per_addr(per_addr);
+        .max_connections(opts.max_connections.max(1))
+        .max_connections_per_addr(opts.max_per_addr.unwrap_or(per_addr).max(1))
+        .max_pending_per_addr(opts.max_pending_per_addr.unwrap_or(per_addr).max(1));
     // The central server is this rendezvous itself (no peer view yet).
     let mut probe = cfg.clone();
     probe.listen = None;
@@ -209,6 +259,9 @@ pub async fn start_served(opts: ServeOptions) -> Result<Served, BenchError> {
         .model(model)
         .peers(opts.peers.clone());
     rc.srdi.max_entries = opts.max_entries.max(1);
+    if let Some(ms) = opts.lease_ms {
+        rc.server.lease_ms = ms.max(1);
+    }
     let no_service = || BenchError::Responder {
         layer: "rendezvous".into(),
         reason: "no rendezvous service".into(),
@@ -305,6 +358,30 @@ impl RdvProcess {
             max_entries,
             net,
             None,
+            &[],
+        )
+        .await
+    }
+
+    /// A Net peer group rendezvous on loopback (SRDI model, no admission
+    /// limit to speak of) with more `rdv-serve` options (`extra`, e.g.
+    /// `--max-connections 20000`); what `juxta bench leases` runs.
+    pub async fn spawn_with_args(
+        exe: &std::path::Path,
+        key_bits: usize,
+        extra: &[String],
+    ) -> Result<RdvProcess, BenchError> {
+        RdvProcess::spawn_impl(
+            exe,
+            "srdi",
+            key_bits,
+            1_000_000,
+            &[],
+            None,
+            1_000_000,
+            &crate::net::Net::loopback(),
+            None,
+            extra,
         )
         .await
     }
@@ -336,6 +413,7 @@ impl RdvProcess {
             max_entries,
             net,
             Some(owner),
+            &[],
         )
         .await
     }
@@ -351,6 +429,7 @@ impl RdvProcess {
         max_entries: usize,
         net: &crate::net::Net,
         owner: Option<&Group>,
+        extra: &[String],
     ) -> Result<RdvProcess, BenchError> {
         let home = tempfile::tempdir().map_err(|source| BenchError::Io {
             what: "creating a rendezvous home".into(),
@@ -403,6 +482,7 @@ impl RdvProcess {
         if owner.is_some() {
             cmd.arg("--group-credential").arg(home.path());
         }
+        cmd.args(extra);
         let mut child = cmd.spawn().map_err(|source| BenchError::Io {
             what: format!("starting rendezvous {}", exe.display()),
             source,
@@ -443,6 +523,13 @@ impl RdvProcess {
     /// The entries in its rendezvous' SRDI index (of the group it serves),
     /// asked on its standard input; `None` if it does not answer in 5 s.
     pub async fn index_entries(&mut self) -> Option<u64> {
+        self.status().await.map(|(index, _)| index)
+    }
+
+    /// Its rendezvous' SRDI index entries and leased edges (of the group it
+    /// serves), asked on its standard input; `None` if it does not answer
+    /// in 5 s.
+    pub async fn status(&mut self) -> Option<(u64, u64)> {
         let stdin = self.stdin.as_mut()?;
         stdin.write_all(b"status\n").await.ok()?;
         stdin.flush().await.ok()?;
@@ -450,7 +537,10 @@ impl RdvProcess {
             .await
             .ok()?
             .ok()??;
-        line.strip_prefix("STATUS ")?.trim().parse().ok()
+        let mut it = line.strip_prefix("STATUS ")?.split_whitespace();
+        let index = it.next()?.parse().ok()?;
+        let clients = it.next().and_then(|c| c.parse().ok()).unwrap_or(0);
+        Some((index, clients))
     }
 
     /// Kills the process (SIGKILL) and reaps it.

@@ -327,6 +327,10 @@ pub async fn run(spec: WorkerSpec) -> Result<(), BenchError> {
                 central: None,
                 max_entries: juxta::proto::srdi::index::DEFAULT_MAX_ENTRIES,
                 group_credential: None,
+                max_connections: juxta::PeerConfig::new(&spec.home).max_connections,
+                max_per_addr: None,
+                max_pending_per_addr: None,
+                lease_ms: None,
             };
             let listen = opts.listen;
             let peer = crate::rendezvous::start(opts).await?;

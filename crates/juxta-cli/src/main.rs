@@ -271,6 +271,12 @@ enum BenchCmd {
     /// Time until every edge's lookups succeed again after its rendezvous
     /// process is killed.
     Recovery(RecoveryArgs),
+    /// One rendezvous process holding N leased edges (issue #16): N
+    /// lightweight lease clients (real connections, handshake, RVP leases
+    /// and renewals, own identities) from many loopback addresses; reports
+    /// the rendezvous' RSS per leased edge, CPU, renewals and lookups
+    /// meanwhile.
+    Leases(LeasesArgs),
     /// RTT and bandwidth between two edges directly, through one TCP
     /// relay, one HTTP relay and two relays (pipes and sockets), then an
     /// overload run against a relay process (offered vs delivered, loss,
@@ -678,6 +684,22 @@ struct RdvServeArgs {
     /// this peer's member credential (written by the bench).
     #[arg(long)]
     group_credential: Option<PathBuf>,
+    /// Most connections held at once (the runtime's limit; raise it to
+    /// hold thousands of edges, with `ulimit -n` to match).
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    /// Most connections accepted from one remote IP address (default: as
+    /// many as --max-clients, since the other benches' edges all connect
+    /// from one address; the runtime's own default is 32).
+    #[arg(long)]
+    max_per_addr: Option<usize>,
+    /// Most connections from one address still in their welcome (default:
+    /// as many as --max-clients; the runtime's own default is 8).
+    #[arg(long)]
+    max_pending_per_addr: Option<usize>,
+    /// The lease granted to edges, ms (default: JXSE's 20 minutes).
+    #[arg(long)]
+    lease_ms: Option<u64>,
 }
 
 #[derive(clap::Args, Clone)]
@@ -739,6 +761,51 @@ struct RendezvousArgs {
     /// timeout (overrides those options; about an hour).
     #[arg(long)]
     full: bool,
+    /// Write the results here as JSON (`command`, `machine`, `results`).
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Clone)]
+struct LeasesArgs {
+    /// Lease clients to open.
+    #[arg(long, default_value_t = 10_000)]
+    edges: usize,
+    /// Clients per loopback source address (127.2.x.y), at most 32: the
+    /// rendezvous keeps the runtime's per-address limit.
+    #[arg(long, default_value_t = 16)]
+    per_addr: usize,
+    /// Clients setting up (connect, handshake, first lease) at once.
+    #[arg(long, default_value_t = 64)]
+    in_flight: usize,
+    /// How long the leases are held once all are set up, ms.
+    #[arg(long, default_value_t = 30_000)]
+    hold_ms: u64,
+    /// The clients' renewal interval, ms (the runtime edges' heartbeat).
+    #[arg(long, default_value_t = 500)]
+    heartbeat_ms: u64,
+    /// How long a client waits for a grant before its lease counts as
+    /// lost, ms (the runtime edges' default).
+    #[arg(long, default_value_t = 750)]
+    response_timeout_ms: u64,
+    /// The lease the rendezvous grants, ms (`rdv-serve --lease-ms`;
+    /// default: its own, 20 min).
+    #[arg(long)]
+    lease_ms: Option<u64>,
+    /// RSA key size of the clients and the rendezvous (1024: the smallest
+    /// accepted).
+    #[arg(long, default_value_t = 1024)]
+    key_bits: usize,
+    /// Keep the clients' identities in this directory and reuse them next
+    /// time (key generation is the slow part); never inside the repository.
+    #[arg(long)]
+    identities: Option<PathBuf>,
+    /// Longest setup of one client once its turn came, ms.
+    #[arg(long, default_value_t = 60_000)]
+    setup_timeout_ms: u64,
+    /// Interval of the probe edge's lookups while the leases are held, ms.
+    #[arg(long, default_value_t = 100)]
+    probe_interval_ms: u64,
     /// Write the results here as JSON (`command`, `machine`, `results`).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -1032,6 +1099,7 @@ fn main() -> ExitCode {
             Some(BenchCmd::Ops(a)) => run_ops(a),
             Some(BenchCmd::Rendezvous(a)) => run_rendezvous(a),
             Some(BenchCmd::Recovery(a)) => run_recovery(a),
+            Some(BenchCmd::Leases(a)) => run_leases(a),
             Some(BenchCmd::Relay(a)) => run_relay(a),
             Some(BenchCmd::Soak(a)) => run_soak(a),
             Some(BenchCmd::Chaos(a)) => run_chaos(a),
@@ -2080,6 +2148,10 @@ async fn run_rdv_serve(a: RdvServeArgs) -> Result<(), CliError> {
         peers: a.peers,
         max_entries: a.max_entries,
         group_credential: a.group_credential,
+        max_connections: a.max_connections,
+        max_per_addr: a.max_per_addr,
+        max_pending_per_addr: a.max_pending_per_addr,
+        lease_ms: a.lease_ms,
         central: match a.central {
             Some(c) => Some(
                 c.parse()
@@ -2211,6 +2283,27 @@ fn run_rendezvous(a: RendezvousArgs) -> Result<(), CliError> {
         })?
     };
     write_rows(a.json, serde_json::json!(rows))
+}
+
+fn run_leases(a: LeasesArgs) -> Result<(), CliError> {
+    use std::time::Duration;
+    let opts = juxta_bench::leases::LeasesOptions {
+        edges: a.edges,
+        per_addr: a.per_addr,
+        in_flight: a.in_flight,
+        hold: Duration::from_millis(a.hold_ms),
+        heartbeat_ms: a.heartbeat_ms,
+        response_timeout_ms: a.response_timeout_ms,
+        lease_ms: a.lease_ms,
+        key_bits: a.key_bits,
+        identities: a.identities,
+        setup_timeout: Duration::from_millis(a.setup_timeout_ms.max(1)),
+        probe_interval: Duration::from_millis(a.probe_interval_ms),
+        ..Default::default()
+    };
+    opts.validate()?;
+    let row = multi_thread().block_on(juxta_bench::leases::run(&opts, |l| eprintln!("{l}")))?;
+    write_rows(a.json, serde_json::json!([row]))
 }
 
 fn run_recovery(a: RecoveryArgs) -> Result<(), CliError> {
