@@ -27,8 +27,16 @@ pub(crate) use crate::transport::limits::ConnSlot;
 
 use crate::peer::Inner;
 
-/// Smallest free space kept in the receive buffer before a read.
+/// Most free space kept in the receive buffer before a read for small
+/// frames (frames this large or larger get a buffer of their size).
 const READ_RESERVE: usize = 64 * 1024;
+/// Least free space reserved for small frames: a connection that only
+/// receives small messages now and then (a leased edge's renewals) walks
+/// through buffers this large, not [`READ_RESERVE`] (every page of which
+/// its frames would touch, one by one: about 100 KB of RSS per idle
+/// connection at a rendezvous holding 10,000 edges). A read that fills the
+/// space doubles it, up to [`READ_RESERVE`]; small reads halve it again.
+const READ_RESERVE_MIN: usize = 4 * 1024;
 /// Most space reserved up front for the next frame, after frames this
 /// large arrived (see `read_loop`).
 const READ_RESERVE_MAX: usize = 2 * 1024 * 1024;
@@ -649,7 +657,7 @@ pub(crate) async fn run_connection(
         .with_local(inner.identity.peer_id())
         .with_local_address(&dest_addr)
         .expecting(expected);
-    let mut rx = BytesMut::with_capacity(READ_RESERVE);
+    let mut rx = BytesMut::with_capacity(READ_RESERVE_MIN);
 
     // Phase 1: welcome lines (ours written, theirs read, our compact offer
     // written), all bounded in time together.
@@ -923,6 +931,8 @@ async fn read_loop(
     // are consumed, the memory is taken back (warm, already mapped) rather
     // than allocated anew for every large frame.
     let mut spare: Vec<BytesMut> = Vec::new();
+    // Free space reserved for small frames (READ_RESERVE_MIN..=READ_RESERVE).
+    let mut small_reserve = READ_RESERVE_MIN;
     loop {
         // JXTA framing: the next message may need an RSA verification
         // (CBJX); it waits for a crypto permit (see `Inner::crypto`).
@@ -1032,9 +1042,10 @@ async fn read_loop(
                         spare.remove(0);
                     }
                     spare.push(old);
-                } else if rx.capacity() - rx.len() < READ_RESERVE / 4 {
-                    rx.reserve(READ_RESERVE);
+                } else if rx.capacity() - rx.len() < small_reserve / 4 {
+                    rx.reserve(small_reserve);
                 }
+                let room = rx.capacity() - rx.len();
                 let r = match clock.deadline(inbound.received(), !rx.is_empty()) {
                     None => read.read_buf(rx).await,
                     Some((at, why)) => match tokio::time::timeout_at(at, read.read_buf(rx)).await {
@@ -1044,6 +1055,11 @@ async fn read_loop(
                 };
                 match r {
                     Ok(0) => return CloseReason::Eof,
+                    // Filled: more is coming than the space took.
+                    Ok(n) if n >= room => small_reserve = (small_reserve * 2).min(READ_RESERVE),
+                    Ok(n) if n.saturating_mul(8) < small_reserve => {
+                        small_reserve = (small_reserve / 2).max(READ_RESERVE_MIN)
+                    }
                     Ok(_) => {}
                     Err(e) => return e.into(),
                 }
