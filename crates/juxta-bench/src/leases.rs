@@ -372,44 +372,7 @@ pub fn raise_nofile(want: u64) -> Result<u64, BenchError> {
     Ok(new)
 }
 
-/// What `/proc` says about a process.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct ProcUsage {
-    /// Resident set, MB (`VmRSS`).
-    pub rss_mb: f64,
-    /// Peak resident set, MB (`VmHWM`).
-    pub hwm_mb: f64,
-    /// CPU time used, user + system, s.
-    pub cpu_s: f64,
-}
-
-/// [`ProcUsage`] of process `pid` (`None` if it is gone).
-pub fn proc_usage(pid: u32) -> Option<ProcUsage> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb = |field: &str| -> Option<f64> {
-        status
-            .lines()
-            .find(|l| l.starts_with(field))?
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
-    };
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime (fields 14 and 15) are 12 and 13 after the comm.
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    let hz = match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
-        Ok(Some(hz)) if hz > 0 => hz as f64,
-        _ => 100.0,
-    };
-    Some(ProcUsage {
-        rss_mb: kb("VmRSS:")? / 1024.0,
-        hwm_mb: kb("VmHWM:")? / 1024.0,
-        cpu_s: ticks / hz,
-    })
-}
+pub use crate::util::{proc_usage, ProcUsage};
 
 /// Why a client ended or lost its lease, as a short label.
 #[derive(Debug, thiserror::Error)]
@@ -755,13 +718,10 @@ async fn client(
     }
 }
 
-/// Percentile `p` (0..=100) of sorted values.
+/// Percentile `p` (0..=100) of sorted values ([`crate::util::percentile`]).
 fn pct(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[i.min(sorted.len() - 1)] as f64
+    let v: Vec<f64> = sorted.iter().map(|&x| x as f64).collect();
+    crate::util::percentile(&v, p / 100.0)
 }
 
 /// Round trips of `n` SRDI lookups from the probe edge, ms (sorted), and

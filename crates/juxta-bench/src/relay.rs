@@ -1406,15 +1406,7 @@ impl RelayProcess {
 
 /// The RSS of process `pid` in MB, from `/proc/<pid>/status`.
 pub fn rss_mb(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some(kb / 1024.0)
+    Some(crate::util::proc_usage(pid)?.rss_mb)
 }
 
 /// The overload run against a relay process.

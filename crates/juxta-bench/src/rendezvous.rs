@@ -550,20 +550,8 @@ impl RdvProcess {
 
     /// CPU seconds used so far (user + system) and RSS in MB, from /proc.
     pub fn usage(&self) -> Option<(f64, f64)> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
-        let rest = &stat[stat.rfind(')')? + 2..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // Fields 14 and 15 (utime, stime) are 12 and 13 after the comm.
-        let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
-        let kb: f64 = status
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))?
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()?;
-        Some((ticks / 100.0, kb / 1024.0))
+        let u = crate::util::proc_usage(self.pid)?;
+        Some((u.cpu_s, u.rss_mb))
     }
 }
 

@@ -368,6 +368,45 @@ pub fn loss_pct(sent: u64, delivered: u64) -> f64 {
     }
 }
 
+/// What `/proc` says about a process.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ProcUsage {
+    /// Resident set, MB (`VmRSS`).
+    pub rss_mb: f64,
+    /// Peak resident set, MB (`VmHWM`).
+    pub hwm_mb: f64,
+    /// CPU time used, user + system, s.
+    pub cpu_s: f64,
+}
+
+/// [`ProcUsage`] of process `pid` (`None` if it is gone).
+pub fn proc_usage(pid: u32) -> Option<ProcUsage> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb = |field: &str| -> Option<f64> {
+        status
+            .lines()
+            .find(|l| l.starts_with(field))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime (fields 14 and 15) are 12 and 13 after the comm.
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    let hz = match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(hz)) if hz > 0 => hz as f64,
+        _ => 100.0,
+    };
+    Some(ProcUsage {
+        rss_mb: kb("VmRSS:")? / 1024.0,
+        hwm_mb: kb("VmHWM:")? / 1024.0,
+        cpu_s: ticks / hz,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
