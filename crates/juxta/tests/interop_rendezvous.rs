@@ -395,7 +395,10 @@ async fn propagate_pipes_between_a_jxse_edge_and_juxta_edges_through_a_juxta_ren
     .await
     .unwrap();
     let sha = sent[3].clone();
-    for (who, input) in [("edge", &mut at_edge), ("rendezvous", &mut at_rdv)] {
+    // The rendezvous first: if nothing arrives there, JXSE did not send
+    // (or the rendezvous refused); if only the edge misses it, the fan-out
+    // lost it.
+    for (who, input) in [("rendezvous", &mut at_rdv), ("edge", &mut at_edge)] {
         for _ in 0..3 {
             let m = tokio::time::timeout(Duration::from_secs(30), input.recv())
                 .await

@@ -3,6 +3,7 @@ package org.juxta.harness;
 import java.util.ArrayList;
 import java.util.Enumeration;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 
@@ -11,12 +12,14 @@ import net.jxta.discovery.DiscoveryListener;
 import net.jxta.discovery.DiscoveryService;
 import net.jxta.document.Advertisement;
 import net.jxta.document.AdvertisementFactory;
+import net.jxta.id.ID;
 import net.jxta.id.IDFactory;
 import net.jxta.peer.PeerID;
 import net.jxta.peergroup.PeerGroup;
 import net.jxta.pipe.PipeService;
 import net.jxta.protocol.PipeAdvertisement;
 import net.jxta.rendezvous.RendezVousService;
+import net.jxta.rendezvous.RendezvousEvent;
 
 /**
  * Discovery and rendezvous commands (DISC_*, RDV_*): what Juxta's rendezvous interop tests need
@@ -40,11 +43,36 @@ final class Discovery {
     private final PeerGroup group;
     private final DiscoveryService disc;
     private final RendezVousService rdv;
+    /**
+     * Rendezvous this edge can send to. JXSE's {@code isConnectedToRendezVous()} turns true when
+     * a lease is entered in its table ({@code EdgePeerRdvService.addRdv}), before the
+     * connection is marked connected and its messenger obtained; a message propagated in that
+     * window is skipped without a word ({@code sendToEachConnection}). {@code RDVCONNECT} and
+     * {@code RDVRECONNECT} are raised after both, so RDV_STATUS reports "connected" only for a
+     * rendezvous one of them named.
+     */
+    private final Set<ID> usable = ConcurrentHashMap.newKeySet();
 
     Discovery(PeerGroup group) {
         this.group = group;
         this.disc = group.getDiscoveryService();
         this.rdv = group.getRendezVousService();
+        rdv.addListener(ev -> {
+            switch (ev.getType()) {
+                case RendezvousEvent.RDVCONNECT:
+                case RendezvousEvent.RDVRECONNECT:
+                    usable.add(ev.getPeerID());
+                    break;
+                case RendezvousEvent.RDVDISCONNECT:
+                case RendezvousEvent.RDVFAILED:
+                    usable.remove(ev.getPeerID());
+                    break;
+                default:
+                    break;
+            }
+        });
+        // A lease granted before this listener existed raised its event unseen.
+        usable.addAll(rdv.getLocalRendezVousView());
     }
 
     /** The answer line, or null when {@code cmd} is not one of ours. */
@@ -74,7 +102,14 @@ final class Discovery {
             }
             ids.append(p);
         }
-        return "RDV " + rdv.getRendezVousStatus() + " " + rdv.isConnectedToRendezVous() + " "
+        boolean connected = rdv.isConnectedToRendezVous();
+        if (connected && !rdv.isRendezVous()) {
+            connected = false;
+            for (PeerID p : view) {
+                connected |= usable.contains(p);
+            }
+        }
+        return "RDV " + rdv.getRendezVousStatus() + " " + connected + " "
                 + (ids.length() == 0 ? "-" : ids.toString());
     }
 
