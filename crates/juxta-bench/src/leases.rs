@@ -70,6 +70,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpSocket;
 use tokio::sync::{watch, Semaphore};
 
+use crate::lease_queries::{published_name, QueryOrder, QueryRow, QueryTable};
 use crate::rendezvous::RdvProcess;
 use crate::BenchError;
 
@@ -117,6 +118,18 @@ pub struct LeasesOptions {
     pub probe_interval: Duration,
     /// The executable to run as `rdv-serve`.
     pub exe: PathBuf,
+    /// Offered total discovery query rates, queries/s, one after the other
+    /// once every client is leased (empty: no queries;
+    /// [`crate::lease_queries`]).
+    pub query_rates: Vec<u32>,
+    /// How long each rate is offered.
+    pub query_duration: Duration,
+    /// Share of queries for a published name, %.
+    pub positive_pct: u32,
+    /// SRDI entries (names) each client publishes when queries are asked.
+    pub names_per_edge: usize,
+    /// A query not at its publisher after this long counts as lost.
+    pub query_timeout: Duration,
 }
 
 impl Default for LeasesOptions {
@@ -134,6 +147,11 @@ impl Default for LeasesOptions {
             setup_timeout: Duration::from_secs(60),
             probe_interval: Duration::from_millis(100),
             exe: crate::rendezvous::default_exe(),
+            query_rates: Vec::new(),
+            query_duration: Duration::from_secs(5),
+            positive_pct: 50,
+            names_per_edge: 1,
+            query_timeout: crate::rendezvous::LOOKUP_TIMEOUT,
         }
     }
 }
@@ -174,7 +192,42 @@ impl LeasesOptions {
         if self.lease_ms == Some(0) {
             return bad("--lease-ms must be > 0".into());
         }
+        if !self.query_rates.is_empty() {
+            if self.query_rates.contains(&0) {
+                return bad("--query-rate: every rate must be > 0".into());
+            }
+            if self.edges < 2 {
+                return bad("--query-rate needs --edges 2 or more (querier and publisher)".into());
+            }
+            if self.positive_pct > 100 {
+                return bad(format!("--positive-pct {}: 0..=100", self.positive_pct));
+            }
+            if self.names_per_edge == 0 || self.names_per_edge > 1000 {
+                return bad(format!(
+                    "--names-per-edge {}: 1..=1000",
+                    self.names_per_edge
+                ));
+            }
+            if self.query_duration.is_zero() || self.query_timeout.is_zero() {
+                return bad("--query-ms and --query-timeout-ms must be > 0".into());
+            }
+            if self.total_queries() > crate::lease_queries::MAX_QUERIES {
+                return bad(format!(
+                    "--query-rate x --query-ms: {} queries, at most {}",
+                    self.total_queries(),
+                    crate::lease_queries::MAX_QUERIES
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// Queries all the rates offer together.
+    pub fn total_queries(&self) -> usize {
+        self.query_rates
+            .iter()
+            .map(|&r| (f64::from(r) * self.query_duration.as_secs_f64()).ceil() as usize)
+            .fold(0usize, |a, b| a.saturating_add(b))
     }
 
     /// Source addresses the clients use.
@@ -468,6 +521,11 @@ struct Ctx {
     setup_timeout: Duration,
     turns: Arc<Semaphore>,
     shared: Shared,
+    /// Discovery queries: names each client publishes and the table of
+    /// sent and arrived queries (`None`: no queries).
+    queries: Option<(usize, Arc<QueryTable>)>,
+    /// The rendezvous' query queue, on the wire.
+    query_to: juxta::proto::endpoint::ServiceAddress,
 }
 
 impl Ctx {
@@ -567,8 +625,9 @@ async fn open(ctx: &Ctx, id: &Arc<Identity>, src: IpAddr) -> Result<Conn, Client
 /// One lease client, from its turn to the stop signal.
 async fn client(
     ctx: Arc<Ctx>,
-    id: Arc<Identity>,
+    (index, id): (usize, Arc<Identity>),
     (src, pending): (IpAddr, Arc<Semaphore>),
+    mut orders: Option<tokio::sync::mpsc::Receiver<QueryOrder>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let s = &ctx.shared;
@@ -624,6 +683,12 @@ async fn client(
                             s.releases.fetch_add(1, Ordering::Relaxed);
                         } else {
                             ever_leased = true;
+                            if let Some((k, _)) = &ctx.queries {
+                                let m = crate::lease_queries::publish_message(me, index, *k);
+                                let (to, msg) = crate::lease_queries::srdi_push(ctx.rdv_peer, &m);
+                                let enc = c.out.encode(&to, msg)?;
+                                write_encoded(&mut c.wr, &enc).await?;
+                            }
                             s.leased.fetch_add(1, Ordering::Relaxed);
                             s.last_lease_ms.fetch_max(ctx.now(), Ordering::Relaxed);
                             if let Ok(mut v) = s.setup_us.lock() {
@@ -670,6 +735,19 @@ async fn client(
                             continue;
                         };
                         let (_, real) = demangle((*m.to).clone());
+                        if let Some((_, table)) = &ctx.queries {
+                            match crate::lease_queries::forwarded_query_id(&real, &m.message) {
+                                Some(Some(id)) => {
+                                    table.arrived(id);
+                                    continue;
+                                }
+                                Some(None) => {
+                                    table.stray.fetch_add(1, Ordering::Relaxed);
+                                    continue;
+                                }
+                                None => {}
+                            }
+                        }
                         if real.service != RDV_SERVICE {
                             s.other_messages.fetch_add(1, Ordering::Relaxed);
                             continue;
@@ -698,6 +776,34 @@ async fn client(
                     }
                 }
                 _ = tokio::time::sleep_until(next) => {}
+                o = async {
+                    match orders.as_mut() {
+                        Some(r) => r.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let Some(o) = o else {
+                        orders = None;
+                        continue;
+                    };
+                    // What is queued goes out in one write.
+                    let mut buf = Vec::new();
+                    let mut next = Some(o);
+                    while let Some(o) = next.take() {
+                        if let Some((_, table)) = &ctx.queries {
+                            table.sent(o.seq);
+                        }
+                        let msg = crate::lease_queries::query_message(me, &o);
+                        let enc = c.out.encode(&ctx.query_to, msg)?;
+                        for ch in &enc.chunks {
+                            buf.extend_from_slice(ch);
+                        }
+                        if buf.len() < 64 * 1024 {
+                            next = orders.as_mut().and_then(|r| r.try_recv().ok());
+                        }
+                    }
+                    c.wr.write_all(&buf).await?;
+                }
                 _ = stop.changed() => {
                     if edge.rendezvous().is_some() {
                         s.leased_at_stop.fetch_add(1, Ordering::Relaxed);
@@ -863,6 +969,8 @@ pub struct LeasesRow {
     pub rdv_pid: u32,
     /// Wall time of the whole run, s.
     pub duration_s: f64,
+    /// Discovery queries, one row per offered rate (`--query-rate`).
+    pub queries: Vec<QueryRow>,
 }
 
 /// Runs the scenario; `log` gets progress lines. The rendezvous process
@@ -985,6 +1093,13 @@ async fn measure(
         setup_timeout: o.setup_timeout,
         turns: Arc::new(Semaphore::new(o.in_flight)),
         shared: Shared::default(),
+        queries: (!o.query_rates.is_empty()).then(|| {
+            (
+                o.names_per_edge,
+                Arc::new(QueryTable::new(o.total_queries())),
+            )
+        }),
+        query_to: crate::lease_queries::query_address(),
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let cpu0 = proc_usage(rdv.pid).ok_or_else(gone)?;
@@ -994,12 +1109,21 @@ async fn measure(
         .map(|_| Arc::new(Semaphore::new(RUNTIME_PENDING_PER_ADDR)))
         .collect();
     let mut tasks = tokio::task::JoinSet::new();
+    let mut orders = Vec::with_capacity(o.edges);
     for (i, id) in ids.into_iter().enumerate() {
         let a = i % addrs;
+        let (tx, rx) = if ctx.queries.is_some() {
+            let (tx, rx) = tokio::sync::mpsc::channel(crate::lease_queries::CLIENT_QUEUE);
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        orders.push(tx);
         tasks.spawn(client(
             ctx.clone(),
-            id,
+            (i, id),
             (source_addr(a), pending[a].clone()),
+            rx,
             stop_rx.clone(),
         ));
     }
@@ -1038,6 +1162,49 @@ async fn measure(
         "leases: {leased} of {} leased in {lease_all_s:.1} s; rendezvous RSS {:.1} -> {:.1} MB",
         o.edges, before.rss_mb, after.rss_mb
     ));
+
+    // Discovery queries, rate after rate.
+    let mut queries = Vec::new();
+    if let Some((k, table)) = &ctx.queries {
+        // Until the last client's entries are indexed.
+        let last = published_name(o.edges - 1, 0);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(30) {
+            match ph
+                .lookup("Adv", "Name", &last, Duration::from_secs(2))
+                .await
+            {
+                Ok(who) if !who.is_empty() => break,
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        let mut next_seq = 0;
+        for &rate in &o.query_rates {
+            log(format!(
+                "leases: {rate} discovery queries/s for {:.1} s",
+                o.query_duration.as_secs_f64()
+            ));
+            let r = crate::lease_queries::offer(
+                table,
+                &orders,
+                *k,
+                (rate, o.query_duration, o.positive_pct, o.query_timeout),
+                &mut next_seq,
+                rdv.pid,
+            )
+            .await;
+            log(format!(
+                "leases: {rate}/s: {} sent, {} not sent, {:.0} forwarded/s, loss {:.2} %, p50 {:.2} ms, p99 {:.2} ms, rendezvous {:.0} % CPU, {:.1} us/query, bench {:.0} % CPU",
+                r.sent, r.not_sent, r.forwarded_per_s, r.loss_pct, r.p50_ms, r.p99_ms,
+                r.rdv_cpu_pct, r.rdv_us_per_query, r.bench_cpu_pct
+            ));
+            queries.push(r);
+            if proc_usage(rdv.pid).is_none() {
+                return Err(gone());
+            }
+        }
+    }
+    drop(orders);
 
     // The hold.
     let hold_start_ms = ctx.now();
@@ -1148,5 +1315,6 @@ async fn measure(
         },
         rdv_pid: rdv.pid,
         duration_s: started.elapsed().as_secs_f64(),
+        queries,
     })
 }

@@ -23,6 +23,7 @@ pub mod composition;
 pub mod csv_out;
 pub mod jxse;
 pub mod layers;
+pub mod lease_queries;
 pub mod leases;
 pub mod machine;
 pub mod mp;

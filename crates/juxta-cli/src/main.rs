@@ -806,6 +806,24 @@ struct LeasesArgs {
     /// Interval of the probe edge's lookups while the leases are held, ms.
     #[arg(long, default_value_t = 100)]
     probe_interval_ms: u64,
+    /// Once every client is leased, offer JXTA discovery queries from the
+    /// clients at these total rates (queries/s, comma-separated), one after
+    /// the other: each client publishes SRDI entries, the rendezvous
+    /// forwards positive queries to their publisher (see docs/benchmarks.md)
+    #[arg(long, value_delimiter = ',')]
+    query_rate: Vec<u32>,
+    /// How long each query rate is offered, ms.
+    #[arg(long, default_value_t = 5_000)]
+    query_ms: u64,
+    /// Share of queries for a published name, %.
+    #[arg(long, default_value_t = 50)]
+    positive_pct: u32,
+    /// SRDI entries each client publishes (with --query-rate).
+    #[arg(long, default_value_t = 1)]
+    names_per_edge: usize,
+    /// A query not at its publisher after this long counts as lost, ms.
+    #[arg(long, default_value_t = 2_000)]
+    query_timeout_ms: u64,
     /// Write the results here as JSON (`command`, `machine`, `results`).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -2299,6 +2317,11 @@ fn run_leases(a: LeasesArgs) -> Result<(), CliError> {
         identities: a.identities,
         setup_timeout: Duration::from_millis(a.setup_timeout_ms.max(1)),
         probe_interval: Duration::from_millis(a.probe_interval_ms),
+        query_rates: a.query_rate,
+        query_duration: Duration::from_millis(a.query_ms),
+        positive_pct: a.positive_pct,
+        names_per_edge: a.names_per_edge,
+        query_timeout: Duration::from_millis(a.query_timeout_ms),
         ..Default::default()
     };
     opts.validate()?;

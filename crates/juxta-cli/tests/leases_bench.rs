@@ -89,7 +89,9 @@ fn forty_edges_over_three_addresses_all_lease_and_the_rendezvous_is_stopped() {
     assert!(pid > 0);
     assert!(!running(pid), "rendezvous {pid} still runs");
 
-    // Again: the identities come from the directory this time.
+    // Again: the identities come from the directory this time; with
+    // discovery queries from the clients, forwarded by the rendezvous to
+    // the client that published each name.
     let o = juxta(&[
         "bench",
         "leases",
@@ -99,6 +101,18 @@ fn forty_edges_over_three_addresses_all_lease_and_the_rendezvous_is_stopped() {
         "16",
         "--hold-ms",
         "200",
+        "--query-rate",
+        "100,300",
+        "--query-ms",
+        "1000",
+        "--positive-pct",
+        "60",
+        "--names-per-edge",
+        "3",
+        // Long enough that nothing counts as lost on a slow machine: the
+        // run waits only until every positive query arrived.
+        "--query-timeout-ms",
+        "60000",
         "--identities",
         ids.to_str().unwrap(),
         "--json",
@@ -110,6 +124,24 @@ fn forty_edges_over_three_addresses_all_lease_and_the_rendezvous_is_stopped() {
     assert_eq!(r["leased"], 40, "{r}");
     assert_eq!(r["identities"]["loaded"], 40, "{r}");
     assert_eq!(r["identities"]["generated"], 0, "{r}");
+    let q = r["queries"].as_array().unwrap();
+    assert_eq!(q.len(), 2, "{r}");
+    for (row, rate) in q.iter().zip([100, 300]) {
+        assert_eq!(row["offered_per_s"], rate, "{row}");
+        assert_eq!(row["not_sent"], 0, "{row}");
+        let sent = row["sent"].as_u64().unwrap();
+        let positive = row["sent_positive"].as_u64().unwrap();
+        assert!(sent > 0 && positive > 0 && positive < sent, "{row}");
+        // Every query for a published name reached its publisher, once;
+        // nothing else was forwarded.
+        assert_eq!(row["forwarded"], positive, "{row}");
+        assert_eq!(row["loss_pct"], 0.0, "{row}");
+        assert_eq!(row["duplicates"], 0, "{row}");
+        assert_eq!(row["negative_arrived"], 0, "{row}");
+        assert_eq!(row["stray"], 0, "{row}");
+        assert!(row["p99_ms"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["rdv_us_per_query"].is_number(), "{row}");
+    }
     assert!(!running(r["rdv_pid"].as_u64().unwrap()));
 }
 
@@ -119,6 +151,32 @@ fn options_the_rendezvous_would_refuse_are_refused_first() {
         &["--edges", "4", "--per-addr", "33"][..],
         &["--edges", "0"][..],
         &["--edges", "4", "--in-flight", "0"][..],
+        &["--edges", "4", "--query-rate", "100,0"][..],
+        &["--edges", "1", "--query-rate", "100"][..],
+        &[
+            "--edges",
+            "4",
+            "--query-rate",
+            "100",
+            "--positive-pct",
+            "101",
+        ][..],
+        &[
+            "--edges",
+            "4",
+            "--query-rate",
+            "100",
+            "--names-per-edge",
+            "0",
+        ][..],
+        &[
+            "--edges",
+            "4",
+            "--query-rate",
+            "100000000",
+            "--query-ms",
+            "10000",
+        ][..],
     ] {
         let mut all = vec!["bench", "leases"];
         all.extend_from_slice(args);

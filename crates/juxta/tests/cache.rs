@@ -677,6 +677,108 @@ async fn file_backed_handle_reads_on_a_separate_connection_see_awaited_writes() 
     assert_eq!(AdvCache::open(&path).unwrap().len().unwrap(), 49);
 }
 
+/// The handle answers exact queries for values the cache cannot hold
+/// without SQLite (a filter of the indexed values): it must never hide an
+/// entry. Through several rebuilds of that filter (6,000 entries of two
+/// indexed values each, on a file whose first 300 entries were there
+/// before the handle existed), removals, and republishing under new names,
+/// every live name is found and no other.
+#[tokio::test]
+async fn exact_queries_find_every_live_value_through_filter_rebuilds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cm.sqlite");
+    {
+        let mut c = AdvCache::open(&path).unwrap();
+        for i in 0..300 {
+            c.publish(
+                entry(AdvKind::Adv, &format!("i{i}"), &format!("n{i}"), 600_000),
+                T0,
+            )
+            .unwrap();
+        }
+    }
+    let h = CacheHandle::spawn(AdvCache::open(&path).unwrap(), 8).unwrap();
+    let find = |name: String| {
+        let h = h.clone();
+        async move {
+            h.query(AdvKind::Adv, Some("Name".into()), Some(name), 10, T0)
+                .await
+                .unwrap()
+                .len()
+        }
+    };
+    assert_eq!(find("n7".into()).await, 1, "there before the handle");
+    for i in 300..6000 {
+        h.publish(
+            entry(AdvKind::Adv, &format!("i{i}"), &format!("n{i}"), 600_000),
+            T0,
+        )
+        .await
+        .unwrap();
+    }
+    for i in (0..6000).step_by(3) {
+        assert!(h.remove(format!("i{i}")).await.unwrap());
+    }
+    // Republished under another name (the old one is gone).
+    for i in (1..6000).step_by(30) {
+        h.publish(
+            entry(AdvKind::Adv, &format!("i{i}"), &format!("m{i}"), 600_000),
+            T0,
+        )
+        .await
+        .unwrap();
+    }
+    for i in 0..6000 {
+        let want = usize::from(i % 3 != 0 && i % 30 != 1);
+        assert_eq!(find(format!("n{i}")).await, want, "n{i}");
+        let renamed = usize::from(i % 30 == 1);
+        assert_eq!(find(format!("m{i}")).await, renamed, "m{i}");
+    }
+    // Another kind, attribute or case is another value.
+    assert!(h
+        .query(
+            AdvKind::Peer,
+            Some("Name".into()),
+            Some("n2".into()),
+            10,
+            T0
+        )
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(h
+        .query(AdvKind::Adv, Some("Id".into()), Some("n2".into()), 10, T0)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(h
+        .query(AdvKind::Adv, Some("Name".into()), Some("N2".into()), 10, T0)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        h.query(AdvKind::Adv, Some("Id".into()), Some("i2".into()), 10, T0)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // Wildcards are never filtered.
+    assert_eq!(
+        h.query(
+            AdvKind::Adv,
+            Some("Name".into()),
+            Some("m*".into()),
+            1000,
+            T0
+        )
+        .await
+        .unwrap()
+        .len(),
+        200
+    );
+}
+
 /// Reference matcher: `*` matches any byte run, everything else itself.
 fn reference_match(pat: &[u8], v: &[u8]) -> bool {
     let (n, m) = (pat.len(), v.len());

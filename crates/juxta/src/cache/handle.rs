@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::filter::ExactFilter;
 use super::{
     AdvCache, AdvKind, BatchOutcome, CacheEntry, CacheError, CachedAdv, PublishOutcome,
     QueryOutcome,
@@ -45,6 +46,9 @@ type Job = Box<dyn FnOnce(&mut AdvCache) + Send>;
 pub struct CacheHandle {
     tx: mpsc::Sender<Job>,
     reader: mpsc::Sender<Job>,
+    /// Exact queries for a value the cache certainly does not hold are
+    /// answered here, without a trip to the reader (`filter.rs`).
+    filter: ExactFilter,
 }
 
 impl CacheHandle {
@@ -54,12 +58,21 @@ impl CacheHandle {
     /// (minimum 1).
     pub fn spawn(cache: AdvCache, queue: usize) -> Result<CacheHandle, CacheError> {
         let reader = cache.open_reader()?;
+        let filter = cache.filter().clone();
         let tx = worker(cache, queue, "juxta-adv-cache")?;
         let reader = match reader {
             Some(r) => worker(r, queue, "juxta-adv-cache-r")?,
             None => tx.clone(),
         };
-        Ok(CacheHandle { tx, reader })
+        // The writer's first job; until it is done every query goes to
+        // SQLite. A failure leaves it unbuilt (everything may match).
+        let build: Job = Box::new(|c| {
+            if let Err(e) = c.rebuild_filter() {
+                tracing::warn!(error = %e, "cache filter not built");
+            }
+        });
+        tx.try_send(build).map_err(|_| CacheError::Closed)?;
+        Ok(CacheHandle { tx, reader, filter })
     }
 
     async fn run<R, F>(tx: &mpsc::Sender<Job>, f: F) -> Result<R, CacheError>
@@ -122,6 +135,12 @@ impl CacheHandle {
         threshold: usize,
         now_ms: u64,
     ) -> Result<Vec<CachedAdv>, CacheError> {
+        if !self
+            .filter
+            .may_match(kind, attr.as_deref(), value.as_deref())
+        {
+            return Ok(Vec::new());
+        }
         self.call_read(move |c| c.query(kind, attr.as_deref(), value.as_deref(), threshold, now_ms))
             .await?
     }
@@ -135,6 +154,12 @@ impl CacheHandle {
         threshold: usize,
         now_ms: u64,
     ) -> Result<QueryOutcome, CacheError> {
+        if !self
+            .filter
+            .may_match(kind, attr.as_deref(), value.as_deref())
+        {
+            return Ok(QueryOutcome::default());
+        }
         self.call_read(move |c| {
             c.query_outcome(kind, attr.as_deref(), value.as_deref(), threshold, now_ms)
         })
@@ -178,6 +203,7 @@ impl CacheHandle {
         now_ms: impl Fn() -> u64 + Send + 'static,
     ) -> impl std::future::Future<Output = Result<(), CacheError>> + Send + 'static {
         let weak = self.tx.downgrade();
+        let filter = self.filter.clone();
         async move {
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -187,7 +213,8 @@ impl CacheHandle {
                     return Ok(());
                 };
                 let reader = tx.clone();
-                match (CacheHandle { tx, reader })
+                let filter = filter.clone();
+                match (CacheHandle { tx, reader, filter })
                     .purge_expired(now_ms(), batch)
                     .await
                 {

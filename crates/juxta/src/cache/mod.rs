@@ -50,6 +50,7 @@
 //! Details, numbers and the rebuild procedure: `docs/cache.md`.
 
 mod error;
+mod filter;
 mod handle;
 mod pattern;
 mod store;

@@ -35,6 +35,7 @@ use rusqlite::types::Value;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use super::error::{CacheError, Inner, InvalidEntry};
+use super::filter::ExactFilter;
 use super::pattern::{prefix_upper_bound, Pattern};
 use super::{
     AdvKind, BatchOutcome, CacheConfig, CacheEntry, CachedAdv, FullPolicy, OnCorrupt,
@@ -170,6 +171,9 @@ pub struct AdvCache {
     path: PathBuf,
     config: CacheConfig,
     moved_aside: Option<PathBuf>,
+    /// Exact-value triples this cache may hold (shared with its reader;
+    /// built by [`CacheHandle`](super::CacheHandle), see `filter.rs`).
+    filter: ExactFilter,
 }
 
 impl std::fmt::Debug for AdvCache {
@@ -324,6 +328,7 @@ impl AdvCache {
             path,
             config,
             moved_aside: None,
+            filter: ExactFilter::new(),
         })
     }
 
@@ -351,6 +356,7 @@ impl AdvCache {
             path: self.path.clone(),
             config: self.config.clone(),
             moved_aside: None,
+            filter: self.filter.clone(),
         }))
     }
 
@@ -403,11 +409,13 @@ impl AdvCache {
             let tx = self
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let out = publish_in(&tx, &self.config, &entry, ms(now_ms))?;
+            let out = publish_in(&tx, &self.config, &self.filter, &entry, ms(now_ms))?;
             tx.commit()?;
             Ok(out)
         })();
-        r.map_err(|e| e.at(&self.path))
+        let r = r.map_err(|e| e.at(&self.path));
+        self.rebuild_filter_if_due();
+        r
     }
 
     /// Stores many entries in one transaction (all or nothing: the first
@@ -424,7 +432,7 @@ impl AdvCache {
             let mut total = BatchOutcome::default();
             for entry in entries {
                 validate(&self.config, &entry)?;
-                let out = publish_in(&tx, &self.config, &entry, ms(now_ms))?;
+                let out = publish_in(&tx, &self.config, &self.filter, &entry, ms(now_ms))?;
                 if out.replaced {
                     total.replaced += 1;
                 } else {
@@ -436,7 +444,39 @@ impl AdvCache {
             tx.commit()?;
             Ok(total)
         })();
-        r.map_err(|e| e.at(&self.path))
+        let r = r.map_err(|e| e.at(&self.path));
+        self.rebuild_filter_if_due();
+        r
+    }
+
+    /// Builds the exact-value filter from the index (one scan of it),
+    /// replacing the one in use. Run by the writer, which makes every
+    /// insert: none can be missed.
+    pub(crate) fn rebuild_filter(&mut self) -> Result<(), CacheError> {
+        let r: Result<Vec<(i64, String, Vec<u8>)>, Inner> = (|| {
+            let mut st = self.conn.prepare("SELECT kind, attr, value FROM idx_fwd")?;
+            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })();
+        let rows = r.map_err(|e| e.at(&self.path))?;
+        self.filter
+            .rebuild(rows.iter().map(|(k, a, v)| (*k, a.as_str(), v.as_slice())));
+        Ok(())
+    }
+
+    /// Rebuilds the filter once it has taken as many inserts as it was
+    /// sized for (a failed rebuild keeps the old one, still a superset).
+    fn rebuild_filter_if_due(&mut self) {
+        if self.filter.rebuild_due() {
+            if let Err(e) = self.rebuild_filter() {
+                tracing::warn!(error = %e, "cache filter not rebuilt");
+            }
+        }
+    }
+
+    /// The filter shared with the reader and the handle.
+    pub(crate) fn filter(&self) -> &ExactFilter {
+        &self.filter
     }
 
     /// Discovery query: up to `threshold` live advertisements of `kind`
@@ -485,7 +525,7 @@ impl AdvCache {
     ) -> Result<QueryOutcome, Inner> {
         let limit = threshold.min(self.config.max_query_results);
         let mut out = QueryOutcome::default();
-        if limit == 0 {
+        if limit == 0 || !self.filter.may_match(kind, attr, value) {
             return Ok(out);
         }
         let k = kind as i64;
@@ -797,6 +837,7 @@ fn validate(cfg: &CacheConfig, e: &CacheEntry) -> Result<(), CacheError> {
 fn publish_in(
     tx: &Connection,
     cfg: &CacheConfig,
+    filter: &ExactFilter,
     e: &CacheEntry,
     now: i64,
 ) -> Result<PublishOutcome, Inner> {
@@ -826,7 +867,7 @@ fn publish_in(
             attrs,
             &e.document[..]
         ])?;
-        insert_index(tx, rid, kind, &e.index)?;
+        insert_index(tx, filter, rid, kind, &e.index)?;
         return Ok(PublishOutcome {
             replaced: true,
             evicted: 0,
@@ -868,7 +909,7 @@ fn publish_in(
         &e.document[..]
     ])?;
     let rid = tx.last_insert_rowid();
-    insert_index(tx, rid, kind, &e.index)?;
+    insert_index(tx, filter, rid, kind, &e.index)?;
     Ok(PublishOutcome {
         replaced: false,
         evicted,
@@ -934,6 +975,7 @@ fn delete_entry(tx: &Connection, rid: i64, kind: i64, attrs: &[u8]) -> Result<()
 
 fn insert_index(
     tx: &Connection,
+    filter: &ExactFilter,
     rid: i64,
     kind: i64,
     index: &[(String, String)],
@@ -941,6 +983,8 @@ fn insert_index(
     let mut fwd = tx.prepare_cached(SQL_INS_FWD)?;
     let mut rev = tx.prepare_cached(SQL_INS_REV)?;
     for (a, v) in index {
+        // Before the row can be seen (the transaction has not committed).
+        filter.add(kind, a, v.as_bytes());
         let r: Vec<u8> = v.bytes().rev().collect();
         fwd.execute(params![kind, a, v.as_bytes(), rid])?;
         rev.execute(params![kind, a, r, rid])?;
