@@ -154,6 +154,10 @@ pub(crate) struct State {
     /// in, and the waiter.
     pending: Mutex<HashMap<i32, Pending>>,
     pub(crate) started: Instant,
+    /// This peer's advertisement as discovery responses carry it (it does
+    /// not change while the peer runs: ID, name, listening address),
+    /// printed once instead of for every query answered.
+    own_text: std::sync::OnceLock<String>,
 }
 
 impl State {
@@ -164,6 +168,7 @@ impl State {
             next_id: AtomicI32::new(rand::random::<u16>() as i32 + 1),
             pending: Mutex::new(HashMap::new()),
             started: Instant::now(),
+            own_text: std::sync::OnceLock::new(),
         }
     }
 
@@ -675,12 +680,11 @@ pub(crate) async fn answer(
     cache: &CacheHandle,
     q: &DiscoveryQuery,
 ) -> Result<DiscoveryResponse, DiscoveryError> {
-    let own = own_adv(inner);
     let limit = q.answer_limit();
     let mut entries: Vec<DiscoveryEntry> = Vec::new();
     if q.kind == AdvKind::Peer && limit == 0 {
         entries.push(DiscoveryEntry::new(
-            &own,
+            &own_adv(inner),
             Lifetimes::default().expiration_ms,
         ));
     } else {
@@ -711,9 +715,11 @@ pub(crate) async fn answer(
     }
     entries.truncate(MAX_RESPONSES);
     let mut r = q.response(entries)?;
-    if let Advertisement::Peer(pa) = &own {
-        r.peer_adv = Some(peer_adv_text(pa));
-    }
+    let own = inner
+        .discovery
+        .own_text
+        .get_or_init(|| peer_adv_text(&crate::pipe::local_peer_adv(inner)));
+    r.peer_adv = Some(own.clone());
     Ok(r)
 }
 
