@@ -29,13 +29,14 @@
 //! SRDI on the resolver's `<group>Srdi` queue (gzip `jxta:GenSRDI`, the
 //! discovery handler's name), queries and answers on the resolver's
 //! `ORes`/`IRes` queues. The resolver task hands this task the group's
-//! resolver messages once scoped and authenticated ([`crate::resolver`]);
+//! resolver messages once scoped and authenticated (`crate::resolver`);
 //! the node keeps Juxta's lookups, busy notices and the answers it awaits,
 //! and the queries and responses it admitted for the other services go
 //! back to the resolver task, which may hand a query to the node's SRDI
-//! index (discovery or pipe queries on a rendezvous). So a JXSE edge leases a Juxta rendezvous, and a JXSE edge's
-//! discovery query reaches, through the rendezvous' SRDI index, the Juxta
-//! edge that published the advertisement (`tests/interop_rendezvous.rs`).
+//! index (discovery or pipe queries on a rendezvous). So a JXSE edge
+//! leases a Juxta rendezvous, and a JXSE edge's discovery query reaches,
+//! through the rendezvous' SRDI index, the Juxta edge that published the
+//! advertisement (`tests/interop_rendezvous.rs`).
 //!
 //! With [`RendezvousConfig::peers`], rendezvous form a peer view: SRDI
 //! entries are replicated over it, lookups are forwarded to the replica
