@@ -16,10 +16,12 @@
 //!   with [`Node::respond`] or hands the query to the rendezvous' index
 //!   with [`Node::forward_query`].
 //!
-//! It serves one group (the rendezvous part's); the runtime
-//! (`juxta::resolver`) drives a [`ResolverNode`] for all the groups of a
-//! peer and hands lookups to each group's [`RendezvousNode`] the same way.
-//! The simulator ([`crate::sim`]) runs one `Node` per peer.
+//! It serves one group (the rendezvous part's). The runtime's rendezvous
+//! task (`juxta::rendezvous`) runs one `Node` per group it serves: the
+//! runtime's resolver task scopes and authenticates that group's resolver
+//! traffic and hands it here, and executes the owner's events (discovery,
+//! pipe binding, ...). The simulator ([`crate::sim`]) runs one `Node` per
+//! peer.
 //!
 //! Inputs and outputs follow the quinn-proto style of the parts:
 //! `handle_*(…, now)`, [`poll_transmit`](Node::poll_transmit),
@@ -91,9 +93,17 @@ pub enum Event<K> {
         key: K,
         /// The peer it came from.
         from: PeerId,
+        /// Whether `from` proved its ID on the link the response came in
+        /// (`false` for one the rendezvous part delivered: propagated or
+        /// walked, its origin as the header says).
+        proven: bool,
         /// The response.
         response: ResolverResponse,
     },
+    /// A resolver message the rendezvous part delivered here (propagated
+    /// or walked) was refused by the resolver (counted in its stats too);
+    /// a refused input is returned by [`Node::handle_message`] instead.
+    Refused(Refusal),
 }
 
 /// Why an input was refused.
@@ -199,7 +209,7 @@ impl<K: Clone> Node<K> {
     ) -> Result<(), InputError> {
         self.now = self.now.max(now);
         if dest.service == RESOLVER_SERVICE && classify(dest.param.as_deref()).is_some() {
-            return Ok(self.on_resolver(from, dest, message, now)?);
+            return Ok(self.on_resolver(from, proven, dest, message, now)?);
         }
         Ok(self.rdv.handle_message(from, proven, dest, message, now)?)
     }
@@ -207,6 +217,7 @@ impl<K: Clone> Node<K> {
     fn on_resolver(
         &mut self,
         from: PeerId,
+        proven: bool,
         dest: &ServiceAddress,
         message: Message,
         now: Millis,
@@ -250,6 +261,7 @@ impl<K: Clone> Node<K> {
                         Routed::Owner(key) if !mine => self.push(Event::Response {
                             key,
                             from,
+                            proven,
                             response,
                         }),
                         _ => self.rdv.handle_response(response, now),
@@ -323,7 +335,9 @@ impl<K: Clone> Node<K> {
                     && classify(dest.param.as_deref()).is_some() =>
                 {
                     let now = self.now;
-                    let _ = self.on_resolver(from, &dest, message, now);
+                    if let Err(r) = self.on_resolver(from, false, &dest, message, now) {
+                        self.push(Event::Refused(r));
+                    }
                 }
                 e => return Some(Event::Rendezvous(e)),
             }

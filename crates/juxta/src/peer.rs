@@ -341,6 +341,9 @@ pub(crate) struct Inner {
     /// The resolver's rules (scoping, handlers, admission, answer dials):
     /// the sans-IO machine the resolver task drives.
     pub(crate) resolver: std::sync::Mutex<crate::resolver::Machine>,
+    /// Queries and responses a group's node (its rendezvous task) admitted
+    /// for the services the resolver task runs.
+    pub(crate) admitted: tokio::sync::mpsc::Sender<crate::resolver::Admitted>,
     /// HTTP sessions being opened, by server address: a second dial of
     /// the same address waits for the first and reuses its session (a
     /// server keeps one session per peer, so two opened at once would
@@ -1131,6 +1134,7 @@ impl Peer {
         )?;
         let discovery = crate::discovery::State::new(cache.clone(), cfg.discovery);
         let resolver = crate::resolver::machine(&cfg.connection.group_unique, &cfg.discovery);
+        let (admitted, admitted_rx) = tokio::sync::mpsc::channel(crate::resolver::ADMITTED_QUEUE);
         let listener = match cfg.listen {
             Some(addr) => Some(
                 TcpListener::bind(addr)
@@ -1175,6 +1179,7 @@ impl Peer {
             router: crate::relay::Router::new(local_peer, cfg_relay.as_ref()),
             crypto: Semaphore::new(crypto_permits()),
             resolver: std::sync::Mutex::new(resolver),
+            admitted,
             http_dials: Default::default(),
             replay: std::sync::Mutex::new(juxta_proto::wire::replay::ReplayCache::new(
                 juxta_proto::wire::replay::DEFAULT_REPLAY_CAPACITY,
@@ -1189,7 +1194,7 @@ impl Peer {
             inner.tasks.adopt(t);
         }
         let tasks = &inner.tasks;
-        tasks.adopt(crate::resolver::spawn(&inner)?);
+        tasks.adopt(crate::resolver::spawn(&inner, admitted_rx)?);
         tasks.adopt(crate::pipe::secure::spawn(&inner)?);
         if let Some(t) = crate::transport::multicast::spawn(&inner) {
             tasks.adopt(t);

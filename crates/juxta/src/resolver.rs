@@ -6,9 +6,22 @@
 //! traffic between its two steps (the member seal is the group's key
 //! material), and executes its decisions: it hands queries and responses
 //! to the protocol that owns their handler, the Pipe Binding Protocol
-//! (`JxtaPipeResolver`), discovery, peer info (PIP), routes, group
-//! revocation lists and the rendezvous (Juxta's lookups), and sends the
-//! answers over the path the machine chose.
+//! (`JxtaPipeResolver`), discovery, peer info (PIP), routes and group
+//! revocation lists, and sends the answers over the path the machine
+//! chose.
+//!
+//! A group whose rendezvous service runs on this peer (the Net group with
+//! [`crate::PeerConfig::rendezvous`], a subgroup after
+//! [`crate::group::Group::start_rendezvous`]) is served by that group's
+//! [`juxta_proto::node::Node`], driven by its rendezvous task (the machine
+//! the simulator and the socket-less tests run): this task scopes and
+//! authenticates the message (step one) and hands it over; the node's
+//! resolver parses, admits and routes it (Juxta's lookups, busy notices
+//! and the answers the rendezvous awaits stay in the node), and the
+//! queries and responses it admitted for the services above come back
+//! here ([`Admitted`]) to be executed. Any other group's traffic takes
+//! step two in this task's machine, which has the same handlers
+//! ([`handlers`]) but no rendezvous to hand lookups to.
 //!
 //! Refusals are counted in [`crate::Stats`]: a group this peer has not
 //! joined in [`crate::Stats::group_refused`] (the Net group is open to
@@ -27,16 +40,16 @@ use juxta_proto::endpoint::route_query::{NO_ROUTE_HANDLER, ROUTER_HANDLER};
 use juxta_proto::endpoint::{Delivery, ServiceAddress};
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
+use juxta_proto::node::Event;
 use juxta_proto::pipe::binding::{BindingError, PipeResolverMsg, PIPE_RESOLVER_HANDLER};
 use juxta_proto::resolver::node::{
-    AnswerPath, Direction, Handler, Refusal, ResolverConfig, ResolverEvent, ResolverNode,
+    AnswerPath, Direction, Groups, Handler, Refusal, ResolverConfig, ResolverEvent, ResolverNode,
 };
 use juxta_proto::resolver::{
     query_queue, response_queue, ResolverError, ResolverQuery, ResolverResponse, RESOLVER_SERVICE,
 };
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-
-use crate::rendezvous::LOOKUP_HANDLER;
 
 use crate::peer::{Inner, PeerError};
 
@@ -72,9 +85,6 @@ pub(crate) enum Service {
     Route,
     /// Juxta's "no route" answers (responses only).
     NoRoute,
-    /// The rendezvous' lookups (admitted by its own flow control, which
-    /// answers `Juxta.Busy`).
-    Lookup,
     /// A group's certificate revocation list (joined groups only).
     Revocations,
 }
@@ -82,29 +92,81 @@ pub(crate) enum Service {
 /// The resolver machine this runtime drives.
 pub(crate) type Machine = ResolverNode<Service>;
 
-/// The resolver machine of a peer in the group `net` with the discovery
-/// service's query budget, its handlers registered.
-pub(crate) fn machine(net: &str, d: &crate::discovery::DiscoveryConfig) -> Machine {
+/// The resolver settings of a peer whose Net group (or, for a group's
+/// node, whose group) has unique value `net`, with the discovery
+/// service's query budget.
+pub(crate) fn config(net: &str, d: &crate::discovery::DiscoveryConfig) -> ResolverConfig {
     let mut cfg = ResolverConfig::new(net);
     cfg.query_rate = d.query_rate;
     cfg.query_burst = d.query_burst;
     cfg.max_tracked_peers = d.max_tracked_peers;
     cfg.max_groups = juxta_proto::group::MAX_MEMBERSHIPS;
-    let mut m = ResolverNode::new(cfg);
-    let handlers = [
+    cfg
+}
+
+/// The handlers of the services this task runs, registered in its
+/// machine and in every group's node (which adds the rendezvous'
+/// lookups). A group's revocation list is served in joined groups only
+/// (`crl`: [`Groups::JoinedOnly`] in this task's machine and the Net
+/// group's node; [`Groups::All`] in a subgroup's node, whose one group is
+/// joined).
+pub(crate) fn handlers(crl: Groups) -> [Handler<Service>; 6] {
+    let mut revocations = Handler::exact(Service::Revocations, crate::group::CRL_HANDLER);
+    revocations.groups = crl;
+    [
         Handler::prefix(Service::Discovery, DISCOVERY_HANDLER).admit_unsolicited(),
         Handler::exact(Service::PipeBinding, PIPE_RESOLVER_HANDLER),
         Handler::exact(Service::PeerInfo, PEERINFO_HANDLER),
         Handler::exact(Service::Route, ROUTER_HANDLER),
         Handler::exact(Service::NoRoute, NO_ROUTE_HANDLER).responses_only(),
-        Handler::exact(Service::Lookup, LOOKUP_HANDLER).own_admission(),
-        Handler::exact(Service::Revocations, crate::group::CRL_HANDLER).joined_only(),
-    ];
-    for h in handlers {
+        revocations,
+    ]
+}
+
+/// The resolver machine of a peer in the group `net` with the discovery
+/// service's query budget, its handlers registered.
+pub(crate) fn machine(net: &str, d: &crate::discovery::DiscoveryConfig) -> Machine {
+    let mut m = ResolverNode::new(config(net, d));
+    for h in handlers(Groups::JoinedOnly) {
         // Distinct names, fewer than MAX_HANDLERS: cannot fail.
         let _ = m.register(h);
     }
     m
+}
+
+/// The node of a group (unique value `net`) whose rendezvous part is
+/// `rdv`: the group's resolver with [`handlers`] (and the rendezvous'
+/// lookups).
+pub(crate) fn node(
+    rdv: juxta_proto::rendezvous::node::RendezvousNode,
+    net: &str,
+    d: &crate::discovery::DiscoveryConfig,
+    crl: Groups,
+) -> juxta_proto::node::Node<Service> {
+    // Only the lookup handler is registered before: cannot fail.
+    let mut n = juxta_proto::node::Node::new(rdv, config(net, d)).expect("an empty registry");
+    for h in handlers(crl) {
+        // Distinct names, fewer than MAX_HANDLERS: cannot fail.
+        let _ = n.register(h);
+    }
+    n
+}
+
+/// Most admitted queries and responses queued from the groups' nodes for
+/// this task (past this a node's are dropped and counted in
+/// [`crate::Stats::resolver_errors`]: a node never waits for this task,
+/// which waits for the nodes).
+pub(crate) const ADMITTED_QUEUE: usize = 1024;
+
+/// A query or response a group's node admitted for one of this task's
+/// services.
+pub(crate) struct Admitted {
+    /// The group (`None`: the Net peer group).
+    pub(crate) ctx: Option<Arc<crate::group::GroupCtx>>,
+    /// Its unique value.
+    pub(crate) group: String,
+    /// [`Event::Query`] or [`Event::Response`].
+    pub(crate) event: Event<Service>,
 }
 
 fn lock(inner: &Inner) -> std::sync::MutexGuard<'_, Machine> {
@@ -129,7 +191,7 @@ pub(crate) fn leave(inner: &Inner, unique: &str) {
 }
 
 /// Counts a refusal in the peer's statistics (as the runtime always has).
-fn count(inner: &Inner, r: &Refusal) {
+pub(crate) fn count(inner: &Inner, r: &Refusal) {
     let s = &inner.stats;
     match r {
         Refusal::Unroutable(queue) => {
@@ -165,7 +227,10 @@ fn count(inner: &Inner, r: &Refusal) {
 }
 
 /// Starts the resolver task of a peer.
-pub(crate) fn spawn(inner: &Arc<Inner>) -> Result<JoinHandle<()>, PeerError> {
+pub(crate) fn spawn(
+    inner: &Arc<Inner>,
+    mut admitted: mpsc::Receiver<Admitted>,
+) -> Result<JoinHandle<()>, PeerError> {
     let g = inner.group_unique().to_string();
     let mut queries = inner.add_listener(ServiceAddress::new(
         RESOLVER_SERVICE,
@@ -181,14 +246,19 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> Result<JoinHandle<()>, PeerError> {
     Ok(tokio::spawn(async move {
         loop {
             let d = tokio::select! {
-                d = queries.recv() => d,
-                d = responses.recv() => d,
-                d = others.recv() => d,
+                d = queries.recv() => d.map(Ok),
+                d = responses.recv() => d.map(Ok),
+                d = others.recv() => d.map(Ok),
+                a = admitted.recv() => a.map(Err),
             };
             let (Some(d), Some(inner)) = (d, weak.upgrade()) else {
                 return;
             };
-            if let Err(why) = handle(&inner, d).await {
+            let r = match d {
+                Ok(d) => handle(&inner, d).await,
+                Err(a) => execute(&inner, a).await,
+            };
+            if let Err(why) = r {
                 match why {
                     Fault::Refused(r) => count(&inner, &r),
                     why => {
@@ -236,19 +306,21 @@ async fn handle(inner: &Arc<Inner>, mut d: Delivery) -> Result<(), Fault> {
             }
         }
     }
-    // Step two: the machine parses, finds the handler and admits.
+    // Step two in the group's node, where its rendezvous runs.
     let proven = d.proven;
+    if let (Some(from), Some(h)) = (d.from, crate::group::rdv_of(inner, ctx.as_ref())) {
+        h.resolver_message(from, proven, d.to, d.message).await;
+        return Ok(());
+    }
+    // Else here: the machine parses, finds the handler and admits.
     let now = now_ms(inner);
     let events: Vec<ResolverEvent<Service>> = match s.direction {
         Direction::Query => {
-            // A query one of the group's forwarders (a rendezvous of its
-            // peer view, the rendezvous this edge leases) handed on is
-            // charged to the querier it names.
-            let forwarder = d.from.is_some_and(|f| {
-                crate::group::rdv_of(inner, ctx.as_ref()).is_some_and(|h| h.is_forwarder(&f))
-            });
+            // No forwarders (peer view, leased rendezvous) in a group
+            // without a rendezvous service here: each query is charged to
+            // the peer it came from.
             let mut m = lock(inner);
-            m.handle_query(&s, d.from, forwarder, d.message, now)?;
+            m.handle_query(&s, d.from, false, d.message, now)?;
             std::iter::from_fn(|| m.poll_event()).collect()
         }
         Direction::Response => {
@@ -274,14 +346,57 @@ async fn handle(inner: &Arc<Inner>, mut d: Delivery) -> Result<(), Fault> {
                 response,
                 ..
             } => on_response(inner, ctx.as_ref(), &group, key, proven, from, response).await?,
-            ResolverEvent::Busy { notice, .. } => {
-                if let Some(h) = crate::group::rdv_of(inner, ctx.as_ref()) {
-                    h.busy(notice).await;
-                }
-            }
+            // No rendezvous here to retry a lookup.
+            ResolverEvent::Busy { .. } => {}
         }
     }
     Ok(())
+}
+
+/// Executes what a group's node admitted.
+async fn execute(inner: &Arc<Inner>, a: Admitted) -> Result<(), Fault> {
+    let Admitted { ctx, group, event } = a;
+    if ctx.as_ref().is_some_and(|c| c.is_closed()) {
+        // Left meanwhile.
+        return Err(Refusal::NotMember(group).into());
+    }
+    match event {
+        Event::Query {
+            key,
+            from,
+            query,
+            message,
+        } => {
+            on_query(
+                inner,
+                ctx.as_ref(),
+                &group,
+                key,
+                Some(from),
+                *query,
+                message,
+            )
+            .await
+        }
+        Event::Response {
+            key,
+            from,
+            proven,
+            response,
+        } => {
+            on_response(
+                inner,
+                ctx.as_ref(),
+                &group,
+                key,
+                proven,
+                Some(from),
+                response,
+            )
+            .await
+        }
+        Event::Rendezvous(_) | Event::Refused(_) => Ok(()),
+    }
 }
 
 /// The advertisement cache of the group (`None`: the Net peer group's).
@@ -313,12 +428,6 @@ async fn on_query(
         Service::Revocations => {
             if let (Some(c), Some(from)) = (ctx, from.filter(|f| *f == q.src_peer)) {
                 crate::group::on_revocations_query(inner, c, from, &q.query);
-            }
-            Ok(())
-        }
-        Service::Lookup => {
-            if let Some(h) = rdv {
-                h.resolver_query(from, q, message, None).await;
             }
             Ok(())
         }
@@ -529,11 +638,6 @@ async fn on_response(
         Service::Revocations => {
             if let Some(c) = ctx {
                 crate::group::on_revocations(inner, c, &r.response);
-            }
-        }
-        Service::Lookup => {
-            if let Some(h) = crate::group::rdv_of(inner, ctx) {
-                h.resolver_response(r).await;
             }
         }
         Service::Discovery => {

@@ -548,3 +548,66 @@ async fn encrypted_group_traffic_is_unreadable_and_uninjectable_by_non_members()
         "c got an answer"
     );
 }
+
+/// A group's resolver traffic is decided by that group's node (run by its
+/// rendezvous task): a search in the group is admitted by the group
+/// rendezvous' resolver, not the Net group's, and the answer to the
+/// member that asked passes its own group node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_resolver_traffic_passes_the_groups_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = start(&dir, "m", RendezvousConfig::rendezvous()).await;
+    let mg = m.groups().create_secure("nodes", HOUR).await.unwrap();
+    let mrdv = mg.start_rendezvous(RendezvousConfig::rendezvous()).unwrap();
+    let mut joined = Vec::new();
+    let mut peers = Vec::new();
+    for name in ["a", "b"] {
+        let p = start(&dir, name, RendezvousConfig::rendezvous()).await;
+        let cred = mg.issue(p.peer_id(), HOUR, false).unwrap();
+        let g = p
+            .groups()
+            .join_with_certificate(&mg.adv, &cred)
+            .await
+            .unwrap();
+        let h = g
+            .start_rendezvous(RendezvousConfig::edge(vec![m.local_addr().unwrap()]))
+            .unwrap();
+        assert_eq!(h.wait_leased(WAIT).await, Some(m.peer_id()));
+        joined.push((g, h));
+        peers.push(p);
+    }
+    let (ag, _) = &joined[0];
+    let (bg, bh) = &joined[1];
+    ag.discovery()
+        .publish(&Advertisement::Pipe(pipe_adv("node-a", PipeType::Unicast)))
+        .await
+        .unwrap();
+    until("the group's index to hold a's entry", || {
+        mrdv.status().index_entries > 0
+    })
+    .await;
+    let net_queries = m.rendezvous().unwrap().resolver_stats().queries;
+    let found = bg
+        .discovery()
+        .search(AdvKind::Adv)
+        .matching("Name", "node-a")
+        .threshold(1)
+        .timeout(WAIT)
+        .remote()
+        .await
+        .unwrap();
+    assert_eq!(names(&found.advertisements), vec!["node-a"]);
+    until("the group rendezvous' node to admit the search", || {
+        mrdv.resolver_stats().queries >= 1
+    })
+    .await;
+    until("b's group node to take the answer", || {
+        bh.resolver_stats().responses >= 1
+    })
+    .await;
+    // The group's search never reached the Net group's node of m.
+    assert_eq!(
+        m.rendezvous().unwrap().resolver_stats().queries,
+        net_queries
+    );
+}

@@ -1146,3 +1146,87 @@ async fn forwarded_queries_are_charged_to_their_querier_not_the_forwarder() {
     }
     assert_eq!(found, 8, "every querier's 4 queries answered");
 }
+
+/// The runtime runs each group's `juxta_proto::node::Node`: a lookup is
+/// admitted by the rendezvous' node (its resolver counts the query), its
+/// answer passes the edge's node (which counts the response), and a
+/// discovery query at the rendezvous is admitted there too before the
+/// discovery service answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resolver_traffic_passes_the_groups_node() {
+    use juxta_proto::advertisement::{AdvKind, Advertisement, PipeAdvertisement, PipeType};
+    use juxta_proto::id::PipeId;
+
+    let dir = tempfile::tempdir().unwrap();
+    let rdv = start(&dir, "rdv", true, RendezvousConfig::rendezvous()).await;
+    // Listening: the publisher answers the querier directly.
+    let mut es = Vec::new();
+    for i in 0..2 {
+        let seeds = vec![rdv.local_addr().unwrap()];
+        es.push(
+            start(
+                &dir,
+                &format!("edge{i}"),
+                true,
+                RendezvousConfig::edge(seeds),
+            )
+            .await,
+        );
+    }
+    for e in &es {
+        assert!(e.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    }
+    let hr = rdv.rendezvous().unwrap();
+    let (h0, h1) = (es[0].rendezvous().unwrap(), es[1].rendezvous().unwrap());
+    assert_eq!(hr.resolver_stats().queries, 0);
+    h0.srdi_publish("Adv", "Name", "node-printer", Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let mut found = Vec::new();
+    for _ in 0..100 {
+        found = h1
+            .lookup("Adv", "Name", "node-printer", WAIT)
+            .await
+            .unwrap();
+        if !found.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(found, vec![es[0].peer_id()]);
+    // Every lookup went through the rendezvous' node, every answer through
+    // the asking edge's.
+    assert!(eventually(|| hr.resolver_stats().queries >= 1).await);
+    let lookups = hr.resolver_stats().queries;
+    assert!(eventually(|| h1.resolver_stats().responses >= 1).await);
+    assert_eq!(h0.resolver_stats().responses, 0);
+
+    // A discovery query is admitted by the node, then answered by the
+    // discovery service (the resolver task) from the index's publisher.
+    let mut adv = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
+    adv.name = Some("node-pipe".into());
+    es[0]
+        .discovery()
+        .publish(&Advertisement::Pipe(adv))
+        .await
+        .unwrap();
+    assert!(eventually(|| hr.status().index_entries >= 2).await);
+    let mut answered = false;
+    for _ in 0..10 {
+        let r = es[1]
+            .discovery()
+            .search(AdvKind::Adv)
+            .matching("Name", "node-pipe")
+            .ask(rdv.peer_id())
+            .timeout(Duration::from_secs(3))
+            .remote()
+            .await;
+        if matches!(&r, Ok(f) if f.advertisements.len() == 1) {
+            answered = true;
+            break;
+        }
+    }
+    assert!(answered, "the discovery query was answered");
+    assert!(eventually(|| hr.resolver_stats().queries > lookups).await);
+    assert_eq!(hr.resolver_stats().throttled, 0);
+}

@@ -350,3 +350,60 @@ fn a_flooding_querier_is_refused_while_another_is_served() {
     }
     assert_eq!(shared, 4);
 }
+
+/// A resolver message the rendezvous part delivers (an edge propagated
+/// it) passes the resolver too: a malformed one is reported as
+/// [`Event::Refused`] (its sender is not the input's, so nothing returns
+/// it), and a response for an owner's handler comes with `proven: false`
+/// (its origin is as the propagation header says).
+#[test]
+fn propagated_resolver_messages_pass_the_resolver() {
+    let mut t = Trio::new();
+    t.advance(500);
+    assert_eq!(t.nodes[1].rendezvous().leased_to(), Some(t.nodes[0].me()));
+    let ores = ServiceAddress::new(RESOLVER_SERVICE, Some(&query_queue(G)));
+    let junk = Message::new().with(Element::bytes(NS_JXTA, "Resolver", vec![0xff; 64]));
+    let now = t.now;
+    assert!(t.nodes[1]
+        .rendezvous_mut()
+        .propagate(&ores, junk, 3, now)
+        .is_some());
+    t.flush();
+    assert!(t.seen[0]
+        .iter()
+        .any(|e| matches!(e, Event::Refused(Refusal::Malformed(_)))));
+    assert!(t.nodes[0].resolver().stats().malformed >= 1);
+
+    let ires = ServiceAddress::new(RESOLVER_SERVICE, Some(&crate::resolver::response_queue(G)));
+    let r = ResolverResponse {
+        handler: "shared".into(),
+        query_id: 7,
+        response: "r".into(),
+    };
+    let now = t.now;
+    assert!(t.nodes[1]
+        .rendezvous_mut()
+        .propagate(&ires, Message::new().with(r.to_element(G)), 3, now)
+        .is_some());
+    t.flush();
+    let me1 = t.nodes[1].me();
+    assert!(t.seen[0].iter().any(|e| matches!(
+        e,
+        Event::Response { key: App::Shared, from, proven: false, response }
+            if *from == me1 && response.query_id == 7
+    )));
+    // A response sent to the node directly came from a proven link.
+    let r = ResolverResponse {
+        handler: "shared".into(),
+        query_id: 8,
+        response: "r".into(),
+    };
+    let m = Message::new().with(r.to_element(G));
+    t.nodes[0]
+        .handle_message(me1, true, &ires, m, t.now)
+        .unwrap();
+    assert!(matches!(
+        t.nodes[0].poll_event(),
+        Some(Event::Response { proven: true, .. })
+    ));
+}

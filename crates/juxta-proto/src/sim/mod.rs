@@ -1258,6 +1258,8 @@ impl Sim {
             // rendezvous part ([`NodeEvent::Answered`]); nothing else
             // answers it.
             Event::Response { .. } => return,
+            // Counted in the node's resolver stats.
+            Event::Refused(_) => return,
         };
         let now = self.now;
         let iu = i as usize;

@@ -1,15 +1,17 @@
-//! The rendezvous service task: a thin tokio driver of the sans-IO
-//! [`RendezvousNode`] (`juxta_proto::rendezvous::node`), which assembles
-//! the RVP and SRDI state machines.
+//! The rendezvous service task: a thin tokio driver of one group's sans-IO
+//! [`Node`] (`juxta_proto::node`), the [`RendezvousNode`] (which assembles
+//! the RVP and SRDI state machines) composed with the group's resolver
+//! rules.
 //!
 //! Why it exists: the state machine decides *what* to send and *when*
 //! (lease choice, lookup re-sends and busy back-off, the forwarded-lookup
-//! table, SRDI republication, peer-view forwarding); this task owns the
-//! clock (milliseconds since the task started), the timer
+//! table, SRDI republication, peer-view forwarding, and which resolver
+//! queries and responses are admitted and who gets them); this task owns
+//! the clock (milliseconds since the task started), the timer
 //! (`poll_timeout`), the listeners, the dials and the connections, and
 //! reports what it sees (messages, dial results, closed links). The
-//! simulator `juxta-proto/tests/rendezvous_sim.rs` drives the same machine
-//! on virtual time.
+//! simulator (`juxta_proto::sim`, `juxta-proto/tests/rendezvous_sim.rs`)
+//! and the socket-less tests drive the same `Node` on virtual time.
 //!
 //! A peer runs it when [`crate::PeerConfig::rendezvous`] is set, in one of
 //! two roles:
@@ -26,11 +28,15 @@
 //! propagated and walked messages on `JxtaPropagate` and the walker greeter,
 //! SRDI on the resolver's `<group>Srdi` queue (gzip `jxta:GenSRDI`, the
 //! discovery handler's name), queries and answers on the resolver's
-//! `ORes`/`IRes` queues. The resolver task hands this task the queries it
-//! must see (discovery queries on a rendezvous, Juxta lookups) and their
-//! answers. So a JXSE edge leases a Juxta rendezvous, and a JXSE edge's
-//! discovery query reaches, through the rendezvous' SRDI index, the Juxta
-//! edge that published the advertisement (`tests/interop_rendezvous.rs`).
+//! `ORes`/`IRes` queues. The resolver task hands this task the group's
+//! resolver messages once scoped and authenticated (`crate::resolver`);
+//! the node keeps Juxta's lookups, busy notices and the answers it awaits,
+//! and the queries and responses it admitted for the other services go
+//! back to the resolver task, which may hand a query to the node's SRDI
+//! index (discovery or pipe queries on a rendezvous). So a JXSE edge
+//! leases a Juxta rendezvous, and a JXSE edge's discovery query reaches,
+//! through the rendezvous' SRDI index, the Juxta edge that published the
+//! advertisement (`tests/interop_rendezvous.rs`).
 //!
 //! With [`RendezvousConfig::peers`], rendezvous form a peer view: SRDI
 //! entries are replicated over it, lookups are forwarded to the replica
@@ -66,14 +72,16 @@ use juxta_proto::endpoint::{Delivery, ServiceAddress};
 use juxta_proto::id::PeerGroupId;
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
+use juxta_proto::node::{Event, InputError, Node};
 use juxta_proto::rendezvous::edge::LossReason;
 use juxta_proto::rendezvous::messages::{
-    lease_address, peerview_address, propagate_address, walk_address, BusyNotice,
+    lease_address, peerview_address, propagate_address, walk_address,
 };
 use juxta_proto::rendezvous::node::{
     lookup_peers, srdi_key, NodeError, NodeEvent, QueryId, RendezvousNode,
 };
-use juxta_proto::resolver::{srdi_queue, ResolverQuery, ResolverResponse, RESOLVER_SERVICE};
+use juxta_proto::resolver::node::{Groups, ResolverStats};
+use juxta_proto::resolver::{srdi_queue, ResolverQuery, RESOLVER_SERVICE};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -146,18 +154,23 @@ enum Cmd {
         timeout_ms: u64,
         reply: oneshot::Sender<Result<Vec<PeerId>, RendezvousError>>,
     },
-    /// A resolver query the resolver task hands over (a lookup, or a
-    /// discovery query on a rendezvous), with the message it came in.
+    /// A resolver message of the group (scoped and authenticated by the
+    /// resolver task) for the node.
+    Resolver {
+        from: PeerId,
+        proven: bool,
+        dest: ServiceAddress,
+        message: Message,
+    },
+    /// An admitted query the resolver task hands to the SRDI index (a
+    /// discovery or pipe query on a rendezvous), with the message it came
+    /// in.
     Query {
         from: Option<PeerId>,
         q: Box<ResolverQuery>,
         raw: Message,
         key: Option<(String, String, String)>,
     },
-    /// A lookup answer.
-    Response(ResolverResponse),
-    /// A busy answer.
-    Busy(BusyNotice),
     /// Propagate a message group-wide (edge: through the leased
     /// rendezvous); the reply names the peers it covers.
     Propagate {
@@ -185,6 +198,7 @@ enum Cmd {
 pub struct RendezvousHandle {
     cmd: mpsc::Sender<Cmd>,
     status: watch::Receiver<RendezvousStatus>,
+    resolver: watch::Receiver<ResolverStats>,
     events: broadcast::Sender<RendezvousEvent>,
 }
 
@@ -208,6 +222,23 @@ impl RendezvousHandle {
     /// The current state.
     pub fn status(&self) -> RendezvousStatus {
         self.status.borrow().clone()
+    }
+
+    /// The counters of the group's resolver, which decides this group's
+    /// resolver traffic on this peer (queries and responses admitted,
+    /// refusals by kind; the same refusals are counted peer-wide in
+    /// [`crate::Stats`]).
+    ///
+    /// ```no_run
+    /// # fn demo(rdv: juxta::Peer) {
+    /// if let Some(h) = rdv.rendezvous() {
+    ///     let s = h.resolver_stats();
+    ///     println!("{} queries admitted, {} throttled", s.queries, s.throttled);
+    /// }
+    /// # }
+    /// ```
+    pub fn resolver_stats(&self) -> ResolverStats {
+        *self.resolver.borrow()
     }
 
     /// Edge: ends the lease politely (sends `Disconnect` to the leased
@@ -304,9 +335,30 @@ impl RendezvousHandle {
 }
 
 impl RendezvousHandle {
-    /// Hands a resolver query to the task (resolver task only). `key` is
-    /// the SRDI key it asks for, if any. Waits while the task's queue is
-    /// full (back-pressure on the connection the query came on).
+    /// Hands a resolver message of the group, scoped and authenticated,
+    /// to the node (resolver task only). Waits while the task's queue is
+    /// full (back-pressure on the connection it came on).
+    pub(crate) async fn resolver_message(
+        &self,
+        from: PeerId,
+        proven: bool,
+        dest: ServiceAddress,
+        message: Message,
+    ) {
+        let _ = self
+            .cmd
+            .send(Cmd::Resolver {
+                from,
+                proven,
+                dest,
+                message,
+            })
+            .await;
+    }
+
+    /// Hands an admitted resolver query to the node's SRDI index (resolver
+    /// task only). `key` is the SRDI key it asks for, if any. Waits while
+    /// the task's queue is full.
     pub(crate) async fn resolver_query(
         &self,
         from: Option<PeerId>,
@@ -316,16 +368,6 @@ impl RendezvousHandle {
     ) {
         let q = Box::new(q);
         let _ = self.cmd.send(Cmd::Query { from, q, raw, key }).await;
-    }
-
-    /// Hands a lookup answer to the task (resolver task only).
-    pub(crate) async fn resolver_response(&self, r: ResolverResponse) {
-        let _ = self.cmd.send(Cmd::Response(r)).await;
-    }
-
-    /// Hands a busy answer to the task (resolver task only).
-    pub(crate) async fn busy(&self, b: BusyNotice) {
-        let _ = self.cmd.send(Cmd::Busy(b)).await;
     }
 
     /// Edge: publishes SRDI entries for an advertisement just published
@@ -368,12 +410,6 @@ impl RendezvousHandle {
             .await
             .ok()?;
         rx.await.ok()?
-    }
-
-    /// Whether `peer` forwards queries it admitted under the querier's
-    /// budget (a peer-view member, or the rendezvous this edge leases).
-    pub(crate) fn is_forwarder(&self, peer: &PeerId) -> bool {
-        self.status.borrow().forwarders.contains(peer)
     }
 
     /// Whether this peer is a rendezvous.
@@ -445,11 +481,20 @@ pub(crate) fn spawn_in(
         ..Default::default()
     });
     let (ev_tx, _) = broadcast::channel(EVENT_CAPACITY);
+    let (resolver_tx, resolver_rx) = watch::channel(ResolverStats::default());
     let me = *inner.identity.peer_id();
     // With the route: a JXSE edge accepts a rendezvous' grant only if the
     // route in its advertisement matches a seed address.
     let pa: bytes::Bytes = crate::pipe::local_peer_adv(inner).to_xml().into();
-    let node = make_node(cfg.clone(), me, group, &g, pa.clone(), &inner.cfg.name);
+    let rdv = make_node(cfg.clone(), me, group, &g, pa.clone(), &inner.cfg.name);
+    // The group's resolver: its budgets are the discovery service's; a
+    // subgroup's node serves its one (joined) group, whose revocation
+    // list it serves.
+    let crl = match scope {
+        None => Groups::JoinedOnly,
+        Some(_) => Groups::All,
+    };
+    let node = crate::resolver::node(rdv, &g, &inner.cfg.discovery, crl);
     let (conn_tx, conn_rx) = mpsc::channel(64);
     let links = inner.links.subscribe();
     let task = Task {
@@ -465,6 +510,7 @@ pub(crate) fn spawn_in(
         node,
         lookups: HashMap::new(),
         status: status_tx,
+        resolver: resolver_tx,
         events: ev_tx.clone(),
         conn_tx,
     };
@@ -473,6 +519,7 @@ pub(crate) fn spawn_in(
         RendezvousHandle {
             cmd: cmd_tx,
             status: status_rx,
+            resolver: resolver_rx,
             events: ev_tx,
         },
         h,
@@ -510,11 +557,13 @@ struct Task {
     inner: std::sync::Weak<Inner>,
     srdi_addr: ServiceAddress,
     t0: Instant,
-    node: RendezvousNode,
+    /// The group's node (its rendezvous part replaced on a role switch).
+    node: Node<crate::resolver::Service>,
     /// Callers of lookups the machine has outstanding (as many as it
     /// accepts: [`MAX_PENDING_LOOKUPS`]).
     lookups: HashMap<QueryId, oneshot::Sender<Result<Vec<PeerId>, RendezvousError>>>,
     status: watch::Sender<RendezvousStatus>,
+    resolver: watch::Sender<ResolverStats>,
     events: broadcast::Sender<RendezvousEvent>,
     conn_tx: mpsc::Sender<(SocketAddr, Option<PeerId>)>,
 }
@@ -552,7 +601,12 @@ impl Task {
             tokio::select! {
                 c = cmds.recv() => match c {
                     Some(Cmd::Shutdown { reply }) => {
-                        let r = self.node.shutdown(self.now()).map_err(RendezvousError::from);
+                        let now = self.now();
+                        let r = self
+                            .node
+                            .rendezvous_mut()
+                            .shutdown(now)
+                            .map_err(RendezvousError::from);
                         self.drain();
                         if !self.flush().await {
                             return;
@@ -624,12 +678,14 @@ impl Task {
             // peer rendezvous with no messenger left is down.
             let mut down: Vec<PeerId> = self
                 .node
+                .rendezvous()
                 .clients()
                 .into_iter()
                 .filter(|p| inner.connection(p).is_none())
                 .collect();
             down.extend(
                 self.node
+                    .rendezvous()
                     .linked()
                     .into_iter()
                     .filter(|p| inner.messenger(p).is_none()),
@@ -665,7 +721,7 @@ impl Task {
             }
         }
         let Some(from) = d.from else {
-            if srdi && self.node.is_rendezvous() {
+            if srdi && self.node.rendezvous().is_rendezvous() {
                 if let Some(inner) = self.inner.upgrade() {
                     inner
                         .stats
@@ -675,37 +731,55 @@ impl Task {
             }
             return;
         };
-        if let Err(e) = self
+        let r = self
             .node
-            .handle_message(from, d.proven, &dest, d.message, now)
-        {
-            if e == NodeError::Unproven {
-                if let Some(inner) = self.inner.upgrade() {
-                    crate::peer::count_unproven(&inner, &from, "rendezvous");
-                }
+            .handle_message(from, d.proven, &dest, d.message, now);
+        self.on_refused(&from, r);
+    }
+
+    /// Counts an input the node refused.
+    fn on_refused(&self, from: &PeerId, r: Result<(), InputError>) {
+        let Err(e) = r else {
+            return;
+        };
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        match e {
+            InputError::Resolver(r) => crate::resolver::count(&inner, &r),
+            InputError::Rendezvous(NodeError::Unproven) => {
+                crate::peer::count_unproven(&inner, from, "rendezvous")
             }
+            InputError::Rendezvous(_) => {}
         }
     }
 
     fn on_cmd(&mut self, c: Cmd) {
         let now = self.now();
         match c {
-            Cmd::Query { from, q, raw, key } => self.node.handle_query(from, *q, raw, key, now),
-            Cmd::Response(r) => self.node.handle_response(r, now),
-            Cmd::Busy(b) => self.node.handle_busy(b, now),
+            Cmd::Resolver {
+                from,
+                proven,
+                dest,
+                message,
+            } => {
+                let r = self.node.handle_message(from, proven, &dest, message, now);
+                self.on_refused(&from, r);
+            }
+            Cmd::Query { from, q, raw, key } => self.node.forward_query(from, *q, raw, key, now),
             Cmd::Publish {
                 key,
                 expiration_ms,
                 reply,
             } => {
-                let r = self.node.publish(key, expiration_ms, now);
+                let r = self.node.rendezvous_mut().publish(key, expiration_ms, now);
                 let _ = reply.send(r.map_err(RendezvousError::from));
             }
             Cmd::Lookup {
                 key,
                 timeout_ms,
                 reply,
-            } => match self.node.lookup(&key, timeout_ms, now) {
+            } => match self.node.rendezvous_mut().lookup(&key, timeout_ms, now) {
                 Ok(id) => {
                     self.lookups.insert(id, reply);
                 }
@@ -721,20 +795,21 @@ impl Task {
             } => {
                 // An edge's propagation goes to its rendezvous; a
                 // rendezvous' to its edges for sure (and its peer view).
-                let covered = self.node.propagate(&dest, message, ttl, now).map(|_| {
-                    let mut v = self.node.clients();
-                    v.extend(self.node.leased_to());
+                let rdv = self.node.rendezvous_mut();
+                let covered = rdv.propagate(&dest, message, ttl, now).map(|_| {
+                    let mut v = rdv.clients();
+                    v.extend(rdv.leased_to());
                     v
                 });
                 let _ = reply.send(covered);
             }
             Cmd::AddSeed(a) => {
-                self.node.add_seed(a, now);
+                self.node.rendezvous_mut().add_seed(a, now);
             }
             Cmd::SetRole { rendezvous, seeds } => {
-                if rendezvous == self.node.is_rendezvous() {
+                if rendezvous == self.node.rendezvous().is_rendezvous() {
                     for a in seeds {
-                        self.node.add_seed(a, now);
+                        self.node.rendezvous_mut().add_seed(a, now);
                     }
                     return;
                 }
@@ -750,13 +825,16 @@ impl Task {
                 }
                 let me = self.node.me();
                 tracing::info!(rendezvous, "rendezvous role switched");
-                // The new machine runs on the same clock.
-                self.node = make_node(c, me, self.group, &self.g, self.pa.clone(), &self.name);
+                // The new machine runs on the same clock, behind the same
+                // resolver (its budgets carry over).
+                *self.node.rendezvous_mut() =
+                    make_node(c, me, self.group, &self.g, self.pa.clone(), &self.name);
                 self.node.handle_timeout(now);
             }
             // Handled in `run` (it flushes before replying).
             Cmd::Shutdown { reply } => {
-                let _ = reply.send(self.node.shutdown(now).map_err(RendezvousError::from));
+                let r = self.node.rendezvous_mut().shutdown(now);
+                let _ = reply.send(r.map_err(RendezvousError::from));
             }
         }
     }
@@ -764,6 +842,20 @@ impl Task {
     /// Carries out the machine's events.
     fn drain(&mut self) {
         while let Some(ev) = self.node.poll_event() {
+            let ev = match ev {
+                Event::Rendezvous(e) => e,
+                Event::Refused(r) => {
+                    if let Some(inner) = self.inner.upgrade() {
+                        crate::resolver::count(&inner, &r);
+                    }
+                    continue;
+                }
+                // Admitted for a service of the resolver task.
+                event @ (Event::Query { .. } | Event::Response { .. }) => {
+                    self.to_resolver(event);
+                    continue;
+                }
+            };
             let e = match ev {
                 NodeEvent::Dial(a) => {
                     self.connect(a);
@@ -876,21 +968,54 @@ impl Task {
             }
             let now = self.now();
             for p in unreachable {
-                self.node.handle_unreachable(&p, now);
+                self.node.rendezvous_mut().handle_unreachable(&p, now);
             }
             for t in back {
-                self.node.handle_undeliverable(t, now);
+                self.node.rendezvous_mut().handle_undeliverable(t, now);
             }
             self.drain();
         }
         true
     }
 
+    /// Hands an admitted query or response to the resolver task, never
+    /// waiting for it (it waits for this task): dropped and counted when
+    /// its queue is full.
+    fn to_resolver(&self, event: Event<crate::resolver::Service>) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        let a = crate::resolver::Admitted {
+            ctx: self.scope.clone(),
+            group: self.g.clone(),
+            event,
+        };
+        if inner.admitted.try_send(a).is_err() {
+            let n = inner
+                .stats
+                .resolver_errors
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
+            if n.is_power_of_two() {
+                tracing::info!(group = %self.g, "resolver task behind: admitted query or response dropped");
+            }
+        }
+    }
+
     fn publish_status(&self) {
-        let st = self.node.status();
+        let st = self.node.rendezvous().status();
         self.status.send_if_modified(|old| {
             if *old != st {
                 *old = st;
+                true
+            } else {
+                false
+            }
+        });
+        let rs = self.node.resolver().stats();
+        self.resolver.send_if_modified(|old| {
+            if *old != rs {
+                *old = rs;
                 true
             } else {
                 false
