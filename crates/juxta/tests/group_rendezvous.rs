@@ -53,6 +53,27 @@ fn names(v: &[Advertisement]) -> Vec<String> {
         .collect()
 }
 
+/// A remote search of group `g` for pipe advertisements named `pattern`
+/// (one wanted).
+async fn search(g: &juxta::group::Group, pattern: &str) -> juxta::discovery::Found {
+    g.discovery()
+        .search(AdvKind::Adv)
+        .matching("Name", pattern)
+        .threshold(1)
+        .timeout(WAIT)
+        .remote()
+        .await
+        .unwrap()
+}
+
+/// Until the group rendezvous `rdv` indexes an entry.
+async fn until_indexed(rdv: &juxta::rendezvous::RendezvousHandle) {
+    until("the group's index to hold a's entry", || {
+        rdv.status().index_entries > 0
+    })
+    .await;
+}
+
 async fn until(what: &str, f: impl Fn() -> bool) {
     let end = tokio::time::Instant::now() + WAIT;
     while !f() {
@@ -121,20 +142,9 @@ async fn edges_find_each_other_through_their_groups_rendezvous_and_non_members_a
         )))
         .await
         .unwrap();
-    until("the group's index to hold a's entry", || {
-        mrdv.status().index_entries > 0
-    })
-    .await;
+    until_indexed(&mrdv).await;
     // b finds it through m, and a answers b directly (they had never met).
-    let found = bg
-        .discovery()
-        .search(AdvKind::Adv)
-        .matching("Name", "club-a")
-        .threshold(1)
-        .timeout(WAIT)
-        .remote()
-        .await
-        .unwrap();
+    let found = search(&bg, "club-a").await;
     assert_eq!(names(&found.advertisements), vec!["club-a"]);
     assert_eq!(found.asked, 1, "asked the group's rendezvous only");
     // Never answered from the Net group's index (r holds club-net).
@@ -450,19 +460,8 @@ async fn encrypted_group_traffic_is_unreadable_and_uninjectable_by_non_members()
         .publish(&Advertisement::Pipe(secret.clone()))
         .await
         .unwrap();
-    until("the group's index to hold a's entry", || {
-        mrdv.status().index_entries > 0
-    })
-    .await;
-    let found = bg
-        .discovery()
-        .search(AdvKind::Adv)
-        .matching("Name", "vault-*")
-        .threshold(1)
-        .timeout(WAIT)
-        .remote()
-        .await
-        .unwrap();
+    until_indexed(&mrdv).await;
+    let found = search(&bg, "vault-*").await;
     assert_eq!(names(&found.advertisements), vec!["vault-secret-name"]);
 
     // c, a non-member connected to a, listens on the group's queue and a
@@ -582,20 +581,9 @@ async fn a_groups_resolver_traffic_passes_the_groups_node() {
         .publish(&Advertisement::Pipe(pipe_adv("node-a", PipeType::Unicast)))
         .await
         .unwrap();
-    until("the group's index to hold a's entry", || {
-        mrdv.status().index_entries > 0
-    })
-    .await;
+    until_indexed(&mrdv).await;
     let net_queries = m.rendezvous().unwrap().resolver_stats().queries;
-    let found = bg
-        .discovery()
-        .search(AdvKind::Adv)
-        .matching("Name", "node-a")
-        .threshold(1)
-        .timeout(WAIT)
-        .remote()
-        .await
-        .unwrap();
+    let found = search(&bg, "node-a").await;
     assert_eq!(names(&found.advertisements), vec!["node-a"]);
     until("the group rendezvous' node to admit the search", || {
         mrdv.resolver_stats().queries >= 1
