@@ -53,6 +53,26 @@ fn names(v: &[Advertisement]) -> Vec<String> {
         .collect()
 }
 
+/// `p` joins `mg` (created by `owner`, its rendezvous) with a member
+/// certificate and leases `owner` as an edge of the group.
+async fn join_as_edge(
+    p: &Peer,
+    mg: &juxta::group::Group,
+    owner: &Peer,
+) -> (juxta::group::Group, juxta::rendezvous::RendezvousHandle) {
+    let cred = mg.issue(p.peer_id(), HOUR, false).unwrap();
+    let g = p
+        .groups()
+        .join_with_certificate(&mg.adv, &cred)
+        .await
+        .unwrap();
+    let h = g
+        .start_rendezvous(RendezvousConfig::edge(vec![owner.local_addr().unwrap()]))
+        .unwrap();
+    assert_eq!(h.wait_leased(WAIT).await, Some(owner.peer_id()));
+    (g, h)
+}
+
 /// A remote search of group `g` for pipe advertisements named `pattern`
 /// (one wanted).
 async fn search(g: &juxta::group::Group, pattern: &str) -> juxta::discovery::Found {
@@ -110,20 +130,9 @@ async fn edges_find_each_other_through_their_groups_rendezvous_and_non_members_a
         mg.start_rendezvous(RendezvousConfig::rendezvous()),
         Err(juxta::group::GroupError::RendezvousRunning(_))
     ));
-    let group_seeds = vec![m.local_addr().unwrap()];
     let mut joined = Vec::new();
     for p in [&a, &b] {
-        let cred = mg.issue(p.peer_id(), HOUR, false).unwrap();
-        let g = p
-            .groups()
-            .join_with_certificate(&mg.adv, &cred)
-            .await
-            .unwrap();
-        let h = g
-            .start_rendezvous(RendezvousConfig::edge(group_seeds.clone()))
-            .unwrap();
-        assert_eq!(h.wait_leased(WAIT).await, Some(m.peer_id()));
-        joined.push(g);
+        joined.push(join_as_edge(p, &mg, &m).await.0);
     }
     let (ag, bg) = (joined[0].clone(), joined[1].clone());
     assert!(!a.is_connected_to(&b.peer_id()));
@@ -562,17 +571,7 @@ async fn a_groups_resolver_traffic_passes_the_groups_node() {
     let mut peers = Vec::new();
     for name in ["a", "b"] {
         let p = start(&dir, name, RendezvousConfig::rendezvous()).await;
-        let cred = mg.issue(p.peer_id(), HOUR, false).unwrap();
-        let g = p
-            .groups()
-            .join_with_certificate(&mg.adv, &cred)
-            .await
-            .unwrap();
-        let h = g
-            .start_rendezvous(RendezvousConfig::edge(vec![m.local_addr().unwrap()]))
-            .unwrap();
-        assert_eq!(h.wait_leased(WAIT).await, Some(m.peer_id()));
-        joined.push((g, h));
+        joined.push(join_as_edge(&p, &mg, &m).await);
         peers.push(p);
     }
     let (ag, _) = &joined[0];
@@ -583,7 +582,7 @@ async fn a_groups_resolver_traffic_passes_the_groups_node() {
         .unwrap();
     until_indexed(&mrdv).await;
     let net_queries = m.rendezvous().unwrap().resolver_stats().queries;
-    let found = search(&bg, "node-a").await;
+    let found = search(bg, "node-a").await;
     assert_eq!(names(&found.advertisements), vec!["node-a"]);
     until("the group rendezvous' node to admit the search", || {
         mrdv.resolver_stats().queries >= 1
