@@ -140,17 +140,35 @@ impl ExactFilter {
             .is_some_and(|b| b.added.load(Ordering::Relaxed) >= b.capacity)
     }
 
-    /// Replaces the filter by one of `triples` (read from the index by the
-    /// writer, which makes every insert, so none is missed).
+    /// Replaces the filter by one sized for `triples` and filled by
+    /// `fill`, which hands every triple of the index to the function it is
+    /// given (the writer reads them from the index, and makes every insert,
+    /// so none is missed; nothing is collected in memory). On an error the
+    /// filter in use stays.
+    pub(crate) fn rebuild_with<E>(
+        &self,
+        triples: usize,
+        fill: impl FnOnce(&mut dyn FnMut(i64, &str, &[u8])) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let b = Bloom::new(triples);
+        fill(&mut |k, a, v| b.add(self.hash(k, a, v)))?;
+        *self.0.bloom.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(b));
+        Ok(())
+    }
+
+    /// [`ExactFilter::rebuild_with`] from a list.
+    #[cfg(test)]
     pub(crate) fn rebuild<'a>(
         &self,
         triples: impl ExactSizeIterator<Item = (i64, &'a str, &'a [u8])>,
     ) {
-        let b = Bloom::new(triples.len());
-        for (k, a, v) in triples {
-            b.add(self.hash(k, a, v));
-        }
-        *self.0.bloom.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(b));
+        let n = triples.len();
+        let _ = self.rebuild_with::<()>(n, |add| {
+            for (k, a, v) in triples {
+                add(k, a, v);
+            }
+            Ok(())
+        });
     }
 
     /// `false` only if an exact query for `value` of `attr` in `kind`

@@ -453,15 +453,23 @@ impl AdvCache {
     /// replacing the one in use. Run by the writer, which makes every
     /// insert: none can be missed.
     pub(crate) fn rebuild_filter(&mut self) -> Result<(), CacheError> {
-        let r: Result<Vec<(i64, String, Vec<u8>)>, Inner> = (|| {
-            let mut st = self.conn.prepare("SELECT kind, attr, value FROM idx_fwd")?;
-            let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-            Ok(rows.collect::<Result<_, _>>()?)
+        // Streamed: a full cache's index is millions of rows.
+        let (conn, filter) = (&self.conn, &self.filter);
+        let r: Result<(), Inner> = (|| {
+            let n: i64 = conn.query_row("SELECT count(*) FROM idx_fwd", [], |r| r.get(0))?;
+            filter.rebuild_with(usize::try_from(n).unwrap_or(0), |add| {
+                let mut st = conn.prepare("SELECT kind, attr, value FROM idx_fwd")?;
+                let mut rows = st.query([])?;
+                while let Some(r) = rows.next()? {
+                    let kind: i64 = r.get(0)?;
+                    let attr = r.get_ref(1)?.as_str().map_err(rusqlite::Error::from)?;
+                    let value = r.get_ref(2)?.as_blob().map_err(rusqlite::Error::from)?;
+                    add(kind, attr, value);
+                }
+                Ok(())
+            })
         })();
-        let rows = r.map_err(|e| e.at(&self.path))?;
-        self.filter
-            .rebuild(rows.iter().map(|(k, a, v)| (*k, a.as_str(), v.as_slice())));
-        Ok(())
+        r.map_err(|e| e.at(&self.path))
     }
 
     /// Rebuilds the filter once it has taken as many inserts as it was
