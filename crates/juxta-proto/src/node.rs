@@ -149,24 +149,7 @@ impl<K: Clone> Node<K> {
 
     /// Registers an owner's handler.
     pub fn register(&mut self, h: Handler<K>) -> Result<(), ResolverNodeError> {
-        let Handler {
-            key,
-            name,
-            matching,
-            admission,
-            groups,
-            admit_unsolicited,
-            responses_only,
-        } = h;
-        self.resolver.register(Handler {
-            key: Routed::Owner(key),
-            name,
-            matching,
-            admission,
-            groups,
-            admit_unsolicited,
-            responses_only,
-        })
+        self.resolver.register(h.map_key(Routed::Owner))
     }
 
     /// This peer.

@@ -145,6 +145,25 @@ pub struct Handler<K> {
 }
 
 impl<K> Handler<K> {
+    /// The same handler, told to its owner as `f(key)`.
+    ///
+    /// ```
+    /// use juxta_proto::resolver::node::Handler;
+    /// let h = Handler::exact(1u8, "JxtaPipeResolver").map_key(|k| k + 1);
+    /// assert_eq!((h.key, h.name.as_str()), (2, "JxtaPipeResolver"));
+    /// ```
+    pub fn map_key<L>(self, f: impl FnOnce(K) -> L) -> Handler<L> {
+        Handler {
+            key: f(self.key),
+            name: self.name,
+            matching: self.matching,
+            admission: self.admission,
+            groups: self.groups,
+            admit_unsolicited: self.admit_unsolicited,
+            responses_only: self.responses_only,
+        }
+    }
+
     /// A handler matched by its whole name, sharing the query budget.
     pub fn exact(key: K, name: &str) -> Handler<K> {
         Handler {
