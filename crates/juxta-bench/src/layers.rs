@@ -86,6 +86,13 @@ pub enum Layer {
     /// A JXTA socket; the ack is one byte written back. Between Juxta
     /// peers on compact framing it runs stream mode.
     Socket,
+    /// The `socket` lane with its responder reading each ping through
+    /// [`JxtaSocket::read_chunk`] (the buffers the connection read the
+    /// bytes into, handed over without a copy) instead of `read_exact`
+    /// into a buffer of its own (`AsyncRead`, one copy more). The `tcp`
+    /// lane's responder reads straight into its own buffer: each side
+    /// makes one copy, out of the kernel.
+    SocketChunk,
     /// A JXTA socket over JXTA framing with CBJX, as towards JXSE: the
     /// `jxtarel` engine.
     SocketCompat,
@@ -134,7 +141,7 @@ pub enum Layer {
 
 impl Layer {
     /// Every layer, in report order.
-    pub const ALL: [Layer; 20] = [
+    pub const ALL: [Layer; 21] = [
         Layer::Tcp,
         Layer::Endpoint,
         Layer::EndpointCompat,
@@ -145,6 +152,7 @@ impl Layer {
         Layer::SecurePipe,
         Layer::BidiPipe,
         Layer::Socket,
+        Layer::SocketChunk,
         Layer::SocketCompat,
         Layer::SocketCompatNoCbjx,
         Layer::SecureSocket,
@@ -181,6 +189,7 @@ impl Layer {
             Layer::SecurePipe => "secure-pipe",
             Layer::BidiPipe => "bidi-pipe",
             Layer::Socket => "socket",
+            Layer::SocketChunk => "socket-chunk",
             Layer::SocketCompat => "socket-compat",
             Layer::PipeCompat => "pipe-compat",
             Layer::EndpointCompatNoCbjx => "endpoint-compat-nocbjx",
@@ -824,19 +833,39 @@ async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> io::Resul
 }
 
 /// Serves one JXTA socket: its preamble picks fixed-size pings or framing.
-async fn serve_socket(mut s: JxtaSocket) -> io::Result<()> {
+/// `chunked`: pings are read with [`JxtaSocket::read_chunk`] (no copy into
+/// a buffer of the responder's), else with `read_exact`.
+async fn serve_socket(mut s: JxtaSocket, chunked: bool) -> io::Result<()> {
     let mut pre = [0u8; 4];
     s.read_exact(&mut pre).await?;
     let v = u32::from_be_bytes(pre);
     if v == SOCKET_FRAMED {
         return serve_stream(&mut s).await;
     }
-    let mut buf = vec![0u8; v as usize];
+    let want = v as usize;
+    let mut buf = if chunked { Vec::new() } else { vec![0u8; want] };
     loop {
-        match s.read_exact(&mut buf).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e),
+        if chunked {
+            // Exactly one ping: never more than what is still missing.
+            let mut got = 0;
+            while got < want {
+                match s.read_chunk(want - got).await? {
+                    Some(b) => got += b.len(),
+                    None if got == 0 => return Ok(()),
+                    None => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!("stream ended {got} bytes into a {want}-byte ping"),
+                        ))
+                    }
+                }
+            }
+        } else {
+            match s.read_exact(&mut buf).await {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e),
+            }
         }
         s.write_all(&[1]).await?;
         s.flush().await?;
@@ -1050,7 +1079,12 @@ pub async fn run_responder(
                 });
             }
         }
-        Layer::Socket | Layer::SocketCompat | Layer::SocketCompatNoCbjx | Layer::SecureSocket => {
+        Layer::Socket
+        | Layer::SocketChunk
+        | Layer::SocketCompat
+        | Layer::SocketCompatNoCbjx
+        | Layer::SecureSocket => {
+            let chunked = layer == Layer::SocketChunk;
             let h = start_peer(key_bits, layer, Some(spec.bind)).await?;
             let a = adv(crate::util::random_pipe_id(), PipeType::Unicast);
             let mut cfg = layer.socket_config();
@@ -1065,7 +1099,7 @@ pub async fn run_responder(
             loop {
                 let s = server.accept().await?;
                 tokio::spawn(async move {
-                    if let Err(e) = serve_socket(s).await {
+                    if let Err(e) = serve_socket(s, chunked).await {
                         tracing::debug!(error = %e, "bench socket ended");
                     }
                 });
@@ -1336,6 +1370,7 @@ impl Client {
                 Kind::Bidi { pipe }
             }
             Layer::Socket
+            | Layer::SocketChunk
             | Layer::SocketCompat
             | Layer::SocketCompatNoCbjx
             | Layer::SecureSocket => {

@@ -321,6 +321,7 @@ fn default_layers(s: Scenario) -> Vec<Layer> {
             Layer::SecurePipe,
             Layer::BidiPipe,
             Layer::Socket,
+            Layer::SocketChunk,
             Layer::Propagate,
         ],
         Scenario::Throughput => vec![

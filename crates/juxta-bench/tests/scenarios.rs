@@ -75,6 +75,40 @@ async fn pingpong_new_layers() {
     assert_eq!(prop, vec![1, 3]);
 }
 
+/// The socket lane whose responder reads with `read_chunk`: pings larger
+/// than one stream message (1 MiB) and of odd sizes are read exactly, so
+/// every ping gets its one ack and the rows come out like `socket`'s.
+#[tokio::test]
+async fn socket_chunk_lane_reads_each_ping_exactly() {
+    let opts = PingPongOptions {
+        layers: vec![Layer::Socket, Layer::SocketChunk],
+        sizes: vec![1, 70_001, (1 << 20) + 3],
+        pin: Pin::None,
+        warmup: 3,
+        runs: 2,
+        pairs: 3,
+        ..PingPongOptions::default()
+    };
+    let rows = pingpong::run(&Host::Thread, &opts, quiet).await.unwrap();
+    assert_eq!(rows.len(), 3 * 3, "{rows:?}");
+    for size in [1, 70_001, (1 << 20) + 3] {
+        let get = |layer: &str| {
+            rows.iter()
+                .find(|r| r.layer == layer && r.size == size)
+                .unwrap_or_else(|| panic!("no {layer} row for {size}: {rows:?}"))
+        };
+        let (plain, chunk) = (get("socket"), get("socket-chunk"));
+        assert_eq!(chunk.samples, 2 * 3, "{chunk:?}");
+        assert!(
+            chunk.rtt_us_median > 0.0 && chunk.bandwidth_mb_s > 0.0,
+            "{chunk:?}"
+        );
+        // The same socket and framing on the wire: only the reading differs.
+        assert_eq!(chunk.wire_bytes, plain.wire_bytes, "{rows:?}");
+        assert!(chunk.wire_bytes as usize >= size, "{chunk:?}");
+    }
+}
+
 /// The JXTA-framed layers Juxta is compared with JXSE on, with and without
 /// CBJX: rows say which, and the signature shows in the counted bytes.
 #[tokio::test]

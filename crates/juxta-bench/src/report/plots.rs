@@ -37,6 +37,7 @@ pub fn layer_color(layer: &str) -> RGBColor {
         "secure-pipe" => PALETTE[3],
         "bidi-pipe" => PALETTE[2],
         "socket" => PALETTE[4],
+        "socket-chunk" => PALETTE[6],
         "secure-socket" => PALETTE[8],
         "propagate" => PALETTE[5],
         other => PALETTE[6 + other.len() % 3],

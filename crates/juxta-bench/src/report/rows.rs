@@ -83,7 +83,7 @@ pub fn scenario_rows<'a>(all: &[Row<'a>], scenario: &str) -> Vec<Row<'a>> {
 
 /// Rank of a layer in the conventional order (unknown layers last).
 pub fn layer_rank(layer: &str) -> usize {
-    const ORDER: [&str; 14] = [
+    const ORDER: [&str; 15] = [
         "tcp",
         "endpoint",
         "endpoint-compat",
@@ -94,6 +94,7 @@ pub fn layer_rank(layer: &str) -> usize {
         "secure-pipe",
         "bidi-pipe",
         "socket",
+        "socket-chunk",
         "socket-compat",
         "socket-compat-nocbjx",
         "secure-socket",
