@@ -192,6 +192,56 @@ async fn read_chunk_and_read_buf_deliver_the_stream_in_order() {
     }
 }
 
+/// A large write goes out in as few data messages as the sender's
+/// `max_message` allows: 4 MiB each by default (`MAX_DATA_CHUNK`), less on
+/// a peer configured for smaller messages (never past what it may send);
+/// the bytes arrive intact either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_writes_go_in_messages_as_large_as_max_message_allows() {
+    const N: usize = (9 << 20) + 5;
+    let dir = tempfile::tempdir().unwrap();
+    let a = peer(&dir, "a", true, true).await;
+    for (name, max_message, want) in [
+        ("default", None, N.div_ceil(st::MAX_DATA_CHUNK)),
+        // 2 MiB less the 64 KiB kept for headers: 1,984 KiB per message.
+        (
+            "small",
+            Some(2u64 << 20),
+            N.div_ceil((2 << 20) - (64 << 10)),
+        ),
+    ] {
+        let mut c = PeerConfig::new(dir.path().join(name)).compact(true);
+        c.key_bits = 1024;
+        if let Some(m) = max_message {
+            c = c.max_message(m);
+        }
+        let b = Peer::start(c).await.unwrap();
+        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
+        assert!(m.wait_compact(WAIT).await, "compact framing agreed");
+        let ad = adv(name);
+        let mut server = JxtaServerSocket::bind(&a, &ad, SocketConfig::default()).unwrap();
+        let srv = tokio::spawn(async move {
+            let mut s = server.accept().await.unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).await.unwrap();
+            (got, s.stream_stats().unwrap())
+        });
+        let mut c = JxtaSocket::connect(&b.pipes(), &ad, a.peer_id(), SocketConfig::default())
+            .await
+            .unwrap();
+        assert_eq!(c.mode(), SocketMode::Stream);
+        // One write call per message: the socket takes what one message
+        // carries each time.
+        c.write_all(&pattern(N, 9)).await.unwrap();
+        c.shutdown().await.unwrap();
+        let (got, stats) = tokio::time::timeout(WAIT, srv).await.unwrap().unwrap();
+        assert!(got == pattern(N, 9), "{name}: data intact and in order");
+        assert_eq!(stats.data_in, want as u64, "{name}: data messages");
+        assert_eq!(stats.violations, 0);
+        b.close().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jxta_framing_with_cbjx_keeps_jxtarel() {
     let dir = tempfile::tempdir().unwrap();

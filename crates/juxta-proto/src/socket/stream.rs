@@ -92,8 +92,16 @@ pub const MIN_WINDOW: u64 = 16 * 1024;
 /// Largest window: offers are clamped to it, and no grant may reach
 /// further than this beyond the bytes sent.
 pub const MAX_WINDOW: u64 = 256 * 1024 * 1024;
-/// Largest data element a sender puts in one message.
-pub const MAX_DATA_CHUNK: usize = 1024 * 1024;
+/// Largest data element a sender puts in one message: a large write goes
+/// out as few messages as this allows (each message is a frame to read,
+/// dispatch and hand over; a 4 MiB write took 1.3-2x a TCP write in 1 MiB
+/// messages, about 0.85x in one). A sender whose `max_message` is smaller
+/// sends less; receivers take any size their credit and `max_message`
+/// allow.
+pub const MAX_DATA_CHUNK: usize = 4 * 1024 * 1024;
+/// Largest data element on a relayed stream (each relay holds whole
+/// messages in its queues).
+pub const MAX_RELAYED_CHUNK: usize = 1024 * 1024;
 
 /// Why a stream was reset (the byte of [`ELEM_RESET`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

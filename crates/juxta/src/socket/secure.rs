@@ -57,9 +57,10 @@ use crate::pipe::tls::{
 const NS_JUXTA: &str = "juxta";
 /// The set-up element asking for (request) and agreeing to (answer) TLS.
 const ELEM_SECURE: &str = "secure";
-/// Most plaintext sealed per write: its records fill exactly one stream
-/// mode data message (1 MiB).
-pub const MAX_WRITE: usize = juxta_proto::socket::stream::MAX_DATA_CHUNK - 64 * RECORD_OVERHEAD;
+/// Most plaintext sealed per write: its 64 records fill exactly one
+/// stream mode data message of 1 MiB (the most a relayed stream carries,
+/// so a secure socket's writes are never split, relayed or not).
+pub const MAX_WRITE: usize = juxta_proto::socket::stream::MAX_RELAYED_CHUNK - 64 * RECORD_OVERHEAD;
 /// Most ciphertext taken from the plain socket per read.
 const READ_CHUNK: usize = 1024 * 1024 + 64 * 1024;
 /// Handshake bytes read at once.

@@ -7,9 +7,9 @@
 //! messages taken from the route (their origin as the relays vouch for
 //! it); relayed data is copied once into the frame (no borrowed write).
 //!
-//! Data path: `poll_write` takes up to [`MAX_DATA_CHUNK`] bytes as one
-//! message and writes its frame to the connection at once (`writev`, no
-//! task switch) straight from the caller's buffer; only what the kernel
+//! Data path: `poll_write` takes up to [`MAX_DATA_CHUNK`] bytes (1 MiB
+//! relayed, or where `max_message` is small) as one message and writes
+//! its frame to the connection at once (`writev`, no task switch) straight from the caller's buffer; only what the kernel
 //! does not take now is copied, and a task finishes it while the next
 //! write waits (one message in flight). When the connection is busy with
 //! another sender, the bytes are copied once and a task sends them. Small
@@ -224,6 +224,10 @@ pub(super) struct StreamSocket {
     inflight: Option<JoinHandle<()>>,
     /// Memory for the copies of unsent bytes, reused once they are out.
     scratch: BytesMut,
+    /// Largest data element this socket sends directly: [`MAX_DATA_CHUNK`],
+    /// less where this peer's `max_message` (which bounds what it sends)
+    /// is smaller; never below [`proto::MAX_RELAYED_CHUNK`].
+    chunk: usize,
 }
 
 impl StreamSocket {
@@ -281,10 +285,14 @@ impl StreamSocket {
         inner
             .tasks
             .spawn(drive(Arc::downgrade(inner), shared.clone(), urn, input));
+        let limit = usize::try_from(inner.cfg.connection.max_message).unwrap_or(usize::MAX);
         StreamSocket {
             shared,
             inflight: None,
             scratch: BytesMut::new(),
+            chunk: limit
+                .saturating_sub(64 * 1024)
+                .clamp(proto::MAX_RELAYED_CHUNK, MAX_DATA_CHUNK),
         }
     }
 
@@ -431,14 +439,19 @@ impl StreamSocket {
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        let n = data.len().min(st.s.writable()).min(MAX_DATA_CHUNK);
+        let relayed = st.s.has_offsets();
+        let most = if relayed {
+            proto::MAX_RELAYED_CHUNK
+        } else {
+            self.chunk
+        };
+        let n = data.len().min(st.s.writable()).min(most);
         if n == 0 {
             st.write_waker = Some(cx.waker().clone());
             return Poll::Pending;
         }
         let offset = st.s.sent();
         st.s.on_sent(n);
-        let relayed = st.s.has_offsets();
         drop(st);
         let sh = &self.shared;
         if n > crate::endpoint::BORROW_MIN && !relayed {
