@@ -38,17 +38,21 @@ const READ_RESERVE: usize = 64 * 1024;
 /// space doubles it, up to [`READ_RESERVE`]; small reads halve it again.
 const READ_RESERVE_MIN: usize = 4 * 1024;
 /// Most space reserved up front for the next frame, after frames this
-/// large arrived (see `read_loop`).
-const READ_RESERVE_MAX: usize = 2 * 1024 * 1024;
+/// large arrived (see `read_loop`): above a 4 MiB message and its header
+/// (a stream socket's largest data message). A larger frame is read into
+/// a buffer that grows, and a growth may copy what was read so far.
+const READ_RESERVE_MAX: usize = 8 * 1024 * 1024;
 /// Receive buffers kept for reuse once the frames read into them are
-/// consumed (see `read_loop`): at most this many, each at most
-/// [`READ_RESERVE_MAX`], and only while large frames keep coming.
+/// consumed (see `read_loop`): at most this many, at most
+/// [`SPARE_BYTES`] together, and only while large frames keep coming.
 ///
 /// An application that queues what it reads (`juxta receive` hands each
 /// chunk to a disk writer and a hasher) holds a dozen buffers at a time:
 /// with fewer spares than that, every frame landed in fresh memory (27,000
 /// page faults per GB received, measured; see docs/benchmarks.md).
 const SPARE_BUFFERS: usize = 16;
+/// Most memory the spare receive buffers of one connection hold together.
+const SPARE_BYTES: usize = 32 * 1024 * 1024;
 /// Most slices handed to one `writev`.
 const MAX_IOV: usize = 64;
 
@@ -904,6 +908,49 @@ async fn read_welcome(
     }
 }
 
+/// Receive buffers kept for reuse by one connection's reader (see
+/// [`SPARE_BUFFERS`]): each holds frames the application may still hold,
+/// and is taken back once they are consumed.
+#[derive(Default)]
+struct Spares(Vec<BytesMut>);
+
+impl Spares {
+    /// A buffer with room for `want` bytes: the most recently kept one
+    /// that is free again, else a fresh one. Most recent first, so the
+    /// same few buffers come back while the application keeps up and the
+    /// kernel copies into memory still in cache; taking the oldest free
+    /// one cycled through every spare (more than the cache holds), and
+    /// the copy into that cold memory measured up to 2-3x as long as into
+    /// the one buffer a plain TCP reader reuses.
+    fn take(&mut self, want: usize) -> BytesMut {
+        match self.0.iter_mut().rposition(|b| b.try_reclaim(want)) {
+            Some(i) => self.0.remove(i),
+            None => BytesMut::with_capacity(want),
+        }
+    }
+
+    /// Keeps `old`, dropping the oldest spares beyond [`SPARE_BUFFERS`]
+    /// buffers or [`SPARE_BYTES`] of memory (the newest is always kept).
+    fn keep(&mut self, old: BytesMut) {
+        if self.0.len() >= SPARE_BUFFERS {
+            self.0.remove(0);
+        }
+        self.0.push(old);
+        while self.0.len() > 1 && self.0.iter().map(BytesMut::capacity).sum::<usize>() > SPARE_BYTES
+        {
+            self.0.remove(0);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
 async fn read_loop(
     inner: &Arc<Inner>,
     conn: &Arc<Connection>,
@@ -930,7 +977,7 @@ async fn read_loop(
     // Buffers whose frames are still held by the application: once those
     // are consumed, the memory is taken back (warm, already mapped) rather
     // than allocated anew for every large frame.
-    let mut spare: Vec<BytesMut> = Vec::new();
+    let mut spare = Spares::default();
     // Free space reserved for small frames (READ_RESERVE_MIN..=READ_RESERVE).
     let mut small_reserve = READ_RESERVE_MIN;
     loop {
@@ -1033,15 +1080,8 @@ async fn read_loop(
                     && rx.capacity() < frame_hint
                     && !rx.try_reclaim(frame_hint)
                 {
-                    let fresh = match spare.iter_mut().position(|b| b.try_reclaim(frame_hint)) {
-                        Some(i) => spare.swap_remove(i),
-                        None => BytesMut::with_capacity(frame_hint),
-                    };
-                    let old = std::mem::replace(rx, fresh);
-                    if spare.len() >= SPARE_BUFFERS {
-                        spare.remove(0);
-                    }
-                    spare.push(old);
+                    let fresh = spare.take(frame_hint);
+                    spare.keep(std::mem::replace(rx, fresh));
                 } else if rx.capacity() - rx.len() < small_reserve / 4 {
                     rx.reserve(small_reserve);
                 }
@@ -1076,3 +1116,61 @@ async fn read_loop(
 
 /// Dispatch target for a received message.
 pub(crate) type Incoming = Received;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A buffer of `n` bytes split off as a received frame would be.
+    fn filled(n: usize) -> (BytesMut, bytes::Bytes) {
+        let mut b = BytesMut::with_capacity(n);
+        b.resize(n, 7);
+        let frame = b.split().freeze();
+        (b, frame)
+    }
+
+    #[test]
+    fn spares_come_back_most_recent_first_once_their_frames_are_gone() {
+        let mut s = Spares::default();
+        let (a, fa) = filled(1 << 20);
+        let (b, fb) = filled(1 << 20);
+        let (c, fc) = filled(1 << 20);
+        let (pa, pb) = (fa.as_ptr(), fb.as_ptr());
+        s.keep(a);
+        s.keep(b);
+        s.keep(c);
+        // Every frame still held: nothing to take back, a fresh buffer.
+        let fresh = s.take(1 << 20);
+        assert!(fresh.capacity() >= 1 << 20);
+        assert_ne!(fresh.as_ptr(), pa);
+        drop((fa, fb));
+        // c is still held; of a and b, b was kept last.
+        assert_eq!(s.take(1 << 20).as_ptr(), pb);
+        assert_eq!(s.take(1 << 20).as_ptr(), pa);
+        assert!(!s.is_empty(), "c is kept while its frame is held");
+        drop(fc);
+        s.clear();
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn spares_stay_within_their_count_and_bytes() {
+        let mut s = Spares::default();
+        for _ in 0..SPARE_BUFFERS + 5 {
+            s.keep(BytesMut::with_capacity(4096));
+        }
+        assert_eq!(s.0.len(), SPARE_BUFFERS);
+        let mut s = Spares::default();
+        let big = 8 << 20;
+        for _ in 0..SPARE_BUFFERS {
+            s.keep(BytesMut::with_capacity(big));
+        }
+        let total: usize = s.0.iter().map(BytesMut::capacity).sum();
+        assert!(total <= SPARE_BYTES, "{total} bytes kept");
+        assert_eq!(s.0.len(), SPARE_BYTES / big);
+        // One buffer larger than the whole budget is still kept (the
+        // newest always is), alone.
+        s.keep(BytesMut::with_capacity(SPARE_BYTES + 1));
+        assert_eq!(s.0.len(), 1);
+    }
+}
