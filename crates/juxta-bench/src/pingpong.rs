@@ -130,6 +130,9 @@ pub(crate) enum Driver {
     Jxse(crate::jxse::JxseLane),
     /// Another stack's client process ([`crate::stacks`]).
     Stack(Box<crate::stacks::StackLane>),
+    /// A local client's place while its pairs run on a task of their own
+    /// ([`Driver::pairs_on_task`]); never seen outside.
+    Moved,
 }
 
 impl Driver {
@@ -142,37 +145,80 @@ impl Driver {
             Driver::Local(c) => c.sockets().clone(),
             Driver::Jxse(j) => j.sockets(),
             Driver::Stack(k) => k.sockets(),
+            Driver::Moved => ClientSockets::default(),
         }
     }
 
     async fn warm(&mut self, ping: &Ping, n: usize) -> Result<(), BenchError> {
         match self {
-            Driver::Local(c) => {
-                for _ in 0..n {
-                    c.pair(ping).await?;
-                }
-                Ok(())
-            }
+            Driver::Local(_) => self.pairs_on_task(ping, n, false).await.map(drop),
             Driver::Jxse(j) => Ok(j.warm(ping.len(), n).await?),
             Driver::Stack(k) => Ok(k.warm(ping.len(), n).await?),
+            Driver::Moved => Err(moved()),
         }
     }
 
     /// One timed run: the RTT of each pair (µs).
     async fn timed(&mut self, ping: &Ping, pairs: usize) -> Result<Vec<f64>, BenchError> {
         match self {
-            Driver::Local(c) => {
-                let mut run = Vec::with_capacity(pairs);
-                for _ in 0..pairs {
-                    let t = Instant::now();
-                    c.pair(ping).await?;
-                    run.push(t.elapsed().as_secs_f64() * 1e6);
-                }
-                Ok(run)
-            }
+            Driver::Local(_) => self.pairs_on_task(ping, pairs, true).await,
             Driver::Jxse(j) => Ok(j.timed_run(ping.len(), pairs).await?),
             Driver::Stack(k) => Ok(k.timed_run(ping.len(), pairs).await?),
+            Driver::Moved => Err(moved()),
         }
+    }
+
+    /// Runs `n` pairs of a local client on a task of its own, as an
+    /// application's loop runs, and returns their RTTs (µs) if `timed`.
+    /// Not as the runtime's `block_on` future: tokio's current-thread
+    /// scheduler polls the I/O driver once more (a zero-timeout
+    /// `epoll_wait`) before each poll of a `block_on` future that another
+    /// task woke, and the Juxta lanes' answers reach the client through
+    /// the connection's reader task, while the `tcp` lane's wake it from
+    /// the driver itself. On a task every lane is woken the same way.
+    async fn pairs_on_task(
+        &mut self,
+        ping: &Ping,
+        n: usize,
+        timed: bool,
+    ) -> Result<Vec<f64>, BenchError> {
+        let Driver::Local(mut c) = std::mem::replace(self, Driver::Moved) else {
+            return Err(moved());
+        };
+        let ping = ping.clone();
+        let task = tokio::spawn(async move {
+            let mut run = Vec::with_capacity(if timed { n } else { 0 });
+            for _ in 0..n {
+                let t = Instant::now();
+                if let Err(e) = c.pair(&ping).await {
+                    return (c, Err(e));
+                }
+                if timed {
+                    run.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            (c, Ok(run))
+        });
+        match task.await {
+            Ok((c, r)) => {
+                *self = Driver::Local(c);
+                r
+            }
+            Err(e) => match e.try_into_panic() {
+                Ok(p) => std::panic::resume_unwind(p),
+                Err(e) => Err(BenchError::Responder {
+                    layer: "client".into(),
+                    reason: format!("the client's task ended: {e}"),
+                }),
+            },
+        }
+    }
+}
+
+fn moved() -> BenchError {
+    BenchError::Responder {
+        layer: "client".into(),
+        reason: "the lane's client was lost by an earlier failure".into(),
     }
 }
 

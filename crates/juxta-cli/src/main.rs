@@ -1098,12 +1098,26 @@ fn main() -> ExitCode {
                     spec.bind = bind;
                     spec.netns = netns;
                     spec.socket_window = socket_window;
-                    current_thread()
-                        .block_on(layers::run_responder(&spec, |ready| {
+                    // On a task of its own, as the client's pairs run
+                    // (see `pingpong::Driver::pairs_on_task`), not as the
+                    // runtime's `block_on` future.
+                    let serve = async move {
+                        layers::run_responder(&spec, |ready| {
                             // Line-buffered: the parent reads it at once.
                             println!("{}", ready.to_line());
-                        }))
-                        .map_err(CliError::from)
+                        })
+                        .await
+                    };
+                    match current_thread().block_on(async { tokio::spawn(serve).await }) {
+                        Ok(r) => r.map_err(CliError::from),
+                        Err(e) => match e.try_into_panic() {
+                            Ok(p) => std::panic::resume_unwind(p),
+                            Err(e) => Err(CliError::from(juxta_bench::BenchError::Responder {
+                                layer: layer.name().into(),
+                                reason: format!("the responder's task ended: {e}"),
+                            })),
+                        },
+                    }
                 }
                 Err(e) => Err(e),
             }
