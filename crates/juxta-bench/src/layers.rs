@@ -170,6 +170,16 @@ impl Layer {
     /// de Souza's other two JXTA routines. Not in [`Layer::ALL`].
     pub const JXSE_ONLY: [Layer; 2] = [Layer::SocketUnreliable, Layer::BidiPipeReliable];
 
+    /// Every layer name [`Layer::parse`] takes, comma-separated.
+    pub fn known_names() -> String {
+        Layer::ALL
+            .into_iter()
+            .chain(Layer::JXSE_ONLY)
+            .map(Layer::name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Parses a layer name (of [`Layer::ALL`] or [`Layer::JXSE_ONLY`]).
     pub fn parse(s: &str) -> Result<Layer, BenchError> {
         Layer::ALL

@@ -49,8 +49,17 @@ pub mod worker;
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     /// A layer name that does not exist.
-    #[error("unknown layer {0:?} (known: tcp, endpoint, endpoint-compat, endpoint-compat-nocbjx, unicast-pipe, pipe-compat, pipe-compat-nocbjx, secure-pipe, bidi-pipe, socket, socket-compat, socket-compat-nocbjx, secure-socket, propagate, udp, tcp-req-rep, mpi-tcp, mpi-sm)")]
+    #[error("unknown layer {0:?} (known: {known})", known = layers::Layer::known_names())]
     UnknownLayer(String),
+    /// A task of the benchmark ended without its result (the runtime shut
+    /// down under it), or what it drove was lost by an earlier failure.
+    #[error("{what}: {reason}")]
+    Task {
+        /// what the task ran
+        what: String,
+        /// what happened
+        reason: String,
+    },
     /// A layer the scenario does not measure.
     #[error("layer {layer} is not measured by {scenario} (choose from: {allowed})")]
     Unsupported {

@@ -168,14 +168,9 @@ impl Driver {
         }
     }
 
-    /// Runs `n` pairs of a local client on a task of its own, as an
-    /// application's loop runs, and returns their RTTs (µs) if `timed`.
-    /// Not as the runtime's `block_on` future: tokio's current-thread
-    /// scheduler polls the I/O driver once more (a zero-timeout
-    /// `epoll_wait`) before each poll of a `block_on` future that another
-    /// task woke, and the Juxta lanes' answers reach the client through
-    /// the connection's reader task, while the `tcp` lane's wake it from
-    /// the driver itself. On a task every lane is woken the same way.
+    /// Runs `n` pairs of a local client on a task of its own
+    /// ([`crate::util::on_task`]: every lane is woken the same way), and
+    /// returns their RTTs (µs) if `timed`.
     async fn pairs_on_task(
         &mut self,
         ping: &Ping,
@@ -186,7 +181,7 @@ impl Driver {
             return Err(moved());
         };
         let ping = ping.clone();
-        let task = tokio::spawn(async move {
+        let (c, r) = crate::util::on_task("the lane's client", async move {
             let mut run = Vec::with_capacity(if timed { n } else { 0 });
             for _ in 0..n {
                 let t = Instant::now();
@@ -198,27 +193,17 @@ impl Driver {
                 }
             }
             (c, Ok(run))
-        });
-        match task.await {
-            Ok((c, r)) => {
-                *self = Driver::Local(c);
-                r
-            }
-            Err(e) => match e.try_into_panic() {
-                Ok(p) => std::panic::resume_unwind(p),
-                Err(e) => Err(BenchError::Responder {
-                    layer: "client".into(),
-                    reason: format!("the client's task ended: {e}"),
-                }),
-            },
-        }
+        })
+        .await?;
+        *self = Driver::Local(c);
+        r
     }
 }
 
 fn moved() -> BenchError {
-    BenchError::Responder {
-        layer: "client".into(),
-        reason: "the lane's client was lost by an earlier failure".into(),
+    BenchError::Task {
+        what: "the lane's client".into(),
+        reason: "lost by an earlier failure".into(),
     }
 }
 

@@ -12,6 +12,39 @@ use serde::Serialize;
 
 use crate::BenchError;
 
+/// Runs `fut` on a task of its own and waits for it: a panic in it goes on
+/// unwinding here; a task that ended without a result (the runtime shut
+/// down) is a [`BenchError::Task`] naming `what`.
+///
+/// The benchmark's loops run so, not as the current-thread runtime's
+/// `block_on` future: tokio polls the I/O driver once more (a zero-timeout
+/// `epoll_wait`) before each poll of a `block_on` future another task
+/// woke, which Juxta's lanes (answers handed over by a connection's reader
+/// task) would pay per message and the `tcp` lane (woken by the driver)
+/// would not.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let n = juxta_bench::util::on_task("adding", async { 1 + 1 }).await.unwrap();
+/// assert_eq!(n, 2);
+/// # });
+/// ```
+pub async fn on_task<T: Send + 'static>(
+    what: &str,
+    fut: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, BenchError> {
+    match tokio::spawn(fut).await {
+        Ok(v) => Ok(v),
+        Err(e) => match e.try_into_panic() {
+            Ok(p) => std::panic::resume_unwind(p),
+            Err(e) => Err(BenchError::Task {
+                what: what.into(),
+                reason: e.to_string(),
+            }),
+        },
+    }
+}
+
 /// CPU placement of the client and responder processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]

@@ -1098,9 +1098,7 @@ fn main() -> ExitCode {
                     spec.bind = bind;
                     spec.netns = netns;
                     spec.socket_window = socket_window;
-                    // On a task of its own, as the client's pairs run
-                    // (see `pingpong::Driver::pairs_on_task`), not as the
-                    // runtime's `block_on` future.
+                    // On a task of its own, as the client's pairs run.
                     let serve = async move {
                         layers::run_responder(&spec, |ready| {
                             // Line-buffered: the parent reads it at once.
@@ -1108,16 +1106,10 @@ fn main() -> ExitCode {
                         })
                         .await
                     };
-                    match current_thread().block_on(async { tokio::spawn(serve).await }) {
-                        Ok(r) => r.map_err(CliError::from),
-                        Err(e) => match e.try_into_panic() {
-                            Ok(p) => std::panic::resume_unwind(p),
-                            Err(e) => Err(CliError::from(juxta_bench::BenchError::Responder {
-                                layer: layer.name().into(),
-                                reason: format!("the responder's task ended: {e}"),
-                            })),
-                        },
-                    }
+                    current_thread()
+                        .block_on(juxta_bench::util::on_task("the responder", serve))
+                        .and_then(|r| r)
+                        .map_err(CliError::from)
                 }
                 Err(e) => Err(e),
             }

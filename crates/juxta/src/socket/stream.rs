@@ -9,9 +9,10 @@
 //!
 //! Data path: `poll_write` takes up to [`MAX_DATA_CHUNK`] bytes (1 MiB
 //! relayed, or where `max_message` is small) as one message and writes
-//! its frame to the connection at once (`writev`, no task switch) straight from the caller's buffer; only what the kernel
-//! does not take now is copied, and a task finishes it while the next
-//! write waits (one message in flight). When the connection is busy with
+//! its frame to the connection at once (`writev`, no task switch)
+//! straight from the caller's buffer; only what the kernel does not take
+//! now is copied, and a task finishes it while the next write waits (one
+//! message in flight). When the connection is busy with
 //! another sender, the bytes are copied once and a task sends them. Small
 //! writes (4 KiB or less) are copied into the frame. Received messages
 //! reach the socket on the connection's reader task and are queued as the
