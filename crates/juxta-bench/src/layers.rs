@@ -387,6 +387,11 @@ pub struct ResponderSpec {
     /// on its stdin), even if the parent is killed: the bench listener's
     /// responders never outlive the daemon.
     pub exit_with_parent: bool,
+    /// Directory the responder's peers make their homes in (`None`: the
+    /// system's temporary directory). A process responder is given one its
+    /// parent owns: the responder is killed when it is stopped, and its own
+    /// temporary homes would outlive it.
+    pub homes: Option<std::path::PathBuf>,
 }
 
 impl ResponderSpec {
@@ -400,6 +405,7 @@ impl ResponderSpec {
             bind: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
             netns: None,
             exit_with_parent: false,
+            homes: None,
         }
     }
 
@@ -451,6 +457,9 @@ pub struct Responder {
     /// The write end of an `--exit-with-parent` responder's stdin (held
     /// here: `Child::wait` would close it).
     _stdin: Option<tokio::process::ChildStdin>,
+    /// A process responder's peer homes, removed when this is dropped
+    /// (after the child: fields drop in order).
+    _homes: Option<tempfile::TempDir>,
 }
 
 impl Responder {
@@ -486,8 +495,17 @@ pub async fn spawn_responder(
     let layer = spec.layer.name();
     match host {
         Host::Process(exe) => {
+            let homes = tempfile::Builder::new()
+                .prefix("juxta-bench-responder-")
+                .tempdir()
+                .map_err(|source| BenchError::Io {
+                    what: "creating the responder's home directory".into(),
+                    source,
+                })?;
             let mut cmd = Command::new(exe);
             cmd.arg("bench-responder")
+                .arg("--homes")
+                .arg(homes.path())
                 .arg("--layer")
                 .arg(layer)
                 .arg("--key-bits")
@@ -549,6 +567,7 @@ pub async fn spawn_responder(
                 _stop: None,
                 control: None,
                 _stdin: stdin,
+                _homes: Some(homes),
             })
         }
         Host::Remote(remote) => {
@@ -570,6 +589,7 @@ pub async fn spawn_responder(
                 _stop: None,
                 control: Some(r.control),
                 _stdin: None,
+                _homes: None,
             })
         }
         Host::Thread => {
@@ -622,6 +642,7 @@ pub async fn spawn_responder(
                     _stop: Some(stop_tx),
                     control: None,
                     _stdin: None,
+                    _homes: None,
                 }),
                 Some(Err(reason)) => Err(BenchError::Responder {
                     layer: layer.into(),
@@ -646,8 +667,13 @@ async fn start_peer(
     key_bits: usize,
     layer: Layer,
     listen: Option<IpAddr>,
+    homes: Option<&std::path::Path>,
 ) -> Result<Hold, BenchError> {
-    let home = tempfile::tempdir().map_err(|source| BenchError::Io {
+    let home = match homes {
+        Some(dir) => tempfile::tempdir_in(dir),
+        None => tempfile::tempdir(),
+    }
+    .map_err(|source| BenchError::Io {
         what: "creating a temporary home".into(),
         source,
     })?;
@@ -1022,7 +1048,7 @@ pub async fn run_responder(
             }
         }
         Layer::Endpoint | Layer::EndpointCompat | Layer::EndpointCompatNoCbjx => {
-            let h = start_peer(key_bits, layer, Some(spec.bind)).await?;
+            let h = start_peer(key_bits, layer, Some(spec.bind), spec.homes.as_deref()).await?;
             let mut pings = h.peer.listen(BENCH_SERVICE, Some("ping"))?;
             on_ready(&Ready {
                 addrs: vec![h.peer.local_addr().expect("listening")],
@@ -1056,7 +1082,7 @@ pub async fn run_responder(
             } else {
                 PipeType::Unicast
             };
-            let h = start_peer(key_bits, layer, Some(spec.bind)).await?;
+            let h = start_peer(key_bits, layer, Some(spec.bind), spec.homes.as_deref()).await?;
             let ping = adv(crate::util::random_pipe_id(), ty);
             let ack = adv(crate::util::random_pipe_id(), ty);
             let input = h.peer.pipes().create_input_pipe(&ping)?;
@@ -1068,7 +1094,7 @@ pub async fn run_responder(
             Ok(())
         }
         Layer::BidiPipe => {
-            let h = start_peer(key_bits, layer, Some(spec.bind)).await?;
+            let h = start_peer(key_bits, layer, Some(spec.bind), spec.homes.as_deref()).await?;
             let a = adv(crate::util::random_pipe_id(), PipeType::Unicast);
             let mut l = h.peer.pipes().bind_bidi(&a)?;
             on_ready(&Ready {
@@ -1095,7 +1121,7 @@ pub async fn run_responder(
         | Layer::SocketCompatNoCbjx
         | Layer::SecureSocket => {
             let chunked = layer == Layer::SocketChunk;
-            let h = start_peer(key_bits, layer, Some(spec.bind)).await?;
+            let h = start_peer(key_bits, layer, Some(spec.bind), spec.homes.as_deref()).await?;
             let a = adv(crate::util::random_pipe_id(), PipeType::Unicast);
             let mut cfg = layer.socket_config();
             if let Some(w) = spec.socket_window {
@@ -1121,7 +1147,7 @@ pub async fn run_responder(
             let mut addrs = Vec::new();
             let mut tasks = tokio::task::JoinSet::new();
             for _ in 0..spec.receivers.max(1) {
-                let h = start_peer(key_bits, layer, Some(spec.bind)).await?;
+                let h = start_peer(key_bits, layer, Some(spec.bind), spec.homes.as_deref()).await?;
                 let input = h.peer.pipes().create_input_pipe(&ping)?;
                 addrs.push(h.peer.local_addr().expect("listening"));
                 let ack = ack.clone();
@@ -1301,7 +1327,7 @@ impl Client {
                 _hold: None,
             });
         }
-        let h = start_peer(key_bits, layer, None).await?;
+        let h = start_peer(key_bits, layer, None, None).await?;
         let link = |m: Messenger| async move {
             if layer.compact() && !m.wait_compact(Duration::from_secs(10)).await {
                 return Err(BenchError::Responder {

@@ -633,7 +633,7 @@ async fn compile(dir: &Path, mpi: bool) -> Result<CPrograms, BenchError> {
 }
 
 /// `mpirun -np N [binding] [BTL] PROGRAM ARGS`, allowed as root, on
-/// loopback.
+/// loopback, its session directory in the program's (temporary) directory.
 fn mpirun(
     np: usize,
     bind: bool,
@@ -642,6 +642,9 @@ fn mpirun(
     args: &[String],
 ) -> tokio::process::Command {
     let mut c = tokio::process::Command::new("mpirun");
+    if let Some(dir) = prog.parent() {
+        c.envs(crate::stacks::mpi_session_env(dir));
+    }
     c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .arg("-np")

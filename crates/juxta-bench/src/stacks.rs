@@ -463,12 +463,26 @@ async fn next_line(
     }
 }
 
+/// Environment that keeps Open MPI's session directory (its PMIx stores and
+/// shared-memory segments, some 8 MB per run) inside `dir`, a directory the
+/// harness deletes. mpirun removes the directory itself when it exits
+/// normally, but not when it is killed (a failed or interrupted run), and
+/// the default place is a shared `/tmp/ompi.*` that nothing else cleans.
+/// Open MPI 4 reads the first variable, Open MPI 5 (PRRTE) the second.
+pub(crate) fn mpi_session_env(dir: &Path) -> [(&'static str, &Path); 2] {
+    [
+        ("OMPI_MCA_orte_tmpdir_base", dir),
+        ("PRTE_MCA_prte_tmpdir_base", dir),
+    ]
+}
+
 fn spawn(
     stack: Stack,
     role: &'static str,
     exe: &Path,
     args: &[&str],
     netns: Option<&str>,
+    env: &[(&str, &Path)],
 ) -> Result<(Child, ChildStdout), StackError> {
     // In a namespace: `ip netns exec NS EXE ARGS` (ip execs the program:
     // same PID, so pinning and killing reach it).
@@ -482,6 +496,7 @@ fn spawn(
     };
     let mut child = command
         .args(args)
+        .envs(env.iter().copied())
         // mpirun refuses to run as root without these (tests run as root).
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -565,8 +580,14 @@ impl StackLane {
             ),
             None => ("tcp://127.0.0.1:*", None, None),
         };
-        let (mut responder, rout) =
-            spawn(stack, "responder", &exe, &["serve", listen], responder_ns)?;
+        let (mut responder, rout) = spawn(
+            stack,
+            "responder",
+            &exe,
+            &["serve", listen],
+            responder_ns,
+            &[],
+        )?;
         let mut rlines = BufReader::new(rout).lines();
         let ready = next_line(stack, "responder", &mut rlines, "startup", START_TIMEOUT).await;
         // `READY <endpoint> [<second endpoint>]`: zmq's one-way messages
@@ -601,7 +622,7 @@ impl StackLane {
         };
         let mut args = vec!["client"];
         args.extend(endpoints.iter().map(String::as_str));
-        let (mut client, cout) = spawn(stack, "client", &exe, &args, client_ns)?;
+        let (mut client, cout) = spawn(stack, "client", &exe, &args, client_ns, &[])?;
         let mut lines = BufReader::new(cout).lines();
         let line = next_line(stack, "client", &mut lines, "startup", START_TIMEOUT).await?;
         if line.trim() != "READY" {
@@ -682,8 +703,9 @@ impl StackLane {
             ]),
         }
         args.push(&exe_s);
-        let (mut client, out) =
-            spawn(stack, "client", Path::new("mpirun"), &args, None).map_err(|e| match e {
+        let session = mpi_session_env(dir.path());
+        let (mut client, out) = spawn(stack, "client", Path::new("mpirun"), &args, None, &session)
+            .map_err(|e| match e {
                 StackError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                     StackError::ToolMissing {
                         stack: name,

@@ -155,6 +155,10 @@ enum Cmd {
         /// Network namespace to enter first (network profiles).
         #[arg(long)]
         netns: Option<String>,
+        /// Directory to make the peers' homes in (the harness owns it and
+        /// removes it: this process is killed when it is stopped).
+        #[arg(long)]
+        homes: Option<PathBuf>,
         /// Exit when stdin reaches end of file (the parent holds the
         /// pipe's other end: the responder ends with it).
         #[arg(long)]
@@ -1071,6 +1075,7 @@ fn main() -> ExitCode {
             socket_window,
             bind,
             netns,
+            homes,
             exit_with_parent,
         } => {
             if exit_with_parent {
@@ -1098,6 +1103,7 @@ fn main() -> ExitCode {
                     spec.bind = bind;
                     spec.netns = netns;
                     spec.socket_window = socket_window;
+                    spec.homes = homes;
                     // On a task of its own, as the client's pairs run.
                     let serve = async move {
                         layers::run_responder(&spec, |ready| {
