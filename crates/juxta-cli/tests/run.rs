@@ -111,21 +111,35 @@ fn a_failing_rank_fails_the_job_and_the_others_are_killed() {
     }
 }
 
+/// Also: the ranks' peer homes are gone afterwards, those of the rank that
+/// exited without unwinding and of the ones the launcher killed included
+/// (they are made in a directory the launcher owns and removes).
 #[test]
 fn a_rank_of_the_communicator_dying_fails_the_job() {
     let exe = env!("CARGO_BIN_EXE_juxta");
-    let o = juxta(&[
-        "run",
-        "-n",
-        "3",
-        "--timeout",
-        "120",
-        "--",
-        exe,
-        "mp-rank",
-        "fail",
-    ]);
+    let tmp = tempfile::tempdir().unwrap();
+    let o = Command::new(exe)
+        .args([
+            "run",
+            "-n",
+            "3",
+            "--timeout",
+            "120",
+            "--",
+            exe,
+            "mp-rank",
+            "fail",
+        ])
+        .env("TMPDIR", tmp.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run juxta");
     assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left in the temporary directory: {left:?}");
 }
 
 #[test]

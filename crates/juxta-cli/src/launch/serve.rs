@@ -184,6 +184,14 @@ fn start(
     } else {
         s.seed.clone()
     };
+    // The rank's home, removed once it has been reaped (below).
+    let homes = match tempfile::Builder::new().prefix("juxta-rank-").tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            release();
+            return Err(format!("creating the rank's home directory: {e}"));
+        }
+    };
     let mut cmd = Command::new(&s.argv[0]);
     cmd.args(&s.argv[1..])
         .current_dir(&cfg.dir)
@@ -191,6 +199,7 @@ fn start(
         .env(juxta::mp::ENV_SIZE, s.size.to_string())
         .env(juxta::mp::ENV_SEED, &seed)
         .env(juxta::mp::ENV_JOB, &s.job)
+        .env(juxta::mp::ENV_HOMES, homes.path())
         .env(
             juxta::mp::ENV_LISTEN,
             SocketAddr::new(cfg.address, 0).to_string(),
@@ -250,6 +259,7 @@ fn start(
         for o in outs {
             let _ = o.await;
         }
+        drop(homes);
         counters2.running.fetch_sub(1, Ordering::SeqCst);
         let (code, how) = match &status {
             Ok(st) => (st.code(), st.to_string()),

@@ -35,6 +35,11 @@ pub const ENV_SPIN_US: &str = "JUXTA_MP_SPIN_US";
 /// than 0 listens on (optional; `juxta run --hosts` sets it to the host's
 /// address so that ranks on other hosts can reach it).
 pub const ENV_LISTEN: &str = "JUXTA_MP_LISTEN";
+/// Directory a rank makes its peer's temporary home in (`juxta run` sets
+/// it to a directory it owns and removes once every rank has ended, so a
+/// rank that exits early or is killed leaves nothing behind; unset: the
+/// system's temporary directory).
+pub const ENV_HOMES: &str = "JUXTA_MP_HOMES";
 
 const BOOT_SERVICE: &str = "juxta-mp-boot";
 const NS: &str = "juxta-mp";
@@ -132,6 +137,7 @@ impl Communicator {
         if let Some(us) = env_var::<u64>(ENV_SPIN_US)? {
             cfg.spin = Duration::from_micros(us);
         }
+        cfg.homes = env_var::<std::path::PathBuf>(ENV_HOMES)?;
         if let Some(listen) = env_var::<SocketAddr>(ENV_LISTEN)? {
             cfg.listen = listen;
         }
@@ -167,10 +173,13 @@ impl Communicator {
         if rank == 0 {
             cfg.listen = seed;
         }
-        let home = tempfile::Builder::new()
-            .prefix("juxta-mp-")
-            .tempdir()
-            .map_err(BootError::Home)?;
+        let mut home = tempfile::Builder::new();
+        home.prefix("juxta-mp-");
+        let home = match &cfg.homes {
+            Some(dir) => home.tempdir_in(dir),
+            None => home.tempdir(),
+        }
+        .map_err(BootError::Home)?;
         let defaults = PeerConfig::new(home.path());
         let pc = PeerConfig::new(home.path())
             .listen(cfg.listen)

@@ -130,6 +130,14 @@ pub async fn launch(opts: &LaunchOptions) -> Result<(), LaunchError> {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
+    // The ranks' homes, removed when this returns (every rank reaped).
+    let homes = tempfile::Builder::new()
+        .prefix("juxta-run-")
+        .tempdir()
+        .map_err(|source| LaunchError::Io {
+            what: "creating the ranks' home directory",
+            source,
+        })?;
     let (kill_tx, kill_rx) = watch::channel(false);
     let mut waits = tokio::task::JoinSet::new();
     let mut outputs = Vec::new();
@@ -149,6 +157,7 @@ pub async fn launch(opts: &LaunchOptions) -> Result<(), LaunchError> {
             .env(super::ENV_SIZE, opts.ranks.to_string())
             .env(super::ENV_SEED, seed.to_string())
             .env(super::ENV_JOB, &job)
+            .env(super::ENV_HOMES, homes.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

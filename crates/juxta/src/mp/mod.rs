@@ -66,7 +66,9 @@ use tokio::sync::oneshot;
 use crate::endpoint::{Messenger, SendError};
 use crate::peer::{Peer, PeerError};
 
-pub use boot::{ENV_JOB, ENV_LISTEN, ENV_RANK, ENV_SEED, ENV_SIZE, ENV_SPIN_US, ENV_TIMEOUT};
+pub use boot::{
+    ENV_HOMES, ENV_JOB, ENV_LISTEN, ENV_RANK, ENV_SEED, ENV_SIZE, ENV_SPIN_US, ENV_TIMEOUT,
+};
 pub use datatype::{Datatype, ReduceOp};
 pub(crate) use inbox::Inbox;
 pub use wire::HeaderError;
@@ -245,6 +247,10 @@ pub struct MpConfig {
     /// Address this rank's peer listens on (default `127.0.0.1:0`; rank 0
     /// listens on the seed).
     pub listen: SocketAddr,
+    /// Directory the rank's temporary peer home is made in (default
+    /// `None`: the system's temporary directory; [`ENV_HOMES`] under
+    /// `juxta run`).
+    pub homes: Option<std::path::PathBuf>,
 }
 
 impl Default for MpConfig {
@@ -259,6 +265,7 @@ impl Default for MpConfig {
             key_bits: 2048,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             spin: Duration::from_millis(2),
+            homes: None,
         }
     }
 }
