@@ -386,6 +386,38 @@ impl Inbound {
         self.full_limit = true;
     }
 
+    /// The whole length (header included) of the frame at the front of
+    /// `rx`, once its header has arrived; `None` before that, and for a
+    /// header [`Inbound::poll`] would refuse (it reports the error). A
+    /// reader uses it to read the rest of a frame into the space already
+    /// reserved for it instead of growing (and copying) the buffer.
+    ///
+    /// ```
+    /// use juxta_proto::wire::connection::{ConnectionConfig, Inbound};
+    /// let mut inbound = Inbound::new(ConnectionConfig::default());
+    /// inbound.switch_to_compact();
+    /// // A compact frame: a varint length (300), then that many bytes.
+    /// assert_eq!(inbound.frame_len(&[0xac, 0x02, 0x01]), Some(302));
+    /// assert_eq!(inbound.frame_len(&[0xac]), None);
+    /// ```
+    pub fn frame_len(&self, rx: &[u8]) -> Option<usize> {
+        match self.mode {
+            RxMode::Welcome => None,
+            RxMode::Compact => match super::compact::get_varint(rx) {
+                Ok(Some((len, n))) if len <= self.cfg.max_message => {
+                    n.checked_add(usize::try_from(len).ok()?)
+                }
+                _ => None,
+            },
+            RxMode::Jxta => match frame::parse_header(rx, self.message_limit()) {
+                Ok(Some(h)) => h
+                    .header_len
+                    .checked_add(usize::try_from(h.content_length).ok()?),
+                _ => None,
+            },
+        }
+    }
+
     /// Decodes the next event from the front of `rx`. `Ok(None)`: need more
     /// bytes (the buffer has been reserved for the whole pending frame, so
     /// large messages are read straight into place). An error is fatal for

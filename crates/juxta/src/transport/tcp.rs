@@ -951,6 +951,12 @@ impl Spares {
     }
 }
 
+/// Whether the rest of a partly read frame of `frame_len` bytes fits in
+/// `rx`'s free space.
+fn rest_fits(frame_len: Option<usize>, rx: &BytesMut) -> bool {
+    frame_len.is_some_and(|total| total > rx.len() && total - rx.len() <= rx.capacity() - rx.len())
+}
+
 async fn read_loop(
     inner: &Arc<Inner>,
     conn: &Arc<Connection>,
@@ -1082,7 +1088,13 @@ async fn read_loop(
                 {
                     let fresh = spare.take(frame_hint);
                     spare.keep(std::mem::replace(rx, fresh));
-                } else if rx.capacity() - rx.len() < small_reserve / 4 {
+                } else if rx.capacity() - rx.len() < small_reserve / 4
+                    && !rest_fits(inbound.frame_len(rx), rx)
+                {
+                    // Low on space, and not merely at the tail of a frame
+                    // whose space is already reserved: growing there would
+                    // copy the whole frame read so far (a 4 MiB message was
+                    // copied whenever a read ended in its last 16 KiB).
                     rx.reserve(small_reserve);
                 }
                 let room = rx.capacity() - rx.len();
@@ -1120,6 +1132,24 @@ pub(crate) type Incoming = Received;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rest_of_a_frame_fits_only_when_its_space_is_reserved() {
+        let mut rx = BytesMut::with_capacity(4096);
+        rx.resize(4000, 0);
+        // 96 bytes free.
+        assert!(rest_fits(Some(4096), &rx));
+        assert!(rest_fits(Some(4001), &rx));
+        assert!(
+            !rest_fits(Some(4097), &rx),
+            "the frame is larger than the space"
+        );
+        assert!(
+            !rest_fits(Some(4000), &rx),
+            "the frame is complete: nothing to read into"
+        );
+        assert!(!rest_fits(None, &rx), "the header has not arrived");
+    }
 
     /// A buffer of `n` bytes split off as a received frame would be.
     fn filled(n: usize) -> (BytesMut, bytes::Bytes) {
