@@ -383,10 +383,6 @@ pub struct ResponderSpec {
     pub bind: IpAddr,
     /// Network namespace it runs in (`None`: the caller's).
     pub netns: Option<String>,
-    /// A process responder exits when its parent does (it watches a pipe
-    /// on its stdin), even if the parent is killed: the bench listener's
-    /// responders never outlive the daemon.
-    pub exit_with_parent: bool,
     /// Directory the responder's peers make their homes in (`None`: the
     /// system's temporary directory). A process responder is given one its
     /// parent owns: the responder is killed when it is stopped, and its own
@@ -404,7 +400,6 @@ impl ResponderSpec {
             socket_window: None,
             bind: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
             netns: None,
-            exit_with_parent: false,
             homes: None,
         }
     }
@@ -513,14 +508,13 @@ pub async fn spawn_responder(
                 .arg("--receivers")
                 .arg(spec.receivers.to_string())
                 .stdout(Stdio::piped())
-                .stdin(Stdio::null())
                 .kill_on_drop(true);
-            if spec.exit_with_parent {
-                // The pipe's write end is kept in the `Responder` (never
-                // written): it closes when this process ends, however it
-                // ends.
-                cmd.arg("--exit-with-parent").stdin(Stdio::piped());
-            }
+            // A process responder exits when its parent does, however the
+            // parent ends (Ctrl-C, a signal, a crash: `kill_on_drop` only
+            // runs when the parent unwinds). It watches a pipe on its
+            // stdin whose write end is kept in the `Responder` (never
+            // written) and closes when this process ends.
+            cmd.arg("--exit-with-parent").stdin(Stdio::piped());
             if let Some(c) = core {
                 cmd.arg("--core").arg(c.to_string());
             }

@@ -1272,6 +1272,9 @@ pub struct RelayProcess {
     pub http_addr: Option<SocketAddr>,
     /// Its process ID.
     pub pid: u32,
+    /// The write end of its stdin (never written; closing it ends the
+    /// relay).
+    _stdin: Option<tokio::process::ChildStdin>,
     _home: tempfile::TempDir,
 }
 
@@ -1346,15 +1349,19 @@ impl RelayProcess {
         if rendezvous {
             cmd.arg("--rendezvous");
         }
+        // The relay ends with this process however it ends: it exits when
+        // its stdin, whose write end is kept in `RelayProcess`, closes.
         let mut child = cmd
+            .arg("--exit-with-parent")
             .stdout(Stdio::piped())
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .map_err(|source| BenchError::Io {
                 what: format!("starting relay {}", exe.display()),
                 source,
             })?;
+        let stdin = child.stdin.take();
         let stdout = child.stdout.take().ok_or_else(|| fail("no stdout"))?;
         let mut lines = BufReader::new(stdout).lines();
         let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
@@ -1389,6 +1396,7 @@ impl RelayProcess {
             peer,
             http_addr,
             pid,
+            _stdin: stdin,
             _home: home,
         })
     }

@@ -713,7 +713,6 @@ fn responder_spec(req: &Request, bind: IpAddr) -> Result<ResponderSpec, String> 
     }
     let mut spec = ResponderSpec::new(layer, key_bits, receivers);
     spec.bind = bind;
-    spec.exit_with_parent = true;
     Ok(spec)
 }
 

@@ -931,6 +931,10 @@ struct RelayServeArgs {
     /// Network namespace to enter first (network profiles).
     #[arg(long)]
     netns: Option<String>,
+    /// Exit when stdin reaches end of file (the bench holds the pipe's
+    /// other end: the relay ends with it).
+    #[arg(long)]
+    exit_with_parent: bool,
 }
 
 #[derive(clap::Args, Clone)]
@@ -1079,17 +1083,7 @@ fn main() -> ExitCode {
             exit_with_parent,
         } => {
             if exit_with_parent {
-                std::thread::spawn(|| {
-                    // Nothing is ever written: read returns 0 (end of
-                    // file) or fails once the parent is gone.
-                    let mut buf = [0u8; 64];
-                    while let Ok(n) = std::io::Read::read(&mut std::io::stdin(), &mut buf) {
-                        if n == 0 {
-                            break;
-                        }
-                    }
-                    std::process::exit(0);
-                });
+                exit_when_stdin_closes();
             }
             pin_current(core);
             let entered = match &netns {
@@ -2394,7 +2388,27 @@ fn run_recovery(a: RecoveryArgs) -> Result<(), CliError> {
     )
 }
 
+/// Ends this process when its stdin reaches end of file: the parent holds
+/// the pipe's write end (never writing to it), so this process ends with
+/// the parent however the parent ends.
+fn exit_when_stdin_closes() {
+    std::thread::spawn(|| {
+        // Nothing is ever written: read returns 0 (end of file) or fails
+        // once the parent is gone.
+        let mut buf = [0u8; 64];
+        while let Ok(n) = std::io::Read::read(&mut std::io::stdin(), &mut buf) {
+            if n == 0 {
+                break;
+            }
+        }
+        std::process::exit(0);
+    });
+}
+
 fn run_relay_serve_in_ns(a: RelayServeArgs) -> Result<(), CliError> {
+    if a.exit_with_parent {
+        exit_when_stdin_closes();
+    }
     if let Some(ns) = &a.netns {
         // Before the runtime: its threads inherit the namespace.
         juxta_bench::net::enter_for_good(ns).map_err(juxta_bench::BenchError::from)?;
