@@ -237,6 +237,7 @@ fn pingpong_against_a_daemon_in_another_namespace() {
         .arg(&conf)
         .args(["--listen", &format!("{SERVER_IP}:0"), "--key-bits", "1024"])
         .args(["--bench", "--bench-listen", &format!("{SERVER_IP}:0")])
+        .env("TMPDIR", dir.path())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -415,6 +416,8 @@ fn responders_end_with_a_daemon_killed_by_sigkill() {
         .args(["peer", "--key-bits", "1024", "--home"])
         .arg(&home)
         .args(["--bench", "--bench-listen", "127.0.0.1:0"])
+        // Killed below: what its responders leave goes with `dir`.
+        .env("TMPDIR", dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
