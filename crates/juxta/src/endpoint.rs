@@ -198,29 +198,42 @@ impl Messenger {
     /// The wire address of a direct send (wrapping `msg` for a routed
     /// messenger).
     #[inline]
-    fn direct_to(&self, service: &str, param: Option<&str>, msg: &mut Message) -> ServiceAddress {
+    fn direct_to(
+        &self,
+        service: &str,
+        param: Option<&str>,
+        msg: &mut Message,
+    ) -> Arc<ServiceAddress> {
         match &self.via {
-            Some(v) => self.wrap_via(v, service, param, msg),
-            None => mangle(
-                &self.inner.cfg.connection.group_unique,
-                &ServiceAddress::new(service, param),
-            ),
+            Some(v) => Arc::new(self.wrap_via(v, service, param, msg)),
+            // The connection keeps the wire forms it used last: no
+            // formatting or allocation per message.
+            None => {
+                self.conn
+                    .addresses
+                    .wire(&self.inner.cfg.connection.group_unique, service, param)
+            }
         }
     }
 
     /// The wire address of a send through the remote's endpoint router
     /// ([`Messenger::send_routed`]), wrapping `msg` as needed.
-    fn routed_to(&self, service: &str, param: Option<&str>, msg: &mut Message) -> ServiceAddress {
+    fn routed_to(
+        &self,
+        service: &str,
+        param: Option<&str>,
+        msg: &mut Message,
+    ) -> Arc<ServiceAddress> {
         if self.via.is_some() || self.conn.compact_tx.load(Ordering::Acquire) {
             return self.direct_to(service, param, msg);
         }
-        endpoint::wrap_routed(
+        Arc::new(endpoint::wrap_routed(
             &self.inner.cfg.connection.group_unique,
             self.inner.identity.peer_id(),
             &self.conn.remote,
             &ServiceAddress::new(service, param),
             msg,
-        )
+        ))
     }
 
     /// The wire address of a [`Messenger::send_routed`] with this peer's
@@ -232,20 +245,20 @@ impl Messenger {
         service: &str,
         param: Option<&str>,
         msg: &mut Message,
-    ) -> ServiceAddress {
+    ) -> Arc<ServiceAddress> {
         // Compact framing (Juxta peers): a plain send, no route to build.
         if self.conn.compact_tx.load(Ordering::Acquire) {
             return self.direct_to(service, param, msg);
         }
         match crate::discovery::local_route(&self.inner) {
-            Some(r) => endpoint::wrap_routed_with_route(
+            Some(r) => Arc::new(endpoint::wrap_routed_with_route(
                 &self.inner.cfg.connection.group_unique,
                 self.inner.identity.peer_id(),
                 &self.conn.remote,
                 &ServiceAddress::new(service, param),
                 &r,
                 msg,
-            ),
+            )),
             None => self.routed_to(service, param, msg),
         }
     }
@@ -349,16 +362,18 @@ impl Messenger {
         let to = match &self.via {
             Some(v) => {
                 let m = mangle(group, &real);
-                self.wrap_via(v, &m.service, m.param.as_deref(), &mut msg)
+                Arc::new(self.wrap_via(v, &m.service, m.param.as_deref(), &mut msg))
             }
-            None if self.conn.compact_tx.load(Ordering::Acquire) => mangle(group, &real),
-            None => endpoint::wrap_routed(
+            None if self.conn.compact_tx.load(Ordering::Acquire) => {
+                self.conn.addresses.wire(group, service, param)
+            }
+            None => Arc::new(endpoint::wrap_routed(
                 group,
                 self.inner.identity.peer_id(),
                 &self.conn.remote,
                 &real,
                 &mut msg,
-            ),
+            )),
         };
         self.post_raw(to, msg)
     }
@@ -376,7 +391,7 @@ impl Messenger {
     }
 
     /// [`Messenger::post`] of `msg` as it is, to the wire address `to`.
-    pub(crate) fn post_raw(&self, to: ServiceAddress, msg: Message) -> Result<(), SendError> {
+    pub(crate) fn post_raw(&self, to: Arc<ServiceAddress>, msg: Message) -> Result<(), SendError> {
         let conn = &self.conn;
         if conn.is_closed() {
             return Err(SendError::Closed(conn.remote));

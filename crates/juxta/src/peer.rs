@@ -459,7 +459,7 @@ impl Inner {
             return;
         };
         // Router and relay traffic is checked (and maybe forwarded) first.
-        let to = Arc::try_unwrap(m.to).unwrap_or_else(|to| (*to).clone());
+        let to = conn.addresses.demangled(m.to);
         if let Some(d) = crate::relay::route::on_link_message(&me, conn, to, m.message).await {
             self.hand_over(conn.remote, d).await;
         }

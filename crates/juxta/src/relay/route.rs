@@ -27,14 +27,14 @@ use crate::transport::tcp::Connection;
 
 /// Handles a message received on `conn` before listener dispatch: router
 /// and relay traffic is taken care of here; anything else comes back as a
-/// delivery for a listener.
+/// delivery for a listener. The address comes demangled: the group (if
+/// the wire address was mangled) and the service address it names.
 pub(crate) async fn on_link_message(
     inner: &Arc<Inner>,
     conn: &Arc<Connection>,
-    to: ServiceAddress,
+    (group, real): (Option<String>, ServiceAddress),
     message: Message,
 ) -> Option<Delivery> {
-    let (group, real) = demangle(to);
     if real.service == RELAY_SERVICE {
         super::on_control(inner, conn, message).await;
         return None;

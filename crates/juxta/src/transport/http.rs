@@ -470,6 +470,7 @@ fn session_connection(
         // ID is only claimed (0: Proof::Claimed).
         proof: std::sync::atomic::AtomicU8::new(if proven { 2 } else { 0 }),
         service: Default::default(),
+        addresses: Default::default(),
     }))
 }
 

@@ -471,6 +471,9 @@ pub struct Connection {
     /// Service messages waiting for the socket (see
     /// [`crate::Messenger::post_raw`]).
     pub(crate) service: std::sync::Mutex<ServiceQueue>,
+    /// The service addresses this connection sends to and receives for,
+    /// in wire form ([`crate::transport::addresses`]).
+    pub(crate) addresses: crate::transport::addresses::Addresses,
 }
 
 fn proof_to_u8(p: Proof) -> u8 {
@@ -486,7 +489,7 @@ fn proof_to_u8(p: Proof) -> u8 {
 #[derive(Default)]
 pub(crate) struct ServiceQueue {
     pub(crate) items: std::collections::VecDeque<(
-        juxta_proto::endpoint::ServiceAddress,
+        Arc<juxta_proto::endpoint::ServiceAddress>,
         juxta_proto::message::Message,
     )>,
     /// A drain task runs (or a partial frame is being finished).
@@ -725,6 +728,7 @@ pub(crate) async fn run_connection(
         compact_ready: tokio::sync::Notify::new(),
         proof: AtomicU8::new(0),
         service: Default::default(),
+        addresses: Default::default(),
     });
     // A connection we dialled is registered at once (we chose the address,
     // and a welcome naming another peer than the one dialled was refused),

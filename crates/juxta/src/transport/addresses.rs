@@ -1,0 +1,146 @@
+//! A connection's service addresses in wire form, kept between messages.
+//!
+//! Every message names its destination as a group-mangled service address
+//! (`EndpointService:<group>` / `<service>/<param>`, see
+//! [`juxta_proto::endpoint::mangle`]). Building that on each send took two
+//! `format!`s and four allocations, and taking it apart on each receive
+//! (the wire address copied out of the decoder's table, then
+//! [`demangle`]d) five more: about half of the endpoint's own work for a
+//! small message. A connection carries the same few addresses over and
+//! over (a pipe, a socket, an ack listener), so both directions keep the
+//! last [`MAX_ADDRESSES`] they saw and reuse them. The caches are bounded
+//! and only ever hold what a lookup would compute: a miss computes it as
+//! before.
+
+use std::sync::{Arc, Mutex};
+
+use juxta_proto::endpoint::{demangle, mangle, ServiceAddress};
+
+/// Addresses kept per direction and connection.
+pub(crate) const MAX_ADDRESSES: usize = 16;
+
+/// A destination as callers name it, and its wire form.
+struct Sent {
+    group: Box<str>,
+    service: Box<str>,
+    param: Option<Box<str>>,
+    wire: Arc<ServiceAddress>,
+}
+
+/// A wire address as received, and what it demangles to.
+struct Received {
+    wire: Arc<ServiceAddress>,
+    group: Option<String>,
+    real: ServiceAddress,
+}
+
+/// The two caches of one connection (see the module documentation).
+#[derive(Default)]
+pub(crate) struct Addresses {
+    sent: Mutex<Vec<Sent>>,
+    received: Mutex<Vec<Received>>,
+}
+
+/// Moves entry `i` to the front (most recently used first) and returns it.
+fn to_front<T>(v: &mut [T], i: usize) -> &T {
+    v[..=i].rotate_right(1);
+    &v[0]
+}
+
+impl Addresses {
+    /// The wire address of `service`/`param` in the group whose unique
+    /// value is `group`: `mangle(group, (service, param))`.
+    pub(crate) fn wire(
+        &self,
+        group: &str,
+        service: &str,
+        param: Option<&str>,
+    ) -> Arc<ServiceAddress> {
+        let mut sent = self.sent.lock().expect("address cache lock");
+        let hit = sent.iter().position(|e| {
+            *e.service == *service && e.param.as_deref() == param && *e.group == *group
+        });
+        if let Some(i) = hit {
+            return to_front(&mut sent, i).wire.clone();
+        }
+        let wire = Arc::new(mangle(group, &ServiceAddress::new(service, param)));
+        sent.truncate(MAX_ADDRESSES - 1);
+        sent.insert(
+            0,
+            Sent {
+                group: group.into(),
+                service: service.into(),
+                param: param.map(Into::into),
+                wire: wire.clone(),
+            },
+        );
+        wire
+    }
+
+    /// `demangle` of a received wire address: the group (if the address
+    /// was mangled) and the service address it names.
+    pub(crate) fn demangled(&self, wire: Arc<ServiceAddress>) -> (Option<String>, ServiceAddress) {
+        let mut received = self.received.lock().expect("address cache lock");
+        // The compact decoder hands out one shared address per channel, so
+        // the pointer usually matches; JXTA framing decodes a fresh one.
+        let hit = received
+            .iter()
+            .position(|e| Arc::ptr_eq(&e.wire, &wire) || *e.wire == *wire);
+        if let Some(i) = hit {
+            let e = to_front(&mut received, i);
+            return (e.group.clone(), e.real.clone());
+        }
+        let (group, real) = demangle((*wire).clone());
+        received.truncate(MAX_ADDRESSES - 1);
+        received.insert(
+            0,
+            Received {
+                wire,
+                group: group.clone(),
+                real: real.clone(),
+            },
+        );
+        (group, real)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_addresses_are_what_mangle_and_demangle_give() {
+        let a = Addresses::default();
+        for round in 0..3 {
+            for i in 0..(MAX_ADDRESSES + 5) {
+                let param = format!("p{i}");
+                let param = (i % 3 != 0).then_some(param.as_str());
+                let group = if i % 2 == 0 { "g1" } else { "g2" };
+                let want = mangle(group, &ServiceAddress::new("S", param));
+                let got = a.wire(group, "S", param);
+                assert_eq!(*got, want, "round {round}, address {i}");
+                // The same address again is the cached one.
+                assert!(Arc::ptr_eq(&got, &a.wire(group, "S", param)));
+                // Received: by pointer, and by value (a fresh copy).
+                assert_eq!(a.demangled(got.clone()), demangle(want.clone()));
+                assert_eq!(a.demangled(Arc::new(want.clone())), demangle(want.clone()));
+                // A name that is not mangled comes back as it is.
+                let plain = ServiceAddress::new("Plain", param);
+                assert_eq!(a.demangled(Arc::new(plain.clone())), (None, plain));
+            }
+            assert!(a.sent.lock().unwrap().len() <= MAX_ADDRESSES);
+            assert!(a.received.lock().unwrap().len() <= MAX_ADDRESSES);
+        }
+    }
+
+    #[test]
+    fn group_service_and_param_all_tell_addresses_apart() {
+        let a = Addresses::default();
+        let base = a.wire("g", "S", Some("p"));
+        assert_ne!(*a.wire("h", "S", Some("p")), *base);
+        assert_ne!(*a.wire("g", "T", Some("p")), *base);
+        assert_ne!(*a.wire("g", "S", Some("q")), *base);
+        assert_ne!(*a.wire("g", "S", None), *base);
+        assert_eq!(*a.wire("g", "S", Some("p")), *base);
+    }
+}
