@@ -9,6 +9,8 @@
 //! small message. A connection carries the same few addresses over and
 //! over (a pipe, a socket, an ack listener), so both directions keep the
 //! last [`MAX_ADDRESSES`] they saw and reuse them. The caches are bounded
+//! in entries and in size (an address longer than [`MAX_CACHED_LEN`], which
+//! a peer could send to fill them, is computed each time and never kept)
 //! and only ever hold what a lookup would compute: a miss computes it as
 //! before.
 
@@ -18,6 +20,17 @@ use juxta_proto::endpoint::{demangle, mangle, ServiceAddress};
 
 /// Addresses kept per direction and connection.
 pub(crate) const MAX_ADDRESSES: usize = 16;
+
+/// Longest address (its strings together, in bytes) that is kept: so a
+/// connection's caches hold at most a few tens of KiB whatever its peer
+/// sends.
+pub(crate) const MAX_CACHED_LEN: usize = 512;
+
+fn address_len(a: &ServiceAddress) -> usize {
+    a.service
+        .len()
+        .saturating_add(a.param.as_ref().map_or(0, String::len))
+}
 
 /// A destination as callers name it, and its wire form.
 struct Sent {
@@ -64,6 +77,9 @@ impl Addresses {
             return to_front(&mut sent, i).wire.clone();
         }
         let wire = Arc::new(mangle(group, &ServiceAddress::new(service, param)));
+        if address_len(&wire) > MAX_CACHED_LEN {
+            return wire;
+        }
         sent.truncate(MAX_ADDRESSES - 1);
         sent.insert(
             0,
@@ -89,6 +105,10 @@ impl Addresses {
         if let Some(i) = hit {
             let e = to_front(&mut received, i);
             return (e.group.clone(), e.real.clone());
+        }
+        if address_len(&wire) > MAX_CACHED_LEN {
+            drop(received);
+            return demangle(Arc::unwrap_or_clone(wire));
         }
         let (group, real) = demangle((*wire).clone());
         received.truncate(MAX_ADDRESSES - 1);
@@ -131,6 +151,23 @@ mod tests {
             assert!(a.sent.lock().unwrap().len() <= MAX_ADDRESSES);
             assert!(a.received.lock().unwrap().len() <= MAX_ADDRESSES);
         }
+    }
+
+    #[test]
+    fn long_addresses_are_computed_but_never_kept() {
+        let a = Addresses::default();
+        let long = "x".repeat(MAX_CACHED_LEN + 1);
+        for i in 0..(2 * MAX_ADDRESSES) {
+            let param = format!("{long}{i}");
+            let want = mangle("g", &ServiceAddress::new("S", Some(&param)));
+            assert_eq!(*a.wire("g", "S", Some(&param)), want);
+            assert_eq!(a.demangled(Arc::new(want.clone())), demangle(want));
+        }
+        assert!(a.sent.lock().unwrap().is_empty());
+        assert!(a.received.lock().unwrap().is_empty());
+        // Short ones are still kept beside them.
+        let short = a.wire("g", "S", Some("p"));
+        assert!(Arc::ptr_eq(&short, &a.wire("g", "S", Some("p"))));
     }
 
     #[test]
