@@ -14,9 +14,9 @@
 
 use std::sync::Arc;
 
+use crate::message::cbjx::Sha256;
 use bytes::{Buf, Bytes, BytesMut};
 use rand::RngCore;
-use sha2::{Digest, Sha256};
 
 use super::compact::{CompactDecoder, CompactEncoder, CompactError};
 use super::frame::{self, FrameError};
