@@ -23,6 +23,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use juxta::pipe::bidi::BidiPipe;
 use juxta::pipe::{InputPipe, OutputPipe};
+use juxta::relay::RelayConfig;
 use juxta::socket::{JxtaServerSocket, JxtaSocket, SocketConfig};
 use juxta::{Listener, Messenger, Peer, PeerConfig};
 use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
@@ -129,6 +130,14 @@ pub enum Layer {
     SecureSocket,
     /// A propagate pipe to 1..n receivers, each acking on a unicast pipe.
     Propagate,
+    /// A unicast pipe whose every message passes one relay (`juxta
+    /// relay-serve` over TCP, its own process placed like the responder):
+    /// the client and the responder each lease the relay, the responder
+    /// does not listen, and neither connects to the other. Beside
+    /// `unicast-pipe` in the same run it is the like-for-like measure of
+    /// what a relay costs (issue #12): the same harness, the same two
+    /// edge processes, the relay the only difference.
+    RelayedPipe,
     /// JXSE only ([`crate::jxse`]): a JXTA socket in JXSE's unreliable
     /// mode (`stream = false`: each write one `JXTASOC:data` message, no
     /// jxtarel); the ack is one byte written back. A lost message fails
@@ -141,7 +150,7 @@ pub enum Layer {
 
 impl Layer {
     /// Every layer, in report order.
-    pub const ALL: [Layer; 21] = [
+    pub const ALL: [Layer; 22] = [
         Layer::Tcp,
         Layer::Endpoint,
         Layer::EndpointCompat,
@@ -157,6 +166,7 @@ impl Layer {
         Layer::SocketCompatNoCbjx,
         Layer::SecureSocket,
         Layer::Propagate,
+        Layer::RelayedPipe,
         Layer::Udp,
         Layer::ZmqReqRep,
         Layer::Libp2p,
@@ -207,6 +217,7 @@ impl Layer {
             Layer::SocketCompatNoCbjx => "socket-compat-nocbjx",
             Layer::SecureSocket => "secure-socket",
             Layer::Propagate => "propagate",
+            Layer::RelayedPipe => "relayed-pipe",
             Layer::Udp => "udp",
             Layer::ZmqReqRep => "tcp-req-rep",
             Layer::Libp2p => "tcp-noise-yamux",
@@ -329,6 +340,10 @@ pub struct Ready {
     pub addrs: Vec<SocketAddr>,
     /// Pipe IDs: the pipe pinged (or bound), then the ack pipe if any.
     pub pipes: Vec<PipeId>,
+    /// The responder's peer ID, when the client must reach it by ID
+    /// rather than by address (`relayed-pipe`: `addrs` is then the
+    /// relay's).
+    pub peer: Option<PeerId>,
 }
 
 impl Ready {
@@ -338,6 +353,10 @@ impl Ready {
         let mut s = format!("READY {}", addrs.join(","));
         for p in &self.pipes {
             s.push(' ');
+            s.push_str(&p.to_string());
+        }
+        if let Some(p) = &self.peer {
+            s.push_str(" peer=");
             s.push_str(&p.to_string());
         }
         s
@@ -351,10 +370,15 @@ impl Ready {
             .split(',')
             .map(|a| a.parse().ok())
             .collect::<Option<Vec<SocketAddr>>>()?;
-        let pipes = it
-            .map(|p| p.parse().ok())
-            .collect::<Option<Vec<PipeId>>>()?;
-        (!addrs.is_empty()).then_some(Ready { addrs, pipes })
+        let mut pipes = Vec::new();
+        let mut peer = None;
+        for tok in it {
+            match tok.strip_prefix("peer=") {
+                Some(p) => peer = Some(p.parse().ok()?),
+                None => pipes.push(tok.parse().ok()?),
+            }
+        }
+        (!addrs.is_empty()).then_some(Ready { addrs, pipes, peer })
     }
 
     fn pipe(&self, i: usize, layer: Layer) -> Result<PipeId, BenchError> {
@@ -388,6 +412,9 @@ pub struct ResponderSpec {
     /// parent owns: the responder is killed when it is stopped, and its own
     /// temporary homes would outlive it.
     pub homes: Option<std::path::PathBuf>,
+    /// `relayed-pipe`: the relay its peer leases (`None`: it starts one
+    /// in its own process, as a thread responder does).
+    pub relay: Option<SocketAddr>,
 }
 
 impl ResponderSpec {
@@ -401,6 +428,7 @@ impl ResponderSpec {
             bind: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
             netns: None,
             homes: None,
+            relay: None,
         }
     }
 
@@ -455,6 +483,9 @@ pub struct Responder {
     /// A process responder's peer homes, removed when this is dropped
     /// (after the child: fields drop in order).
     _homes: Option<tempfile::TempDir>,
+    /// The relay process of a `relayed-pipe` responder (killed when
+    /// dropped, after the responder).
+    _relay: Option<Box<crate::relay::RelayProcess>>,
 }
 
 impl Responder {
@@ -497,9 +528,35 @@ pub async fn spawn_responder(
                     what: "creating the responder's home directory".into(),
                     source,
                 })?;
+            // A relayed lane's relay: its own process, placed as the
+            // responder is.
+            let relay = if spec.layer == Layer::RelayedPipe && spec.relay.is_none() {
+                let net = crate::net::Net {
+                    responder_ip: spec.bind,
+                    responder_ns: spec.netns.clone(),
+                    ..crate::net::Net::loopback()
+                };
+                Some(Box::new(
+                    crate::relay::RelayProcess::start_pinned(
+                        exe,
+                        spec.key_bits,
+                        false,
+                        None,
+                        false,
+                        &net,
+                        core,
+                    )
+                    .await?,
+                ))
+            } else {
+                None
+            };
             let mut cmd = Command::new(exe);
-            cmd.arg("bench-responder")
-                .arg("--homes")
+            cmd.arg("bench-responder");
+            if let Some(a) = relay.as_ref().map(|r| r.addr).or(spec.relay) {
+                cmd.arg("--relay").arg(a.to_string());
+            }
+            cmd.arg("--homes")
                 .arg(homes.path())
                 .arg("--layer")
                 .arg(layer)
@@ -562,6 +619,7 @@ pub async fn spawn_responder(
                 control: None,
                 _stdin: stdin,
                 _homes: Some(homes),
+                _relay: relay,
             })
         }
         Host::Remote(remote) => {
@@ -576,6 +634,14 @@ pub async fn spawn_responder(
                         .into(),
                 ));
             }
+            if spec.layer == Layer::RelayedPipe {
+                return Err(BenchError::Unsupported {
+                    layer: layer.into(),
+                    scenario: "--remote".into(),
+                    allowed: "every other layer of juxta (the relay would run on the other host)"
+                        .into(),
+                });
+            }
             let r = remote.responder(spec).await?;
             Ok(Responder {
                 ready: r.ready,
@@ -584,6 +650,7 @@ pub async fn spawn_responder(
                 control: Some(r.control),
                 _stdin: None,
                 _homes: None,
+                _relay: None,
             })
         }
         Host::Thread => {
@@ -637,6 +704,7 @@ pub async fn spawn_responder(
                     control: None,
                     _stdin: None,
                     _homes: None,
+                    _relay: None,
                 }),
                 Some(Err(reason)) => Err(BenchError::Responder {
                     layer: layer.into(),
@@ -663,6 +731,17 @@ async fn start_peer(
     listen: Option<IpAddr>,
     homes: Option<&std::path::Path>,
 ) -> Result<Hold, BenchError> {
+    start_peer_with(key_bits, layer, listen, homes, |c| c).await
+}
+
+/// [`start_peer`], its configuration finished by `more`.
+async fn start_peer_with(
+    key_bits: usize,
+    layer: Layer,
+    listen: Option<IpAddr>,
+    homes: Option<&std::path::Path>,
+    more: impl FnOnce(PeerConfig) -> PeerConfig,
+) -> Result<Hold, BenchError> {
     let home = match homes {
         Some(dir) => tempfile::tempdir_in(dir),
         None => tempfile::tempdir(),
@@ -677,8 +756,33 @@ async fn start_peer(
     if let Some(ip) = listen {
         cfg = cfg.listen(SocketAddr::new(ip, 0));
     }
-    let peer = Peer::start(cfg.key_bits(key_bits)).await?;
+    let peer = Peer::start(more(cfg).key_bits(key_bits)).await?;
     Ok(Hold { peer, _home: home })
+}
+
+/// A peer of the `relayed-pipe` lane: it leases the relay at `relay` and
+/// does not listen (so nobody reaches it but through the relay).
+async fn start_relayed_peer(
+    key_bits: usize,
+    relay: SocketAddr,
+    homes: Option<&std::path::Path>,
+) -> Result<Hold, BenchError> {
+    let layer = Layer::RelayedPipe;
+    let h = start_peer_with(key_bits, layer, None, homes, |c| {
+        c.relay(RelayConfig::client(vec![relay]))
+    })
+    .await?;
+    let leased = match h.peer.relay() {
+        Some(r) => r.wait_leased(SETUP_WAIT).await,
+        None => None,
+    };
+    if leased.is_none() {
+        return Err(BenchError::Responder {
+            layer: layer.name().into(),
+            reason: format!("no lease from the relay at {relay} within {SETUP_WAIT:?}"),
+        });
+    }
+    Ok(h)
 }
 
 fn adv(id: PipeId, ty: PipeType) -> PipeAdvertisement {
@@ -1007,6 +1111,7 @@ pub async fn run_responder(
             on_ready(&Ready {
                 addrs: vec![sock.local_addr().expect("bound")],
                 pipes: vec![],
+                peer: None,
             });
             let mut buf = vec![0u8; MAX_UDP_PAYLOAD + 1];
             loop {
@@ -1029,6 +1134,7 @@ pub async fn run_responder(
             on_ready(&Ready {
                 addrs: vec![l.local_addr().expect("bound")],
                 pipes: vec![],
+                peer: None,
             });
             loop {
                 let (mut s, _) = l.accept().await.map_err(|source| BenchError::Io {
@@ -1047,6 +1153,7 @@ pub async fn run_responder(
             on_ready(&Ready {
                 addrs: vec![h.peer.local_addr().expect("listening")],
                 pipes: vec![],
+                peer: None,
             });
             let mut back: HashMap<PeerId, (Messenger, SeqCounter)> = HashMap::new();
             while let Some(d) = pings.recv().await {
@@ -1083,6 +1190,36 @@ pub async fn run_responder(
             on_ready(&Ready {
                 addrs: vec![h.peer.local_addr().expect("listening")],
                 pipes: vec![ping.id, ack.id],
+                peer: None,
+            });
+            serve_pipe(&h.peer, input, ack).await;
+            Ok(())
+        }
+        Layer::RelayedPipe => {
+            // The relay the spec names, or one of this process (a thread
+            // responder's, for tests).
+            let (relay, _own) = match spec.relay {
+                Some(a) => (a, None),
+                None => {
+                    let r = start_peer_with(
+                        key_bits,
+                        layer,
+                        Some(spec.bind),
+                        spec.homes.as_deref(),
+                        |c| c.relay(RelayConfig::server()),
+                    )
+                    .await?;
+                    (r.peer.local_addr().expect("listening"), Some(r))
+                }
+            };
+            let h = start_relayed_peer(key_bits, relay, spec.homes.as_deref()).await?;
+            let ping = adv(crate::util::random_pipe_id(), PipeType::Unicast);
+            let ack = adv(crate::util::random_pipe_id(), PipeType::Unicast);
+            let input = h.peer.pipes().create_input_pipe(&ping)?;
+            on_ready(&Ready {
+                addrs: vec![relay],
+                pipes: vec![ping.id, ack.id],
+                peer: Some(h.peer.peer_id()),
             });
             serve_pipe(&h.peer, input, ack).await;
             Ok(())
@@ -1094,6 +1231,7 @@ pub async fn run_responder(
             on_ready(&Ready {
                 addrs: vec![h.peer.local_addr().expect("listening")],
                 pipes: vec![a.id],
+                peer: None,
             });
             loop {
                 let mut p = l.accept().await?;
@@ -1125,6 +1263,7 @@ pub async fn run_responder(
             on_ready(&Ready {
                 addrs: vec![h.peer.local_addr().expect("listening")],
                 pipes: vec![a.id],
+                peer: None,
             });
             loop {
                 let s = server.accept().await?;
@@ -1153,6 +1292,7 @@ pub async fn run_responder(
             on_ready(&Ready {
                 addrs,
                 pipes: vec![ping.id, ack.id],
+                peer: None,
             });
             while tasks.join_next().await.is_some() {}
             Ok(())
@@ -1321,7 +1461,12 @@ impl Client {
                 _hold: None,
             });
         }
-        let h = start_peer(key_bits, layer, None, None).await?;
+        let h = if layer == Layer::RelayedPipe {
+            // `addr` is the relay's: the responder does not listen.
+            start_relayed_peer(key_bits, addr, None).await?
+        } else {
+            start_peer(key_bits, layer, None, None).await?
+        };
         let link = |m: Messenger| async move {
             if layer.compact() && !m.wait_compact(Duration::from_secs(10)).await {
                 return Err(BenchError::Responder {
@@ -1384,6 +1529,26 @@ impl Client {
                         reason: "the output pipe is in compact framing, not JXTA framing".into(),
                     });
                 }
+                Kind::Pipe { out, acks }
+            }
+            Layer::RelayedPipe => {
+                let to = ready.peer.ok_or_else(|| BenchError::Responder {
+                    layer: layer.name().into(),
+                    reason: "READY line names no peer ID".into(),
+                })?;
+                let acks = h
+                    .peer
+                    .pipes()
+                    .create_input_pipe(&adv(ready.pipe(1, layer)?, PipeType::Unicast))?;
+                let out = h
+                    .peer
+                    .pipes()
+                    .create_output_pipe(
+                        &adv(ready.pipe(0, layer)?, PipeType::Unicast),
+                        &[to],
+                        SETUP_WAIT,
+                    )
+                    .await?;
                 Kind::Pipe { out, acks }
             }
             Layer::BidiPipe => {
@@ -1832,8 +1997,23 @@ mod tests {
                 "127.0.0.1:2".parse().unwrap(),
             ],
             pipes: vec![crate::util::random_pipe_id(), crate::util::random_pipe_id()],
+            peer: None,
         };
         assert_eq!(Ready::parse(&r.to_line()).unwrap(), r);
+        let me: PeerId = juxta_proto::id::JxtaId::from_parts(
+            juxta_proto::id::IdFormat::Cbid,
+            [0x59; 16],
+            [7; 16],
+            juxta_proto::id::IdType::Peer,
+        )
+        .try_into()
+        .unwrap();
+        let relayed = Ready {
+            peer: Some(me),
+            ..r.clone()
+        };
+        assert_eq!(Ready::parse(&relayed.to_line()).unwrap(), relayed);
+        assert!(Ready::parse("READY 127.0.0.1:9 peer=nonsense").is_none());
         let plain = Ready::parse("READY 127.0.0.1:9\n").unwrap();
         assert_eq!(plain.addrs.len(), 1);
         assert!(plain.pipes.is_empty());

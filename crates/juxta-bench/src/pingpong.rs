@@ -23,7 +23,7 @@ pub use crate::util::{pin_current, Pin};
 use crate::BenchError;
 
 /// Layers the ping-pong measures.
-pub const LAYERS: [Layer; 21] = Layer::ALL;
+pub const LAYERS: [Layer; 22] = Layer::ALL;
 
 /// Options of a ping-pong run.
 #[derive(Debug, Clone, Serialize)]

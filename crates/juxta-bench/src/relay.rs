@@ -1327,6 +1327,21 @@ impl RelayProcess {
         rendezvous: bool,
         net: &crate::net::Net,
     ) -> Result<RelayProcess, BenchError> {
+        RelayProcess::start_pinned(exe, key_bits, http, peer, rendezvous, net, None).await
+    }
+
+    /// [`RelayProcess::start_in`], pinned to CPU `core` when given
+    /// (`relay-serve --core`: the `relayed-pipe` lane of `juxta bench
+    /// pingpong` places its relay as it places its responders).
+    pub async fn start_pinned(
+        exe: &Path,
+        key_bits: usize,
+        http: bool,
+        peer: Option<SocketAddr>,
+        rendezvous: bool,
+        net: &crate::net::Net,
+        core: Option<usize>,
+    ) -> Result<RelayProcess, BenchError> {
         let home = tempfile::tempdir().map_err(io("creating a relay home"))?;
         let bind = SocketAddr::new(net.responder_ip, 0).to_string();
         let mut cmd = Command::new(exe);
@@ -1348,6 +1363,9 @@ impl RelayProcess {
         }
         if rendezvous {
             cmd.arg("--rendezvous");
+        }
+        if let Some(c) = core {
+            cmd.arg("--core").arg(c.to_string());
         }
         // The relay ends with this process however it ends: it exits when
         // its stdin, whose write end is kept in `RelayProcess`, closes.

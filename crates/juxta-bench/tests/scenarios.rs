@@ -75,6 +75,40 @@ async fn pingpong_new_layers() {
     assert_eq!(prop, vec![1, 3]);
 }
 
+/// The relayed pipe lane: the client and the responder lease one relay
+/// and neither listens, so every ping and ack passes the relay, each
+/// carrying a router header the direct pipe does not.
+#[tokio::test]
+async fn relayed_pipe_lane_goes_through_its_relay() {
+    let opts = PingPongOptions {
+        layers: vec![Layer::UnicastPipe, Layer::RelayedPipe],
+        sizes: vec![1, 5000],
+        pin: Pin::None,
+        warmup: 5,
+        runs: 2,
+        pairs: 5,
+        ..PingPongOptions::default()
+    };
+    let rows = pingpong::run(&Host::Thread, &opts, quiet).await.unwrap();
+    assert_eq!(rows.len(), 3 * 2, "{rows:?}");
+    for size in [1, 5000] {
+        let get = |layer: &str| {
+            rows.iter()
+                .find(|r| r.layer == layer && r.size == size)
+                .unwrap_or_else(|| panic!("no {layer} row for {size}: {rows:?}"))
+        };
+        let (direct, relayed) = (get("unicast-pipe"), get("relayed-pipe"));
+        assert_eq!(relayed.implementation, "juxta");
+        assert_eq!(relayed.samples, 2 * 5, "{relayed:?}");
+        assert!(relayed.rtt_us_median > 0.0, "{relayed:?}");
+        // Counted at the client's connection, which goes to the relay: the
+        // payload plus a router header on every ping, which the direct
+        // pipe does not carry.
+        assert!(relayed.wire_bytes as usize > size, "{relayed:?}");
+        assert!(relayed.wire_bytes > direct.wire_bytes, "{rows:?}");
+    }
+}
+
 /// The socket lane whose responder reads with `read_chunk`: pings larger
 /// than one stream message (1 MiB) and of odd sizes are read exactly, so
 /// every ping gets its one ack and the rows come out like `socket`'s.

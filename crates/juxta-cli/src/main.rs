@@ -163,6 +163,9 @@ enum Cmd {
         /// pipe's other end: the responder ends with it).
         #[arg(long)]
         exit_with_parent: bool,
+        /// relayed-pipe: the relay to lease (default: one in this process).
+        #[arg(long)]
+        relay: Option<std::net::SocketAddr>,
     },
 }
 
@@ -935,6 +938,10 @@ struct RelayServeArgs {
     /// other end: the relay ends with it).
     #[arg(long)]
     exit_with_parent: bool,
+    /// Run on this CPU core only (the bench pins its relay as it pins its
+    /// responders).
+    #[arg(long)]
+    core: Option<usize>,
 }
 
 #[derive(clap::Args, Clone)]
@@ -1081,6 +1088,7 @@ fn main() -> ExitCode {
             netns,
             homes,
             exit_with_parent,
+            relay,
         } => {
             if exit_with_parent {
                 exit_when_stdin_closes();
@@ -1098,6 +1106,7 @@ fn main() -> ExitCode {
                     spec.netns = netns;
                     spec.socket_window = socket_window;
                     spec.homes = homes;
+                    spec.relay = relay;
                     // On a task of its own, as the client's pairs run.
                     let serve = async move {
                         layers::run_responder(&spec, |ready| {
@@ -2409,6 +2418,7 @@ fn run_relay_serve_in_ns(a: RelayServeArgs) -> Result<(), CliError> {
     if a.exit_with_parent {
         exit_when_stdin_closes();
     }
+    pin_current(a.core);
     if let Some(ns) = &a.netns {
         // Before the runtime: its threads inherit the namespace.
         juxta_bench::net::enter_for_good(ns).map_err(juxta_bench::BenchError::from)?;
