@@ -323,6 +323,9 @@ fn default_layers(s: Scenario) -> Vec<Layer> {
             Layer::Socket,
             Layer::SocketChunk,
             Layer::Propagate,
+            // What one relay adds to a pipe (its own process, as the
+            // responder is).
+            Layer::RelayedPipe,
         ],
         Scenario::Throughput => vec![
             Layer::Endpoint,

@@ -2,12 +2,12 @@
 //! a service address, and messengers that send to a connected peer.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use juxta_proto::endpoint::{self, mangle, Delivery, ServiceAddress};
 use juxta_proto::id::PeerId;
-use juxta_proto::message::Message;
+use juxta_proto::message::{Element, Message};
 use juxta_proto::wire::connection::{ConnectionError, Framed};
 use tokio::sync::mpsc;
 
@@ -82,6 +82,19 @@ impl Drop for Listener {
 struct Via {
     dest: PeerId,
     forward: Vec<PeerId>,
+    /// The router header element of the last send: a routed messenger
+    /// (an output pipe's, say) sends to the same service and param over
+    /// and over, and the header depends only on those, the route and the
+    /// first hop's framing.
+    header: Mutex<Option<RoutedHeader>>,
+}
+
+/// A router header element as [`Messenger::wrap_via`] last built it.
+struct RoutedHeader {
+    service: String,
+    param: Option<String>,
+    compact: bool,
+    element: Element,
 }
 
 /// Smallest payload [`Messenger::try_send_borrowed`] writes from the
@@ -117,7 +130,11 @@ impl Messenger {
         Messenger {
             conn: first,
             inner,
-            via: Some(Arc::new(Via { dest, forward })),
+            via: Some(Arc::new(Via {
+                dest,
+                forward,
+                header: Mutex::new(None),
+            })),
         }
     }
 
@@ -205,7 +222,7 @@ impl Messenger {
         msg: &mut Message,
     ) -> Arc<ServiceAddress> {
         match &self.via {
-            Some(v) => Arc::new(self.wrap_via(v, service, param, msg)),
+            Some(v) => self.wrap_via(v, service, param, msg),
             // The connection keeps the wire forms it used last: no
             // formatting or allocation per message.
             None => {
@@ -270,36 +287,62 @@ impl Messenger {
         service: &str,
         param: Option<&str>,
         msg: &mut Message,
-    ) -> ServiceAddress {
+    ) -> Arc<ServiceAddress> {
         use juxta_proto::endpoint::compact_router::{
             CompactRouterHeader, ELEM_COMPACT_ERM, NS_JUXTA,
         };
         use juxta_proto::endpoint::router::{ELEM_ERM, ELEM_ERM_FINGERPRINT};
-        use juxta_proto::message::{Element, NS_JXTA};
-        let me = self.inner.identity.peer_id();
-        let compact = self
-            .conn
-            .compact_tx
-            .load(Ordering::Acquire)
-            .then(|| CompactRouterHeader::originate(me, &v.dest, service, param, &v.forward))
-            .filter(CompactRouterHeader::is_valid);
-        if let Some(h) = compact {
-            // The first hop is a Juxta peer on compact framing: the
-            // binary header (it rewrites it for the next hop as that
-            // hop's connection allows).
-            msg.push(Element::bytes(NS_JUXTA, ELEM_COMPACT_ERM, h.encode()));
-        } else {
-            let h = endpoint::forward::originate(me, &v.dest, service, param, &v.forward);
-            msg.push(Element::xml(NS_JXTA, ELEM_ERM, h.to_xml()));
-        }
+        use juxta_proto::message::NS_JXTA;
+        let compact_link = self.conn.compact_tx.load(Ordering::Acquire);
+        let header = {
+            let mut last = v.header.lock().expect("via lock");
+            match &*last {
+                Some(h)
+                    if h.compact == compact_link
+                        && h.service == service
+                        && h.param.as_deref() == param =>
+                {
+                    h.element.clone()
+                }
+                _ => {
+                    let me = self.inner.identity.peer_id();
+                    let compact = compact_link
+                        .then(|| {
+                            CompactRouterHeader::originate(me, &v.dest, service, param, &v.forward)
+                        })
+                        .filter(CompactRouterHeader::is_valid);
+                    let element = match compact {
+                        // The first hop is a Juxta peer on compact framing:
+                        // the binary header (it rewrites it for the next hop
+                        // as that hop's connection allows).
+                        Some(h) => Element::bytes(NS_JUXTA, ELEM_COMPACT_ERM, h.encode()),
+                        None => {
+                            let h = endpoint::forward::originate(
+                                me, &v.dest, service, param, &v.forward,
+                            );
+                            Element::xml(NS_JXTA, ELEM_ERM, h.to_xml())
+                        }
+                    };
+                    *last = Some(RoutedHeader {
+                        service: service.to_owned(),
+                        param: param.map(str::to_owned),
+                        compact: compact_link,
+                        element: element.clone(),
+                    });
+                    element
+                }
+            }
+        };
+        msg.push(header);
         msg.push(Element::bytes(
             NS_JXTA,
             ELEM_ERM_FINGERPRINT,
             self.inner.router.fingerprint(&self.inner),
         ));
-        mangle(
+        self.conn.addresses.wire(
             &self.inner.cfg.connection.group_unique,
-            &ServiceAddress::new(endpoint::ROUTER_SERVICE, None),
+            endpoint::ROUTER_SERVICE,
+            None,
         )
     }
 
@@ -362,7 +405,7 @@ impl Messenger {
         let to = match &self.via {
             Some(v) => {
                 let m = mangle(group, &real);
-                Arc::new(self.wrap_via(v, &m.service, m.param.as_deref(), &mut msg))
+                self.wrap_via(v, &m.service, m.param.as_deref(), &mut msg)
             }
             None if self.conn.compact_tx.load(Ordering::Acquire) => {
                 self.conn.addresses.wire(group, service, param)

@@ -40,6 +40,7 @@ pub fn layer_color(layer: &str) -> RGBColor {
         "socket-chunk" => PALETTE[6],
         "secure-socket" => PALETTE[8],
         "propagate" => PALETTE[5],
+        "relayed-pipe" => PALETTE[7],
         other => PALETTE[6 + other.len() % 3],
     }
 }

@@ -83,7 +83,7 @@ pub fn scenario_rows<'a>(all: &[Row<'a>], scenario: &str) -> Vec<Row<'a>> {
 
 /// Rank of a layer in the conventional order (unknown layers last).
 pub fn layer_rank(layer: &str) -> usize {
-    const ORDER: [&str; 15] = [
+    const ORDER: [&str; 16] = [
         "tcp",
         "endpoint",
         "endpoint-compat",
@@ -99,6 +99,7 @@ pub fn layer_rank(layer: &str) -> usize {
         "socket-compat-nocbjx",
         "secure-socket",
         "propagate",
+        "relayed-pipe",
     ];
     ORDER
         .iter()

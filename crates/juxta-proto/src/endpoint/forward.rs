@@ -152,11 +152,24 @@ pub struct Inspected {
 /// Verifies router fingerprints, remembering (bounded) the ones it checked
 /// so that a stream of relayed messages costs one RSA verification per
 /// origin.
+///
+/// A stream of routed messages carries the same few fingerprints (about
+/// 850 bytes each with a 1024-bit key) over and over, so the last
+/// [`RECENT_FINGERPRINTS`] it proved are compared byte for byte first
+/// (a mismatch ends at the first differing byte), before the table,
+/// whose lookup hashes the whole element.
 #[derive(Debug, Default)]
 pub struct FingerprintVerifier {
     verified: HashMap<Bytes, PeerId>,
     capacity: usize,
+    /// The last fingerprints proved (or found in `verified`), newest at
+    /// `next - 1`.
+    recent: [Option<(Bytes, PeerId)>; RECENT_FINGERPRINTS],
+    next: usize,
 }
+
+/// How many fingerprints [`FingerprintVerifier`] compares before its table.
+pub const RECENT_FINGERPRINTS: usize = 4;
 
 impl FingerprintVerifier {
     /// A verifier remembering up to `capacity` fingerprints.
@@ -164,14 +177,31 @@ impl FingerprintVerifier {
         FingerprintVerifier {
             verified: HashMap::new(),
             capacity: capacity.max(1),
+            recent: Default::default(),
+            next: 0,
         }
+    }
+
+    fn remember_recent(&mut self, fp: &Bytes, peer: PeerId) {
+        self.recent[self.next % RECENT_FINGERPRINTS] = Some((fp.clone(), peer));
+        self.next = (self.next + 1) % RECENT_FINGERPRINTS;
     }
 
     /// The peer a fingerprint element proves (its payload names it and its
     /// certificate derives it, signature valid).
     pub fn verify(&mut self, fp: &Bytes) -> Result<PeerId, ForwardError> {
-        if let Some(p) = self.verified.get(fp) {
-            return Ok(*p);
+        if let Some(p) = self
+            .recent
+            .iter()
+            .flatten()
+            .find(|(known, _)| known.len() == fp.len() && known[..] == fp[..])
+            .map(|(_, p)| *p)
+        {
+            return Ok(p);
+        }
+        if let Some(p) = self.verified.get(fp).copied() {
+            self.remember_recent(fp, p);
+            return Ok(p);
         }
         if fp.len() > MAX_FINGERPRINT_LEN {
             return Err(ForwardError::BadFingerprint("too large"));
@@ -204,6 +234,7 @@ impl FingerprintVerifier {
             self.verified.clear();
         }
         self.verified.insert(fp.clone(), claimed);
+        self.remember_recent(fp, claimed);
         Ok(claimed)
     }
 }
@@ -583,6 +614,34 @@ mod tests {
         assert!(v
             .verify(&Bytes::from(vec![0u8; MAX_FINGERPRINT_LEN + 1]))
             .is_err());
+    }
+
+    #[test]
+    fn remembered_fingerprints_match_only_byte_for_byte() {
+        let (a, b) = (ids()[0].peer_id(), ids()[1].peer_id());
+        let (fa, fb) = (fingerprint_for(&ids()[0]), fingerprint_for(&ids()[1]));
+        let mut v = FingerprintVerifier::new(4);
+        // Alternating origins, each element a fresh copy (as a decoder
+        // hands them out), past the ring of recent ones several times.
+        for _ in 0..3 * RECENT_FINGERPRINTS {
+            assert_eq!(v.verify(&Bytes::from(fa.to_vec())).unwrap(), *a);
+            assert_eq!(v.verify(&Bytes::from(fb.to_vec())).unwrap(), *b);
+        }
+        // One flipped byte anywhere, or one byte fewer, is not a match: it
+        // goes to the full check and fails there.
+        for i in [0, fa.len() / 2, fa.len() - 1] {
+            let mut bad = fa.to_vec();
+            bad[i] ^= 0x40;
+            assert!(v.verify(&Bytes::from(bad)).is_err(), "byte {i}");
+        }
+        assert!(v.verify(&fa.slice(..fa.len() - 1)).is_err());
+        // A full table is emptied; the ring still answers, and only for
+        // what was proved.
+        let mut small = FingerprintVerifier::new(1);
+        assert_eq!(small.verify(&fa).unwrap(), *a);
+        assert_eq!(small.verify(&fb).unwrap(), *b);
+        assert_eq!(small.verify(&fa).unwrap(), *a);
+        assert_eq!(small.verified.len(), 1);
     }
 
     #[test]

@@ -337,8 +337,13 @@ pub(crate) struct Router {
     pub(crate) resolver: Mutex<RouteResolver>,
     pub(crate) verifier: Mutex<FingerprintVerifier>,
     fingerprint: OnceLock<Bytes>,
+    /// The group-mangled wire address of the endpoint router (what every
+    /// forwarded message is sent to), built once.
+    wire_address: OnceLock<Arc<juxta_proto::endpoint::ServiceAddress>>,
     /// Notified whenever a route is learned.
     pub(crate) learned: Notify,
+    /// The routes back looked at last (`route::learn_back`).
+    pub(crate) learned_recently: Mutex<route::LearnedRecently>,
     pub(crate) max_hops: usize,
     pub(crate) server: Option<Arc<ServerRuntime>>,
     /// The relay this edge leases (edge role).
@@ -384,7 +389,9 @@ impl Router {
             resolver: Mutex::new(RouteResolver::new(RouteResolverConfig::default())),
             verifier: Mutex::new(FingerprintVerifier::new(1024)),
             fingerprint: OnceLock::new(),
+            wire_address: OnceLock::new(),
             learned: Notify::new(),
+            learned_recently: Mutex::new(route::LearnedRecently::default()),
             max_hops: DEFAULT_MAX_FORWARD_HOPS,
             server,
             leased: watch::channel(None).0,
@@ -410,6 +417,22 @@ impl Router {
     /// Milliseconds since the router started (its clock).
     pub(crate) fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// The endpoint router's wire address in this peer's group (mangled
+    /// once).
+    pub(crate) fn wire_address(&self, inner: &Inner) -> Arc<juxta_proto::endpoint::ServiceAddress> {
+        self.wire_address
+            .get_or_init(|| {
+                Arc::new(juxta_proto::endpoint::mangle(
+                    inner.group_unique(),
+                    &juxta_proto::endpoint::ServiceAddress::new(
+                        juxta_proto::endpoint::ROUTER_SERVICE,
+                        None,
+                    ),
+                ))
+            })
+            .clone()
     }
 
     /// This peer's router fingerprint element (signed once).
@@ -733,10 +756,7 @@ pub(crate) fn after_enqueue(inner: &Arc<Inner>, s: &ServerRuntime, edge: &PeerId
 /// Sends `edge`'s queued messages while its connection takes them without
 /// waiting; `true` once the queue is empty. The caller holds the drain lock.
 fn send_ready(inner: &Arc<Inner>, s: &ServerRuntime, edge: &PeerId, slot: &EdgeSlot) -> bool {
-    let to = juxta_proto::endpoint::mangle(
-        inner.group_unique(),
-        &juxta_proto::endpoint::ServiceAddress::new(juxta_proto::endpoint::ROUTER_SERVICE, None),
-    );
+    let to = inner.router.wire_address(inner);
     let msgr = crate::Messenger::new(slot.conn.clone(), inner.clone());
     loop {
         let now = inner.router.now_ms();

@@ -14,7 +14,7 @@ use juxta_proto::endpoint::route_query::{
     NO_ROUTE_HANDLER, ROUTER_HANDLER,
 };
 use juxta_proto::endpoint::signed_route::SignedRoute;
-use juxta_proto::endpoint::{demangle, mangle, Delivery, ServiceAddress, ROUTER_SERVICE};
+use juxta_proto::endpoint::{demangle, Delivery, ServiceAddress, ROUTER_SERVICE};
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
 use juxta_proto::relay::{Refusal, RelayResponse, RELAY_SERVICE};
@@ -145,6 +145,30 @@ pub(crate) fn carries_our_traffic(inner: &Inner, peer: &PeerId) -> bool {
 /// fingerprint that "verifies" the origin is a bearer token anyone who saw
 /// it can replay, so a reverse hop proves nothing about the path.
 fn learn_back(inner: &Inner, local: &PeerId, link: &PeerId, m: &Inspected) {
+    // From the link's own peer: the link is the route (no route back).
+    if m.src == *link {
+        return;
+    }
+    // A stream of routed messages from one origin carries one route back,
+    // message after message: it is looked at again only once it was last
+    // seen [`LEARN_AGAIN_MS`] ago (a route removed meanwhile comes back
+    // from the stream's next message after that).
+    let now = inner.router.now_ms();
+    let reverse = match &m.header {
+        forward::Header::Compact(h) => Some(&h.reverse[..]),
+        forward::Header::Xml(_) => None,
+    };
+    if let Some(reverse) = reverse {
+        if !inner
+            .router
+            .learned_recently
+            .lock()
+            .expect("route lock")
+            .fresh(link, &m.src, reverse, now)
+        {
+            return;
+        }
+    }
     if inner.connection(&m.src).is_some() {
         return;
     }
@@ -152,11 +176,57 @@ fn learn_back(inner: &Inner, local: &PeerId, link: &PeerId, m: &Inspected) {
         return;
     }
     if let Some(hops) = forward::route_back(local, link, m) {
-        let now = inner.router.now_ms();
         let mut c = inner.router.cache.lock().expect("route lock");
         if c.get(&m.src, now) != Some(&hops[..]) && c.insert(m.src, hops, now).is_ok() {
             drop(c);
             inner.router.learned.notify_waiters();
+        }
+    }
+}
+
+/// How long a route back, once looked at, is not looked at again for the
+/// same link, origin and reverse hops.
+pub(crate) const LEARN_AGAIN_MS: u64 = 1_000;
+
+/// The routes back [`learn_back`] looked at last: (link, origin, reverse
+/// hops, when), a few, oldest replaced first.
+#[derive(Default)]
+pub(crate) struct LearnedRecently {
+    slots: [Option<LookedAt>; 8],
+    next: usize,
+}
+
+/// (link, origin, reverse hops, when).
+type LookedAt = (PeerId, PeerId, Vec<PeerId>, u64);
+
+impl LearnedRecently {
+    /// Whether the route back from `src` over `link` through `reverse` is
+    /// worth looking at `now`: not looked at within [`LEARN_AGAIN_MS`]
+    /// (and remembered as looked at now if so).
+    pub(crate) fn fresh(
+        &mut self,
+        link: &PeerId,
+        src: &PeerId,
+        reverse: &[PeerId],
+        now: u64,
+    ) -> bool {
+        let seen = self
+            .slots
+            .iter_mut()
+            .flatten()
+            .find(|(l, s, r, _)| s == src && l == link && r.as_slice() == reverse);
+        match seen {
+            Some((_, _, _, at)) if now.saturating_sub(*at) < LEARN_AGAIN_MS => false,
+            Some((_, _, _, at)) => {
+                *at = now;
+                true
+            }
+            None => {
+                let i = self.next % self.slots.len();
+                self.slots[i] = Some((*link, *src, reverse.to_vec(), now));
+                self.next = (i + 1) % self.slots.len();
+                true
+            }
         }
     }
 }
@@ -182,17 +252,24 @@ async fn forward_message(
     }
     let local = *inner.identity.peer_id();
     let now = inner.router.now_ms();
-    let cached = inner
-        .router
-        .cache
-        .lock()
-        .expect("route lock")
-        .lookup(&m.dest, now)
-        .map(<[PeerId]>::to_vec);
+    // A destination with a connection here needs no route: the route
+    // cache is asked only for one without.
+    let dest_connected = inner.connection(&m.dest).is_some();
+    let cached = if dest_connected {
+        None
+    } else {
+        inner
+            .router
+            .cache
+            .lock()
+            .expect("route lock")
+            .lookup(&m.dest, now)
+            .map(<[PeerId]>::to_vec)
+    };
     let nh = match forward::next_hop(
         &local,
         &m,
-        |p| inner.connection(p).is_some(),
+        |p| (dest_connected && *p == m.dest) || inner.connection(p).is_some(),
         cached.as_deref(),
     ) {
         Ok(nh) => nh,
@@ -205,10 +282,7 @@ async fn forward_message(
         Err(e) => return Err(e),
     };
     let h = forward::forwarded_header(&local, &m.header, &nh.forward);
-    let to = mangle(
-        inner.group_unique(),
-        &ServiceAddress::new(ROUTER_SERVICE, None),
-    );
+    let to = inner.router.wire_address(inner);
     let leased = nh.hop == m.dest
         && server
             .state
@@ -805,5 +879,38 @@ pub(crate) async fn messenger_to(
     match inner.messenger(peer) {
         Some(m) => Ok(m),
         None => find_route(inner, peer, timeout).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(n: u8) -> PeerId {
+        PeerId::from_public_key_spki(&[n])
+    }
+
+    #[test]
+    fn a_route_back_is_looked_at_again_only_after_a_while_or_when_it_changes() {
+        let mut r = LearnedRecently::default();
+        let (link, a, b) = (p(1), p(2), p(3));
+        assert!(r.fresh(&link, &a, &[link], 0));
+        assert!(!r.fresh(&link, &a, &[link], 1));
+        assert!(!r.fresh(&link, &a, &[link], LEARN_AGAIN_MS - 1));
+        assert!(r.fresh(&link, &a, &[link], LEARN_AGAIN_MS));
+        assert!(!r.fresh(&link, &a, &[link], LEARN_AGAIN_MS + 1));
+        // Another origin, another link, other hops: each its own.
+        assert!(r.fresh(&link, &b, &[link], 2));
+        assert!(r.fresh(&b, &a, &[b], 2));
+        assert!(r.fresh(&link, &a, &[link, b], 2));
+        assert!(r.fresh(&link, &a, &[], 2));
+        // A clock that goes back never makes one stale.
+        assert!(!r.fresh(&link, &a, &[link], 0));
+        // Bounded: past eight routes the oldest is forgotten, then new.
+        for n in 10..20 {
+            assert!(r.fresh(&link, &p(n), &[link], 3));
+        }
+        assert!(r.fresh(&link, &a, &[link], 4));
+        assert_eq!(r.slots.iter().flatten().count(), 8);
     }
 }
