@@ -324,8 +324,10 @@ enum BenchCmd {
 struct PingPongArgs {
     /// Layers (tcp is always measured): tcp, endpoint, endpoint-compat,
     /// endpoint-compat-nocbjx, unicast-pipe, pipe-compat, pipe-compat-nocbjx,
-    /// secure-pipe, bidi-pipe, socket, socket-compat, socket-compat-nocbjx,
-    /// secure-socket, propagate.
+    /// secure-pipe, bidi-pipe, socket, socket-chunk, socket-compat,
+    /// socket-compat-nocbjx, secure-socket, propagate, relayed-pipe (a
+    /// unicast pipe through one relay-serve process; compare it with
+    /// unicast-pipe in the same run).
     #[arg(long, default_value = "tcp,endpoint,endpoint-compat")]
     layers: String,
     /// Payload sizes in bytes (suffixes K and M allowed).
