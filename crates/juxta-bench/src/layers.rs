@@ -1501,13 +1501,24 @@ impl Client {
             Layer::UnicastPipe
             | Layer::SecurePipe
             | Layer::PipeCompat
-            | Layer::PipeCompatNoCbjx => {
+            | Layer::PipeCompatNoCbjx
+            | Layer::RelayedPipe => {
                 let ty = if layer == Layer::SecurePipe {
                     PipeType::UnicastSecure
                 } else {
                     PipeType::Unicast
                 };
-                let m = link(h.peer.connect(addr).await?).await?;
+                // The relayed responder is reached by its ID through the
+                // relay both lease (it does not listen); the others by a
+                // connection to their address.
+                let to = if layer == Layer::RelayedPipe {
+                    ready.peer.ok_or_else(|| BenchError::Responder {
+                        layer: layer.name().into(),
+                        reason: "READY line names no peer ID".into(),
+                    })?
+                } else {
+                    link(h.peer.connect(addr).await?).await?.remote()
+                };
                 let acks = h
                     .peer
                     .pipes()
@@ -1515,7 +1526,7 @@ impl Client {
                 let out = h
                     .peer
                     .pipes()
-                    .create_output_pipe(&adv(ready.pipe(0, layer)?, ty), &[m.remote()], SETUP_WAIT)
+                    .create_output_pipe(&adv(ready.pipe(0, layer)?, ty), &[to], SETUP_WAIT)
                     .await?;
                 if layer == Layer::UnicastPipe && !out.is_compact() {
                     return Err(BenchError::Responder {
@@ -1529,26 +1540,6 @@ impl Client {
                         reason: "the output pipe is in compact framing, not JXTA framing".into(),
                     });
                 }
-                Kind::Pipe { out, acks }
-            }
-            Layer::RelayedPipe => {
-                let to = ready.peer.ok_or_else(|| BenchError::Responder {
-                    layer: layer.name().into(),
-                    reason: "READY line names no peer ID".into(),
-                })?;
-                let acks = h
-                    .peer
-                    .pipes()
-                    .create_input_pipe(&adv(ready.pipe(1, layer)?, PipeType::Unicast))?;
-                let out = h
-                    .peer
-                    .pipes()
-                    .create_output_pipe(
-                        &adv(ready.pipe(0, layer)?, PipeType::Unicast),
-                        &[to],
-                        SETUP_WAIT,
-                    )
-                    .await?;
                 Kind::Pipe { out, acks }
             }
             Layer::BidiPipe => {
