@@ -537,7 +537,7 @@ pub async fn spawn_responder(
                     ..crate::net::Net::loopback()
                 };
                 Some(Box::new(
-                    crate::relay::RelayProcess::start_pinned(
+                    crate::relay::RelayProcess::start_in(
                         exe,
                         spec.key_bits,
                         false,

@@ -451,8 +451,16 @@ async fn start_relay(
         };
         return Ok((Relay::InProcess(r), addrs));
     }
-    let r =
-        RelayProcess::start_in(&opts.exe, opts.key_bits, http, peer, rendezvous, &opts.net).await?;
+    let r = RelayProcess::start_in(
+        &opts.exe,
+        opts.key_bits,
+        http,
+        peer,
+        rendezvous,
+        &opts.net,
+        None,
+    )
+    .await?;
     let addrs = RelayAddrs {
         tcp: r.addr,
         http: r.http_addr,
@@ -1313,27 +1321,17 @@ impl RelayProcess {
             peer,
             rendezvous,
             &crate::net::Net::loopback(),
+            None,
         )
         .await
     }
 
     /// [`RelayProcess::start_with`] in the responder namespace of `net`,
-    /// listening on its responder address (`relay-serve --netns`).
+    /// listening on its responder address (`relay-serve --netns`), pinned
+    /// to CPU `core` when given (`relay-serve --core`: the `relayed-pipe`
+    /// lane of `juxta bench pingpong` places its relay as it places its
+    /// responders).
     pub async fn start_in(
-        exe: &Path,
-        key_bits: usize,
-        http: bool,
-        peer: Option<SocketAddr>,
-        rendezvous: bool,
-        net: &crate::net::Net,
-    ) -> Result<RelayProcess, BenchError> {
-        RelayProcess::start_pinned(exe, key_bits, http, peer, rendezvous, net, None).await
-    }
-
-    /// [`RelayProcess::start_in`], pinned to CPU `core` when given
-    /// (`relay-serve --core`: the `relayed-pipe` lane of `juxta bench
-    /// pingpong` places its relay as it places its responders).
-    pub async fn start_pinned(
         exe: &Path,
         key_bits: usize,
         http: bool,
@@ -1430,6 +1428,21 @@ impl RelayProcess {
     }
 }
 
+/// A TCP-only relay process in the options' network, unpinned (the
+/// overload run and its curve).
+async fn plain_relay_process(opts: &RelayOptions) -> Result<RelayProcess, BenchError> {
+    RelayProcess::start_in(
+        &opts.exe,
+        opts.key_bits,
+        false,
+        None,
+        false,
+        &opts.net,
+        None,
+    )
+    .await
+}
+
 /// The RSS of process `pid` in MB, from `/proc/<pid>/status`.
 pub fn rss_mb(pid: u32) -> Option<f64> {
     Some(crate::util::proc_usage(pid)?.rss_mb)
@@ -1453,8 +1466,7 @@ async fn overload(
         return overload_with(addr, std::process::id(), opts, o, &homes, progress).await;
     }
     progress("relay overload: starting the relay process");
-    let mut relay =
-        RelayProcess::start_in(&opts.exe, opts.key_bits, false, None, false, &opts.net).await?;
+    let mut relay = plain_relay_process(opts).await?;
     let result = overload_with(relay.addr, relay.pid, opts, o, &homes, progress).await;
     relay.kill().await;
     result
@@ -1690,8 +1702,7 @@ async fn curve(
         return curve_with(addr, std::process::id(), opts, c, &homes, progress).await;
     }
     progress("relay curve: starting the relay process");
-    let mut relay =
-        RelayProcess::start_in(&opts.exe, opts.key_bits, false, None, false, &opts.net).await?;
+    let mut relay = plain_relay_process(opts).await?;
     let result = curve_with(relay.addr, relay.pid, opts, c, &homes, progress).await;
     relay.kill().await;
     result
