@@ -1520,10 +1520,7 @@ async fn overload_with(
         .create_output_pipe(&adv1, &[o1.peer_id()], WAIT)
         .await?;
 
-    let refused0: u64 = senders
-        .iter()
-        .map(|s| s.stats().relay_refused.load(Ordering::Relaxed))
-        .sum();
+    let refused0: u64 = senders.iter().map(|s| s.stats().relay_refused).sum();
     let stop = Arc::new(AtomicBool::new(false));
     let delivered = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -1625,11 +1622,7 @@ async fn overload_with(
     let offered = offered.load(Ordering::Relaxed);
     let delivered = delivered.load(Ordering::Relaxed).min(offered);
     let held_back = held_back.load(Ordering::Relaxed);
-    let refused: u64 = senders
-        .iter()
-        .map(|s| s.stats().relay_refused.load(Ordering::Relaxed))
-        .sum::<u64>()
-        - refused0;
+    let refused: u64 = senders.iter().map(|s| s.stats().relay_refused).sum::<u64>() - refused0;
     let send_errors = send_errors.load(Ordering::Relaxed);
     let unaccounted = offered
         .saturating_sub(delivered)
@@ -1890,10 +1883,7 @@ async fn curve_with(
             "relay curve: offering {rate:.0} messages/s for {:.0} s",
             c.point.as_secs_f64()
         ));
-        let refused0: u64 = senders
-            .iter()
-            .map(|s| s.stats().relay_refused.load(Ordering::Relaxed))
-            .sum();
+        let refused0: u64 = senders.iter().map(|s| s.stats().relay_refused).sum();
         let stop = Arc::new(AtomicBool::new(false));
         let per_sender = rate / outs.len() as f64;
         let Paced {
@@ -1919,7 +1909,7 @@ async fn curve_with(
         let held_back = held_back.load(Ordering::Relaxed);
         let refused = senders
             .iter()
-            .map(|s| s.stats().relay_refused.load(Ordering::Relaxed))
+            .map(|s| s.stats().relay_refused)
             .sum::<u64>()
             .saturating_sub(refused0);
         let send_errors = send_errors.load(Ordering::Relaxed);

@@ -45,6 +45,7 @@
 
 pub mod cache;
 pub mod config;
+mod counters;
 pub mod discovery;
 pub mod endpoint;
 pub mod group;

@@ -139,118 +139,134 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> PeerError {
     move |source| PeerError::Io { what, source }
 }
 
-/// Counters a peer keeps.
-#[derive(Debug, Default)]
-pub struct Stats {
+crate::counters::counters! {
+    /// A snapshot of the counters a peer keeps, taken by [`Peer::stats`].
+    ///
+    /// Each field is the count since the peer started. Take two
+    /// snapshots and subtract to count over an interval.
+    ///
+    /// ```no_run
+    /// # async fn demo(peer: juxta::Peer) {
+    /// let before = peer.stats();
+    /// // ... traffic ...
+    /// let after = peer.stats();
+    /// println!("{} messages in", after.messages_in - before.messages_in);
+    /// # }
+    /// ```
+    pub struct Stats;
+    /// The live counters behind [`Stats`], bumped where things happen.
+    struct Counters;
+    {
     /// Messages received for which no listener exists.
-    pub unroutable: AtomicU64,
+    unroutable,
     /// Messages that could not be delivered (bad router header, ...).
-    pub undeliverable: AtomicU64,
+    undeliverable,
     /// Connections closed because of an error.
-    pub connections_failed: AtomicU64,
+    connections_failed,
     /// Connections refused at the limit.
-    pub connections_refused: AtomicU64,
+    connections_refused,
     /// Messages for a pipe with no input pipe here (dropped).
-    pub unknown_pipe: AtomicU64,
+    unknown_pipe,
     /// Resolver messages that could not be parsed or answered.
-    pub resolver_errors: AtomicU64,
+    resolver_errors,
     /// Multicast datagrams dropped as malformed, unsigned or unverifiable.
-    pub bad_datagrams: AtomicU64,
+    bad_datagrams,
     /// Discovery/peer-info queries and remote publishes dropped by the
     /// per-peer flow control.
-    pub discovery_throttled: AtomicU64,
+    discovery_throttled,
     /// Advertisements received by discovery and not cached (malformed,
     /// oversized, wrongly signed, expired, refused by the cache).
-    pub discovery_rejected: AtomicU64,
+    discovery_rejected,
     /// Discovery responses for no pending query (late), or beyond the
     /// bound of one query.
-    pub discovery_late: AtomicU64,
+    discovery_late,
     /// Resolver messages for a group this peer has not joined (dropped).
-    pub group_refused: AtomicU64,
+    group_refused,
     /// Group messages dropped because they carried no valid member tag
     /// (certificate groups: a non-member or revoked member injecting, a
     /// forged or replayed tag).
-    pub group_unauthenticated: AtomicU64,
+    group_unauthenticated,
     /// Member certificates refused (at join: not signed by the group,
     /// expired, revoked, for another peer ID or group) and revocation
     /// lists refused (not signed by the group key).
-    pub group_cert_refused: AtomicU64,
+    group_cert_refused,
     /// Routed messages this peer forwarded (relay).
-    pub routed_forwarded: AtomicU64,
+    routed_forwarded,
     /// Routed messages refused by a loop rule or the hop limit.
-    pub route_loops: AtomicU64,
+    route_loops,
     /// Routed messages refused because their source was not proven
     /// (no or bad fingerprint on a relayed message).
-    pub route_spoofed: AtomicU64,
+    route_spoofed,
     /// Routed messages refused as malformed (router header missing,
     /// oversized, unparsable, not naming peers).
-    pub route_malformed: AtomicU64,
+    route_malformed,
     /// Routed messages for another peer that this peer could not forward
     /// (no route, or not a relay).
-    pub route_no_route: AtomicU64,
+    route_no_route,
     /// Relay requests refused because their connection had not proven its
     /// peer ID.
-    pub relay_unauthenticated: AtomicU64,
+    relay_unauthenticated,
     /// Relay requests or relayed messages refused otherwise (full, queue
     /// full, quota, not leased, malformed control message); on an edge,
     /// refusals received from its relay.
-    pub relay_refused: AtomicU64,
+    relay_refused,
     /// Connections closed because the peer that answered was not the peer
     /// dialled, or whose messages changed signing certificate.
-    pub identity_refused: AtomicU64,
+    identity_refused,
     /// Signed messages that arrived again on another connection (replays;
     /// they prove no identity).
-    pub replayed_signatures: AtomicU64,
+    replayed_signatures,
     /// Requests refused because they came from a peer that has not proven
     /// its ID (leases, SRDI, peer view, relay, binding answers, ...).
-    pub unproven_refused: AtomicU64,
+    unproven_refused,
     /// Dials another peer's message asked for (answering a query over the
     /// route it carried) not made: too many at once or too often
     /// (see `juxta_proto::resolver::node::MAX_ANSWER_DIALS`).
-    pub dials_throttled: AtomicU64,
+    dials_throttled,
     /// Routes not learned because nothing vouched for them: a route
     /// answer without a valid signed route of its destination naming the
     /// last hop (and not from this peer's own relay), a reverse hop from
     /// another link than this peer's relay, a relay lease carrying an
     /// invalid signed route (see [`crate::PeerConfig::accept_unsigned_routes`]).
-    pub routes_unverified: AtomicU64,
+    routes_unverified,
     /// Secure sessions refused because their peer already holds
     /// `MAX_SESSIONS_PER_PEER` (64) here.
-    pub secure_sessions_refused: AtomicU64,
+    secure_sessions_refused,
     /// Connections closed because the welcome lines, or a compact handshake
     /// the remote started, did not complete within
     /// [`PeerConfig::welcome_timeout`].
-    pub handshake_timeouts: AtomicU64,
+    handshake_timeouts,
     /// Connections closed because a frame stayed incomplete for
     /// [`PeerConfig::frame_timeout`] (slowloris).
-    pub frame_timeouts: AtomicU64,
+    frame_timeouts,
     /// Accepted connections closed because they sent nothing within
     /// [`PeerConfig::first_message_timeout`] of the welcome.
-    pub first_message_timeouts: AtomicU64,
+    first_message_timeouts,
     /// Connections closed by [`PeerConfig::idle_timeout`].
-    pub idle_timeouts: AtomicU64,
+    idle_timeouts,
     /// Connections closed because a write made no progress for
     /// [`PeerConfig::write_timeout`] (the remote stopped reading).
-    pub write_timeouts: AtomicU64,
+    write_timeouts,
     /// Connections refused at accept: their address held
     /// [`PeerConfig::max_connections_per_addr`] connections.
-    pub addr_refused: AtomicU64,
+    addr_refused,
     /// Connections refused at accept: their address held
     /// [`PeerConfig::max_pending_per_addr`] connections still exchanging
     /// welcome lines.
-    pub addr_pending_refused: AtomicU64,
+    addr_pending_refused,
     /// Service messages (resolver answers, discovery, rendezvous, relay and
     /// route traffic) refused because their connection's service queue
     /// ([`PeerConfig::service_queue`]) was full.
-    pub service_refused: AtomicU64,
+    service_refused,
     /// Bytes read from TCP connections (whole frames, as received).
-    pub bytes_in: AtomicU64,
+    bytes_in,
     /// Bytes written to TCP connections (whole frames, as sent).
-    pub bytes_out: AtomicU64,
+    bytes_out,
     /// Messages read from TCP connections.
-    pub messages_in: AtomicU64,
+    messages_in,
     /// Messages written to TCP connections.
-    pub messages_out: AtomicU64,
+    messages_out,
+    }
 }
 
 /// One live connection, as listed by [`Peer::connections`].
@@ -270,7 +286,7 @@ pub struct ConnectionInfo {
     pub proven: bool,
 }
 
-impl Stats {
+impl Counters {
     /// Counts one message of `len` bytes read.
     pub(crate) fn count_in(&self, len: usize) {
         self.bytes_in.fetch_add(len as u64, Ordering::Relaxed);
@@ -288,7 +304,7 @@ pub(crate) struct Inner {
     pub(crate) cfg: PeerConfig,
     pub(crate) identity: Arc<Identity>,
     pub(crate) public_addr: String,
-    pub(crate) stats: Stats,
+    pub(crate) stats: Counters,
     pub(crate) next_conn_id: AtomicU64,
     pub(crate) slots: Arc<Semaphore>,
     /// Connections accepted per remote IP address.
@@ -1159,7 +1175,7 @@ impl Peer {
             cfg,
             identity,
             public_addr,
-            stats: Stats::default(),
+            stats: Counters::default(),
             next_conn_id: AtomicU64::new(1),
             connections: RwLock::new(HashMap::new()),
             by_addr: RwLock::new(HashMap::new()),
@@ -1279,9 +1295,9 @@ impl Peer {
         self.local_addr
     }
 
-    /// Counters.
-    pub fn stats(&self) -> &Stats {
-        &self.inner.stats
+    /// A snapshot of this peer's counters ([`Stats`]).
+    pub fn stats(&self) -> Stats {
+        self.inner.stats.snapshot()
     }
 
     /// Number of open connections.

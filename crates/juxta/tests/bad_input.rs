@@ -12,7 +12,6 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -95,7 +94,7 @@ async fn target(dir: &tempfile::TempDir, tweak: impl FnOnce(&mut PeerConfig)) ->
 }
 
 fn failed(p: &Peer) -> u64 {
-    p.stats().connections_failed.load(Ordering::Relaxed)
+    p.stats().connections_failed
 }
 
 fn identity() -> Arc<Identity> {
@@ -628,7 +627,7 @@ async fn replayed_signed_message_proves_nothing_on_another_connection() {
         .expect("the victim's message is delivered")
         .unwrap();
     assert!(peer.is_connected_to(victim.peer_id()));
-    let replays = || peer.stats().replayed_signatures.load(Ordering::Relaxed);
+    let replays = || peer.stats().replayed_signatures;
     assert_eq!(replays(), 0);
     // Mallory replays the same bytes on her own connection, claiming V.
     let (mut s2, _, _) = raw_unsigned_client(&peer, *victim.peer_id()).await;
@@ -694,11 +693,8 @@ async fn unsolicited_discovery_answers_and_foreign_remote_publishes_are_not_cach
     )
     .await
     .unwrap();
-    let stats = peer.stats();
     let end = tokio::time::Instant::now() + HANG_GUARD;
-    while stats.discovery_late.load(Ordering::Relaxed) < 1
-        || stats.discovery_rejected.load(Ordering::Relaxed) < 2
-    {
+    while peer.stats().discovery_late < 1 || peer.stats().discovery_rejected < 2 {
         assert!(tokio::time::Instant::now() < end, "refusals not counted");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

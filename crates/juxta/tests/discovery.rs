@@ -7,7 +7,6 @@
 mod common;
 mod prereq;
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use juxta::discovery::DiscoveryConfig;
@@ -149,7 +148,7 @@ async fn remote_discovery_of_pipe_and_peer_advertisements() {
         .await
         .unwrap();
     assert!(matches!(&own[..], [Advertisement::Peer(pa)] if pa.peer_id == a.peer_id()));
-    assert_eq!(a.stats().discovery_throttled.load(Ordering::Relaxed), 0);
+    assert_eq!(a.stats().discovery_throttled, 0);
 
     // A remote publish from b lands in a's cache.
     let pushed = pipe("pushed");
@@ -319,10 +318,7 @@ async fn malformed_and_oversized_advertisements_are_rejected_not_cached() {
     m.send_routed(RESOLVER_SERVICE, Some(&response_queue(NET)), msg)
         .await
         .unwrap();
-    until("rejections", || {
-        a.stats().discovery_rejected.load(Ordering::Relaxed) >= 3
-    })
-    .await;
+    until("rejections", || a.stats().discovery_rejected >= 3).await;
     // The bad entries are counted as the response is read; the good one is
     // stored after that, by the cache's own thread: wait for it.
     let end = tokio::time::Instant::now() + WAIT;
@@ -342,7 +338,7 @@ async fn malformed_and_oversized_advertisements_are_rejected_not_cached() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     assert_eq!(all, vec![good]);
-    assert_eq!(a.stats().discovery_rejected.load(Ordering::Relaxed), 3);
+    assert_eq!(a.stats().discovery_rejected, 3);
 }
 
 #[tokio::test]
@@ -367,7 +363,7 @@ async fn query_flood_is_throttled_while_other_peers_are_answered() {
             .unwrap();
     }
     until("the flood to be throttled", || {
-        a.stats().discovery_throttled.load(Ordering::Relaxed) >= 150
+        a.stats().discovery_throttled >= 150
     })
     .await;
     c.connect(a.local_addr().unwrap()).await.unwrap();
@@ -378,10 +374,7 @@ async fn query_flood_is_throttled_while_other_peers_are_answered() {
         .unwrap();
     assert!(matches!(&got[..], [Advertisement::Peer(pa)] if pa.peer_id == a.peer_id()));
     // b's answers that were sent were for queries it never made: late.
-    until("b's late answers", || {
-        b.stats().discovery_late.load(Ordering::Relaxed) >= 1
-    })
-    .await;
+    until("b's late answers", || b.stats().discovery_late >= 1).await;
 }
 
 #[tokio::test]
@@ -430,7 +423,7 @@ async fn groups_create_discover_join_leave() {
     };
     send_scoped().await;
     until("the scoped query to be refused", || {
-        b.stats().group_refused.load(Ordering::Relaxed) == 1
+        b.stats().group_refused == 1
     })
     .await;
 
@@ -448,11 +441,8 @@ async fn groups_create_discover_join_leave() {
     // Now b answers in the group (a, a member, gets the answer: late,
     // as a made no query).
     send_scoped().await;
-    until("a to receive b's answer", || {
-        a.stats().discovery_late.load(Ordering::Relaxed) >= 1
-    })
-    .await;
-    assert_eq!(b.stats().group_refused.load(Ordering::Relaxed), 1);
+    until("a to receive b's answer", || a.stats().discovery_late >= 1).await;
+    assert_eq!(b.stats().group_refused, 1);
 
     b.groups().leave(&club.id).unwrap();
     assert!(!b.groups().is_member(&club.id));
@@ -493,6 +483,6 @@ async fn jxse_answers_a_peer_discovery_query() {
             .iter()
             .any(|adv| matches!(adv, Advertisement::Peer(pa) if pa.peer_id == jxse.peer_id)),
         "JXSE did not answer with its peer advertisement: {found:?}; rejected {}",
-        a.stats().discovery_rejected.load(Ordering::Relaxed)
+        a.stats().discovery_rejected
     );
 }

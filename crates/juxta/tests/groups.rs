@@ -5,7 +5,6 @@
 //! membership (bad certificates refused with their reason and counted,
 //! injection by a non-member dropped and counted, revocation).
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use juxta::discovery::DiscoveryError;
@@ -109,7 +108,7 @@ async fn discovery_in_a_group_answers_only_from_that_group() {
 
     // Remote search in G from a: b answers from its G partition only; c,
     // not in G, drops the query (counted) and answers nothing.
-    let refused_before = c.stats().group_refused.load(Ordering::Relaxed);
+    let refused_before = c.stats().group_refused;
     let found = ag
         .discovery()
         .search(AdvKind::Adv)
@@ -120,7 +119,7 @@ async fn discovery_in_a_group_answers_only_from_that_group() {
         .unwrap();
     assert_eq!(names(&found.advertisements), vec!["x-in-g"]);
     until("c to refuse the query in G", || {
-        c.stats().group_refused.load(Ordering::Relaxed) > refused_before
+        c.stats().group_refused > refused_before
     })
     .await;
     // What arrived in G was cached in a's G partition, not in H or Net.
@@ -315,7 +314,7 @@ async fn certificate_membership_refuses_bad_certificates_and_non_member_traffic(
     let other = ch.issue(c.peer_id(), HOUR, false).unwrap();
     let e = refusal(c.groups().join_with_certificate(&ag.adv, &other).await);
     assert_eq!(e, CertError::WrongGroup);
-    assert_eq!(c.stats().group_cert_refused.load(Ordering::Relaxed), 4);
+    assert_eq!(c.stats().group_cert_refused, 4);
     assert!(!c.groups().is_member(&ag.id));
 
     // b joins with its certificate and discovers inside the group.
@@ -375,10 +374,10 @@ async fn certificate_membership_refuses_bad_certificates_and_non_member_traffic(
             .with(Element::bytes("juxta", cert::AUTH_ELEMENT, tag.encode()));
     mb.send(RESOLVER_SERVICE, Some(&queue), msg).await.unwrap();
     until("b to drop c's injected queries", || {
-        b.stats().group_unauthenticated.load(Ordering::Relaxed) == 2
+        b.stats().group_unauthenticated == 2
     })
     .await;
-    assert_eq!(c.stats().discovery_late.load(Ordering::Relaxed), 0);
+    assert_eq!(c.stats().discovery_late, 0);
 
     // Revocation: a revokes b; a then drops b's group traffic.
     let sent = ag.revoke(&[b.peer_id()], &[]).unwrap();
@@ -388,7 +387,7 @@ async fn certificate_membership_refuses_bad_certificates_and_non_member_traffic(
         bg.revocations().is_some()
     })
     .await;
-    let before = a.stats().group_unauthenticated.load(Ordering::Relaxed);
+    let before = a.stats().group_unauthenticated;
     let r = bg
         .discovery()
         .search(AdvKind::Adv)
@@ -398,7 +397,7 @@ async fn certificate_membership_refuses_bad_certificates_and_non_member_traffic(
         .remote()
         .await;
     assert!(matches!(r, Err(DiscoveryError::NoAnswer { .. })), "{r:?}");
-    assert!(a.stats().group_unauthenticated.load(Ordering::Relaxed) > before);
+    assert!(a.stats().group_unauthenticated > before);
     // Only the group's creator revokes.
     assert!(matches!(
         bg.revoke(&[a.peer_id()], &[]),
@@ -531,7 +530,7 @@ async fn certificate_group_through_a_relay_with_a_non_member_on_it() {
     let queue = query_queue(&g);
     let q = DiscoveryQuery::new(AdvKind::Adv, 5).to_resolver_query(78, c.peer_id());
     let to_a = c.route_to(&a.peer_id(), WAIT).await.unwrap();
-    let before = a.stats().group_unauthenticated.load(Ordering::Relaxed);
+    let before = a.stats().group_unauthenticated;
     to_a.send(
         RESOLVER_SERVICE,
         Some(&queue),
@@ -540,8 +539,8 @@ async fn certificate_group_through_a_relay_with_a_non_member_on_it() {
     .await
     .unwrap();
     until("a to drop c's injected query", || {
-        a.stats().group_unauthenticated.load(Ordering::Relaxed) > before
+        a.stats().group_unauthenticated > before
     })
     .await;
-    assert_eq!(c.stats().discovery_late.load(Ordering::Relaxed), 0);
+    assert_eq!(c.stats().discovery_late, 0);
 }

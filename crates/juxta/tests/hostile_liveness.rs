@@ -21,7 +21,6 @@
 //! printed (not asserted).
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -90,10 +89,6 @@ fn kind_of(i: usize) -> Kind {
 
 fn identity(name: &str) -> Arc<Identity> {
     Arc::new(Identity::generate(&mut rand::thread_rng(), 1024, name, 1_700_000_000).unwrap())
-}
-
-fn n(c: &AtomicU64) -> u64 {
-    c.load(Ordering::Relaxed)
 }
 
 /// A TCP connection to `to` from the loopback address `from` (bound before
@@ -453,7 +448,7 @@ async fn two_hundred_hostile_connections_do_not_stall_an_honest_pair() {
     // too: all started together).
     let mut flooded = Vec::new();
     let open_at_measure = {
-        let stats = s.stats();
+        let stats = || s.stats();
         let t = tokio::time::timeout(HANG_GUARD, async {
             while !tasks
                 .iter()
@@ -465,10 +460,10 @@ async fn two_hundred_hostile_connections_do_not_stall_an_honest_pair() {
         })
         .await;
         assert!(t.is_ok(), "non-readers could not send their queries");
-        let closed = n(&stats.handshake_timeouts)
-            + n(&stats.frame_timeouts)
-            + n(&stats.first_message_timeouts)
-            + n(&stats.write_timeouts);
+        let closed = stats().handshake_timeouts
+            + stats().frame_timeouts
+            + stats().first_message_timeouts
+            + stats().write_timeouts;
         HOSTILE as u64 - closed
     };
     let setup = attack_start.elapsed();
@@ -503,16 +498,17 @@ async fn two_hundred_hostile_connections_do_not_stall_an_honest_pair() {
     }
     // Non-readers: the server closed them after its write timeout (they
     // never read; draining now finds the end of the stream).
-    let stats = s.stats();
+    let stats = || s.stats();
     let t = tokio::time::timeout(HANG_GUARD, async {
-        while n(&stats.write_timeouts) < NON_READER as u64 {
+        while stats().write_timeouts < NON_READER as u64 {
             pingpong(&to_s, &mut back, &mut seq, 10).await;
         }
     })
     .await;
     assert!(
         t.is_ok(),
-        "not every non-reader was closed for its write timeout: {stats:?}"
+        "not every non-reader was closed for its write timeout: {:?}",
+        stats()
     );
     assert_eq!(non_readers.len(), NON_READER);
     for sock in &mut non_readers {
@@ -520,16 +516,16 @@ async fn two_hundred_hostile_connections_do_not_stall_an_honest_pair() {
     }
 
     assert_eq!(
-        n(&stats.handshake_timeouts),
+        stats().handshake_timeouts,
         (NO_WELCOME + WELCOME_TRICKLE + OFFER_SILENT) as u64,
         "welcome and handshake timeouts"
     );
-    assert_eq!(n(&stats.first_message_timeouts), WELCOME_SILENT as u64);
-    assert_eq!(n(&stats.frame_timeouts), FRAME_TRICKLE as u64);
-    assert_eq!(n(&stats.write_timeouts), NON_READER as u64);
-    assert_eq!(n(&stats.idle_timeouts), 0);
-    assert!(n(&stats.connections_failed) >= HOSTILE as u64);
-    assert_eq!(n(&stats.addr_refused) + n(&stats.addr_pending_refused), 0);
+    assert_eq!(stats().first_message_timeouts, WELCOME_SILENT as u64);
+    assert_eq!(stats().frame_timeouts, FRAME_TRICKLE as u64);
+    assert_eq!(stats().write_timeouts, NON_READER as u64);
+    assert_eq!(stats().idle_timeouts, 0);
+    assert!(stats().connections_failed >= HOSTILE as u64);
+    assert_eq!(stats().addr_refused + stats().addr_pending_refused, 0);
     // The honest connection survived all of it, and still works.
     assert!(c.is_connected_to(&target));
     pingpong(&to_s, &mut back, &mut seq, 100).await;
@@ -551,7 +547,7 @@ async fn two_hundred_hostile_connections_do_not_stall_an_honest_pair() {
         flooded.len(),
         mf.as_secs_f64() / mu.as_secs_f64(),
         ml.as_secs_f64() / mu.as_secs_f64(),
-        n(&stats.service_refused),
+        stats().service_refused,
     );
     echo.abort();
 }
@@ -567,7 +563,7 @@ async fn per_address_limits_refuse_at_accept_and_other_addresses_are_served() {
     })
     .await;
     let server = s.local_addr().unwrap();
-    let stats = s.stats();
+    let stats = || s.stats();
     let a = Ipv4Addr::new(127, 0, 3, 50);
     let b = Ipv4Addr::new(127, 0, 3, 51);
     let me = identity("limits");
@@ -586,8 +582,8 @@ async fn per_address_limits_refuse_at_accept_and_other_addresses_are_served() {
         read_welcome(&mut c, &mut BytesMut::new()).await.is_none(),
         "a connection over the pending limit got a welcome"
     );
-    assert_eq!(n(&stats.addr_pending_refused), 1);
-    assert_eq!(n(&stats.addr_refused), 0);
+    assert_eq!(stats().addr_pending_refused, 1);
+    assert_eq!(stats().addr_refused, 0);
 
     // Established connections from `a`, up to the limit of 4 in all.
     let mut established = Vec::new();
@@ -624,8 +620,8 @@ async fn per_address_limits_refuse_at_accept_and_other_addresses_are_served() {
         read_welcome(&mut c, &mut BytesMut::new()).await.is_none(),
         "a connection over the per-address limit got a welcome"
     );
-    assert_eq!(n(&stats.addr_refused), 1);
-    assert_eq!(n(&stats.addr_pending_refused), 1);
+    assert_eq!(stats().addr_refused, 1);
+    assert_eq!(stats().addr_pending_refused, 1);
 
     // Another address is still served ...
     let mut other = connect_from(b, server, None).await;
@@ -662,8 +658,8 @@ async fn per_address_limits_refuse_at_accept_and_other_addresses_are_served() {
     })
     .await;
     assert!(t.is_ok(), "the address was never admitted again");
-    assert!(n(&stats.addr_refused) >= 1);
-    assert_eq!(n(&stats.connections_refused), 0);
+    assert!(stats().addr_refused >= 1);
+    assert_eq!(stats().connections_refused, 0);
 }
 
 fn vm_rss_kib() -> u64 {
@@ -751,7 +747,7 @@ async fn a_connection_flood_from_100_addresses_leaves_memory_bounded_and_honest_
     pingpong(&to_s2, &mut late_back, &mut seq2, 10).await;
     let mut after = pingpong(&to_s, &mut back, &mut seq, 2000).await;
 
-    let stats = s.stats();
+    let stats = || s.stats();
     assert!(opened > 0, "no flooding connection was opened");
     assert!(
         rss_after.saturating_sub(rss_before) < 64 * 1024,
@@ -770,9 +766,9 @@ async fn a_connection_flood_from_100_addresses_leaves_memory_bounded_and_honest_
         opened as f64 / flood_time.as_secs_f64(),
         flooded.len(),
         mf.as_secs_f64() / mu.as_secs_f64(),
-        n(&stats.addr_refused),
-        n(&stats.addr_pending_refused),
-        n(&stats.connections_failed),
+        stats().addr_refused,
+        stats().addr_pending_refused,
+        stats().connections_failed,
     );
     echo.abort();
 }

@@ -6,7 +6,6 @@
 //! its queue freed.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -117,7 +116,7 @@ async fn endpoint_messages_both_ways_over_http() {
     assert_eq!(b.connection_count(), 1);
     let s = a.http_server().unwrap();
     assert_eq!(s.session_count(), 1);
-    assert_eq!(s.stats().sessions_opened.load(Ordering::Relaxed), 1);
+    assert_eq!(s.stats().sessions_opened, 1);
     assert!(to_a.connection().bytes_in() > 0 && to_a.connection().bytes_out() > 0);
 }
 
@@ -155,7 +154,7 @@ async fn simultaneous_dials_of_one_server_share_one_session() {
         .unwrap();
     assert_eq!(back.message.get("juxta", "payload").unwrap().data, p);
     let s = a.http_server().unwrap();
-    assert_eq!(s.stats().sessions_opened.load(Ordering::Relaxed), 1);
+    assert_eq!(s.stats().sessions_opened, 1);
     assert_eq!(s.session_count(), 1);
     assert_eq!(b.connection_count(), 1);
 }
@@ -358,7 +357,7 @@ async fn bad_requests_are_refused_and_counted() {
     let mut a_in = a.listen("test", Some("in")).unwrap();
     let mut b_in = b.listen("test", Some("back")).unwrap();
     let to_a = b.connect_http(addr).await.unwrap();
-    let stats = a.http_server().unwrap().stats();
+    let stats = || a.http_server().unwrap().stats();
     let mallory = identity("Mallory");
     let me = format!("/{}", mallory.peer_id().unique_value());
 
@@ -379,7 +378,7 @@ async fn bad_requests_are_refused_and_counted() {
     // Garbage.
     let (status, _, _) = raw(addr, b"\x16\x03\x01garbage\r\n\r\n").await;
     assert_eq!(status, 400);
-    assert_eq!(stats.bad_request.load(Ordering::Relaxed), 1);
+    assert_eq!(stats().bad_request, 1);
     both_arrive(still_served().await, &mut a_in, &mut b_in).await;
 
     // Oversized content-length: refused from the head, before any body.
@@ -389,14 +388,14 @@ async fn bad_requests_are_refused_and_counted() {
     );
     let (status, _, _) = raw(addr, too_big.as_bytes()).await;
     assert_eq!(status, 413);
-    assert_eq!(stats.too_large.load(Ordering::Relaxed), 1);
+    assert_eq!(stats().too_large, 1);
 
     // A head that never ends.
     let mut huge = b"GET / HTTP/1.1\r\nX: ".to_vec();
     huge.resize(9000, b'a');
     let (status, _, _) = raw(addr, &huge).await;
     assert_eq!(status, 431);
-    assert_eq!(stats.bad_request.load(Ordering::Relaxed), 2);
+    assert_eq!(stats().bad_request, 2);
 
     // Unknown session: a poll for a peer with no session, and one with a
     // wrong token for the good client's session.
@@ -410,7 +409,7 @@ async fn bad_requests_are_refused_and_counted() {
     assert_eq!(status, 404);
     let (status, _, _) = raw(addr, poll(&b.peer_id(), "00").as_bytes()).await;
     assert_eq!(status, 404);
-    assert_eq!(stats.unknown_session.load(Ordering::Relaxed), 2);
+    assert_eq!(stats().unknown_session, 2);
     both_arrive(still_served().await, &mut a_in, &mut b_in).await;
 
     // Missing authentication: an unsigned message; a signed one posing as
@@ -426,7 +425,7 @@ async fn bad_requests_are_refused_and_counted() {
     let forged = client_message(&mallory, true, HELLO_SERVICE, wire::hello_message("00ff"));
     let (status, _, _) = raw(addr, &post(&me, &forged, None)).await;
     assert_eq!(status, 403);
-    assert_eq!(stats.unauthenticated.load(Ordering::Relaxed), 3);
+    assert_eq!(stats().unauthenticated, 3);
     // A hello claiming the good client's ID, signed with Mallory's own key
     // (the ID is not derived from her certificate): refused, and the good
     // client's session is untouched.
@@ -439,18 +438,18 @@ async fn bad_requests_are_refused_and_counted() {
     );
     let (status, _, _) = raw(addr, &post(&victim, &spoof, None)).await;
     assert_eq!(status, 403);
-    assert_eq!(stats.unauthenticated.load(Ordering::Relaxed), 4);
-    assert_eq!(stats.sessions_opened.load(Ordering::Relaxed), 1);
+    assert_eq!(stats().unauthenticated, 4);
+    assert_eq!(stats().sessions_opened, 1);
     let (status, _, _) = raw(addr, &post(&me, &signed, None)).await;
     assert_eq!(status, 404);
-    assert_eq!(stats.unknown_session.load(Ordering::Relaxed), 3);
+    assert_eq!(stats().unknown_session, 3);
     // A session's token does not let another signer post into it.
     let token = open_session(addr, &mallory).await;
     let eve = identity("Eve");
     let eves = client_message(&eve, true, "test/in", msg(&payload(3)));
     let (status, _, _) = raw(addr, &post(&me, &eves, Some(&token))).await;
     assert_eq!(status, 403);
-    assert_eq!(stats.unauthenticated.load(Ordering::Relaxed), 5);
+    assert_eq!(stats().unauthenticated, 5);
     // ... while Mallory's own signed message in her session is delivered.
     let (status, _, _) = raw(addr, &post(&me, &signed, Some(&token))).await;
     assert_eq!(status, 200);
@@ -494,7 +493,7 @@ async fn a_client_that_stops_polling_is_expired() {
         }
     };
     tokio::time::timeout(WAIT, expired).await.unwrap();
-    assert_eq!(server.stats().sessions_expired.load(Ordering::Relaxed), 1);
+    assert_eq!(server.stats().sessions_expired, 1);
     assert_eq!(server.queued(&peer), 0);
     let r = tokio::time::timeout(WAIT, blocked).await.unwrap().unwrap();
     assert!(r.is_err(), "sender to an expired session must fail");
@@ -551,7 +550,7 @@ async fn a_dropped_poll_takes_nothing_from_the_queue() {
     .unwrap();
     assert_eq!(m.wire_len, body.len());
     assert_eq!(m.message.get("juxta", "payload").unwrap().data, p);
-    assert_eq!(server.stats().lost_in_response.load(Ordering::Relaxed), 0);
+    assert_eq!(server.stats().lost_in_response, 0);
 }
 
 /// The good client's two messages (one each way) arrived, with payload `p`.

@@ -215,9 +215,7 @@ async fn child_receiver() {
         distinct.len(),
         from.into_iter().collect::<Vec<_>>().join(","),
         peer.connection_count(),
-        peer.stats()
-            .bad_datagrams
-            .load(std::sync::atomic::Ordering::Relaxed),
+        peer.stats().bad_datagrams,
     );
 }
 

@@ -4,7 +4,6 @@
 //! (unknown pipe, unanswerable resolution, malformed resolver traffic,
 //! malformed and foreign reliable bidi blocks).
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -480,7 +479,7 @@ async fn unknown_pipe_and_missing_pipe() {
     .await
     .unwrap();
     let deadline = tokio::time::Instant::now() + WAIT;
-    while a.stats().unknown_pipe.load(Ordering::Relaxed) == 0 {
+    while a.stats().unknown_pipe == 0 {
         assert!(tokio::time::Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -496,7 +495,7 @@ async fn unknown_pipe_and_missing_pipe() {
     )
     .await
     .unwrap();
-    while a.stats().resolver_errors.load(Ordering::Relaxed) == 0 {
+    while a.stats().resolver_errors == 0 {
         assert!(tokio::time::Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -543,11 +542,7 @@ async fn secure_sessions_per_peer_are_bounded() {
         .create_output_pipe(&ad, &[a.peer_id()], WAIT)
         .await;
     assert!(r.is_err(), "a 65th secure session to one peer was refused");
-    let refused = |p: &Peer| {
-        p.stats()
-            .secure_sessions_refused
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
+    let refused = |p: &Peer| p.stats().secure_sessions_refused;
     assert_eq!(refused(&b) + refused(&a), 1);
     let p = payload(10);
     open[63].send(data_msg(&p)).await.unwrap();

@@ -169,11 +169,7 @@ async fn endpoint_pipe_and_socket_through_a_relay() {
     assert!(rc.server.forwarded + rc.server.passed > 50);
     assert!(rc.server.passed_bytes + rc.server.forwarded_bytes > 4 << 20);
     assert_eq!(rc.clients, 2);
-    assert_eq!(r.stats().route_spoofed.load(Ordering::Relaxed), 0);
-}
-
-fn stat(p: &Peer, f: impl Fn(&juxta::Stats) -> &std::sync::atomic::AtomicU64) -> u64 {
-    f(p.stats()).load(Ordering::Relaxed)
+    assert_eq!(r.stats().route_spoofed, 0);
 }
 
 async fn eventually(what: &str, f: impl Fn() -> bool) {
@@ -221,7 +217,7 @@ async fn bad_router_messages_are_refused_and_counted() {
     let spoof = originate(&ap, &bp, "chat", None, &[]);
     send(erm(&spoof), None).await;
     send(erm(&spoof), Some(fingerprint_for(x.identity()))).await;
-    eventually("spoofs counted", || stat(&r, |s| &s.route_spoofed) == 2).await;
+    eventually("spoofs counted", || r.stats().route_spoofed == 2).await;
 
     // Loops: source is the relay; last hop is the relay; relay in the
     // reverse hops; hop limit.
@@ -243,7 +239,7 @@ async fn bad_router_messages_are_refused_and_counted() {
         });
     }
     send(erm(&h), None).await;
-    eventually("loops counted", || stat(&r, |s| &s.route_loops) == 4).await;
+    eventually("loops counted", || r.stats().route_loops == 4).await;
 
     // Malformed: no ERM, garbage, oversized, destination not a peer.
     send(None, None).await;
@@ -252,17 +248,14 @@ async fn bad_router_messages_are_refused_and_counted() {
     let mut h = originate(&xp, &bp, "chat", None, &[]);
     h.dest = "tcp://10.1.2.3:9701/chat".parse().unwrap();
     send(erm(&h), None).await;
-    eventually("malformed counted", || {
-        stat(&r, |s| &s.route_malformed) == 4
-    })
-    .await;
+    eventually("malformed counted", || r.stats().route_malformed == 4).await;
 
     // No route to an unknown peer.
     let nobody = juxta_proto::id::PeerId::from_public_key_spki(b"nobody");
     send(erm(&originate(&xp, &nobody, "chat", None, &[])), None).await;
-    eventually("no route counted", || stat(&r, |s| &s.route_no_route) == 1).await;
+    eventually("no route counted", || r.stats().route_no_route == 1).await;
     // ... and the sender is told, typed (`notLeased`), and counts it.
-    eventually("X told", || stat(&x, |s| &s.relay_refused) == 1).await;
+    eventually("X told", || x.stats().relay_refused == 1).await;
 
     // The relay still works, and nothing above reached B.
     let mut inbox = b.listen("chat", None).unwrap();
@@ -270,7 +263,7 @@ async fn bad_router_messages_are_refused_and_counted() {
     // refuses it as a spoof, with it B delivers it.
     send(erm(&originate(&xp, &bp, "chat", None, &[])), None).await;
     eventually("B refuses an unproven relayed source", || {
-        stat(&b, |s| &s.route_spoofed) == 1
+        b.stats().route_spoofed == 1
     })
     .await;
     send(
@@ -284,8 +277,8 @@ async fn bad_router_messages_are_refused_and_counted() {
         .unwrap();
     assert_eq!(got.from, Some(xp));
     assert!(got.routed);
-    assert_eq!(stat(&b, |s| &s.route_loops), 0);
-    assert_eq!(stat(&b, |s| &s.route_malformed), 0);
+    assert_eq!(b.stats().route_loops, 0);
+    assert_eq!(b.stats().route_malformed, 0);
     drop(a);
 }
 
@@ -334,7 +327,7 @@ async fn compact_router_header_is_checked_and_jxse_edges_get_xml() {
     // X claims to be A: without a fingerprint, and with its own.
     send(c(&ap, &bp), None, None).await;
     send(c(&ap, &bp), None, Some(fingerprint_for(x.identity()))).await;
-    eventually("spoofs counted", || stat(&r, |s| &s.route_spoofed) == 2).await;
+    eventually("spoofs counted", || r.stats().route_spoofed == 2).await;
     // Garbled, truncated, oversized, two headers at once.
     let good = c(&xp, &bp).unwrap();
     send(Some(bytes::Bytes::from_static(b"\x01garbage")), None, None).await;
@@ -346,10 +339,7 @@ async fn compact_router_header_is_checked_and_jxse_edges_get_xml() {
         None,
     )
     .await;
-    eventually("malformed counted", || {
-        stat(&r, |s| &s.route_malformed) == 4
-    })
-    .await;
+    eventually("malformed counted", || r.stats().route_malformed == 4).await;
 
     // The relay still serves: X's own message reaches B (no compact
     // framing) as XML, which B accepts; a compact header would have been
@@ -363,8 +353,8 @@ async fn compact_router_header_is_checked_and_jxse_edges_get_xml() {
     assert_eq!(got.from, Some(xp));
     assert!(got.routed);
     assert_eq!(got.message.get("app", "d").unwrap().data.as_ref(), b"x");
-    assert_eq!(stat(&b, |s| &s.route_malformed), 0);
-    assert_eq!(stat(&b, |s| &s.route_spoofed), 0);
+    assert_eq!(b.stats().route_malformed, 0);
+    assert_eq!(b.stats().route_spoofed, 0);
 
     // B (XML) to A (compact) on a pipe through the relay.
     let ad = adv("compact-hdr");
@@ -406,8 +396,8 @@ async fn compact_router_header_is_checked_and_jxse_edges_get_xml() {
         assert_eq!(got.message.get("app", "d").unwrap().data.as_ref(), &[i]);
     }
     for p in [&a, &x] {
-        assert_eq!(stat(p, |s| &s.route_malformed), 0);
-        assert_eq!(stat(p, |s| &s.route_spoofed), 0);
+        assert_eq!(p.stats().route_malformed, 0);
+        assert_eq!(p.stats().route_spoofed, 0);
     }
     let rc = r.relay().unwrap().counters();
     assert_eq!(rc.server.dropped, 0);
@@ -432,11 +422,8 @@ async fn unauthenticated_relay_requests_are_refused() {
             .relay(RelayConfig::client(seeds))
     })
     .await;
-    eventually("refusal counted", || {
-        stat(&r, |s| &s.relay_unauthenticated) >= 1
-    })
-    .await;
-    eventually("edge told", || stat(&e, |s| &s.relay_refused) >= 1).await;
+    eventually("refusal counted", || r.stats().relay_unauthenticated >= 1).await;
+    eventually("edge told", || e.stats().relay_refused >= 1).await;
     assert_eq!(e.relay().unwrap().relay(), None);
     let c = r.relay().unwrap().counters();
     assert!(c.server.refused_unauthenticated >= 1);
@@ -474,9 +461,9 @@ async fn per_edge_queue_and_sender_quota_push_back_then_refuse() {
         r.relay().unwrap().counters().server.refused_too_large == 1
     })
     .await;
-    eventually("A told", || stat(&a, |s| &s.relay_refused) >= 1).await;
+    eventually("A told", || a.stats().relay_refused >= 1).await;
     // The relay's final refusals so far (the too-large one).
-    let refused_before = stat(&r, |s| &s.relay_refused);
+    let refused_before = r.stats().relay_refused;
 
     // B does not read: its listener fills (4 messages), its connection
     // stops reading, the relay's queue for B fills, and A's messages are
@@ -497,7 +484,7 @@ async fn per_edge_queue_and_sender_quota_push_back_then_refuse() {
     // and refused_quota count refused attempts: a pushed-back message that
     // gets through on a later try was counted there too, so they are not a
     // count of messages.)
-    let refused = || stat(&r, |s| &s.relay_refused) - refused_before;
+    let refused = || r.stats().relay_refused - refused_before;
     eventually("queue full refusals", || refused() >= 1).await;
     // Read until every message is accounted for, delivered or refused (the
     // refusals happen at the relay, so the count is also re-checked while
@@ -669,11 +656,11 @@ async fn only_signed_or_own_relay_routes_are_learned() {
         .unwrap();
     assert_eq!(got.from, Some(x.peer_id()));
     assert!(!got.proven, "a relayed message never counts as proven");
-    assert_eq!(x.stats().routes_unverified.load(Ordering::Relaxed), 0);
+    assert_eq!(x.stats().routes_unverified, 0);
 
     // R's unsigned word about C: refused and counted.
     assert!(x.route_to(&c.peer_id(), short).await.is_err());
-    assert!(x.stats().routes_unverified.load(Ordering::Relaxed) >= 1);
+    assert!(x.stats().routes_unverified >= 1);
 
     // A peer that accepts unsigned routes takes R's word.
     let y = start(&dir, "y", |mut cfg| {
@@ -684,7 +671,7 @@ async fn only_signed_or_own_relay_routes_are_learned() {
     y.connect(r.local_addr().unwrap()).await.unwrap();
     let to_c = y.route_to(&c.peer_id(), WAIT).await.unwrap();
     assert!(to_c.is_routed());
-    assert_eq!(y.stats().routes_unverified.load(Ordering::Relaxed), 0);
+    assert_eq!(y.stats().routes_unverified, 0);
 }
 
 /// The router fingerprint is a bearer token: M, holding a copy of V's
@@ -1045,11 +1032,11 @@ async fn automatic_relay_lease_only_for_peers_that_cannot_be_dialled() {
     })
     .await;
     assert!(e.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
-    eventually("refusal received", || stat(&e, |s| &s.relay_refused) >= 1).await;
+    eventually("refusal received", || e.stats().relay_refused >= 1).await;
     // Longer than the lease task's back-off (2 s): no second request.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(stat(&e, |s| &s.relay_refused), 1);
-    assert_eq!(stat(&plain, |s| &s.relay_refused), 1);
+    assert_eq!(e.stats().relay_refused, 1);
+    assert_eq!(plain.stats().relay_refused, 1);
     assert_eq!(e.relay().unwrap().relay(), None);
 }
 
@@ -1123,7 +1110,7 @@ async fn a_peer_nobody_knows_is_reported_as_no_route() {
 
     // Told a route through R to a peer that never leased there: R refuses
     // to forward (typed `notLeased` refusal, counted on both sides).
-    let refused_before = stat(&a, |s| &s.relay_refused);
+    let refused_before = a.stats().relay_refused;
     a.add_route(nobody, vec![r.peer_id()]).unwrap();
     a.messenger(&nobody)
         .unwrap()
@@ -1134,11 +1121,8 @@ async fn a_peer_nobody_knows_is_reported_as_no_route() {
         )
         .await
         .unwrap();
-    eventually("R counted no route", || {
-        stat(&r, |s| &s.route_no_route) >= 1
-    })
-    .await;
-    eventually("A told", || stat(&a, |s| &s.relay_refused) > refused_before).await;
+    eventually("R counted no route", || r.stats().route_no_route >= 1).await;
+    eventually("A told", || a.stats().relay_refused > refused_before).await;
     assert_eq!(a.relay().unwrap().relay(), Some(r.peer_id()), "lease kept");
 
     // A peer with no connection at all: nobody to ask.
@@ -1204,18 +1188,15 @@ async fn an_answer_is_not_reflected_to_a_third_peer_the_query_names() {
     )
     .await
     .unwrap();
-    eventually("A refused T as Q", || {
-        stat(&a, |s| &s.identity_refused) >= 1
-    })
-    .await;
+    eventually("A refused T as Q", || a.stats().identity_refused >= 1).await;
     eventually("the answer dropped: no route to Q", || {
-        stat(&a, |s| &s.resolver_errors) >= 1
+        a.stats().resolver_errors >= 1
     })
     .await;
     assert!(a.messenger(&q).is_err(), "A learned a route to Q");
     eventually("A not connected to T", || !a.is_connected_to(&t.peer_id())).await;
     assert!(!m.is_connected_to(&t.peer_id()));
-    assert_eq!(stat(&t, |s| &s.resolver_errors), 0);
+    assert_eq!(t.stats().resolver_errors, 0);
 }
 
 /// Secure pipes (TLS 1.3 end to end) between two edges that do not listen:

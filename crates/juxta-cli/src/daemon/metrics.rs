@@ -3,7 +3,6 @@
 //! `prometheus-client` crate from the library's [`juxta::Stats`] and the
 //! rendezvous and relay handles, read at each scrape.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,31 +45,30 @@ fn family(reg: &mut Registry, name: &str, help: &str, label: &str, values: &[(&s
 /// The metrics text of `peer` now.
 pub fn render(peer: &juxta::Peer) -> String {
     let s = peer.stats();
-    let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let mut reg = Registry::with_prefix("juxta");
     counter(
         &mut reg,
         "bytes_in",
         "Bytes read from TCP connections",
-        ld(&s.bytes_in),
+        s.bytes_in,
     );
     counter(
         &mut reg,
         "bytes_out",
         "Bytes written to TCP connections",
-        ld(&s.bytes_out),
+        s.bytes_out,
     );
     counter(
         &mut reg,
         "messages_in",
         "Messages read from TCP connections",
-        ld(&s.messages_in),
+        s.messages_in,
     );
     counter(
         &mut reg,
         "messages_out",
         "Messages written to TCP connections",
-        ld(&s.messages_out),
+        s.messages_out,
     );
     gauge(
         &mut reg,
@@ -178,39 +176,39 @@ pub fn render(peer: &juxta::Peer) -> String {
         "Errors and refusals by kind",
         "kind",
         &[
-            ("unroutable", ld(&s.unroutable)),
-            ("undeliverable", ld(&s.undeliverable)),
-            ("connection_failed", ld(&s.connections_failed)),
-            ("connection_refused", ld(&s.connections_refused)),
-            ("unknown_pipe", ld(&s.unknown_pipe)),
-            ("resolver", ld(&s.resolver_errors)),
-            ("bad_datagram", ld(&s.bad_datagrams)),
-            ("discovery_throttled", ld(&s.discovery_throttled)),
-            ("discovery_rejected", ld(&s.discovery_rejected)),
-            ("discovery_late", ld(&s.discovery_late)),
-            ("group_refused", ld(&s.group_refused)),
-            ("group_unauthenticated", ld(&s.group_unauthenticated)),
-            ("group_cert_refused", ld(&s.group_cert_refused)),
-            ("route_loop", ld(&s.route_loops)),
-            ("route_spoofed", ld(&s.route_spoofed)),
-            ("route_malformed", ld(&s.route_malformed)),
-            ("route_no_route", ld(&s.route_no_route)),
-            ("relay_unauthenticated", ld(&s.relay_unauthenticated)),
-            ("relay_refused", ld(&s.relay_refused)),
-            ("identity_refused", ld(&s.identity_refused)),
-            ("replayed_signature", ld(&s.replayed_signatures)),
-            ("unproven_refused", ld(&s.unproven_refused)),
-            ("dial_throttled", ld(&s.dials_throttled)),
-            ("route_unverified", ld(&s.routes_unverified)),
-            ("secure_session_refused", ld(&s.secure_sessions_refused)),
-            ("handshake_timeout", ld(&s.handshake_timeouts)),
-            ("frame_timeout", ld(&s.frame_timeouts)),
-            ("first_message_timeout", ld(&s.first_message_timeouts)),
-            ("idle_timeout", ld(&s.idle_timeouts)),
-            ("write_timeout", ld(&s.write_timeouts)),
-            ("addr_refused", ld(&s.addr_refused)),
-            ("addr_pending_refused", ld(&s.addr_pending_refused)),
-            ("service_refused", ld(&s.service_refused)),
+            ("unroutable", s.unroutable),
+            ("undeliverable", s.undeliverable),
+            ("connection_failed", s.connections_failed),
+            ("connection_refused", s.connections_refused),
+            ("unknown_pipe", s.unknown_pipe),
+            ("resolver", s.resolver_errors),
+            ("bad_datagram", s.bad_datagrams),
+            ("discovery_throttled", s.discovery_throttled),
+            ("discovery_rejected", s.discovery_rejected),
+            ("discovery_late", s.discovery_late),
+            ("group_refused", s.group_refused),
+            ("group_unauthenticated", s.group_unauthenticated),
+            ("group_cert_refused", s.group_cert_refused),
+            ("route_loop", s.route_loops),
+            ("route_spoofed", s.route_spoofed),
+            ("route_malformed", s.route_malformed),
+            ("route_no_route", s.route_no_route),
+            ("relay_unauthenticated", s.relay_unauthenticated),
+            ("relay_refused", s.relay_refused),
+            ("identity_refused", s.identity_refused),
+            ("replayed_signature", s.replayed_signatures),
+            ("unproven_refused", s.unproven_refused),
+            ("dial_throttled", s.dials_throttled),
+            ("route_unverified", s.routes_unverified),
+            ("secure_session_refused", s.secure_sessions_refused),
+            ("handshake_timeout", s.handshake_timeouts),
+            ("frame_timeout", s.frame_timeouts),
+            ("first_message_timeout", s.first_message_timeouts),
+            ("idle_timeout", s.idle_timeouts),
+            ("write_timeout", s.write_timeouts),
+            ("addr_refused", s.addr_refused),
+            ("addr_pending_refused", s.addr_pending_refused),
+            ("service_refused", s.service_refused),
         ],
     );
     let mut out = String::new();

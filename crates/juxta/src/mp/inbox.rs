@@ -17,7 +17,7 @@ use juxta_proto::message::Message;
 use tokio::sync::Notify;
 
 use super::wire::{Header, ELEM_DATA, ELEM_HDR, NS};
-use super::{Envelope, MpStats};
+use super::{Envelope, MpCounters};
 use crate::peer::Inner;
 
 /// Who may send to the job: known once the bootstrap is done.
@@ -63,7 +63,7 @@ pub(crate) struct Inbox {
     space: Notify,
     /// Set when the communicator is gone: deliveries are dropped.
     closed: AtomicBool,
-    pub(super) stats: MpStats,
+    pub(super) stats: MpCounters,
     max_items: usize,
     max_bytes: usize,
 }
@@ -91,7 +91,7 @@ impl Inbox {
             parked: AtomicUsize::new(0),
             space: Notify::new(),
             closed: AtomicBool::new(false),
-            stats: MpStats::default(),
+            stats: MpCounters::default(),
             max_items: cfg.max_unexpected,
             max_bytes: cfg.max_unexpected_bytes,
         }

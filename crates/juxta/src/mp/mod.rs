@@ -281,19 +281,23 @@ pub struct Status {
     pub len: usize,
 }
 
-/// Counters of a communicator.
-#[derive(Debug, Default)]
-pub struct MpStats {
-    /// Messages refused because their sender is not a rank of this job
-    /// (or did not prove its peer ID).
-    pub refused_outsider: AtomicU64,
-    /// Messages refused because their header was malformed or claimed
-    /// another rank than the connection's.
-    pub refused_malformed: AtomicU64,
-    /// Times the unexpected-message queue was full and reading stopped.
-    pub pushback: AtomicU64,
-    /// Receives that found a message larger than their buffer.
-    pub truncated: AtomicU64,
+crate::counters::counters! {
+    /// Counters of a communicator.
+    pub struct MpStats;
+    /// The live counters behind [`MpStats`].
+    struct MpCounters;
+    {
+        /// Messages refused because their sender is not a rank of this job
+        /// (or did not prove its peer ID).
+        refused_outsider,
+        /// Messages refused because their header was malformed or claimed
+        /// another rank than the connection's.
+        refused_malformed,
+        /// Times the unexpected-message queue was full and reading stopped.
+        pushback,
+        /// Receives that found a message larger than their buffer.
+        truncated,
+    }
 }
 
 /// A received message waiting to be matched.
@@ -454,9 +458,9 @@ impl Communicator {
         &self.s.peer
     }
 
-    /// Counters.
-    pub fn stats(&self) -> &MpStats {
-        &self.s.inbox.stats
+    /// A snapshot of this communicator's counters.
+    pub fn stats(&self) -> MpStats {
+        self.s.inbox.stats.snapshot()
     }
 
     /// Peer ID of `rank`.

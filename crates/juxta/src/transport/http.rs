@@ -149,37 +149,41 @@ const NONCE_TTL: Duration = Duration::from_secs(60);
 /// Longest ping answer accepted (a peer ID unique value).
 const MAX_PING_BODY: u64 = 256;
 
-/// Counters of an HTTP listener.
-#[derive(Debug, Default)]
-pub struct HttpStats {
-    /// Requests parsed.
-    pub requests: AtomicU64,
-    /// Sessions opened (hello verified).
-    pub sessions_opened: AtomicU64,
-    /// Sessions expired because the client stopped polling.
-    pub sessions_expired: AtomicU64,
-    /// Requests refused as malformed (bad head, bad message, bad poll).
-    pub bad_request: AtomicU64,
-    /// Requests refused because the announced body is too large.
-    pub too_large: AtomicU64,
-    /// Requests refused for want of proof: no or bad CBJX signature, a
-    /// signer other than the path's peer, a stale nonce.
-    pub unauthenticated: AtomicU64,
-    /// Requests for no session, or with a wrong session token.
-    pub unknown_session: AtomicU64,
-    /// Clients or sessions refused at a limit (and nonces dropped at the
-    /// limit).
-    pub refused_busy: AtomicU64,
-    /// Messages taken from a session queue whose poll response could not
-    /// be written (the client went away mid-response).
-    pub lost_in_response: AtomicU64,
-    /// Unproven sessions opened ([`HttpConfig::allow_unproven_jxse_clients`]).
-    pub unproven_sessions_opened: AtomicU64,
-    /// Messages received from unproven sessions.
-    pub unproven_messages: AtomicU64,
-    /// Tokenless POSTs refused because a proven session holds the signer's
-    /// peer ID (an unproven client never displaces a proven one).
-    pub unproven_refused_proven: AtomicU64,
+crate::counters::counters! {
+    /// Counters of an HTTP listener.
+    pub struct HttpStats;
+    /// The live counters behind [`HttpStats`].
+    struct HttpCounters;
+    {
+        /// Requests parsed.
+        requests,
+        /// Sessions opened (hello verified).
+        sessions_opened,
+        /// Sessions expired because the client stopped polling.
+        sessions_expired,
+        /// Requests refused as malformed (bad head, bad message, bad poll).
+        bad_request,
+        /// Requests refused because the announced body is too large.
+        too_large,
+        /// Requests refused for want of proof: no or bad CBJX signature, a
+        /// signer other than the path's peer, a stale nonce.
+        unauthenticated,
+        /// Requests for no session, or with a wrong session token.
+        unknown_session,
+        /// Clients or sessions refused at a limit (and nonces dropped at the
+        /// limit).
+        refused_busy,
+        /// Messages taken from a session queue whose poll response could not
+        /// be written (the client went away mid-response).
+        lost_in_response,
+        /// Unproven sessions opened ([`HttpConfig::allow_unproven_jxse_clients`]).
+        unproven_sessions_opened,
+        /// Messages received from unproven sessions.
+        unproven_messages,
+        /// Tokenless POSTs refused because a proven session holds the signer's
+        /// peer ID (an unproven client never displaces a proven one).
+        unproven_refused_proven,
+    }
 }
 
 /// Why the server refused a request (logged, counted in [`HttpStats`],
@@ -233,7 +237,7 @@ impl HttpRefusal {
         }
     }
 
-    fn count(&self, s: &HttpStats) {
+    fn count(&self, s: &HttpCounters) {
         let c = match self {
             HttpRefusal::Malformed(HttpError::TooLarge { .. }) => &s.too_large,
             HttpRefusal::Malformed(_) => &s.bad_request,
@@ -588,7 +592,7 @@ pub struct HttpServer {
     sessions: std::sync::Mutex<HashMap<PeerId, Arc<Session>>>,
     nonces: std::sync::Mutex<VecDeque<(String, Instant)>>,
     clients: Arc<Semaphore>,
-    stats: HttpStats,
+    stats: HttpCounters,
     /// Woken when a session opens (a tokenless poll may be waiting for its
     /// unproven session).
     opened: tokio::sync::Notify,
@@ -622,9 +626,9 @@ impl HttpServer {
         self.local
     }
 
-    /// Counters.
-    pub fn stats(&self) -> &HttpStats {
-        &self.stats
+    /// A snapshot of this listener's counters.
+    pub fn stats(&self) -> HttpStats {
+        self.stats.snapshot()
     }
 
     /// Number of live sessions.
@@ -1022,7 +1026,7 @@ pub(crate) async fn listen(
         local,
         sessions: Default::default(),
         nonces: Default::default(),
-        stats: HttpStats::default(),
+        stats: HttpCounters::default(),
         opened: tokio::sync::Notify::new(),
     });
     let accept = tokio::spawn(accept_loop(server.clone(), listener));
