@@ -8,7 +8,7 @@ use std::time::Duration;
 use juxta_proto::endpoint::{self, mangle, Delivery, ServiceAddress};
 use juxta_proto::id::PeerId;
 use juxta_proto::message::{Element, Message};
-use juxta_proto::wire::connection::{ConnectionError, Framed};
+use juxta_proto::wire::connection::{ConnectionError, Framed, Proof};
 use tokio::sync::mpsc;
 
 use crate::peer::Inner;
@@ -39,6 +39,94 @@ pub enum SendError {
     QueueFull(PeerId),
 }
 
+/// How the sender of a received message was verified: what a service can
+/// rely on before it trusts [`EndpointMessage::from`] or
+/// [`crate::pipe::PipeMessage::from`].
+///
+/// ```
+/// use juxta::Verified;
+/// assert!(Verified::Handshake.is_verified());
+/// assert!(Verified::Certificate.is_verified());
+/// assert!(!Verified::Unverified.is_verified());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Verified {
+    /// The sender's TLS 1.3 certificate, bound to its peer ID (secure
+    /// pipes and secure sockets).
+    Certificate,
+    /// The connection the message came on straight from the sender: the
+    /// sender proved its peer ID in Juxta's compact handshake (or, over
+    /// HTTP, with a signed session hello).
+    Handshake,
+    /// The connection the message came on straight from the sender: a CBJX
+    /// signature by the key the sender's peer ID derives from, over a
+    /// message naming this peer (how a JXSE peer proves itself).
+    CbjxSignature,
+    /// Not verified: the sender is as the message or its connection
+    /// claims. Messages relayed or routed on another peer's behalf (their
+    /// origin is as the router header says), propagated messages, and
+    /// messages from a peer that has not proved its ID yet.
+    Unverified,
+}
+
+impl Verified {
+    /// Whether the sender is verified (anything but
+    /// [`Verified::Unverified`]).
+    pub fn is_verified(self) -> bool {
+        self != Verified::Unverified
+    }
+
+    pub(crate) fn of(proof: Proof) -> Verified {
+        match proof {
+            Proof::Claimed => Verified::Unverified,
+            Proof::Signature => Verified::CbjxSignature,
+            Proof::Handshake => Verified::Handshake,
+        }
+    }
+}
+
+/// A message received by a [`Listener`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct EndpointMessage {
+    /// The message (address and router elements removed).
+    pub message: Message,
+    /// The originating peer, if known; how far to trust it is
+    /// [`EndpointMessage::verified`].
+    pub from: Option<PeerId>,
+    /// How `from` was verified.
+    pub verified: Verified,
+    /// The service address it was sent to (the listener's).
+    pub to: ServiceAddress,
+    /// The group it was addressed in (its unique value), if the address
+    /// named one.
+    pub group: Option<String>,
+    /// Whether it came through the endpoint router (relayed or routed)
+    /// rather than straight from its origin.
+    pub routed: bool,
+}
+
+impl EndpointMessage {
+    /// The sender, only if it is verified.
+    pub fn verified_sender(&self) -> Option<PeerId> {
+        self.from.filter(|_| self.verified.is_verified())
+    }
+}
+
+impl From<Delivery> for EndpointMessage {
+    fn from(d: Delivery) -> EndpointMessage {
+        EndpointMessage {
+            verified: Verified::of(d.proof),
+            message: d.message,
+            from: d.from,
+            to: d.to,
+            group: d.group,
+            routed: d.routed,
+        }
+    }
+}
+
 /// Receives the messages addressed to one service address. Dropping it
 /// unregisters the service. The queue is bounded: while it is full, the
 /// connections delivering to it stop reading (back-pressure).
@@ -54,7 +142,13 @@ impl Listener {
     }
 
     /// The next message; `None` once the peer is gone.
-    pub async fn recv(&mut self) -> Option<Delivery> {
+    pub async fn recv(&mut self) -> Option<EndpointMessage> {
+        self.rx.recv().await.map(EndpointMessage::from)
+    }
+
+    /// The next message as the runtime's services take it (with the
+    /// proof and the rendezvous that vouched for it).
+    pub(crate) async fn recv_delivery(&mut self) -> Option<Delivery> {
         self.rx.recv().await
     }
 
@@ -164,10 +258,31 @@ impl Messenger {
         }
     }
 
-    /// The underlying connection (counters, state); for a routed
-    /// messenger, the connection to the first hop.
-    pub fn connection(&self) -> &Arc<Connection> {
+    /// The underlying connection; for a routed messenger, the connection
+    /// to the first hop.
+    pub(crate) fn connection(&self) -> &Arc<Connection> {
         &self.conn
+    }
+
+    /// A snapshot of the connection messages leave on (direct, or to the
+    /// first hop of a route): its number, peer, address, traffic, framing
+    /// and proof.
+    ///
+    /// ```no_run
+    /// # async fn demo(peer: juxta::Peer, addr: std::net::SocketAddr) -> Result<(), juxta::PeerError> {
+    /// let m = peer.connect(addr).await?;
+    /// let link = m.link();
+    /// println!("connection {} to {} at {}", link.id, link.peer, link.addr);
+    /// # Ok(()) }
+    /// ```
+    pub fn link(&self) -> crate::ConnectionInfo {
+        self.conn.info()
+    }
+
+    /// Whether the connection messages leave on has closed (a closed
+    /// messenger's sends fail; get a new one from the peer).
+    pub fn is_closed(&self) -> bool {
+        self.conn.is_closed()
     }
 
     /// Whether both directions already use compact framing (never for a

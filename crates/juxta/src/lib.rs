@@ -62,6 +62,6 @@ mod tasks;
 pub mod transport;
 
 pub use config::PeerConfig;
-pub use endpoint::{Listener, Messenger, SendError};
+pub use endpoint::{EndpointMessage, Listener, Messenger, SendError, Verified};
 pub use juxta_proto as proto;
 pub use peer::{CloseError, CloseReport, ConnectionInfo, Peer, PeerError, Stats, CLOSE_BOUND};

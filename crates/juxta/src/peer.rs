@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use juxta_proto::endpoint::{self, Delivery, ServiceAddress};
 use juxta_proto::id::PeerId;
 use juxta_proto::identity::{Identity, IdentityError};
-use juxta_proto::wire::connection::Role;
+use juxta_proto::wire::connection::{Proof, Role};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::task::JoinHandle;
@@ -272,6 +272,9 @@ crate::counters::counters! {
 /// One live connection, as listed by [`Peer::connections`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionInfo {
+    /// This connection's number on this peer (unique while the peer runs):
+    /// two messengers with the same `id` share one connection.
+    pub id: u64,
     /// The remote peer.
     pub peer: PeerId,
     /// The remote's socket address.
@@ -487,12 +490,11 @@ impl Inner {
     pub(crate) async fn dispatch_from(
         &self,
         remote: PeerId,
-        proven: bool,
+        proof: Proof,
         to: ServiceAddress,
         message: juxta_proto::message::Message,
     ) {
-        let d = match endpoint::deliver(self.identity.peer_id(), to, Some(remote), proven, message)
-        {
+        let d = match endpoint::deliver(self.identity.peer_id(), to, Some(remote), proof, message) {
             Ok(d) => d,
             Err(e) => {
                 self.stats.undeliverable.fetch_add(1, Ordering::Relaxed);
@@ -525,7 +527,7 @@ impl Inner {
         }
         if let Some(inbox) = self.mp_inbox(|i| i.to == d.to) {
             // A communicator's message that came another way (a route).
-            inbox.deliver(d.from, d.proven, d.routed, d.message).await;
+            inbox.deliver(d.from, d.proven(), d.routed, d.message).await;
             return;
         }
         let tx = {
@@ -602,7 +604,7 @@ impl Inner {
             message,
             routed: false,
             // Propagated or walked: the origin is as the header says.
-            proven: false,
+            proof: Proof::Claimed,
             vouched_in,
         };
         let ok = tx.is_some_and(|tx| tx.try_send(d).is_ok());
@@ -1325,14 +1327,7 @@ impl Peer {
             .expect("connections lock")
             .values()
             .filter(|c| !c.is_closed())
-            .map(|c| ConnectionInfo {
-                peer: c.remote(),
-                addr: c.peer_addr(),
-                bytes_in: c.bytes_in(),
-                bytes_out: c.bytes_out(),
-                compact: c.is_compact(),
-                proven: c.proof() != juxta_proto::wire::connection::Proof::Claimed,
-            })
+            .map(|c| c.info())
             .collect()
     }
 

@@ -17,7 +17,7 @@
 
 pub use crate::config::PeerConfig;
 pub use crate::discovery::{DiscoveryError, DiscoveryService, Found, Search};
-pub use crate::endpoint::{Listener, Messenger, SendError};
+pub use crate::endpoint::{EndpointMessage, Listener, Messenger, SendError, Verified};
 pub use crate::group::{CertCredential, Group, GroupError, GroupService};
 pub use crate::peer::{CloseError, CloseReport, Peer, PeerError};
 pub use crate::pipe::{InputPipe, OutputPipe, PipeError, PipeMessage, PipeService};

@@ -246,9 +246,9 @@ pub(crate) fn spawn(
     Ok(tokio::spawn(async move {
         loop {
             let d = tokio::select! {
-                d = queries.recv() => d.map(Ok),
-                d = responses.recv() => d.map(Ok),
-                d = others.recv() => d.map(Ok),
+                d = queries.recv_delivery() => d.map(Ok),
+                d = responses.recv_delivery() => d.map(Ok),
+                d = others.recv_delivery() => d.map(Ok),
                 a = admitted.recv() => a.map(Err),
             };
             let (Some(d), Some(inner)) = (d, weak.upgrade()) else {
@@ -307,7 +307,7 @@ async fn handle(inner: &Arc<Inner>, mut d: Delivery) -> Result<(), Fault> {
         }
     }
     // Step two in the group's node, where its rendezvous runs.
-    let proven = d.proven;
+    let proven = d.proven();
     if let (Some(from), Some(h)) = (d.from, crate::group::rdv_of(inner, ctx.as_ref())) {
         h.resolver_message(from, proven, d.to, d.message).await;
         return Ok(());

@@ -117,7 +117,7 @@ async fn endpoint_messages_both_ways_over_http() {
     let s = a.http_server().unwrap();
     assert_eq!(s.session_count(), 1);
     assert_eq!(s.stats().sessions_opened, 1);
-    assert!(to_a.connection().bytes_in() > 0 && to_a.connection().bytes_out() > 0);
+    assert!(to_a.link().bytes_in > 0 && to_a.link().bytes_out > 0);
 }
 
 /// Two services of one edge dialling the same HTTP server at once (its
@@ -460,7 +460,7 @@ async fn bad_requests_are_refused_and_counted() {
     assert_eq!(got.from, Some(*mallory.peer_id()));
 
     both_arrive(still_served().await, &mut a_in, &mut b_in).await;
-    assert!(!to_a.connection().is_closed());
+    assert!(!to_a.is_closed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -497,7 +497,7 @@ async fn a_client_that_stops_polling_is_expired() {
     assert_eq!(server.queued(&peer), 0);
     let r = tokio::time::timeout(WAIT, blocked).await.unwrap().unwrap();
     assert!(r.is_err(), "sender to an expired session must fail");
-    assert!(to_quiet.connection().is_closed());
+    assert!(to_quiet.is_closed());
     assert!(a.messenger(&peer).is_err());
     assert!(to_quiet
         .send("test", None, msg(&Bytes::from_static(b"y")))

@@ -129,7 +129,7 @@ async fn jxse_http_client_talks_to_juxta_http_server() {
             .unwrap();
         assert_eq!(got.from, Some(jxse.peer_id));
         assert!(
-            !got.proven,
+            !got.verified.is_verified(),
             "a delivery over an unproven session is not proven"
         );
         let data = &got.message.get("juxta", "payload").unwrap().data;
@@ -261,7 +261,7 @@ async fn juxta_http_client_talks_to_jxse_servlet() {
             .unwrap();
         assert_eq!(got.from, Some(jxse.peer_id));
         assert!(
-            !got.proven,
+            !got.verified.is_verified(),
             "a delivery from a servlet without proof is not proven"
         );
         let data = &got.message.get("juxta", "payload").unwrap().data;
@@ -341,7 +341,7 @@ async fn unproven_clients_are_refused_typed_and_never_displace_a_proven_session(
         .unwrap()
         .unwrap();
     assert_eq!(got.from, Some(*stranger.peer_id()));
-    assert!(!got.proven);
+    assert!(!got.verified.is_verified());
     assert_eq!(
         got.message.get("juxta", "payload").unwrap().as_str(),
         Some("hello")

@@ -80,6 +80,8 @@ async fn jxse_interop_with_cbjx() {
             .expect("no message from JXSE over its own connection")
             .unwrap();
         assert_eq!(got.from, Some(jxse.peer_id));
+        // JXSE proves its peer ID with CBJX signatures.
+        assert_eq!(got.verified, juxta::Verified::CbjxSignature);
         let data = &got.message.get("juxta", "payload").unwrap().data;
         assert_eq!(sha(data), sent[2]);
     }

@@ -81,6 +81,8 @@ async fn unicast_pipes_both_ways() {
             .expect("no pipe message from JXSE")
             .unwrap();
         assert_eq!(m.from, Some(jxse.peer_id));
+        // JXSE proves its peer ID with CBJX signatures.
+        assert_eq!(m.verified, juxta::Verified::CbjxSignature);
         let p = harness_payload(&m.message);
         assert_eq!(p.len(), 1024);
         assert_eq!(sha(&p), sent[3]);

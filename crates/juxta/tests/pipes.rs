@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use juxta::pipe::bidi::{BidiMode, BidiPipe};
 use juxta::pipe::PipeError;
-use juxta::{Peer, PeerConfig};
+use juxta::{Peer, PeerConfig, Verified};
 use juxta_proto::advertisement::{PeerAdvertisement, PipeAdvertisement, PipeType};
 use juxta_proto::id::{PeerGroupId, PipeId};
 use juxta_proto::message::namespace_order::JavaHashOrder;
@@ -79,6 +79,9 @@ async fn unicast(compact: bool) {
             .unwrap();
         assert_eq!(got.from, Some(b.peer_id()));
         assert_eq!(got.message.get("test", "data").unwrap().data, p);
+        if compact {
+            assert_eq!(got.verified, Verified::Handshake);
+        }
     }
 }
 
@@ -200,6 +203,7 @@ async fn secure_pipe_proves_the_sender() {
             .unwrap();
         assert_eq!(got.from, Some(b.peer_id()));
         assert_eq!(got.message.get("test", "data").unwrap().data, p);
+        assert_eq!(got.verified, Verified::Certificate);
     }
     // A plain (unencrypted) message to the secure pipe's endpoint address is
     // not delivered to it.
@@ -250,6 +254,9 @@ async fn bidi_echo(mode: BidiMode) {
         c.send(data_msg(&p)).await.unwrap();
         let got = tokio::time::timeout(WAIT, c.recv()).await.unwrap().unwrap();
         assert_eq!(got.message.get("test", "data").unwrap().data, p);
+        // Straight from `a` over a connection it proved in the handshake.
+        assert_eq!(got.verified, Verified::Handshake);
+        assert_eq!(got.verified_sender(), Some(a.peer_id()));
     }
     let stats = c.stats();
     c.close().await.unwrap();

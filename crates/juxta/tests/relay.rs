@@ -655,7 +655,10 @@ async fn only_signed_or_own_relay_routes_are_learned() {
         .unwrap()
         .unwrap();
     assert_eq!(got.from, Some(x.peer_id()));
-    assert!(!got.proven, "a relayed message never counts as proven");
+    assert!(
+        !got.verified.is_verified(),
+        "a relayed message never counts as proven"
+    );
     assert_eq!(x.stats().routes_unverified, 0);
 
     // R's unsigned word about C: refused and counted.
@@ -712,7 +715,10 @@ async fn a_replayed_fingerprint_proves_nothing_and_teaches_no_route() {
         .unwrap();
     assert_eq!(got.from, Some(v.peer_id()));
     assert!(got.routed);
-    assert!(!got.proven, "a relayed origin is never proven");
+    assert!(
+        !got.verified.is_verified(),
+        "a relayed origin is never proven"
+    );
     assert!(
         b.messenger(&v.peer_id()).is_err(),
         "B learned M as the route back to V"

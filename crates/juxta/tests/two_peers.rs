@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use juxta::{Peer, PeerConfig};
+use juxta::{Peer, PeerConfig, Verified};
 use juxta_proto::message::{Element, Message};
 
 fn payload(n: usize) -> Bytes {
@@ -46,6 +46,10 @@ async fn exchange(compact: bool) {
             .unwrap();
         assert_eq!(got.from, Some(b.peer_id()));
         assert_eq!(got.message.get("juxta", "payload").unwrap().data, p);
+        // Straight from `b`: as verified as its connection. Juxta peers
+        // prove their IDs in the handshake whatever the framing (JXSE
+        // peers, with CBJX signatures: interop_jxse.rs).
+        assert_eq!(got.verified, Verified::Handshake, "size {size}");
         // Reply over the same connection, from the accepting side.
         let to_b = a.messenger(&b.peer_id()).unwrap();
         to_b.send(

@@ -763,7 +763,7 @@ impl control::Handler for State {
                     Ok(m) => Ok(json!({
                         "peer": peer,
                         "how": "direct",
-                        "addr": m.connection().peer_addr().to_string(),
+                        "addr": m.link().addr.to_string(),
                         "hops": [],
                     })),
                     Err(juxta::PeerError::NoRoute { tried, .. }) => Err(ControlError::new(

@@ -532,7 +532,7 @@ async fn next(
         let Some(host) = d.from.and_then(|f| by_peer.get(&f).copied()) else {
             continue;
         };
-        if !d.proven || d.routed {
+        if !d.verified.is_verified() || d.routed {
             continue;
         }
         match LaunchMsg::from_message(&d.message) {

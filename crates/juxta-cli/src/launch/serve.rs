@@ -82,13 +82,13 @@ pub async fn serve(
                 continue;
             }
         };
-        let allowed = d.proven && !d.routed && cfg.allowed_peers.contains(&from);
+        let allowed = d.verified.is_verified() && !d.routed && cfg.allowed_peers.contains(&from);
         match msg {
             LaunchMsg::Start(s) => {
                 if !allowed {
                     counters.refused.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(%from, proven = d.proven, "launch: start refused (peer not allowed)");
-                    if d.proven {
+                    tracing::warn!(%from, verified = ?d.verified, "launch: start refused (peer not allowed)");
+                    if d.verified.is_verified() {
                         let reason =
                             format!("peer {from} is not in this host's launch.allowed_peers");
                         reply(&peer, &from, refused(&s, reason)).await;

@@ -84,6 +84,7 @@ pub fn demangle(addr: ServiceAddress) -> (Option<String>, ServiceAddress) {
 
 use crate::id::PeerId;
 use crate::message::{Element, Message, NS_JXTA};
+use crate::wire::connection::Proof;
 use address::EndpointAddress;
 use router::{RouterError, RouterHeader, ELEM_ERM, ELEM_ERM_FINGERPRINT};
 
@@ -120,13 +121,13 @@ pub struct Delivery {
     pub message: Message,
     /// Whether it arrived through the endpoint router.
     pub routed: bool,
-    /// Whether `from` is proven: the message came straight from `from`
-    /// over a connection on which `from` proved its peer ID (see
-    /// [`crate::wire::connection::Proof`]). A message relayed on behalf of
-    /// another peer is not: its origin is as its router header says.
-    /// Services that act on the sender (leases, SRDI ownership, relay,
-    /// binding answers) refuse deliveries that are not proven.
-    pub proven: bool,
+    /// How `from` is proven: the message came straight from `from` over a
+    /// connection on which `from` proved its peer ID this way; otherwise
+    /// [`Proof::Claimed`]. A message relayed on behalf of another peer is
+    /// not proven: its origin is as its router header says. Services that
+    /// act on the sender (leases, SRDI ownership, relay, binding answers)
+    /// refuse deliveries that are not proven ([`Delivery::proven`]).
+    pub proof: Proof,
     /// The group (its unique value) whose rendezvous vouched for this
     /// message: it came propagated by that group's rendezvous, whose
     /// member seal was verified (and which verified the origin's) before
@@ -135,18 +136,30 @@ pub struct Delivery {
     pub vouched_in: Option<String>,
 }
 
+impl Delivery {
+    /// Whether `from` is proven (see [`Delivery::proof`]).
+    pub fn proven(&self) -> bool {
+        self.proof.is_proven()
+    }
+}
+
 /// Resolves what a received message is for: demangles the service name and,
 /// for router traffic addressed to `local`, strips the ERM and delivers to
 /// the service in its `Dest`.
 ///
-/// `proven`: whether `from` (the link peer) proved its peer ID.
+/// `proof`: how `from` (the link peer) proved its peer ID.
 pub fn deliver(
     local: &PeerId,
     to: ServiceAddress,
     from: Option<PeerId>,
-    proven: bool,
+    proof: Proof,
     mut message: Message,
 ) -> Result<Delivery, EndpointError> {
+    let proof = if from.is_some() {
+        proof
+    } else {
+        Proof::Claimed
+    };
     let (group, real) = demangle(to);
     if real.service != ROUTER_SERVICE {
         return Ok(Delivery {
@@ -156,7 +169,7 @@ pub fn deliver(
             from,
             message,
             routed: false,
-            proven: proven && from.is_some(),
+            proof,
         });
     }
     let erm = message
@@ -184,7 +197,10 @@ pub fn deliver(
         from: h.src.peer_id().or(from),
         message,
         routed: true,
-        proven: proven && from.is_some() && !matches!(h.src.peer_id(), Some(s) if Some(s) != from),
+        proof: match h.src.peer_id() {
+            Some(s) if Some(s) != from => Proof::Claimed,
+            _ => proof,
+        },
     })
 }
 
@@ -277,19 +293,19 @@ mod tests {
         let to = ServiceAddress::new("JuxtaTest", Some("sink"));
         let via = wrap_routed(NET_GROUP_UNIQUE, &a, &b, &to, &mut m);
         assert_eq!(via.param.as_deref(), Some(ROUTER_SERVICE));
-        let d = deliver(&b, via.clone(), None, false, m.clone()).unwrap();
+        let d = deliver(&b, via.clone(), None, Proof::Claimed, m.clone()).unwrap();
         assert_eq!(d.to, to);
         assert_eq!(d.from, Some(a));
         assert!(d.routed);
         assert_eq!(d.message.elements.len(), 1);
         assert!(matches!(
-            deliver(&a, via.clone(), None, false, m.clone()),
+            deliver(&a, via.clone(), None, Proof::Claimed, m.clone()),
             Err(EndpointError::Loop)
         ));
         let mut no_erm = m.clone();
         no_erm.remove_all(NS_JXTA, ELEM_ERM);
         assert!(matches!(
-            deliver(&b, via, None, false, no_erm),
+            deliver(&b, via, None, Proof::Claimed, no_erm),
             Err(EndpointError::NoRouterHeader)
         ));
     }

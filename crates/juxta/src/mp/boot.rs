@@ -243,7 +243,7 @@ async fn next(
     boot: &mut Listener,
     deadline: Instant,
     what: &'static str,
-) -> Result<juxta_proto::endpoint::Delivery, MpError> {
+) -> Result<crate::EndpointMessage, MpError> {
     match tokio::time::timeout_at(deadline, boot.recv()).await {
         Ok(Some(d)) => Ok(d),
         Ok(None) => Err(MpError::Closed),
@@ -278,7 +278,7 @@ async fn boot_root(
     let mut left = size - 1;
     while left > 0 {
         let d = next(boot, deadline, "the other ranks' hellos").await?;
-        let (Some(from), true) = (d.from, d.proven) else {
+        let Some(from) = d.verified_sender() else {
             continue;
         };
         let m = &d.message;
@@ -383,7 +383,7 @@ async fn boot_rank(
                 }
                 Err(_) => continue 'table,
             };
-            let Some(from) = d.from.filter(|_| d.proven) else {
+            let Some(from) = d.verified_sender() else {
                 continue;
             };
             match text(&d.message, "kind").as_deref() {
@@ -444,7 +444,7 @@ async fn boot_rank(
     }
     while left > 0 {
         let d = next(boot, deadline, "the higher ranks' links").await?;
-        let Some(from) = d.from.filter(|_| d.proven) else {
+        let Some(from) = d.verified_sender() else {
             continue;
         };
         if text(&d.message, "kind").as_deref() == Some("link") && mark(from, &mut linked) {

@@ -288,10 +288,14 @@ impl BidiPipe {
                 }
                 Some(m)
             }
-            Imp::Reliable(r) => r.recv().await.map(|message| PipeMessage {
-                message,
-                from: Some(self.remote),
-            }),
+            Imp::Reliable(r) => {
+                let message = r.recv().await?;
+                Some(PipeMessage {
+                    message,
+                    from: Some(self.remote),
+                    verified: r.verified(),
+                })
+            }
         }
     }
 

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 
 use super::registry::Registration;
 use super::{PipeError, PipeMessage, PIPE_SERVICE};
-use crate::endpoint::Listener;
+use crate::endpoint::{Listener, Verified};
 use crate::peer::Inner;
 
 enum Source {
@@ -112,9 +112,21 @@ impl InputPipe {
     /// The next message; `None` once the peer has stopped.
     pub async fn recv(&mut self) -> Option<PipeMessage> {
         loop {
-            let d = match &mut self.source {
-                Source::Endpoint(l) => l.recv().await?,
-                Source::Secure(rx) => rx.recv().await?,
+            let (d, verified) = match &mut self.source {
+                Source::Endpoint(l) => {
+                    let d = l.recv_delivery().await?;
+                    let v = Verified::of(d.proof);
+                    (d, v)
+                }
+                Source::Secure(rx) => {
+                    let d = rx.recv().await?;
+                    let v = if d.proven() {
+                        Verified::Certificate
+                    } else {
+                        Verified::Unverified
+                    };
+                    (d, v)
+                }
             };
             let mut message = d.message;
             if let Some(filter) = &mut self.dedup {
@@ -131,6 +143,7 @@ impl InputPipe {
             return Some(PipeMessage {
                 message,
                 from: d.from,
+                verified,
             });
         }
     }
@@ -139,6 +152,7 @@ impl InputPipe {
     pub(crate) fn try_recv(&mut self) -> Option<PipeMessage> {
         match &mut self.source {
             Source::Endpoint(l) => l.try_recv().map(|d| PipeMessage {
+                verified: Verified::of(d.proof),
                 message: d.message,
                 from: d.from,
             }),

@@ -199,12 +199,26 @@ pub(crate) trait DirectSink: Send + Sync {
 
 /// A message received on an input pipe.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PipeMessage {
     /// The application's elements.
     pub message: Message,
-    /// The sending peer, when known. On a secure pipe it is the peer ID
+    /// The sending peer, when known; how far to trust it is
+    /// [`PipeMessage::verified`]. On a secure pipe it is the peer ID
     /// proven by the TLS certificate.
     pub from: Option<PeerId>,
+    /// How `from` was verified: [`crate::Verified::Certificate`] on a
+    /// secure pipe, the connection's proof for a message that came
+    /// straight from its sender, [`crate::Verified::Unverified`] for one
+    /// relayed, routed or propagated on its behalf.
+    pub verified: crate::Verified,
+}
+
+impl PipeMessage {
+    /// The sender, only if it is verified.
+    pub fn verified_sender(&self) -> Option<PeerId> {
+        self.from.filter(|_| self.verified.is_verified())
+    }
 }
 
 /// Opens pipes on a [`crate::Peer`]; get one with [`crate::Peer::pipes`].

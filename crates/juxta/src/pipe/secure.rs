@@ -325,7 +325,7 @@ pub(crate) fn spawn(inner: &Arc<Inner>) -> Result<JoinHandle<()>, PeerError> {
     let mut l = inner.add_listener(ServiceAddress::new(TLS_SERVICE, None))?;
     let weak = Arc::downgrade(inner);
     Ok(tokio::spawn(async move {
-        while let Some(d) = l.recv().await {
+        while let Some(d) = l.recv_delivery().await {
             let Some(inner) = weak.upgrade() else { return };
             if let Err(e) = on_records(&inner, d).await {
                 tracing::debug!(error = %e, "secure pipe records dropped");
@@ -533,8 +533,13 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
                 from: peer,
                 message,
                 routed: false,
-                // The TLS handshake verified a certificate deriving `peer`.
-                proven: peer.is_some(),
+                // The TLS handshake verified a certificate deriving `peer`
+                // (the input pipe reports it as `Verified::Certificate`).
+                proof: if peer.is_some() {
+                    juxta_proto::wire::connection::Proof::Handshake
+                } else {
+                    juxta_proto::wire::connection::Proof::Claimed
+                },
             };
             if sink.send(d).await.is_err() {
                 break;

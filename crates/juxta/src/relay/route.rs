@@ -21,6 +21,7 @@ use juxta_proto::relay::{Refusal, RelayResponse, RELAY_SERVICE};
 use juxta_proto::resolver::{
     query_queue, response_queue, ResolverQuery, ResolverResponse, RESOLVER_SERVICE,
 };
+use juxta_proto::wire::connection::Proof;
 
 use crate::peer::Inner;
 use crate::transport::tcp::Connection;
@@ -47,7 +48,7 @@ pub(crate) async fn on_link_message(
             from: Some(conn.remote),
             message,
             routed: false,
-            proven: conn.proof().is_proven(),
+            proof: conn.proof(),
         });
     }
     let link = conn.remote;
@@ -86,7 +87,11 @@ pub(crate) async fn on_link_message(
                     routed: true,
                     // Relayed on behalf of another peer: the router fingerprint
                     // is a bearer token, so only the link's own traffic counts.
-                    proven: m.src == link && conn.proof().is_proven(),
+                    proof: if m.src == link {
+                        conn.proof()
+                    } else {
+                        Proof::Claimed
+                    },
                 })
             }
             Err(e) => {

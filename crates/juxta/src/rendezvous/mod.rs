@@ -616,11 +616,11 @@ impl Task {
                     Some(c) => self.on_cmd(c),
                     None => return,
                 },
-                d = lease.recv() => match d { Some(d) => self.on_delivery(d, false), None => return },
-                d = prop.recv() => match d { Some(d) => self.on_delivery(d, false), None => return },
-                d = walk.recv() => match d { Some(d) => self.on_delivery(d, false), None => return },
-                d = pv.recv() => match d { Some(d) => self.on_delivery(d, false), None => return },
-                d = s.recv() => match d { Some(d) => self.on_delivery(d, true), None => return },
+                d = lease.recv_delivery() => match d { Some(d) => self.on_delivery(d, false), None => return },
+                d = prop.recv_delivery() => match d { Some(d) => self.on_delivery(d, false), None => return },
+                d = walk.recv_delivery() => match d { Some(d) => self.on_delivery(d, false), None => return },
+                d = pv.recv_delivery() => match d { Some(d) => self.on_delivery(d, false), None => return },
+                d = s.recv_delivery() => match d { Some(d) => self.on_delivery(d, true), None => return },
                 c = conns.recv() => if let Some((addr, p)) = c {
                     let now = self.now();
                     self.node.handle_dialed(addr, p, now);
@@ -698,6 +698,7 @@ impl Task {
 
     fn on_delivery(&mut self, mut d: Delivery, srdi: bool) {
         let now = self.now();
+        let proven = d.proven();
         let dest = if srdi { self.srdi_addr.clone() } else { d.to };
         if let Some(c) = &self.scope {
             // A group's service: only what a member sealed (a non-member's
@@ -733,7 +734,7 @@ impl Task {
         };
         let r = self
             .node
-            .handle_message(from, d.proven, &dest, d.message, now);
+            .handle_message(from, proven, &dest, d.message, now);
         self.on_refused(&from, r);
     }
 

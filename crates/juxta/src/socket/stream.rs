@@ -280,7 +280,9 @@ impl StreamSocket {
                 from: m.from,
                 message: m.message,
                 routed: false,
-                proven: true,
+                // Streams run on compact connections, whose peer proved
+                // its ID in the handshake.
+                proof: juxta_proto::wire::connection::Proof::Handshake,
             });
         }
         inner

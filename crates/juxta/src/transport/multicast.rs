@@ -612,7 +612,16 @@ async fn receive_loop(weak: Weak<Inner>, mc: Arc<Multicast>) {
             // datagrams (as UDP does), the connections still deliver.
             // A datagram is never a proven delivery: a signed datagram can
             // be replayed by anyone on the segment (docs/security.md).
-            Ok(Some(d)) => inner.dispatch_from(d.source, false, d.to, d.message).await,
+            Ok(Some(d)) => {
+                inner
+                    .dispatch_from(
+                        d.source,
+                        juxta_proto::wire::connection::Proof::Claimed,
+                        d.to,
+                        d.message,
+                    )
+                    .await
+            }
             Ok(None) => tracing::trace!(%from, "own multicast datagram ignored"),
             Err(e) => {
                 inner

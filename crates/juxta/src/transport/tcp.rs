@@ -592,6 +592,19 @@ impl Connection {
     pub(crate) fn set_proof(&self, p: Proof) {
         self.proof.fetch_max(proof_to_u8(p), Ordering::AcqRel);
     }
+
+    /// A snapshot of this connection for the public API.
+    pub(crate) fn info(&self) -> crate::ConnectionInfo {
+        crate::ConnectionInfo {
+            id: self.id,
+            peer: self.remote(),
+            addr: self.peer_addr(),
+            bytes_in: self.bytes_in(),
+            bytes_out: self.bytes_out(),
+            compact: self.is_compact(),
+            proven: self.proof().is_proven(),
+        }
+    }
 }
 
 /// Why a connection ended.

@@ -38,7 +38,7 @@ use juxta_proto::socket::reliable::{
 use juxta_proto::socket::setup::{classify, CloseSignal, SetupMessage};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::endpoint::Messenger;
+use crate::endpoint::{Messenger, Verified};
 use crate::peer::Inner;
 use crate::pipe::{InputPipe, PipeError, PIPE_SERVICE};
 
@@ -94,6 +94,28 @@ struct Counters {
     failure: OnceLock<ReliableError>,
     /// Why sending failed (given to the first caller who asks).
     send_error: Mutex<Option<crate::SendError>>,
+    /// The weakest verification of the remote's messages accepted so far
+    /// (a message's bytes may come from several of them).
+    weakest: Mutex<Option<Verified>>,
+}
+
+impl Counters {
+    fn accepted(&self, v: Verified) {
+        let mut w = self.weakest.lock().expect("verified lock");
+        *w = Some(match *w {
+            Some(old) if strength(old) <= strength(v) => old,
+            _ => v,
+        });
+    }
+}
+
+fn strength(v: Verified) -> u8 {
+    match v {
+        Verified::Certificate => 3,
+        Verified::Handshake => 2,
+        Verified::CbjxSignature => 1,
+        _ => 0,
+    }
 }
 
 /// Where the driver answers a block handed to it.
@@ -205,6 +227,16 @@ impl ReliableBidi {
         self.rx.recv().await
     }
 
+    /// How the remote's messages were verified: the weakest of those
+    /// accepted so far.
+    pub(super) fn verified(&self) -> Verified {
+        self.counters
+            .weakest
+            .lock()
+            .expect("verified lock")
+            .unwrap_or(Verified::Unverified)
+    }
+
     /// Sends the close (in a block) and waits until the peer acknowledged
     /// everything, at most [`CLOSE_TIMEOUT`].
     pub(super) async fn close(mut self) -> Result<(), PipeError> {
@@ -262,7 +294,7 @@ impl Driver {
     }
 
     /// Feeds one message of our pipe to the engine.
-    fn on_message(&mut self, from: Option<PeerId>, msg: &Message) {
+    fn on_message(&mut self, from: Option<PeerId>, verified: Verified, msg: &Message) {
         if from != Some(self.remote) {
             self.counters.foreign.fetch_add(1, Ordering::Relaxed);
             if let Some(inner) = self.inner.upgrade() {
@@ -271,6 +303,7 @@ impl Driver {
             tracing::debug!(?from, remote = %self.remote, "reliable bidi pipe: message from another peer dropped");
             return;
         }
+        self.counters.accepted(verified);
         match classify(msg) {
             // A plain close (JXSE sends its close in a block in this mode;
             // a plain one is taken as well).
@@ -476,7 +509,7 @@ impl Driver {
             let app = self.app.clone();
             tokio::select! {
                 m = input.recv() => match m {
-                    Some(m) => self.on_message(m.from, &m.message),
+                    Some(m) => self.on_message(m.from, m.verified, &m.message),
                     None => break Err(PipeError::Stopped),
                 },
                 c = cmd.recv(), if cmd_open && pending.is_none() && !closing => match c {
