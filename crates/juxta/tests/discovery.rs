@@ -32,7 +32,7 @@ fn cfg(dir: &tempfile::TempDir, name: &str, listen: bool) -> PeerConfig {
 }
 
 fn pipe(name: &str) -> Advertisement {
-    let mut a = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+    let mut a = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
     a.name = Some(name.into());
     Advertisement::Pipe(a)
 }

@@ -38,7 +38,7 @@ async fn start(dir: &tempfile::TempDir, name: &str, rc: RendezvousConfig) -> Pee
 }
 
 fn pipe_adv(name: &str, ty: PipeType) -> PipeAdvertisement {
-    let mut a = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), ty);
+    let mut a = PipeAdvertisement::new(PipeId::new_random(), ty);
     a.name = Some(name.into());
     a
 }

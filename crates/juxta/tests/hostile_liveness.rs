@@ -213,7 +213,7 @@ fn probe_to() -> ServiceAddress {
 /// found"), from `me`.
 fn pipe_query(me: &Identity, target: juxta_proto::id::PeerId, id: i32) -> Message {
     let q = PipeResolverMsg::Query {
-        pipe_id: PipeId::random(&mut rand::thread_rng()),
+        pipe_id: PipeId::new_random(),
         pipe_type: PipeType::Unicast,
         peers: vec![target],
     };

@@ -160,7 +160,7 @@ async fn simultaneous_dials_of_one_server_share_one_session() {
 }
 
 fn adv() -> PipeAdvertisement {
-    let mut a = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+    let mut a = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
     a.name = Some("http".into());
     a
 }

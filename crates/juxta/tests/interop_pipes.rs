@@ -32,7 +32,7 @@ fn unicast_adv(urn: &str) -> PipeAdvertisement {
 }
 
 fn new_adv() -> PipeAdvertisement {
-    let mut a = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+    let mut a = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
     a.name = Some("interop".into());
     a
 }

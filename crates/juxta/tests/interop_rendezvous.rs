@@ -55,7 +55,7 @@ async fn peer(dir: &std::path::Path, name: &str, rc: RendezvousConfig) -> Peer {
 }
 
 fn pipe_adv(name: &str) -> (PipeId, Advertisement) {
-    let id = PipeId::random(&mut rand::thread_rng());
+    let id = PipeId::new_random();
     let mut a = PipeAdvertisement::new(id, PipeType::Unicast);
     a.name = Some(name.to_string());
     (id, Advertisement::Pipe(a))
@@ -369,7 +369,7 @@ async fn propagate_pipes_between_a_jxse_edge_and_juxta_edges_through_a_juxta_ren
             .await,
         Some(rdv.peer_id())
     );
-    let pipe = PipeId::random(&mut rand::thread_rng());
+    let pipe = PipeId::new_random();
     let mut pa = PipeAdvertisement::new(pipe, PipeType::Propagate);
     pa.name = Some("juxta-harness".into());
     let mut at_edge = edge.pipes().create_input_pipe(&pa).unwrap();

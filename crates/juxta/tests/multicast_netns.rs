@@ -79,7 +79,7 @@ fn propagate_pipe_reaches_lan_peers_by_multicast() {
         &[("va", &ns_a, "10.77.0.2/24"), ("vb", &ns_b, "10.77.0.3/24")],
     );
 
-    let pipe = PipeId::random(&mut rand::thread_rng()).to_string();
+    let pipe = PipeId::new_random().to_string();
     let (tx, rx) = mpsc::channel();
     let mut pending = Vec::new();
     let receivers = [

@@ -25,7 +25,7 @@ fn payload(n: usize) -> Bytes {
 }
 
 fn adv(ty: PipeType) -> PipeAdvertisement {
-    let mut a = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), ty);
+    let mut a = PipeAdvertisement::new(PipeId::new_random(), ty);
     a.name = Some("test-pipe".into());
     a
 }

@@ -29,7 +29,7 @@ async fn start(
 }
 
 fn adv(name: &str) -> PipeAdvertisement {
-    let mut a = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+    let mut a = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
     a.name = Some(name.into());
     a
 }

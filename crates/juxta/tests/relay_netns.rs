@@ -148,7 +148,7 @@ fn cfg(home: PathBuf) -> PeerConfig {
 }
 
 fn adv(name: &str) -> PipeAdvertisement {
-    let mut a = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+    let mut a = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
     a.name = Some(name.into());
     a
 }

@@ -284,7 +284,7 @@ async fn discovery_and_pipe_binding_through_a_rendezvous() {
     );
 
     let mut adv =
-        PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+        PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
     adv.name = Some("printer-through-rdv".into());
     publisher
         .discovery()
@@ -509,7 +509,7 @@ async fn flooded_discovery_reaches_the_other_rendezvous() {
     let ha = a.rendezvous().unwrap();
 
     let mut adv =
-        PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+        PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
     adv.name = Some("flooded-printer".into());
     publisher
         .discovery()
@@ -552,7 +552,7 @@ async fn srdi_discovery_across_rendezvous() {
     let mut ids = Vec::new();
     for i in 0..6 {
         let mut adv =
-            PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+            PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
         adv.name = Some(format!("srdi-printer-{i}"));
         publisher
             .discovery()

@@ -22,7 +22,7 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
 }
 
 fn adv(ty: PipeType) -> PipeAdvertisement {
-    let mut a = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), ty);
+    let mut a = PipeAdvertisement::new(PipeId::new_random(), ty);
     a.name = Some("secure-sock".into());
     a
 }

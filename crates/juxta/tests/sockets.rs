@@ -24,7 +24,7 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
 }
 
 fn adv() -> PipeAdvertisement {
-    let mut a = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+    let mut a = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
     a.name = Some("sock".into());
     a
 }

@@ -20,7 +20,7 @@
 //! use juxta::proto::id::PipeId;
 //! let a = Peer::start(PeerConfig::new("/tmp/da").listen("127.0.0.1:0".parse()?)).await?;
 //! let b = Peer::start(PeerConfig::new("/tmp/db")).await?;
-//! let mut pipe = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+//! let mut pipe = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
 //! pipe.name = Some("chat".into());
 //! a.discovery().publish(&Advertisement::Pipe(pipe)).await?;
 //! b.connect(a.local_addr().unwrap()).await?;

@@ -43,7 +43,7 @@
 //! // a creates a certificate group and issues b a credential.
 //! let club = a.groups().create_secure("club", Duration::from_secs(3600)).await?;
 //! let cred = club.issue(b.peer_id(), Duration::from_secs(3600), false)?;
-//! let mut pipe = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+//! let mut pipe = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
 //! pipe.name = Some("club-chat".into());
 //! club.discovery().publish(&Advertisement::Pipe(pipe)).await?;
 //! // b joins with it and discovers inside the group only.

@@ -18,7 +18,7 @@
 //! use juxta::proto::message::{Element, Message};
 //! let a = Peer::start(PeerConfig::new("/tmp/pa").listen("127.0.0.1:0".parse()?)).await?;
 //! let b = Peer::start(PeerConfig::new("/tmp/pb")).await?;
-//! let adv = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+//! let adv = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
 //! let mut input = a.pipes().create_input_pipe(&adv)?;
 //! b.connect(a.local_addr().unwrap()).await?;
 //! let out = b.pipes().create_output_pipe(&adv, &[a.peer_id()], Duration::from_secs(5)).await?;
@@ -147,7 +147,7 @@ pub(crate) fn local_peer_adv(inner: &Inner) -> juxta_proto::advertisement::PeerA
 /// the server pipe (plus `suffix`, as JXSE names its client pipes).
 pub(crate) fn ephemeral_adv(server: &PipeAdvertisement, suffix: &str) -> PipeAdvertisement {
     let mut adv = PipeAdvertisement::new(
-        juxta_proto::id::PipeId::random(&mut rand::thread_rng()),
+        juxta_proto::id::PipeId::new_random(),
         PipeType::Unicast,
     );
     adv.name = Some(format!("{}{suffix}", server.name.as_deref().unwrap_or("")));
@@ -362,7 +362,7 @@ mod tests {
         let inner = &p.inner;
         let g = inner.group_unique().to_string();
         let wire = ServiceAddress::new(WIRE_PIPE_SERVICE, Some(&g));
-        let pipe = PipeId::random(&mut rand::thread_rng());
+        let pipe = PipeId::new_random();
         let good = Message::new()
             .with(JxtaWireHeader::new(pipe, "m-1".into(), 3).to_element())
             .with(Element::bytes("juxta", "payload", &b"x"[..]));

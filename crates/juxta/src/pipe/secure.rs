@@ -590,7 +590,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = tokio::join!(peer(&dir, "a", true), peer(&dir, "b", false));
         let ad = PipeAdvertisement::new(
-            PipeId::random(&mut rand::thread_rng()),
+            PipeId::new_random(),
             PipeType::UnicastSecure,
         );
         let mut input = a.pipes().create_input_pipe(&ad).unwrap();

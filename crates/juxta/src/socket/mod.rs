@@ -48,7 +48,7 @@
 //! use tokio::io::{AsyncReadExt, AsyncWriteExt};
 //! let a = Peer::start(PeerConfig::new("/tmp/sa").listen("127.0.0.1:0".parse()?)).await?;
 //! let b = Peer::start(PeerConfig::new("/tmp/sb")).await?;
-//! let adv = PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast);
+//! let adv = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
 //! let mut server = JxtaServerSocket::bind(&a, &adv, SocketConfig::default())?;
 //! b.connect(a.local_addr().unwrap()).await?;
 //! let client = tokio::spawn({

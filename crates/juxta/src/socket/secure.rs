@@ -419,7 +419,7 @@ mod tests {
     }
 
     fn adv() -> PipeAdvertisement {
-        PipeAdvertisement::new(PipeId::random(&mut rand::thread_rng()), PipeType::Unicast)
+        PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast)
     }
 
     /// A connected socket pair (server end on A, client end on B).
