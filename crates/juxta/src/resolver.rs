@@ -1,27 +1,27 @@
-//! The resolver service (PRP) task: the driver of the sans-IO resolver
-//! ([`juxta_proto::resolver::node::ResolverNode`], which decides queue
-//! classification, group scoping, which handler gets a message, admission
-//! control of every query kind and how an answer goes back). This task
-//! feeds it what the resolver listeners receive, authenticates group
-//! traffic between its two steps (the member seal is the group's key
-//! material), and executes its decisions: it hands queries and responses
-//! to the protocol that owns their handler, the Pipe Binding Protocol
+//! The resolver service (PRP) task. Every group's resolver traffic passes
+//! a [`juxta_proto::node::Node`], the machine the simulator and the
+//! socket-less tests run: its resolver part parses, admits (a budget per
+//! querier for every query kind) and routes each query and response, and
+//! the queries and responses it admits for this task's services come out
+//! as events that this task executes: the Pipe Binding Protocol
 //! (`JxtaPipeResolver`), discovery, peer info (PIP), routes and group
-//! revocation lists, and sends the answers over the path the machine
-//! chose.
+//! revocation lists, answered over the path the peer's resolver machine
+//! ([`Machine`]) chose.
 //!
-//! A group whose rendezvous service runs on this peer (the Net group with
-//! [`crate::PeerConfig::rendezvous`], a subgroup after
-//! [`crate::group::Group::start_rendezvous`]) is served by that group's
-//! [`juxta_proto::node::Node`], driven by its rendezvous task (the machine
-//! the simulator and the socket-less tests run): this task scopes and
-//! authenticates the message (step one) and hands it over; the node's
-//! resolver parses, admits and routes it (Juxta's lookups, busy notices
-//! and the answers the rendezvous awaits stay in the node), and the
-//! queries and responses it admitted for the services above come back
-//! here ([`Admitted`]) to be executed. Any other group's traffic takes
-//! step two in this task's machine, which has the same handlers
-//! ([`handlers`]) but no rendezvous to hand lookups to.
+//! Step one is this task's, before any node: the machine scopes the
+//! message (its queue and group; only joined groups are served), and the
+//! group's member seal is checked here (the group's key material).
+//! Step two is the group's node:
+//! - a group whose rendezvous service runs on this peer (the Net group
+//!   with [`crate::PeerConfig::rendezvous`], a subgroup after
+//!   [`crate::group::Group::start_rendezvous`]) has its node in its
+//!   rendezvous task; the message is handed there, Juxta's lookups, busy
+//!   notices and the answers the rendezvous awaits stay in the node, and
+//!   what it admitted for the services above comes back here
+//!   ([`Admitted`]);
+//! - any other group's node runs in this task, on a rendezvous part
+//!   without a role ([`RendezvousConfig::none`]); its events are executed
+//!   the same way.
 //!
 //! Refusals are counted in [`crate::Stats`]: a group this peer has not
 //! joined in [`crate::Stats::group_refused`] (the Net group is open to
@@ -33,6 +33,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use juxta_proto::advertisement::PipeType;
 use juxta_proto::discovery::peerinfo::{PeerInfoQuery, PEERINFO_HANDLER};
 use juxta_proto::discovery::{DiscoveryQuery, DiscoveryResponse, DISCOVERY_HANDLER};
@@ -40,10 +41,11 @@ use juxta_proto::endpoint::route_query::{NO_ROUTE_HANDLER, ROUTER_HANDLER};
 use juxta_proto::endpoint::{Delivery, ServiceAddress};
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
-use juxta_proto::node::Event;
+use juxta_proto::node::{Event, InputError};
 use juxta_proto::pipe::binding::{BindingError, PipeResolverMsg, PIPE_RESOLVER_HANDLER};
+use juxta_proto::rendezvous::node::{RendezvousConfig, RendezvousNode};
 use juxta_proto::resolver::node::{
-    AnswerPath, Direction, Groups, Handler, Refusal, ResolverConfig, ResolverEvent, ResolverNode,
+    AnswerPath, Groups, Handler, Refusal, ResolverConfig, ResolverNode,
 };
 use juxta_proto::resolver::{
     query_queue, response_queue, ResolverError, ResolverQuery, ResolverResponse, RESOLVER_SERVICE,
@@ -70,6 +72,8 @@ enum Fault {
     Refused(#[from] Refusal),
     #[error(transparent)]
     Route(#[from] crate::relay::route::RouteFault),
+    #[error(transparent)]
+    Node(juxta_proto::rendezvous::node::NodeError),
 }
 
 /// The services of this peer that own resolver handlers.
@@ -89,7 +93,10 @@ pub(crate) enum Service {
     Revocations,
 }
 
-/// The resolver machine this runtime drives.
+/// The peer's resolver machine for step one (which group and queue a
+/// message is for, joined groups) and for answers (their paths and the
+/// bounds on answer dials). Step two, parsing and admission, is a group
+/// node's.
 pub(crate) type Machine = ResolverNode<Service>;
 
 /// The resolver settings of a peer whose Net group (or, for a group's
@@ -104,12 +111,11 @@ pub(crate) fn config(net: &str, d: &crate::discovery::DiscoveryConfig) -> Resolv
     cfg
 }
 
-/// The handlers of the services this task runs, registered in its
-/// machine and in every group's node (which adds the rendezvous'
-/// lookups). A group's revocation list is served in joined groups only
-/// (`crl`: [`Groups::JoinedOnly`] in this task's machine and the Net
-/// group's node; [`Groups::All`] in a subgroup's node, whose one group is
-/// joined).
+/// The handlers of the services this task runs, registered in every
+/// group's node (which adds the rendezvous' lookups). A group's
+/// revocation list is served in joined groups only (`crl`:
+/// [`Groups::JoinedOnly`] in the Net group's node; [`Groups::All`] in a
+/// subgroup's node, whose one group is joined).
 pub(crate) fn handlers(crl: Groups) -> [Handler<Service>; 6] {
     let mut revocations = Handler::exact(Service::Revocations, crate::group::CRL_HANDLER);
     revocations.groups = crl;
@@ -123,15 +129,9 @@ pub(crate) fn handlers(crl: Groups) -> [Handler<Service>; 6] {
     ]
 }
 
-/// The resolver machine of a peer in the group `net` with the discovery
-/// service's query budget, its handlers registered.
+/// The resolver machine of a peer in the group `net` (see [`Machine`]).
 pub(crate) fn machine(net: &str, d: &crate::discovery::DiscoveryConfig) -> Machine {
-    let mut m = ResolverNode::new(config(net, d));
-    for h in handlers(Groups::JoinedOnly) {
-        // Distinct names, fewer than MAX_HANDLERS: cannot fail.
-        let _ = m.register(h);
-    }
-    m
+    ResolverNode::new(config(net, d))
 }
 
 /// The node of a group (unique value `net`) whose rendezvous part is
@@ -244,6 +244,9 @@ pub(crate) fn spawn(
     let mut others = inner.add_listener(ServiceAddress::new(RESOLVER_SERVICE, None))?;
     let weak = Arc::downgrade(inner);
     Ok(tokio::spawn(async move {
+        // The nodes of the groups served here (no rendezvous task of
+        // their own), by unique value.
+        let mut nodes = Nodes::default();
         loop {
             let d = tokio::select! {
                 d = queries.recv_delivery() => d.map(Ok),
@@ -255,7 +258,7 @@ pub(crate) fn spawn(
                 return;
             };
             let r = match d {
-                Ok(d) => handle(&inner, d).await,
+                Ok(d) => handle(&inner, &mut nodes, d).await,
                 Err(a) => execute(&inner, a).await,
             };
             if let Err(why) = r {
@@ -271,7 +274,56 @@ pub(crate) fn spawn(
     }))
 }
 
-async fn handle(inner: &Arc<Inner>, mut d: Delivery) -> Result<(), Fault> {
+/// The nodes of the groups whose resolver traffic this task serves
+/// itself (no rendezvous service runs for them on this peer), by unique
+/// value: each the same [`juxta_proto::node::Node`] a group's rendezvous
+/// task drives, on a rendezvous part without a role
+/// ([`RendezvousConfig::none`]). Only groups still joined are kept, so
+/// there are at most [`juxta_proto::group::MAX_MEMBERSHIPS`] + 1.
+#[derive(Default)]
+struct Nodes(std::collections::HashMap<String, juxta_proto::node::Node<Service>>);
+
+impl Nodes {
+    /// The node of group `g` (`ctx`: its context, `None` for the Net
+    /// group), made on its first message.
+    fn get(
+        &mut self,
+        inner: &Inner,
+        ctx: Option<&Arc<crate::group::GroupCtx>>,
+        g: &str,
+    ) -> &mut juxta_proto::node::Node<Service> {
+        if !self.0.contains_key(g) {
+            // Forget the groups left meanwhile.
+            let net = inner.group_unique();
+            self.0
+                .retain(|u, _| u == net || inner.groups.get(u).is_some_and(|c| !c.is_closed()));
+            let me = *inner.identity.peer_id();
+            let name = &inner.cfg.name;
+            let (rdv, crl) = match ctx {
+                None => (
+                    RendezvousNode::new(RendezvousConfig::none(), me, g, Bytes::new(), name, 0),
+                    Groups::JoinedOnly,
+                ),
+                Some(c) => (
+                    RendezvousNode::new_in(
+                        RendezvousConfig::none(),
+                        me,
+                        c.id,
+                        Bytes::new(),
+                        name,
+                        0,
+                    ),
+                    Groups::All,
+                ),
+            };
+            self.0
+                .insert(g.to_string(), node(rdv, g, &inner.cfg.discovery, crl));
+        }
+        self.0.get_mut(g).expect("inserted above")
+    }
+}
+
+async fn handle(inner: &Arc<Inner>, nodes: &mut Nodes, mut d: Delivery) -> Result<(), Fault> {
     // Step one: the machine scopes the message (its queue, its group).
     let s = lock(inner).accept(d.to.param.as_deref(), d.group.as_deref())?;
     // The Net group is the only open one here; any other is a joined
@@ -312,43 +364,39 @@ async fn handle(inner: &Arc<Inner>, mut d: Delivery) -> Result<(), Fault> {
         h.resolver_message(from, proven, d.to, d.message).await;
         return Ok(());
     }
-    // Else here: the machine parses, finds the handler and admits.
-    let now = now_ms(inner);
-    let events: Vec<ResolverEvent<Service>> = match s.direction {
-        Direction::Query => {
-            // No forwarders (peer view, leased rendezvous) in a group
-            // without a rendezvous service here: each query is charged to
-            // the peer it came from.
-            let mut m = lock(inner);
-            m.handle_query(&s, d.from, false, d.message, now)?;
-            std::iter::from_fn(|| m.poll_event()).collect()
-        }
-        Direction::Response => {
-            let mut m = lock(inner);
-            m.handle_response(&s, d.from, &d.message, now)?;
-            std::iter::from_fn(|| m.poll_event()).collect()
-        }
+    // Else here, in the group's node without a rendezvous part: it
+    // parses, finds the handler and admits (no forwarders here, so each
+    // query is charged to the peer it came from).
+    let Some(from) = d.from else {
+        return Err(Refusal::Anonymous.into());
     };
-    for ev in events {
-        match ev {
-            ResolverEvent::Query {
-                key,
-                group,
-                from,
-                query,
-                message,
-                ..
-            } => on_query(inner, ctx.as_ref(), &group, key, from, *query, message).await?,
-            ResolverEvent::Response {
-                key,
-                group,
-                from,
-                response,
-                ..
-            } => on_response(inner, ctx.as_ref(), &group, key, proven, from, response).await?,
-            // No rendezvous here to retry a lookup.
-            ResolverEvent::Busy { .. } => {}
-        }
+    let g = s.group;
+    let node = nodes.get(inner, ctx.as_ref(), &g);
+    match node.handle_message(from, proven, &d.to, d.message, now_ms(inner)) {
+        Ok(()) => {}
+        Err(InputError::Resolver(r)) => return Err(r.into()),
+        Err(InputError::Rendezvous(e)) => return Err(Fault::Node(e)),
+    }
+    let events: Vec<Event<Service>> = std::iter::from_fn(|| node.poll_event()).collect();
+    // A node without a rendezvous part has nothing to send of its own.
+    let unsent = std::iter::from_fn(|| node.poll_transmit()).count();
+    if unsent > 0 {
+        inner
+            .stats
+            .resolver_errors
+            .fetch_add(unsent as u64, Ordering::Relaxed);
+        tracing::debug!(unsent, group = %g, "transmits of a group node without a rendezvous dropped");
+    }
+    for event in events {
+        execute(
+            inner,
+            Admitted {
+                ctx: ctx.clone(),
+                group: g.clone(),
+                event,
+            },
+        )
+        .await?;
     }
     Ok(())
 }

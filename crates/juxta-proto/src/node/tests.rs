@@ -407,3 +407,91 @@ fn propagated_resolver_messages_pass_the_resolver() {
         Some(Event::Response { proven: true, .. })
     ));
 }
+
+/// A node for a group where this peer runs no rendezvous service (as the
+/// runtime's resolver task builds for such groups): it never dials,
+/// leases or sends on its own; the owner's queries and responses come out
+/// as events under the same admission; Juxta's lookups and busy notices
+/// find nothing to act on.
+#[test]
+fn a_node_without_a_rendezvous_only_admits_and_routes() {
+    let me = pid(3, 0);
+    let pa: Bytes = PeerAdvertisement::new(me, PeerGroupId::NET, "plain")
+        .to_xml()
+        .into();
+    let mut rc = ResolverConfig::new(G);
+    rc.query_burst = 2;
+    rc.query_rate = 1.0;
+    let rdv = RendezvousNode::new(RendezvousConfig::none(), me, G, pa, "plain", 9);
+    let mut n: Node<App> = Node::new(rdv, rc).unwrap();
+    n.register(Handler::exact(App::Shared, "shared")).unwrap();
+    // Time passes: nothing to dial, lease or send.
+    for now in (0..60_000).step_by(100) {
+        if n.poll_timeout().is_some_and(|t| t <= now) {
+            n.handle_timeout(now);
+        }
+        assert!(n.poll_transmit().is_none());
+        assert!(n.poll_event().is_none(), "at {now} ms");
+    }
+    assert!(!n.rendezvous().is_rendezvous());
+    assert_eq!(n.rendezvous().leased_to(), None);
+
+    let ores = ServiceAddress::new(RESOLVER_SERVICE, Some(&query_queue(G)));
+    let ires = ServiceAddress::new(RESOLVER_SERVICE, Some(&crate::resolver::response_queue(G)));
+    let query = |handler: &str, who: PeerId, text: &str| {
+        let q = ResolverQuery {
+            handler: handler.into(),
+            query_id: 5,
+            hop_count: 0,
+            src_peer: who,
+            query: text.into(),
+            src_route: None,
+        };
+        Message::new().with(q.to_element(G))
+    };
+    // An owner's query: an event, charged to its querier.
+    let asker = pid(9, 1);
+    for _ in 0..2 {
+        n.handle_message(asker, true, &ores, query("shared", asker, "x"), 60_000)
+            .unwrap();
+        assert!(matches!(
+            n.poll_event(),
+            Some(Event::Query { key: App::Shared, from, .. }) if from == asker
+        ));
+    }
+    assert_eq!(
+        n.handle_message(asker, true, &ores, query("shared", asker, "x"), 60_000),
+        Err(InputError::Resolver(Refusal::Throttled(asker)))
+    );
+    // A Juxta lookup: nothing here to answer it from, nothing sent.
+    let other = pid(9, 2);
+    n.handle_message(
+        other,
+        true,
+        &ores,
+        query(LOOKUP_HANDLER, other, "Adv Name x"),
+        60_000,
+    )
+    .unwrap();
+    assert!(n.poll_event().is_none());
+    assert!(n.poll_transmit().is_none());
+    // An owner's response: an event with the link's proof.
+    let r = ResolverResponse {
+        handler: "shared".into(),
+        query_id: 5,
+        response: "r".into(),
+    };
+    n.handle_message(
+        other,
+        false,
+        &ires,
+        Message::new().with(r.to_element(G)),
+        60_000,
+    )
+    .unwrap();
+    assert!(matches!(
+        n.poll_event(),
+        Some(Event::Response { key: App::Shared, from, proven: false, .. }) if from == other
+    ));
+    assert!(n.poll_transmit().is_none());
+}

@@ -154,6 +154,21 @@ impl RendezvousConfig {
         }
     }
 
+    /// No rendezvous service in the group: an edge without seeds, which
+    /// never dials, leases or publishes. A [`crate::node::Node`] built on
+    /// it serves a group's resolver traffic where this peer runs no
+    /// rendezvous service (its owners' queries and responses come out as
+    /// events; Juxta's lookups and busy notices find nothing to act on).
+    ///
+    /// ```
+    /// use juxta_proto::rendezvous::node::{RendezvousConfig, RendezvousRole};
+    /// let c = RendezvousConfig::none();
+    /// assert_eq!(c.role, RendezvousRole::Edge { seeds: vec![] });
+    /// ```
+    pub fn none() -> RendezvousConfig {
+        RendezvousConfig::edge(Vec::new())
+    }
+
     /// A rendezvous with default limits.
     pub fn rendezvous() -> RendezvousConfig {
         RendezvousConfig {
