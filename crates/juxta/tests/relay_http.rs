@@ -73,8 +73,7 @@ async fn an_http_only_edge_talks_through_the_relay() {
     }
 
     // HTTP edge -> TCP edge, over a unicast pipe bound through the relay.
-    let mut adv =
-        PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
+    let mut adv = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
     adv.name = Some("http-relay".into());
     let mut input = t.pipes().create_input_pipe(&adv).unwrap();
     let out = h

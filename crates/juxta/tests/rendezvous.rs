@@ -283,8 +283,7 @@ async fn discovery_and_pipe_binding_through_a_rendezvous() {
         "not connected yet"
     );
 
-    let mut adv =
-        PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
+    let mut adv = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
     adv.name = Some("printer-through-rdv".into());
     publisher
         .discovery()
@@ -508,8 +507,7 @@ async fn flooded_discovery_reaches_the_other_rendezvous() {
     let (a, b, publisher, asker) = two_rendezvous_two_edges(&dir, rdv).await;
     let ha = a.rendezvous().unwrap();
 
-    let mut adv =
-        PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
+    let mut adv = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
     adv.name = Some("flooded-printer".into());
     publisher
         .discovery()
@@ -551,8 +549,7 @@ async fn srdi_discovery_across_rendezvous() {
 
     let mut ids = Vec::new();
     for i in 0..6 {
-        let mut adv =
-            PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
+        let mut adv = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
         adv.name = Some(format!("srdi-printer-{i}"));
         publisher
             .discovery()

@@ -7,5 +7,6 @@ pub mod connection;
 pub mod frame;
 pub mod handshake;
 pub mod http;
+pub mod proof;
 pub mod replay;
 pub mod welcome;

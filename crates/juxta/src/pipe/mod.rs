@@ -146,10 +146,7 @@ pub(crate) fn local_peer_adv(inner: &Inner) -> juxta_proto::advertisement::PeerA
 /// A fresh unicast pipe for one end of a socket or bidi pipe, named after
 /// the server pipe (plus `suffix`, as JXSE names its client pipes).
 pub(crate) fn ephemeral_adv(server: &PipeAdvertisement, suffix: &str) -> PipeAdvertisement {
-    let mut adv = PipeAdvertisement::new(
-        juxta_proto::id::PipeId::new_random(),
-        PipeType::Unicast,
-    );
+    let mut adv = PipeAdvertisement::new(juxta_proto::id::PipeId::new_random(), PipeType::Unicast);
     adv.name = Some(format!("{}{suffix}", server.name.as_deref().unwrap_or("")));
     adv
 }

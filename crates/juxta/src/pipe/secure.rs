@@ -589,10 +589,7 @@ mod tests {
     async fn tampered_record_closes_that_session_only() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = tokio::join!(peer(&dir, "a", true), peer(&dir, "b", false));
-        let ad = PipeAdvertisement::new(
-            PipeId::new_random(),
-            PipeType::UnicastSecure,
-        );
+        let ad = PipeAdvertisement::new(PipeId::new_random(), PipeType::UnicastSecure);
         let mut input = a.pipes().create_input_pipe(&ad).unwrap();
         let m = b.connect(a.local_addr().unwrap()).await.unwrap();
         assert!(m.wait_compact(WAIT).await);

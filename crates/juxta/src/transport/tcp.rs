@@ -16,6 +16,7 @@ use juxta_proto::message::codec::EncodedMessage;
 use juxta_proto::wire::connection::{
     ConnectionError, Inbound, InboundEvent, Outbound, Proof, Received, Role,
 };
+use juxta_proto::wire::proof::{Admit, Backlog, ProofGate};
 use juxta_proto::wire::welcome::Welcome;
 use socket2::{SockRef, TcpKeepalive};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -637,16 +638,13 @@ pub enum CloseReason {
     /// The remote closed the socket.
     #[error("closed by remote")]
     Eof,
-    /// The remote sent more than [`MAX_HELD_MESSAGES`] messages or
-    /// [`MAX_HELD_BYTES`] bytes while its compact handshake was pending.
+    /// The remote sent more than
+    /// [`juxta_proto::wire::proof::MAX_HELD_MESSAGES`] messages or
+    /// [`juxta_proto::wire::proof::MAX_HELD_BYTES`] bytes while its compact
+    /// handshake was pending.
     #[error("too much traffic before the compact handshake completed")]
     HandshakeBacklog,
 }
-
-/// Messages held while a compact handshake is pending (see `read_loop`).
-pub(crate) const MAX_HELD_MESSAGES: usize = 256;
-/// Bytes held while a compact handshake is pending.
-pub(crate) const MAX_HELD_BYTES: usize = 4 * 1024 * 1024;
 
 /// Runs a connection from its first byte to its end: sends our welcome,
 /// waits (bounded) for the remote's, registers the connection, then reads
@@ -983,14 +981,10 @@ async fn read_loop(
     registered: &mut bool,
     clock: &mut ReadClock,
 ) -> CloseReason {
-    // A Juxta initiator sends its offer and may send messages before our
-    // accept reaches it; those arrive before its confirm, in JXTA framing,
-    // from a peer not proven yet. They are held (bounded) until the
-    // confirm proves the peer, then delivered as proven, in order: no
-    // service sees a Juxta peer's first requests as unproven.
-    let mut held: Vec<Received> = Vec::new();
-    let mut held_bytes = 0usize;
-    let mut holding = false;
+    // When the claimed peer ID counts as proven, and what is held until
+    // then (a Juxta initiator's first messages, before its confirm): the
+    // proto's rules.
+    let mut gate = ProofGate::new();
     // The size of the last frame: when the buffer is empty, this much (at
     // most READ_RESERVE_MAX) is reserved at once, so a stream of large
     // frames (a socket's data) is read in one allocation per frame instead
@@ -1015,33 +1009,25 @@ async fn read_loop(
         let event = inbound.poll(rx);
         drop(permit);
         match event {
-            Ok(Some(InboundEvent::Message(m))) if holding => {
-                held_bytes = held_bytes.saturating_add(m.wire_len);
-                held.push(m);
-                if held.len() > MAX_HELD_MESSAGES || held_bytes > MAX_HELD_BYTES {
-                    return CloseReason::HandshakeBacklog;
-                }
-            }
             Ok(Some(InboundEvent::Message(m))) => {
+                let fresh = |tag: &[u8; 16]| inner.fresh_signature(conn, *tag);
+                let (m, proved) = match gate.on_message(inbound, m, fresh) {
+                    Ok(Admit::Deliver { message, proved }) => (message, proved),
+                    Ok(Admit::Held) => continue,
+                    Err(Backlog) => return CloseReason::HandshakeBacklog,
+                };
                 frame_hint = m.wire_len.clamp(READ_RESERVE, READ_RESERVE_MAX);
                 if frame_hint == READ_RESERVE && !spare.is_empty() && rx.is_empty() {
                     // Small frames again: let the large buffers go.
                     spare.clear();
                 }
-                if let Some(s) = &m.signed {
-                    if s.cert_matches_id
-                        && s.names_local
-                        && !inbound.proof().is_proven()
-                        && inner.fresh_signature(conn, s.tag)
-                    {
-                        inbound.prove_by_signature();
-                        conn.set_proof(Proof::Signature);
-                        tracing::debug!(remote = %conn.remote, "peer ID proven by signature");
-                        // Re-registering lets a proven connection replace a
-                        // claimed one for the same peer.
-                        inner.register(conn);
-                        *registered = true;
-                    }
+                if proved {
+                    conn.set_proof(Proof::Signature);
+                    tracing::debug!(remote = %conn.remote, "peer ID proven by signature");
+                    // Re-registering lets a proven connection replace a
+                    // claimed one for the same peer.
+                    inner.register(conn);
+                    *registered = true;
                 }
                 conn.bytes_in
                     .fetch_add(m.wire_len as u64, Ordering::Relaxed);
@@ -1056,6 +1042,9 @@ async fn read_loop(
                 };
                 let replied = outcome.reply.is_some();
                 clock.on_handshake(replied, outcome.proven);
+                // Held messages come out once the peer is proven; they are
+                // delivered after the reply is written.
+                let released = gate.on_handshake(inbound, &outcome);
                 if let Some(reply) = outcome.reply {
                     if let Err(e) = w.write(&reply).await {
                         return e.into();
@@ -1063,26 +1052,19 @@ async fn read_loop(
                 }
                 conn.compact_tx.store(w.out.is_compact(), Ordering::Release);
                 drop(w);
-                // An accept sent and a confirm awaited: hold what comes
-                // before the confirm.
-                holding = replied && !outcome.proven;
                 if outcome.proven {
                     if outcome.switch_inbound {
-                        inbound.switch_to_compact();
                         conn.compact_rx.store(true, Ordering::Release);
-                    } else {
-                        inbound.prove_by_handshake();
                     }
                     conn.set_proof(Proof::Handshake);
                     inner.register(conn);
                     *registered = true;
-                    for m in held.drain(..) {
+                    for m in released {
                         conn.bytes_in
                             .fetch_add(m.wire_len as u64, Ordering::Relaxed);
                         inner.stats.count_in(m.wire_len);
                         inner.dispatch(conn, m).await;
                     }
-                    held_bytes = 0;
                 }
                 if conn.is_compact() {
                     tracing::debug!(remote = %conn.remote, "compact framing on");
