@@ -7,6 +7,7 @@ pub mod connection;
 pub mod frame;
 pub mod handshake;
 pub mod http;
+pub mod http_session;
 pub mod proof;
 pub mod replay;
 pub mod welcome;

@@ -15,7 +15,10 @@
 //! answer carries a fresh nonce, the client POSTs it back in a CBJX-signed
 //! hello message, and gets a random session token that every later poll
 //! and post must carry. Sessions that stop polling expire and their queue
-//! is freed. Everything is bounded: heads, bodies, queues (messages and
+//! is freed. These rules (challenges, which request reaches which session,
+//! unproven sessions, expiry) are the proto's sans-IO table
+//! ([`juxta_proto::wire::http_session::Sessions`]); this module does the
+//! I/O around it. Everything is bounded: heads, bodies, queues (messages and
 //! bytes: a full queue makes the sender wait), sessions, clients, nonces.
 //!
 //! JXSE 2.7 can give no such proof. Two options, off by default, let the
@@ -26,7 +29,7 @@
 //! [`Proof::Claimed`](juxta_proto::wire::connection::Proof::Claimed)
 //! (docs/security.md).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -43,6 +46,7 @@ use juxta_proto::wire::http::{
     self as wire, HttpError, HttpMessage, Method, Request, Response, CONTENT_TYPE_JXTA_MSG,
     CONTENT_TYPE_TEXT, HELLO_SERVICE, NONCE_HEADER, SESSION_HEADER,
 };
+use juxta_proto::wire::http_session::{SessionRefusal, SessionRules, SessionState, Sessions};
 use juxta_proto::wire::welcome::Welcome;
 use rand::RngCore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -144,8 +148,8 @@ impl Default for HttpConfig {
     }
 }
 
-/// How long a challenge stays valid.
-const NONCE_TTL: Duration = Duration::from_secs(60);
+/// How long a challenge stays valid, ms.
+const NONCE_TTL_MS: u64 = 60_000;
 /// Longest ping answer accepted (a peer ID unique value).
 const MAX_PING_BODY: u64 = 256;
 
@@ -535,33 +539,55 @@ fn random_hex(n: usize) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Compares two tokens without an early exit.
-fn same_token(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
-}
-
 // ---------------------------------------------------------------- server
 
+/// A session the server holds: its connection and queue. Which request
+/// reaches it, and when it expires, is the proto's table's decision
+/// ([`Sessions`]).
 struct Session {
-    token: String,
-    /// Opened by a verified hello (else: an unproven JXSE client, served
-    /// without a token).
-    proven: bool,
     conn: Arc<Connection>,
     queue: tokio::sync::Mutex<Queue>,
     verifier: std::sync::Mutex<CbjxVerifier>,
-    last_seen: std::sync::Mutex<Instant>,
+    /// The server's clock when it was last used (ms since `t0`).
+    last_seen: AtomicU64,
+    t0: Instant,
     polling: AtomicUsize,
     _slot: OwnedSemaphorePermit,
 }
 
 impl Session {
     fn touch(&self) {
-        *self.last_seen.lock().expect("last_seen lock") = Instant::now();
+        self.last_seen
+            .store(millis_since(self.t0), Ordering::Release);
+    }
+}
+
+impl SessionState for Session {
+    fn is_closed(&self) -> bool {
+        self.conn.is_closed()
+    }
+
+    fn is_polling(&self) -> bool {
+        self.polling.load(Ordering::Acquire) > 0
+    }
+
+    fn last_seen(&self) -> u64 {
+        self.last_seen.load(Ordering::Acquire)
+    }
+}
+
+/// Milliseconds since `t0` (the server's clock).
+fn millis_since(t0: Instant) -> u64 {
+    u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+impl From<SessionRefusal> for HttpRefusal {
+    fn from(r: SessionRefusal) -> HttpRefusal {
+        match r {
+            SessionRefusal::UnknownSession => HttpRefusal::UnknownSession,
+            SessionRefusal::ProvenSessionExists(p) => HttpRefusal::ProvenSessionExists(p),
+            SessionRefusal::TooManySessions => HttpRefusal::TooManySessions,
+        }
     }
 }
 
@@ -589,8 +615,10 @@ pub struct HttpServer {
     inner: Arc<Inner>,
     cfg: HttpConfig,
     local: SocketAddr,
-    sessions: std::sync::Mutex<HashMap<PeerId, Arc<Session>>>,
-    nonces: std::sync::Mutex<VecDeque<(String, Instant)>>,
+    /// Sessions and challenges, and the rules for them.
+    table: std::sync::Mutex<Sessions<Arc<Session>>>,
+    /// The start of the server's clock.
+    t0: Instant,
     clients: Arc<Semaphore>,
     stats: HttpCounters,
     /// Woken when a session opens (a tokenless poll may be waiting for its
@@ -633,27 +661,28 @@ impl HttpServer {
 
     /// Number of live sessions.
     pub fn session_count(&self) -> usize {
-        self.sessions.lock().expect("sessions lock").len()
+        self.table().len()
     }
 
     /// Polls of `peer`'s session being served now.
     pub fn polls_in_progress(&self, peer: &PeerId) -> usize {
-        self.sessions
-            .lock()
-            .expect("sessions lock")
+        self.table()
             .get(peer)
             .map_or(0, |s| s.polling.load(Ordering::Acquire))
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Sessions<Arc<Session>>> {
+        self.table.lock().expect("sessions lock")
+    }
+
+    fn now(&self) -> u64 {
+        millis_since(self.t0)
     }
 
     /// Messages queued for `peer`'s session (0 without a session, and
     /// while a poll is taking from the queue).
     pub fn queued(&self, peer: &PeerId) -> usize {
-        let s = self
-            .sessions
-            .lock()
-            .expect("sessions lock")
-            .get(peer)
-            .cloned();
+        let s = self.table().get(peer).cloned();
         s.and_then(|s| {
             s.queue
                 .try_lock()
@@ -665,46 +694,20 @@ impl HttpServer {
 
     fn new_nonce(&self) -> String {
         let n = random_hex(16);
-        let mut q = self.nonces.lock().expect("nonces lock");
-        let now = Instant::now();
-        while q
-            .front()
-            .is_some_and(|(_, t)| now.duration_since(*t) > NONCE_TTL)
-        {
-            q.pop_front();
-        }
-        if q.len() >= self.cfg.max_nonces.max(1) {
-            q.pop_front();
+        let now = self.now();
+        if self.table().issue_nonce(n.clone(), now) {
             self.stats.refused_busy.fetch_add(1, Ordering::Relaxed);
         }
-        q.push_back((n.clone(), now));
         n
     }
 
     fn take_nonce(&self, n: &str) -> bool {
-        let mut q = self.nonces.lock().expect("nonces lock");
-        match q.iter().position(|(x, _)| same_token(x, n)) {
-            Some(i) => q.remove(i).is_some_and(|(_, t)| t.elapsed() <= NONCE_TTL),
-            None => false,
-        }
+        let now = self.now();
+        self.table().take_nonce(n, now)
     }
 
     fn session(&self, peer: &PeerId, token: Option<&str>) -> Result<Arc<Session>, HttpRefusal> {
-        let s = self
-            .sessions
-            .lock()
-            .expect("sessions lock")
-            .get(peer)
-            .cloned()
-            .ok_or(HttpRefusal::UnknownSession)?;
-        match token {
-            Some(t) if s.proven && same_token(&s.token, t) && !s.conn.is_closed() => Ok(s),
-            // An unproven session has no token to give (JXSE sends none).
-            None if !s.proven && !s.conn.is_closed() && self.cfg.allow_unproven_jxse_clients => {
-                Ok(s)
-            }
-            _ => Err(HttpRefusal::UnknownSession),
-        }
+        Ok(self.table().session(peer, token)?.clone())
     }
 
     /// A tokenless poll for a peer without a session: JXSE's poller starts
@@ -722,15 +725,6 @@ impl HttpServer {
                 return None;
             }
         }
-    }
-
-    fn remove_session(&self, peer: &PeerId, s: &Arc<Session>) {
-        let mut map = self.sessions.lock().expect("sessions lock");
-        if map.get(peer).is_some_and(|x| Arc::ptr_eq(x, s)) {
-            map.remove(peer);
-        }
-        drop(map);
-        close_connection(&self.inner, &s.conn);
     }
 
     async fn handle(
@@ -881,28 +875,10 @@ impl HttpServer {
                 signer: Box::new(other),
             });
         }
-        let existing = self
-            .sessions
-            .lock()
-            .expect("sessions lock")
-            .get(&signer)
-            .cloned();
+        let existing = self.table().for_unproven(&signer)?.cloned();
         let s = match existing {
-            Some(s) if s.proven && !s.conn.is_closed() => {
-                return Err(HttpRefusal::ProvenSessionExists(Box::new(signer)));
-            }
-            Some(s) if !s.conn.is_closed() => s,
-            _ => {
-                let unproven = self
-                    .sessions
-                    .lock()
-                    .expect("sessions lock")
-                    .values()
-                    .filter(|s| !s.proven && !s.conn.is_closed())
-                    .count();
-                if unproven >= self.cfg.max_unproven_sessions {
-                    return Err(HttpRefusal::TooManySessions);
-                }
+            Some(s) => s,
+            None => {
                 self.open_session(signer, verifier, from, false)?;
                 self.session(&signer, None)?
             }
@@ -944,30 +920,29 @@ impl HttpServer {
             proven,
         )
         .map_err(|_| HttpRefusal::TooManySessions)?;
-        let token = random_hex(24);
+        // An unproven session is reached without a token: it gets none.
+        let token = if proven {
+            random_hex(24)
+        } else {
+            String::new()
+        };
         let s = Arc::new(Session {
-            token: token.clone(),
-            proven,
             conn: conn.clone(),
             queue: tokio::sync::Mutex::new(Queue { rx, pending: None }),
             verifier: std::sync::Mutex::new(verifier),
-            last_seen: std::sync::Mutex::new(Instant::now()),
+            last_seen: AtomicU64::new(self.now()),
+            t0: self.t0,
             polling: AtomicUsize::new(0),
             _slot: slot,
         });
-        {
-            let mut map = self.sessions.lock().expect("sessions lock");
-            if !proven
-                && map
-                    .get(&peer)
-                    .is_some_and(|o| o.proven && !o.conn.is_closed())
-            {
+        let inserted = self.table().insert(peer, token.clone(), proven, s);
+        match inserted {
+            Ok(Some(old)) => close_connection(&self.inner, &old.conn),
+            Ok(None) => {}
+            Err(e) => {
                 // A proven session appeared meanwhile: it stays.
                 close_connection(&self.inner, &conn);
-                return Err(HttpRefusal::ProvenSessionExists(Box::new(peer)));
-            }
-            if let Some(old) = map.insert(peer, s) {
-                close_connection(&self.inner, &old.conn);
+                return Err(e.into());
             }
         }
         // `register` keeps a proven connection (TCP or HTTP) for this ID
@@ -988,25 +963,14 @@ impl HttpServer {
 
     /// Expires the sessions that stopped polling.
     fn expire(&self) {
-        let idle = self.cfg.session_idle;
-        let stale: Vec<(PeerId, Arc<Session>)> = self
-            .sessions
-            .lock()
-            .expect("sessions lock")
-            .iter()
-            .filter(|(_, s)| {
-                s.conn.is_closed()
-                    || (s.polling.load(Ordering::Acquire) == 0
-                        && s.last_seen.lock().expect("last_seen lock").elapsed() > idle)
-            })
-            .map(|(p, s)| (*p, s.clone()))
-            .collect();
-        for (p, s) in stale {
-            if !s.conn.is_closed() {
+        let now = self.now();
+        let gone = self.table().expire(now);
+        for (p, s, expired) in gone {
+            if expired {
                 self.stats.sessions_expired.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(remote = %p, "HTTP session expired");
             }
-            self.remove_session(&p, &s);
+            close_connection(&self.inner, &s.conn);
         }
     }
 }
@@ -1019,13 +983,20 @@ pub(crate) async fn listen(
 ) -> io::Result<(Arc<HttpServer>, Vec<tokio::task::JoinHandle<()>>)> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
+    let rules = SessionRules {
+        max_nonces: cfg.max_nonces,
+        nonce_ttl: NONCE_TTL_MS,
+        allow_unproven: cfg.allow_unproven_jxse_clients,
+        max_unproven: cfg.max_unproven_sessions,
+        idle: u64::try_from(cfg.session_idle.as_millis()).unwrap_or(u64::MAX),
+    };
     let server = Arc::new(HttpServer {
         inner: inner.clone(),
         clients: Arc::new(Semaphore::new(cfg.max_clients.max(1))),
         cfg,
         local,
-        sessions: Default::default(),
-        nonces: Default::default(),
+        table: std::sync::Mutex::new(Sessions::new(rules)),
+        t0: Instant::now(),
         stats: HttpCounters::default(),
         opened: tokio::sync::Notify::new(),
     });
