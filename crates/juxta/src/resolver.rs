@@ -39,7 +39,7 @@ use juxta_proto::discovery::peerinfo::{PeerInfoQuery, PEERINFO_HANDLER};
 use juxta_proto::discovery::{DiscoveryQuery, DiscoveryResponse, DISCOVERY_HANDLER};
 use juxta_proto::endpoint::route_query::{NO_ROUTE_HANDLER, ROUTER_HANDLER};
 use juxta_proto::endpoint::{Delivery, ServiceAddress};
-use juxta_proto::id::PeerId;
+use juxta_proto::id::{PeerGroupId, PeerId};
 use juxta_proto::message::Message;
 use juxta_proto::node::{Event, InputError};
 use juxta_proto::pipe::binding::{BindingError, PipeResolverMsg, PIPE_RESOLVER_HANDLER};
@@ -134,17 +134,46 @@ pub(crate) fn machine(net: &str, d: &crate::discovery::DiscoveryConfig) -> Machi
     ResolverNode::new(config(net, d))
 }
 
-/// The node of a group (unique value `net`) whose rendezvous part is
-/// `rdv`: the group's resolver with [`handlers`] (and the rendezvous'
-/// lookups).
-pub(crate) fn node(
-    rdv: juxta_proto::rendezvous::node::RendezvousNode,
-    net: &str,
+/// The rendezvous part of a node in the Net peer group (on `g`, its
+/// configured unique value) or in a subgroup.
+pub(crate) fn rendezvous_part(
+    cfg: RendezvousConfig,
+    me: PeerId,
+    group: PeerGroupId,
+    g: &str,
+    pa: Bytes,
+    name: &str,
+) -> RendezvousNode {
+    if group == PeerGroupId::NET {
+        RendezvousNode::new(cfg, me, g, pa, name, rand::random())
+    } else {
+        RendezvousNode::new_in(cfg, me, group, pa, name, rand::random())
+    }
+}
+
+/// The node of group `group` (unique value `g`): a rendezvous part on
+/// `cfg` ([`rendezvous_part`]) behind the group's resolver, with
+/// [`handlers`] (and the rendezvous' lookups) and the discovery service's
+/// budgets. The Net group's node serves the revocation lists of joined
+/// groups only ([`Groups::JoinedOnly`]); a subgroup's node serves its one
+/// (joined) group's ([`Groups::All`]).
+pub(crate) fn group_node(
+    cfg: RendezvousConfig,
+    me: PeerId,
+    group: PeerGroupId,
+    g: &str,
+    pa: Bytes,
+    name: &str,
     d: &crate::discovery::DiscoveryConfig,
-    crl: Groups,
 ) -> juxta_proto::node::Node<Service> {
+    let crl = if group == PeerGroupId::NET {
+        Groups::JoinedOnly
+    } else {
+        Groups::All
+    };
+    let rdv = rendezvous_part(cfg, me, group, g, pa, name);
     // Only the lookup handler is registered before: cannot fail.
-    let mut n = juxta_proto::node::Node::new(rdv, config(net, d)).expect("an empty registry");
+    let mut n = juxta_proto::node::Node::new(rdv, config(g, d)).expect("an empty registry");
     for h in handlers(crl) {
         // Distinct names, fewer than MAX_HANDLERS: cannot fail.
         let _ = n.register(h);
@@ -297,27 +326,17 @@ impl Nodes {
             let net = inner.group_unique();
             self.0
                 .retain(|u, _| u == net || inner.groups.get(u).is_some_and(|c| !c.is_closed()));
-            let me = *inner.identity.peer_id();
-            let name = &inner.cfg.name;
-            let (rdv, crl) = match ctx {
-                None => (
-                    RendezvousNode::new(RendezvousConfig::none(), me, g, Bytes::new(), name, 0),
-                    Groups::JoinedOnly,
-                ),
-                Some(c) => (
-                    RendezvousNode::new_in(
-                        RendezvousConfig::none(),
-                        me,
-                        c.id,
-                        Bytes::new(),
-                        name,
-                        0,
-                    ),
-                    Groups::All,
-                ),
-            };
-            self.0
-                .insert(g.to_string(), node(rdv, g, &inner.cfg.discovery, crl));
+            let group = ctx.map_or(PeerGroupId::NET, |c| c.id);
+            let node = group_node(
+                RendezvousConfig::none(),
+                *inner.identity.peer_id(),
+                group,
+                g,
+                Bytes::new(),
+                &inner.cfg.name,
+                &inner.cfg.discovery,
+            );
+            self.0.insert(g.to_string(), node);
         }
         self.0.get_mut(g).expect("inserted above")
     }

@@ -1,7 +1,8 @@
 //! The rendezvous service task: a thin tokio driver of one group's sans-IO
-//! [`Node`] (`juxta_proto::node`), the [`RendezvousNode`] (which assembles
-//! the RVP and SRDI state machines) composed with the group's resolver
-//! rules.
+//! [`Node`] (`juxta_proto::node`), the
+//! [`RendezvousNode`](juxta_proto::rendezvous::node::RendezvousNode)
+//! (which assembles the RVP and SRDI state machines) composed with the
+//! group's resolver rules, made by [`crate::resolver::group_node`].
 //!
 //! Why it exists: the state machine decides *what* to send and *when*
 //! (lease choice, lookup re-sends and busy back-off, the forwarded-lookup
@@ -77,10 +78,8 @@ use juxta_proto::rendezvous::edge::LossReason;
 use juxta_proto::rendezvous::messages::{
     lease_address, peerview_address, propagate_address, walk_address,
 };
-use juxta_proto::rendezvous::node::{
-    lookup_peers, srdi_key, NodeError, NodeEvent, QueryId, RendezvousNode,
-};
-use juxta_proto::resolver::node::{Groups, ResolverStats};
+use juxta_proto::rendezvous::node::{lookup_peers, srdi_key, NodeError, NodeEvent, QueryId};
+use juxta_proto::resolver::node::ResolverStats;
 use juxta_proto::resolver::{srdi_queue, ResolverQuery, RESOLVER_SERVICE};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -486,15 +485,15 @@ pub(crate) fn spawn_in(
     // With the route: a JXSE edge accepts a rendezvous' grant only if the
     // route in its advertisement matches a seed address.
     let pa: bytes::Bytes = crate::pipe::local_peer_adv(inner).to_xml().into();
-    let rdv = make_node(cfg.clone(), me, group, &g, pa.clone(), &inner.cfg.name);
-    // The group's resolver: its budgets are the discovery service's; a
-    // subgroup's node serves its one (joined) group, whose revocation
-    // list it serves.
-    let crl = match scope {
-        None => Groups::JoinedOnly,
-        Some(_) => Groups::All,
-    };
-    let node = crate::resolver::node(rdv, &g, &inner.cfg.discovery, crl);
+    let node = crate::resolver::group_node(
+        cfg.clone(),
+        me,
+        group,
+        &g,
+        pa.clone(),
+        &inner.cfg.name,
+        &inner.cfg.discovery,
+    );
     let (conn_tx, conn_rx) = mpsc::channel(64);
     let links = inner.links.subscribe();
     let task = Task {
@@ -524,23 +523,6 @@ pub(crate) fn spawn_in(
         },
         h,
     ))
-}
-
-/// A machine in the Net peer group (on `g`, its configured unique value)
-/// or in a subgroup.
-fn make_node(
-    cfg: RendezvousConfig,
-    me: PeerId,
-    group: PeerGroupId,
-    g: &str,
-    pa: bytes::Bytes,
-    name: &str,
-) -> RendezvousNode {
-    if group == PeerGroupId::NET {
-        RendezvousNode::new(cfg, me, g, pa, name, rand::random())
-    } else {
-        RendezvousNode::new_in(cfg, me, group, pa, name, rand::random())
-    }
 }
 
 /// The driver: owns the clock, the timer, the listeners and the dials;
@@ -828,8 +810,14 @@ impl Task {
                 tracing::info!(rendezvous, "rendezvous role switched");
                 // The new machine runs on the same clock, behind the same
                 // resolver (its budgets carry over).
-                *self.node.rendezvous_mut() =
-                    make_node(c, me, self.group, &self.g, self.pa.clone(), &self.name);
+                *self.node.rendezvous_mut() = crate::resolver::rendezvous_part(
+                    c,
+                    me,
+                    self.group,
+                    &self.g,
+                    self.pa.clone(),
+                    &self.name,
+                );
                 self.node.handle_timeout(now);
             }
             // Handled in `run` (it flushes before replying).
