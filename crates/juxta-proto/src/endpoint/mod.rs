@@ -11,6 +11,7 @@ pub mod compact_router;
 pub mod forward;
 pub mod route_cache;
 pub mod route_query;
+pub mod route_trust;
 pub mod router;
 pub mod signed_route;
 

@@ -48,7 +48,7 @@ use bytes::Bytes;
 use juxta_proto::endpoint::forward::{FingerprintVerifier, DEFAULT_MAX_FORWARD_HOPS};
 use juxta_proto::endpoint::route_cache::RouteCache;
 use juxta_proto::endpoint::route_query::{RouteResolver, RouteResolverConfig};
-use juxta_proto::endpoint::signed_route::SignedRoute;
+use juxta_proto::endpoint::route_trust::RouteTrust;
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
 use juxta_proto::relay::client::{ClientAction, ClientConfig, ClientState, RelayClient};
@@ -342,8 +342,6 @@ pub(crate) struct Router {
     wire_address: OnceLock<Arc<juxta_proto::endpoint::ServiceAddress>>,
     /// Notified whenever a route is learned.
     pub(crate) learned: Notify,
-    /// The routes back looked at last (`route::learn_back`).
-    pub(crate) learned_recently: Mutex<route::LearnedRecently>,
     pub(crate) max_hops: usize,
     pub(crate) server: Option<Arc<ServerRuntime>>,
     /// The relay this edge leases (edge role).
@@ -354,16 +352,12 @@ pub(crate) struct Router {
     /// Set when the peer closes: the lease task ends at its next step and
     /// sends nothing more (see `Router::stop_client`).
     client_stopped: AtomicBool,
-    /// Signed routes of other peers (edges leased here, destinations of
-    /// routes learned from signed answers), handed on with route answers.
-    /// At most [`route::MAX_PROOFS`].
-    pub(crate) proofs: Mutex<HashMap<PeerId, SignedRoute>>,
-    /// This peer's own route, signed (re-signed when it changes or nears
-    /// its expiry).
-    pub(crate) own_signed: Mutex<Option<SignedRoute>>,
-    /// Local searches ended by negative answers: destination -> the peers
-    /// that said no (read and removed by the search; bounded).
-    pub(crate) denied: Mutex<HashMap<PeerId, Vec<PeerId>>>,
+    /// What the router's trust rules keep: the signed routes of other
+    /// peers (edges leased here, destinations of routes learned from
+    /// signed answers) handed on with route answers, this peer's own
+    /// signed route, the routes back looked at last, and the local
+    /// searches ended by negative answers; all bounded.
+    pub(crate) trust: Mutex<RouteTrust>,
 }
 
 impl Router {
@@ -391,16 +385,13 @@ impl Router {
             fingerprint: OnceLock::new(),
             wire_address: OnceLock::new(),
             learned: Notify::new(),
-            learned_recently: Mutex::new(route::LearnedRecently::default()),
             max_hops: DEFAULT_MAX_FORWARD_HOPS,
             server,
             leased: watch::channel(None).0,
             client_tx,
             client_rx: Mutex::new(client_rx),
             client_stopped: AtomicBool::new(false),
-            proofs: Mutex::new(HashMap::new()),
-            own_signed: Mutex::new(None),
-            denied: Mutex::new(HashMap::new()),
+            trust: Mutex::new(RouteTrust::new()),
         }
     }
 

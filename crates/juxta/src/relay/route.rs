@@ -13,6 +13,7 @@ use juxta_proto::endpoint::route_query::{
     route_from_answer, route_through, NoRouteOutcome, Requested, RouteQuery, RouteResponse, Waiter,
     NO_ROUTE_HANDLER, ROUTER_HANDLER,
 };
+use juxta_proto::endpoint::route_trust::{self, AnswerFacts, BackFacts, Reach, Unvouched};
 use juxta_proto::endpoint::signed_route::SignedRoute;
 use juxta_proto::endpoint::{demangle, Delivery, ServiceAddress, ROUTER_SERVICE};
 use juxta_proto::id::PeerId;
@@ -143,95 +144,39 @@ pub(crate) fn carries_our_traffic(inner: &Inner, peer: &PeerId) -> bool {
             == Some(*peer)
 }
 
-/// Learns the route back to the origin of a verified routed message:
-/// only through the relay or rendezvous this peer leases (which carries
-/// its traffic anyway, [`carries_our_traffic`]) unless unsigned routes are
-/// accepted. The router
-/// fingerprint that "verifies" the origin is a bearer token anyone who saw
-/// it can replay, so a reverse hop proves nothing about the path.
+/// Learns the route back to the origin of a verified routed message, by
+/// the proto's rules ([`route_trust::learn_back`]): only through the
+/// relay or rendezvous this peer leases unless unsigned routes are
+/// accepted.
 fn learn_back(inner: &Inner, local: &PeerId, link: &PeerId, m: &Inspected) {
     // From the link's own peer: the link is the route (no route back).
     if m.src == *link {
         return;
     }
     // A stream of routed messages from one origin carries one route back,
-    // message after message: it is looked at again only once it was last
-    // seen [`LEARN_AGAIN_MS`] ago (a route removed meanwhile comes back
-    // from the stream's next message after that).
+    // message after message: looked at again only once in a while.
     let now = inner.router.now_ms();
-    let reverse = match &m.header {
-        forward::Header::Compact(h) => Some(&h.reverse[..]),
-        forward::Header::Xml(_) => None,
-    };
-    if let Some(reverse) = reverse {
-        if !inner
+    if let forward::Header::Compact(h) = &m.header {
+        let again = inner
             .router
-            .learned_recently
+            .trust
             .lock()
             .expect("route lock")
-            .fresh(link, &m.src, reverse, now)
-        {
+            .look_again(link, &m.src, &h.reverse, now);
+        if !again {
             return;
         }
     }
-    if inner.connection(&m.src).is_some() {
-        return;
-    }
-    if !carries_our_traffic(inner, link) && !inner.cfg.accept_unsigned_routes {
-        return;
-    }
-    if let Some(hops) = forward::route_back(local, link, m) {
+    let facts = BackFacts {
+        origin_connected: inner.connection(&m.src).is_some(),
+        link_carries_our_traffic: carries_our_traffic(inner, link),
+        accept_unsigned: inner.cfg.accept_unsigned_routes,
+    };
+    if let Some(hops) = route_trust::learn_back(local, link, m, facts) {
         let mut c = inner.router.cache.lock().expect("route lock");
         if c.get(&m.src, now) != Some(&hops[..]) && c.insert(m.src, hops, now).is_ok() {
             drop(c);
             inner.router.learned.notify_waiters();
-        }
-    }
-}
-
-/// How long a route back, once looked at, is not looked at again for the
-/// same link, origin and reverse hops.
-pub(crate) const LEARN_AGAIN_MS: u64 = 1_000;
-
-/// The routes back [`learn_back`] looked at last: (link, origin, reverse
-/// hops, when), a few, oldest replaced first.
-#[derive(Default)]
-pub(crate) struct LearnedRecently {
-    slots: [Option<LookedAt>; 8],
-    next: usize,
-}
-
-/// (link, origin, reverse hops, when).
-type LookedAt = (PeerId, PeerId, Vec<PeerId>, u64);
-
-impl LearnedRecently {
-    /// Whether the route back from `src` over `link` through `reverse` is
-    /// worth looking at `now`: not looked at within [`LEARN_AGAIN_MS`]
-    /// (and remembered as looked at now if so).
-    pub(crate) fn fresh(
-        &mut self,
-        link: &PeerId,
-        src: &PeerId,
-        reverse: &[PeerId],
-        now: u64,
-    ) -> bool {
-        let seen = self
-            .slots
-            .iter_mut()
-            .flatten()
-            .find(|(l, s, r, _)| s == src && l == link && r.as_slice() == reverse);
-        match seen {
-            Some((_, _, _, at)) if now.saturating_sub(*at) < LEARN_AGAIN_MS => false,
-            Some((_, _, _, at)) => {
-                *at = now;
-                true
-            }
-            None => {
-                let i = self.next % self.slots.len();
-                self.slots[i] = Some((*link, *src, reverse.to_vec(), now));
-                self.next = (i + 1) % self.slots.len();
-                true
-            }
         }
     }
 }
@@ -402,28 +347,14 @@ pub(crate) fn route_via(inner: &Inner, relay: PeerId) -> RouteAdvertisement {
     )
 }
 
-/// Most signed routes of other peers held (see `Router::proofs`).
-pub(crate) const MAX_PROOFS: usize = 4096;
-/// How long this peer's own signed route is valid.
-const OWN_ROUTE_LIFETIME_MS: u64 = 60 * 60 * 1000;
-
-/// `route` (this peer's own) signed by this peer: the cached signature
-/// while the route is unchanged and valid for more than half its
-/// lifetime, else a new one (one RSA signature).
+/// `route` (this peer's own) signed by this peer
+/// ([`RouteTrust::own_signed`]: the held signature while it is unchanged
+/// and fresh, else one RSA signature).
 pub(crate) fn signed_own(inner: &Inner, route: RouteAdvertisement) -> Option<XmlElement> {
     let now = crate::cache::unix_now_ms();
-    let mut own = inner.router.own_signed.lock().expect("route lock");
-    if let Some(s) = own.as_ref() {
-        if *s.route() == route && s.expires_ms().saturating_sub(now) > OWN_ROUTE_LIFETIME_MS / 2 {
-            return Some(s.to_element());
-        }
-    }
-    match SignedRoute::sign(route, &inner.identity, now, OWN_ROUTE_LIFETIME_MS) {
-        Ok(s) => {
-            let e = s.to_element();
-            *own = Some(s);
-            Some(e)
-        }
+    let mut t = inner.router.trust.lock().expect("route lock");
+    match t.own_signed(route, &inner.identity, now) {
+        Ok(s) => Some(s.to_element()),
         Err(e) => {
             tracing::warn!(error = %e, "own route not signed");
             None
@@ -431,62 +362,44 @@ pub(crate) fn signed_own(inner: &Inner, route: RouteAdvertisement) -> Option<Xml
     }
 }
 
-/// Keeps another peer's signed route (already verified), within
-/// [`MAX_PROOFS`] (expired ones make room first).
-fn keep_proof(inner: &Inner, s: SignedRoute) {
-    let now = crate::cache::unix_now_ms();
-    let mut p = inner.router.proofs.lock().expect("route lock");
-    if !p.contains_key(&s.dest()) && p.len() >= MAX_PROOFS {
-        p.retain(|_, v| v.is_valid_at(now));
-        if p.len() >= MAX_PROOFS {
-            return;
-        }
-    }
-    p.insert(s.dest(), s);
-}
-
-/// The signed route of `dest` this peer holds, if still valid.
+/// The signed route of `dest` this peer holds (its own, or another's
+/// still valid).
 fn proof_for(inner: &Inner, dest: &PeerId) -> Option<XmlElement> {
     if dest == inner.identity.peer_id() {
         return signed_own(inner, own_route(inner));
     }
     let now = crate::cache::unix_now_ms();
-    let p = inner.router.proofs.lock().expect("route lock");
-    p.get(dest)
-        .filter(|s| s.is_valid_at(now))
-        .map(SignedRoute::to_element)
+    let t = inner.router.trust.lock().expect("route lock");
+    t.proof_for(dest, now).map(SignedRoute::to_element)
 }
 
-fn count_unverified(inner: &Inner, dest: &PeerId, why: &str) {
+fn count_unverified(inner: &Inner, dest: &PeerId, why: Unvouched) {
     let n = inner
         .stats
         .routes_unverified
         .fetch_add(1, Ordering::Relaxed)
         + 1;
     if n.is_power_of_two() {
-        tracing::info!(%dest, why, count = n, "route not learned: nothing vouches for it");
+        tracing::info!(%dest, %why, count = n, "route not learned: nothing vouches for it");
     } else {
-        tracing::debug!(%dest, why, "route not learned");
+        tracing::debug!(%dest, %why, "route not learned");
     }
 }
 
 /// A relay granted a lease on `conn`: keeps the edge's signed route from
-/// the request, if it is the edge's own, names this relay, and verifies.
+/// the request, if it is the edge's own, names this relay, and verifies
+/// ([`RouteTrust::lease_route`]).
 pub(crate) fn keep_lease_route(inner: &Inner, conn: &Connection, request: &Message) {
-    let xml = match juxta_proto::relay::signed_route_xml(request) {
-        Ok(Some(x)) => x,
-        Ok(None) => return,
-        Err(_) => return count_unverified(inner, &conn.remote, "lease route too long"),
-    };
-    match SignedRoute::parse(xml, crate::cache::unix_now_ms()) {
-        Ok(s) if s.dest() == conn.remote && s.allows_last_hop(inner.identity.peer_id()) => {
-            keep_proof(inner, s)
-        }
-        Ok(_) => count_unverified(inner, &conn.remote, "lease route for another path"),
-        Err(e) => {
-            tracing::debug!(edge = %conn.remote, error = %e, "lease route refused");
-            count_unverified(inner, &conn.remote, "lease route signature")
-        }
+    let xml = juxta_proto::relay::signed_route_xml(request);
+    let now = crate::cache::unix_now_ms();
+    let r = inner.router.trust.lock().expect("route lock").lease_route(
+        xml,
+        &conn.remote,
+        inner.identity.peer_id(),
+        now,
+    );
+    if let Err(why) = r {
+        count_unverified(inner, &conn.remote, why);
     }
 }
 
@@ -502,6 +415,8 @@ fn known_route(inner: &Inner, dest: &PeerId) -> Option<RouteResponse> {
     })
 }
 
+/// The route to `dest` this peer vouches for ([`route_trust::vouch`]),
+/// from what it sees now; its own route for itself.
 fn known_route_adv(inner: &Inner, dest: &PeerId) -> Option<RouteAdvertisement> {
     let me = *inner.identity.peer_id();
     if *dest == me {
@@ -509,33 +424,28 @@ fn known_route_adv(inner: &Inner, dest: &PeerId) -> Option<RouteAdvertisement> {
     }
     let server = inner.router.server.as_ref()?;
     let now = inner.router.now_ms();
-    let me_hop = (me, vec![inner.public_addr.clone()]);
     let leased = server
         .state
         .lock()
         .expect("relay lock")
         .lease_conn(dest, now)
         .is_some();
-    if leased {
-        return Some(route_through(
-            *dest,
-            vec![format!("relay://{}", me.unique_value())],
-            &[me_hop],
-        ));
-    }
-    if inner.connection(dest).is_some() {
-        return Some(route_through(*dest, Vec::new(), &[me_hop]));
-    }
-    let hops = inner
-        .router
-        .cache
-        .lock()
-        .expect("route lock")
-        .get(dest, now)?
-        .to_vec();
-    let mut all = vec![me_hop];
-    all.extend(hops.into_iter().map(|h| (h, Vec::new())));
-    Some(route_through(*dest, Vec::new(), &all))
+    let cached;
+    let reach = if leased {
+        Reach::Leased
+    } else if inner.connection(dest).is_some() {
+        Reach::Connected
+    } else {
+        cached = inner
+            .router
+            .cache
+            .lock()
+            .expect("route lock")
+            .get(dest, now)
+            .map(<[PeerId]>::to_vec);
+        cached.as_deref().map_or(Reach::Unknown, Reach::Cached)
+    };
+    route_trust::vouch(me, &inner.public_addr, true, *dest, reach)
 }
 
 /// Errors of route queries and answers (counted as resolver errors).
@@ -631,13 +541,12 @@ pub(crate) fn on_no_route(
     for w in answered.waiters {
         match w {
             Waiter::Local => {
-                let mut d = inner.router.denied.lock().expect("route lock");
-                // Bounded: entries are taken by the searches they end.
-                if d.len() >= MAX_DENIED && !d.contains_key(&dest) {
-                    d.clear();
-                }
-                d.insert(dest, denied.clone());
-                drop(d);
+                inner
+                    .router
+                    .trust
+                    .lock()
+                    .expect("route lock")
+                    .deny(dest, denied.clone());
                 inner.router.learned.notify_waiters();
             }
             Waiter::Remote { peer, query_id } => {
@@ -658,10 +567,6 @@ pub(crate) fn on_no_route(
     }
     Ok(())
 }
-
-/// Most destinations whose searches ended by negative answers are kept
-/// for the local searches to read.
-const MAX_DENIED: usize = 256;
 
 async fn send_queries(
     inner: &Arc<Inner>,
@@ -736,36 +641,31 @@ pub(crate) async fn on_response(
     };
     // The destination's own signed route, when the answer carries a
     // valid one: its hops (its relays) are what it vouches for.
-    let signed = match rr.signed_dest(crate::cache::unix_now_ms()) {
-        Some(Ok(s)) if s.dest() == dest => Some(s),
-        Some(Ok(_)) => None,
-        Some(Err(e)) => {
-            tracing::debug!(%dest, error = %e, "signed route in a route answer refused");
-            None
-        }
-        None => None,
-    };
+    let unix_now = crate::cache::unix_now_ms();
+    let signed = route_trust::answer_proof(&rr, &dest, unix_now).unwrap_or_else(|e| {
+        tracing::debug!(%dest, error = %e, "signed route in a route answer refused");
+        None
+    });
     let ra = signed.as_ref().map_or(&rr.dest_route, SignedRoute::route);
     let hops = route_from_answer(&local, ra, &answering, |p| inner.connection(p).is_some());
     let Some(hops) = hops else {
         tracing::debug!(%dest, "route answer with no usable route");
         return Ok(());
     };
-    // Believed when: the answer comes from the relay or the rendezvous
-    // this peer leases and the route starts there (it carries our traffic
-    // anyway); or the destination signed a route naming the last hop as
-    // its relay; or the user accepts unsigned routes.
-    let own_relay = hops[0] == answering && carries_our_traffic(inner, &answering);
-    let vouched = signed
-        .as_ref()
-        .zip(hops.last())
-        .is_some_and(|(s, last)| s.allows_last_hop(last));
-    if !(own_relay || vouched || inner.cfg.accept_unsigned_routes) {
-        count_unverified(inner, &dest, "route answer");
+    let believed = route_trust::believe_answer(&AnswerFacts {
+        hops: &hops,
+        answering,
+        answering_carries_our_traffic: carries_our_traffic(inner, &answering),
+        signed: signed.as_ref(),
+        accept_unsigned: inner.cfg.accept_unsigned_routes,
+    });
+    if let Err(why) = believed {
+        count_unverified(inner, &dest, why);
         return Ok(());
     }
     if let Some(s) = signed {
-        keep_proof(inner, s);
+        let mut t = inner.router.trust.lock().expect("route lock");
+        t.keep_proof(s, unix_now);
     }
     let now = inner.router.now_ms();
     if inner
@@ -815,13 +715,13 @@ pub(crate) async fn find_route(
     let g = inner.group_unique().to_string();
     let unverified_before = inner.stats.routes_unverified.load(Ordering::Relaxed);
     let mut asked: Vec<PeerId> = Vec::new();
-    inner.router.denied.lock().expect("route lock").remove(peer);
+    take_denied(inner, peer);
     loop {
         let learned = inner.router.learned.notified();
         if let Some(m) = inner.messenger(peer) {
             return Ok(m);
         }
-        let denied = inner.router.denied.lock().expect("route lock").remove(peer);
+        let denied = take_denied(inner, peer);
         if let Some(denied) = denied {
             // Every peer asked answered that it knows no route.
             let mut tried = vec![RouteAttempt::NoConnection, RouteAttempt::NoCachedRoute];
@@ -875,6 +775,16 @@ pub(crate) async fn find_route(
     }
 }
 
+/// The peers that said no to this peer's search for `peer`, if it ended so.
+fn take_denied(inner: &Inner, peer: &PeerId) -> Option<Vec<PeerId>> {
+    inner
+        .router
+        .trust
+        .lock()
+        .expect("route lock")
+        .take_denied(peer)
+}
+
 /// A messenger to `peer` after a binding named it: as [`find_route`].
 pub(crate) async fn messenger_to(
     inner: &Arc<Inner>,
@@ -884,38 +794,5 @@ pub(crate) async fn messenger_to(
     match inner.messenger(peer) {
         Some(m) => Ok(m),
         None => find_route(inner, peer, timeout).await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn p(n: u8) -> PeerId {
-        PeerId::from_public_key_spki(&[n])
-    }
-
-    #[test]
-    fn a_route_back_is_looked_at_again_only_after_a_while_or_when_it_changes() {
-        let mut r = LearnedRecently::default();
-        let (link, a, b) = (p(1), p(2), p(3));
-        assert!(r.fresh(&link, &a, &[link], 0));
-        assert!(!r.fresh(&link, &a, &[link], 1));
-        assert!(!r.fresh(&link, &a, &[link], LEARN_AGAIN_MS - 1));
-        assert!(r.fresh(&link, &a, &[link], LEARN_AGAIN_MS));
-        assert!(!r.fresh(&link, &a, &[link], LEARN_AGAIN_MS + 1));
-        // Another origin, another link, other hops: each its own.
-        assert!(r.fresh(&link, &b, &[link], 2));
-        assert!(r.fresh(&b, &a, &[b], 2));
-        assert!(r.fresh(&link, &a, &[link, b], 2));
-        assert!(r.fresh(&link, &a, &[], 2));
-        // A clock that goes back never makes one stale.
-        assert!(!r.fresh(&link, &a, &[link], 0));
-        // Bounded: past eight routes the oldest is forgotten, then new.
-        for n in 10..20 {
-            assert!(r.fresh(&link, &p(n), &[link], 3));
-        }
-        assert!(r.fresh(&link, &a, &[link], 4));
-        assert_eq!(r.slots.iter().flatten().count(), 8);
     }
 }
