@@ -353,6 +353,7 @@ fn a_rendezvous_and_two_edges_answer_the_operator_commands() {
         "juxta_relay_clients 1",
         "juxta_relay_queue_depth ",
         "juxta_relay_refusals_total{reason=\"queue_full\"} ",
+        "juxta_relay_pushed_back_total ",
         "juxta_errors_total{kind=\"frame_timeout\"} ",
         "# EOF",
     ] {

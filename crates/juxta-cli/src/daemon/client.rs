@@ -225,8 +225,8 @@ fn human(name: &str, v: &Value) -> String {
                 line(
                     "relay",
                     format!(
-                        "leased to {}; {} clients, {} forwarded, {} queued, refused: {} full, {} queue full, {} quota",
-                        s(&r["leased_to"]), s(&r["clients"]), s(&r["forwarded"]), s(&r["queued"]), s(&r["refused_full"]), s(&r["refused_queue_full"]), s(&r["refused_quota"])
+                        "leased to {}; {} clients, {} forwarded, {} queued, {} pushed back, refused: {} full, {} queue full, {} quota",
+                        s(&r["leased_to"]), s(&r["clients"]), s(&r["forwarded"]), s(&r["queued"]), s(&r["pushed_back"]), s(&r["refused_full"]), s(&r["refused_queue_full"]), s(&r["refused_quota"])
                     ),
                 );
             }

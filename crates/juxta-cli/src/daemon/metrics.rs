@@ -166,6 +166,12 @@ pub fn render(peer: &juxta::Peer) -> String {
     );
     counter(
         &mut reg,
+        "relay_pushed_back",
+        "Relayed messages made to wait for queue space or quota (each once)",
+        srv.pushed_back,
+    );
+    counter(
+        &mut reg,
         "relay_leases_granted",
         "Relay leases granted (renewals included)",
         srv.leases_granted,

@@ -811,6 +811,7 @@ impl State {
                 "forwarded": c.forwarded,
                 "leases_granted": c.server.leases_granted,
                 "queued": c.server.queued,
+                "pushed_back": c.server.pushed_back,
                 "refused_full": c.server.refused_full,
                 "refused_queue_full": c.server.refused_queue_full,
                 "refused_quota": c.server.refused_quota,

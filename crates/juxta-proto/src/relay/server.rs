@@ -56,10 +56,15 @@ pub struct ServerCounters {
     pub refused_unauthenticated: u64,
     /// Lease requests refused because the relay was full.
     pub refused_full: u64,
-    /// Messages refused: edge queue full.
+    /// Messages refused: edge queue full (by [`RelayServer::offer`]: once
+    /// the message's push-back time ran out).
     pub refused_queue_full: u64,
-    /// Messages refused: sender quota used up.
+    /// Messages refused: sender quota used up (as `refused_queue_full`).
     pub refused_quota: u64,
+    /// Messages [`RelayServer::offer`] first told to wait (queue full or
+    /// quota used up, push-back time left); each counted once, whether it
+    /// was queued later or refused.
+    pub pushed_back: u64,
     /// Messages refused: destination not leased.
     pub refused_not_leased: u64,
     /// Messages refused: too large.
@@ -96,6 +101,19 @@ struct Queued<T> {
     sender: PeerId,
     len: usize,
     item: T,
+}
+
+/// What [`RelayServer::offer`] did with a message.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Offered<T> {
+    /// Queued for the edge.
+    Queued,
+    /// The edge's queue is full or the sender's quota used up, and the
+    /// message's push-back time is not over: offer it again when space
+    /// frees (not read from the sender meanwhile).
+    Wait(T),
+    /// Refused for good, with the reason to tell the sender.
+    Refused(Refusal, T),
 }
 
 struct Lease<T> {
@@ -238,8 +256,89 @@ impl<T> RelayServer<T> {
     }
 
     /// Queues `item` (`len` bytes, from `sender`) for `edge`, or hands it
-    /// back with the reason.
+    /// back with the reason (counted).
     pub fn enqueue(
+        &mut self,
+        edge: &PeerId,
+        sender: PeerId,
+        len: usize,
+        item: T,
+        now_ms: u64,
+    ) -> Result<(), (Refusal, T)> {
+        self.try_enqueue(edge, sender, len, item, now_ms)
+            .map_err(|(r, item)| {
+                self.count_refusal(r);
+                (r, item)
+            })
+    }
+
+    /// Offers `item` (`len` bytes, from `sender`) for `edge`'s queue, with
+    /// push-back: while the edge's queue is full or the sender's quota is
+    /// used up, a message waits (the caller stops reading the sender's
+    /// connection and offers it again when space frees, see
+    /// [`RelayServer::pop`]) until `push_back_ms` after it was first told
+    /// to wait (`waiting_since`: `None` on its first offer), and is
+    /// refused then. Any other refusal is at once.
+    /// Refusal counters count messages refused for good;
+    /// [`ServerCounters::pushed_back`] counts messages told to wait.
+    ///
+    /// ```
+    /// use juxta_proto::relay::server::{Offered, RelayServer, ServerConfig};
+    /// use juxta_proto::relay::{Refusal, RelayRequest};
+    /// use juxta_proto::id::PeerId;
+    /// let (relay, edge, a) = (PeerId::from_public_key_spki(b"r"), PeerId::from_public_key_spki(b"e"), PeerId::from_public_key_spki(b"a"));
+    /// let cfg = ServerConfig { queue_messages: 1, ..ServerConfig::default() };
+    /// let mut s = RelayServer::new(relay, cfg);
+    /// s.on_request(edge, true, 1, &RelayRequest::Connect { lease_ms: None }, 0);
+    /// assert!(matches!(s.offer(&edge, a, 1, "one", 10, None, 2_000), Offered::Queued));
+    /// // Full: wait, for two seconds from the first offer...
+    /// let Offered::Wait(two) = s.offer(&edge, a, 1, "two", 20, None, 2_000) else { panic!() };
+    /// let Offered::Wait(two) = s.offer(&edge, a, 1, two, 2_019, Some(20), 2_000) else { panic!() };
+    /// // ...then refused.
+    /// assert!(matches!(s.offer(&edge, a, 1, two, 2_020, Some(20), 2_000), Offered::Refused(Refusal::QueueFull, _)));
+    /// assert_eq!((s.counters().pushed_back, s.counters().refused_queue_full), (1, 1));
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn offer(
+        &mut self,
+        edge: &PeerId,
+        sender: PeerId,
+        len: usize,
+        item: T,
+        now_ms: u64,
+        waiting_since: Option<u64>,
+        push_back_ms: u64,
+    ) -> Offered<T> {
+        let since = waiting_since.unwrap_or(now_ms);
+        match self.try_enqueue(edge, sender, len, item, now_ms) {
+            Ok(()) => Offered::Queued,
+            Err((Refusal::QueueFull | Refusal::Quota, item))
+                if now_ms.saturating_sub(since) < push_back_ms =>
+            {
+                if waiting_since.is_none() {
+                    self.counters.pushed_back += 1;
+                }
+                Offered::Wait(item)
+            }
+            Err((r, item)) => {
+                self.count_refusal(r);
+                Offered::Refused(r, item)
+            }
+        }
+    }
+
+    fn count_refusal(&mut self, r: Refusal) {
+        let c = &mut self.counters;
+        match r {
+            Refusal::NotLeased => c.refused_not_leased += 1,
+            Refusal::TooLarge => c.refused_too_large += 1,
+            Refusal::QueueFull => c.refused_queue_full += 1,
+            Refusal::Quota => c.refused_quota += 1,
+            _ => {}
+        }
+    }
+
+    fn try_enqueue(
         &mut self,
         edge: &PeerId,
         sender: PeerId,
@@ -249,23 +348,19 @@ impl<T> RelayServer<T> {
     ) -> Result<(), (Refusal, T)> {
         let cfg = self.cfg;
         let Some(l) = self.leases.get_mut(edge).filter(|l| l.expires_ms > now_ms) else {
-            self.counters.refused_not_leased += 1;
             return Err((Refusal::NotLeased, item));
         };
         if len > cfg.max_message {
-            self.counters.refused_too_large += 1;
             return Err((Refusal::TooLarge, item));
         }
-        if l.queue.len() >= cfg.queue_messages || l.bytes + len > cfg.queue_bytes {
-            self.counters.refused_queue_full += 1;
+        if l.queue.len() >= cfg.queue_messages || l.bytes.saturating_add(len) > cfg.queue_bytes {
             return Err((Refusal::QueueFull, item));
         }
         let used = self.senders.entry(sender).or_insert((0, 0));
-        if used.0 >= cfg.sender_messages || used.1 + len > cfg.sender_bytes {
+        if used.0 >= cfg.sender_messages || used.1.saturating_add(len) > cfg.sender_bytes {
             if used.0 == 0 {
                 self.senders.remove(&sender);
             }
-            self.counters.refused_quota += 1;
             return Err((Refusal::Quota, item));
         }
         used.0 += 1;
@@ -431,6 +526,70 @@ mod tests {
         assert_eq!(
             s.on_request(p(1), true, 1, &RelayRequest::Pid, 0),
             RelayResponse::Pid(p(0))
+        );
+    }
+
+    #[test]
+    fn a_full_queue_or_quota_pushes_back_then_refuses_and_counts_each_message_once() {
+        let mut s: RelayServer<u32> = RelayServer::new(p(0), cfg());
+        let c = RelayRequest::Connect { lease_ms: None };
+        s.on_request(p(1), true, 1, &c, 0);
+        let (a, b) = (p(10), p(11));
+        for i in 0..3 {
+            assert_eq!(s.offer(&p(1), a, 10, i, 1, None, 100), Offered::Queued);
+        }
+        // Queue full: the message waits, offered again and again...
+        assert_eq!(s.offer(&p(1), b, 10, 3, 5, None, 100), Offered::Wait(3));
+        assert_eq!(s.offer(&p(1), b, 10, 3, 50, Some(5), 100), Offered::Wait(3));
+        // ...until space frees: queued, never counted as refused.
+        assert_eq!(s.pop(&p(1)), Some(0));
+        assert_eq!(s.offer(&p(1), b, 10, 3, 60, Some(5), 100), Offered::Queued);
+        let c = s.counters();
+        assert_eq!((c.pushed_back, c.refused_queue_full, c.queued), (1, 0, 4));
+        // Another waits out its push-back time: refused, counted once.
+        assert_eq!(s.offer(&p(1), b, 10, 4, 70, None, 100), Offered::Wait(4));
+        for t in [80, 120, 169] {
+            assert_eq!(s.offer(&p(1), b, 10, 4, t, Some(70), 100), Offered::Wait(4));
+        }
+        assert_eq!(
+            s.offer(&p(1), b, 10, 4, 170, Some(70), 100),
+            Offered::Refused(Refusal::QueueFull, 4)
+        );
+        let c = s.counters();
+        assert_eq!((c.pushed_back, c.refused_queue_full), (2, 1));
+        // The sender's quota (4 messages) pushes back the same way.
+        s.on_request(p(2), true, 2, &RelayRequest::Connect { lease_ms: None }, 0);
+        assert_eq!(s.offer(&p(2), a, 10, 5, 200, None, 100), Offered::Queued);
+        assert_eq!(s.offer(&p(2), a, 10, 55, 200, None, 100), Offered::Queued);
+        assert_eq!(s.sender_use(&a), (4, 40));
+        assert_eq!(s.offer(&p(2), a, 10, 6, 200, None, 100), Offered::Wait(6));
+        assert_eq!(
+            s.offer(&p(2), a, 10, 6, 300, Some(200), 100),
+            Offered::Refused(Refusal::Quota, 6)
+        );
+        // Not leased, too large: refused at once, nothing pushed back.
+        assert_eq!(
+            s.offer(&p(9), a, 1, 7, 300, None, 100),
+            Offered::Refused(Refusal::NotLeased, 7)
+        );
+        assert_eq!(
+            s.offer(&p(2), b, 61, 8, 300, None, 100),
+            Offered::Refused(Refusal::TooLarge, 8)
+        );
+        let c = s.counters();
+        assert_eq!(
+            (
+                c.pushed_back,
+                c.refused_quota,
+                c.refused_not_leased,
+                c.refused_too_large
+            ),
+            (3, 1, 1, 1)
+        );
+        // A clock that goes back never ends a wait early.
+        assert_eq!(
+            s.offer(&p(1), b, 10, 9, 10, Some(500), 100),
+            Offered::Wait(9)
         );
     }
 

@@ -18,6 +18,7 @@ use juxta_proto::endpoint::signed_route::SignedRoute;
 use juxta_proto::endpoint::{demangle, Delivery, ServiceAddress, ROUTER_SERVICE};
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
+use juxta_proto::relay::server::Offered;
 use juxta_proto::relay::{Refusal, RelayResponse, RELAY_SERVICE};
 use juxta_proto::resolver::{
     query_queue, response_queue, ResolverQuery, ResolverResponse, RESOLVER_SERVICE,
@@ -273,32 +274,37 @@ async fn forward_message(
         super::Passed::Back(back) => back,
     };
     // Spool for the edge; while its queue or the sender's quota is full,
-    // this connection's reader waits (push-back), then refuses.
-    let deadline = tokio::time::Instant::now() + server.push_back;
+    // this connection's reader waits (push-back: the relay server's rule
+    // says how long), then refuses.
+    let push_back_ms = u64::try_from(server.push_back.as_millis()).unwrap_or(u64::MAX);
+    let mut waiting_since = None;
     let mut item = message;
     loop {
         let now = inner.router.now_ms();
-        let r = server
-            .state
-            .lock()
-            .expect("relay lock")
+        let r = server.state.lock().expect("relay lock").offer(
+            &m.dest,
             // Quotas by the proven link peer, never by the header's
             // claimed origin.
-            .enqueue(&m.dest, conn.remote, len, item, now);
+            conn.remote,
+            len,
+            item,
+            now,
+            waiting_since,
+            push_back_ms,
+        );
         match r {
-            Ok(()) => {
+            Offered::Queued => {
                 super::after_enqueue(inner, &server, &m.dest);
                 inner.stats.routed_forwarded.fetch_add(1, Ordering::Relaxed);
                 return Ok(());
             }
-            Err((Refusal::QueueFull | Refusal::Quota, back))
-                if tokio::time::Instant::now() < deadline =>
-            {
+            Offered::Wait(back) => {
                 item = back;
+                waiting_since.get_or_insert(now);
                 let _ =
                     tokio::time::timeout(Duration::from_millis(20), server.space.notified()).await;
             }
-            Err((reason, _)) => {
+            Offered::Refused(reason, _) => {
                 inner.stats.relay_refused.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(dest = %m.dest, src = %m.src, %reason, "relayed message refused");
                 let refusal = RelayResponse::Refused(reason).to_message();
