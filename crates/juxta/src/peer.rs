@@ -312,7 +312,7 @@ pub(crate) struct Inner {
     pub(crate) slots: Arc<Semaphore>,
     /// Connections accepted per remote IP address.
     pub(crate) addr_limits: Arc<crate::transport::limits::AddrLimits>,
-    connections: RwLock<HashMap<PeerId, Arc<Connection>>>,
+    connections: RwLock<juxta_proto::id::PeerMap<Arc<Connection>>>,
     by_addr: RwLock<HashMap<SocketAddr, PeerId>>,
     /// Dials in progress, one gate per address: a second dial to an
     /// address waits for the first and reuses its connection instead of
@@ -1179,7 +1179,7 @@ impl Peer {
             public_addr,
             stats: Counters::default(),
             next_conn_id: AtomicU64::new(1),
-            connections: RwLock::new(HashMap::new()),
+            connections: RwLock::new(Default::default()),
             by_addr: RwLock::new(HashMap::new()),
             dialing: std::sync::Mutex::new(HashMap::new()),
             listeners: RwLock::new(HashMap::new()),

@@ -231,8 +231,34 @@ impl CompactRouterHeader {
 
     /// The element bytes.
     pub fn encode(&self) -> Bytes {
+        self.encode_with(&self.last, &self.forward, None)
+    }
+
+    /// The element bytes of this header as `local` forwards it: `last` is
+    /// `local`, `local` joins the reverse hops, the forward hops are
+    /// `forward`. The same bytes as [`crate::endpoint::forward::forwarded_header`]
+    /// then [`CompactRouterHeader::encode`], in one buffer and without
+    /// copying the header (a relay does this for every message it passes
+    /// on).
+    ///
+    /// ```
+    /// use juxta_proto::endpoint::compact_router::CompactRouterHeader;
+    /// use juxta_proto::id::PeerId;
+    /// let (a, r, b) = (PeerId::from_public_key_spki(b"a"), PeerId::from_public_key_spki(b"r"), PeerId::from_public_key_spki(b"b"));
+    /// let h = CompactRouterHeader::originate(&a, &b, "PipeService", None, &[]);
+    /// let f = CompactRouterHeader::parse(&h.encode_forwarded(&r, &[])).unwrap();
+    /// assert_eq!((f.last, f.reverse), (r, vec![r]));
+    /// ```
+    pub fn encode_forwarded(&self, local: &PeerId, forward: &[PeerId]) -> Bytes {
+        self.encode_with(local, forward, Some(local))
+    }
+
+    /// The element bytes with `last`, `forward`, and the reverse hops
+    /// followed by `and_back` if given.
+    fn encode_with(&self, last: &PeerId, forward: &[PeerId], and_back: Option<&PeerId>) -> Bytes {
+        let reverse_len = self.reverse.len() + usize::from(and_back.is_some());
         let mut b = BytesMut::with_capacity(
-            1 + PEER_LEN * (3 + self.forward.len() + self.reverse.len())
+            1 + PEER_LEN * (3 + forward.len() + reverse_len)
                 + self.service.len()
                 + self.param.as_ref().map_or(0, String::len)
                 + 8,
@@ -240,7 +266,7 @@ impl CompactRouterHeader {
         b.put_u8(VERSION);
         put_peer(&mut b, &self.src);
         put_peer(&mut b, &self.dest);
-        put_peer(&mut b, &self.last);
+        put_peer(&mut b, last);
         put_str(&mut b, &self.service);
         match &self.param {
             Some(p) => {
@@ -249,11 +275,13 @@ impl CompactRouterHeader {
             }
             None => b.put_u8(0),
         }
-        for list in [&self.forward, &self.reverse] {
-            put_varint(&mut b, list.len() as u64);
-            for p in list {
-                put_peer(&mut b, p);
-            }
+        put_varint(&mut b, forward.len() as u64);
+        for p in forward {
+            put_peer(&mut b, p);
+        }
+        put_varint(&mut b, reverse_len as u64);
+        for p in self.reverse.iter().chain(and_back) {
+            put_peer(&mut b, p);
         }
         b.freeze()
     }

@@ -442,10 +442,36 @@ pub fn rewrite(message: &mut Message, h: &Header, compact_next: bool) {
         (Header::Xml(x), true) => CompactRouterHeader::from_router_header(x).map(|c| c.encode()),
     };
     let e = match compact {
-        Some(b) => Element::bytes(NS_JUXTA, ELEM_COMPACT_ERM, b),
+        Some(b) => Element::bytes_static(NS_JUXTA, ELEM_COMPACT_ERM, b),
         None => Element::xml(NS_JXTA, ELEM_ERM, h.to_router_header().to_xml()),
     };
     message.push(e);
+}
+
+/// [`forwarded_header`] then [`rewrite`] in one step, as a relay (`local`)
+/// passes `message` on with header `h` and the forward hops `forward`: a
+/// compact header going to a compact hop is encoded as forwarded straight
+/// from `h` ([`CompactRouterHeader::encode_forwarded`]: no copy of the
+/// header); any other case takes the two steps.
+pub fn rewrite_forwarded(
+    message: &mut Message,
+    local: &PeerId,
+    h: &Header,
+    forward: &[PeerId],
+    compact_next: bool,
+) {
+    match (h, compact_next) {
+        (Header::Compact(c), true) => {
+            message.remove_all(NS_JXTA, ELEM_ERM);
+            message.remove_all(NS_JUXTA, ELEM_COMPACT_ERM);
+            message.push(Element::bytes_static(
+                NS_JUXTA,
+                ELEM_COMPACT_ERM,
+                c.encode_forwarded(local, forward),
+            ));
+        }
+        _ => rewrite(message, &forwarded_header(local, h, forward), compact_next),
+    }
 }
 
 /// Turns a compact router header in `message` (if any) back into JXSE's
@@ -748,6 +774,46 @@ mod tests {
             m.push(Element::bytes(NS_JXTA, ELEM_ERM_FINGERPRINT, fp));
         }
         m
+    }
+
+    #[test]
+    fn forwarding_in_one_step_gives_the_two_steps_bytes() {
+        let a = *ids()[0].peer_id();
+        let (r, r2, b) = (p(1), p(3), p(2));
+        let fp = fingerprint_for(&ids()[0]);
+        for (param, forward, reverse) in [
+            (None, vec![], vec![]),
+            (Some("urn:x"), vec![r2], vec![]),
+            (Some(""), vec![r2, p(4)], vec![p(5), p(6)]),
+        ] {
+            let mut h = CompactRouterHeader::originate(&a, &b, "PipeService", param, &forward);
+            h.reverse = reverse;
+            let i = Header::Compact(h.clone());
+            for compact_next in [true, false] {
+                let mut one = compact_msg(&h, Some(fp.clone()));
+                let mut two = one.clone();
+                rewrite_forwarded(&mut one, &r, &i, &forward, compact_next);
+                rewrite(&mut two, &forwarded_header(&r, &i, &forward), compact_next);
+                assert_eq!(one, two);
+            }
+            // And what it gives parses as the forwarded header.
+            let f = CompactRouterHeader::parse(&h.encode_forwarded(&r, &forward)).unwrap();
+            let Header::Compact(want) = forwarded_header(&r, &i, &forward) else {
+                unreachable!()
+            };
+            assert_eq!(f, want);
+        }
+        // An XML header takes the two steps.
+        let x = Header::Xml(
+            CompactRouterHeader::originate(&a, &b, "PipeService", None, &[]).to_router_header(),
+        );
+        for compact_next in [true, false] {
+            let mut one = Message::new().with(Element::bytes("app", "x", &b"1"[..]));
+            let mut two = one.clone();
+            rewrite_forwarded(&mut one, &r, &x, &[], compact_next);
+            rewrite(&mut two, &forwarded_header(&r, &x, &[]), compact_next);
+            assert_eq!(one, two);
+        }
     }
 
     #[test]

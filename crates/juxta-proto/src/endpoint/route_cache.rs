@@ -8,9 +8,7 @@
 //! least recently used one (counted in [`RouteCache::evicted`]), and every
 //! route expires `ttl_ms` after it was learned. Time is passed in.
 
-use std::collections::HashMap;
-
-use crate::id::PeerId;
+use crate::id::{PeerId, PeerMap};
 
 /// Most hops a cached route may have.
 pub const MAX_ROUTE_HOPS: usize = 8;
@@ -54,7 +52,7 @@ pub struct RouteCache {
     local: PeerId,
     capacity: usize,
     ttl_ms: u64,
-    routes: HashMap<PeerId, Entry>,
+    routes: PeerMap<Entry>,
     evicted: u64,
 }
 
@@ -65,7 +63,7 @@ impl RouteCache {
             local,
             capacity: capacity.max(1),
             ttl_ms,
-            routes: HashMap::new(),
+            routes: PeerMap::default(),
             evicted: 0,
         }
     }

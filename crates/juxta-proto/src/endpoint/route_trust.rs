@@ -193,11 +193,13 @@ pub fn learn_back(
     forward::route_back(local, link, m)
 }
 
-/// The routes back looked at last: (link, origin, reverse hops, when), a
-/// few, oldest replaced first.
+/// A route back looked at: (link, origin, reverse hops, when).
+type Looked = (PeerId, PeerId, Vec<PeerId>, u64);
+
+/// The routes back looked at last, a few, oldest replaced first.
 #[derive(Debug, Default)]
 struct LookedAt {
-    slots: [Option<(PeerId, PeerId, Vec<PeerId>, u64)>; 8],
+    slots: [Option<Looked>; 8],
     next: usize,
 }
 

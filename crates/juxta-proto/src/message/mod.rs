@@ -65,6 +65,28 @@ impl Element {
         }
     }
 
+    /// An untyped element whose namespace and name are static strings
+    /// (no copy of them is made).
+    ///
+    /// ```
+    /// use juxta_proto::message::Element;
+    /// let e = Element::bytes_static("juxta", "ERM", &b"hdr"[..]);
+    /// assert_eq!(e, Element::bytes("juxta", "ERM", &b"hdr"[..]));
+    /// ```
+    pub fn bytes_static(
+        namespace: &'static str,
+        name: &'static str,
+        data: impl Into<Bytes>,
+    ) -> Element {
+        Element {
+            namespace: ByteString::from_static(namespace),
+            name: ByteString::from_static(name),
+            mime: None,
+            data: data.into(),
+            signature: None,
+        }
+    }
+
     /// A `text/plain;charset=UTF-8` element, as JXSE's `StringMessageElement`.
     pub fn text(namespace: &str, name: &str, text: &str) -> Element {
         Element {

@@ -8,10 +8,10 @@
 //! its connection for a while) and then refuse it, counted. Messages still
 //! queued when a lease ends are counted in [`ServerCounters::dropped`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::{Refusal, RelayRequest, RelayResponse};
-use crate::id::PeerId;
+use crate::id::{PeerId, PeerMap};
 
 /// Bounds and lease length of a relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,8 +139,8 @@ struct Lease<T> {
 pub struct RelayServer<T> {
     local: PeerId,
     cfg: ServerConfig,
-    leases: HashMap<PeerId, Lease<T>>,
-    senders: HashMap<PeerId, (usize, usize)>,
+    leases: PeerMap<Lease<T>>,
+    senders: PeerMap<(usize, usize)>,
     counters: ServerCounters,
 }
 
@@ -150,8 +150,8 @@ impl<T> RelayServer<T> {
         RelayServer {
             local,
             cfg,
-            leases: HashMap::new(),
-            senders: HashMap::new(),
+            leases: PeerMap::default(),
+            senders: PeerMap::default(),
             counters: ServerCounters::default(),
         }
     }

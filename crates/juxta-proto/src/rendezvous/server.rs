@@ -21,7 +21,7 @@ use std::collections::{HashMap, VecDeque};
 use bytes::Bytes;
 
 use crate::endpoint::ServiceAddress;
-use crate::id::{PeerGroupId, PeerId};
+use crate::id::{PeerGroupId, PeerId, PeerMap};
 use crate::message::Message;
 use crate::pipe::wire_header::DuplicateFilter;
 use crate::srdi::placement::walk_step;
@@ -158,11 +158,11 @@ pub struct RendezvousServer {
     group_unique: String,
     my_pa: Bytes,
     cfg: ServerConfig,
-    clients: HashMap<PeerId, Millis>,
+    clients: PeerMap<Millis>,
     /// Per-sender token buckets of propagated/walked messages: (tokens,
     /// last refill). Only leased edges and view members get one, so it is
     /// bounded by their number.
-    prop_budget: HashMap<PeerId, (f64, Millis)>,
+    prop_budget: PeerMap<(f64, Millis)>,
     next_expiry: Option<Millis>,
     peer_view: PeerView,
     dedup: DuplicateFilter,
@@ -201,8 +201,8 @@ impl RendezvousServer {
             my_pa,
             peer_view: PeerView::new(me, my_rdv_adv, group, cfg.peer_view),
             cfg,
-            clients: HashMap::new(),
-            prop_budget: HashMap::new(),
+            clients: PeerMap::default(),
+            prop_budget: PeerMap::default(),
             next_expiry: None,
             dedup: DuplicateFilter::new(DEDUP_WINDOW),
             pa_memo: HashMap::new(),

@@ -59,11 +59,11 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::net::SocketAddr;
 
 use super::{ResolverError, ResolverQuery, ResolverResponse};
-use crate::id::PeerId;
+use crate::id::{PeerId, PeerMap};
 use crate::message::Message;
 use crate::rendezvous::messages::BusyNotice;
 use crate::rendezvous::Millis;
@@ -468,7 +468,7 @@ pub struct ResolverNode<K> {
     cfg: ResolverConfig,
     handlers: Vec<Handler<K>>,
     joined: BTreeSet<String>,
-    buckets: HashMap<PeerId, Bucket>,
+    buckets: PeerMap<Bucket>,
     dials: AnswerDials,
     events: VecDeque<ResolverEvent<K>>,
     stats: ResolverStats,
@@ -481,7 +481,7 @@ impl<K: Clone> ResolverNode<K> {
             cfg,
             handlers: Vec::new(),
             joined: BTreeSet::new(),
-            buckets: HashMap::new(),
+            buckets: PeerMap::default(),
             dials: AnswerDials::new(),
             events: VecDeque::new(),
             stats: ResolverStats::default(),

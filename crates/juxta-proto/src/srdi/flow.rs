@@ -9,9 +9,7 @@
 //! rendezvous' memory stays bounded: at most `max_queriers` buckets; queriers
 //! beyond that share one overflow bucket.
 
-use std::collections::HashMap;
-
-use crate::id::PeerId;
+use crate::id::{PeerId, PeerMap};
 
 /// Default per-querier rate (queries per second).
 pub const DEFAULT_PER_QUERIER_RATE: u32 = 2_000;
@@ -133,7 +131,7 @@ pub struct AdmissionStats {
 #[derive(Debug, Clone)]
 pub struct Admission {
     cfg: AdmissionConfig,
-    queriers: HashMap<PeerId, Bucket>,
+    queriers: PeerMap<Bucket>,
     overflow: Bucket,
     total: Bucket,
     last_sweep: Option<u64>,
@@ -154,7 +152,7 @@ impl Admission {
             overflow: Bucket::full(cfg.per_querier_burst, 0),
             total: Bucket::full(cfg.total_burst, 0),
             cfg,
-            queriers: HashMap::new(),
+            queriers: PeerMap::default(),
             last_sweep: None,
             stats: AdmissionStats::default(),
         }

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::id::PeerId;
+use crate::id::{PeerId, PeerMap};
 
 use super::{SrdiEntry, SrdiMessage};
 
@@ -61,8 +61,8 @@ type Attr = (String, String); // (primary key, attribute)
 /// ```
 #[derive(Debug, Clone)]
 pub struct SrdiIndex {
-    map: BTreeMap<Attr, HashMap<String, HashMap<PeerId, u64>>>,
-    per_peer: HashMap<PeerId, usize>,
+    map: BTreeMap<Attr, HashMap<String, PeerMap<u64>>>,
+    per_peer: PeerMap<usize>,
     len: usize,
     max_entries: usize,
     max_per_peer: usize,
@@ -93,7 +93,7 @@ impl SrdiIndex {
     pub fn new(max_entries: usize, max_per_peer: usize) -> SrdiIndex {
         SrdiIndex {
             map: BTreeMap::new(),
-            per_peer: HashMap::new(),
+            per_peer: PeerMap::default(),
             len: 0,
             max_entries,
             max_per_peer,
@@ -236,7 +236,7 @@ impl SrdiIndex {
             if pk != pkey || attr.is_some_and(|a| a != at) {
                 break;
             }
-            fn push(out: &mut Vec<PeerId>, peers: &HashMap<PeerId, u64>, now: u64) {
+            fn push(out: &mut Vec<PeerId>, peers: &PeerMap<u64>, now: u64) {
                 let mut live: Vec<PeerId> = peers
                     .iter()
                     .filter(|(_, &exp)| exp > now)

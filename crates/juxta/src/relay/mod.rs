@@ -38,7 +38,6 @@
 
 pub(crate) mod route;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -324,7 +323,7 @@ impl RelayHandle {
 pub(crate) struct ServerRuntime {
     pub(crate) state: Mutex<RelayServer<Message>>,
     /// Per-edge forwarding state.
-    edges: Mutex<HashMap<PeerId, Arc<EdgeSlot>>>,
+    edges: Mutex<juxta_proto::id::PeerMap<Arc<EdgeSlot>>>,
     /// Woken when a queue has room again.
     pub(crate) space: Notify,
     pub(crate) push_back: Duration,
@@ -365,7 +364,7 @@ impl Router {
         let server = cfg.filter(|c| c.role == RelayRole::Server).map(|c| {
             Arc::new(ServerRuntime {
                 state: Mutex::new(RelayServer::new(local, c.server)),
-                edges: Mutex::new(HashMap::new()),
+                edges: Mutex::new(Default::default()),
                 space: Notify::new(),
                 push_back: c.push_back,
             })

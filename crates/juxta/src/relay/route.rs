@@ -232,7 +232,6 @@ async fn forward_message(
         }
         Err(e) => return Err(e),
     };
-    let h = forward::forwarded_header(&local, &m.header, &nh.forward);
     let to = inner.router.wire_address(inner);
     let leased = nh.hop == m.dest
         && server
@@ -250,7 +249,8 @@ async fn forward_message(
         };
         // The compact header only to a Juxta peer on compact framing; a
         // JXSE hop gets the XML ERM.
-        forward::rewrite(&mut message, &h, hop.compact_tx.load(Ordering::Acquire));
+        let compact_next = hop.compact_tx.load(Ordering::Acquire);
+        forward::rewrite_forwarded(&mut message, &local, &m.header, &nh.forward, compact_next);
         crate::Messenger::new(hop, inner.clone())
             .send_raw(&to, message)
             .await
@@ -263,7 +263,7 @@ async fn forward_message(
     // is free; otherwise it is spooled.
     let compact_next =
         super::edge_conn(&server, &m.dest).is_some_and(|c| c.compact_tx.load(Ordering::Acquire));
-    forward::rewrite(&mut message, &h, compact_next);
+    forward::rewrite_forwarded(&mut message, &local, &m.header, &nh.forward, compact_next);
     let len = message.payload_len();
     let message = match super::pass_through(inner, &server, &m.dest, len, &to, message) {
         super::Passed::Sent => {
