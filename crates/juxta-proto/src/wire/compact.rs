@@ -252,12 +252,14 @@ impl CompactEncoder {
     /// body; large payloads stay the caller's buffers). The message should
     /// pass [`CompactEncoder::check`], or the remote decoder refuses it.
     pub fn encode(&mut self, to: &ServiceAddress, msg: &Message, out: &mut EncodedMessage) {
-        // A frame whose payloads are all copied into it (the small-message
-        // case) is built in one buffer with room for its length prefix in
-        // front: one allocation, and the prefix written in place once the
-        // length is known. The bytes are those of the general path.
+        // The headers (and the payloads copied next to them) are built in
+        // one buffer with room for the frame's length prefix in front, the
+        // prefix written in place once the length is known. A frame whose
+        // payloads are all copied (the small-message case) is that one
+        // buffer; larger payloads go out as the caller's own buffers
+        // between pieces of it.
         let whole = msg.elements.iter().all(|e| e.data.len() <= COALESCE_LIMIT);
-        let room = if whole { PREFIX_ROOM } else { 0 };
+        let room = PREFIX_ROOM;
         let need = room
             + 16
             + msg
@@ -271,10 +273,10 @@ impl CompactEncoder {
                     }
                 })
                 .sum::<usize>();
-        // A small frame is built in the kept buffer (its memory comes back
-        // once the previous frames are written and dropped); a frame with
-        // large payloads in a buffer of its own.
-        let pooled = whole && need <= FRAME_BUFFER / 4;
+        // Headers of a few KB are built in the kept buffer (its memory
+        // comes back once the previous frames are written and dropped);
+        // more in a buffer of their own.
+        let pooled = need <= FRAME_BUFFER / 4;
         let mut body = if pooled {
             let mut b = std::mem::take(&mut self.frames);
             if b.capacity() < need {
@@ -361,7 +363,13 @@ impl CompactEncoder {
             out.push(frame.freeze());
             return;
         }
-        let mut chunks: Vec<Bytes> = Vec::new();
+        // Large payloads: the pieces of headers and the payloads in order,
+        // the first piece (with the room for the prefix) held back until
+        // the total is known; its place in `out` is kept meanwhile.
+        let slot = out.chunks.len();
+        out.chunks.push(Bytes::new());
+        let mut first: Option<BytesMut> = None;
+        let mut rest = 0usize;
         for (e, &id) in msg.elements.iter().zip(name_ids.iter()) {
             put_varint(&mut body, id);
             if id == 0 {
@@ -371,24 +379,32 @@ impl CompactEncoder {
             if e.data.len() <= COALESCE_LIMIT {
                 body.put_slice(&e.data);
             } else {
-                chunks.push(body.split().freeze());
-                chunks.push(e.data.clone());
+                let piece = body.split();
+                match first {
+                    None => first = Some(piece),
+                    Some(_) => {
+                        rest += piece.len();
+                        out.push(piece.freeze());
+                    }
+                }
+                rest += e.data.len();
+                out.push(e.data.clone());
             }
         }
-        chunks.push(body.freeze());
-        let total: usize = chunks.iter().map(|c| c.len()).sum();
-        let mut prefix = BytesMut::with_capacity(10);
-        put_varint(&mut prefix, total as u64);
-        // Put the prefix in front of the first chunk when it is small.
-        if chunks[0].len() <= COALESCE_LIMIT * 2 {
-            prefix.extend_from_slice(&chunks[0]);
-            chunks[0] = prefix.freeze();
-        } else {
-            chunks.insert(0, prefix.freeze());
+        let tail = body.split();
+        rest += tail.len();
+        out.push(tail.freeze());
+        if pooled {
+            self.frames = body;
         }
-        for c in chunks {
-            out.push(c);
-        }
+        let mut first = first.expect("a frame that is not whole has a large payload");
+        let total = first.len() - PREFIX_ROOM + rest;
+        let mut len = [0u8; PREFIX_ROOM];
+        let n = varint_into(&mut len, total as u64);
+        first[PREFIX_ROOM - n..PREFIX_ROOM].copy_from_slice(&len[..n]);
+        first.advance(PREFIX_ROOM - n);
+        out.len += first.len();
+        out.chunks[slot] = first.freeze();
     }
 }
 
@@ -821,6 +837,55 @@ mod tests {
                 assert_eq!(r.unwrap().1, m);
             }
         }
+    }
+
+    #[test]
+    fn frames_mixing_large_and_small_payloads_round_trip_in_one_stream() {
+        let mut enc = CompactEncoder::new();
+        let mut dec = CompactDecoder::new();
+        let to = ServiceAddress::new("S", Some("p"));
+        let big = |n: usize, b: u8| Bytes::from(vec![b; n]);
+        let shapes: Vec<Vec<Bytes>> = vec![
+            vec![big(COALESCE_LIMIT + 1, 1)],
+            vec![big(3, 2), big(900, 3), big(10, 4)],
+            vec![big(900, 5), big(70_000, 6)],
+            vec![big(1, 7), big(2, 8)],
+            vec![
+                big(600, 9),
+                big(0, 10),
+                big(5_000, 11),
+                big(COALESCE_LIMIT, 12),
+            ],
+        ];
+        let mut wire = BytesMut::new();
+        let mut sent = Vec::new();
+        for round in 0..3 {
+            for (k, shape) in shapes.iter().enumerate() {
+                let mut m = Message::new();
+                for (i, d) in shape.iter().enumerate() {
+                    m.push(Element::bytes(
+                        "ns",
+                        &format!("e{i}-{}", (k + round) % 3),
+                        d.clone(),
+                    ));
+                }
+                let mut out = EncodedMessage::default();
+                enc.encode(&to, &m, &mut out);
+                assert_eq!(out.len, out.chunks.iter().map(Bytes::len).sum::<usize>());
+                assert!(out.chunks.iter().all(|c| !c.is_empty()));
+                // Large payloads are the caller's buffers, not copies.
+                for d in shape.iter().filter(|d| d.len() > COALESCE_LIMIT) {
+                    assert!(out.chunks.iter().any(|c| c.as_ptr() == d.as_ptr()));
+                }
+                wire.extend_from_slice(&out.to_bytes());
+                sent.push(m);
+            }
+        }
+        for m in sent {
+            let (t, got, _) = dec.decode(&mut wire, 1 << 20).unwrap().unwrap();
+            assert_eq!((&*t, got), (&to, m));
+        }
+        assert!(wire.is_empty());
     }
 
     #[test]
