@@ -346,37 +346,12 @@ impl RouteTrust {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::advertisement::AccessPointAdvertisement;
     use crate::endpoint::compact_router::CompactRouterHeader;
     use crate::endpoint::forward::Header;
-    use rand::SeedableRng;
-    use std::sync::OnceLock;
+    use crate::endpoint::signed_route::tests::{ids, through};
 
     fn p(n: u8) -> PeerId {
         PeerId::from_public_key_spki(&[n])
-    }
-
-    /// Two identities: an edge and its relay.
-    fn ids() -> &'static (Identity, Identity) {
-        static IDS: OnceLock<(Identity, Identity)> = OnceLock::new();
-        IDS.get_or_init(|| {
-            let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-            (
-                Identity::generate(&mut rng, 1024, "edge", 1_700_000_000).unwrap(),
-                Identity::generate(&mut rng, 1024, "relay", 1_700_000_000).unwrap(),
-            )
-        })
-    }
-
-    /// `dest`'s route through `relay`, as an edge signs it.
-    fn through(dest: PeerId, relay: PeerId) -> RouteAdvertisement {
-        let mut ra =
-            RouteAdvertisement::direct(dest, [format!("relay://{}", relay.unique_value())]);
-        ra.hops.push(AccessPointAdvertisement::new(
-            Some(relay),
-            ["tcp://127.0.0.1:1".into()],
-        ));
-        ra
     }
 
     const NOW: u64 = 1_800_000_000_000;

@@ -164,13 +164,14 @@ impl SignedRoute {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::advertisement::AccessPointAdvertisement;
     use rand::SeedableRng;
     use std::sync::OnceLock;
 
-    fn ids() -> &'static (Identity, Identity) {
+    /// Two identities (also the route-trust tests' edge and relay).
+    pub(crate) fn ids() -> &'static (Identity, Identity) {
         static IDS: OnceLock<(Identity, Identity)> = OnceLock::new();
         IDS.get_or_init(|| {
             let mut rng = rand::rngs::StdRng::seed_from_u64(7);
@@ -181,7 +182,8 @@ mod tests {
         })
     }
 
-    fn through(dest: PeerId, relay: PeerId) -> RouteAdvertisement {
+    /// `dest`'s route through `relay`, as an edge signs it.
+    pub(crate) fn through(dest: PeerId, relay: PeerId) -> RouteAdvertisement {
         let mut ra =
             RouteAdvertisement::direct(dest, [format!("relay://{}", relay.unique_value())]);
         ra.hops.push(AccessPointAdvertisement::new(
