@@ -502,8 +502,9 @@ typed_id!(
     IdType::PeerGroup
 );
 
-/// Builds the hashers of maps keyed by IDs ([`PeerMap`]): aHash with
-/// keys drawn at random once per process.
+/// Builds the hashers of maps keyed by IDs ([`PeerMap`]), and by the
+/// addresses and values peers name on the message paths: aHash with keys
+/// drawn at random once per process.
 ///
 /// Why not the standard `RandomState` (SipHash-1-3): a peer ID is 64
 /// bytes, and SipHash over it cost about 480 instructions per lookup, five

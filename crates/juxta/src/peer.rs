@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use juxta_proto::endpoint::{self, Delivery, ServiceAddress};
-use juxta_proto::id::PeerId;
+use juxta_proto::id::{IdHashState, PeerId};
 use juxta_proto::identity::{Identity, IdentityError};
 use juxta_proto::wire::connection::{Proof, Role};
 use tokio::net::{TcpListener, TcpStream};
@@ -321,13 +321,13 @@ pub(crate) struct Inner {
     /// lives only while someone dials or waits, so the map is bounded by
     /// the callers.
     dialing: std::sync::Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<()>>>>,
-    listeners: RwLock<HashMap<ServiceAddress, mpsc::Sender<Delivery>>>,
+    listeners: RwLock<HashMap<ServiceAddress, mpsc::Sender<Delivery>, IdHashState>>,
     /// Communicators' receive queues: their messages go from the
     /// connection's reader straight in (see `crate::mp::Inbox`).
     mp_inboxes: RwLock<Vec<Arc<crate::mp::Inbox>>>,
     pub(crate) pipes: crate::pipe::registry::PipeRegistry,
     pub(crate) secure: crate::pipe::secure::Sessions,
-    pub(crate) direct: RwLock<HashMap<String, Arc<dyn crate::pipe::DirectSink>>>,
+    pub(crate) direct: RwLock<HashMap<String, Arc<dyn crate::pipe::DirectSink>, IdHashState>>,
     pub(crate) self_ref: Weak<Inner>,
     /// The multicast transport, when configured.
     pub(crate) multicast: Option<Arc<crate::transport::multicast::Multicast>>,
@@ -1182,11 +1182,11 @@ impl Peer {
             connections: RwLock::new(Default::default()),
             by_addr: RwLock::new(HashMap::new()),
             dialing: std::sync::Mutex::new(HashMap::new()),
-            listeners: RwLock::new(HashMap::new()),
+            listeners: RwLock::new(HashMap::default()),
             mp_inboxes: RwLock::new(Vec::new()),
             pipes: crate::pipe::registry::PipeRegistry::new(),
             secure: Default::default(),
-            direct: RwLock::new(HashMap::new()),
+            direct: RwLock::new(HashMap::default()),
             self_ref: w.clone(),
             multicast,
             discovery,

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::id::{PeerId, PeerMap};
+use crate::id::{IdHashState, PeerId, PeerMap};
 
 use super::{SrdiEntry, SrdiMessage};
 
@@ -61,7 +61,7 @@ type Attr = (String, String); // (primary key, attribute)
 /// ```
 #[derive(Debug, Clone)]
 pub struct SrdiIndex {
-    map: BTreeMap<Attr, HashMap<String, PeerMap<u64>>>,
+    map: BTreeMap<Attr, HashMap<String, PeerMap<u64>, IdHashState>>,
     per_peer: PeerMap<usize>,
     len: usize,
     max_entries: usize,
