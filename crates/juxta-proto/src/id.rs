@@ -210,8 +210,8 @@ impl JxtaId {
                 let mut s = String::with_capacity(5 + 2 * (last + 2));
                 s.push_str(format.name());
                 s.push('-');
-                s.push_str(&hex::encode_upper(&bytes[..=last]));
-                s.push_str(&hex::encode_upper([bytes[63]]));
+                push_hex_upper(&mut s, &bytes[..=last]);
+                push_hex_upper(&mut s, &bytes[63..]);
                 s
             }
         }
@@ -264,7 +264,13 @@ impl JxtaId {
         if payload.len() > 2 * ID_LEN {
             return Err(IdError::BadPayload("longer than 64 bytes"));
         }
-        let raw = hex::decode(payload).map_err(|_| IdError::BadPayload("not hexadecimal"))?;
+        // Decoded on the stack: every ID in every document a peer sends
+        // is read through here.
+        let mut buf = [0u8; ID_LEN];
+        for (b, pair) in buf.iter_mut().zip(payload.as_bytes().chunks_exact(2)) {
+            *b = (hex_digit(pair[0])? << 4) | hex_digit(pair[1])?;
+        }
+        let raw = &buf[..payload.len() / 2];
         let mut bytes = [0u8; ID_LEN];
         let (body, ty) = raw.split_at(raw.len() - 1);
         bytes[..body.len()].copy_from_slice(body);
@@ -361,7 +367,7 @@ impl UniqueKey {
                 let mut s = String::with_capacity(5 + 2 * usize::from(*len));
                 s.push_str(format.name());
                 s.push('-');
-                s.push_str(&hex::encode_upper(&seq[..usize::from(*len)]));
+                push_hex_upper(&mut s, &seq[..usize::from(*len)]);
                 std::borrow::Cow::Owned(s)
             }
         }
@@ -626,6 +632,25 @@ impl ModuleClassId {
             [0; 16],
             IdType::ModuleClass,
         ))
+    }
+}
+
+/// Appends `bytes` in upper-case hexadecimal, without a temporary string.
+fn push_hex_upper(s: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+    for b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+}
+
+/// The value of one hexadecimal digit (either case).
+fn hex_digit(c: u8) -> Result<u8, IdError> {
+    match c {
+        b'0'..=b'9' => Ok(c - b'0'),
+        b'a'..=b'f' => Ok(c - b'a' + 10),
+        b'A'..=b'F' => Ok(c - b'A' + 10),
+        _ => Err(IdError::BadPayload("not hexadecimal")),
     }
 }
 

@@ -24,6 +24,7 @@ pub mod peer;
 pub mod pipe;
 pub mod rdv;
 pub mod route;
+pub(crate) mod shallow;
 pub mod signed;
 pub mod tree;
 
@@ -429,19 +430,31 @@ pub(crate) fn opt_text(n: &XmlNode, field: &'static str) -> Result<Option<String
 /// Escapes element text as JXSE's `LiteXMLElement` does (`&` and `<` only),
 /// plus the `>` of a `]]>` sequence, which XML forbids in text.
 pub(crate) fn escape_text(s: &str) -> Cow<'_, str> {
-    if !s.contains(['&', '<']) && !s.contains("]]>") {
-        return Cow::Borrowed(s);
+    // Runs between the three bytes that may need escaping are copied
+    // whole (every protocol document is printed through here).
+    let b = s.as_bytes();
+    let mut out: Option<String> = None;
+    let mut from = 0;
+    for i in memchr::memchr3_iter(b'&', b'<', b'>', b) {
+        let with = match b[i] {
+            b'&' => "&amp;",
+            b'<' => "&lt;",
+            _ if i >= 2 && &b[i - 2..i] == b"]]" => "&gt;",
+            _ => continue,
+        };
+        let o = out.get_or_insert_with(|| String::with_capacity(s.len() + 16));
+        // `i` and `from` sit next to ASCII bytes: char boundaries.
+        o.push_str(&s[from..i]);
+        o.push_str(with);
+        from = i + 1;
     }
-    let mut out = String::with_capacity(s.len() + 16);
-    for (i, c) in s.char_indices() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' if s[..i].ends_with("]]") => out.push_str("&gt;"),
-            c => out.push(c),
+    match out {
+        None => Cow::Borrowed(s),
+        Some(mut o) => {
+            o.push_str(&s[from..]);
+            Cow::Owned(o)
         }
     }
-    Cow::Owned(out)
 }
 
 /// A document in JXSE's "pretty" style: the one used for protocol messages

@@ -17,10 +17,11 @@
 
 pub mod peerinfo;
 
+use crate::advertisement::shallow::{parse_shallow, Kept};
 use crate::advertisement::tree::XmlElement;
 use crate::advertisement::{
-    parse_xml, parse_xml_limited, truncate, AdvError, AdvKind, Advertisement, PeerAdvertisement,
-    XmlError, XmlNode,
+    parse_xml_limited, truncate, AdvError, AdvKind, Advertisement, PeerAdvertisement, XmlError,
+    XmlNode, MAX_XML_LEN,
 };
 use crate::id::PeerId;
 use crate::resolver::{ResolverQuery, ResolverResponse};
@@ -159,6 +160,19 @@ fn bounded(
     max: usize,
 ) -> Result<Option<String>, DiscoveryError> {
     match root.child_value(field) {
+        None | Some("") => Ok(None),
+        Some(v) if v.len() > max => Err(bad(field, v)),
+        Some(v) => Ok(Some(v.to_string())),
+    }
+}
+
+/// [`bounded`] over a child [`parse_shallow`] kept.
+fn bounded_kept(
+    kept: Option<&Kept<'_>>,
+    field: &'static str,
+    max: usize,
+) -> Result<Option<String>, DiscoveryError> {
+    match kept.map(Kept::value) {
         None | Some("") => Ok(None),
         Some(v) if v.len() > max => Err(bad(field, v)),
         Some(v) => Ok(Some(v.to_string())),
@@ -331,9 +345,22 @@ impl DiscoveryQuery {
     /// Parses and validates a query. A missing `Threshold` reads as
     /// JXSE's default ([`DEFAULT_THRESHOLD`]).
     pub fn parse(xml: &str) -> Result<DiscoveryQuery, DiscoveryError> {
-        let root = parse_xml(xml)?.expect_root(QUERY_ROOT)?;
-        let kind = kind_of(&root)?;
-        let threshold = match root.child_value("Threshold") {
+        // One pass, no tree (see `advertisement::shallow`): a rendezvous
+        // reads every query it is sent.
+        let [ty, threshold, peer_adv, attr, value] = parse_shallow(
+            xml,
+            MAX_XML_LEN,
+            QUERY_ROOT,
+            ["Type", "Threshold", "PeerAdv", "Attr", "Value"],
+            [false; 5],
+        )?;
+        let t = ty.as_ref().ok_or(DiscoveryError::Missing("Type"))?.value();
+        let kind = t
+            .parse::<i32>()
+            .ok()
+            .and_then(AdvKind::from_code)
+            .ok_or_else(|| bad("Type", t))?;
+        let threshold = match threshold.as_ref().map(Kept::value) {
             None => DEFAULT_THRESHOLD,
             Some(t) => t
                 .parse::<i32>()
@@ -344,12 +371,13 @@ impl DiscoveryQuery {
         let q = DiscoveryQuery {
             kind,
             threshold,
-            peer_adv: root
-                .child_value("PeerAdv")
+            peer_adv: peer_adv
+                .as_ref()
+                .map(Kept::value)
                 .filter(|p| !p.is_empty())
                 .map(str::to_string),
-            attr: bounded(&root, "Attr", MAX_ATTR_LEN)?,
-            value: bounded(&root, "Value", MAX_VALUE_LEN)?,
+            attr: bounded_kept(attr.as_ref(), "Attr", MAX_ATTR_LEN)?,
+            value: bounded_kept(value.as_ref(), "Value", MAX_VALUE_LEN)?,
         };
         q.validate()?;
         Ok(q)
@@ -572,6 +600,61 @@ mod tests {
 
     const PID: &str =
         "urn:jxta:cbid-59616261646162614A78746150325033D9D9238EC0EEFCB122CB5D3DFE39A9CC03";
+
+    /// The tree-built parse this crate used before the one-pass reader.
+    fn query_by_tree(xml: &str) -> Result<DiscoveryQuery, DiscoveryError> {
+        let root = crate::advertisement::parse_xml(xml)?.expect_root(QUERY_ROOT)?;
+        let kind = kind_of(&root)?;
+        let threshold = match root.child_value("Threshold") {
+            None => DEFAULT_THRESHOLD,
+            Some(t) => t
+                .parse::<i32>()
+                .ok()
+                .and_then(|t| u32::try_from(t).ok())
+                .ok_or_else(|| bad("Threshold", t))?,
+        };
+        let q = DiscoveryQuery {
+            kind,
+            threshold,
+            peer_adv: root
+                .child_value("PeerAdv")
+                .filter(|p| !p.is_empty())
+                .map(str::to_string),
+            attr: bounded(&root, "Attr", MAX_ATTR_LEN)?,
+            value: bounded(&root, "Value", MAX_VALUE_LEN)?,
+        };
+        q.validate()?;
+        Ok(q)
+    }
+
+    fn query_piece() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("<Type>2</Type>".to_string()),
+            Just("<Type>0</Type>".to_string()),
+            Just("<Type>9</Type>".to_string()),
+            Just("<Threshold>3</Threshold>".to_string()),
+            Just("<Threshold>-1</Threshold>".to_string()),
+            Just("<Threshold/>".to_string()),
+            Just("<Attr>Name</Attr>".to_string()),
+            Just("<Value>a*&amp;</Value>".to_string()),
+            Just("<Value><![CDATA[v]]></Value>".to_string()),
+            Just("<PeerAdv>&lt;x/></PeerAdv>".to_string()),
+            Just("<x><Attr>in</Attr></x>".to_string()),
+            Just("&bad;".to_string()),
+            "[a-z \n]{0,3}",
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn the_one_pass_query_parse_reads_as_the_tree(
+            body in proptest::collection::vec(query_piece(), 0..10),
+        ) {
+            let xml = format!("<jxta:DiscoveryQuery>{}</jxta:DiscoveryQuery>", body.concat());
+            let (a, b) = (DiscoveryQuery::parse(&xml), query_by_tree(&xml));
+            prop_assert_eq!(format!("{:?}", a), format!("{:?}", b), "{}", xml);
+        }
+    }
 
     fn pa() -> PeerAdvertisement {
         PeerAdvertisement::new(PID.parse().unwrap(), PeerGroupId::NET, "alice")

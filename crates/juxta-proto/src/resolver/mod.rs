@@ -15,8 +15,9 @@
 pub mod node;
 
 use crate::advertisement::route::ROUTE_ROOT;
+use crate::advertisement::shallow::{parse_shallow, Kept};
 use crate::advertisement::{
-    parse_xml, parse_xml_limited, truncate, PrettyDoc, RouteAdvertisement, XmlError, XmlNode,
+    parse_xml_limited, truncate, PrettyDoc, RouteAdvertisement, XmlError, XmlNode, MAX_XML_LEN,
 };
 
 /// Largest resolver response document accepted: a discovery response of
@@ -100,6 +101,62 @@ fn number<T: std::str::FromStr>(
         .transpose()
 }
 
+/// [`number`] over a child [`parse_shallow`] kept.
+fn number_of<T: std::str::FromStr>(
+    kept: Option<&Kept<'_>>,
+    field: &'static str,
+) -> Result<Option<T>, ResolverError> {
+    kept.map(|k| {
+        let v = k.value();
+        v.parse().map_err(|_| ResolverError::BadNumber {
+            field,
+            value: truncate(v),
+        })
+    })
+    .transpose()
+}
+
+/// `doc` with the text of its root's first `HC` child, which must read
+/// `was` in plain digits between optional white space and be that child's
+/// only content, replaced by `now`. `None` otherwise.
+fn with_hop_count(doc: &str, was: u32, now: u32) -> Option<String> {
+    let mut reader = quick_xml::Reader::from_str(doc);
+    let mut depth = 0usize;
+    loop {
+        match reader.read_event().ok()? {
+            quick_xml::events::Event::Start(s) => {
+                depth += 1;
+                if depth == 2 && s.name().as_ref() == b"HC" {
+                    break;
+                }
+            }
+            quick_xml::events::Event::End(_) => depth = depth.checked_sub(1)?,
+            quick_xml::events::Event::Eof => return None,
+            _ => {}
+        }
+    }
+    let from = usize::try_from(reader.buffer_position()).ok()?;
+    let quick_xml::events::Event::Text(_) = reader.read_event().ok()? else {
+        return None;
+    };
+    let to = usize::try_from(reader.buffer_position()).ok()?;
+    let quick_xml::events::Event::End(_) = reader.read_event().ok()? else {
+        return None;
+    };
+    let text = doc.get(from..to)?;
+    let digits = text.trim();
+    if digits != was.to_string() {
+        return None;
+    }
+    // Trimmed white space is ASCII: `lead` is a char boundary.
+    let lead = from + (text.len() - text.trim_start().len());
+    let mut out = String::with_capacity(doc.len() + 10);
+    out.push_str(&doc[..lead]);
+    out.push_str(&now.to_string());
+    out.push_str(&doc[lead + digits.len()..]);
+    Some(out)
+}
+
 fn element_text<'m>(msg: &'m Message, queue: &str) -> Result<&'m str, ResolverError> {
     msg.get(NS_JXTA, queue)
         .ok_or_else(|| ResolverError::NoElement(queue.to_string()))?
@@ -155,33 +212,48 @@ impl ResolverQuery {
     /// source peer are required; the source is `SrcPeerID`, or else the
     /// `DstPID` of the `SrcPeerRoute` route advertisement. `HC` defaults to 0.
     pub fn parse(xml: &str) -> Result<ResolverQuery, ResolverError> {
-        let root = parse_xml(xml)?.expect_root(QUERY_ROOT)?;
-        let handler = root
-            .child_value("HandlerName")
+        // One pass, no tree but the route's (see `advertisement::shallow`):
+        // a rendezvous reads every query it is sent.
+        let [handler, query_id, hop_count, src, route, query] = parse_shallow(
+            xml,
+            MAX_XML_LEN,
+            QUERY_ROOT,
+            [
+                "HandlerName",
+                "QueryID",
+                "HC",
+                "SrcPeerID",
+                "SrcPeerRoute",
+                "Query",
+            ],
+            [false, false, false, false, true, false],
+        )?;
+        let handler = handler
             .ok_or(ResolverError::Missing("HandlerName"))?
+            .value()
             .to_string();
-        let query_id = number(&root, "QueryID")?.ok_or(ResolverError::Missing("QueryID"))?;
-        let hop_count = number(&root, "HC")?.unwrap_or(0);
+        let query_id =
+            number_of(query_id.as_ref(), "QueryID")?.ok_or(ResolverError::Missing("QueryID"))?;
+        let hop_count = number_of(hop_count.as_ref(), "HC")?.unwrap_or(0);
+        let ra = route
+            .as_ref()
+            .and_then(|r| r.node.as_ref())
+            .and_then(|r| r.child(ROUTE_ROOT));
         // A malformed route is ignored (the query stays answerable where
         // the issuer is reachable otherwise), as JXSE logs and goes on.
-        let src_route = root
-            .child("SrcPeerRoute")
-            .and_then(|r| r.child(ROUTE_ROOT))
+        let src_route = ra
             .and_then(|ra| RouteAdvertisement::from_node(ra).ok())
             .filter(|ra| ra.dest_peer.is_some());
-        let src = root
-            .child_value("SrcPeerID")
+        let src = src
+            .as_ref()
+            .map(|s| s.value())
             .filter(|s| !s.is_empty())
-            .or_else(|| {
-                root.child("SrcPeerRoute")?
-                    .child("jxta:RA")?
-                    .child_value("DstPID")
-            })
+            .or_else(|| ra?.child_value("DstPID"))
             .ok_or(ResolverError::Missing("SrcPeerID"))?;
         let src_peer = src.parse()?;
-        let query = root
-            .child_value("Query")
+        let query = query
             .ok_or(ResolverError::Missing("Query"))?
+            .value()
             .to_string();
         Ok(ResolverQuery {
             handler,
@@ -191,6 +263,26 @@ impl ResolverQuery {
             query,
             src_route,
         })
+    }
+
+    /// The query element to forward: `raw`'s (the message this query was
+    /// read from, for `group_unique`) byte for byte with the hop count
+    /// set to `hop_count`, so a rendezvous passing a query on does not
+    /// print it again; printed from `self` when `raw` is not the document
+    /// this query was read from or its `HC` is not plain digits.
+    pub fn forwarded_element(&self, raw: &Message, group_unique: &str, hop_count: u32) -> Element {
+        let queue = query_queue(group_unique);
+        let rewritten = element_text(raw, &queue)
+            .ok()
+            .and_then(|doc| with_hop_count(doc, self.hop_count, hop_count));
+        match rewritten {
+            Some(doc) => Element::xml(NS_JXTA, &queue, doc),
+            None => {
+                let mut q = self.clone();
+                q.hop_count = hop_count;
+                q.to_element(group_unique)
+            }
+        }
     }
 
     /// The message element: namespace `jxta`, named after the group's query
@@ -392,6 +484,204 @@ mod tests {
             ResolverResponse::parse("<jxta:ResolverResponse><HandlerName>h</HandlerName><QueryID>1</QueryID></jxta:ResolverResponse>"),
             Err(ResolverError::Missing("Response"))
         );
+    }
+
+    /// The tree-built parse this crate used before the one-pass reader:
+    /// the reference the reader is held to.
+    fn parse_by_tree(xml: &str) -> Result<ResolverQuery, ResolverError> {
+        let root = crate::advertisement::parse_xml(xml)?.expect_root(QUERY_ROOT)?;
+        let number = |field: &'static str| -> Result<Option<i64>, ResolverError> {
+            root.child_value(field)
+                .map(|v| {
+                    v.parse().map_err(|_| ResolverError::BadNumber {
+                        field,
+                        value: truncate(v),
+                    })
+                })
+                .transpose()
+        };
+        let handler = root
+            .child_value("HandlerName")
+            .ok_or(ResolverError::Missing("HandlerName"))?
+            .to_string();
+        let query_id = number("QueryID")?.ok_or(ResolverError::Missing("QueryID"))?;
+        let query_id = i32::try_from(query_id).map_err(|_| ResolverError::BadNumber {
+            field: "QueryID",
+            value: query_id.to_string(),
+        })?;
+        let hop_count = number("HC")?.unwrap_or(0);
+        let hop_count = u32::try_from(hop_count).map_err(|_| ResolverError::BadNumber {
+            field: "HC",
+            value: hop_count.to_string(),
+        })?;
+        let src_route = root
+            .child("SrcPeerRoute")
+            .and_then(|r| r.child(ROUTE_ROOT))
+            .and_then(|ra| RouteAdvertisement::from_node(ra).ok())
+            .filter(|ra| ra.dest_peer.is_some());
+        let src = root
+            .child_value("SrcPeerID")
+            .filter(|s| !s.is_empty())
+            .or_else(|| {
+                root.child("SrcPeerRoute")?
+                    .child("jxta:RA")?
+                    .child_value("DstPID")
+            })
+            .ok_or(ResolverError::Missing("SrcPeerID"))?;
+        Ok(ResolverQuery {
+            handler,
+            query_id,
+            hop_count,
+            src_peer: src.parse()?,
+            query: root
+                .child_value("Query")
+                .ok_or(ResolverError::Missing("Query"))?
+                .to_string(),
+            src_route,
+        })
+    }
+
+    /// Whether the one-pass parse and the tree's agree on `xml` (errors
+    /// compared by kind: their messages quote the same text).
+    fn agrees(xml: &str) -> bool {
+        match (ResolverQuery::parse(xml), parse_by_tree(xml)) {
+            (Ok(a), Ok(b)) => a == b,
+            (Err(a), Err(b)) => std::mem::discriminant(&a) == std::mem::discriminant(&b),
+            _ => false,
+        }
+    }
+
+    fn routed() -> ResolverQuery {
+        let mut q = sample();
+        q.hop_count = 3;
+        q.src_route = Some(RouteAdvertisement::direct(
+            SRC.parse().unwrap(),
+            ["tcp://127.0.0.1:9701".to_string()],
+        ));
+        q
+    }
+
+    #[test]
+    fn the_one_pass_parse_reads_as_the_tree() {
+        let full = routed().to_xml();
+        let docs = [
+            full.clone(),
+            sample().to_xml(),
+            full.replace(SRC, ""),
+            full.replace("<DstPID>", "<DstPID>x"),
+            full.replace("\t\t3\n", "\t\t3<!-- c -->\n"),
+            full.replace("<HC>", "<HC/><HC>"),
+            full.replace("<QueryID>", "<QueryID>&#x31;"),
+            full.replace("</Query>", "</Query><Query>two</Query>"),
+            full.replace("<SrcPeerRoute>", "<SrcPeerRoute><x/>"),
+            full.replace("&lt;", "&zz;"),
+            full.replace("</jxta:ResolverQuery>", ""),
+            full.replace("jxta:ResolverQuery", "jxta:Other"),
+            format!("{full}<x/>"),
+            full.replace("<HandlerName>", "<HandlerName><![CDATA[a<b]]>"),
+        ];
+        for d in &docs {
+            assert!(agrees(d), "{d}");
+        }
+    }
+
+    #[test]
+    fn a_forwarded_query_changes_only_its_hop_count() {
+        let q = routed();
+        let e = q.to_element("g");
+        let raw = Message::new().with(e.clone());
+        let fwd = q.forwarded_element(&raw, "g", 4);
+        let (before, after) = (e.as_str().unwrap(), fwd.as_str().unwrap());
+        assert_eq!(before.replace("\t\t3\n", "\t\t4\n"), after);
+        assert_eq!((&*fwd.namespace, &*fwd.name), ("jxta", "gORes"));
+        let back = ResolverQuery::parse(after).unwrap();
+        assert_eq!(
+            back,
+            ResolverQuery {
+                hop_count: 4,
+                ..q.clone()
+            }
+        );
+        // Saturated counts and longer numbers print whole.
+        let far = q.forwarded_element(&raw, "g", u32::MAX);
+        assert_eq!(
+            ResolverQuery::parse(far.as_str().unwrap())
+                .unwrap()
+                .hop_count,
+            u32::MAX
+        );
+    }
+
+    #[test]
+    fn a_query_whose_hop_count_cannot_be_rewritten_is_printed_again() {
+        let q = routed();
+        let printed = ResolverQuery {
+            hop_count: 4,
+            ..q.clone()
+        }
+        .to_xml();
+        let doc = q.to_xml();
+        for raw in [
+            // Another group's element, or none.
+            Message::new().with(q.to_element("other")),
+            Message::new(),
+            // Not plain digits, a comment inside, no HC at all, another count.
+            Message::new().with(Element::xml(
+                NS_JXTA,
+                "gORes",
+                doc.replace("\t\t3\n", "\t\t&#x33;\n"),
+            )),
+            Message::new().with(Element::xml(
+                NS_JXTA,
+                "gORes",
+                doc.replace("\t\t3\n", "\t\t3<!-- c -->\n"),
+            )),
+            Message::new().with(Element::xml(
+                NS_JXTA,
+                "gORes",
+                doc.replace("<HC>\n\t\t3\n\t</HC>", ""),
+            )),
+            Message::new().with(Element::xml(
+                NS_JXTA,
+                "gORes",
+                doc.replace("\t\t3\n", "\t\t2\n"),
+            )),
+        ] {
+            let fwd = q.forwarded_element(&raw, "g", 4);
+            assert_eq!(fwd.as_str().unwrap(), printed);
+        }
+    }
+
+    fn piece() -> impl Strategy<Value = String> {
+        let src = format!("<SrcPeerID>{SRC}</SrcPeerID>");
+        let route = format!("<SrcPeerRoute><jxta:RA><DstPID>{SRC}</DstPID><Dst><jxta:APA><EA>tcp://127.0.0.1:1</EA></jxta:APA></Dst></jxta:RA></SrcPeerRoute>");
+        prop_oneof![
+            Just("<HandlerName>h</HandlerName>".to_string()),
+            Just("<QueryID>7</QueryID>".to_string()),
+            Just("<QueryID>x</QueryID>".to_string()),
+            Just("<HC> 2 </HC>".to_string()),
+            Just("<HC/>".to_string()),
+            Just(src),
+            Just("<SrcPeerID></SrcPeerID>".to_string()),
+            Just(route),
+            Just("<SrcPeerRoute><jxta:RA/></SrcPeerRoute>".to_string()),
+            Just("<Query>&lt;q></Query>".to_string()),
+            Just("<Query><![CDATA[c]]>d</Query>".to_string()),
+            Just("<x><Query>in</Query></x>".to_string()),
+            Just("&amp;".to_string()),
+            Just("<".to_string()),
+            "[a-z \n]{0,3}",
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn the_one_pass_parse_reads_any_document_as_the_tree(
+            body in proptest::collection::vec(piece(), 0..12),
+        ) {
+            let xml = format!("<jxta:ResolverQuery>{}</jxta:ResolverQuery>", body.concat());
+            prop_assert!(agrees(&xml), "{}", xml);
+        }
     }
 
     proptest! {

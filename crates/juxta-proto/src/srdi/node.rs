@@ -611,10 +611,10 @@ impl SrdiNode {
         let ores = ServiceAddress::new(RESOLVER_SERVICE, Some(&query_queue(&self.group_unique)));
         match &plan {
             QueryPlan::Forward(peers) => {
-                let mut q2 = q.clone();
-                // The querier's number: saturating.
-                q2.hop_count = q2.hop_count.saturating_add(1);
-                let m = Message::new().with(q2.to_element(&self.group_unique));
+                // The querier's number: saturating. The query goes on as
+                // it came, only its hop count changed.
+                let hc = q.hop_count.saturating_add(1);
+                let m = Message::new().with(q.forwarded_element(&raw, &self.group_unique, hc));
                 for p in peers {
                     self.push(SrdiAction::Send(Transmit {
                         to: *p,

@@ -168,9 +168,12 @@ fn learn_back(inner: &Inner, local: &PeerId, link: &PeerId, m: &Inspected) {
             return;
         }
     }
+    // Gathered cheapest first: with the origin connected the rule needs
+    // nothing else, so the lease lookups are skipped.
+    let origin_connected = inner.connection(&m.src).is_some();
     let facts = BackFacts {
-        origin_connected: inner.connection(&m.src).is_some(),
-        link_carries_our_traffic: carries_our_traffic(inner, link),
+        origin_connected,
+        link_carries_our_traffic: !origin_connected && carries_our_traffic(inner, link),
         accept_unsigned: inner.cfg.accept_unsigned_routes,
     };
     if let Some(hops) = route_trust::learn_back(local, link, m, facts) {
