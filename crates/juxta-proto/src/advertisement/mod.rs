@@ -469,7 +469,9 @@ pub(crate) struct PrettyDoc {
 impl PrettyDoc {
     /// Starts a document with that root element.
     pub(crate) fn new(root: &'static str) -> PrettyDoc {
-        let mut buf = String::with_capacity(512);
+        // A resolver query with its issuer's route is about 1 KB: one
+        // allocation, not three.
+        let mut buf = String::with_capacity(1024);
         buf.push_str(XML_DECL);
         buf.push_str("<!DOCTYPE ");
         buf.push_str(root);

@@ -180,7 +180,7 @@ impl ModuleSpecAdvertisement {
             root.push_text(tag, v.as_deref().unwrap_or(""));
         }
         if let Some(p) = &self.pipe {
-            root.push(pipe_element(p).copied());
+            root.push(pipe_element(p).into_copied());
         }
         if let Some(p) = &self.proxy {
             root.push_text("Proxy", &p.to_string());

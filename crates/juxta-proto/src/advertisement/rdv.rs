@@ -71,7 +71,7 @@ impl RdvAdvertisement {
         }
         if let Some(r) = &self.route {
             let mut e = XmlElement::new("RdvRoute");
-            e.push(r.to_element().copied());
+            e.push(r.to_element().into_copied());
             root.push(e);
         }
         root

@@ -138,12 +138,12 @@ impl RouteAdvertisement {
             addresses: self.dest.addresses.clone(),
         };
         let mut dst = XmlElement::new("Dst");
-        dst.push(dst_apa.to_element().copied());
+        dst.push(dst_apa.to_element().into_copied());
         root.push(dst);
         if !self.hops.is_empty() {
             let mut hops = XmlElement::new("Hops");
             for h in self.hops.iter().filter(|h| h.peer_id.is_some()) {
-                hops.push(h.to_element().copied());
+                hops.push(h.to_element().into_copied());
             }
             root.push(hops);
         }

@@ -85,11 +85,20 @@ impl XmlElement {
     /// leaves it inside another document: every element's attributes in
     /// reverse order (each is re-added in front of the others).
     pub fn copied(&self) -> XmlElement {
-        XmlElement {
-            name: self.name.clone(),
-            attrs: self.attrs.iter().rev().cloned().collect(),
-            text: self.text.clone(),
-            children: self.children.iter().map(XmlElement::copied).collect(),
+        self.clone().into_copied()
+    }
+
+    /// [`XmlElement::copied`] of an element no longer needed as it was:
+    /// the attributes reversed in place, nothing cloned.
+    pub fn into_copied(mut self) -> XmlElement {
+        self.reverse_attrs();
+        self
+    }
+
+    fn reverse_attrs(&mut self) {
+        self.attrs.reverse();
+        for c in &mut self.children {
+            c.reverse_attrs();
         }
     }
 
@@ -157,6 +166,11 @@ impl XmlElement {
         let mut out = String::new();
         self.print(&mut out, None);
         out
+    }
+
+    /// [`XmlElement::to_compact`] appended to `out`.
+    pub(crate) fn write_compact(&self, out: &mut String) {
+        self.print(out, None);
     }
 
     /// A whole document: XML declaration, DOCTYPE, then this element as

@@ -194,12 +194,12 @@ impl ResolverQuery {
         if let Some(r) = &self.src_route {
             // As JXSE's pretty printer leaves a copied route: the RA's
             // attributes reversed, its children compact and copied again.
-            let ra = r.to_element().copied();
+            let ra = r.to_element().into_copied();
             let mut inner = String::from(
                 "\n\t\t\n\t\t<jxta:RA xmlns:jxta=\"http://jxta.org\" xml:space=\"preserve\">\n\t\t\t\n",
             );
             for c in &ra.children {
-                inner.push_str(&c.to_compact());
+                c.write_compact(&mut inner);
             }
             inner.push_str("\t\t</jxta:RA>\n\t");
             d.raw("SrcPeerRoute", &inner);
