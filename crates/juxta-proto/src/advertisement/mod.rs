@@ -32,7 +32,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
-use quick_xml::events::Event;
+use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 
 use crate::id::IdError;
@@ -279,11 +279,7 @@ pub(crate) fn parse_xml_limited(xml: &str, max_len: usize) -> Result<XmlNode, Xm
     let mut elements = 0usize;
     loop {
         let ev = reader.read_event().map_err(malformed)?;
-        let (start, empty) = match &ev {
-            Event::Start(s) => (Some(s), false),
-            Event::Empty(s) => (Some(s), true),
-            _ => (None, false),
-        };
+        let (start, empty) = opened(&ev);
         if let Some(s) = start {
             if root.is_some() {
                 return Err(XmlError::Malformed("more than one root element".into()));
@@ -358,6 +354,16 @@ pub(crate) fn parse_xml_limited(xml: &str, max_len: usize) -> Result<XmlNode, Xm
         return Err(XmlError::Malformed("unclosed element".into()));
     }
     root.ok_or(XmlError::NoRoot)
+}
+
+/// The element an event opens, if any, and whether it is empty (closed
+/// at once).
+pub(crate) fn opened<'e, 'a>(ev: &'e Event<'a>) -> (Option<&'e BytesStart<'a>>, bool) {
+    match ev {
+        Event::Start(s) => (Some(s), false),
+        Event::Empty(s) => (Some(s), true),
+        _ => (None, false),
+    }
 }
 
 /// Whether `s` is an XML name as far as this crate's printer needs: ASCII

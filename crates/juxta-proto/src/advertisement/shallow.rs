@@ -18,8 +18,8 @@ use quick_xml::events::Event;
 use quick_xml::Reader;
 
 use super::{
-    close, is_xml_name, malformed, truncate, XmlError, XmlNode, MAX_XML_ATTRIBUTES, MAX_XML_DEPTH,
-    MAX_XML_ELEMENTS,
+    close, is_xml_name, malformed, opened, truncate, XmlError, XmlNode, MAX_XML_ATTRIBUTES,
+    MAX_XML_DEPTH, MAX_XML_ELEMENTS,
 };
 
 /// What [`parse_shallow`] kept of one of the root's children.
@@ -72,11 +72,7 @@ pub(crate) fn parse_shallow<'a, const N: usize>(
     let mut sub: Vec<XmlNode> = Vec::new();
     loop {
         let ev = reader.read_event().map_err(malformed)?;
-        let (start, empty) = match &ev {
-            Event::Start(s) => (Some(s), false),
-            Event::Empty(s) => (Some(s), true),
-            _ => (None, false),
-        };
+        let (start, empty) = opened(&ev);
         if let Some(s) = start {
             if root_closed {
                 return Err(XmlError::Malformed("more than one root element".into()));

@@ -166,6 +166,19 @@ fn bounded(
     }
 }
 
+/// A query's `Threshold`: JXSE's default when absent, else a number
+/// from 0 to `i32::MAX`.
+fn threshold_of(t: Option<&str>) -> Result<u32, DiscoveryError> {
+    match t {
+        None => Ok(DEFAULT_THRESHOLD),
+        Some(t) => t
+            .parse::<i32>()
+            .ok()
+            .and_then(|t| u32::try_from(t).ok())
+            .ok_or_else(|| bad("Threshold", t)),
+    }
+}
+
 /// [`bounded`] over a child [`parse_shallow`] kept.
 fn bounded_kept(
     kept: Option<&Kept<'_>>,
@@ -360,14 +373,7 @@ impl DiscoveryQuery {
             .ok()
             .and_then(AdvKind::from_code)
             .ok_or_else(|| bad("Type", t))?;
-        let threshold = match threshold.as_ref().map(Kept::value) {
-            None => DEFAULT_THRESHOLD,
-            Some(t) => t
-                .parse::<i32>()
-                .ok()
-                .and_then(|t| u32::try_from(t).ok())
-                .ok_or_else(|| bad("Threshold", t))?,
-        };
+        let threshold = threshold_of(threshold.as_ref().map(Kept::value))?;
         let q = DiscoveryQuery {
             kind,
             threshold,
@@ -605,14 +611,7 @@ mod tests {
     fn query_by_tree(xml: &str) -> Result<DiscoveryQuery, DiscoveryError> {
         let root = crate::advertisement::parse_xml(xml)?.expect_root(QUERY_ROOT)?;
         let kind = kind_of(&root)?;
-        let threshold = match root.child_value("Threshold") {
-            None => DEFAULT_THRESHOLD,
-            Some(t) => t
-                .parse::<i32>()
-                .ok()
-                .and_then(|t| u32::try_from(t).ok())
-                .ok_or_else(|| bad("Threshold", t))?,
-        };
+        let threshold = threshold_of(root.child_value("Threshold"))?;
         let q = DiscoveryQuery {
             kind,
             threshold,

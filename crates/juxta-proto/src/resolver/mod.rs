@@ -621,31 +621,16 @@ mod tests {
         }
         .to_xml();
         let doc = q.to_xml();
+        let with_doc = |d: String| Message::new().with(Element::xml(NS_JXTA, "gORes", d));
         for raw in [
             // Another group's element, or none.
             Message::new().with(q.to_element("other")),
             Message::new(),
             // Not plain digits, a comment inside, no HC at all, another count.
-            Message::new().with(Element::xml(
-                NS_JXTA,
-                "gORes",
-                doc.replace("\t\t3\n", "\t\t&#x33;\n"),
-            )),
-            Message::new().with(Element::xml(
-                NS_JXTA,
-                "gORes",
-                doc.replace("\t\t3\n", "\t\t3<!-- c -->\n"),
-            )),
-            Message::new().with(Element::xml(
-                NS_JXTA,
-                "gORes",
-                doc.replace("<HC>\n\t\t3\n\t</HC>", ""),
-            )),
-            Message::new().with(Element::xml(
-                NS_JXTA,
-                "gORes",
-                doc.replace("\t\t3\n", "\t\t2\n"),
-            )),
+            with_doc(doc.replace("\t\t3\n", "\t\t&#x33;\n")),
+            with_doc(doc.replace("\t\t3\n", "\t\t3<!-- c -->\n")),
+            with_doc(doc.replace("<HC>\n\t\t3\n\t</HC>", "")),
+            with_doc(doc.replace("\t\t3\n", "\t\t2\n")),
         ] {
             let fwd = q.forwarded_element(&raw, "g", 4);
             assert_eq!(fwd.as_str().unwrap(), printed);
