@@ -260,15 +260,15 @@ pub(crate) fn spawn(
     inner: &Arc<Inner>,
     mut admitted: mpsc::Receiver<Admitted>,
 ) -> Result<JoinHandle<()>, PeerError> {
-    let g = inner.group_unique().to_string();
-    let mut queries = inner.add_listener(ServiceAddress::new(
-        RESOLVER_SERVICE,
-        Some(&query_queue(&g)),
-    ))?;
-    let mut responses = inner.add_listener(ServiceAddress::new(
-        RESOLVER_SERVICE,
-        Some(&response_queue(&g)),
-    ))?;
+    // With a rendezvous service, the Net group's queues are read by its
+    // task, which runs the group's node ([`net_queues`]): a
+    // query takes no detour through this task on its way to the node.
+    let (mut queries, mut responses) = if inner.cfg.rendezvous.is_some() {
+        (None, None)
+    } else {
+        let [q, r] = net_queues(inner)?;
+        (Some(q), Some(r))
+    };
     // Queues of other groups (subgroups) arrive here.
     let mut others = inner.add_listener(ServiceAddress::new(RESOLVER_SERVICE, None))?;
     let weak = Arc::downgrade(inner);
@@ -278,8 +278,8 @@ pub(crate) fn spawn(
         let mut nodes = Nodes::default();
         loop {
             let d = tokio::select! {
-                d = queries.recv_delivery() => d.map(Ok),
-                d = responses.recv_delivery() => d.map(Ok),
+                d = recv_opt(&mut queries) => d.map(Ok),
+                d = recv_opt(&mut responses) => d.map(Ok),
                 d = others.recv_delivery() => d.map(Ok),
                 a = admitted.recv() => a.map(Err),
             };
@@ -301,6 +301,39 @@ pub(crate) fn spawn(
             }
         }
     }))
+}
+
+/// The listeners of the Net group's resolver query and response queues.
+pub(crate) fn net_queues(inner: &Arc<Inner>) -> Result<[crate::Listener; 2], PeerError> {
+    let g = inner.group_unique();
+    Ok([
+        inner.add_listener(ServiceAddress::new(RESOLVER_SERVICE, Some(&query_queue(g))))?,
+        inner.add_listener(ServiceAddress::new(
+            RESOLVER_SERVICE,
+            Some(&response_queue(g)),
+        ))?,
+    ])
+}
+
+/// The next delivery of a listener this task may not have (pending
+/// forever without one).
+pub(crate) async fn recv_opt(l: &mut Option<crate::Listener>) -> Option<Delivery> {
+    match l {
+        Some(l) => l.recv_delivery().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Step one for a message on one of the Net group's own queues, read by
+/// its rendezvous task: which queue and group it is for; refused (and the
+/// refusal returned to be counted) unless it is the open Net group's.
+pub(crate) fn accept_net(inner: &Inner, d: &Delivery) -> Result<(), Refusal> {
+    let s = lock(inner).accept(d.to.param.as_deref(), d.group.as_deref())?;
+    if s.open {
+        Ok(())
+    } else {
+        Err(Refusal::NotMember(s.group))
+    }
 }
 
 /// The nodes of the groups whose resolver traffic this task serves

@@ -344,6 +344,72 @@ async fn discovery_and_pipe_binding_through_a_rendezvous() {
     );
 }
 
+/// A rendezvous answers a discovery query from its own cache when it holds
+/// a match, and forwards the query along its index when it certainly holds
+/// none (the queries that cannot be answered here go straight from the
+/// rendezvous' node to the publisher): the asker finds both, and nothing
+/// the rendezvous handled counted as an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rendezvous_answers_what_it_holds_and_forwards_the_rest() {
+    use juxta_proto::advertisement::{AdvKind, Advertisement, PipeAdvertisement, PipeType};
+    use juxta_proto::id::PipeId;
+
+    let dir = tempfile::tempdir().unwrap();
+    let rdv = start(&dir, "rdv", true, RendezvousConfig::rendezvous()).await;
+    let seeds = vec![rdv.local_addr().unwrap()];
+    let publisher = start(&dir, "pub", true, RendezvousConfig::edge(seeds.clone())).await;
+    let asker = start(&dir, "ask", true, RendezvousConfig::edge(seeds)).await;
+    for p in [&publisher, &asker] {
+        assert!(p.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    }
+    let named = |name: &str| {
+        let mut adv = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
+        adv.name = Some(name.into());
+        adv
+    };
+    let on_rdv = named("held-by-the-rendezvous");
+    let on_edge = named("held-by-an-edge");
+    rdv.discovery()
+        .publish(&Advertisement::Pipe(on_rdv.clone()))
+        .await
+        .unwrap();
+    publisher
+        .discovery()
+        .publish(&Advertisement::Pipe(on_edge.clone()))
+        .await
+        .unwrap();
+    let rh = rdv.rendezvous().unwrap();
+    assert!(
+        eventually(|| rh.status().index_entries >= 2).await,
+        "{:?}",
+        rh.status()
+    );
+    for adv in [&on_rdv, &on_edge] {
+        let found = asker
+            .discovery()
+            .get_remote(
+                AdvKind::Adv,
+                Some("Name"),
+                adv.name.as_deref(),
+                1,
+                None,
+                WAIT,
+            )
+            .await
+            .unwrap();
+        let [Advertisement::Pipe(got)] = &found[..] else {
+            panic!("{:?}: found {found:?}", adv.name);
+        };
+        assert_eq!(got.id, adv.id);
+    }
+    assert!(
+        eventually(|| rh.status().queries >= 2).await,
+        "{:?}",
+        rh.status()
+    );
+    assert_eq!(rdv.stats().resolver_errors, 0, "{:?}", rdv.stats());
+}
+
 /// Two rendezvous that know each other form a peer view; an edge of one
 /// publishes, an edge of the other looks up: its rendezvous has no entry,
 /// forwards the lookup to the replica SRDI placement names (the entries were

@@ -126,6 +126,14 @@ impl CacheHandle {
         self.call(move |c| c.publish_many(entries, now_ms)).await?
     }
 
+    /// `false` only if an exact query for `value` of `attr` in `kind`
+    /// certainly matches nothing here (the cache's filter, no trip to the
+    /// reader); `true` for wildcards, queries without an attribute, and
+    /// before the filter's first build.
+    pub(crate) fn may_hold(&self, kind: AdvKind, attr: Option<&str>, value: Option<&str>) -> bool {
+        self.filter.may_match(kind, attr, value)
+    }
+
     /// [`AdvCache::query`] on the reader.
     pub async fn query(
         &self,

@@ -673,6 +673,27 @@ pub(crate) async fn publish_own(inner: &Inner) -> Result<(), CacheError> {
         .map(|_| ())
 }
 
+/// Whether [`answer`] would certainly find nothing for `q` in `cache`
+/// (an exact query the cache's filter rules out), so that a rendezvous,
+/// which sends no empty answers, only has to forward it.
+pub(crate) fn certainly_unanswered(cache: &CacheHandle, q: &DiscoveryQuery) -> bool {
+    if q.kind == AdvKind::Peer && q.answer_limit() == 0 {
+        // Answered with this peer's own advertisement.
+        return false;
+    }
+    let (attr, value) = exact_terms(q);
+    !cache.may_hold(to_cache_kind(q.kind), attr, value)
+}
+
+/// The attribute and value [`answer`] looks `q` up by (no value without a
+/// non-blank attribute).
+fn exact_terms(q: &DiscoveryQuery) -> (Option<&str>, Option<&str>) {
+    match q.attr.as_deref().filter(|a| !a.trim().is_empty()) {
+        Some(a) => (Some(a), q.value.as_deref()),
+        None => (None, None),
+    }
+}
+
 /// Answers a discovery query from the local cache (called by the resolver
 /// after flow control).
 pub(crate) async fn answer(
@@ -688,17 +709,12 @@ pub(crate) async fn answer(
             Lifetimes::default().expiration_ms,
         ));
     } else {
-        let attr = q.attr.clone().filter(|a| !a.trim().is_empty());
-        let value = if attr.is_some() {
-            q.value.clone()
-        } else {
-            None
-        };
+        let (attr, value) = exact_terms(q);
         let hits = cache
             .query(
                 to_cache_kind(q.kind),
-                attr,
-                value,
+                attr.map(str::to_string),
+                value.map(str::to_string),
                 limit,
                 cache::unix_now_ms(),
             )

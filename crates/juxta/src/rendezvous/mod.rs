@@ -69,6 +69,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use juxta_proto::discovery::DiscoveryQuery;
 use juxta_proto::endpoint::{Delivery, ServiceAddress};
 use juxta_proto::id::PeerGroupId;
 use juxta_proto::id::PeerId;
@@ -79,7 +80,7 @@ use juxta_proto::rendezvous::messages::{
     lease_address, peerview_address, propagate_address, walk_address,
 };
 use juxta_proto::rendezvous::node::{lookup_peers, srdi_key, NodeError, NodeEvent, QueryId};
-use juxta_proto::resolver::node::ResolverStats;
+use juxta_proto::resolver::node::{Refusal, ResolverStats};
 use juxta_proto::resolver::{srdi_queue, ResolverQuery, RESOLVER_SERVICE};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -474,6 +475,14 @@ pub(crate) fn spawn_in(
     let walk = inner.add_listener(walk_address(&group))?;
     let pv = inner.add_listener(peerview_address(&group))?;
     let s = inner.add_listener(ServiceAddress::new(RESOLVER_SERVICE, Some(&srdi_queue(&g))))?;
+    // The Net group's resolver queues come here straight from the
+    // connections (the resolver task does not listen on them when the
+    // peer runs this service); a group's come through the resolver task,
+    // which checks their member tags first.
+    let [queries, responses] = match &scope {
+        None => crate::resolver::net_queues(inner)?.map(Some),
+        Some(_) => [None, None],
+    };
     let (cmd_tx, cmd_rx) = mpsc::channel(CMD_QUEUE);
     let (status_tx, status_rx) = watch::channel(RendezvousStatus {
         is_rendezvous: cfg.role == RendezvousRole::Rendezvous,
@@ -513,7 +522,13 @@ pub(crate) fn spawn_in(
         events: ev_tx.clone(),
         conn_tx,
     };
-    let h = tokio::spawn(task.run(cmd_rx, conn_rx, links, [lease, prop, walk, pv, s]));
+    let h = tokio::spawn(task.run(
+        cmd_rx,
+        conn_rx,
+        links,
+        [lease, prop, walk, pv, s],
+        [queries, responses],
+    ));
     Ok((
         RendezvousHandle {
             cmd: cmd_tx,
@@ -524,6 +539,10 @@ pub(crate) fn spawn_in(
         h,
     ))
 }
+
+/// Most resolver messages the task takes from one queue in one wake-up
+/// before it sends what they produced and looks at its other inputs.
+const RESOLVER_BATCH: usize = 32;
 
 /// The driver: owns the clock, the timer, the listeners and the dials;
 /// every decision is the state machine's.
@@ -561,8 +580,10 @@ impl Task {
         mut conns: mpsc::Receiver<(SocketAddr, Option<PeerId>)>,
         mut links: broadcast::Receiver<crate::peer::LinkEvent>,
         listeners: [crate::Listener; 5],
+        net: [Option<crate::Listener>; 2],
     ) {
         let [mut lease, mut prop, mut walk, mut pv, mut s] = listeners;
+        let [mut queries, mut responses] = net;
         loop {
             // The machine's first events (dials) are handled before the
             // first wait.
@@ -603,6 +624,14 @@ impl Task {
                 d = walk.recv_delivery() => match d { Some(d) => self.on_delivery(d, false), None => return },
                 d = pv.recv_delivery() => match d { Some(d) => self.on_delivery(d, false), None => return },
                 d = s.recv_delivery() => match d { Some(d) => self.on_delivery(d, true), None => return },
+                d = crate::resolver::recv_opt(&mut queries) => match d {
+                    Some(d) => self.on_resolver_batch(d, &mut queries),
+                    None => return,
+                },
+                d = crate::resolver::recv_opt(&mut responses) => match d {
+                    Some(d) => self.on_resolver_batch(d, &mut responses),
+                    None => return,
+                },
                 c = conns.recv() => if let Some((addr, p)) = c {
                     let now = self.now();
                     self.node.handle_dialed(addr, p, now);
@@ -718,6 +747,103 @@ impl Task {
             .node
             .handle_message(from, proven, &dest, d.message, now);
         self.on_refused(&from, r);
+    }
+
+    /// A message on one of the Net group's resolver queues: scoped by the
+    /// peer's resolver machine, then into the group's node (as the
+    /// resolver task hands a group's messages in, [`Cmd::Resolver`]).
+    fn on_resolver(&mut self, d: Delivery) {
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        if let Err(r) = crate::resolver::accept_net(&inner, &d) {
+            crate::resolver::count(&inner, &r);
+            return;
+        }
+        let Some(from) = d.from else {
+            crate::resolver::count(&inner, &Refusal::Anonymous);
+            return;
+        };
+        let now = self.now();
+        let proven = d.proven();
+        let r = self
+            .node
+            .handle_message(from, proven, &d.to, d.message, now);
+        self.on_refused(&from, r);
+    }
+
+    /// [`Task::on_resolver`] for `d` and for what else already waits on
+    /// its queue, up to [`RESOLVER_BATCH`] messages in one wake-up: their
+    /// transmits are flushed together, and the timer and the other queues
+    /// are looked at once per batch instead of once per message.
+    fn on_resolver_batch(&mut self, d: Delivery, queue: &mut Option<crate::Listener>) {
+        self.on_resolver(d);
+        if let Some(q) = queue.as_mut() {
+            for _ in 1..RESOLVER_BATCH {
+                let Some(d) = q.try_recv() else {
+                    break;
+                };
+                self.on_resolver(d);
+            }
+        }
+    }
+
+    /// An admitted discovery query in the Net group that this rendezvous
+    /// certainly cannot answer from its cache (an exact query its filter
+    /// rules out) is forwarded along the SRDI index here, without the
+    /// round trip through the resolver task: a rendezvous sends no empty
+    /// answers ([`juxta_proto::discovery::answers`]), so forwarding is all
+    /// the resolver task would do. Every other event is handed back.
+    fn forward_unanswerable(
+        &mut self,
+        event: Event<crate::resolver::Service>,
+    ) -> Option<Event<crate::resolver::Service>> {
+        let Event::Query {
+            key: crate::resolver::Service::Discovery,
+            query,
+            ..
+        } = &event
+        else {
+            return Some(event);
+        };
+        if self.scope.is_some() || !self.node.rendezvous().is_rendezvous() {
+            return Some(event);
+        }
+        let inner = self.inner.upgrade()?;
+        let dq = match DiscoveryQuery::parse(&query.query) {
+            Ok(dq) => dq,
+            Err(e) => {
+                // As the resolver task would count it.
+                inner
+                    .stats
+                    .resolver_errors
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::debug!(error = %e, "resolver message dropped");
+                return None;
+            }
+        };
+        // What the resolver task would decide: nothing found, so no
+        // answer from a rendezvous, only the forward.
+        let asked_directly =
+            matches!(&event, Event::Query { from, query, .. } if *from == query.src_peer);
+        if !crate::discovery::certainly_unanswered(&inner.discovery.cache, &dq)
+            || juxta_proto::discovery::answers(false, true, asked_directly)
+        {
+            return Some(event);
+        }
+        let Event::Query {
+            from,
+            query,
+            message,
+            ..
+        } = event
+        else {
+            return None;
+        };
+        let now = self.now();
+        self.node
+            .forward_query(Some(from), *query, message, dq.srdi_key(), now);
+        None
     }
 
     /// Counts an input the node refused.
@@ -841,7 +967,9 @@ impl Task {
                 }
                 // Admitted for a service of the resolver task.
                 event @ (Event::Query { .. } | Event::Response { .. }) => {
-                    self.to_resolver(event);
+                    if let Some(event) = self.forward_unanswerable(event) {
+                        self.to_resolver(event);
+                    }
                     continue;
                 }
             };
