@@ -500,7 +500,7 @@ async fn execute(inner: &Arc<Inner>, a: Admitted) -> Result<(), Fault> {
 }
 
 /// The advertisement cache of the group (`None`: the Net peer group's).
-fn cache_of(
+pub(crate) fn cache_of(
     inner: &Inner,
     ctx: Option<&Arc<crate::group::GroupCtx>>,
 ) -> Option<crate::cache::CacheHandle> {

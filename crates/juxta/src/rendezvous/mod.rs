@@ -788,9 +788,9 @@ impl Task {
         }
     }
 
-    /// An admitted discovery query in the Net group that this rendezvous
-    /// certainly cannot answer from its cache (an exact query its filter
-    /// rules out) is forwarded along the SRDI index here, without the
+    /// An admitted discovery query that this rendezvous certainly cannot
+    /// answer from the group's cache (an exact query its filter rules
+    /// out) is forwarded along the group's SRDI index here, without the
     /// round trip through the resolver task: a rendezvous sends no empty
     /// answers ([`juxta_proto::discovery::answers`]), so forwarding is all
     /// the resolver task would do. Every other event is handed back.
@@ -806,10 +806,17 @@ impl Task {
         else {
             return Some(event);
         };
-        if self.scope.is_some() || !self.node.rendezvous().is_rendezvous() {
+        if !self.node.rendezvous().is_rendezvous()
+            || self.scope.as_ref().is_some_and(|c| c.is_closed())
+        {
             return Some(event);
         }
         let inner = self.inner.upgrade()?;
+        // The cache the resolver task would answer from: the Net group's
+        // or this group's partition (each with its own filter).
+        let Some(cache) = crate::resolver::cache_of(&inner, self.scope.as_ref()) else {
+            return Some(event);
+        };
         let dq = match DiscoveryQuery::parse(&query.query) {
             Ok(dq) => dq,
             Err(e) => {
@@ -826,7 +833,7 @@ impl Task {
         // answer from a rendezvous, only the forward.
         let asked_directly =
             matches!(&event, Event::Query { from, query, .. } if *from == query.src_peer);
-        if !crate::discovery::certainly_unanswered(&inner.discovery.cache, &dq)
+        if !crate::discovery::certainly_unanswered(&cache, &dq)
             || juxta_proto::discovery::answers(false, true, asked_directly)
         {
             return Some(event);
