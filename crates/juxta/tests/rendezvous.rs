@@ -347,12 +347,14 @@ async fn discovery_and_pipe_binding_through_a_rendezvous() {
 /// A rendezvous answers a discovery query from its own cache when it holds
 /// a match, and forwards the query along its index when it certainly holds
 /// none (the queries that cannot be answered here go straight from the
-/// rendezvous' node to the publisher): the asker finds both, and nothing
-/// the rendezvous handled counted as an error.
+/// rendezvous' node to the publisher); the same for binding queries, for
+/// the input pipe it holds and one it does not: the asker finds and binds
+/// both, and nothing the rendezvous handled counted as an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rendezvous_answers_what_it_holds_and_forwards_the_rest() {
     use juxta_proto::advertisement::{AdvKind, Advertisement, PipeAdvertisement, PipeType};
     use juxta_proto::id::PipeId;
+    use juxta_proto::message::Element;
 
     let dir = tempfile::tempdir().unwrap();
     let rdv = start(&dir, "rdv", true, RendezvousConfig::rendezvous()).await;
@@ -402,8 +404,37 @@ async fn a_rendezvous_answers_what_it_holds_and_forwards_the_rest() {
         };
         assert_eq!(got.id, adv.id);
     }
+    // Pipe binding the same way: the rendezvous answers for the input
+    // pipe it holds, and forwards the query for the edge's.
+    // (The edge's input pipe is indexed here; the rendezvous' own is not.)
+    let before = rh.status().index_entries;
+    let mut on_rdv_input = rdv.pipes().create_input_pipe(&on_rdv).unwrap();
+    let mut on_edge_input = publisher.pipes().create_input_pipe(&on_edge).unwrap();
     assert!(
-        eventually(|| rh.status().queries >= 2).await,
+        eventually(|| rh.status().index_entries > before).await,
+        "{:?}",
+        rh.status()
+    );
+    for (adv, input) in [(&on_rdv, &mut on_rdv_input), (&on_edge, &mut on_edge_input)] {
+        let out = asker
+            .pipes()
+            .create_output_pipe(adv, &[rdv.peer_id()], WAIT)
+            .await
+            .unwrap();
+        let text = format!("to {:?}", adv.name);
+        out.send(Message::new().with(Element::text("", "text", &text)))
+            .await
+            .unwrap();
+        let m = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.message.get("", "text").unwrap().as_str(), Some(&*text));
+    }
+    // Two discovery queries and the binding query for the edge's pipe
+    // went through the index (the one for its own pipe was answered).
+    assert!(
+        eventually(|| rh.status().queries >= 3).await,
         "{:?}",
         rh.status()
     );

@@ -75,6 +75,7 @@ use juxta_proto::id::PeerGroupId;
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
 use juxta_proto::node::{Event, InputError, Node};
+use juxta_proto::pipe::binding::PipeResolverMsg;
 use juxta_proto::rendezvous::edge::LossReason;
 use juxta_proto::rendezvous::messages::{
     lease_address, peerview_address, propagate_address, walk_address,
@@ -540,6 +541,16 @@ pub(crate) fn spawn_in(
     ))
 }
 
+/// What [`Task::shortcut`] found for an admitted query.
+enum Shortcut {
+    /// Only to be forwarded, under this SRDI key.
+    Forward(Option<(String, String, String)>),
+    /// For the resolver task's services.
+    HandBack,
+    /// Unreadable (counted as the resolver task counts it).
+    Malformed(Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// Most resolver messages the task takes from one queue in one wake-up
 /// before it sends what they produced and looks at its other inputs.
 const RESOLVER_BATCH: usize = 32;
@@ -788,20 +799,16 @@ impl Task {
         }
     }
 
-    /// An admitted discovery query that this rendezvous certainly cannot
-    /// answer from the group's cache (an exact query its filter rules
-    /// out) is forwarded along the group's SRDI index here, without the
-    /// round trip through the resolver task: a rendezvous sends no empty
-    /// answers ([`juxta_proto::discovery::answers`]), so forwarding is all
-    /// the resolver task would do. Every other event is handed back.
+    /// An admitted query that this rendezvous certainly cannot answer is
+    /// forwarded along the group's SRDI index here, without the round trip
+    /// through the resolver task, which would only forward it too
+    /// ([`Task::shortcut`]). Every other event is handed back.
     fn forward_unanswerable(
         &mut self,
         event: Event<crate::resolver::Service>,
     ) -> Option<Event<crate::resolver::Service>> {
         let Event::Query {
-            key: crate::resolver::Service::Discovery,
-            query,
-            ..
+            key, from, query, ..
         } = &event
         else {
             return Some(event);
@@ -812,32 +819,19 @@ impl Task {
             return Some(event);
         }
         let inner = self.inner.upgrade()?;
-        // The cache the resolver task would answer from: the Net group's
-        // or this group's partition (each with its own filter).
-        let Some(cache) = crate::resolver::cache_of(&inner, self.scope.as_ref()) else {
-            return Some(event);
-        };
-        let dq = match DiscoveryQuery::parse(&query.query) {
-            Ok(dq) => dq,
-            Err(e) => {
+        let srdi_key = match self.shortcut(&inner, *key, *from, query) {
+            Shortcut::Forward(k) => k,
+            Shortcut::HandBack => return Some(event),
+            Shortcut::Malformed(why) => {
                 // As the resolver task would count it.
                 inner
                     .stats
                     .resolver_errors
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::debug!(error = %e, "resolver message dropped");
+                tracing::debug!(%why, "resolver message dropped");
                 return None;
             }
         };
-        // What the resolver task would decide: nothing found, so no
-        // answer from a rendezvous, only the forward.
-        let asked_directly =
-            matches!(&event, Event::Query { from, query, .. } if *from == query.src_peer);
-        if !crate::discovery::certainly_unanswered(&cache, &dq)
-            || juxta_proto::discovery::answers(false, true, asked_directly)
-        {
-            return Some(event);
-        }
         let Event::Query {
             from,
             query,
@@ -849,8 +843,58 @@ impl Task {
         };
         let now = self.now();
         self.node
-            .forward_query(Some(from), *query, message, dq.srdi_key(), now);
+            .forward_query(Some(from), *query, message, srdi_key, now);
         None
+    }
+
+    /// What the resolver task would do with an admitted query on this
+    /// rendezvous, when all it would do is forward it:
+    /// - a discovery query the group's cache (the Net group's, or this
+    ///   group's partition, each with its own filter) certainly holds
+    ///   nothing for: a rendezvous sends no empty answers
+    ///   ([`juxta_proto::discovery::answers`]);
+    /// - a pipe binding query for a pipe with no input pipe here: a
+    ///   rendezvous that does not hold the pipe stays silent (a "not
+    ///   found" would end the querier's binding).
+    fn shortcut(
+        &self,
+        inner: &Inner,
+        key: crate::resolver::Service,
+        from: PeerId,
+        query: &ResolverQuery,
+    ) -> Shortcut {
+        match key {
+            crate::resolver::Service::Discovery => {
+                let Some(cache) = crate::resolver::cache_of(inner, self.scope.as_ref()) else {
+                    return Shortcut::HandBack;
+                };
+                let dq = match DiscoveryQuery::parse(&query.query) {
+                    Ok(dq) => dq,
+                    Err(e) => return Shortcut::Malformed(Box::new(e)),
+                };
+                let asked_directly = from == query.src_peer;
+                if crate::discovery::certainly_unanswered(&cache, &dq)
+                    && !juxta_proto::discovery::answers(false, true, asked_directly)
+                {
+                    Shortcut::Forward(dq.srdi_key())
+                } else {
+                    Shortcut::HandBack
+                }
+            }
+            crate::resolver::Service::PipeBinding => {
+                let msg = match PipeResolverMsg::parse(&query.query) {
+                    Ok(m) => m,
+                    Err(e) => return Shortcut::Malformed(Box::new(e)),
+                };
+                match msg.queried_pipe() {
+                    Some((id, ty)) if !inner.pipes.has_input(&id, ty, &self.g) => {
+                        Shortcut::Forward(msg.srdi_key())
+                    }
+                    _ => Shortcut::HandBack,
+                }
+            }
+            _ => Shortcut::HandBack,
+        }
     }
 
     /// Counts an input the node refused.
