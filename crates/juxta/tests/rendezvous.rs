@@ -42,6 +42,19 @@ async fn edges(dir: &tempfile::TempDir, n: usize, seeds: &[SocketAddr]) -> Vec<P
     v
 }
 
+/// A rendezvous and two edges leasing it (a publisher and an asker), all
+/// listening.
+async fn rendezvous_and_two_edges(dir: &tempfile::TempDir) -> (Peer, Peer, Peer) {
+    let rdv = start(dir, "rdv", true, RendezvousConfig::rendezvous()).await;
+    let seeds = vec![rdv.local_addr().unwrap()];
+    let publisher = start(dir, "pub", true, RendezvousConfig::edge(seeds.clone())).await;
+    let asker = start(dir, "ask", true, RendezvousConfig::edge(seeds)).await;
+    for p in [&publisher, &asker] {
+        assert!(p.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    }
+    (rdv, publisher, asker)
+}
+
 /// Polls `f` until it holds (status updates trail the messages a little).
 async fn eventually(f: impl Fn() -> bool) -> bool {
     for _ in 0..400 {
@@ -271,13 +284,7 @@ async fn discovery_and_pipe_binding_through_a_rendezvous() {
     use juxta_proto::message::{Element, Message};
 
     let dir = tempfile::tempdir().unwrap();
-    let rdv = start(&dir, "rdv", true, RendezvousConfig::rendezvous()).await;
-    let seeds = vec![rdv.local_addr().unwrap()];
-    let publisher = start(&dir, "pub", true, RendezvousConfig::edge(seeds.clone())).await;
-    let asker = start(&dir, "ask", true, RendezvousConfig::edge(seeds)).await;
-    for p in [&publisher, &asker] {
-        assert!(p.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
-    }
+    let (rdv, publisher, asker) = rendezvous_and_two_edges(&dir).await;
     assert!(
         asker.messenger(&publisher.peer_id()).is_err(),
         "not connected yet"
@@ -357,13 +364,7 @@ async fn a_rendezvous_answers_what_it_holds_and_forwards_the_rest() {
     use juxta_proto::message::Element;
 
     let dir = tempfile::tempdir().unwrap();
-    let rdv = start(&dir, "rdv", true, RendezvousConfig::rendezvous()).await;
-    let seeds = vec![rdv.local_addr().unwrap()];
-    let publisher = start(&dir, "pub", true, RendezvousConfig::edge(seeds.clone())).await;
-    let asker = start(&dir, "ask", true, RendezvousConfig::edge(seeds)).await;
-    for p in [&publisher, &asker] {
-        assert!(p.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
-    }
+    let (rdv, publisher, asker) = rendezvous_and_two_edges(&dir).await;
     let named = |name: &str| {
         let mut adv = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
         adv.name = Some(name.into());
