@@ -97,11 +97,12 @@ pub struct EndpointMessage {
     pub from: Option<PeerId>,
     /// How `from` was verified.
     pub verified: Verified,
-    /// The service address it was sent to (the listener's).
-    pub to: ServiceAddress,
+    /// The service address it was sent to (the listener's), shared with
+    /// the connection's other messages to it.
+    pub to: Arc<ServiceAddress>,
     /// The group it was addressed in (its unique value), if the address
     /// named one.
-    pub group: Option<String>,
+    pub group: Option<Arc<str>>,
     /// Whether it came through the endpoint router (relayed or routed)
     /// rather than straight from its origin.
     pub routed: bool,

@@ -525,7 +525,7 @@ impl Inner {
                 return;
             }
         }
-        if let Some(inbox) = self.mp_inbox(|i| i.to == d.to) {
+        if let Some(inbox) = self.mp_inbox(|i| i.to == *d.to) {
             // A communicator's message that came another way (a route).
             inbox.deliver(d.from, d.proven(), d.routed, d.message).await;
             return;
@@ -599,7 +599,7 @@ impl Inner {
         };
         let d = Delivery {
             group: None,
-            to: to.clone(),
+            to: Arc::new(to.clone()),
             from: Some(from),
             message,
             routed: false,

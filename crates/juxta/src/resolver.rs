@@ -569,7 +569,7 @@ async fn on_query(
             resp.handler = q.handler.clone();
             send_response(inner, ctx, g, &q, from, resp).await
         }
-        Service::PipeBinding => on_pipe_query(inner, ctx, g, rdv, from, q, message).await,
+        Service::PipeBinding => on_pipe_query(inner, ctx, g, from, q).await,
         // Registered for responses only.
         Service::NoRoute => Ok(()),
     }
@@ -579,24 +579,15 @@ async fn on_pipe_query(
     inner: &Arc<Inner>,
     ctx: Option<&Arc<crate::group::GroupCtx>>,
     g: &str,
-    rdv: Option<crate::rendezvous::RendezvousHandle>,
     from: Option<PeerId>,
     q: ResolverQuery,
-    message: Message,
 ) -> Result<(), Fault> {
     let msg = PipeResolverMsg::parse(&q.query)?;
     let me = *inner.identity.peer_id();
-    // A rendezvous that does not hold the pipe stays silent (a "not found"
-    // would end the querier's binding) and forwards the query to the peer
-    // its SRDI index names, which answers the querier itself.
-    if let (Some(h), Some((pipe_id, pipe_type))) =
-        (rdv.filter(|h| h.is_rendezvous()), msg.queried_pipe())
-    {
-        if !inner.pipes.has_input(&pipe_id, pipe_type, g) {
-            h.resolver_query(from, q, message, msg.srdi_key()).await;
-            return Ok(());
-        }
-    }
+    // A rendezvous that does not hold the pipe never gets here: its task
+    // forwards the query at once (`rendezvous::Task::shortcut`), silent (a
+    // "not found" would end the querier's binding), to the peer its SRDI
+    // index names, which answers the querier itself.
     let directed = msg.is_directed_to(&me);
     // Secure pipes speak TLS 1.3 to Juxta peers only (JXSE's secure pipes
     // use TLS 1.0 over its own transport): a peer on a direct connection in

@@ -83,6 +83,8 @@ pub fn demangle(addr: ServiceAddress) -> (Option<String>, ServiceAddress) {
     }
 }
 
+use std::sync::Arc;
+
 use crate::id::PeerId;
 use crate::message::{Element, Message, NS_JXTA};
 use crate::wire::connection::Proof;
@@ -113,9 +115,11 @@ pub enum EndpointError {
 #[derive(Debug, Clone)]
 pub struct Delivery {
     /// Group the message was addressed in (`jxta-NetGroup`), if mangled.
-    pub group: Option<String>,
-    /// The listener's service address.
-    pub to: ServiceAddress,
+    /// Shared: a connection hands the same few addresses to every message
+    /// it receives, so a delivery costs no string copies.
+    pub group: Option<Arc<str>>,
+    /// The listener's service address (shared, as `group`).
+    pub to: Arc<ServiceAddress>,
     /// The originating peer, if known.
     pub from: Option<PeerId>,
     /// The message (address and router elements removed).
@@ -165,8 +169,8 @@ pub fn deliver(
     if real.service != ROUTER_SERVICE {
         return Ok(Delivery {
             vouched_in: None,
-            group,
-            to: real,
+            group: group.map(Arc::from),
+            to: Arc::new(real),
             from,
             message,
             routed: false,
@@ -193,8 +197,8 @@ pub fn deliver(
     });
     Ok(Delivery {
         vouched_in: None,
-        group: inner_group.or(group),
-        to,
+        group: inner_group.or(group).map(Arc::from),
+        to: Arc::new(to),
         from: h.src.peer_id().or(from),
         message,
         routed: true,
@@ -295,7 +299,7 @@ mod tests {
         let via = wrap_routed(NET_GROUP_UNIQUE, &a, &b, &to, &mut m);
         assert_eq!(via.param.as_deref(), Some(ROUTER_SERVICE));
         let d = deliver(&b, via.clone(), None, Proof::Claimed, m.clone()).unwrap();
-        assert_eq!(d.to, to);
+        assert_eq!(*d.to, to);
         assert_eq!(d.from, Some(a));
         assert!(d.routed);
         assert_eq!(d.message.elements.len(), 1);

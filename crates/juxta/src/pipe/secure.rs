@@ -525,6 +525,7 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
             .pipes
             .secure_sink(&pipe)
             .ok_or_else(|| TlsError::Failed(format!("secure input pipe {pipe} closed")))?;
+        let to = Arc::new(to);
         for message in messages {
             let d = Delivery {
                 vouched_in: None,

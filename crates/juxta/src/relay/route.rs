@@ -35,7 +35,7 @@ use crate::transport::tcp::Connection;
 pub(crate) async fn on_link_message(
     inner: &Arc<Inner>,
     conn: &Arc<Connection>,
-    (group, real): (Option<String>, ServiceAddress),
+    (group, real): (Option<Arc<str>>, Arc<ServiceAddress>),
     message: Message,
 ) -> Option<Delivery> {
     if real.service == RELAY_SERVICE {
@@ -82,8 +82,8 @@ pub(crate) async fn on_link_message(
                 let (inner_group, to) = demangle(to);
                 Some(Delivery {
                     vouched_in: None,
-                    group: inner_group.or(group),
-                    to,
+                    group: inner_group.map(Arc::from).or(group),
+                    to: Arc::new(to),
                     from: Some(m.src),
                     message,
                     routed: true,

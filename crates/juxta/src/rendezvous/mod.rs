@@ -160,7 +160,7 @@ enum Cmd {
     Resolver {
         from: PeerId,
         proven: bool,
-        dest: ServiceAddress,
+        dest: Arc<ServiceAddress>,
         message: Message,
     },
     /// An admitted query the resolver task hands to the SRDI index (a
@@ -343,7 +343,7 @@ impl RendezvousHandle {
         &self,
         from: PeerId,
         proven: bool,
-        dest: ServiceAddress,
+        dest: Arc<ServiceAddress>,
         message: Message,
     ) {
         let _ = self
@@ -514,7 +514,7 @@ pub(crate) fn spawn_in(
         name: inner.cfg.name.clone(),
         g: g.clone(),
         inner: Arc::downgrade(inner),
-        srdi_addr: ServiceAddress::new(RESOLVER_SERVICE, Some(&srdi_queue(&g))),
+        srdi_addr: Arc::new(ServiceAddress::new(RESOLVER_SERVICE, Some(&srdi_queue(&g)))),
         t0: Instant::now(),
         node,
         lookups: HashMap::new(),
@@ -567,7 +567,7 @@ struct Task {
     name: String,
     g: String,
     inner: std::sync::Weak<Inner>,
-    srdi_addr: ServiceAddress,
+    srdi_addr: Arc<ServiceAddress>,
     t0: Instant,
     /// The group's node (its rendezvous part replaced on a role switch).
     node: Node<crate::resolver::Service>,
@@ -763,16 +763,13 @@ impl Task {
     /// A message on one of the Net group's resolver queues: scoped by the
     /// peer's resolver machine, then into the group's node (as the
     /// resolver task hands a group's messages in, [`Cmd::Resolver`]).
-    fn on_resolver(&mut self, d: Delivery) {
-        let Some(inner) = self.inner.upgrade() else {
-            return;
-        };
-        if let Err(r) = crate::resolver::accept_net(&inner, &d) {
-            crate::resolver::count(&inner, &r);
+    fn on_resolver(&mut self, inner: &Inner, d: Delivery) {
+        if let Err(r) = crate::resolver::accept_net(inner, &d) {
+            crate::resolver::count(inner, &r);
             return;
         }
         let Some(from) = d.from else {
-            crate::resolver::count(&inner, &Refusal::Anonymous);
+            crate::resolver::count(inner, &Refusal::Anonymous);
             return;
         };
         let now = self.now();
@@ -788,13 +785,16 @@ impl Task {
     /// transmits are flushed together, and the timer and the other queues
     /// are looked at once per batch instead of once per message.
     fn on_resolver_batch(&mut self, d: Delivery, queue: &mut Option<crate::Listener>) {
-        self.on_resolver(d);
+        let Some(inner) = self.inner.upgrade() else {
+            return;
+        };
+        self.on_resolver(&inner, d);
         if let Some(q) = queue.as_mut() {
             for _ in 1..RESOLVER_BATCH {
                 let Some(d) = q.try_recv() else {
                     break;
                 };
-                self.on_resolver(d);
+                self.on_resolver(&inner, d);
             }
         }
     }

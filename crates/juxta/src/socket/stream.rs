@@ -276,7 +276,10 @@ impl StreamSocket {
             shared.on_message(juxta_proto::endpoint::Delivery {
                 vouched_in: None,
                 group: None,
-                to: juxta_proto::endpoint::ServiceAddress::new(PIPE_SERVICE, Some(&urn)),
+                to: Arc::new(juxta_proto::endpoint::ServiceAddress::new(
+                    PIPE_SERVICE,
+                    Some(&urn),
+                )),
                 from: m.from,
                 message: m.message,
                 routed: false,

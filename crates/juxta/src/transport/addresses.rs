@@ -40,11 +40,12 @@ struct Sent {
     wire: Arc<ServiceAddress>,
 }
 
-/// A wire address as received, and what it demangles to.
+/// A wire address as received, and what it demangles to (shared with
+/// every delivery that names it).
 struct Received {
     wire: Arc<ServiceAddress>,
-    group: Option<String>,
-    real: ServiceAddress,
+    group: Option<Arc<str>>,
+    real: Arc<ServiceAddress>,
 }
 
 /// The two caches of one connection (see the module documentation).
@@ -94,8 +95,12 @@ impl Addresses {
     }
 
     /// `demangle` of a received wire address: the group (if the address
-    /// was mangled) and the service address it names.
-    pub(crate) fn demangled(&self, wire: Arc<ServiceAddress>) -> (Option<String>, ServiceAddress) {
+    /// was mangled) and the service address it names. A cached address
+    /// comes back as the same shared strings (no copy).
+    pub(crate) fn demangled(
+        &self,
+        wire: Arc<ServiceAddress>,
+    ) -> (Option<Arc<str>>, Arc<ServiceAddress>) {
         let mut received = self.received.lock().expect("address cache lock");
         // The compact decoder hands out one shared address per channel, so
         // the pointer usually matches; JXTA framing decodes a fresh one.
@@ -108,9 +113,11 @@ impl Addresses {
         }
         if address_len(&wire) > MAX_CACHED_LEN {
             drop(received);
-            return demangle(Arc::unwrap_or_clone(wire));
+            let (group, real) = demangle(Arc::unwrap_or_clone(wire));
+            return (group.map(Arc::from), Arc::new(real));
         }
         let (group, real) = demangle((*wire).clone());
+        let (group, real): (Option<Arc<str>>, _) = (group.map(Arc::from), Arc::new(real));
         received.truncate(MAX_ADDRESSES - 1);
         received.insert(
             0,
@@ -128,6 +135,11 @@ impl Addresses {
 mod tests {
     use super::*;
 
+    /// `demangle`'s answer in the shared form `demangled` gives.
+    fn shared((g, a): (Option<String>, ServiceAddress)) -> (Option<Arc<str>>, Arc<ServiceAddress>) {
+        (g.map(Arc::from), Arc::new(a))
+    }
+
     #[test]
     fn cached_addresses_are_what_mangle_and_demangle_give() {
         let a = Addresses::default();
@@ -142,11 +154,19 @@ mod tests {
                 // The same address again is the cached one.
                 assert!(Arc::ptr_eq(&got, &a.wire(group, "S", param)));
                 // Received: by pointer, and by value (a fresh copy).
-                assert_eq!(a.demangled(got.clone()), demangle(want.clone()));
-                assert_eq!(a.demangled(Arc::new(want.clone())), demangle(want.clone()));
+                let first = a.demangled(got.clone());
+                assert_eq!(first, shared(demangle(want.clone())));
+                let again = a.demangled(Arc::new(want.clone()));
+                assert_eq!(again, shared(demangle(want.clone())));
+                // The same address again shares the cached strings.
+                assert!(Arc::ptr_eq(&first.1, &again.1));
+                assert!(Arc::ptr_eq(
+                    first.0.as_ref().unwrap(),
+                    again.0.as_ref().unwrap()
+                ));
                 // A name that is not mangled comes back as it is.
                 let plain = ServiceAddress::new("Plain", param);
-                assert_eq!(a.demangled(Arc::new(plain.clone())), (None, plain));
+                assert_eq!(a.demangled(Arc::new(plain.clone())), shared((None, plain)));
             }
             assert!(a.sent.lock().unwrap().len() <= MAX_ADDRESSES);
             assert!(a.received.lock().unwrap().len() <= MAX_ADDRESSES);
@@ -161,7 +181,7 @@ mod tests {
             let param = format!("{long}{i}");
             let want = mangle("g", &ServiceAddress::new("S", Some(&param)));
             assert_eq!(*a.wire("g", "S", Some(&param)), want);
-            assert_eq!(a.demangled(Arc::new(want.clone())), demangle(want));
+            assert_eq!(a.demangled(Arc::new(want.clone())), shared(demangle(want)));
         }
         assert!(a.sent.lock().unwrap().is_empty());
         assert!(a.received.lock().unwrap().is_empty());
