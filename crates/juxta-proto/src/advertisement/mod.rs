@@ -372,6 +372,17 @@ pub(crate) fn opened<'e, 'a>(ev: &'e Event<'a>) -> (Option<&'e BytesStart<'a>>, 
 /// character. The reader lets through names such as `a"b`, `a/b` or the
 /// empty name, which would print as a different (or broken) document.
 fn is_xml_name(s: &str) -> bool {
+    // The names of protocol documents are ASCII: checked byte by byte
+    // (the same rule as below, restricted to ASCII).
+    if s.is_ascii() {
+        let ok = |b: u8, first: bool| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'_' | b':' => true,
+            b'0'..=b'9' | b'-' | b'.' => !first,
+            _ => false,
+        };
+        let mut bytes = s.bytes();
+        return bytes.next().is_some_and(|b| ok(b, true)) && bytes.all(|b| ok(b, false));
+    }
     let ok = |c: char, first: bool| match c {
         'a'..='z' | 'A'..='Z' | '_' | ':' => true,
         '0'..='9' | '-' | '.' => !first,
@@ -675,5 +686,43 @@ mod tests {
             a.finish(),
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<!DOCTYPE jxta:Y>\n<jxta:Y xml:space=\"preserve\" xmlns:jxta=\"http://jxta.org\">\n\t\n<B>2</B></jxta:Y>\n"
         );
+    }
+
+    /// The rule of `is_xml_name` on characters, as it was before its ASCII
+    /// fast path.
+    fn by_chars(s: &str) -> bool {
+        let ok = |c: char, first: bool| match c {
+            'a'..='z' | 'A'..='Z' | '_' | ':' => true,
+            '0'..='9' | '-' | '.' => !first,
+            c => !c.is_ascii() && !c.is_whitespace() && !c.is_control(),
+        };
+        let mut chars = s.chars();
+        chars.next().is_some_and(|c| ok(c, true)) && chars.all(|c| ok(c, false))
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_ascii_name_check_is_the_character_rule(s in "[a-zA-Z0-9_:.\\- \"/<>=&é\u{85}\u{2028}]{0,6}") {
+            proptest::prop_assert_eq!(is_xml_name(&s), by_chars(&s), "{:?}", s);
+        }
+    }
+
+    #[test]
+    fn names_by_the_ascii_path_and_the_character_path() {
+        for (name, ok) in [
+            ("jxta:RA", true),
+            ("_a-1.b", true),
+            ("1a", false),
+            ("-a", false),
+            ("", false),
+            ("a b", false),
+            ("a\"b", false),
+            ("é", true),
+            ("aé1", true),
+            ("a\u{2028}", false),
+        ] {
+            assert_eq!(is_xml_name(name), ok, "{name:?}");
+            assert_eq!(by_chars(name), ok, "{name:?}");
+        }
     }
 }

@@ -85,7 +85,7 @@ pub(crate) fn parse_shallow<'a, const N: usize>(
                 return Err(XmlError::TooDeep);
             }
             let qname = s.name();
-            let name = std::str::from_utf8(qname.as_ref()).map_err(malformed)?;
+            let name = as_str(xml, qname.as_ref())?;
             if !is_xml_name(name) {
                 return Err(XmlError::Malformed(truncate(&format!(
                     "bad element name {name:?}"
@@ -106,7 +106,14 @@ pub(crate) fn parse_shallow<'a, const N: usize>(
             }
             let build = depth >= 1 && open.is_some_and(|o| o.deep);
             let mut attrs = Vec::new();
-            for (n_attrs, a) in s.attributes().enumerate() {
+            // Most elements of a protocol document have no attributes:
+            // nothing after the name, nothing to iterate.
+            let at_most = if s.attributes_raw().is_empty() {
+                0
+            } else {
+                usize::MAX
+            };
+            for (n_attrs, a) in s.attributes().take(at_most).enumerate() {
                 let a = a.map_err(malformed)?;
                 if n_attrs >= MAX_XML_ATTRIBUTES {
                     return Err(XmlError::TooManyAttributes);
@@ -153,10 +160,16 @@ pub(crate) fn parse_shallow<'a, const N: usize>(
             }
             // Text outside the root is not looked at (as the tree parser).
             Event::Text(t) if depth > 0 => {
-                let u = t.unescape().map_err(malformed)?;
-                let borrowed = match &u {
-                    Cow::Borrowed(_) => within(xml, &t),
-                    Cow::Owned(_) => None,
+                // The text as a slice of `xml` (so its UTF-8 needs no
+                // second check), unescaped with the entities and the
+                // errors of `BytesText::unescape`.
+                let (u, borrowed) = match within(xml, &t) {
+                    Some(s) => match quick_xml::escape::unescape(s) {
+                        Ok(Cow::Borrowed(b)) => (Cow::Borrowed(b), Some(b)),
+                        Ok(Cow::Owned(o)) => (Cow::Owned(o), None),
+                        Err(e) => return Err(malformed(quick_xml::Error::from(e))),
+                    },
+                    None => (t.unescape().map_err(malformed)?, None),
                 };
                 add_text(&mut sub, &mut kept, open, depth, borrowed, &u);
             }
@@ -239,6 +252,15 @@ fn add_text<'a, const N: usize>(
     }
 }
 
+/// A name the reader handed out from `xml` as text: its slice of `xml`
+/// when it is one (already UTF-8), else checked.
+fn as_str<'a>(xml: &'a str, part: &'a [u8]) -> Result<&'a str, XmlError> {
+    match within(xml, part) {
+        Some(s) => Ok(s),
+        None => std::str::from_utf8(part).map_err(malformed),
+    }
+}
+
 /// `part` (bytes the reader handed out from `xml`) as a slice of `xml`.
 fn within<'a>(xml: &'a str, part: &[u8]) -> Option<&'a str> {
     let from = (part.as_ptr() as usize).checked_sub(xml.as_ptr() as usize)?;
@@ -303,6 +325,11 @@ mod tests {
             "<r><A><![CDATA[c]]>d&lt;e</A></r>",
             "</r>",
             "<r><a\"b/></r>",
+            // Names outside ASCII, and attributes with and without.
+            "<r><é>x</é><A ü=\"1\">t&#233;</A><B\u{a0}/></r>",
+            "<r><1a/></r>",
+            "<r><A\tk=\"v\"/><C k=\"&bad;\"/></r>",
+            "<r><A>caf\u{e9} &amp; &#x41;&#bad;</A></r>",
         ] {
             same(xml);
         }
