@@ -291,16 +291,14 @@ pub(crate) fn parse_xml_limited(xml: &str, max_len: usize) -> Result<XmlNode, Xm
             if stack.len() >= MAX_XML_DEPTH {
                 return Err(XmlError::TooDeep);
             }
-            let name = std::str::from_utf8(s.name().as_ref())
-                .map_err(malformed)?
-                .to_string();
+            let name = shallow::as_str(xml, s.name().as_ref())?.to_string();
             if !is_xml_name(&name) {
                 return Err(XmlError::Malformed(truncate(&format!(
                     "bad element name {name:?}"
                 ))));
             }
             let mut attrs = Vec::new();
-            for a in s.attributes() {
+            for a in attributes_of(s) {
                 let a = a.map_err(malformed)?;
                 if attrs.len() >= MAX_XML_ATTRIBUTES {
                     return Err(XmlError::TooManyAttributes);
@@ -337,7 +335,7 @@ pub(crate) fn parse_xml_limited(xml: &str, max_len: usize) -> Result<XmlNode, Xm
             }
             Event::Text(t) => {
                 if let Some(top) = stack.last_mut() {
-                    top.text.push_str(&t.unescape().map_err(malformed)?);
+                    top.text.push_str(&shallow::text_of(xml, &t)?.0);
                 }
             }
             Event::CData(c) => {
@@ -354,6 +352,19 @@ pub(crate) fn parse_xml_limited(xml: &str, max_len: usize) -> Result<XmlNode, Xm
         return Err(XmlError::Malformed("unclosed element".into()));
     }
     root.ok_or(XmlError::NoRoot)
+}
+
+/// The attributes of an element. Most elements of a protocol document
+/// have none: with nothing after the name, the iterator is not run.
+pub(crate) fn attributes_of<'e>(
+    s: &'e BytesStart<'_>,
+) -> std::iter::Take<quick_xml::events::attributes::Attributes<'e>> {
+    let at_most = if s.attributes_raw().is_empty() {
+        0
+    } else {
+        usize::MAX
+    };
+    s.attributes().take(at_most)
 }
 
 /// The element an event opens, if any, and whether it is empty (closed

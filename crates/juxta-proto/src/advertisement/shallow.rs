@@ -18,7 +18,7 @@ use quick_xml::events::Event;
 use quick_xml::Reader;
 
 use super::{
-    close, is_xml_name, malformed, opened, truncate, XmlError, XmlNode, MAX_XML_ATTRIBUTES,
+    attributes_of, close, is_xml_name, malformed, opened, truncate, XmlError, XmlNode, MAX_XML_ATTRIBUTES,
     MAX_XML_DEPTH, MAX_XML_ELEMENTS,
 };
 
@@ -106,14 +106,7 @@ pub(crate) fn parse_shallow<'a, const N: usize>(
             }
             let build = depth >= 1 && open.is_some_and(|o| o.deep);
             let mut attrs = Vec::new();
-            // Most elements of a protocol document have no attributes:
-            // nothing after the name, nothing to iterate.
-            let at_most = if s.attributes_raw().is_empty() {
-                0
-            } else {
-                usize::MAX
-            };
-            for (n_attrs, a) in s.attributes().take(at_most).enumerate() {
+            for (n_attrs, a) in attributes_of(s).enumerate() {
                 let a = a.map_err(malformed)?;
                 if n_attrs >= MAX_XML_ATTRIBUTES {
                     return Err(XmlError::TooManyAttributes);
@@ -160,17 +153,7 @@ pub(crate) fn parse_shallow<'a, const N: usize>(
             }
             // Text outside the root is not looked at (as the tree parser).
             Event::Text(t) if depth > 0 => {
-                // The text as a slice of `xml` (so its UTF-8 needs no
-                // second check), unescaped with the entities and the
-                // errors of `BytesText::unescape`.
-                let (u, borrowed) = match within(xml, &t) {
-                    Some(s) => match quick_xml::escape::unescape(s) {
-                        Ok(Cow::Borrowed(b)) => (Cow::Borrowed(b), Some(b)),
-                        Ok(Cow::Owned(o)) => (Cow::Owned(o), None),
-                        Err(e) => return Err(malformed(quick_xml::Error::from(e))),
-                    },
-                    None => (t.unescape().map_err(malformed)?, None),
-                };
+                let (u, borrowed) = text_of(xml, &t)?;
                 add_text(&mut sub, &mut kept, open, depth, borrowed, &u);
             }
             Event::CData(c) if depth > 0 => {
@@ -252,9 +235,27 @@ fn add_text<'a, const N: usize>(
     }
 }
 
+/// A text event of `xml`, unescaped with the entities and the errors of
+/// `BytesText::unescape`, and the slice of `xml` it is when it needed no
+/// unescaping. Taken as a slice of `xml` when it is one, so its UTF-8 is
+/// not checked a second time.
+pub(super) fn text_of<'a>(
+    xml: &'a str,
+    t: &quick_xml::events::BytesText<'a>,
+) -> Result<(Cow<'a, str>, Option<&'a str>), XmlError> {
+    Ok(match within(xml, t) {
+        Some(s) => match quick_xml::escape::unescape(s) {
+            Ok(Cow::Borrowed(b)) => (Cow::Borrowed(b), Some(b)),
+            Ok(Cow::Owned(o)) => (Cow::Owned(o), None),
+            Err(e) => return Err(malformed(quick_xml::Error::from(e))),
+        },
+        None => (t.unescape().map_err(malformed)?, None),
+    })
+}
+
 /// A name the reader handed out from `xml` as text: its slice of `xml`
 /// when it is one (already UTF-8), else checked.
-fn as_str<'a>(xml: &'a str, part: &'a [u8]) -> Result<&'a str, XmlError> {
+pub(super) fn as_str<'a>(xml: &'a str, part: &'a [u8]) -> Result<&'a str, XmlError> {
     match within(xml, part) {
         Some(s) => Ok(s),
         None => std::str::from_utf8(part).map_err(malformed),
