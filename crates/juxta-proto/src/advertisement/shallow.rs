@@ -18,8 +18,8 @@ use quick_xml::events::Event;
 use quick_xml::Reader;
 
 use super::{
-    attributes_of, close, is_xml_name, malformed, opened, truncate, XmlError, XmlNode, MAX_XML_ATTRIBUTES,
-    MAX_XML_DEPTH, MAX_XML_ELEMENTS,
+    attributes_of, close, is_xml_name, malformed, opened, truncate, XmlError, XmlNode,
+    MAX_XML_ATTRIBUTES, MAX_XML_DEPTH, MAX_XML_ELEMENTS,
 };
 
 /// What [`parse_shallow`] kept of one of the root's children.

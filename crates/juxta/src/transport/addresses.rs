@@ -8,7 +8,9 @@
 //! [`demangle`]d) five more: about half of the endpoint's own work for a
 //! small message. A connection carries the same few addresses over and
 //! over (a pipe, a socket, an ack listener), so both directions keep the
-//! last [`MAX_ADDRESSES`] they saw and reuse them. The caches are bounded
+//! last [`MAX_ADDRESSES`] they saw and reuse them; a received message's
+//! [`juxta_proto::endpoint::Delivery`] shares the cached strings (`Arc`)
+//! instead of copying them. The caches are bounded
 //! in entries and in size (an address longer than [`MAX_CACHED_LEN`], which
 //! a peer could send to fill them, is computed each time and never kept)
 //! and only ever hold what a lookup would compute: a miss computes it as
