@@ -111,6 +111,29 @@ impl Element {
         }
     }
 
+    /// [`Element::typed`] with a static namespace and MIME type (no copy
+    /// of them is made), for elements built once per message.
+    ///
+    /// ```
+    /// use juxta_proto::message::Element;
+    /// let e = Element::typed_static("jxtarel", "7", "application/x-block", &b"x"[..]);
+    /// assert_eq!(e, Element::typed("jxtarel", "7", "application/x-block", &b"x"[..]));
+    /// ```
+    pub fn typed_static(
+        namespace: &'static str,
+        name: &str,
+        mime: &'static str,
+        data: impl Into<Bytes>,
+    ) -> Element {
+        Element {
+            namespace: ByteString::from_static(namespace),
+            name: ByteString::from(name),
+            mime: (mime != MIME_OCTET_STREAM).then(|| ByteString::from_static(mime)),
+            data: data.into(),
+            signature: None,
+        }
+    }
+
     /// The MIME type, with the default filled in.
     pub fn mime(&self) -> &str {
         self.mime.as_deref().unwrap_or(MIME_OCTET_STREAM)

@@ -69,7 +69,7 @@ pub const ARRIVAL_ACK_DELAY: Duration = Duration::from_millis(5);
 /// assert_eq!((&*e.namespace, &*e.name, e.mime()), ("jxtarel", "7", MIME_BLOCK));
 /// ```
 pub fn block_element(seq: u32, data: Bytes) -> Element {
-    Element::typed(NS_RELIABLE, &seq.to_string(), MIME_BLOCK, data)
+    Element::typed_static(NS_RELIABLE, &seq.to_string(), MIME_BLOCK, data)
 }
 
 /// The ack element: `cumulative` then the SACKs, all int32 big-endian.
@@ -86,7 +86,7 @@ pub fn ack_element(cumulative: u32, sacks: &[u32]) -> Element {
     for s in sacks {
         v.extend_from_slice(&s.to_be_bytes());
     }
-    Element::typed(NS_RELIABLE, ACK_ELEMENT_NAME, MIME_ACK, v)
+    Element::typed_static(NS_RELIABLE, ACK_ELEMENT_NAME, MIME_ACK, v)
 }
 
 /// The retransmission marker `jxtarel:retry` = `RETRY` (a JXSE

@@ -567,18 +567,18 @@ pub fn offered_window(msg: &Message) -> Option<u64> {
 
 /// A data element (no copy of `data`).
 pub fn data_element(data: Bytes) -> Element {
-    Element::bytes(NS_STREAM, ELEM_DATA, data)
+    Element::bytes_static(NS_STREAM, ELEM_DATA, data)
 }
 
 /// An offset element: the data element that follows starts at byte
 /// `offset` of the stream (relayed streams).
 pub fn offset_element(offset: u64) -> Element {
-    Element::bytes(NS_STREAM, ELEM_OFFSET, offset.to_be_bytes().to_vec())
+    Element::bytes_static(NS_STREAM, ELEM_OFFSET, offset.to_be_bytes().to_vec())
 }
 
 /// The set-up element saying the stream is relayed (data carries offsets).
 pub fn relayed_element() -> Element {
-    Element::bytes(NS_STREAM, ELEM_RELAYED, Bytes::new())
+    Element::bytes_static(NS_STREAM, ELEM_RELAYED, Bytes::new())
 }
 
 /// Whether a set-up message says the stream is relayed.
@@ -588,22 +588,22 @@ pub fn is_relayed(msg: &Message) -> bool {
 
 /// A credit element granting up to byte `limit`.
 pub fn credit_element(limit: u64) -> Element {
-    Element::bytes(NS_STREAM, ELEM_CREDIT, limit.to_be_bytes().to_vec())
+    Element::bytes_static(NS_STREAM, ELEM_CREDIT, limit.to_be_bytes().to_vec())
 }
 
 /// A FIN element after `total` bytes.
 pub fn fin_element(total: u64) -> Element {
-    Element::bytes(NS_STREAM, ELEM_FIN, total.to_be_bytes().to_vec())
+    Element::bytes_static(NS_STREAM, ELEM_FIN, total.to_be_bytes().to_vec())
 }
 
 /// A STOP element.
 pub fn stop_element() -> Element {
-    Element::bytes(NS_STREAM, ELEM_STOP, Bytes::new())
+    Element::bytes_static(NS_STREAM, ELEM_STOP, Bytes::new())
 }
 
 /// A RESET element.
 pub fn reset_element(code: ResetCode) -> Element {
-    Element::bytes(NS_STREAM, ELEM_RESET, vec![code.to_u8()])
+    Element::bytes_static(NS_STREAM, ELEM_RESET, vec![code.to_u8()])
 }
 
 fn u64_of(e: &Element, what: &'static str) -> Result<u64, StreamError> {

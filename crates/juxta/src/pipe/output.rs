@@ -141,7 +141,11 @@ impl OutputPipe {
                 id.put_u64(*tag);
                 id.put_u64(n);
                 let mut msg = msg;
-                msg.push(Element::bytes(NS_JUXTA, ELEM_PROPAGATE_ID, id.freeze()));
+                msg.push(Element::bytes_static(
+                    NS_JUXTA,
+                    ELEM_PROPAGATE_ID,
+                    id.freeze(),
+                ));
                 // JXSE's wire pipe drops a propagated message without its
                 // header (`WirePipe.processIncomingMessage`); Juxta peers
                 // read the compact ID above and drop the header. It is

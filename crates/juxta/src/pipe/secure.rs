@@ -203,7 +203,7 @@ impl SecureSession {
         let mut first = Message::new();
         first.push(Element::text(NS_JUXTA, ELEM_PIPE, &adv.id.to_string()));
         for b in hello {
-            first.push(Element::bytes(NS_JUXTA, ELEM_TLS, b));
+            first.push(Element::bytes_static(NS_JUXTA, ELEM_TLS, b));
         }
         s.messenger.send(TLS_SERVICE, Some(&s.param), first).await?;
         let deadline = tokio::time::Instant::now() + timeout;
@@ -286,7 +286,7 @@ impl SecureSession {
                 *pool = full;
                 sealed?
             };
-            let m = Message::new().with(Element::bytes(NS_JUXTA, ELEM_TLS, sealed));
+            let m = Message::new().with(Element::bytes_static(NS_JUXTA, ELEM_TLS, sealed));
             wire += self
                 .messenger
                 .send(TLS_SERVICE, Some(&self.param), m)
@@ -502,7 +502,7 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
         Some(m) => {
             let mut msg = Message::new();
             for b in replies {
-                msg.push(Element::bytes(NS_JUXTA, ELEM_TLS, b));
+                msg.push(Element::bytes_static(NS_JUXTA, ELEM_TLS, b));
             }
             let param = format!("{sid:016x}");
             match m.try_send(TLS_SERVICE, Some(&param), msg) {
