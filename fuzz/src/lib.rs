@@ -97,35 +97,51 @@ fn signature_in_parent_namespace(e: &mut Element) {
     }
 }
 
-/// `CompactDecoder::decode` in a loop over one receive buffer; every
-/// decoded frame re-encodes (fresh tables) and decodes to an equal message.
+/// `CompactDecoder::decode` in a loop over one receive buffer, by a
+/// decoder without and with interned values; every decoded frame
+/// re-encodes (fresh tables, the same mode) and decodes to an equal
+/// message.
 pub fn compact(data: &[u8]) {
-    let mut rx = BytesMut::from(data);
-    // What the decoder keeps between frames (its tables) counts too.
-    let base = current();
-    let mut dec = CompactDecoder::new();
-    for _ in 0..=data.len() {
-        let before = rx.len();
-        let r = check_since(base, "CompactDecoder::decode", data.len(), || {
-            dec.decode(&mut rx, FUZZ_MAX_MESSAGE)
-        });
-        match r {
-            Ok(Some((to, msg, used))) => {
-                assert_eq!(before - rx.len(), used);
-                check_compact_round_trip(&to, &msg);
+    for values in [false, true] {
+        let mut rx = BytesMut::from(data);
+        // What the decoder keeps between frames (its tables) counts too.
+        let base = current();
+        let mut dec = compact_decoder(values);
+        for _ in 0..=data.len() {
+            let before = rx.len();
+            let r = check_since(base, "CompactDecoder::decode", data.len(), || {
+                dec.decode(&mut rx, FUZZ_MAX_MESSAGE)
+            });
+            match r {
+                Ok(Some((to, msg, used))) => {
+                    assert_eq!(before - rx.len(), used);
+                    check_compact_round_trip(&to, &msg, values);
+                }
+                Ok(None) => {
+                    assert_eq!(rx.len(), before, "Ok(None) must leave the buffer alone");
+                    break;
+                }
+                Err(_) => break,
             }
-            Ok(None) => {
-                assert_eq!(rx.len(), before, "Ok(None) must leave the buffer alone");
-                break;
-            }
-            Err(_) => break,
         }
     }
 }
 
-fn check_compact_round_trip(to: &ServiceAddress, msg: &Message) {
-    let mut enc = CompactEncoder::new();
-    let mut dec = CompactDecoder::new();
+fn compact_decoder(values: bool) -> CompactDecoder {
+    if values {
+        CompactDecoder::with_values()
+    } else {
+        CompactDecoder::new()
+    }
+}
+
+fn check_compact_round_trip(to: &ServiceAddress, msg: &Message, values: bool) {
+    let mut enc = if values {
+        CompactEncoder::with_values()
+    } else {
+        CompactEncoder::new()
+    };
+    let mut dec = compact_decoder(values);
     // Twice: once with definitions, once with interned ids.
     for _ in 0..2 {
         let mut out = EncodedMessage::default();

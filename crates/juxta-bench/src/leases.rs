@@ -601,7 +601,7 @@ async fn open(ctx: &Ctx, id: &Arc<Identity>, src: IpAddr) -> Result<Conn, Client
                     }
                     if outcome.proven {
                         if outcome.switch_inbound {
-                            c.inbound.switch_to_compact();
+                            c.inbound.switch_to_compact_with(outcome.values);
                         } else {
                             c.inbound.prove_by_handshake();
                         }

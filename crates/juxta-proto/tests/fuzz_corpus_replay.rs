@@ -251,6 +251,25 @@ fn generate_seeds() {
     ce.encode(&to, &one, &mut out);
     ce.encode(&ServiceAddress::new("S", None), &rich, &mut out);
     write("compact", "gen_three_frames", &out.to_bytes());
+    // compact with interned values: a routed message's fingerprint and
+    // header defined, then referred to, then the table's first slot
+    // replaced.
+    let mut ce = CompactEncoder::with_values();
+    let mut out = EncodedMessage::default();
+    let routed = |fp: u8| {
+        Message::new()
+            .with(Element::bytes("juxta", "ERM", vec![fp; 300]))
+            .with(Element::bytes(
+                "jxta",
+                "EndpointRouterMsg-fingerprint",
+                vec![fp; 850],
+            ))
+            .with(Element::bytes("bench", "data", &b"a"[..]))
+    };
+    ce.encode(&to, &routed(1), &mut out);
+    ce.encode(&to, &routed(1), &mut out);
+    ce.encode(&to, &routed(2), &mut out);
+    write("compact", "gen_values_frames", &out.to_bytes());
 
     // inbound: what a Juxta initiator sends, from its welcome on.
     let remote_welcome = Welcome::new(

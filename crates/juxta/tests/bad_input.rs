@@ -483,6 +483,7 @@ async fn handshake_then(
         nonce,
         cert: offer_cert,
         compact: true,
+        values: true,
     };
     send(
         &mut s,

@@ -155,9 +155,9 @@ pub struct Inspected {
 ///
 /// A stream of routed messages carries the same few fingerprints (about
 /// 850 bytes each with a 1024-bit key) over and over, so the last
-/// [`RECENT_FINGERPRINTS`] it proved are compared byte for byte first
-/// (a mismatch ends at the first differing byte), before the table,
-/// whose lookup hashes the whole element.
+/// [`RECENT_FINGERPRINTS`] it proved are compared first (by buffer, then
+/// byte for byte; a mismatch ends at the first differing byte), before
+/// the table, whose lookup hashes the whole element.
 #[derive(Debug, Default)]
 pub struct FingerprintVerifier {
     verified: HashMap<Bytes, PeerId>,
@@ -194,7 +194,12 @@ impl FingerprintVerifier {
             .recent
             .iter()
             .flatten()
-            .find(|(known, _)| known.len() == fp.len() && known[..] == fp[..])
+            // The same buffer (a compact connection's interned value is
+            // one copy, handed to every message that refers to it) is the
+            // same bytes: `known` is held here, so its memory is not reused.
+            .find(|(known, _)| {
+                known.len() == fp.len() && (known.as_ptr() == fp.as_ptr() || known[..] == fp[..])
+            })
             .map(|(_, p)| *p)
         {
             return Ok(p);

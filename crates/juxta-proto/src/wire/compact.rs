@@ -16,6 +16,24 @@
 //! and direction on first use; id 0 means "literal follows" once a table is
 //! full. A 1-byte payload costs 7 bytes on the wire.
 //!
+//! When both ends agreed on it in the handshake ("values",
+//! [`super::handshake`]), the values of the elements that repeat unchanged
+//! from message to message on a routed path (the origin's router
+//! fingerprint, about 850 bytes, and the compact router header, about 300:
+//! [`INTERNED_VALUES`]) are interned too, so a relayed 1-byte message does
+//! not carry a kilobyte of the same bytes on every hop:
+//!
+//! ```text
+//! define  |= 0x04 varint id  varint len  data       ; a value (id <= count + 1:
+//!                                                   ;  a new one, or a replacement)
+//! element := varint name  varint (len << 1) data   ; a value written out
+//!          | varint name  varint (id << 1 | 1)     ; an interned value
+//! ```
+//! The value table holds at most [`MAX_VALUES`] values of at most
+//! [`MAX_VALUE_LEN`] bytes, [`MAX_VALUE_BYTES`] in all, per direction; the
+//! sender replaces its entries in turn once it is full, and the receiver
+//! keeps its own copy of each (a value never pins the frame it came in).
+//!
 //! The decoder allocates in proportion to what it has read: an interned
 //! name is copied once, when it is defined, and every element that refers
 //! to it shares that copy ([`ByteString`], a reference count); literal
@@ -52,6 +70,22 @@ const COALESCE_LIMIT: usize = 512;
 const TAG_CHANNEL: u8 = 0x01;
 const TAG_NAME: u8 = 0x02;
 const TAG_MESSAGE: u8 = 0x03;
+const TAG_VALUE: u8 = 0x04;
+/// Most values per value table, per direction.
+pub const MAX_VALUES: usize = 64;
+/// Longest value interned; longer ones are written out.
+pub const MAX_VALUE_LEN: usize = 4 * 1024;
+/// Shortest value interned: a reference must save more than it costs.
+pub const MIN_VALUE_LEN: usize = 32;
+/// Most bytes of values per value table, per direction.
+pub const MAX_VALUE_BYTES: usize = 128 * 1024;
+/// The elements (namespace, name) whose values are interned when the
+/// connection agreed on it: they repeat byte for byte on every message of
+/// a routed stream.
+pub const INTERNED_VALUES: [(&str, &str); 2] =
+    [("jxta", "EndpointRouterMsg-fingerprint"), ("juxta", "ERM")];
+/// Most values one message interns (further ones are written out).
+const VALUES_PER_MESSAGE: usize = 8;
 /// Longest string in a definition.
 const MAX_STR: usize = 32 * 1024;
 
@@ -99,6 +133,12 @@ pub enum CompactError {
         /// the cap
         max: usize,
     },
+    /// A value definition or reference that breaks the value table's
+    /// rules: on a connection that did not agree on values, an id that was
+    /// never defined or skips ahead, a value over [`MAX_VALUE_LEN`], or a
+    /// table over [`MAX_VALUE_BYTES`].
+    #[error("bad compact value: {0}")]
+    BadValue(&'static str),
     /// A name longer than [`MAX_NAME_LEN`] given to the encoder.
     #[error("element name, namespace or MIME type longer than {max} bytes")]
     NameTooLong {
@@ -172,6 +212,83 @@ pub struct CompactEncoder {
     /// and once written and dropped its memory is taken back by the next
     /// frame (no allocation per small message).
     frames: BytesMut,
+    /// The value table, when the connection agreed on values.
+    values: Option<ValueTable>,
+}
+
+/// The sender's value table: its own copy of each value, found by content.
+#[derive(Debug, Default)]
+struct ValueTable {
+    /// Value `id` is `slots[id - 1]`.
+    slots: Vec<Bytes>,
+    bytes: usize,
+    /// Content to id, for values not among the recent ones.
+    index: HashMap<Bytes, u64, crate::id::IdHashState>,
+    /// The ids used last (0: none), compared by length and content before
+    /// the index is hashed: a stream repeats the same one or two values.
+    recent: [u64; 4],
+    next_recent: usize,
+    /// The next slot replaced once the table is full.
+    victim: usize,
+}
+
+impl ValueTable {
+    /// The id of `data`, and whether this message must define it; `None`
+    /// if the table cannot take it now (it is then written out). `busy`
+    /// holds the ids this message already refers to: they are not replaced.
+    fn id_of(&mut self, data: &Bytes, busy: &[u64]) -> Option<(u64, bool)> {
+        for &id in &self.recent {
+            if id == 0 {
+                continue;
+            }
+            let slot = &self.slots[id as usize - 1];
+            if slot.len() == data.len() && (slot.as_ptr() == data.as_ptr() || slot == data) {
+                return Some((id, false));
+            }
+        }
+        if let Some(&id) = self.index.get(data) {
+            self.remember(id);
+            return Some((id, false));
+        }
+        let copy = Bytes::copy_from_slice(data);
+        let id = if self.slots.len() < MAX_VALUES && self.bytes + data.len() <= MAX_VALUE_BYTES {
+            self.slots.push(copy.clone());
+            self.slots.len() as u64
+        } else {
+            // Full: replace the next slot in turn that this message does
+            // not use and whose room is enough.
+            let n = self.slots.len();
+            let victim = (0..n).map(|k| (self.victim + k) % n).find(|&i| {
+                !busy.contains(&(i as u64 + 1))
+                    && self.bytes - self.slots[i].len() + data.len() <= MAX_VALUE_BYTES
+            })?;
+            self.victim = (victim + 1) % n;
+            let old = std::mem::replace(&mut self.slots[victim], copy.clone());
+            self.bytes -= old.len();
+            self.index.remove(&old);
+            victim as u64 + 1
+        };
+        self.bytes += data.len();
+        self.index.insert(copy, id);
+        self.remember(id);
+        Some((id, true))
+    }
+
+    fn remember(&mut self, id: u64) {
+        if !self.recent.contains(&id) {
+            self.recent[self.next_recent] = id;
+            self.next_recent = (self.next_recent + 1) % self.recent.len();
+        }
+    }
+}
+
+/// Whether `e`'s value is one [`INTERNED_VALUES`] names, of a length worth
+/// interning.
+fn internable(e: &Element) -> bool {
+    (MIN_VALUE_LEN..=MAX_VALUE_LEN).contains(&e.data.len())
+        && INTERNED_VALUES
+            .iter()
+            .any(|(ns, name)| *e.name == **name && *e.namespace == **ns)
 }
 
 /// Whether two names are the same: the same shared string (a static name,
@@ -199,6 +316,37 @@ impl CompactEncoder {
     /// A fresh encoder (empty tables).
     pub fn new() -> CompactEncoder {
         CompactEncoder::default()
+    }
+
+    /// A fresh encoder that interns [`INTERNED_VALUES`], for a connection
+    /// whose handshake agreed on values (the remote decodes with
+    /// [`CompactDecoder::with_values`]).
+    ///
+    /// ```
+    /// use juxta_proto::endpoint::ServiceAddress;
+    /// use juxta_proto::message::{codec::EncodedMessage, Element, Message};
+    /// use juxta_proto::wire::compact::{CompactDecoder, CompactEncoder};
+    /// let (mut enc, mut dec) = (CompactEncoder::with_values(), CompactDecoder::with_values());
+    /// let to = ServiceAddress::new("S", None);
+    /// let fp = Element::bytes("jxta", "EndpointRouterMsg-fingerprint", vec![7u8; 850]);
+    /// let m = Message::new().with(fp).with(Element::bytes("", "x", &b"1"[..]));
+    /// let mut sizes = Vec::new();
+    /// for _ in 0..2 {
+    ///     let mut out = EncodedMessage::default();
+    ///     enc.encode(&to, &m, &mut out);
+    ///     sizes.push(out.len);
+    ///     let mut rx = bytes::BytesMut::from(&out.to_bytes()[..]);
+    ///     let (_, got, _) = dec.decode(&mut rx, 1 << 20).unwrap().unwrap();
+    ///     assert_eq!(got, m);
+    /// }
+    /// // The second message refers to the value the first defined.
+    /// assert!(sizes[0] > 850 && sizes[1] < 16, "{sizes:?}");
+    /// ```
+    pub fn with_values() -> CompactEncoder {
+        CompactEncoder {
+            values: Some(ValueTable::default()),
+            ..CompactEncoder::default()
+        }
     }
 
     /// Whether a [`CompactDecoder`] accepts `msg`: at least one and at most
@@ -252,26 +400,57 @@ impl CompactEncoder {
     /// body; large payloads stay the caller's buffers). The message should
     /// pass [`CompactEncoder::check`], or the remote decoder refuses it.
     pub fn encode(&mut self, to: &ServiceAddress, msg: &Message, out: &mut EncodedMessage) {
+        // The values this message refers to instead of writing them out
+        // (element index, value id, defined by this frame).
+        let mut refs = [(usize::MAX, 0u64, false); VALUES_PER_MESSAGE];
+        let mut nrefs = 0;
+        if let Some(table) = &mut self.values {
+            let mut busy = [0u64; VALUES_PER_MESSAGE];
+            for (i, e) in msg.elements.iter().enumerate() {
+                if nrefs == VALUES_PER_MESSAGE {
+                    break;
+                }
+                if internable(e) {
+                    if let Some((id, define)) = table.id_of(&e.data, &busy[..nrefs]) {
+                        busy[nrefs] = id;
+                        refs[nrefs] = (i, id, define);
+                        nrefs += 1;
+                    }
+                }
+            }
+        }
+        let refs = &refs[..nrefs];
+        let value_ref = |i: usize| refs.iter().find(|r| r.0 == i).map(|r| r.1);
+        // Written next to the headers: small payloads and the values this
+        // frame defines; referenced values take a varint.
+        let inline =
+            |i: usize, e: &Element| value_ref(i).is_none() && e.data.len() > COALESCE_LIMIT;
         // The headers (and the payloads copied next to them) are built in
         // one buffer with room for the frame's length prefix in front, the
         // prefix written in place once the length is known. A frame whose
         // payloads are all copied (the small-message case) is that one
         // buffer; larger payloads go out as the caller's own buffers
         // between pieces of it.
-        let whole = msg.elements.iter().all(|e| e.data.len() <= COALESCE_LIMIT);
+        let whole = !msg.elements.iter().enumerate().any(|(i, e)| inline(i, e));
         let room = PREFIX_ROOM;
         let need = room
             + 16
             + msg
                 .elements
                 .iter()
-                .map(|e| {
-                    8 + if e.data.len() <= COALESCE_LIMIT {
-                        e.data.len()
-                    } else {
+                .enumerate()
+                .map(|(i, e)| {
+                    8 + if inline(i, e) || value_ref(i).is_some() {
                         0
+                    } else {
+                        e.data.len()
                     }
                 })
+                .sum::<usize>()
+            + refs
+                .iter()
+                .filter(|r| r.2)
+                .map(|r| 12 + msg.elements[r.0].data.len())
                 .sum::<usize>();
         // Headers of a few KB are built in the kept buffer (its memory
         // comes back once the previous frames are written and dropped);
@@ -336,6 +515,31 @@ impl CompactEncoder {
                 }
             };
         }
+        for &(i, id, define) in refs {
+            if define {
+                let data = &msg.elements[i].data;
+                body.put_u8(TAG_VALUE);
+                put_varint(&mut body, id);
+                put_varint(&mut body, data.len() as u64);
+                body.put_slice(data);
+            }
+        }
+        let values = self.values.is_some();
+        // An element's length, or its value's id.
+        let put_len = |body: &mut BytesMut, i: usize, len: usize| match value_ref(i) {
+            Some(id) => {
+                put_varint(body, (id << 1) | 1);
+                true
+            }
+            None if values => {
+                put_varint(body, (len as u64) << 1);
+                false
+            }
+            None => {
+                put_varint(body, len as u64);
+                false
+            }
+        };
         body.put_u8(TAG_MESSAGE);
         put_varint(&mut body, channel);
         if channel == 0 {
@@ -343,13 +547,14 @@ impl CompactEncoder {
         }
         put_varint(&mut body, msg.elements.len() as u64);
         if whole {
-            for (e, &id) in msg.elements.iter().zip(name_ids.iter()) {
+            for (i, (e, &id)) in msg.elements.iter().zip(name_ids.iter()).enumerate() {
                 put_varint(&mut body, id);
                 if id == 0 {
                     put_name(&mut body, e);
                 }
-                put_varint(&mut body, e.data.len() as u64);
-                body.put_slice(&e.data);
+                if !put_len(&mut body, i, e.data.len()) {
+                    body.put_slice(&e.data);
+                }
             }
             // The length prefix, right-aligned in the room left for it.
             let mut len = [0u8; PREFIX_ROOM];
@@ -370,12 +575,14 @@ impl CompactEncoder {
         out.chunks.push(Bytes::new());
         let mut first: Option<BytesMut> = None;
         let mut rest = 0usize;
-        for (e, &id) in msg.elements.iter().zip(name_ids.iter()) {
+        for (i, (e, &id)) in msg.elements.iter().zip(name_ids.iter()).enumerate() {
             put_varint(&mut body, id);
             if id == 0 {
                 put_name(&mut body, e);
             }
-            put_varint(&mut body, e.data.len() as u64);
+            if put_len(&mut body, i, e.data.len()) {
+                continue;
+            }
             if e.data.len() <= COALESCE_LIMIT {
                 body.put_slice(&e.data);
             } else {
@@ -501,6 +708,10 @@ pub struct CompactDecoder {
     channel_bytes: usize,
     names: Vec<NameKey>,
     name_bytes: usize,
+    /// The value table (its own copies), when the connection agreed on
+    /// values.
+    values: Option<Vec<Bytes>>,
+    value_bytes: usize,
 }
 
 struct Cursor {
@@ -567,6 +778,52 @@ impl CompactDecoder {
         CompactDecoder::default()
     }
 
+    /// A fresh decoder for a connection whose handshake agreed on values
+    /// (the remote encodes with [`CompactEncoder::with_values`]).
+    pub fn with_values() -> CompactDecoder {
+        CompactDecoder {
+            values: Some(Vec::new()),
+            ..CompactDecoder::default()
+        }
+    }
+
+    /// Whether this decoder reads interned values.
+    pub fn has_values(&self) -> bool {
+        self.values.is_some()
+    }
+
+    /// Reads a value definition (after its tag).
+    fn define_value(&mut self, c: &mut Cursor) -> Result<(), CompactError> {
+        let table = self
+            .values
+            .as_mut()
+            .ok_or(CompactError::BadTag(TAG_VALUE))?;
+        let id = c.varint()?;
+        if id == 0 || id > table.len() as u64 + 1 || id > MAX_VALUES as u64 {
+            return Err(CompactError::BadValue("id out of sequence"));
+        }
+        let len = c.varint()?;
+        if len > MAX_VALUE_LEN as u64 {
+            return Err(CompactError::BadValue("value too long"));
+        }
+        let data = c.bytes(len)?;
+        let i = id as usize - 1;
+        let old = table.get(i).map_or(0, Bytes::len);
+        let bytes = self.value_bytes - old + data.len();
+        if bytes > MAX_VALUE_BYTES {
+            return Err(CompactError::BadValue("table too large"));
+        }
+        self.value_bytes = bytes;
+        // Copied: the table outlives this frame's buffer.
+        let copy = Bytes::copy_from_slice(&data);
+        if i == table.len() {
+            table.push(copy);
+        } else {
+            table[i] = copy;
+        }
+        Ok(())
+    }
+
     /// Decodes one frame from the front of `rx`, if it is complete. On
     /// `Ok(None)`, `rx` is untouched and more bytes are needed; the second
     /// value is how many bytes the whole frame needs (to size reads).
@@ -627,6 +884,7 @@ impl CompactDecoder {
                     self.names
                         .push((own(&ns), own(&name), mime.as_ref().map(own)));
                 }
+                TAG_VALUE => self.define_value(&mut c)?,
                 TAG_MESSAGE => break,
                 t => return Err(CompactError::BadTag(t)),
             }
@@ -662,7 +920,14 @@ impl CompactDecoder {
                     .ok_or(CompactError::BadId(id))?
             };
             let len = c.varint()?;
-            let data = c.bytes(len)?;
+            let data = match &self.values {
+                None => c.bytes(len)?,
+                Some(_) if len & 1 == 0 => c.bytes(len >> 1)?,
+                Some(table) => table
+                    .get(((len >> 1) as usize).wrapping_sub(1))
+                    .cloned()
+                    .ok_or(CompactError::BadValue("undefined id"))?,
+            };
             elements.push(Element {
                 namespace,
                 name,
@@ -1006,12 +1271,271 @@ mod tests {
         assert!(rx.capacity() <= 2 * RESERVE_STEP, "{}", rx.capacity());
     }
 
+    /// A routed message as a relay passes it on: its header and the
+    /// origin's fingerprint (values that repeat), and a payload.
+    fn routed(header: &[u8], fp: &[u8], payload: &[u8]) -> Message {
+        Message::new()
+            .with(Element::bytes("juxta", "ERM", header.to_vec()))
+            .with(Element::bytes(
+                "jxta",
+                "EndpointRouterMsg-fingerprint",
+                fp.to_vec(),
+            ))
+            .with(Element::bytes("bench", "data", payload.to_vec()))
+    }
+
+    #[test]
+    fn repeated_values_are_defined_once_then_referred_to() {
+        let mut enc = CompactEncoder::with_values();
+        let mut dec = CompactDecoder::with_values();
+        let to = ServiceAddress::new("EndpointRouter", Some("x"));
+        let m = routed(&[1; 306], &[2; 850], b"a");
+        let mut first = frame(&mut enc, &to, &m);
+        assert!(first.len() > 306 + 850, "{}", first.len());
+        let (_, got, _) = dec.decode(&mut first, 1 << 20).unwrap().unwrap();
+        assert_eq!(got, m);
+        // Later messages: the same values by reference, whichever buffers
+        // hold them (a relay's are fresh per message).
+        for payload in [&b"b"[..], &[9; 600][..]] {
+            let again = routed(&[1; 306], &[2; 850], payload);
+            let mut f = frame(&mut enc, &to, &again);
+            assert!(f.len() <= 16 + payload.len(), "{}", f.len());
+            let (_, got, _) = dec.decode(&mut f, 1 << 20).unwrap().unwrap();
+            assert_eq!(got, again);
+        }
+        // Each decoded value is the decoder's one copy: no frame pinned.
+        let mut f = frame(&mut enc, &to, &m);
+        let (_, a, _) = dec.decode(&mut f, 1 << 20).unwrap().unwrap();
+        let mut f = frame(&mut enc, &to, &m);
+        let (_, b, _) = dec.decode(&mut f, 1 << 20).unwrap().unwrap();
+        assert_eq!(a.elements[1].data.as_ptr(), b.elements[1].data.as_ptr());
+        // Elements no rule names, and values too short or too long, are
+        // written out as before.
+        let other = Message::new()
+            .with(Element::bytes("jxta", "other", vec![3u8; 850]))
+            .with(Element::bytes("juxta", "ERM", vec![4u8; MIN_VALUE_LEN - 1]))
+            .with(Element::bytes("juxta", "ERM", vec![5u8; MAX_VALUE_LEN + 1]));
+        for _ in 0..2 {
+            let mut f = frame(&mut enc, &to, &other);
+            assert!(f.len() > 850 + MAX_VALUE_LEN, "{}", f.len());
+            let (_, got, _) = dec.decode(&mut f, 1 << 20).unwrap().unwrap();
+            assert_eq!(got, other);
+        }
+    }
+
+    #[test]
+    fn a_full_value_table_replaces_in_turn_and_decodes_the_same() {
+        let mut enc = CompactEncoder::with_values();
+        let mut dec = CompactDecoder::with_values();
+        let to = ServiceAddress::new("S", None);
+        // More origins than the table holds, in turn and at random, with
+        // values large enough that the byte budget binds before the count.
+        let mut x = 7u64;
+        let mut wire = BytesMut::new();
+        let mut sent = Vec::new();
+        for i in 0..3 * MAX_VALUES {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let k = if i % 2 == 0 {
+                i % (MAX_VALUES + 9)
+            } else {
+                (x >> 33) as usize % 200
+            };
+            let len = 850 + (k % 5) * 700;
+            let m = routed(&[k as u8; 306], &vec![(k % 251) as u8; len], &[i as u8]);
+            let mut out = EncodedMessage::default();
+            enc.encode(&to, &m, &mut out);
+            wire.extend_from_slice(&out.to_bytes());
+            sent.push(m);
+        }
+        for m in sent {
+            let (_, got, _) = dec.decode(&mut wire, 1 << 20).unwrap().unwrap();
+            assert_eq!(got, m);
+        }
+        assert!(wire.is_empty());
+        let table = dec.values.as_ref().unwrap();
+        assert!(table.len() <= MAX_VALUES);
+        assert!(dec.value_bytes <= MAX_VALUE_BYTES);
+        assert_eq!(dec.value_bytes, table.iter().map(Bytes::len).sum::<usize>());
+    }
+
+    /// A message whose known value sits in the slot the next definition
+    /// would replace: the definition takes another slot, or the reference
+    /// would read the new value.
+    #[test]
+    fn a_message_never_replaces_a_value_it_refers_to() {
+        let mut enc = CompactEncoder::with_values();
+        let mut dec = CompactDecoder::with_values();
+        let to = ServiceAddress::new("S", None);
+        let value = |k: usize| vec![k as u8; 100];
+        for k in 0..MAX_VALUES {
+            let m = Message::new().with(Element::bytes("juxta", "ERM", value(k)));
+            let mut f = frame(&mut enc, &to, &m);
+            dec.decode(&mut f, 1 << 20).unwrap().unwrap();
+        }
+        // Slot 1 (value 0) is next to go; this message refers to it and
+        // defines a new value.
+        let m = Message::new()
+            .with(Element::bytes("juxta", "ERM", value(0)))
+            .with(Element::bytes("juxta", "ERM", value(200)));
+        for _ in 0..2 {
+            let mut f = frame(&mut enc, &to, &m);
+            let (_, got, _) = dec.decode(&mut f, 1 << 20).unwrap().unwrap();
+            assert_eq!(got, m);
+        }
+        // A message with more values than the table has slots: the rest
+        // are written out.
+        let many: Message = (0..MAX_VALUES + 3).fold(Message::new(), |m, k| {
+            m.with(Element::bytes("juxta", "ERM", value(k + 1)))
+        });
+        let mut f = frame(&mut enc, &to, &many);
+        let (_, got, _) = dec.decode(&mut f, 1 << 20).unwrap().unwrap();
+        assert_eq!(got, many);
+    }
+
+    #[test]
+    fn bad_values_are_typed_errors() {
+        let frame_of = |items: &[u8]| {
+            let mut rx = BytesMut::new();
+            put_varint(&mut rx, items.len() as u64);
+            rx.extend_from_slice(items);
+            rx
+        };
+        // body: [defines] 0x03 channel 0 "S" no-param, 1 element, literal
+        // name "" "n" "", then the length-or-reference varint.
+        let msg = |tail: &[u8]| {
+            let mut b = vec![TAG_MESSAGE, 0, 1, b'S', 0, 1, 0, 0, 1, b'n', 0];
+            b.extend_from_slice(tail);
+            b
+        };
+        let define = |id: u8, len: usize| {
+            let mut b = vec![TAG_VALUE, id];
+            let mut l = BytesMut::new();
+            put_varint(&mut l, len as u64);
+            b.extend_from_slice(&l);
+            b.extend(std::iter::repeat_n(7u8, len));
+            b
+        };
+        let decode =
+            |dec: &mut CompactDecoder, items: Vec<u8>| dec.decode(&mut frame_of(&items), 1 << 20);
+        // A value where none was agreed on.
+        let mut plain = CompactDecoder::new();
+        assert_eq!(
+            decode(&mut plain, [define(1, 40), msg(&[3])].concat()).unwrap_err(),
+            CompactError::BadTag(TAG_VALUE)
+        );
+        let mut dec = CompactDecoder::with_values();
+        // Ids 0 and 2 before 1.
+        for id in [0, 2] {
+            assert_eq!(
+                decode(&mut dec, [define(id, 40), msg(&[0])].concat()).unwrap_err(),
+                CompactError::BadValue("id out of sequence")
+            );
+        }
+        assert_eq!(
+            decode(&mut dec, [define(1, MAX_VALUE_LEN + 1), msg(&[0])].concat()).unwrap_err(),
+            CompactError::BadValue("value too long")
+        );
+        // A reference to a value never defined (id 1: 1 << 1 | 1 = 3).
+        assert_eq!(
+            decode(&mut dec, msg(&[3])).unwrap_err(),
+            CompactError::BadValue("undefined id")
+        );
+        // A defined value reads back; a written-out value is len << 1.
+        let (_, m, _) = decode(&mut dec, [define(1, 40), msg(&[3])].concat())
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.elements[0].data, vec![7u8; 40]);
+        let (_, m, _) = decode(&mut dec, msg(&[4, 1, 2])).unwrap().unwrap();
+        assert_eq!(m.elements[0].data, vec![1u8, 2]);
+        // The byte budget: full-length values past it.
+        let mut dec = CompactDecoder::with_values();
+        let fit = MAX_VALUE_BYTES / MAX_VALUE_LEN;
+        for id in 1..=fit {
+            decode(
+                &mut dec,
+                [define(id as u8, MAX_VALUE_LEN), msg(&[3])].concat(),
+            )
+            .unwrap()
+            .unwrap();
+        }
+        assert_eq!(
+            decode(
+                &mut dec,
+                [define(fit as u8 + 1, MAX_VALUE_LEN), msg(&[3])].concat()
+            )
+            .unwrap_err(),
+            CompactError::BadValue("table too large")
+        );
+        // A replacement within the budget is fine.
+        decode(&mut dec, [define(1, 10), msg(&[3])].concat())
+            .unwrap()
+            .unwrap();
+        // And the count: ids past MAX_VALUES.
+        let mut dec = CompactDecoder::with_values();
+        for id in 1..=MAX_VALUES {
+            let mut items = vec![TAG_VALUE];
+            let mut v = BytesMut::new();
+            put_varint(&mut v, id as u64);
+            items.extend_from_slice(&v);
+            items.push(0);
+            items.extend(msg(&[0]));
+            decode(&mut dec, items).unwrap().unwrap();
+        }
+        let mut items = vec![TAG_VALUE];
+        let mut v = BytesMut::new();
+        put_varint(&mut v, MAX_VALUES as u64 + 1);
+        items.extend_from_slice(&v);
+        items.push(0);
+        items.extend(msg(&[0]));
+        assert_eq!(
+            decode(&mut dec, items).unwrap_err(),
+            CompactError::BadValue("id out of sequence")
+        );
+    }
+
     proptest::proptest! {
         #[test]
         fn decoder_never_panics(data in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
-            let mut dec = CompactDecoder::new();
-            let mut rx = BytesMut::from(&data[..]);
-            while let Ok(Some(_)) = dec.decode(&mut rx, 1 << 16) {}
+            for mut dec in [CompactDecoder::new(), CompactDecoder::with_values()] {
+                let mut rx = BytesMut::from(&data[..]);
+                while let Ok(Some(_)) = dec.decode(&mut rx, 1 << 16) {}
+            }
+        }
+
+        /// Any sequence of routed messages over a few origins decodes to
+        /// what was sent, with and without values.
+        #[test]
+        fn values_round_trip(picks in proptest::collection::vec((0usize..80, 0usize..3, 0usize..700), 1..60)) {
+            for values in [false, true] {
+                let (mut enc, mut dec) = if values {
+                    (CompactEncoder::with_values(), CompactDecoder::with_values())
+                } else {
+                    (CompactEncoder::new(), CompactDecoder::new())
+                };
+                let to = ServiceAddress::new("S", None);
+                let mut wire = BytesMut::new();
+                let mut sent = Vec::new();
+                for &(k, shape, n) in &picks {
+                    let fp = vec![k as u8; 40 + k * 50];
+                    let m = match shape {
+                        0 => routed(&[k as u8; 306], &fp, &vec![1; n]),
+                        1 => routed(&vec![k as u8; n], &fp, b"x"),
+                        _ => Message::new().with(Element::bytes("jxta", "EndpointRouterMsg-fingerprint", fp.clone())).with(Element::bytes("jxta", "EndpointRouterMsg-fingerprint", vec![3; n])),
+                    };
+                    let mut out = EncodedMessage::default();
+                    enc.encode(&to, &m, &mut out);
+                    proptest::prop_assert_eq!(out.len, out.chunks.iter().map(Bytes::len).sum::<usize>());
+                    wire.extend_from_slice(&out.to_bytes());
+                    sent.push(m);
+                }
+                for m in sent {
+                    let (_, got, _) = dec.decode(&mut wire, 1 << 20).unwrap().unwrap();
+                    proptest::prop_assert_eq!(got, m);
+                }
+                proptest::prop_assert!(wire.is_empty());
+            }
         }
     }
 }

@@ -376,6 +376,15 @@ impl Inbound {
     /// Switches the receive direction to compact framing (after the
     /// handshake said so: the remote proved its ID, [`Proof::Handshake`]).
     pub fn switch_to_compact(&mut self) {
+        self.switch_to_compact_with(false);
+    }
+
+    /// [`Inbound::switch_to_compact`], reading interned values when the
+    /// handshake agreed on them ([`HandshakeOutcome::values`]).
+    pub fn switch_to_compact_with(&mut self, values: bool) {
+        if values {
+            self.compact = CompactDecoder::with_values();
+        }
         self.mode = RxMode::Compact;
         self.prove_by_handshake();
     }
@@ -612,6 +621,7 @@ enum HandshakeState {
         nonce_b: Bytes,
         cert_a: Box<RemoteCert>,
         compact: bool,
+        values: bool,
     },
     Done,
 }
@@ -626,6 +636,18 @@ pub struct HandshakeOutcome {
     pub proven: bool,
     /// Switch the inbound half to compact now.
     pub switch_inbound: bool,
+    /// The compact framing interns values, both directions: switch with
+    /// [`Inbound::switch_to_compact_with`]`(values)`.
+    pub values: bool,
+}
+
+/// The compact encoder a handshake's outcome calls for.
+fn compact_encoder(values: bool) -> CompactEncoder {
+    if values {
+        CompactEncoder::with_values()
+    } else {
+        CompactEncoder::new()
+    }
 }
 
 /// The sending half.
@@ -688,6 +710,7 @@ impl Outbound {
                 nonce: nonce.clone(),
                 cert: self.identity.cert_der().clone(),
                 compact,
+                values: compact,
             };
             self.handshake = HandshakeState::OfferSent {
                 nonce_a: nonce,
@@ -727,12 +750,14 @@ impl Outbound {
                     nonce,
                     cert,
                     compact,
+                    values,
                 },
             ) => {
                 if !self.cfg.handshake {
                     return Ok(HandshakeOutcome::default());
                 }
                 let compact = compact && self.cfg.compact;
+                let values = values && compact;
                 let (accept_label, _) = handshake::labels(compact);
                 let cert_a = handshake::check_cert(cert, &remote)?;
                 let mut nb = vec![0u8; NONCE_LEN];
@@ -744,21 +769,24 @@ impl Outbound {
                     cert: self.identity.cert_der().clone(),
                     sig: handshake::sign(&self.identity, &digest),
                     compact,
+                    values,
                 };
                 let reply = self.encode_handshake(&accept)?;
                 if compact {
-                    self.compact = Some(CompactEncoder::new());
+                    self.compact = Some(compact_encoder(values));
                 }
                 self.handshake = HandshakeState::AwaitConfirm {
                     nonce_a: nonce,
                     nonce_b,
                     cert_a: Box::new(cert_a),
                     compact,
+                    values,
                 };
                 Ok(HandshakeOutcome {
                     reply: Some(reply),
                     proven: false,
                     switch_inbound: false,
+                    values,
                 })
             }
             (
@@ -768,6 +796,7 @@ impl Outbound {
                     nonce_b,
                     cert_a,
                     compact,
+                    values,
                 },
                 HandshakeMsg::Confirm { sig },
             ) => {
@@ -779,6 +808,7 @@ impl Outbound {
                     reply: None,
                     proven: true,
                     switch_inbound: compact,
+                    values,
                 })
             }
             (
@@ -792,11 +822,14 @@ impl Outbound {
                     cert,
                     sig,
                     compact,
+                    values,
                 },
             ) => {
                 if compact && !offered {
                     return Err(HandshakeError::Unexpected("accept").into());
                 }
+                // Values were offered with compact framing.
+                let values = values && compact;
                 let (accept_label, confirm_label) = handshake::labels(compact);
                 let cert_b = handshake::check_cert(cert, &remote)?;
                 let digest = handshake::transcript(accept_label, &nonce_a, &nonce, &me, &remote);
@@ -807,13 +840,14 @@ impl Outbound {
                 };
                 let reply = self.encode_handshake(&confirm)?;
                 if compact {
-                    self.compact = Some(CompactEncoder::new());
+                    self.compact = Some(compact_encoder(values));
                 }
                 self.handshake = HandshakeState::Done;
                 Ok(HandshakeOutcome {
                     reply: Some(reply),
                     proven: true,
                     switch_inbound: compact,
+                    values,
                 })
             }
             (_, _, m) => Err(HandshakeError::Unexpected(m.param()).into()),
@@ -1039,7 +1073,7 @@ mod tests {
                                 self.write(&r);
                             }
                             if o.switch_inbound {
-                                self.inb.switch_to_compact();
+                                self.inb.switch_to_compact_with(o.values);
                             } else if o.proven {
                                 self.inb.prove_by_handshake();
                             }
@@ -1178,6 +1212,91 @@ mod tests {
             assert_eq!(p.a.inb.received(), 4);
             assert_eq!(p.i.inb.received(), 3);
         }
+    }
+
+    /// A routed message's header and fingerprint, and a 1-byte payload.
+    fn routed_message() -> Message {
+        Message::new()
+            .with(Element::bytes("juxta", "ERM", vec![1u8; 306]))
+            .with(Element::bytes(
+                "jxta",
+                "EndpointRouterMsg-fingerprint",
+                vec![2u8; 850],
+            ))
+            .with(Element::bytes("bench", "data", &b"a"[..]))
+    }
+
+    /// Sends a routed message from each side three times; returns the
+    /// largest wire size of the later two.
+    fn routed_sizes(p: &mut Pair) -> usize {
+        let to = mangle(
+            NET_GROUP_UNIQUE,
+            &ServiceAddress::new("EndpointRouter", None),
+        );
+        let mut most = 0;
+        for from_initiator in [true, false] {
+            for k in 0..3 {
+                let (got, len) = p.send(from_initiator, &to, routed_message());
+                assert_eq!(got.message, routed_message());
+                if k > 0 {
+                    most = most.max(len);
+                }
+            }
+        }
+        most
+    }
+
+    #[test]
+    fn two_juxta_peers_agree_on_values_and_an_older_offer_goes_without() {
+        let mut p = Pair::new(cfg(true), cfg(true), usize::MAX);
+        p.pump().unwrap();
+        assert!(p.i.is_compact() && p.a.is_compact());
+        let most = routed_sizes(&mut p);
+        assert!(most < 40, "a repeated routed message took {most} bytes");
+
+        // An initiator from before values: its offer has no `values`
+        // element (replaced here by one without it, signed as usual).
+        let mut p = Pair::new(cfg(true), cfg(true), usize::MAX);
+        let w_i = std::mem::take(&mut p.i.tx);
+        p.a.receive(&w_i, usize::MAX).unwrap();
+        let w_a = std::mem::take(&mut p.a.tx);
+        p.i.receive(&w_a, usize::MAX).unwrap();
+        let offer = std::mem::take(&mut p.i.tx);
+        let mut scratch = Inbound::new(cfg(true));
+        let mut rx = BytesMut::from(&w_i[..]);
+        scratch.poll(&mut rx).unwrap().unwrap();
+        rx.extend_from_slice(&offer);
+        let Some(InboundEvent::Handshake(HandshakeMsg::Offer {
+            nonce,
+            cert,
+            compact,
+            values,
+        })) = scratch.poll(&mut rx).unwrap()
+        else {
+            panic!("the initiator did not offer");
+        };
+        assert!(compact && values);
+        let old =
+            p.i.out
+                .encode_handshake(&HandshakeMsg::Offer {
+                    nonce,
+                    cert,
+                    compact,
+                    values: false,
+                })
+                .unwrap();
+        assert!(!old
+            .to_bytes()
+            .windows(b"values".len())
+            .any(|w| w == b"values"));
+        p.a.receive(&old.to_bytes(), usize::MAX).unwrap();
+        p.pump().unwrap();
+        assert!(p.i.is_compact() && p.a.is_compact());
+        let most = routed_sizes(&mut p);
+        assert!(
+            most > 850,
+            "without values a routed message took {most} bytes"
+        );
     }
 
     #[test]
@@ -1423,6 +1542,7 @@ mod tests {
                 cert,
                 sig: handshake::sign(mallory, &digest),
                 compact: true,
+                values: true,
             }
         });
         assert_eq!(
@@ -1441,6 +1561,7 @@ mod tests {
                 cert: mallory.cert_der().clone(),
                 sig: handshake::sign(mallory, &digest),
                 compact: true,
+                values: true,
             }
         });
         assert!(
@@ -1462,6 +1583,7 @@ mod tests {
                 cert,
                 sig: handshake::sign(ib, &digest),
                 compact: true,
+                values: true,
             }
         });
         assert_eq!(

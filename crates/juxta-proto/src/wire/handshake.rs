@@ -66,6 +66,10 @@ pub enum HandshakeMsg {
         cert: Bytes,
         /// whether the initiator wants compact framing (else: proof only)
         compact: bool,
+        /// whether the initiator's compact framing can intern values
+        /// ([`crate::wire::compact::INTERNED_VALUES`]); absent in older
+        /// Juxta peers' offers
+        values: bool,
     },
     /// Acceptor's answer.
     Accept {
@@ -77,6 +81,8 @@ pub enum HandshakeMsg {
         sig: Bytes,
         /// whether both sides switch to compact framing (else: proof only)
         compact: bool,
+        /// whether that compact framing interns values, both directions
+        values: bool,
     },
     /// Initiator's confirmation.
     Confirm {
@@ -103,11 +109,15 @@ impl HandshakeMsg {
                 nonce,
                 cert,
                 compact,
+                values,
             } => {
                 m.push(Element::bytes(NS, "nonce", nonce.clone()));
                 m.push(Element::bytes(NS, "cert", cert.clone()));
                 if !compact {
                     m.push(Element::bytes(NS, "framing", FRAMING_JXTA));
+                }
+                if *values {
+                    m.push(Element::bytes(NS, "values", VALUES_ON));
                 }
             }
             HandshakeMsg::Accept {
@@ -115,12 +125,16 @@ impl HandshakeMsg {
                 cert,
                 sig,
                 compact,
+                values,
             } => {
                 m.push(Element::bytes(NS, "nonce", nonce.clone()));
                 m.push(Element::bytes(NS, "cert", cert.clone()));
                 m.push(Element::bytes(NS, "sig", sig.clone()));
                 if !compact {
                     m.push(Element::bytes(NS, "framing", FRAMING_JXTA));
+                }
+                if *values {
+                    m.push(Element::bytes(NS, "values", VALUES_ON));
                 }
             }
             HandshakeMsg::Confirm { sig } => {
@@ -151,17 +165,22 @@ impl HandshakeMsg {
         };
         // Absent (older Juxta peers): compact.
         let compact = !matches!(m.get(NS, "framing"), Some(e) if e.data.as_ref() == FRAMING_JXTA);
+        // Absent (older Juxta peers): no values.
+        let values =
+            compact && matches!(m.get(NS, "values"), Some(e) if e.data.as_ref() == VALUES_ON);
         match param {
             "offer" => Ok(HandshakeMsg::Offer {
                 nonce: nonce()?,
                 cert: get("cert")?,
                 compact,
+                values,
             }),
             "accept" => Ok(HandshakeMsg::Accept {
                 nonce: nonce()?,
                 cert: get("cert")?,
                 sig: get("sig")?,
                 compact,
+                values,
             }),
             "confirm" => Ok(HandshakeMsg::Confirm { sig: get("sig")? }),
             _ => Err(HandshakeError::Malformed("param")),
@@ -170,6 +189,7 @@ impl HandshakeMsg {
 }
 
 const FRAMING_JXTA: &[u8] = b"jxta";
+const VALUES_ON: &[u8] = b"1";
 
 /// The transcript labels of the accept and confirm signatures: a
 /// proof-only handshake signs other labels, so its signatures cannot be

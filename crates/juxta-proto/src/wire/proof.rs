@@ -120,7 +120,7 @@ impl ProofGate {
             return Vec::new();
         }
         if outcome.switch_inbound {
-            inbound.switch_to_compact();
+            inbound.switch_to_compact_with(outcome.values);
         } else {
             inbound.prove_by_handshake();
         }
@@ -162,6 +162,7 @@ mod tests {
             reply: Some(crate::message::codec::EncodedMessage::default()),
             proven: false,
             switch_inbound: false,
+            values: false,
         }
     }
 
@@ -227,6 +228,7 @@ mod tests {
             reply: None,
             proven: true,
             switch_inbound: false,
+            values: false,
         };
         let released = g.on_handshake(&mut inb, &confirm);
         assert_eq!(inb.proof(), Proof::Handshake);
