@@ -12,6 +12,7 @@
 //! address, not the message, so one per peer is enough, as in JXSE).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use sha2::{Digest, Sha256};
@@ -90,12 +91,16 @@ pub enum ForwardError {
 }
 
 /// A router header in either form.
+// The XML form is held inline: boxing it would add an allocation per
+// message from JXSE peers to save a move of a few hundred bytes.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Header {
     /// JXSE's XML `EndpointRouterMsg`.
     Xml(RouterHeader),
-    /// The compact form between Juxta peers.
-    Compact(CompactRouterHeader),
+    /// The compact form between Juxta peers (shared with the
+    /// [`CompactHeaderMemo`] that read it).
+    Compact(Arc<CompactRouterHeader>),
 }
 
 impl Header {
@@ -138,6 +143,95 @@ impl Header {
     }
 }
 
+/// How many compact router headers [`CompactHeaderMemo`] remembers, read
+/// and forwarded.
+pub const REMEMBERED_HEADERS: usize = 4;
+
+/// The last compact router headers read (compared by content with a copy
+/// of their bytes) and the forwarded forms written from them.
+///
+/// Why: a stream of routed messages carries the same header message after
+/// message (between Juxta peers even as the same buffer, an interned value
+/// of the compact framing: [`crate::wire::compact::INTERNED_VALUES`]), so
+/// a relay would parse it and encode its forwarded form again for every
+/// message. Comparing a few hundred bytes costs a fraction of either, and
+/// the forwarded bytes handed out are one buffer, which the next hop's
+/// compact encoder then finds by address.
+///
+/// ```
+/// use juxta_proto::endpoint::compact_router::CompactRouterHeader;
+/// use juxta_proto::endpoint::forward::CompactHeaderMemo;
+/// use juxta_proto::id::PeerId;
+/// let (a, r, b) = (PeerId::from_public_key_spki(b"a"), PeerId::from_public_key_spki(b"r"), PeerId::from_public_key_spki(b"b"));
+/// let bytes = CompactRouterHeader::originate(&a, &b, "PipeService", None, &[]).encode();
+/// let mut memo = CompactHeaderMemo::default();
+/// let h = memo.parse(&bytes).unwrap();
+/// assert!(std::sync::Arc::ptr_eq(&h, &memo.parse(&bytes.to_vec()).unwrap()));
+/// let f = memo.forwarded(&h, &r, &[]);
+/// assert_eq!(f, h.encode_forwarded(&r, &[]));
+/// assert_eq!(f.as_ptr(), memo.forwarded(&h, &r, &[]).as_ptr());
+/// ```
+#[derive(Debug, Default)]
+pub struct CompactHeaderMemo {
+    read: [Option<(Bytes, Arc<CompactRouterHeader>)>; REMEMBERED_HEADERS],
+    next_read: usize,
+    forwarded: [Option<ForwardedHeader>; REMEMBERED_HEADERS],
+    next_forwarded: usize,
+}
+
+#[derive(Debug)]
+struct ForwardedHeader {
+    /// Held, so the pointer comparison cannot meet a new header at the
+    /// same address.
+    from: Arc<CompactRouterHeader>,
+    local: PeerId,
+    forward: Vec<PeerId>,
+    bytes: Bytes,
+}
+
+impl CompactHeaderMemo {
+    /// [`CompactRouterHeader::parse`], or the header remembered for the
+    /// same bytes.
+    pub fn parse(&mut self, data: &[u8]) -> Result<Arc<CompactRouterHeader>, CompactRouterError> {
+        if let Some((_, h)) = self.read.iter().flatten().find(|(k, _)| k[..] == *data) {
+            return Ok(h.clone());
+        }
+        let h = Arc::new(CompactRouterHeader::parse(data)?);
+        self.read[self.next_read] = Some((Bytes::copy_from_slice(data), h.clone()));
+        self.next_read = (self.next_read + 1) % REMEMBERED_HEADERS;
+        Ok(h)
+    }
+
+    /// [`CompactRouterHeader::encode_forwarded`] of `h`, or the same bytes
+    /// remembered from the last time `h` (this very header, as
+    /// [`CompactHeaderMemo::parse`] gave it) went on with `local` and
+    /// `forward`.
+    pub fn forwarded(
+        &mut self,
+        h: &Arc<CompactRouterHeader>,
+        local: &PeerId,
+        forward: &[PeerId],
+    ) -> Bytes {
+        if let Some(f) = self
+            .forwarded
+            .iter()
+            .flatten()
+            .find(|f| Arc::ptr_eq(&f.from, h) && f.local == *local && f.forward[..] == *forward)
+        {
+            return f.bytes.clone();
+        }
+        let bytes = h.encode_forwarded(local, forward);
+        self.forwarded[self.next_forwarded] = Some(ForwardedHeader {
+            from: h.clone(),
+            local: *local,
+            forward: forward.to_vec(),
+            bytes: bytes.clone(),
+        });
+        self.next_forwarded = (self.next_forwarded + 1) % REMEMBERED_HEADERS;
+        bytes
+    }
+}
+
 /// A routed message that passed the checks.
 #[derive(Debug, Clone)]
 pub struct Inspected {
@@ -160,6 +254,8 @@ pub struct Inspected {
 /// the table, whose lookup hashes the whole element.
 #[derive(Debug, Default)]
 pub struct FingerprintVerifier {
+    /// The compact router headers read and forwarded last.
+    headers: CompactHeaderMemo,
     verified: HashMap<Bytes, PeerId>,
     capacity: usize,
     /// The last fingerprints proved (or found in `verified`), newest at
@@ -175,11 +271,18 @@ impl FingerprintVerifier {
     /// A verifier remembering up to `capacity` fingerprints.
     pub fn new(capacity: usize) -> FingerprintVerifier {
         FingerprintVerifier {
+            headers: CompactHeaderMemo::default(),
             verified: HashMap::new(),
             capacity: capacity.max(1),
             recent: Default::default(),
             next: 0,
         }
+    }
+
+    /// The memory of compact router headers [`inspect`] reads with, for
+    /// [`rewrite_forwarded`].
+    pub fn headers(&mut self) -> &mut CompactHeaderMemo {
+        &mut self.headers
     }
 
     fn remember_recent(&mut self, fp: &Bytes, peer: PeerId) {
@@ -290,7 +393,7 @@ pub fn inspect(
             return Err(ForwardError::CompactNotAllowed("link not compact"))
         }
         (Some(_), Some(_)) => return Err(ForwardError::CompactNotAllowed("two router headers")),
-        (Some(c), None) => Header::Compact(CompactRouterHeader::parse(&c.data)?),
+        (Some(c), None) => Header::Compact(verifier.headers.parse(&c.data)?),
         (None, Some(erm)) => Header::Xml(RouterHeader::parse(&erm.data)?),
         (None, None) => return Err(ForwardError::NoRouterHeader),
     };
@@ -425,11 +528,11 @@ pub fn forwarded_header(local: &PeerId, h: &Header, forward: &[PeerId]) -> Heade
             Header::Xml(out)
         }
         Header::Compact(h) => {
-            let mut out = h.clone();
+            let mut out = CompactRouterHeader::clone(h);
             out.last = *local;
             out.reverse.push(*local);
             out.forward = forward.to_vec();
-            Header::Compact(out)
+            Header::Compact(Arc::new(out))
         }
     }
 }
@@ -464,6 +567,7 @@ pub fn rewrite_forwarded(
     h: &Header,
     forward: &[PeerId],
     compact_next: bool,
+    memo: &mut CompactHeaderMemo,
 ) {
     match (h, compact_next) {
         (Header::Compact(c), true) => {
@@ -472,7 +576,7 @@ pub fn rewrite_forwarded(
             message.push(Element::bytes_static(
                 NS_JUXTA,
                 ELEM_COMPACT_ERM,
-                c.encode_forwarded(local, forward),
+                memo.forwarded(c, local, forward),
             ));
         }
         _ => rewrite(message, &forwarded_header(local, h, forward), compact_next),
@@ -781,6 +885,35 @@ mod tests {
         m
     }
 
+    /// More streams than the memo holds, in turn: every header read and
+    /// forwarded is what parsing and encoding give; a refused header is
+    /// refused again.
+    #[test]
+    fn the_header_memo_gives_what_parsing_and_encoding_give() {
+        let a = *ids()[0].peer_id();
+        let (r, r2) = (p(1), p(3));
+        let mut memo = CompactHeaderMemo::default();
+        for round in 0..3 {
+            for k in 0..REMEMBERED_HEADERS + 2 {
+                let h = CompactRouterHeader::originate(&a, &p(20 + k as u8), "S", None, &[]);
+                let bytes = h.encode();
+                let got = memo.parse(&bytes).unwrap();
+                assert_eq!(*got, h);
+                for (local, forward) in [(r, vec![]), (r2, vec![]), (r, vec![r2])] {
+                    assert_eq!(
+                        memo.forwarded(&got, &local, &forward),
+                        h.encode_forwarded(&local, &forward),
+                        "round {round} stream {k}"
+                    );
+                }
+                let mut bad = bytes.to_vec();
+                bad.push(0);
+                assert!(memo.parse(&bad).is_err());
+                assert!(memo.parse(&bad).is_err());
+            }
+        }
+    }
+
     #[test]
     fn forwarding_in_one_step_gives_the_two_steps_bytes() {
         let a = *ids()[0].peer_id();
@@ -793,11 +926,12 @@ mod tests {
         ] {
             let mut h = CompactRouterHeader::originate(&a, &b, "PipeService", param, &forward);
             h.reverse = reverse;
-            let i = Header::Compact(h.clone());
-            for compact_next in [true, false] {
+            let i = Header::Compact(Arc::new(h.clone()));
+            let mut memo = CompactHeaderMemo::default();
+            for compact_next in [true, false, true] {
                 let mut one = compact_msg(&h, Some(fp.clone()));
                 let mut two = one.clone();
-                rewrite_forwarded(&mut one, &r, &i, &forward, compact_next);
+                rewrite_forwarded(&mut one, &r, &i, &forward, compact_next, &mut memo);
                 rewrite(&mut two, &forwarded_header(&r, &i, &forward), compact_next);
                 assert_eq!(one, two);
             }
@@ -806,7 +940,7 @@ mod tests {
             let Header::Compact(want) = forwarded_header(&r, &i, &forward) else {
                 unreachable!()
             };
-            assert_eq!(f, want);
+            assert_eq!(f, *want);
         }
         // An XML header takes the two steps.
         let x = Header::Xml(
@@ -815,7 +949,14 @@ mod tests {
         for compact_next in [true, false] {
             let mut one = Message::new().with(Element::bytes("app", "x", &b"1"[..]));
             let mut two = one.clone();
-            rewrite_forwarded(&mut one, &r, &x, &[], compact_next);
+            rewrite_forwarded(
+                &mut one,
+                &r,
+                &x,
+                &[],
+                compact_next,
+                &mut CompactHeaderMemo::default(),
+            );
             rewrite(&mut two, &forwarded_header(&r, &x, &[]), compact_next);
             assert_eq!(one, two);
         }
@@ -901,14 +1042,16 @@ mod tests {
             inspect(&a, &a, &compact_msg(&h, None), &mut v, 8, true).unwrap_err(),
             ForwardError::Loop(LoopKind::Source)
         );
-        let Header::Compact(mut h2) = forwarded_header(&r, &Header::Compact(h.clone()), &[]) else {
+        let Header::Compact(mut h2) =
+            forwarded_header(&r, &Header::Compact(Arc::new(h.clone())), &[])
+        else {
             unreachable!()
         };
         assert_eq!(
             inspect(&r, &a, &compact_msg(&h2, None), &mut v, 8, true).unwrap_err(),
             ForwardError::Loop(LoopKind::LastHop)
         );
-        h2.last = p(3);
+        Arc::make_mut(&mut h2).last = p(3);
         assert_eq!(
             inspect(&r, &a, &compact_msg(&h2, None), &mut v, 8, true).unwrap_err(),
             ForwardError::Loop(LoopKind::Reverse)

@@ -560,7 +560,7 @@ mod tests {
 
     fn routed(src: PeerId, dest: PeerId, reverse: Vec<PeerId>) -> Inspected {
         Inspected {
-            header: Header::Compact(CompactRouterHeader {
+            header: Header::Compact(std::sync::Arc::new(CompactRouterHeader {
                 src,
                 dest,
                 service: "svc".into(),
@@ -568,7 +568,7 @@ mod tests {
                 last: reverse.last().copied().unwrap_or(src),
                 forward: Vec::new(),
                 reverse,
-            }),
+            })),
             src,
             dest,
         }

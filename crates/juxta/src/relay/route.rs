@@ -108,6 +108,20 @@ pub(crate) async fn on_link_message(
     None
 }
 
+/// [`forward::rewrite_forwarded`] with the router's memory of the headers
+/// it read and forwarded (a stream's header is encoded once).
+fn rewrite_forwarded(
+    inner: &Inner,
+    message: &mut Message,
+    local: &PeerId,
+    m: &forward::Inspected,
+    next: &[PeerId],
+    compact_next: bool,
+) {
+    let mut v = inner.router.verifier.lock().expect("router lock");
+    forward::rewrite_forwarded(message, local, &m.header, next, compact_next, v.headers());
+}
+
 fn refused(inner: &Inner, link: &PeerId, e: &ForwardError) {
     let s = &inner.stats;
     let c = match e {
@@ -253,7 +267,7 @@ async fn forward_message(
         // The compact header only to a Juxta peer on compact framing; a
         // JXSE hop gets the XML ERM.
         let compact_next = hop.compact_tx.load(Ordering::Acquire);
-        forward::rewrite_forwarded(&mut message, &local, &m.header, &nh.forward, compact_next);
+        rewrite_forwarded(inner, &mut message, &local, &m, &nh.forward, compact_next);
         crate::Messenger::new(hop, inner.clone())
             .send_raw(&to, message)
             .await
@@ -266,7 +280,7 @@ async fn forward_message(
     // is free; otherwise it is spooled.
     let compact_next =
         super::edge_conn(&server, &m.dest).is_some_and(|c| c.compact_tx.load(Ordering::Acquire));
-    forward::rewrite_forwarded(&mut message, &local, &m.header, &nh.forward, compact_next);
+    rewrite_forwarded(inner, &mut message, &local, &m, &nh.forward, compact_next);
     let len = message.payload_len();
     let message = match super::pass_through(inner, &server, &m.dest, len, &to, message) {
         super::Passed::Sent => {
