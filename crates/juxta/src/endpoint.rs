@@ -431,7 +431,7 @@ impl Messenger {
                         // The first hop is a Juxta peer on compact framing:
                         // the binary header (it rewrites it for the next hop
                         // as that hop's connection allows).
-                        Some(h) => Element::bytes(NS_JUXTA, ELEM_COMPACT_ERM, h.encode()),
+                        Some(h) => Element::bytes_static(NS_JUXTA, ELEM_COMPACT_ERM, h.encode()),
                         None => {
                             let h = endpoint::forward::originate(
                                 me, &v.dest, service, param, &v.forward,
@@ -450,7 +450,7 @@ impl Messenger {
             }
         };
         msg.push(header);
-        msg.push(Element::bytes(
+        msg.push(Element::bytes_static(
             NS_JXTA,
             ELEM_ERM_FINGERPRINT,
             self.inner.router.fingerprint(&self.inner),

@@ -586,9 +586,10 @@ impl Inner {
             }
             return;
         }
+        let to = Arc::new(to);
         let tx = {
             let l = self.listeners.read().expect("listeners lock");
-            l.get(&to)
+            l.get(&*to)
                 .or_else(|| {
                     l.get(&ServiceAddress {
                         service: to.service.clone(),
@@ -599,7 +600,7 @@ impl Inner {
         };
         let d = Delivery {
             group: None,
-            to: Arc::new(to.clone()),
+            to: to.clone(),
             from: Some(from),
             message,
             routed: false,
