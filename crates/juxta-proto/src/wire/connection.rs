@@ -1112,6 +1112,18 @@ mod tests {
             Pair { i, a, chunk }
         }
 
+        /// Exchanges the welcome lines, whole; the initiator answers the
+        /// acceptor's welcome with its offer, which is not delivered.
+        /// Returns both welcomes and the offer's bytes.
+        fn welcomes(&mut self) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+            let w_i = std::mem::take(&mut self.i.tx);
+            self.a.receive(&w_i, usize::MAX).unwrap();
+            let w_a = std::mem::take(&mut self.a.tx);
+            self.i.receive(&w_a, usize::MAX).unwrap();
+            let offer = std::mem::take(&mut self.i.tx);
+            (w_i, w_a, offer)
+        }
+
         /// Moves bytes both ways until neither side has anything to say.
         fn pump(&mut self) -> Result<(), ConnectionError> {
             while !self.i.tx.is_empty() || !self.a.tx.is_empty() {
@@ -1257,11 +1269,7 @@ mod tests {
         // An initiator from before values: its offer has no `values`
         // element (replaced here by one without it, signed as usual).
         let mut p = Pair::new(cfg(true), cfg(true), usize::MAX);
-        let w_i = std::mem::take(&mut p.i.tx);
-        p.a.receive(&w_i, usize::MAX).unwrap();
-        let w_a = std::mem::take(&mut p.a.tx);
-        p.i.receive(&w_a, usize::MAX).unwrap();
-        let offer = std::mem::take(&mut p.i.tx);
+        let (w_i, _, offer) = p.welcomes();
         let mut scratch = Inbound::new(cfg(true));
         let mut rx = BytesMut::from(&w_i[..]);
         scratch.poll(&mut rx).unwrap().unwrap();
@@ -1499,12 +1507,7 @@ mod tests {
         forge: impl FnOnce(&Bytes, HandshakeMsg) -> HandshakeMsg,
     ) -> Result<(), ConnectionError> {
         let mut p = Pair::new(cfg(true), cfg(true), usize::MAX);
-        // Welcomes; the initiator answers the acceptor's welcome with its offer.
-        let w_i = std::mem::take(&mut p.i.tx);
-        p.a.receive(&w_i, usize::MAX).unwrap();
-        let w_a = std::mem::take(&mut p.a.tx);
-        p.i.receive(&w_a, usize::MAX).unwrap();
-        let offer = std::mem::take(&mut p.i.tx);
+        let (_, w_a, offer) = p.welcomes();
         assert!(!offer.is_empty(), "initiator sent an offer");
         p.a.receive(&offer, usize::MAX).unwrap();
         let real = std::mem::take(&mut p.a.tx);
