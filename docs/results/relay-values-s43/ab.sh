@@ -2,6 +2,7 @@
 # ab.sh ROUNDS BIN...: alternated wall-clock rounds of the relayed lane
 # against the direct pipe and tcp, one JSON per binary and round.
 set -u
+# (Output paths as on the machine that ran it; change them to rerun.)
 rounds=$1; shift
 out=/work/runs/s43/ab; mkdir -p $out
 for r in $(seq 1 $rounds); do

@@ -2,6 +2,7 @@
 # relaycpu.sh BIN TAG: one relayed-pipe 1 B lane; the relay process's CPU
 # time (user, system; clock ticks of 10 ms) read from /proc until it exits.
 set -u
+# (Output paths as on the machine that ran it; change them to rerun.)
 bin=$1; tag=$2; out=/work/runs/s43/cpu
 "$bin" bench pingpong --layers relayed-pipe --sizes 1 --pin none --warmup 1000 --runs 5 --pairs 20000 --json $out/$tag.json > $out/$tag.out 2>&1 &
 b=$!
