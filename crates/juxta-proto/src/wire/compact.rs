@@ -33,6 +33,9 @@
 //! [`MAX_VALUE_LEN`] bytes, [`MAX_VALUE_BYTES`] in all, per direction; the
 //! sender replaces its entries in turn once it is full, and the receiver
 //! keeps its own copy of each (a value never pins the frame it came in).
+//! A reference is accepted only on an element [`INTERNED_VALUES`] names,
+//! at most [`VALUES_PER_MESSAGE`] per message, so a frame of a few bytes
+//! never stands for more than that many values.
 //!
 //! The decoder allocates in proportion to what it has read: an interned
 //! name is copied once, when it is defined, and every element that refers
@@ -84,8 +87,9 @@ pub const MAX_VALUE_BYTES: usize = 128 * 1024;
 /// a routed stream.
 pub const INTERNED_VALUES: [(&str, &str); 2] =
     [("jxta", "EndpointRouterMsg-fingerprint"), ("juxta", "ERM")];
-/// Most values one message interns (further ones are written out).
-const VALUES_PER_MESSAGE: usize = 8;
+/// Most values one message refers to (the encoder writes further ones
+/// out; the decoder refuses a message with more references).
+pub const VALUES_PER_MESSAGE: usize = 8;
 /// Longest string in a definition.
 const MAX_STR: usize = 32 * 1024;
 
@@ -285,10 +289,14 @@ impl ValueTable {
 /// Whether `e`'s value is one [`INTERNED_VALUES`] names, of a length worth
 /// interning.
 fn internable(e: &Element) -> bool {
-    (MIN_VALUE_LEN..=MAX_VALUE_LEN).contains(&e.data.len())
-        && INTERNED_VALUES
-            .iter()
-            .any(|(ns, name)| *e.name == **name && *e.namespace == **ns)
+    (MIN_VALUE_LEN..=MAX_VALUE_LEN).contains(&e.data.len()) && is_interned(&e.namespace, &e.name)
+}
+
+/// Whether [`INTERNED_VALUES`] names this element.
+fn is_interned(namespace: &str, name: &str) -> bool {
+    INTERNED_VALUES
+        .iter()
+        .any(|(ns, n)| name == *n && namespace == *ns)
 }
 
 /// Whether two names are the same: the same shared string (a static name,
@@ -909,6 +917,7 @@ impl CompactDecoder {
         }
         // Each element takes at least 2 bytes: bounds the allocation.
         let mut elements = Vec::with_capacity((count as usize).min(c.body.len() / 2 + 1));
+        let mut refs = 0;
         for _ in 0..count {
             let id = c.varint()?;
             let (namespace, name, mime) = if id == 0 {
@@ -923,10 +932,24 @@ impl CompactDecoder {
             let data = match &self.values {
                 None => c.bytes(len)?,
                 Some(_) if len & 1 == 0 => c.bytes(len >> 1)?,
-                Some(table) => table
-                    .get(((len >> 1) as usize).wrapping_sub(1))
-                    .cloned()
-                    .ok_or(CompactError::BadValue("undefined id"))?,
+                Some(table) => {
+                    // Only where the encoder puts them: on the elements
+                    // it interns, at most a few per message (a reference
+                    // of two bytes stands for up to MAX_VALUE_LEN).
+                    refs += 1;
+                    if refs > VALUES_PER_MESSAGE {
+                        return Err(CompactError::BadValue("too many references"));
+                    }
+                    if !is_interned(&namespace, &name) {
+                        return Err(CompactError::BadValue(
+                            "reference on an element not interned",
+                        ));
+                    }
+                    table
+                        .get(((len >> 1) as usize).wrapping_sub(1))
+                        .cloned()
+                        .ok_or(CompactError::BadValue("undefined id"))?
+                }
             };
             elements.push(Element {
                 namespace,
@@ -1403,9 +1426,19 @@ mod tests {
             rx
         };
         // body: [defines] 0x03 channel 0 "S" no-param, 1 element, literal
-        // name "" "n" "", then the length-or-reference varint.
+        // name "jxta" "EndpointRouterMsg-fingerprint" "" (an interned
+        // element), then the length-or-reference varint.
+        let fp_name = |ns: &str, name: &str| {
+            let mut b = vec![0, ns.len() as u8];
+            b.extend_from_slice(ns.as_bytes());
+            b.push(name.len() as u8);
+            b.extend_from_slice(name.as_bytes());
+            b.push(0);
+            b
+        };
         let msg = |tail: &[u8]| {
-            let mut b = vec![TAG_MESSAGE, 0, 1, b'S', 0, 1, 0, 0, 1, b'n', 0];
+            let mut b = vec![TAG_MESSAGE, 0, 1, b'S', 0, 1];
+            b.extend(fp_name("jxta", "EndpointRouterMsg-fingerprint"));
             b.extend_from_slice(tail);
             b
         };
@@ -1449,6 +1482,33 @@ mod tests {
         assert_eq!(m.elements[0].data, vec![7u8; 40]);
         let (_, m, _) = decode(&mut dec, msg(&[4, 1, 2])).unwrap().unwrap();
         assert_eq!(m.elements[0].data, vec![1u8, 2]);
+        // A reference on an element that is not interned.
+        let mut other = vec![TAG_MESSAGE, 0, 1, b'S', 0, 1];
+        other.extend(fp_name("jxta", "other"));
+        other.push(3);
+        assert_eq!(
+            decode(&mut dec, other).unwrap_err(),
+            CompactError::BadValue("reference on an element not interned")
+        );
+        // More references than a message may carry: a 2-byte reference
+        // each, standing for 40 bytes.
+        let many = |n: u8| {
+            let mut b = vec![TAG_MESSAGE, 0, 1, b'S', 0, n];
+            for _ in 0..n {
+                // A literal name each time (id 0), then value 1.
+                b.extend(fp_name("jxta", "EndpointRouterMsg-fingerprint"));
+                b.push(3);
+            }
+            b
+        };
+        let (_, m, _) = decode(&mut dec, many(VALUES_PER_MESSAGE as u8))
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.elements.len(), VALUES_PER_MESSAGE);
+        assert_eq!(
+            decode(&mut dec, many(VALUES_PER_MESSAGE as u8 + 1)).unwrap_err(),
+            CompactError::BadValue("too many references")
+        );
         // The byte budget: full-length values past it.
         let mut dec = CompactDecoder::with_values();
         let fit = MAX_VALUE_BYTES / MAX_VALUE_LEN;
