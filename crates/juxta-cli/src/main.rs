@@ -1000,6 +1000,12 @@ struct RelayArgs {
     /// Write the results here as JSON (`command`, `machine`, `results`).
     #[arg(long)]
     json: Option<PathBuf>,
+    /// CPU placement: `same` runs the bench (both edges) and every relay
+    /// process it starts on CPU 0, as `bench pingpong --pin same` does;
+    /// `none` lets them float (on a VM a message that wakes a process on
+    /// another, idle vCPU then waits for that vCPU).
+    #[arg(long, default_value = "none")]
+    pin: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -2492,6 +2498,18 @@ fn run_relay(a: RelayArgs) -> Result<(), CliError> {
         ..RelayOptions::default()
     };
     opts.validate()?;
+    // Pinned before any runtime thread or relay process exists: both
+    // inherit this process's CPU mask.
+    match Pin::parse(&a.pin)? {
+        Pin::Same => juxta_bench::util::pin_process(std::process::id(), Some(0)),
+        Pin::None => {}
+        Pin::Split => {
+            return Err(juxta_bench::BenchError::BadOption(
+                "--pin split (bench relay takes same or none)".into(),
+            )
+            .into())
+        }
+    }
     // Removed (namespaces and all) when this function returns.
     let topology = net_topology(&a.net)?;
     let rows = if topology.namespaces().is_empty() {
