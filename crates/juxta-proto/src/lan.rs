@@ -62,7 +62,7 @@ use crate::advertisement::{RdvAdvertisement, RouteAdvertisement};
 use crate::id::{PeerGroupId, PeerId};
 use crate::message::Message;
 use crate::rendezvous::messages::{PeerViewKind, PeerViewMessage, RDV_SERVICE};
-use crate::rendezvous::Millis;
+use crate::time::Millis;
 
 /// Default interval between periodic announcements.
 pub const DEFAULT_ANNOUNCE_INTERVAL_MS: u64 = 2_000;

@@ -21,6 +21,12 @@
 //!   resolver's rules (scoping, handlers, admission, answer routing).
 //! - [`node`]: the resolver and rendezvous service of one peer composed
 //!   into one machine (what the simulator runs).
+//!
+//! Every machine follows one contract: inputs are `handle_*(…, now)`
+//! calls and commands; outputs are [`transmit::Transmit`]s from
+//! `poll_transmit`, the layer's own event enum from `poll_event`, and the
+//! next deadline from `poll_timeout`, fed back with `handle_timeout(now)`;
+//! time is [`time::Millis`] on one clock per peer.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -40,4 +46,6 @@ pub mod resolver;
 pub mod sim;
 pub mod socket;
 pub mod srdi;
+pub mod time;
+pub mod transmit;
 pub mod wire;

@@ -50,7 +50,8 @@ use crate::endpoint::ServiceAddress;
 use crate::id::PeerId;
 use crate::message::Message;
 use crate::rendezvous::node::{NodeError, NodeEvent, RendezvousNode, SrdiKey, LOOKUP_HANDLER};
-use crate::rendezvous::{Millis, Transmit};
+use crate::time::Millis;
+use crate::transmit::Transmit;
 use crate::resolver::node::{
     classify, Direction, Handler, Refusal, ResolverConfig, ResolverEvent, ResolverNode,
     ResolverNodeError,

@@ -363,6 +363,12 @@ pub(crate) struct Inner {
     /// Queries and responses a group's node (its rendezvous task) admitted
     /// for the services the resolver task runs.
     pub(crate) admitted: tokio::sync::mpsc::Sender<crate::resolver::Admitted>,
+    /// Commands to the resolver task (pipe resolutions, remote searches):
+    /// it owns their state.
+    pub(crate) commands: crate::resolver::Commands,
+    /// The peer's clock: every machine of the peer takes its time from
+    /// here ([`juxta_proto::time`]).
+    pub(crate) clock: juxta_proto::time::Clock,
     /// HTTP sessions being opened, by server address: a second dial of
     /// the same address waits for the first and reuses its session (a
     /// server keeps one session per peer, so two opened at once would
@@ -1154,6 +1160,7 @@ impl Peer {
         let discovery = crate::discovery::State::new(cache.clone(), cfg.discovery);
         let resolver = crate::resolver::machine(&cfg.connection.group_unique, &cfg.discovery);
         let (admitted, admitted_rx) = tokio::sync::mpsc::channel(crate::resolver::ADMITTED_QUEUE);
+        let (commands, commands_rx) = crate::resolver::Commands::channel();
         let listener = match cfg.listen {
             Some(addr) => Some(
                 TcpListener::bind(addr)
@@ -1199,6 +1206,8 @@ impl Peer {
             crypto: Semaphore::new(crypto_permits()),
             resolver: std::sync::Mutex::new(resolver),
             admitted,
+            commands,
+            clock: juxta_proto::time::Clock::new(),
             http_dials: Default::default(),
             replay: std::sync::Mutex::new(juxta_proto::wire::replay::ReplayCache::new(
                 juxta_proto::wire::replay::DEFAULT_REPLAY_CAPACITY,
@@ -1213,7 +1222,7 @@ impl Peer {
             inner.tasks.adopt(t);
         }
         let tasks = &inner.tasks;
-        tasks.adopt(crate::resolver::spawn(&inner, admitted_rx)?);
+        tasks.adopt(crate::resolver::spawn(&inner, admitted_rx, commands_rx)?);
         tasks.adopt(crate::pipe::secure::spawn(&inner)?);
         if let Some(t) = crate::transport::multicast::spawn(&inner) {
             tasks.adopt(t);

@@ -202,9 +202,84 @@ fn lock(inner: &Inner) -> std::sync::MutexGuard<'_, Machine> {
     inner.resolver.lock().expect("resolver lock")
 }
 
-/// The resolver's clock: milliseconds since the peer started.
+/// The resolver's clock: the peer's.
 fn now_ms(inner: &Inner) -> u64 {
-    u64::try_from(inner.discovery.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    inner.clock.now()
+}
+
+/// Most commands queued for the resolver task (a caller past this waits
+/// for room: services push back, nothing is dropped).
+pub(crate) const COMMAND_QUEUE: usize = 256;
+
+/// What a service asks the resolver task to do: the task owns the state
+/// of the searches and resolutions in progress, since their answers arrive
+/// there.
+pub(crate) enum Command {
+    /// Resolve which peer holds an input pipe.
+    Bind(crate::pipe::registry::BindRequest),
+    /// Ask peers a discovery query and gather their answers.
+    Search(crate::discovery::SearchRequest),
+}
+
+/// The services' way to the resolver task: commands over a bounded
+/// channel.
+#[derive(Clone)]
+pub(crate) struct Commands(mpsc::Sender<Command>);
+
+impl Commands {
+    /// A handle and the task's end of its channel.
+    pub(crate) fn channel() -> (Commands, mpsc::Receiver<Command>) {
+        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
+        (Commands(tx), rx)
+    }
+
+    /// Asks for a pipe resolution (its outcome comes on the request's
+    /// reply channel).
+    pub(crate) async fn bind(
+        &self,
+        req: crate::pipe::registry::BindRequest,
+    ) -> Result<(), crate::pipe::PipeError> {
+        self.0
+            .send(Command::Bind(req))
+            .await
+            .map_err(|_| crate::pipe::PipeError::Stopped)
+    }
+
+    /// Asks for a remote search (its outcome comes on the request's reply
+    /// channel); `Err` when the task is gone.
+    pub(crate) async fn search(&self, req: crate::discovery::SearchRequest) -> Result<(), ()> {
+        self.0.send(Command::Search(req)).await.map_err(|_| ())
+    }
+}
+
+/// What the resolver task owns besides the groups' nodes.
+struct Services {
+    nodes: Nodes,
+    binds: crate::pipe::registry::Bindings,
+    searches: crate::discovery::RemoteSearches,
+}
+
+impl Services {
+    /// The earliest deadline of the state held here.
+    fn poll_timeout(&self) -> Option<u64> {
+        match (self.binds.poll_timeout(), self.searches.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn handle_timeout(&mut self, inner: &Arc<Inner>, now: u64) {
+        self.binds.handle_timeout(inner, now);
+        self.searches.handle_timeout(now);
+    }
+
+    fn command(&mut self, inner: &Arc<Inner>, c: Command) {
+        let now = now_ms(inner);
+        match c {
+            Command::Bind(req) => self.binds.start(inner, req, now),
+            Command::Search(req) => self.searches.start(inner, req, now),
+        }
+    }
 }
 
 /// The group `unique` was joined: its resolver traffic is served.
@@ -259,6 +334,7 @@ pub(crate) fn count(inner: &Inner, r: &Refusal) {
 pub(crate) fn spawn(
     inner: &Arc<Inner>,
     mut admitted: mpsc::Receiver<Admitted>,
+    mut commands: mpsc::Receiver<Command>,
 ) -> Result<JoinHandle<()>, PeerError> {
     // With a rendezvous service, the Net group's queues are read by its
     // task, which runs the group's node ([`net_queues`]): a
@@ -272,23 +348,52 @@ pub(crate) fn spawn(
     // Queues of other groups (subgroups) arrive here.
     let mut others = inner.add_listener(ServiceAddress::new(RESOLVER_SERVICE, None))?;
     let weak = Arc::downgrade(inner);
+    let clock = inner.clock;
+    let max_searches = inner.cfg.discovery.max_pending;
     Ok(tokio::spawn(async move {
         // The nodes of the groups served here (no rendezvous task of
-        // their own), by unique value.
-        let mut nodes = Nodes::default();
+        // their own), by unique value, and the services' state.
+        let mut svc = Services {
+            nodes: Nodes::default(),
+            binds: crate::pipe::registry::Bindings::new(),
+            searches: crate::discovery::RemoteSearches::new(max_searches),
+        };
+        enum Input {
+            Message(Delivery),
+            Admitted(Admitted),
+            Command(Command),
+            Timer,
+        }
         loop {
-            let d = tokio::select! {
-                d = recv_opt(&mut queries) => d.map(Ok),
-                d = recv_opt(&mut responses) => d.map(Ok),
-                d = others.recv_delivery() => d.map(Ok),
-                a = admitted.recv() => a.map(Err),
+            let deadline = svc.poll_timeout();
+            let timer = async {
+                match deadline {
+                    Some(t) => tokio::time::sleep_until(clock.instant(t).into()).await,
+                    None => std::future::pending().await,
+                }
             };
-            let (Some(d), Some(inner)) = (d, weak.upgrade()) else {
+            let input = tokio::select! {
+                d = recv_opt(&mut queries) => d.map(Input::Message),
+                d = recv_opt(&mut responses) => d.map(Input::Message),
+                d = others.recv_delivery() => d.map(Input::Message),
+                a = admitted.recv() => a.map(Input::Admitted),
+                c = commands.recv() => c.map(Input::Command),
+                _ = timer => Some(Input::Timer),
+            };
+            let (Some(input), Some(inner)) = (input, weak.upgrade()) else {
                 return;
             };
-            let r = match d {
-                Ok(d) => handle(&inner, &mut nodes, d).await,
-                Err(a) => execute(&inner, a).await,
+            let r = match input {
+                Input::Message(d) => handle(&inner, &mut svc, d).await,
+                Input::Admitted(a) => execute(&inner, &mut svc, a).await,
+                Input::Command(c) => {
+                    svc.command(&inner, c);
+                    Ok(())
+                }
+                Input::Timer => {
+                    svc.handle_timeout(&inner, clock.now());
+                    Ok(())
+                }
             };
             if let Err(why) = r {
                 match why {
@@ -375,7 +480,7 @@ impl Nodes {
     }
 }
 
-async fn handle(inner: &Arc<Inner>, nodes: &mut Nodes, mut d: Delivery) -> Result<(), Fault> {
+async fn handle(inner: &Arc<Inner>, svc: &mut Services, mut d: Delivery) -> Result<(), Fault> {
     // Step one: the machine scopes the message (its queue, its group).
     let s = lock(inner).accept(d.to.param.as_deref(), d.group.as_deref())?;
     // The Net group is the only open one here; any other is a joined
@@ -423,7 +528,7 @@ async fn handle(inner: &Arc<Inner>, nodes: &mut Nodes, mut d: Delivery) -> Resul
         return Err(Refusal::Anonymous.into());
     };
     let g = s.group;
-    let node = nodes.get(inner, ctx.as_ref(), &g);
+    let node = svc.nodes.get(inner, ctx.as_ref(), &g);
     match node.handle_message(from, proven, &d.to, d.message, now_ms(inner)) {
         Ok(()) => {}
         Err(InputError::Resolver(r)) => return Err(r.into()),
@@ -442,6 +547,7 @@ async fn handle(inner: &Arc<Inner>, nodes: &mut Nodes, mut d: Delivery) -> Resul
     for event in events {
         execute(
             inner,
+            svc,
             Admitted {
                 ctx: ctx.clone(),
                 group: g.clone(),
@@ -454,7 +560,7 @@ async fn handle(inner: &Arc<Inner>, nodes: &mut Nodes, mut d: Delivery) -> Resul
 }
 
 /// Executes what a group's node admitted.
-async fn execute(inner: &Arc<Inner>, a: Admitted) -> Result<(), Fault> {
+async fn execute(inner: &Arc<Inner>, svc: &mut Services, a: Admitted) -> Result<(), Fault> {
     let Admitted { ctx, group, event } = a;
     if ctx.as_ref().is_some_and(|c| c.is_closed()) {
         // Left meanwhile.
@@ -486,6 +592,7 @@ async fn execute(inner: &Arc<Inner>, a: Admitted) -> Result<(), Fault> {
         } => {
             on_response(
                 inner,
+                svc,
                 ctx.as_ref(),
                 &group,
                 key,
@@ -716,8 +823,10 @@ async fn send_response(
 }
 
 /// A response (or an admitted unsolicited one) for `key`'s service.
+#[allow(clippy::too_many_arguments)]
 async fn on_response(
     inner: &Arc<Inner>,
+    svc: &mut Services,
     ctx: Option<&Arc<crate::group::GroupCtx>>,
     g: &str,
     key: Service,
@@ -736,13 +845,24 @@ async fn on_response(
             let Some(cache) = cache_of(inner, ctx) else {
                 return Ok(());
             };
-            crate::discovery::on_response(inner, g, &cache, r.query_id, resp, from, proven).await;
+            crate::discovery::on_response(
+                inner,
+                &mut svc.searches,
+                g,
+                &cache,
+                r.query_id,
+                resp,
+                from,
+                proven,
+            )
+            .await;
         }
         Service::Route => crate::relay::route::on_response(inner, g, &r, from).await?,
         Service::NoRoute => crate::relay::route::on_no_route(inner, g, &r, from)?,
         Service::PipeBinding => {
             let msg = PipeResolverMsg::parse(&r.response)?;
-            inner.pipes.on_answer(r.query_id, msg, from);
+            svc.binds
+                .on_answer(inner, now_ms(inner), r.query_id, msg, from);
         }
         // Peer info answers are not asked for here.
         Service::PeerInfo => {}

@@ -16,6 +16,7 @@
 //! The Peer Information Protocol documents are in [`peerinfo`].
 
 pub mod peerinfo;
+pub mod search;
 
 use crate::advertisement::shallow::{parse_shallow, Kept};
 use crate::advertisement::tree::XmlElement;

@@ -8,10 +8,12 @@
 //!   `PipeResolver.processQuery` for an edge peer.
 //! - [`Binder`]: the sans-IO state machine that resolves output pipes: it
 //!   hands out queries to send, matches answers by query ID and pipe ID,
-//!   re-sends on a timer and gives up at a deadline. Time is passed in.
+//!   re-sends on a timer and gives up at a deadline. Time is passed in
+//!   ([`Millis`]); every output, queries and outcomes, comes from
+//!   [`Binder::poll_event`].
 
-use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
 
 use crate::advertisement::AdvError;
 use crate::advertisement::{
@@ -19,6 +21,7 @@ use crate::advertisement::{
 };
 use crate::id::{IdError, PeerId, PipeId};
 use crate::resolver::ResolverQuery;
+use crate::time::{later, Millis};
 
 /// The resolver handler name of the pipe binding protocol.
 pub const PIPE_RESOLVER_HANDLER: &str = "JxtaPipeResolver";
@@ -343,9 +346,12 @@ impl OutgoingQuery {
     }
 }
 
-/// How a resolution ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a [`Binder`] asks its owner to do ([`Binder::poll_event`]): send a
+/// query, or learn how a resolution ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BindEvent {
+    /// Send this query (the first one of a resolution, and each re-send).
+    Query(OutgoingQuery),
     /// A peer answered `Found=true`: send pipe messages to it.
     Bound {
         /// The resolution.
@@ -369,20 +375,12 @@ impl BindEvent {
     /// The resolution the event is about.
     pub fn bind(&self) -> BindId {
         match self {
+            BindEvent::Query(q) => q.bind,
             BindEvent::Bound { bind, .. }
             | BindEvent::NotFound { bind }
             | BindEvent::TimedOut { bind } => *bind,
         }
     }
-}
-
-/// What [`Binder::handle_timeout`] asks the runtime to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BinderAction {
-    /// Re-send a query.
-    Send(OutgoingQuery),
-    /// A resolution ended.
-    Event(BindEvent),
 }
 
 /// Errors from [`Binder::start`].
@@ -396,14 +394,6 @@ pub enum BinderError {
     TooManyCandidates(usize),
 }
 
-/// `now + d`, saturating (an `Instant` cannot represent arbitrarily late
-/// times; a century is "never" for a resolution).
-fn later(now: Instant, d: Duration) -> Instant {
-    now.checked_add(d)
-        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400)))
-        .unwrap_or(now)
-}
-
 #[derive(Debug)]
 struct Pending {
     query_id: i32,
@@ -414,8 +404,8 @@ struct Pending {
     /// Whether a "found" answer from a peer not asked is taken (the query
     /// went through a rendezvous, which forwards it to the holder).
     accept_any: bool,
-    deadline: Instant,
-    next_retry: Instant,
+    deadline: Millis,
+    next_retry: Millis,
 }
 
 impl Pending {
@@ -431,17 +421,20 @@ impl Pending {
 /// The sans-IO output-pipe resolver.
 ///
 /// ```
-/// use std::time::{Duration, Instant};
+/// use std::time::Duration;
 /// use juxta_proto::advertisement::PipeType;
 /// use juxta_proto::pipe::binding::{answer_query, BindEvent, Binder};
 /// let pipe = "urn:jxta:cbid-59616261646162614E504720503250331122334455667788112233445566778804".parse().unwrap();
 /// let host = "urn:jxta:cbid-59616261646162614A787461503250331122334455667788112233445566778803".parse().unwrap();
 /// let mut b = Binder::new(1, 16);
-/// let now = Instant::now();
-/// let (bind, q) = b.start(now, pipe, PipeType::Unicast, vec![host], Duration::from_secs(15)).unwrap();
+/// let now = 0; // ms on the owner's clock
+/// let bind = b.start(now, pipe, PipeType::Unicast, vec![host], Duration::from_secs(15)).unwrap();
+/// let Some(BindEvent::Query(q)) = b.poll_event() else { unreachable!() };
 /// // ... q.msg travels to `host`, which answers:
 /// let answer = answer_query(&host, &q.msg, false, |_, _| true).unwrap();
-/// assert_eq!(b.handle_answer(now, q.query_id, answer, host), Some(BindEvent::Bound { bind, peer: host }));
+/// b.handle_answer(now + 3, q.query_id, answer, host);
+/// assert_eq!(b.poll_event(), Some(BindEvent::Bound { bind, peer: host }));
+/// assert_eq!(b.poll_timeout(), None);
 /// ```
 #[derive(Debug)]
 pub struct Binder {
@@ -451,6 +444,8 @@ pub struct Binder {
     retry: Duration,
     pending: BTreeMap<BindId, Pending>,
     by_query: HashMap<i32, BindId>,
+    events: VecDeque<BindEvent>,
+    dropped: u64,
 }
 
 impl Binder {
@@ -465,7 +460,36 @@ impl Binder {
             retry: DEFAULT_RETRY,
             pending: BTreeMap::new(),
             by_query: HashMap::new(),
+            events: VecDeque::new(),
+            dropped: 0,
         }
+    }
+
+    /// Most events held for the owner: a query and an outcome per
+    /// resolution, and some slack (past it the oldest is dropped and
+    /// counted in [`Binder::dropped`]; an owner that polls after every
+    /// input never gets there).
+    fn max_events(&self) -> usize {
+        self.max_binds.saturating_mul(2).saturating_add(16)
+    }
+
+    fn push(&mut self, e: BindEvent) {
+        if self.events.len() >= self.max_events() {
+            self.events.pop_front();
+            self.dropped = self.dropped.saturating_add(1);
+        }
+        self.events.push_back(e);
+    }
+
+    /// The next thing to do, oldest first: a query to send, or how a
+    /// resolution ended.
+    pub fn poll_event(&mut self) -> Option<BindEvent> {
+        self.events.pop_front()
+    }
+
+    /// Events dropped because the owner did not poll them.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
     }
 
     /// Sets the re-send interval (at least [`MIN_RETRY`]).
@@ -501,17 +525,18 @@ impl Binder {
         }
     }
 
-    /// Starts resolving `pipe_id`: returns the bind and the first query to
-    /// send. With no candidates the query is undirected and the bind can
-    /// only end bound or timed out. Duplicate candidates are dropped.
+    /// Starts resolving `pipe_id`: returns the bind; its first query to
+    /// send is the next [`BindEvent::Query`]. With no candidates the query
+    /// is undirected and the bind can only end bound or timed out.
+    /// Duplicate candidates are dropped.
     pub fn start(
         &mut self,
-        now: Instant,
+        now: Millis,
         pipe_id: PipeId,
         pipe_type: PipeType,
         candidates: Vec<PeerId>,
         timeout: Duration,
-    ) -> Result<(BindId, OutgoingQuery), BinderError> {
+    ) -> Result<BindId, BinderError> {
         if self.pending.len() >= self.max_binds {
             return Err(BinderError::Full(self.max_binds));
         }
@@ -552,7 +577,8 @@ impl Binder {
             },
         );
         self.by_query.insert(query_id, bind);
-        Ok((bind, query))
+        self.push(BindEvent::Query(query));
+        Ok(bind)
     }
 
     fn finish(&mut self, bind: BindId) -> Option<Pending> {
@@ -568,15 +594,27 @@ impl Binder {
     /// `Found=false` rules out the answer's peers and `from`, and once every
     /// candidate has been ruled out the bind ends with
     /// [`BindEvent::NotFound`]. Answers are accepted until
-    /// [`Binder::handle_timeout`] has reported the deadline.
+    /// [`Binder::handle_timeout`] has reported the deadline. Returns
+    /// whether the answer ended a resolution (its outcome is the next
+    /// event).
     pub fn handle_answer(
         &mut self,
-        now: Instant,
+        now: Millis,
         query_id: i32,
         answer: PipeResolverMsg,
         from: PeerId,
-    ) -> Option<BindEvent> {
+    ) -> bool {
         let _ = now;
+        match self.answer(query_id, answer, from) {
+            Some(e) => {
+                self.push(e);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn answer(&mut self, query_id: i32, answer: PipeResolverMsg, from: PeerId) -> Option<BindEvent> {
         let bind = *self.by_query.get(&query_id)?;
         let p = self.pending.get_mut(&bind)?;
         let PipeResolverMsg::Answer {
@@ -620,7 +658,7 @@ impl Binder {
     }
 
     /// When [`Binder::handle_timeout`] should next be called.
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub fn poll_timeout(&self) -> Option<Millis> {
         self.pending
             .values()
             .map(|p| p.next_retry.min(p.deadline))
@@ -629,18 +667,18 @@ impl Binder {
 
     /// Re-sends due queries (to the candidates that have not answered
     /// `Found=false`) and ends binds whose deadline has passed, in bind
-    /// order.
-    pub fn handle_timeout(&mut self, now: Instant) -> Vec<BinderAction> {
+    /// order (as events).
+    pub fn handle_timeout(&mut self, now: Millis) {
         let mut actions = Vec::new();
         let mut expired = Vec::new();
         for (bind, p) in self.pending.iter_mut() {
             if now >= p.deadline {
                 expired.push(*bind);
-                actions.push(BinderAction::Event(BindEvent::TimedOut { bind: *bind }));
+                actions.push(BindEvent::TimedOut { bind: *bind });
             } else if now >= p.next_retry {
                 p.next_retry = later(now, self.retry);
                 let peers = p.remaining();
-                actions.push(BinderAction::Send(OutgoingQuery {
+                actions.push(BindEvent::Query(OutgoingQuery {
                     bind: *bind,
                     query_id: p.query_id,
                     msg: PipeResolverMsg::Query {
@@ -655,7 +693,9 @@ impl Binder {
         for bind in expired {
             self.finish(bind);
         }
-        actions
+        for a in actions {
+            self.push(a);
+        }
     }
 
     /// Lets a resolution take a "found" answer from a peer it did not ask:
@@ -673,9 +713,11 @@ impl Binder {
         }
     }
 
-    /// Abandons a resolution; later answers for it are ignored. Returns
-    /// whether it was in progress.
+    /// Abandons a resolution: its events not yet polled are withdrawn and
+    /// later answers for it are ignored. Returns whether it was in
+    /// progress.
     pub fn cancel(&mut self, bind: BindId) -> bool {
+        self.events.retain(|e| e.bind() != bind);
         self.finish(bind).is_some()
     }
 }
@@ -684,6 +726,40 @@ impl Binder {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Starts a unicast bind of `pipe()` and takes its first query.
+    fn start(
+        bd: &mut Binder,
+        now: Millis,
+        candidates: Vec<PeerId>,
+        timeout: Duration,
+    ) -> Result<(BindId, OutgoingQuery), BinderError> {
+        let bind = bd.start(now, pipe(), PipeType::Unicast, candidates, timeout)?;
+        match bd.poll_event() {
+            Some(BindEvent::Query(q)) if q.bind == bind => Ok((bind, q)),
+            other => panic!("no first query: {other:?}"),
+        }
+    }
+
+    /// Feeds an answer and takes the outcome it caused, if any.
+    fn answer(
+        bd: &mut Binder,
+        now: Millis,
+        query_id: i32,
+        msg: PipeResolverMsg,
+        from: PeerId,
+    ) -> Option<BindEvent> {
+        let ended = bd.handle_answer(now, query_id, msg, from);
+        let e = bd.poll_event();
+        assert_eq!(ended, e.is_some());
+        e
+    }
+
+    /// Runs the timers and takes what they caused.
+    fn timeout(bd: &mut Binder, now: Millis) -> Vec<BindEvent> {
+        bd.handle_timeout(now);
+        std::iter::from_fn(|| bd.poll_event()).collect()
+    }
 
     const PIPE: &str =
         "urn:jxta:cbid-59616261646162614E50472050325033FB13C4EF50E149519865DF4CF007791604";
@@ -840,15 +916,10 @@ mod tests {
 
     #[test]
     fn binder_through_a_rendezvous_takes_the_holders_answer() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut bd = Binder::new(7, 4);
         // Asked: a (the rendezvous). The holder b answers instead.
-        let (bind, _q) = bd
-            .start(
-                t0,
-                pipe(),
-                PipeType::Unicast,
-                vec![a()],
+        let (bind, _q) = start(&mut bd, t0, vec![a()],
                 Duration::from_secs(5),
             )
             .unwrap();
@@ -859,13 +930,13 @@ mod tests {
         };
         let from_b = answer_query(&b(), &undirected, false, |_, _| true).unwrap();
         assert_eq!(
-            bd.handle_answer(t0, 7, from_b.clone(), b()),
+            answer(&mut bd, t0, 7, from_b.clone(), b()),
             None,
             "not asked"
         );
         assert!(bd.accept_answers_from_any(bind));
         assert_eq!(
-            bd.handle_answer(t0, 7, from_b, b()),
+            answer(&mut bd, t0, 7, from_b, b()),
             Some(BindEvent::Bound { bind, peer: b() })
         );
         assert!(!bd.accept_answers_from_any(bind), "finished");
@@ -873,14 +944,9 @@ mod tests {
 
     #[test]
     fn binder_bound_and_stale_answers() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut bd = Binder::new(41, 4);
-        let (bind, q) = bd
-            .start(
-                t0,
-                pipe(),
-                PipeType::Unicast,
-                vec![a(), a()],
+        let (bind, q) = start(&mut bd, t0, vec![a(), a()],
                 Duration::from_secs(5),
             )
             .unwrap();
@@ -891,8 +957,8 @@ mod tests {
         assert_eq!(PipeResolverMsg::parse(&rq.query).unwrap(), q.msg);
         let good = answer_query(&a(), &q.msg, false, |_, _| true).unwrap();
         // Wrong query ID, a query instead of an answer, another pipe, a peer not asked.
-        assert_eq!(bd.handle_answer(t0, 40, good.clone(), a()), None);
-        assert_eq!(bd.handle_answer(t0, 41, q.msg.clone(), a()), None);
+        assert_eq!(answer(&mut bd, t0, 40, good.clone(), a()), None);
+        assert_eq!(answer(&mut bd, t0, 41, q.msg.clone(), a()), None);
         let other_pipe = PipeResolverMsg::Answer {
             pipe_id:
                 "urn:jxta:cbid-59616261646162614E504720503250331122334455667788112233445566778804"
@@ -903,7 +969,7 @@ mod tests {
             found: true,
             peer_adv: None,
         };
-        assert_eq!(bd.handle_answer(t0, 41, other_pipe, a()), None);
+        assert_eq!(answer(&mut bd, t0, 41, other_pipe, a()), None);
         let from_b = answer_query(
             &b(),
             &PipeResolverMsg::Query {
@@ -915,116 +981,90 @@ mod tests {
             |_, _| true,
         )
         .unwrap();
-        assert_eq!(bd.handle_answer(t0, 41, from_b, b()), None);
+        assert_eq!(answer(&mut bd, t0, 41, from_b, b()), None);
         assert_eq!(
-            bd.handle_answer(t0, 41, good.clone(), a()),
+            answer(&mut bd, t0, 41, good.clone(), a()),
             Some(BindEvent::Bound { bind, peer: a() })
         );
         assert!(bd.is_empty());
-        assert_eq!(bd.handle_answer(t0, 41, good, a()), None);
+        assert_eq!(answer(&mut bd, t0, 41, good, a()), None);
         assert_eq!(bd.poll_timeout(), None);
     }
 
     #[test]
     fn binder_not_found_retry_and_timeout() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let retry = Duration::from_millis(100);
         let mut bd = Binder::new(0, 4).with_retry(retry);
         assert_eq!(bd.retry(), retry);
-        let (b1, q1) = bd
-            .start(
-                t0,
-                pipe(),
-                PipeType::Unicast,
-                vec![a(), b()],
+        let (b1, q1) = start(&mut bd, t0, vec![a(), b()],
                 Duration::from_millis(350),
             )
             .unwrap();
         assert_eq!(q1.query_id, 1);
-        assert_eq!(bd.poll_timeout(), Some(t0 + retry));
-        assert!(bd.handle_timeout(t0 + Duration::from_millis(50)).is_empty());
+        assert_eq!(bd.poll_timeout(), Some(later(t0, retry)));
+        assert!(timeout(&mut bd, t0 + 50).is_empty());
         // A says no: the re-send only goes to B.
         let nak_a = answer_query(&a(), &q1.msg, false, |_, _| false).unwrap();
-        assert_eq!(bd.handle_answer(t0, q1.query_id, nak_a, a()), None);
-        let acts = bd.handle_timeout(t0 + retry);
+        assert_eq!(answer(&mut bd, t0, q1.query_id, nak_a, a()), None);
+        let acts = timeout(&mut bd, later(t0, retry));
         assert_eq!(acts.len(), 1);
         match &acts[0] {
-            BinderAction::Send(q) => {
+            BindEvent::Query(q) => {
                 assert_eq!((q.bind, q.query_id, q.peers.clone()), (b1, 1, vec![b()]));
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(bd.poll_timeout(), Some(t0 + 2 * retry));
+        assert_eq!(bd.poll_timeout(), Some(later(t0, 2 * retry)));
         let nak_b = answer_query(&b(), &q1.msg, false, |_, _| false).unwrap();
         assert_eq!(
-            bd.handle_answer(t0, 1, nak_b, b()),
+            answer(&mut bd, t0, 1, nak_b, b()),
             Some(BindEvent::NotFound { bind: b1 })
         );
 
         // Undirected: NAKs never conclude; the deadline does.
-        let (b2, q2) = bd
-            .start(
-                t0,
-                pipe(),
-                PipeType::Unicast,
-                vec![],
+        let (b2, q2) = start(&mut bd, t0, vec![],
                 Duration::from_millis(250),
             )
             .unwrap();
         assert_eq!(q2.query_id, 2);
         assert!(q2.peers.is_empty());
         let nak = answer_query(&a(), &q2.msg, true, |_, _| false).unwrap();
-        assert_eq!(bd.handle_answer(t0, 2, nak, a()), None);
+        assert_eq!(answer(&mut bd, t0, 2, nak, a()), None);
         let mut sends = 0;
         let (end, now) = loop {
             let now = bd.poll_timeout().unwrap();
-            let acts = bd.handle_timeout(now);
+            let acts = timeout(&mut bd, now);
             sends += acts
                 .iter()
-                .filter(|a| matches!(a, BinderAction::Send(_)))
+                .filter(|a| matches!(a, BindEvent::Query(_)))
                 .count();
-            if let Some(BinderAction::Event(ev)) =
-                acts.iter().find(|a| matches!(a, BinderAction::Event(_)))
-            {
-                break (*ev, now);
+            if let Some(ev) = acts.iter().find(|a| !matches!(a, BindEvent::Query(_))) {
+                break (ev.clone(), now);
             }
         };
         assert_eq!(end, BindEvent::TimedOut { bind: b2 });
         assert_eq!(end.bind(), b2);
-        assert_eq!(now, t0 + Duration::from_millis(250));
+        assert_eq!(now, t0 + 250);
         assert_eq!(sends, 2);
         assert!(bd.is_empty());
     }
 
     #[test]
     fn binder_bounds_cancel_and_ids() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut bd = Binder::new(i32::MAX - 1, 2);
-        let (x, qx) = bd
-            .start(
-                t0,
-                pipe(),
-                PipeType::Unicast,
-                vec![a()],
+        let (x, qx) = start(&mut bd, t0, vec![a()],
                 Duration::from_secs(1),
             )
             .unwrap();
-        let (_, qy) = bd
-            .start(
-                t0,
-                pipe(),
-                PipeType::Unicast,
-                vec![a()],
+        let (_, qy) = start(&mut bd, t0, vec![a()],
                 Duration::from_secs(1),
             )
             .unwrap();
         assert_eq!((qx.query_id, qy.query_id), (i32::MAX - 1, 1));
         assert_eq!(
-            bd.start(
-                t0,
-                pipe(),
-                PipeType::Unicast,
-                vec![a()],
+            start(&mut bd, t0, vec![a()],
                 Duration::from_secs(1)
             ),
             Err(BinderError::Full(2))
@@ -1033,7 +1073,7 @@ mod tests {
         assert!(!bd.cancel(x));
         assert_eq!(bd.len(), 1);
         let good = answer_query(&a(), &qx.msg, false, |_, _| true).unwrap();
-        assert_eq!(bd.handle_answer(t0, qx.query_id, good, a()), None);
+        assert_eq!(answer(&mut bd, t0, qx.query_id, good, a()), None);
         let many: Vec<PeerId> = (0..=MAX_PEERS)
             .map(|i| {
                 format!("urn:jxta:cbid-59616261646162614A78746150325033{i:032X}03")
@@ -1042,27 +1082,17 @@ mod tests {
             })
             .collect();
         assert_eq!(
-            bd.start(t0, pipe(), PipeType::Unicast, many, Duration::from_secs(1)),
+            start(&mut bd, t0, many, Duration::from_secs(1)),
             Err(BinderError::TooManyCandidates(MAX_PEERS + 1))
         );
         // IDs in use are skipped after wrapping.
         let mut bd = Binder::new(1, 8);
-        let (_, q1) = bd
-            .start(
-                t0,
-                pipe(),
-                PipeType::Unicast,
-                vec![],
+        let (_, q1) = start(&mut bd, t0, vec![],
                 Duration::from_secs(1),
             )
             .unwrap();
         bd.next_query_id = 1;
-        let (_, q2) = bd
-            .start(
-                t0,
-                pipe(),
-                PipeType::Unicast,
-                vec![],
+        let (_, q2) = start(&mut bd, t0, vec![],
                 Duration::from_secs(1),
             )
             .unwrap();
@@ -1070,14 +1100,38 @@ mod tests {
     }
 
     #[test]
+    fn binder_events_are_withdrawn_on_cancel_and_bounded() {
+        let mut bd = Binder::new(1, 2);
+        let x = bd
+            .start(0, pipe(), PipeType::Unicast, vec![a()], Duration::from_secs(1))
+            .unwrap();
+        let y = bd
+            .start(0, pipe(), PipeType::Unicast, vec![b()], Duration::from_secs(1))
+            .unwrap();
+        assert!(bd.cancel(x));
+        // Only y's first query is left.
+        assert!(matches!(bd.poll_event(), Some(BindEvent::Query(q)) if q.bind == y));
+        assert_eq!(bd.poll_event(), None);
+        // An owner that never polls: the queue stays bounded, the excess
+        // counted.
+        for k in 0..100 {
+            bd.handle_timeout(k * 1_000);
+        }
+        assert!(bd.events.len() <= bd.max_events());
+        assert!(bd.is_empty(), "timed out");
+        let n = std::iter::from_fn(|| bd.poll_event()).count() as u64;
+        assert!(n > 0 && n <= bd.max_events() as u64);
+        assert_eq!(bd.dropped(), 0, "one timeout ends y: nothing overflowed");
+    }
+
+    #[test]
     fn binder_huge_durations_do_not_panic() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut bd = Binder::new(1, 2).with_retry(Duration::MAX);
-        let (_, q) = bd
-            .start(t0, pipe(), PipeType::Unicast, vec![a()], Duration::MAX)
+        let (_, q) = start(&mut bd, t0, vec![a()], Duration::MAX)
             .unwrap();
         assert!(bd.poll_timeout().unwrap() > t0);
-        assert!(bd.handle_timeout(t0 + Duration::from_secs(3600)).is_empty());
+        assert!(timeout(&mut bd, t0 + 3_600_000).is_empty());
         assert_eq!(q.query_id, 1);
     }
 

@@ -23,24 +23,9 @@ pub mod node;
 pub mod peerview;
 pub mod server;
 
-use crate::endpoint::ServiceAddress;
-use crate::id::PeerId;
-use crate::message::Message;
 
-/// Milliseconds on the caller's clock.
-pub type Millis = u64;
-
-/// A message to send: to which peer, which service and param (not yet
-/// mangled for the group), and the message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transmit {
-    /// The destination peer.
-    pub to: PeerId,
-    /// The destination listener.
-    pub dest: ServiceAddress,
-    /// The message.
-    pub message: Message,
-}
+pub use crate::time::Millis;
+pub use crate::transmit::Transmit;
 
 /// A small deterministic generator (splitmix64) for message IDs, so the
 /// state machines need no entropy source and simulations replay exactly.

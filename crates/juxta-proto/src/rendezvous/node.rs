@@ -72,7 +72,7 @@ use crate::resolver::{
     query_queue, response_queue, srdi_queue, ResolverQuery, ResolverResponse, RESOLVER_SERVICE,
 };
 use crate::srdi::flow::AdmissionConfig;
-use crate::srdi::node::{Arrival, SrdiAction, SrdiNode, SrdiNodeConfig};
+use crate::srdi::node::{Arrival, SrdiEvent, SrdiNode, SrdiNodeConfig};
 use crate::srdi::placement::global_view;
 use crate::srdi::search::{QueryPlan, SearchModel};
 use crate::srdi::{
@@ -1419,16 +1419,16 @@ impl RendezvousNode {
             return 0;
         };
         let mut n = 0;
-        while let Some(a) = r.srdi.poll_action() {
-            match a {
-                SrdiAction::Send(t) => {
-                    if t.to != me && !(t.to == not_to && t.dest == qaddr) {
-                        Self::queue(&mut self.out, &mut self.stats, t);
-                        n += 1;
-                    }
-                }
-                SrdiAction::Walk { dest, message, ttl } => n += r.srv.walk(&dest, message, ttl),
-                SrdiAction::Flood { dest, message, ttl } => {
+        while let Some(t) = r.srdi.poll_transmit() {
+            if t.to != me && !(t.to == not_to && t.dest == qaddr) {
+                Self::queue(&mut self.out, &mut self.stats, t);
+                n += 1;
+            }
+        }
+        while let Some(e) = r.srdi.poll_event() {
+            match e {
+                SrdiEvent::Walk { dest, message, ttl } => n += r.srv.walk(&dest, message, ttl),
+                SrdiEvent::Flood { dest, message, ttl } => {
                     r.srv.propagate(&dest, message, ttl);
                     n += 1;
                 }
@@ -1476,26 +1476,24 @@ impl RendezvousNode {
         let mut hits = Vec::new();
         let mut to_rdv = Vec::new();
         let qaddr = ServiceAddress::new(RESOLVER_SERVICE, Some(&query_queue(&g)));
-        while let Some(a) = r.srdi.poll_action() {
-            match a {
-                // A forward to a publisher: this rendezvous answers with it.
-                SrdiAction::Send(t) if t.dest == qaddr && !view.contains(&t.to) => {
-                    if hits.len() < MAX_ANSWER_PEERS {
-                        hits.push(t.to)
-                    }
+        while let Some(t) = r.srdi.poll_transmit() {
+            // A forward to a publisher: this rendezvous answers with it.
+            if t.dest == qaddr && !view.contains(&t.to) {
+                if hits.len() < MAX_ANSWER_PEERS {
+                    hits.push(t.to)
                 }
+            } else if t.dest == qaddr {
                 // A forward to another rendezvous (replica, server).
-                SrdiAction::Send(t) if t.dest == qaddr => {
-                    if t.to != me && Some(t.to) != from_rdv {
-                        to_rdv.push(t.to);
-                    }
+                if t.to != me && Some(t.to) != from_rdv {
+                    to_rdv.push(t.to);
                 }
-                SrdiAction::Send(t) => Self::queue(&mut self.out, &mut self.stats, t),
-                // A lookup has one answer: a walk's or flood's last hop
-                // could not return it, so misses are answered here.
-                SrdiAction::Walk { .. } | SrdiAction::Flood { .. } => {}
+            } else {
+                Self::queue(&mut self.out, &mut self.stats, t);
             }
         }
+        // A lookup has one answer: a walk's or flood's last hop could not
+        // return it, so misses are answered here.
+        while r.srdi.poll_event().is_some() {}
         if plan == Some(QueryPlan::Flood) {
             if let Some((pk, at, v)) = key {
                 hits = r

@@ -66,7 +66,7 @@ use super::{ResolverError, ResolverQuery, ResolverResponse};
 use crate::id::{PeerId, PeerMap};
 use crate::message::Message;
 use crate::rendezvous::messages::BusyNotice;
-use crate::rendezvous::Millis;
+use crate::time::Millis;
 
 /// Most handlers one resolver registers.
 pub const MAX_HANDLERS: usize = 64;

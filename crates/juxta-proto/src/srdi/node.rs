@@ -6,8 +6,9 @@
 //!
 //! The owner feeds it the current global view
 //! ([`super::placement::global_view`] over the peer view) and executes the
-//! [`SrdiAction`]s: plain sends, walks (via
-//! `RendezvousServer::walk`) and floods (via `RendezvousServer::propagate`).
+//! outputs: plain sends ([`SrdiNode::poll_transmit`]), walks (via
+//! `RendezvousServer::walk`) and floods (via `RendezvousServer::propagate`)
+//! ([`SrdiNode::poll_event`]).
 //!
 //! # Replication when the peer view changes
 //!
@@ -53,7 +54,8 @@ use crate::endpoint::ServiceAddress;
 use crate::id::PeerId;
 use crate::message::Message;
 use crate::rendezvous::messages::BusyNotice;
-use crate::rendezvous::{Millis, Transmit};
+use crate::time::Millis;
+use crate::transmit::Transmit;
 use crate::resolver::{query_queue, response_queue, srdi_queue, ResolverQuery, RESOLVER_SERVICE};
 
 use super::flow::{Admission, AdmissionConfig, Admit};
@@ -72,7 +74,7 @@ pub const MAX_FORWARD: usize = 10;
 pub const DEFAULT_WALK_TTL: i32 = 10;
 /// Default flood TTL.
 pub const DEFAULT_FLOOD_TTL: i32 = 3;
-/// Most actions queued (oldest discarded beyond, counted in
+/// Most transmits, and most events, queued (oldest discarded beyond, counted in
 /// [`SrdiNodeStats::overflow`]).
 pub const MAX_PENDING_ACTIONS: usize = 65_536;
 /// Default [`SrdiNodeConfig::settle_ms`].
@@ -125,11 +127,9 @@ impl Default for SrdiNodeConfig {
     }
 }
 
-/// What the owner must do.
+/// What the owner must do besides sending ([`SrdiNode::poll_event`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SrdiAction {
-    /// Send this message.
-    Send(Transmit),
+pub enum SrdiEvent {
     /// Walk `message` to `dest` on the other rendezvous
     /// (`RendezvousServer::walk(dest, message, ttl)`).
     Walk {
@@ -223,7 +223,8 @@ pub struct SrdiNode {
     index: SrdiIndex,
     adm: Admission,
     next_expire: Millis,
-    out: VecDeque<SrdiAction>,
+    out: VecDeque<Transmit>,
+    events: VecDeque<SrdiEvent>,
     stats: SrdiNodeStats,
     placement: Placement,
     held: VecDeque<Held>,
@@ -244,6 +245,7 @@ impl SrdiNode {
             cfg,
             next_expire: EXPIRE_INTERVAL_MS,
             out: VecDeque::new(),
+            events: VecDeque::new(),
             stats: SrdiNodeStats::default(),
             placement: Placement::default(),
             held: VecDeque::new(),
@@ -271,9 +273,14 @@ impl SrdiNode {
         self.stats
     }
 
-    /// Next action, oldest first.
-    pub fn poll_action(&mut self) -> Option<SrdiAction> {
+    /// The next message to send, oldest first.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.out.pop_front()
+    }
+
+    /// The next walk or flood to start, oldest first.
+    pub fn poll_event(&mut self) -> Option<SrdiEvent> {
+        self.events.pop_front()
     }
 
     /// When [`SrdiNode::handle_timeout`] (or, for a pending
@@ -359,12 +366,20 @@ impl SrdiNode {
         self.mark_dirty(now);
     }
 
-    fn push(&mut self, a: SrdiAction) {
+    fn push(&mut self, t: Transmit) {
         if self.out.len() >= MAX_PENDING_ACTIONS {
             self.out.pop_front();
             self.stats.overflow += 1;
         }
-        self.out.push_back(a);
+        self.out.push_back(t);
+    }
+
+    fn push_event(&mut self, e: SrdiEvent) {
+        if self.events.len() >= MAX_PENDING_ACTIONS {
+            self.events.pop_front();
+            self.stats.overflow += 1;
+        }
+        self.events.push_back(e);
     }
 
     fn srdi_addr(&self) -> ServiceAddress {
@@ -381,7 +396,7 @@ impl SrdiNode {
             dest: self.srdi_addr(),
             message: Message::new().with(env.to_element(&self.group_unique)),
         };
-        self.push(SrdiAction::Send(t));
+        self.push(t);
     }
 
     /// A peer left (lease ended): forget its entries.
@@ -586,7 +601,7 @@ impl SrdiNode {
                     ),
                     message: Message::new().with(b.to_element()),
                 };
-                self.push(SrdiAction::Send(t));
+                self.push(t);
                 return None;
             }
         }
@@ -616,21 +631,21 @@ impl SrdiNode {
                 let hc = q.hop_count.saturating_add(1);
                 let m = Message::new().with(q.forwarded_element(&raw, &self.group_unique, hc));
                 for p in peers {
-                    self.push(SrdiAction::Send(Transmit {
+                    self.push(Transmit {
                         to: *p,
                         dest: ores.clone(),
                         message: m.clone(),
-                    }));
+                    });
                 }
             }
-            QueryPlan::Walk => self.push(SrdiAction::Walk {
+            QueryPlan::Walk => self.push_event(SrdiEvent::Walk {
                 dest: ores,
                 message: raw,
                 ttl: self.cfg.walk_ttl,
             }),
             QueryPlan::Flood => {
                 let m = Message::new().with(q.to_element(&self.group_unique));
-                self.push(SrdiAction::Flood {
+                self.push_event(SrdiEvent::Flood {
                     dest: ores,
                     message: m,
                     ttl: self.cfg.flood_ttl,
@@ -691,8 +706,7 @@ mod tests {
     /// Where each replicated entry went: (destination, value).
     fn sent_entries(n: &mut SrdiNode) -> Vec<(PeerId, String)> {
         let mut v = Vec::new();
-        while let Some(a) = n.poll_action() {
-            let SrdiAction::Send(t) = a else { panic!() };
+        while let Some(t) = n.poll_transmit() {
             let m = ResolverSrdi::from_message(&t.message, "g")
                 .unwrap()
                 .srdi_message()
@@ -820,8 +834,7 @@ mod tests {
             .unwrap();
         assert_eq!(out.stored, 20);
         let mut replicated = 0;
-        while let Some(a) = n.poll_action() {
-            let SrdiAction::Send(t) = a else { panic!() };
+        while let Some(t) = n.poll_transmit() {
             assert_ne!(t.to, peer(1));
             let m = ResolverSrdi::from_message(&t.message, "g")
                 .unwrap()
@@ -841,7 +854,7 @@ mod tests {
             1,
         );
         assert_eq!(plan, Some(QueryPlan::Forward(vec![peer(50)])));
-        let Some(SrdiAction::Send(t)) = n.poll_action() else {
+        let Some(t) = n.poll_transmit() else {
             panic!()
         };
         assert_eq!(t.to, peer(50));
@@ -861,7 +874,7 @@ mod tests {
             1,
         );
         assert_eq!(plan, None);
-        let Some(SrdiAction::Send(t)) = n.poll_action() else {
+        let Some(t) = n.poll_transmit() else {
             panic!()
         };
         assert_eq!(t.to, peer(60));
@@ -906,7 +919,7 @@ mod tests {
         n.handle_srdi(&peer(50), &publish(peer(50), &["a"]), &view, 0)
             .unwrap();
         assert!(n.index().is_empty());
-        let Some(SrdiAction::Send(t)) = n.poll_action() else {
+        let Some(t) = n.poll_transmit() else {
             panic!()
         };
         assert_eq!(t.to, peer(2));
@@ -938,8 +951,8 @@ mod tests {
         );
         assert_eq!(plan, Some(QueryPlan::Flood));
         assert!(matches!(
-            f.poll_action(),
-            Some(SrdiAction::Flood {
+            f.poll_event(),
+            Some(SrdiEvent::Flood {
                 ttl: DEFAULT_FLOOD_TTL,
                 ..
             })
@@ -949,8 +962,7 @@ mod tests {
     /// The replica messages in `n`'s actions: (to, message).
     fn drain(n: &mut SrdiNode) -> Vec<(PeerId, Message)> {
         let mut v = Vec::new();
-        while let Some(a) = n.poll_action() {
-            let SrdiAction::Send(t) = a else { panic!() };
+        while let Some(t) = n.poll_transmit() {
             v.push((t.to, t.message));
         }
         v
@@ -1010,7 +1022,7 @@ mod tests {
             assert_eq!(r.stats().held_dropped, 0);
             assert_eq!(r.stats().held, r.stats().held_released);
             // Held replicas are not replicated again.
-            assert!(r.poll_action().is_none());
+            assert!(r.poll_transmit().is_none() && r.poll_event().is_none());
         }
         assert_eq!(indexed, placed);
         // Every entry is on its replica: a query there finds edge 50.

@@ -22,7 +22,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::id::PeerId;
-use crate::rendezvous::Millis;
+use crate::time::Millis;
 
 /// What the table needs to know of a session the runtime holds.
 pub trait SessionState {

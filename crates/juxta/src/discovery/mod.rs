@@ -6,7 +6,10 @@
 //! Why it exists: every higher-level lookup (peers, groups, pipes) goes
 //! through discovery. The wire documents and lifetime rules are in
 //! [`juxta_proto::discovery`]; this module adds what needs I/O and a clock:
-//! the cache, pending remote queries (bounded), validation of everything a
+//! the cache, remote searches (bounded; their state is the sans-IO
+//! [`juxta_proto::discovery::search::Searches`], owned by the resolver task
+//! where the answers arrive: [`DiscoveryService`] sends it a command and
+//! awaits the outcome), validation of everything a
 //! remote peer sends before it is cached, and per-peer flow control of
 //! incoming queries (a token bucket: a flooding querier is throttled and
 //! counted in [`crate::Stats::discovery_throttled`]; other peers keep being
@@ -32,9 +35,9 @@
 //! ```
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use juxta_proto::advertisement::{AdvError, AdvKind, Advertisement, MAX_XML_LEN};
@@ -42,10 +45,12 @@ use juxta_proto::discovery::{
     peer_adv_text, DiscoveryEntry, DiscoveryQuery, DiscoveryResponse, Lifetimes,
     DEFAULT_LIFETIME_MS, MAX_RESPONSES,
 };
+use juxta_proto::discovery::search::{SearchEvent, Searches};
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
 use juxta_proto::resolver::{query_queue, response_queue, RESOLVER_SERVICE};
-use tokio::sync::mpsc;
+use juxta_proto::time::Millis;
+use tokio::sync::oneshot;
 
 use crate::cache::{self, CacheEntry, CacheError, CacheHandle};
 use crate::peer::Inner;
@@ -69,6 +74,9 @@ pub enum DiscoveryError {
     /// Sending the query failed.
     #[error(transparent)]
     Send(#[from] SendError),
+    /// The peer stopped (closed or dropped) before the search ended.
+    #[error("the peer stopped")]
+    Stopped,
     /// The search or publish was in a group this peer has left.
     #[error("not a member of group {0}")]
     NotMember(String),
@@ -141,19 +149,10 @@ impl Default for DiscoveryConfig {
     }
 }
 
-/// A pending remote query: the group (unique value) it was asked in, and
-/// its waiter.
-type Pending = (String, mpsc::Sender<Vec<Advertisement>>);
-
 /// Per-peer discovery state kept in the peer.
 pub(crate) struct State {
     pub(crate) cache: CacheHandle,
     cfg: DiscoveryConfig,
-    next_id: AtomicI32,
-    /// Pending remote queries: the group (unique value) each was asked
-    /// in, and the waiter.
-    pending: Mutex<HashMap<i32, Pending>>,
-    pub(crate) started: Instant,
     /// This peer's advertisement as discovery responses carry it (it does
     /// not change while the peer runs: ID, name, listening address),
     /// printed once instead of for every query answered.
@@ -165,22 +164,142 @@ impl State {
         State {
             cache,
             cfg,
-            next_id: AtomicI32::new(rand::random::<u16>() as i32 + 1),
-            pending: Mutex::new(HashMap::new()),
-            started: Instant::now(),
             own_text: std::sync::OnceLock::new(),
         }
     }
+}
 
-    fn next_query_id(&self) -> i32 {
-        loop {
-            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            if id > 0 {
-                return id;
-            }
-            // Wrapped: 0 is the remote-publish ID, negatives are unusual.
-            self.next_id.store(1, Ordering::Relaxed);
+/// A remote search a [`DiscoveryService`] asks the resolver task for.
+pub(crate) struct SearchRequest {
+    /// The group (`None`: the Net peer group).
+    scope: Option<Arc<crate::group::GroupCtx>>,
+    /// Its unique value.
+    group: String,
+    /// The query (its ID is the search's).
+    query: DiscoveryQuery,
+    /// The peers to ask.
+    targets: Vec<PeerId>,
+    /// How long to wait for answers.
+    timeout: Duration,
+    /// Where the outcome goes.
+    reply: oneshot::Sender<Result<Found, DiscoveryError>>,
+}
+
+/// The remote searches in progress: the resolver task's (it sends their
+/// queries, feeds them the answers and runs their timer).
+pub(crate) struct RemoteSearches {
+    searches: Searches,
+    waiting: HashMap<i32, oneshot::Sender<Result<Found, DiscoveryError>>>,
+}
+
+impl RemoteSearches {
+    pub(crate) fn new(max: usize) -> RemoteSearches {
+        RemoteSearches {
+            searches: Searches::new(rand::random::<u16>() as i32 + 1, max),
+            waiting: HashMap::new(),
         }
+    }
+
+    /// Starts a search: sends its query to each target.
+    pub(crate) fn start(&mut self, inner: &Inner, req: SearchRequest, now: Millis) {
+        let SearchRequest {
+            scope,
+            group,
+            query,
+            targets,
+            timeout,
+            reply,
+        } = req;
+        let want = (query.threshold as usize).max(1);
+        let id = match self.searches.start(now, &group, want, timeout) {
+            Ok(id) => id,
+            Err(_) => {
+                let max = inner.discovery.cfg.max_pending;
+                let _ = reply.send(Err(DiscoveryError::TooManyQueries(max)));
+                return;
+            }
+        };
+        let mut rq = query.to_resolver_query(id, *inner.identity.peer_id());
+        rq.src_route = local_route(inner);
+        let mut asked = 0;
+        for p in &targets {
+            let Some(m) = inner.messenger(p) else {
+                continue;
+            };
+            if post(scope.as_ref(), &m, &query_queue(&group), rq.to_element(&group)).is_ok() {
+                asked += 1;
+            }
+        }
+        if asked == 0 {
+            self.searches.cancel(id);
+            let _ = reply.send(Err(DiscoveryError::NotConnected("any peer".into())));
+            return;
+        }
+        self.waiting.insert(id, reply);
+        self.searches.asked(id, asked);
+        self.run();
+    }
+
+    /// Whether an answer `query_id` on `group`'s queue is awaited.
+    fn is_pending(&self, query_id: i32, group: &str) -> bool {
+        self.searches.is_pending(query_id, group)
+    }
+
+    /// An answer arrived, with the advertisements kept from it.
+    fn answered(&mut self, now: Millis, query_id: i32, group: &str, advs: Vec<Advertisement>) -> bool {
+        let taken = self.searches.handle_answer(now, query_id, group, advs);
+        self.run();
+        taken
+    }
+
+    /// When [`RemoteSearches::handle_timeout`] is next due.
+    pub(crate) fn poll_timeout(&self) -> Option<Millis> {
+        self.searches.poll_timeout()
+    }
+
+    /// Ends the searches past their deadline, and forgets those whose
+    /// caller stopped waiting.
+    pub(crate) fn handle_timeout(&mut self, now: Millis) {
+        self.waiting.retain(|id, w| {
+            let open = !w.is_closed();
+            if !open {
+                self.searches.cancel(*id);
+            }
+            open
+        });
+        self.searches.handle_timeout(now);
+        self.run();
+    }
+
+    fn run(&mut self) {
+        while let Some(SearchEvent::Done { query_id, found }) = self.searches.poll_event() {
+            if let Some(w) = self.waiting.remove(&query_id) {
+                let _ = w.send(Ok(Found {
+                    advertisements: found.advertisements,
+                    asked: found.asked,
+                    answered: found.answered,
+                }));
+            }
+        }
+    }
+}
+
+/// A resolver message carrying `elem` on `queue` in the group of `scope`
+/// (with the group tag in a certificate group), posted to `m`.
+fn post(
+    scope: Option<&Arc<crate::group::GroupCtx>>,
+    m: &crate::endpoint::Messenger,
+    queue: &str,
+    elem: juxta_proto::message::Element,
+) -> Result<(), SendError> {
+    match scope {
+        None => m.post_routed(RESOLVER_SERVICE, Some(queue), Message::new().with(elem)),
+        Some(c) => m.post_routed_in(
+            &c.unique,
+            RESOLVER_SERVICE,
+            Some(queue),
+            c.message(queue, elem),
+        ),
     }
 }
 
@@ -259,25 +378,6 @@ impl DiscoveryService {
         }
     }
 
-    /// A resolver message carrying `elem` on `queue` in this group (with
-    /// the group tag in a certificate group), posted to `m`.
-    fn post(
-        &self,
-        m: &crate::endpoint::Messenger,
-        queue: &str,
-        elem: juxta_proto::message::Element,
-    ) -> Result<(), SendError> {
-        match &self.scope {
-            None => m.post_routed(RESOLVER_SERVICE, Some(queue), Message::new().with(elem)),
-            Some(c) => m.post_routed_in(
-                &c.unique,
-                RESOLVER_SERVICE,
-                Some(queue),
-                c.message(queue, elem),
-            ),
-        }
-    }
-
     /// Publishes `adv` locally with JXSE's default lifetimes (kept 1 year,
     /// given to others for 2 hours).
     pub async fn publish(&self, adv: &Advertisement) -> Result<(), DiscoveryError> {
@@ -334,7 +434,7 @@ impl DiscoveryService {
                 continue;
             };
             let elem = r.to_resolver_response(0).to_element(&g);
-            self.post(&m, &response_queue(&g), elem)?;
+            post(self.scope.as_ref(), &m, &response_queue(&g), elem)?;
             sent += 1;
         }
         Ok(sent)
@@ -457,57 +557,24 @@ impl DiscoveryService {
         q.validate()?;
         self.cache()?;
         let targets = self.targets(peer)?;
-        let g = self.group();
-        let st = &self.inner.discovery;
-        let (tx, mut rx) = mpsc::channel(targets.len().min(1024));
-        let id = {
-            let mut p = st.pending.lock().expect("pending lock");
-            if p.len() >= st.cfg.max_pending {
-                return Err(DiscoveryError::TooManyQueries(st.cfg.max_pending));
-            }
-            let id = st.next_query_id();
-            p.insert(id, (g.clone(), tx));
-            id
+        let (reply, rx) = oneshot::channel();
+        let req = SearchRequest {
+            scope: self.scope.clone(),
+            group: self.group(),
+            query: q,
+            targets,
+            timeout,
+            reply,
         };
-        let _guard = PendingGuard { st, id };
-        let mut rq = q.to_resolver_query(id, *self.inner.identity.peer_id());
-        rq.src_route = local_route(&self.inner);
-        let mut asked = 0;
-        for p in &targets {
-            let Some(m) = self.inner.messenger(p) else {
-                continue;
-            };
-            if self.post(&m, &query_queue(&g), rq.to_element(&g)).is_ok() {
-                asked += 1;
-            }
-        }
-        if asked == 0 {
-            return Err(DiscoveryError::NotConnected("any peer".into()));
-        }
-        let want = (threshold as usize).max(1);
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut found: Vec<Advertisement> = Vec::new();
-        let mut answers = 0;
-        while found.len() < want && answers < asked {
-            match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(advs)) => {
-                    answers += 1;
-                    for a in advs {
-                        let key = a.id();
-                        if !found.iter().any(|f| f.id() == key) {
-                            found.push(a);
-                        }
-                    }
-                }
-                Ok(None) | Err(_) => break,
-            }
-        }
-        found.truncate(want);
-        Ok(Found {
-            advertisements: found,
-            asked,
-            answered: answers,
-        })
+        // The resolver task owns the search: it sends the query, takes the
+        // answers and ends it (enough found, everyone answered, or the
+        // timeout). Dropping this future abandons it.
+        self.inner
+            .commands
+            .search(req)
+            .await
+            .map_err(|_| DiscoveryError::Stopped)?;
+        rx.await.map_err(|_| DiscoveryError::Stopped)?
     }
 }
 
@@ -627,21 +694,6 @@ pub struct Found {
     pub answered: usize,
 }
 
-struct PendingGuard<'a> {
-    st: &'a State,
-    id: i32,
-}
-
-impl Drop for PendingGuard<'_> {
-    fn drop(&mut self) {
-        self.st
-            .pending
-            .lock()
-            .expect("pending lock")
-            .remove(&self.id);
-    }
-}
-
 /// This peer's route (its TCP listen address), for `SrcPeerRoute`: lets a
 /// peer that receives the query forwarded by a rendezvous answer directly.
 /// `None` when the peer does not listen.
@@ -749,6 +801,7 @@ pub(crate) async fn answer(
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn on_response(
     inner: &Inner,
+    searches: &mut RemoteSearches,
     group: &str,
     cache: &CacheHandle,
     query_id: i32,
@@ -757,7 +810,7 @@ pub(crate) async fn on_response(
     proven: bool,
 ) {
     let st = &inner.discovery;
-    let waiter = if query_id == 0 {
+    if query_id == 0 {
         if !proven {
             crate::peer::count_unproven(
                 inner,
@@ -766,24 +819,13 @@ pub(crate) async fn on_response(
             );
             return;
         }
-        None
-    } else {
-        // A response on another group's queue than the query's is not an
-        // answer to it (it would put that group's advertisements here).
-        let w = st
-            .pending
-            .lock()
-            .expect("pending lock")
-            .get(&query_id)
-            .filter(|(g, _)| g == group)
-            .map(|(_, tx)| tx.clone());
-        if w.is_none() {
-            inner.stats.discovery_late.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(query_id, "discovery response for no pending query dropped");
-            return;
-        }
-        w
-    };
+    } else if !searches.is_pending(query_id, group) {
+        // No search awaits it, or it came on another group's queue than
+        // the query's (it would put that group's advertisements here).
+        inner.stats.discovery_late.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(query_id, "discovery response for no pending query dropped");
+        return;
+    }
     let me = *inner.identity.peer_id();
     let mut good = Vec::new();
     let mut entries = Vec::new();
@@ -843,9 +885,7 @@ pub(crate) async fn on_response(
             Err(e) => tracing::warn!(error = %e, "discovery cache unavailable"),
         }
     }
-    if let Some(tx) = waiter {
-        if tx.try_send(good).is_err() {
-            inner.stats.discovery_late.fetch_add(1, Ordering::Relaxed);
-        }
+    if query_id != 0 && !searches.answered(inner.clock.now(), query_id, group, good) {
+        inner.stats.discovery_late.fetch_add(1, Ordering::Relaxed);
     }
 }

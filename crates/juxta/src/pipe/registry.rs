@@ -1,20 +1,23 @@
 //! What the pipe service keeps per peer: the input pipes open here (so the
-//! resolver can answer binding queries), the sinks of secure input pipes,
-//! and the output-pipe resolutions in progress, driven through the sans-IO
-//! [`Binder`].
+//! resolver can answer binding queries) and the sinks of secure input
+//! pipes; and [`Bindings`], the output-pipe resolutions in progress: the
+//! sans-IO [`Binder`] owned by the resolver task, which drives its timer,
+//! sends its queries and feeds it the answers. [`resolve`] asks that task
+//! with a command and awaits the outcome: no lock is shared with it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
 
 use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
 use juxta_proto::endpoint::Delivery;
 use juxta_proto::id::{PeerId, PipeId};
 use juxta_proto::message::Message;
 use juxta_proto::pipe::binding::{
-    BindEvent, BindId, Binder, BinderAction, OutgoingQuery, PipeResolverMsg, PIPE_RESOLVER_HANDLER,
+    BindEvent, BindId, Binder, OutgoingQuery, PipeResolverMsg, PIPE_RESOLVER_HANDLER,
 };
 use juxta_proto::resolver::{query_queue, ResolverQuery, RESOLVER_SERVICE};
+use juxta_proto::time::Millis;
 use tokio::sync::{mpsc, oneshot};
 
 use super::PipeError;
@@ -27,12 +30,6 @@ pub(crate) struct PipeRegistry {
     /// Open input pipes: type and the unique value of their group.
     inputs: RwLock<HashMap<PipeId, (PipeType, String)>>,
     secure_sinks: RwLock<HashMap<PipeId, mpsc::Sender<Delivery>>>,
-    binds: Mutex<Binds>,
-}
-
-struct Binds {
-    binder: Binder,
-    waiting: HashMap<BindId, oneshot::Sender<BindEvent>>,
 }
 
 /// Keeps an input pipe registered; dropping it unregisters the pipe.
@@ -65,10 +62,6 @@ impl PipeRegistry {
         PipeRegistry {
             inputs: RwLock::new(HashMap::new()),
             secure_sinks: RwLock::new(HashMap::new()),
-            binds: Mutex::new(Binds {
-                binder: Binder::new(rand::random::<u16>() as i32 + 1, MAX_BINDS),
-                waiting: HashMap::new(),
-            }),
         }
     }
 
@@ -120,16 +113,144 @@ impl PipeRegistry {
             .get(id)
             .cloned()
     }
+}
 
-    /// A binding answer arrived from the resolver.
-    pub(crate) fn on_answer(&self, query_id: i32, msg: PipeResolverMsg, from: Option<PeerId>) {
-        let mut b = self.binds.lock().expect("binds lock");
-        let Some(from) = from else { return };
-        if let Some(ev) = b.binder.handle_answer(Instant::now(), query_id, msg, from) {
-            let id = ev.bind();
-            if let Some(tx) = b.waiting.remove(&id) {
-                let _ = tx.send(ev);
+/// A resolution a caller of [`resolve`] asks the resolver task for.
+pub(crate) struct BindRequest {
+    /// The group (`None`: the Net peer group).
+    pub(crate) scope: Option<Arc<crate::group::GroupCtx>>,
+    /// The pipe.
+    pub(crate) pipe: PipeAdvertisement,
+    /// The peers to ask (the rendezvous, the peers named, or every
+    /// connected peer).
+    pub(crate) candidates: Vec<PeerId>,
+    /// One of the candidates is our rendezvous: the holder it forwards
+    /// the query to answers, a peer we did not ask.
+    pub(crate) via_rdv: bool,
+    /// How long to wait for a positive answer.
+    pub(crate) timeout: Duration,
+    /// Where the outcome goes.
+    pub(crate) reply: oneshot::Sender<Result<PeerId, PipeError>>,
+}
+
+/// A resolution in progress: its group and whom to tell.
+struct Waiter {
+    scope: Option<Arc<crate::group::GroupCtx>>,
+    pipe: PipeId,
+    timeout: Duration,
+    reply: oneshot::Sender<Result<PeerId, PipeError>>,
+}
+
+/// The output-pipe resolutions in progress: the resolver task's.
+pub(crate) struct Bindings {
+    binder: Binder,
+    waiting: HashMap<BindId, Waiter>,
+}
+
+impl Bindings {
+    pub(crate) fn new() -> Bindings {
+        Bindings {
+            binder: Binder::new(rand::random::<u16>() as i32 + 1, MAX_BINDS),
+            waiting: HashMap::new(),
+        }
+    }
+
+    /// Starts a resolution and sends its first query (refused with
+    /// [`PipeError::TooManyBinds`] when [`MAX_BINDS`] are in progress).
+    pub(crate) fn start(&mut self, inner: &Arc<Inner>, req: BindRequest, now: Millis) {
+        let BindRequest {
+            scope,
+            pipe,
+            candidates,
+            via_rdv,
+            timeout,
+            reply,
+        } = req;
+        let bind = match self
+            .binder
+            .start(now, pipe.id, pipe.pipe_type, candidates, timeout)
+        {
+            Ok(b) => b,
+            Err(_) => {
+                let _ = reply.send(Err(PipeError::TooManyBinds(MAX_BINDS)));
+                return;
             }
+        };
+        if via_rdv {
+            self.binder.accept_answers_from_any(bind);
+        }
+        self.waiting.insert(
+            bind,
+            Waiter {
+                scope,
+                pipe: pipe.id,
+                timeout,
+                reply,
+            },
+        );
+        self.run(inner);
+    }
+
+    /// A binding answer arrived.
+    pub(crate) fn on_answer(
+        &mut self,
+        inner: &Arc<Inner>,
+        now: Millis,
+        query_id: i32,
+        msg: PipeResolverMsg,
+        from: Option<PeerId>,
+    ) {
+        let Some(from) = from else { return };
+        if self.binder.handle_answer(now, query_id, msg, from) {
+            self.run(inner);
+        }
+    }
+
+    /// When [`Bindings::handle_timeout`] is next due.
+    pub(crate) fn poll_timeout(&self) -> Option<Millis> {
+        self.binder.poll_timeout()
+    }
+
+    /// Re-sends due queries, ends resolutions past their deadline, and
+    /// drops those whose caller stopped waiting.
+    pub(crate) fn handle_timeout(&mut self, inner: &Arc<Inner>, now: Millis) {
+        let gone: Vec<BindId> = self
+            .waiting
+            .iter()
+            .filter(|(_, w)| w.reply.is_closed())
+            .map(|(b, _)| *b)
+            .collect();
+        for b in gone {
+            self.waiting.remove(&b);
+            self.binder.cancel(b);
+        }
+        self.binder.handle_timeout(now);
+        self.run(inner);
+    }
+
+    /// Carries out the binder's events: queries out, outcomes to their
+    /// callers.
+    fn run(&mut self, inner: &Arc<Inner>) {
+        while let Some(ev) = self.binder.poll_event() {
+            let bind = ev.bind();
+            if let BindEvent::Query(q) = &ev {
+                if let Some(w) = self.waiting.get(&bind) {
+                    send_query(inner, w.scope.as_ref(), q);
+                }
+                continue;
+            }
+            let Some(w) = self.waiting.remove(&bind) else {
+                continue;
+            };
+            let outcome = match ev {
+                BindEvent::Bound { peer, .. } => Ok(peer),
+                BindEvent::NotFound { .. } => Err(PipeError::NotFound(w.pipe.to_string())),
+                BindEvent::Query(_) | BindEvent::TimedOut { .. } => Err(PipeError::ResolveTimeout {
+                    pipe: w.pipe.to_string(),
+                    timeout: w.timeout,
+                }),
+            };
+            let _ = w.reply.send(outcome);
         }
     }
 }
@@ -192,90 +313,30 @@ pub(crate) async fn resolve(
     if candidates.is_empty() {
         return Err(PipeError::NotConnected("any peer".into()));
     }
-    let (tx, mut rx) = oneshot::channel();
-    let (bind, first) = {
-        let mut b = inner.pipes.binds.lock().expect("binds lock");
-        // Asking our rendezvous: the answer comes from whoever holds the
-        // pipe, a peer we did not ask.
-        let via_rdv = crate::group::rdv_of(inner, scope)
-            .and_then(|h| h.status().leased_to)
-            .is_some_and(|r| candidates.contains(&r));
-        let (bind, q) = b
-            .binder
-            .start(Instant::now(), adv.id, adv.pipe_type, candidates, timeout)
-            .map_err(|_| PipeError::TooManyBinds(MAX_BINDS))?;
-        if via_rdv {
-            b.binder.accept_answers_from_any(bind);
-        }
-        b.waiting.insert(bind, tx);
-        (bind, q)
+    // Asking our rendezvous: the answer comes from whoever holds the pipe,
+    // a peer we did not ask.
+    let via_rdv = crate::group::rdv_of(inner, scope)
+        .and_then(|h| h.status().leased_to)
+        .is_some_and(|r| candidates.contains(&r));
+    let (reply, rx) = oneshot::channel();
+    let req = BindRequest {
+        scope: scope.cloned(),
+        pipe: adv.clone(),
+        candidates,
+        via_rdv,
+        timeout,
+        reply,
     };
-    // Removes the waiter and the binder entry however this future ends.
-    let _guard = CancelOnDrop { inner, bind };
-    send_query(inner, scope, &first).await;
-    loop {
-        let next = inner
-            .pipes
-            .binds
-            .lock()
-            .expect("binds lock")
-            .binder
-            .poll_timeout();
-        let sleep = async {
-            match next {
-                Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            ev = &mut rx => {
-                return match ev {
-                    Ok(BindEvent::Bound { peer, .. }) => Ok(peer),
-                    Ok(BindEvent::NotFound { .. }) => Err(PipeError::NotFound(adv.id.to_string())),
-                    Ok(BindEvent::TimedOut { .. }) | Err(_) => Err(PipeError::ResolveTimeout { pipe: adv.id.to_string(), timeout }),
-                };
-            }
-            _ = sleep => {
-                let actions = {
-                    let mut b = inner.pipes.binds.lock().expect("binds lock");
-                    let actions = b.binder.handle_timeout(Instant::now());
-                    let mut resend = Vec::new();
-                    for a in actions {
-                        match a {
-                            BinderAction::Send(q) => resend.push(q),
-                            BinderAction::Event(ev) => {
-                                if let Some(tx) = b.waiting.remove(&ev.bind()) {
-                                    let _ = tx.send(ev);
-                                }
-                            }
-                        }
-                    }
-                    resend
-                };
-                for q in &actions {
-                    send_query(inner, scope, q).await;
-                }
-            }
-        }
-    }
-}
-
-struct CancelOnDrop<'a> {
-    inner: &'a Arc<Inner>,
-    bind: BindId,
-}
-
-impl Drop for CancelOnDrop<'_> {
-    fn drop(&mut self) {
-        let mut b = self.inner.pipes.binds.lock().expect("binds lock");
-        b.waiting.remove(&self.bind);
-        b.binder.cancel(self.bind);
-    }
+    // The resolver task owns the resolutions: it sends the queries, feeds
+    // the answers and runs the timer. Dropping this future drops `rx`; the
+    // task then forgets the resolution at its next timer.
+    inner.commands.bind(req).await?;
+    rx.await.map_err(|_| PipeError::Stopped)?
 }
 
 /// Sends one binding query to each of its peers (through the router, as JXSE
 /// expects; a direct send on compact connections).
-async fn send_query(
+fn send_query(
     inner: &Arc<Inner>,
     scope: Option<&Arc<crate::group::GroupCtx>>,
     q: &OutgoingQuery,
