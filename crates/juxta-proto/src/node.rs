@@ -50,13 +50,13 @@ use crate::endpoint::ServiceAddress;
 use crate::id::PeerId;
 use crate::message::Message;
 use crate::rendezvous::node::{NodeError, NodeEvent, RendezvousNode, SrdiKey, LOOKUP_HANDLER};
-use crate::time::Millis;
-use crate::transmit::Transmit;
 use crate::resolver::node::{
     classify, Direction, Handler, Refusal, ResolverConfig, ResolverEvent, ResolverNode,
     ResolverNodeError,
 };
 use crate::resolver::{response_queue, ResolverQuery, ResolverResponse, RESOLVER_SERVICE};
+use crate::time::Millis;
+use crate::transmit::Transmit;
 
 /// Most events and transmits the node queues for the owner (past this
 /// they are dropped and counted in [`Node::dropped`]).

@@ -1,10 +1,11 @@
 //! Deterministic simulation of two reliable stream engines connected by a
 //! lossy, reordering, delaying link on a fake clock.
 //!
-//! Every message goes through the real wire path: `Transmit::into_message`,
+//! Every message goes through the real wire path: `Segment::into_message`,
 //! `encode_v0`, `decode_v0`, `parse`. The link is seeded, so a failure is
 //! reproducible; nothing here reads the wall clock except to get a base
-//! `Instant`.
+//! `Instant`. The link runs on that fine clock; the engines see it as
+//! [`Millis`] since the start (their clock), as a runtime gives them.
 
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
@@ -13,8 +14,14 @@ use bytes::Bytes;
 use juxta_proto::message::namespace_order::JavaHashOrder;
 use juxta_proto::message::{decode_v0, encode_v0};
 use juxta_proto::socket::reliable::{
-    DeadPeerCause, ReliableConfig, ReliableError, ReliableStream, Transmit,
+    DeadPeerCause, ReliableConfig, ReliableError, ReliableStream, Segment,
 };
+use juxta_proto::time::Millis;
+
+/// `t` on the engines' clock, which started at `start`.
+fn ms(start: Instant, t: Instant) -> Millis {
+    u64::try_from(t.saturating_duration_since(start).as_millis()).unwrap_or(u64::MAX)
+}
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 
@@ -81,7 +88,7 @@ impl Link {
         }
     }
 
-    fn send(&mut self, dir: usize, now: Instant, t: Transmit) {
+    fn send(&mut self, dir: usize, now: Instant, t: Segment) {
         let wire = encode_v0(&t.into_message(), JavaHashOrder::Java8)
             .unwrap()
             .to_bytes()
@@ -112,7 +119,7 @@ impl Link {
     }
 
     /// Delivers every message due by `now` on pipe `dir` to `to`.
-    fn deliver(&mut self, dir: usize, now: Instant, to: &mut ReliableStream) {
+    fn deliver(&mut self, dir: usize, start: Instant, now: Instant, to: &mut ReliableStream) {
         let pipe = &mut self.pipes[dir];
         while pipe.queue.peek().is_some_and(|r| r.0 .0 <= now) {
             let std::cmp::Reverse((at, _, wire)) = pipe.queue.pop().unwrap();
@@ -121,7 +128,7 @@ impl Link {
                 continue;
             }
             let msg = decode_v0(Bytes::from(wire)).unwrap().message;
-            to.handle_message(at, &msg).unwrap();
+            to.handle_message(ms(start, at), &msg).unwrap();
         }
     }
 }
@@ -227,8 +234,8 @@ impl Sim {
             start,
             link: Link::new(link, seed, start),
             s: [
-                ReliableStream::new(cfg.clone(), start),
-                ReliableStream::new(cfg, start),
+                ReliableStream::new(cfg.clone(), 0),
+                ReliableStream::new(cfg, 0),
             ],
             apps: [App::new(a.clone(), b.clone()), App::new(b, a)],
             rng,
@@ -244,7 +251,7 @@ impl Sim {
                 if self.s[i].error().is_none() {
                     self.apps[i].step(&mut self.s[i], &mut self.rng);
                 }
-                while let Some(t) = self.s[i].poll_transmit(self.now) {
+                while let Some(t) = self.s[i].poll_transmit(ms(self.start, self.now)) {
                     self.link.send(i, self.now, t);
                 }
                 self.peak_in_flight[i] = self.peak_in_flight[i].max(self.s[i].in_flight());
@@ -252,10 +259,11 @@ impl Sim {
             if stop(self) {
                 return true;
             }
+            let at = |m: Millis| self.start + Duration::from_millis(m);
             let next = [
                 self.link.next_delivery(),
-                self.s[0].poll_timeout(),
-                self.s[1].poll_timeout(),
+                self.s[0].poll_timeout().map(at),
+                self.s[1].poll_timeout().map(at),
             ]
             .into_iter()
             .flatten()
@@ -266,11 +274,12 @@ impl Sim {
             }
             self.now = self.now.max(next);
             let [a, b] = &mut self.s;
-            self.link.deliver(0, self.now, b);
-            self.link.deliver(1, self.now, a);
+            self.link.deliver(0, self.start, self.now, b);
+            self.link.deliver(1, self.start, self.now, a);
+            let now = ms(self.start, self.now);
             for s in &mut self.s {
-                if s.poll_timeout().is_some_and(|t| t <= self.now) {
-                    s.handle_timeout(self.now);
+                if s.poll_timeout().is_some_and(|t| t <= now) {
+                    s.handle_timeout(now);
                 }
             }
         }
@@ -423,7 +432,8 @@ fn dead_peer_detected_after_timeout_when_link_goes_silent() {
     // Nothing is accepted or sent any more.
     assert_eq!(sim.s[0].write(b"x"), 0);
     assert_eq!(sim.s[0].writable(), 0);
-    assert!(sim.s.iter_mut().all(|s| s.poll_transmit(sim.now).is_none()));
+    let now = ms(sim.start, sim.now);
+    assert!(sim.s.iter_mut().all(|s| s.poll_transmit(now).is_none()));
 }
 
 fn stalled_reader(cfg: ReliableConfig, seed: u64) {

@@ -52,7 +52,6 @@ use juxta_proto::message::Message;
 use juxta_proto::rendezvous::messages::peerview_address;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::peer::Inner;
 use crate::rendezvous::RendezvousHandle;
@@ -77,7 +76,7 @@ pub(crate) struct Heard {
 pub(crate) struct LanTap {
     to: ServiceAddress,
     limiter: Mutex<Admission>,
-    t0: std::time::Instant,
+    clock: juxta_proto::time::Clock,
     tx: mpsc::Sender<Heard>,
     counters: Arc<TapCounters>,
 }
@@ -96,7 +95,7 @@ impl LanTap {
 
     /// Takes a token from the buckets of `from`; counts a refusal.
     pub(crate) fn admit(&self, from: IpAddr) -> bool {
-        let now = self.t0.elapsed().as_millis() as u64;
+        let now = self.clock.now();
         let ok = self
             .limiter
             .lock()
@@ -223,7 +222,7 @@ pub(crate) fn spawn(
     mc.set_lan_tap(LanTap {
         to,
         limiter: Mutex::new(Admission::new(&cfg, 0)),
-        t0: std::time::Instant::now(),
+        clock: inner.clock,
         tx,
         counters: counters.clone(),
     });
@@ -260,7 +259,7 @@ pub(crate) fn spawn(
         machine,
         rdv,
         addrs,
-        t0: Instant::now(),
+        clock: inner.clock,
         vtx,
         status: status_tx,
     };
@@ -293,14 +292,14 @@ struct Task {
     machine: LanDiscovery,
     rdv: RendezvousHandle,
     addrs: Vec<SocketAddr>,
-    t0: Instant,
+    clock: juxta_proto::time::Clock,
     vtx: mpsc::Sender<Verified>,
     status: watch::Sender<LanStatus>,
 }
 
 impl Task {
     fn now(&self) -> u64 {
-        self.t0.elapsed().as_millis() as u64
+        self.clock.now()
     }
 
     async fn run(
@@ -320,7 +319,7 @@ impl Task {
                 .machine
                 .poll_timeout()
                 .unwrap_or(now.saturating_add(1_000));
-            let at = self.t0 + Duration::from_millis(next);
+            let at: tokio::time::Instant = self.clock.instant(next).into();
             tokio::select! {
                 h = heard.recv() => {
                     let Some(h) = h else { return };

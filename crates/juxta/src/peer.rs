@@ -1161,6 +1161,7 @@ impl Peer {
         let resolver = crate::resolver::machine(&cfg.connection.group_unique, &cfg.discovery);
         let (admitted, admitted_rx) = tokio::sync::mpsc::channel(crate::resolver::ADMITTED_QUEUE);
         let (commands, commands_rx) = crate::resolver::Commands::channel();
+        let clock = juxta_proto::time::Clock::new();
         let listener = match cfg.listen {
             Some(addr) => Some(
                 TcpListener::bind(addr)
@@ -1202,12 +1203,12 @@ impl Peer {
             rendezvous: std::sync::OnceLock::new(),
             tasks: Default::default(),
             links: tokio::sync::broadcast::channel(LINK_EVENTS).0,
-            router: crate::relay::Router::new(local_peer, cfg_relay.as_ref()),
+            router: crate::relay::Router::new(local_peer, cfg_relay.as_ref(), clock),
             crypto: Semaphore::new(crypto_permits()),
             resolver: std::sync::Mutex::new(resolver),
             admitted,
             commands,
-            clock: juxta_proto::time::Clock::new(),
+            clock,
             http_dials: Default::default(),
             replay: std::sync::Mutex::new(juxta_proto::wire::replay::ReplayCache::new(
                 juxta_proto::wire::replay::DEFAULT_REPLAY_CAPACITY,

@@ -15,7 +15,7 @@ use juxta_proto::id::{PeerGroupId, PipeId};
 use juxta_proto::message::namespace_order::JavaHashOrder;
 use juxta_proto::message::{Element, Message};
 use juxta_proto::socket::bidi_block::{close_message, encode_block};
-use juxta_proto::socket::reliable::{parse, Incoming, Transmit, MIME_BLOCK};
+use juxta_proto::socket::reliable::{parse, Incoming, Segment, MIME_BLOCK};
 use juxta_proto::socket::setup::{ConnectRequest, ConnectResponse, SetupKind};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -377,7 +377,7 @@ async fn reliable_bidi_refuses_bad_blocks_and_foreign_data() {
     assert_eq!(p.mode(), BidiMode::Reliable);
     let theirs = resp.rem_pipe.id.to_string();
     let block = |seq: u32, data: Bytes| {
-        Transmit::Block {
+        Segment::Block {
             seq,
             data,
             retry: false,

@@ -319,10 +319,7 @@ mod tests {
         let a = s.start(0, "g", 1, Duration::MAX).unwrap();
         let b = s.start(0, "g", 1, Duration::MAX).unwrap();
         assert_eq!((a, b), (i32::MAX - 1, 1), "wraps to 1, never 0");
-        assert_eq!(
-            s.start(0, "g", 1, Duration::MAX),
-            Err(SearchError::Full(2))
-        );
+        assert_eq!(s.start(0, "g", 1, Duration::MAX), Err(SearchError::Full(2)));
         assert_eq!(s.poll_timeout(), Some(u64::MAX), "saturated deadline");
         s.asked(a, 0);
         let (q, f) = done(&mut s).unwrap();

@@ -614,7 +614,12 @@ impl Binder {
         }
     }
 
-    fn answer(&mut self, query_id: i32, answer: PipeResolverMsg, from: PeerId) -> Option<BindEvent> {
+    fn answer(
+        &mut self,
+        query_id: i32,
+        answer: PipeResolverMsg,
+        from: PeerId,
+    ) -> Option<BindEvent> {
         let bind = *self.by_query.get(&query_id)?;
         let p = self.pending.get_mut(&bind)?;
         let PipeResolverMsg::Answer {
@@ -919,10 +924,7 @@ mod tests {
         let t0: Millis = 1_000;
         let mut bd = Binder::new(7, 4);
         // Asked: a (the rendezvous). The holder b answers instead.
-        let (bind, _q) = start(&mut bd, t0, vec![a()],
-                Duration::from_secs(5),
-            )
-            .unwrap();
+        let (bind, _q) = start(&mut bd, t0, vec![a()], Duration::from_secs(5)).unwrap();
         let undirected = PipeResolverMsg::Query {
             pipe_id: pipe(),
             pipe_type: PipeType::Unicast,
@@ -946,10 +948,7 @@ mod tests {
     fn binder_bound_and_stale_answers() {
         let t0: Millis = 1_000;
         let mut bd = Binder::new(41, 4);
-        let (bind, q) = start(&mut bd, t0, vec![a(), a()],
-                Duration::from_secs(5),
-            )
-            .unwrap();
+        let (bind, q) = start(&mut bd, t0, vec![a(), a()], Duration::from_secs(5)).unwrap();
         assert_eq!(q.query_id, 41);
         assert_eq!(q.peers, vec![a()]);
         let rq = q.resolver_query(b());
@@ -997,10 +996,7 @@ mod tests {
         let retry = Duration::from_millis(100);
         let mut bd = Binder::new(0, 4).with_retry(retry);
         assert_eq!(bd.retry(), retry);
-        let (b1, q1) = start(&mut bd, t0, vec![a(), b()],
-                Duration::from_millis(350),
-            )
-            .unwrap();
+        let (b1, q1) = start(&mut bd, t0, vec![a(), b()], Duration::from_millis(350)).unwrap();
         assert_eq!(q1.query_id, 1);
         assert_eq!(bd.poll_timeout(), Some(later(t0, retry)));
         assert!(timeout(&mut bd, t0 + 50).is_empty());
@@ -1023,10 +1019,7 @@ mod tests {
         );
 
         // Undirected: NAKs never conclude; the deadline does.
-        let (b2, q2) = start(&mut bd, t0, vec![],
-                Duration::from_millis(250),
-            )
-            .unwrap();
+        let (b2, q2) = start(&mut bd, t0, vec![], Duration::from_millis(250)).unwrap();
         assert_eq!(q2.query_id, 2);
         assert!(q2.peers.is_empty());
         let nak = answer_query(&a(), &q2.msg, true, |_, _| false).unwrap();
@@ -1054,19 +1047,11 @@ mod tests {
     fn binder_bounds_cancel_and_ids() {
         let t0: Millis = 1_000;
         let mut bd = Binder::new(i32::MAX - 1, 2);
-        let (x, qx) = start(&mut bd, t0, vec![a()],
-                Duration::from_secs(1),
-            )
-            .unwrap();
-        let (_, qy) = start(&mut bd, t0, vec![a()],
-                Duration::from_secs(1),
-            )
-            .unwrap();
+        let (x, qx) = start(&mut bd, t0, vec![a()], Duration::from_secs(1)).unwrap();
+        let (_, qy) = start(&mut bd, t0, vec![a()], Duration::from_secs(1)).unwrap();
         assert_eq!((qx.query_id, qy.query_id), (i32::MAX - 1, 1));
         assert_eq!(
-            start(&mut bd, t0, vec![a()],
-                Duration::from_secs(1)
-            ),
+            start(&mut bd, t0, vec![a()], Duration::from_secs(1)),
             Err(BinderError::Full(2))
         );
         assert!(bd.cancel(x));
@@ -1087,15 +1072,9 @@ mod tests {
         );
         // IDs in use are skipped after wrapping.
         let mut bd = Binder::new(1, 8);
-        let (_, q1) = start(&mut bd, t0, vec![],
-                Duration::from_secs(1),
-            )
-            .unwrap();
+        let (_, q1) = start(&mut bd, t0, vec![], Duration::from_secs(1)).unwrap();
         bd.next_query_id = 1;
-        let (_, q2) = start(&mut bd, t0, vec![],
-                Duration::from_secs(1),
-            )
-            .unwrap();
+        let (_, q2) = start(&mut bd, t0, vec![], Duration::from_secs(1)).unwrap();
         assert_eq!((q1.query_id, q2.query_id), (1, 2));
     }
 
@@ -1103,10 +1082,22 @@ mod tests {
     fn binder_events_are_withdrawn_on_cancel_and_bounded() {
         let mut bd = Binder::new(1, 2);
         let x = bd
-            .start(0, pipe(), PipeType::Unicast, vec![a()], Duration::from_secs(1))
+            .start(
+                0,
+                pipe(),
+                PipeType::Unicast,
+                vec![a()],
+                Duration::from_secs(1),
+            )
             .unwrap();
         let y = bd
-            .start(0, pipe(), PipeType::Unicast, vec![b()], Duration::from_secs(1))
+            .start(
+                0,
+                pipe(),
+                PipeType::Unicast,
+                vec![b()],
+                Duration::from_secs(1),
+            )
             .unwrap();
         assert!(bd.cancel(x));
         // Only y's first query is left.
@@ -1128,8 +1119,7 @@ mod tests {
     fn binder_huge_durations_do_not_panic() {
         let t0: Millis = 1_000;
         let mut bd = Binder::new(1, 2).with_retry(Duration::MAX);
-        let (_, q) = start(&mut bd, t0, vec![a()], Duration::MAX)
-            .unwrap();
+        let (_, q) = start(&mut bd, t0, vec![a()], Duration::MAX).unwrap();
         assert!(bd.poll_timeout().unwrap() > t0);
         assert!(timeout(&mut bd, t0 + 3_600_000).is_empty());
         assert_eq!(q.query_id, 1);

@@ -2,11 +2,22 @@
 //! keeps it (renews at half the lease, moves to the next seed when a relay
 //! refuses, does not answer, or its connection drops).
 //!
-//! The runtime does what the returned [`ClientAction`]s say (dial a seed,
-//! send a request) and reports what happened; time is passed in.
+//! The runtime does what the [`ClientEvent`]s from
+//! [`RelayClient::poll_event`] say (dial a seed, send a request, the lease
+//! gained or lost), reports what happened with the `handle_*` inputs, and
+//! calls [`RelayClient::handle_timeout`] at [`RelayClient::poll_timeout`];
+//! time is [`Millis`].
+
+use std::collections::VecDeque;
 
 use super::{Refusal, RelayRequest, RelayResponse};
 use crate::id::PeerId;
+use crate::time::Millis;
+
+/// Most events held for the owner (past this the oldest is dropped and
+/// counted in [`RelayClient::dropped`]; an owner that polls after every
+/// input holds at most two).
+pub const MAX_EVENTS: usize = 64;
 
 /// Timers of the relay client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,11 +77,11 @@ pub enum ClientState {
     },
 }
 
-/// What the runtime must do.
+/// What the runtime must do, or learn.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClientAction {
-    /// Dial seed number `seed`, then call [`RelayClient::on_connected`] or
-    /// [`RelayClient::on_connect_failed`].
+pub enum ClientEvent {
+    /// Dial seed number `seed`, then call [`RelayClient::handle_connected`]
+    /// or [`RelayClient::handle_connect_failed`].
     Connect {
         /// Seed index.
         seed: usize,
@@ -97,16 +108,20 @@ pub enum ClientAction {
 /// The lease state machine (see the module comment).
 ///
 /// ```
-/// use juxta_proto::relay::client::{ClientAction, ClientConfig, RelayClient};
+/// use juxta_proto::relay::client::{ClientEvent, ClientConfig, RelayClient};
 /// use juxta_proto::relay::RelayResponse;
 /// use juxta_proto::id::PeerId;
 /// let r = PeerId::from_public_key_spki(b"r");
 /// let mut c = RelayClient::new(1, ClientConfig::default());
-/// assert_eq!(c.tick(0), vec![ClientAction::Connect { seed: 0 }]);
-/// assert!(matches!(c.on_connected(0, r, 1)[0], ClientAction::Send { .. }));
-/// let got = c.on_response(r, &RelayResponse::Connected { lease_ms: 60_000, relay: Some(r), relay_adv: None }, 2);
-/// assert_eq!(got, vec![ClientAction::LeaseGained { relay: r }]);
+/// assert_eq!(c.poll_timeout(), Some(0));
+/// c.handle_timeout(0);
+/// assert_eq!(c.poll_event(), Some(ClientEvent::Connect { seed: 0 }));
+/// c.handle_connected(0, r, 1);
+/// assert!(matches!(c.poll_event(), Some(ClientEvent::Send { .. })));
+/// c.handle_response(r, &RelayResponse::Connected { lease_ms: 60_000, relay: Some(r), relay_adv: None }, 2);
+/// assert_eq!(c.poll_event(), Some(ClientEvent::LeaseGained { relay: r }));
 /// assert_eq!(c.relay(), Some(r));
+/// assert_eq!(c.poll_timeout(), Some(2 + 30_000), "renews at half the lease");
 /// ```
 #[derive(Debug, Clone)]
 pub struct RelayClient {
@@ -115,6 +130,8 @@ pub struct RelayClient {
     next_seed: usize,
     tried: usize,
     state: ClientState,
+    events: VecDeque<ClientEvent>,
+    dropped: u64,
 }
 
 impl RelayClient {
@@ -126,6 +143,44 @@ impl RelayClient {
             next_seed: 0,
             tried: 0,
             state: ClientState::Idle { until_ms: 0 },
+            events: VecDeque::new(),
+            dropped: 0,
+        }
+    }
+
+    /// The next thing to do or learn, oldest first.
+    pub fn poll_event(&mut self) -> Option<ClientEvent> {
+        self.events.pop_front()
+    }
+
+    /// Events dropped because the owner did not poll them.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// When [`RelayClient::handle_timeout`] is next due (`None`: never,
+    /// with no seeds).
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        let at = match self.state {
+            ClientState::Idle { until_ms } => until_ms,
+            ClientState::Connecting { deadline_ms, .. }
+            | ClientState::Requested { deadline_ms, .. } => deadline_ms,
+            ClientState::Leased {
+                renew_ms,
+                expires_ms,
+                ..
+            } => renew_ms.min(expires_ms),
+        };
+        (at != Millis::MAX).then_some(at)
+    }
+
+    fn push(&mut self, events: Vec<ClientEvent>) {
+        for e in events {
+            if self.events.len() >= MAX_EVENTS {
+                self.events.pop_front();
+                self.dropped = self.dropped.saturating_add(1);
+            }
+            self.events.push_back(e);
         }
     }
 
@@ -142,7 +197,7 @@ impl RelayClient {
         }
     }
 
-    fn next(&mut self, now_ms: u64) -> Vec<ClientAction> {
+    fn next(&mut self, now_ms: u64) -> Vec<ClientEvent> {
         if self.seeds == 0 {
             self.state = ClientState::Idle { until_ms: u64::MAX };
             return Vec::new();
@@ -161,20 +216,25 @@ impl RelayClient {
             seed,
             deadline_ms: now_ms.saturating_add(self.cfg.response_timeout_ms),
         };
-        vec![ClientAction::Connect { seed }]
+        vec![ClientEvent::Connect { seed }]
     }
 
-    fn lost(&mut self, now_ms: u64) -> Vec<ClientAction> {
+    fn lost(&mut self, now_ms: u64) -> Vec<ClientEvent> {
         let mut out = Vec::new();
         if let ClientState::Leased { relay, .. } = self.state {
-            out.push(ClientAction::LeaseLost { relay });
+            out.push(ClientEvent::LeaseLost { relay });
         }
         out.extend(self.next(now_ms));
         out
     }
 
     /// Time passes: starts, retries, renews, or gives up on a relay.
-    pub fn tick(&mut self, now_ms: u64) -> Vec<ClientAction> {
+    pub fn handle_timeout(&mut self, now: Millis) {
+        let e = self.timeout(now);
+        self.push(e);
+    }
+
+    fn timeout(&mut self, now_ms: u64) -> Vec<ClientEvent> {
         match self.state.clone() {
             ClientState::Idle { until_ms } if now_ms >= until_ms => self.next(now_ms),
             ClientState::Connecting { deadline_ms, .. }
@@ -198,7 +258,7 @@ impl RelayClient {
                         renew_ms: expires_ms,
                         expires_ms,
                     };
-                    vec![ClientAction::Send {
+                    vec![ClientEvent::Send {
                         relay,
                         request: RelayRequest::Connect {
                             lease_ms: Some(self.cfg.lease_ms),
@@ -213,7 +273,12 @@ impl RelayClient {
     }
 
     /// Seed `seed` answered as peer `relay`: ask it for a lease.
-    pub fn on_connected(&mut self, seed: usize, relay: PeerId, now_ms: u64) -> Vec<ClientAction> {
+    pub fn handle_connected(&mut self, seed: usize, relay: PeerId, now: Millis) {
+        let e = self.connected(seed, relay, now);
+        self.push(e);
+    }
+
+    fn connected(&mut self, seed: usize, relay: PeerId, now_ms: u64) -> Vec<ClientEvent> {
         match self.state {
             ClientState::Connecting { seed: s, .. } if s == seed => {
                 self.state = ClientState::Requested {
@@ -221,7 +286,7 @@ impl RelayClient {
                     relay,
                     deadline_ms: now_ms.saturating_add(self.cfg.response_timeout_ms),
                 };
-                vec![ClientAction::Send {
+                vec![ClientEvent::Send {
                     relay,
                     request: RelayRequest::Connect {
                         lease_ms: Some(self.cfg.lease_ms),
@@ -233,20 +298,21 @@ impl RelayClient {
     }
 
     /// Dialling seed `seed` failed: the next seed.
-    pub fn on_connect_failed(&mut self, seed: usize, now_ms: u64) -> Vec<ClientAction> {
-        match self.state {
-            ClientState::Connecting { seed: s, .. } if s == seed => self.next(now_ms),
+    pub fn handle_connect_failed(&mut self, seed: usize, now: Millis) {
+        let e = match self.state {
+            ClientState::Connecting { seed: s, .. } if s == seed => self.next(now),
             _ => Vec::new(),
-        }
+        };
+        self.push(e);
     }
 
     /// A response from `from`'s relay service.
-    pub fn on_response(
-        &mut self,
-        from: PeerId,
-        resp: &RelayResponse,
-        now_ms: u64,
-    ) -> Vec<ClientAction> {
+    pub fn handle_response(&mut self, from: PeerId, resp: &RelayResponse, now: Millis) {
+        let e = self.response(from, resp, now);
+        self.push(e);
+    }
+
+    fn response(&mut self, from: PeerId, resp: &RelayResponse, now_ms: u64) -> Vec<ClientEvent> {
         let (seed, relay, was_leased) = match self.state {
             ClientState::Requested { seed, relay, .. } => (seed, relay, false),
             ClientState::Leased { seed, relay, .. } => (seed, relay, true),
@@ -268,7 +334,7 @@ impl RelayClient {
                 if was_leased {
                     Vec::new()
                 } else {
-                    vec![ClientAction::LeaseGained { relay }]
+                    vec![ClientEvent::LeaseGained { relay }]
                 }
             }
             RelayResponse::Disconnected
@@ -282,21 +348,84 @@ impl RelayClient {
     }
 
     /// The connection to `peer` closed.
-    pub fn on_disconnected(&mut self, peer: PeerId, now_ms: u64) -> Vec<ClientAction> {
-        match self.state {
+    pub fn handle_link_down(&mut self, peer: PeerId, now: Millis) {
+        let e = match self.state {
             ClientState::Requested { relay, .. } | ClientState::Leased { relay, .. }
                 if relay == peer =>
             {
-                self.lost(now_ms)
+                self.lost(now)
             }
             _ => Vec::new(),
-        }
+        };
+        self.push(e);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each input, followed by the events it caused.
+    impl RelayClient {
+        fn drain(&mut self) -> Vec<ClientEvent> {
+            std::iter::from_fn(|| self.poll_event()).collect()
+        }
+        fn tick(&mut self, now: Millis) -> Vec<ClientEvent> {
+            self.handle_timeout(now);
+            self.drain()
+        }
+        fn on_connected(&mut self, seed: usize, relay: PeerId, now: Millis) -> Vec<ClientEvent> {
+            self.handle_connected(seed, relay, now);
+            self.drain()
+        }
+        fn on_connect_failed(&mut self, seed: usize, now: Millis) -> Vec<ClientEvent> {
+            self.handle_connect_failed(seed, now);
+            self.drain()
+        }
+        fn on_response(
+            &mut self,
+            from: PeerId,
+            r: &RelayResponse,
+            now: Millis,
+        ) -> Vec<ClientEvent> {
+            self.handle_response(from, r, now);
+            self.drain()
+        }
+        fn on_disconnected(&mut self, peer: PeerId, now: Millis) -> Vec<ClientEvent> {
+            self.handle_link_down(peer, now);
+            self.drain()
+        }
+    }
+
+    #[test]
+    fn the_deadline_follows_the_state_and_events_stay_bounded() {
+        let cfg = ClientConfig {
+            lease_ms: 1_000,
+            response_timeout_ms: 100,
+            backoff_ms: 500,
+        };
+        let mut c = RelayClient::new(1, cfg);
+        assert_eq!(c.poll_timeout(), Some(0));
+        c.handle_timeout(0);
+        assert_eq!(c.poll_timeout(), Some(100), "dial deadline");
+        c.handle_connected(0, p(1), 10);
+        assert_eq!(c.poll_timeout(), Some(110), "answer deadline");
+        c.handle_response(p(1), &connected(1_000), 20);
+        assert_eq!(c.poll_timeout(), Some(520), "renewal at half");
+        assert_eq!(c.drain().len(), 3);
+        // No seeds: never due.
+        let mut none = RelayClient::new(0, cfg);
+        none.handle_timeout(0);
+        assert_eq!(none.poll_timeout(), None);
+        // An owner that never polls: bounded, counted.
+        let mut c = RelayClient::new(1, cfg);
+        for k in 0..200 {
+            c.handle_timeout(k * 1_000);
+            c.handle_connect_failed(0, k * 1_000 + 1);
+        }
+        assert!(c.events.len() <= MAX_EVENTS);
+        assert!(c.dropped() > 0);
+    }
 
     fn p(n: u8) -> PeerId {
         PeerId::from_public_key_spki(&[n])
@@ -318,11 +447,11 @@ mod tests {
             backoff_ms: 500,
         };
         let mut c = RelayClient::new(2, cfg);
-        assert_eq!(c.tick(0), vec![ClientAction::Connect { seed: 0 }]);
+        assert_eq!(c.tick(0), vec![ClientEvent::Connect { seed: 0 }]);
         assert_eq!(c.tick(50), vec![]);
         assert_eq!(
             c.on_connect_failed(0, 60),
-            vec![ClientAction::Connect { seed: 1 }]
+            vec![ClientEvent::Connect { seed: 1 }]
         );
         c.on_connected(1, p(1), 70);
         // Refused: both seeds tried, back off.
@@ -332,10 +461,10 @@ mod tests {
         );
         assert!(matches!(c.state(), ClientState::Idle { until_ms: 580 }));
         assert_eq!(c.tick(500), vec![]);
-        assert_eq!(c.tick(580), vec![ClientAction::Connect { seed: 0 }]);
+        assert_eq!(c.tick(580), vec![ClientEvent::Connect { seed: 0 }]);
         // No answer in time: next seed.
         c.on_connected(0, p(0), 590);
-        assert_eq!(c.tick(700), vec![ClientAction::Connect { seed: 1 }]);
+        assert_eq!(c.tick(700), vec![ClientEvent::Connect { seed: 1 }]);
     }
 
     #[test]
@@ -347,12 +476,12 @@ mod tests {
         assert_eq!(c.on_response(p(2), &connected(1_000), 1), vec![]);
         assert_eq!(
             c.on_response(p(1), &connected(1_000), 1),
-            vec![ClientAction::LeaseGained { relay: p(1) }]
+            vec![ClientEvent::LeaseGained { relay: p(1) }]
         );
         assert_eq!(c.tick(400), vec![]);
         assert!(matches!(
             c.tick(501)[0],
-            ClientAction::Send {
+            ClientEvent::Send {
                 request: RelayRequest::Connect { .. },
                 ..
             }
@@ -369,13 +498,13 @@ mod tests {
         assert_eq!(
             c.on_disconnected(p(1), 700),
             vec![
-                ClientAction::LeaseLost { relay: p(1) },
-                ClientAction::Connect { seed: 0 }
+                ClientEvent::LeaseLost { relay: p(1) },
+                ClientEvent::Connect { seed: 0 }
             ]
         );
         // An expired lease is lost too.
         c.on_connected(0, p(1), 710);
         c.on_response(p(1), &connected(100), 720);
-        assert_eq!(c.tick(820)[0], ClientAction::LeaseLost { relay: p(1) });
+        assert_eq!(c.tick(820)[0], ClientEvent::LeaseLost { relay: p(1) });
     }
 }

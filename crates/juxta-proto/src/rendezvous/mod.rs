@@ -23,7 +23,6 @@ pub mod node;
 pub mod peerview;
 pub mod server;
 
-
 pub use crate::time::Millis;
 pub use crate::transmit::Transmit;
 

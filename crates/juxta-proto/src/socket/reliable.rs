@@ -15,7 +15,7 @@
 //!
 //! [`ReliableStream`] keeps one outgoing and one incoming direction. It does
 //! no I/O and reads no clock: the runtime feeds it [`Incoming`] items (from
-//! [`parse`]) and timer expiries, and drains [`Transmit`]s. Compared with
+//! [`parse`]) and timer expiries, and drains [`Segment`]s. Compared with
 //! JXSE's fixed 20-block window and 500 ms–60 s timers it adapts to the link
 //! (slow start/AIMD window up to [`ReliableConfig::max_window`], RFC 6298
 //! RTO, SACK-driven fast retransmit) while staying wire-compatible.
@@ -32,11 +32,12 @@
 //!   kills a stream whose peer has been seen sending keepalives.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
 use crate::message::{Element, Message};
+use crate::time::{later, Millis};
 
 /// Namespace of every reliability element.
 pub const NS_RELIABLE: &str = "jxtarel";
@@ -291,9 +292,9 @@ impl ReliableConfig {
 }
 
 /// Something to send: the runtime turns it into a message
-/// ([`Transmit::into_message`]) and adds its own addressing elements.
+/// ([`Segment::into_message`]) and adds its own addressing elements.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Transmit {
+pub enum Segment {
     /// A data block.
     Block {
         /// Sequence number.
@@ -314,18 +315,18 @@ pub enum Transmit {
     },
 }
 
-impl Transmit {
+impl Segment {
     /// The reliability elements of this transmit as a message.
     pub fn into_message(self) -> Message {
         match self {
-            Transmit::Block { seq, data, retry } => {
+            Segment::Block { seq, data, retry } => {
                 let mut m = Message::new().with(block_element(seq, data));
                 if retry {
                     m.push(retry_element());
                 }
                 m
             }
-            Transmit::Ack {
+            Segment::Ack {
                 cumulative,
                 sacks,
                 keepalive,
@@ -384,7 +385,7 @@ pub struct ReliableStats {
 struct Slot {
     data: Bytes,
     /// Time of the last transmission.
-    sent_at: Instant,
+    sent_at: Millis,
     /// Number of the last transmission (monotonic over the stream).
     xmit: u64,
     retransmits: u32,
@@ -416,20 +417,19 @@ impl Partial {
 /// One reliable byte stream: an outgoing and an incoming direction.
 ///
 /// ```
-/// use std::time::Instant;
-/// use juxta_proto::socket::reliable::{ReliableConfig, ReliableStream, Transmit};
-/// let now = Instant::now();
+/// use juxta_proto::socket::reliable::{ReliableConfig, ReliableStream, Segment};
+/// let now = 0; // ms on the owner's clock
 /// let (mut a, mut b) = (
 ///     ReliableStream::new(ReliableConfig::default(), now),
 ///     ReliableStream::new(ReliableConfig::default(), now),
 /// );
 /// a.write(b"hello");
 /// a.flush();
-/// let Some(Transmit::Block { seq, data, retry }) = a.poll_transmit(now) else { panic!() };
+/// let Some(Segment::Block { seq, data, retry }) = a.poll_transmit(now) else { panic!() };
 /// b.handle_block(now, seq, data, retry);
 /// let mut buf = [0u8; 16];
 /// assert_eq!(b.read(&mut buf), 5);
-/// let Some(Transmit::Ack { cumulative, sacks, .. }) = b.poll_transmit(now) else { panic!() };
+/// let Some(Segment::Ack { cumulative, sacks, .. }) = b.poll_transmit(now) else { panic!() };
 /// a.handle_ack(now, cumulative, &sacks);
 /// assert!(a.all_acked());
 /// ```
@@ -438,8 +438,8 @@ pub struct ReliableStream {
     cfg: ReliableConfig,
     error: Option<ReliableError>,
     stats: ReliableStats,
-    last_sent: Instant,
-    last_heard: Instant,
+    last_sent: Millis,
+    last_heard: Millis,
     peer_keepalives: bool,
 
     // ---- outgoing ----
@@ -463,9 +463,9 @@ pub struct ReliableStream {
     srtt: Option<Duration>,
     rttvar: Duration,
     backoff: u32,
-    rto_deadline: Option<Instant>,
+    rto_deadline: Option<Millis>,
     /// Since when undelivered data has seen no ack progress.
-    stall_since: Option<Instant>,
+    stall_since: Option<Millis>,
     xmit_counter: u64,
     /// The three highest transmission numbers acknowledged, highest first.
     delivered_top: [u64; 3],
@@ -484,7 +484,7 @@ pub struct ReliableStream {
     /// An in-order block arrived and is not consumed yet: it is acked
     /// (as a SACK) at this time unless the application consumes it first,
     /// whose ack then covers it. Saves one ack per block on the fast path.
-    arrival_ack_at: Option<Instant>,
+    arrival_ack_at: Option<Millis>,
     /// The last [`MAX_SACKS`] distinct blocks that arrived, oldest first:
     /// the SACKs, when more blocks are held than one ack can list. Every
     /// block is then reported by the acks of the next arrivals too, so a
@@ -492,11 +492,11 @@ pub struct ReliableStream {
     recent: VecDeque<u32>,
 }
 
-fn deadline(t: Instant, d: Duration) -> Option<Instant> {
-    t.checked_add(d)
+fn deadline(t: Millis, d: Duration) -> Option<Millis> {
+    Some(later(t, d))
 }
 
-fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+fn min_opt(a: Option<Millis>, b: Option<Millis>) -> Option<Millis> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -509,7 +509,7 @@ fn diff(a: Duration, b: Duration) -> Duration {
 
 impl ReliableStream {
     /// A fresh stream; both directions start at sequence number 1.
-    pub fn new(cfg: ReliableConfig, now: Instant) -> Self {
+    pub fn new(cfg: ReliableConfig, now: Millis) -> Self {
         let cfg = cfg.sanitized();
         let mut s = ReliableStream {
             error: None,
@@ -677,7 +677,7 @@ impl ReliableStream {
     // ------------------------------------------------------------------
 
     /// Feeds one item returned by [`parse`].
-    pub fn handle_incoming(&mut self, now: Instant, item: Incoming) {
+    pub fn handle_incoming(&mut self, now: Millis, item: Incoming) {
         match item {
             Incoming::Block { seq, data, retry } => self.handle_block(now, seq, data, retry),
             Incoming::Ack { cumulative, sacks } => self.handle_ack(now, cumulative, &sacks),
@@ -686,7 +686,7 @@ impl ReliableStream {
 
     /// Feeds a whole received message: its blocks, acks and keepalive
     /// marker. Nothing is applied if the message is malformed.
-    pub fn handle_message(&mut self, now: Instant, msg: &Message) -> Result<(), ReliableError> {
+    pub fn handle_message(&mut self, now: Millis, msg: &Message) -> Result<(), ReliableError> {
         for item in parse(msg)? {
             self.handle_incoming(now, item);
         }
@@ -697,7 +697,7 @@ impl ReliableStream {
     }
 
     /// A data block arrived.
-    pub fn handle_block(&mut self, now: Instant, seq: u32, data: Bytes, retry: bool) {
+    pub fn handle_block(&mut self, now: Millis, seq: u32, data: Bytes, retry: bool) {
         let _ = retry; // informational: duplicates are detected by seq
         self.last_heard = now;
         if self.error.is_some() {
@@ -717,7 +717,7 @@ impl ReliableStream {
         if idx == self.contig as usize && self.held.len() <= idx + 1 {
             // In order, no gap: the consumption ack will cover it.
             if self.arrival_ack_at.is_none() {
-                self.arrival_ack_at = Some(now + ARRIVAL_ACK_DELAY);
+                self.arrival_ack_at = Some(later(now, ARRIVAL_ACK_DELAY));
             }
         } else {
             self.ack_dirty = true;
@@ -748,7 +748,7 @@ impl ReliableStream {
     /// An ack arrived: `cumulative` is the highest block the peer consumed,
     /// `sacks` blocks it holds above that (at most [`MAX_SACKS`] are looked
     /// at).
-    pub fn handle_ack(&mut self, now: Instant, cumulative: u32, sacks: &[u32]) {
+    pub fn handle_ack(&mut self, now: Millis, cumulative: u32, sacks: &[u32]) {
         self.last_heard = now;
         self.stats.acks_received += 1;
         if self.error.is_some() {
@@ -759,7 +759,7 @@ impl ReliableStream {
             return;
         }
         let mut newly = 0u32;
-        let mut sample: Option<Instant> = None;
+        let mut sample: Option<Millis> = None;
         while self.base <= cumulative {
             let Some(slot) = self.flight.pop_front() else {
                 break;
@@ -795,7 +795,7 @@ impl ReliableStream {
             }
         }
         if let Some(sent_at) = sample {
-            self.rtt_sample(now.saturating_duration_since(sent_at));
+            self.rtt_sample(Duration::from_millis(now.saturating_sub(sent_at)));
         }
         if newly > 0 {
             self.stall_since = (self.undelivered > 0).then_some(now);
@@ -814,7 +814,7 @@ impl ReliableStream {
 
     /// The peer sent a keepalive: from now on, its silence for
     /// [`ReliableConfig::dead_peer_timeout`] fails the stream.
-    pub fn handle_keepalive(&mut self, now: Instant) {
+    pub fn handle_keepalive(&mut self, now: Millis) {
         self.last_heard = now;
         self.peer_keepalives = true;
     }
@@ -827,7 +827,7 @@ impl ReliableStream {
     /// The next thing to send, if any: a pending ack first (one per call,
     /// covering everything received so far), then retransmissions, then new
     /// blocks as the window allows, then a keepalive when idle.
-    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+    pub fn poll_transmit(&mut self, now: Millis) -> Option<Segment> {
         if self.error.is_some() {
             return None;
         }
@@ -847,7 +847,7 @@ impl ReliableStream {
                 self.lost -= 1;
                 self.stats.blocks_retransmitted += 1;
                 self.on_block_sent(now);
-                return Some(Transmit::Block {
+                return Some(Segment::Block {
                     seq: self.base + i as u32,
                     data,
                     retry: true,
@@ -877,7 +877,7 @@ impl ReliableStream {
                 self.stats.blocks_sent += 1;
                 self.stats.bytes_sent += data.len() as u64;
                 self.on_block_sent(now);
-                return Some(Transmit::Block {
+                return Some(Segment::Block {
                     seq,
                     data,
                     retry: false,
@@ -893,7 +893,7 @@ impl ReliableStream {
     /// When [`ReliableStream::handle_timeout`] (then
     /// [`ReliableStream::poll_transmit`]) must run next; `None` after an
     /// error.
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub fn poll_timeout(&self) -> Option<Millis> {
         if self.error.is_some() {
             return None;
         }
@@ -913,11 +913,11 @@ impl ReliableStream {
 
     /// Runs the timers due at `now`: dead-peer detection and retransmission
     /// timeouts. Keepalives come out of [`ReliableStream::poll_transmit`].
-    pub fn handle_timeout(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, now: Millis) {
         if self.error.is_some() {
             return;
         }
-        let due = |t: Option<Instant>| t.is_some_and(|t| now >= t);
+        let due = |t: Option<Millis>| t.is_some_and(|t| now >= t);
         if self.undelivered > 0
             && self
                 .stall_since
@@ -1022,7 +1022,7 @@ impl ReliableStream {
         }
     }
 
-    fn make_ack(&mut self, now: Instant, keepalive: bool) -> Transmit {
+    fn make_ack(&mut self, now: Millis, keepalive: bool) -> Segment {
         let consumed = self.consumed;
         let held = &self.held;
         let is_held = |s: u32| {
@@ -1067,14 +1067,14 @@ impl ReliableStream {
         if keepalive {
             self.stats.keepalives_sent += 1;
         }
-        Transmit::Ack {
+        Segment::Ack {
             cumulative: consumed,
             sacks,
             keepalive,
         }
     }
 
-    fn on_block_sent(&mut self, now: Instant) {
+    fn on_block_sent(&mut self, now: Millis) {
         self.last_sent = now;
         if self.rto_deadline.is_none() {
             self.rto_deadline = deadline(now, self.current_rto());
@@ -1084,12 +1084,7 @@ impl ReliableStream {
         }
     }
 
-    fn mark_delivered_counts(
-        &mut self,
-        slot: &Slot,
-        newly: &mut u32,
-        sample: &mut Option<Instant>,
-    ) {
+    fn mark_delivered_counts(&mut self, slot: &Slot, newly: &mut u32, sample: &mut Option<Millis>) {
         self.undelivered -= 1;
         *newly += 1;
         self.note_delivered_xmit(slot.xmit);
@@ -1245,20 +1240,25 @@ mod tests {
         }
     }
 
-    fn ms(n: u64) -> Duration {
+    fn dur(n: u64) -> Duration {
         Duration::from_millis(n)
     }
 
-    fn block(t: Option<Transmit>) -> (u32, Bytes, bool) {
+    /// `n` ms of the stream's clock.
+    fn ms(n: u64) -> Millis {
+        n
+    }
+
+    fn block(t: Option<Segment>) -> (u32, Bytes, bool) {
         match t {
-            Some(Transmit::Block { seq, data, retry }) => (seq, data, retry),
+            Some(Segment::Block { seq, data, retry }) => (seq, data, retry),
             other => panic!("expected a block, got {other:?}"),
         }
     }
 
-    fn ack(t: Option<Transmit>) -> (u32, Vec<u32>, bool) {
+    fn ack(t: Option<Segment>) -> (u32, Vec<u32>, bool) {
         match t {
-            Some(Transmit::Ack {
+            Some(Segment::Ack {
                 cumulative,
                 sacks,
                 keepalive,
@@ -1339,7 +1339,7 @@ mod tests {
 
     #[test]
     fn retry_and_keepalive_markers() {
-        let m = Transmit::Block {
+        let m = Segment::Block {
             seq: 9,
             data: Bytes::from_static(b"x"),
             retry: true,
@@ -1356,7 +1356,7 @@ mod tests {
                 retry: true
             }]
         );
-        let m = Transmit::Ack {
+        let m = Segment::Ack {
             cumulative: 3,
             sacks: vec![5],
             keepalive: true,
@@ -1374,7 +1374,7 @@ mod tests {
         assert_eq!(m.elements[1].name, KEEPALIVE_ELEMENT_NAME);
         assert!(!is_keepalive(&Message::new().with(ack_element(3, &[]))));
         // handle_message applies all three.
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut s = ReliableStream::new(cfg(), t0);
         s.handle_message(t0, &m).unwrap();
         assert!(s.peer_sends_keepalives());
@@ -1446,7 +1446,7 @@ mod tests {
     proptest! {
         #[test]
         fn block_roundtrip(seq in 1..=MAX_SEQ, data in proptest::collection::vec(any::<u8>(), 0..300), retry: bool) {
-            let m = Transmit::Block { seq, data: Bytes::from(data.clone()), retry }.into_message();
+            let m = Segment::Block { seq, data: Bytes::from(data.clone()), retry }.into_message();
             let wire = encode_v0(&m, JavaHashOrder::Java8).unwrap().to_bytes();
             let back = decode_v0(wire).unwrap().message;
             prop_assert_eq!(parse(&back).unwrap(), vec![Incoming::Block { seq, data: Bytes::from(data), retry }]);
@@ -1454,7 +1454,7 @@ mod tests {
 
         #[test]
         fn ack_roundtrip(cum: u32, sacks in proptest::collection::vec(any::<u32>(), 0..150), keepalive: bool) {
-            let m = Transmit::Ack { cumulative: cum, sacks: sacks.clone(), keepalive }.into_message();
+            let m = Segment::Ack { cumulative: cum, sacks: sacks.clone(), keepalive }.into_message();
             let wire = encode_v0(&m, JavaHashOrder::Java8).unwrap().to_bytes();
             let back = decode_v0(wire).unwrap().message;
             let want = vec![Incoming::Ack { cumulative: cum, sacks: sacks[..sacks.len().min(MAX_SACKS)].to_vec() }];
@@ -1488,7 +1488,7 @@ mod tests {
 
     #[test]
     fn write_bytes_whole_block_is_zero_copy() {
-        let now = Instant::now();
+        let now: Millis = 1_000;
         let mut s = ReliableStream::new(ReliableConfig::jxse_peer(), now);
         let data = Bytes::from(vec![7u8; 64 * 1024 * 2 + 10]);
         let ptr = data.as_ptr();
@@ -1509,7 +1509,7 @@ mod tests {
 
     #[test]
     fn write_bytes_completes_a_partial_block_then_stays_zero_copy() {
-        let now = Instant::now();
+        let now: Millis = 1_000;
         let mut s = ReliableStream::new(cfg(), now);
         assert_eq!(s.write(b"ab"), 2);
         let data = Bytes::from_static(b"cdefghij");
@@ -1523,7 +1523,7 @@ mod tests {
 
     #[test]
     fn send_buffer_is_bounded() {
-        let now = Instant::now();
+        let now: Millis = 1_000;
         let mut s = ReliableStream::new(cfg(), now);
         assert_eq!(s.writable(), 64);
         assert_eq!(s.write(&[1; 100]), 64);
@@ -1544,17 +1544,17 @@ mod tests {
 
     #[test]
     fn acks_are_coalesced_and_follow_consumption() {
-        let now = Instant::now();
+        let now: Millis = 1_000;
         let mut r = ReliableStream::new(cfg(), now);
         for seq in 1..=5 {
             r.handle_block(now, seq, Bytes::from(vec![seq as u8; 4]), false);
         }
         // In-order arrivals wait briefly for the application to consume them...
         assert_eq!(r.poll_transmit(now), None);
-        assert_eq!(r.poll_timeout(), Some(now + ARRIVAL_ACK_DELAY));
+        assert_eq!(r.poll_timeout(), Some(later(now, ARRIVAL_ACK_DELAY)));
         // ...then one ack covers all five: nothing consumed, all held.
-        let later = now + ARRIVAL_ACK_DELAY;
-        assert_eq!(ack(r.poll_transmit(later)), (0, vec![1, 2, 3, 4, 5], false));
+        let after = later(now, ARRIVAL_ACK_DELAY);
+        assert_eq!(ack(r.poll_transmit(after)), (0, vec![1, 2, 3, 4, 5], false));
         assert_eq!(r.poll_transmit(now), None);
         let mut buf = [0u8; 6];
         assert_eq!(r.read(&mut buf), 6);
@@ -1574,7 +1574,7 @@ mod tests {
 
     #[test]
     fn read_chunk_hands_out_the_received_buffer() {
-        let now = Instant::now();
+        let now: Millis = 1_000;
         let mut r = ReliableStream::new(cfg(), now);
         let data = Bytes::from_static(b"wxyz");
         r.handle_block(now, 1, data.clone(), false);
@@ -1585,7 +1585,7 @@ mod tests {
 
     #[test]
     fn out_of_order_blocks_are_sacked_and_delivered_in_order() {
-        let now = Instant::now();
+        let now: Millis = 1_000;
         let mut r = ReliableStream::new(cfg(), now);
         r.handle_block(now, 3, Bytes::from_static(b"3333"), false);
         r.handle_block(now, 2, Bytes::from_static(b"2222"), false);
@@ -1602,7 +1602,7 @@ mod tests {
 
     #[test]
     fn duplicates_are_acked_at_once_without_consumption() {
-        let now = Instant::now();
+        let now: Millis = 1_000;
         let mut r = ReliableStream::new(cfg(), now);
         r.handle_block(now, 1, Bytes::from_static(b"aaaa"), false);
         let mut buf = [0u8; 4];
@@ -1615,8 +1615,8 @@ mod tests {
         // the arrival delay, its duplicate at once).
         r.handle_block(now, 2, Bytes::from_static(b"bbbb"), false);
         assert_eq!(r.poll_transmit(now), None);
-        let later = now + ARRIVAL_ACK_DELAY;
-        assert_eq!(ack(r.poll_transmit(later)), (1, vec![2], false));
+        let after = later(now, ARRIVAL_ACK_DELAY);
+        assert_eq!(ack(r.poll_transmit(after)), (1, vec![2], false));
         r.handle_block(now, 2, Bytes::from_static(b"bbbb"), true);
         assert_eq!(ack(r.poll_transmit(now)), (1, vec![2], false));
         assert_eq!(r.stats().duplicate_blocks, 2);
@@ -1626,7 +1626,7 @@ mod tests {
 
     #[test]
     fn blocks_beyond_the_receive_buffer_are_dropped() {
-        let now = Instant::now();
+        let now: Millis = 1_000;
         let mut r = ReliableStream::new(cfg(), now);
         r.handle_block(now, 9, Bytes::from_static(b"late"), false);
         assert_eq!(r.stats().blocks_dropped, 1);
@@ -1638,7 +1638,7 @@ mod tests {
 
     #[test]
     fn sack_list_is_bounded_and_reports_new_arrivals_first() {
-        let now = Instant::now();
+        let now: Millis = 1_000;
         let mut r = ReliableStream::new(
             ReliableConfig {
                 recv_buffer_blocks: 300,
@@ -1660,7 +1660,7 @@ mod tests {
         assert!(sacks.windows(2).all(|w| w[0] < w[1]));
     }
 
-    fn sender(now: Instant) -> ReliableStream {
+    fn sender(now: Millis) -> ReliableStream {
         let mut s = ReliableStream::new(
             ReliableConfig {
                 initial_window: 8,
@@ -1674,7 +1674,7 @@ mod tests {
 
     #[test]
     fn fast_retransmit_after_three_sacks_once() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut s = sender(t0);
         for want in 1..=8 {
             assert_eq!(block(s.poll_transmit(t0)).0, want);
@@ -1708,13 +1708,13 @@ mod tests {
 
     #[test]
     fn rtt_estimate_and_karn() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut s = sender(t0);
         block(s.poll_transmit(t0));
         s.handle_ack(t0 + ms(100), 1, &[]);
-        assert_eq!(s.stats().srtt, Some(ms(100)));
-        assert_eq!(s.stats().rttvar, ms(50));
-        assert_eq!(s.stats().rto, ms(300));
+        assert_eq!(s.stats().srtt, Some(dur(100)));
+        assert_eq!(s.stats().rttvar, dur(50));
+        assert_eq!(s.stats().rto, dur(300));
         // A block acked only after a retransmission gives no sample.
         let t1 = t0 + ms(200);
         block(s.poll_transmit(t1));
@@ -1726,12 +1726,12 @@ mod tests {
             (2, Bytes::from(vec![0u8; 4]), true)
         );
         s.handle_ack(rto_at + ms(5), 2, &[]);
-        assert_eq!(s.stats().srtt, Some(ms(100)));
+        assert_eq!(s.stats().srtt, Some(dur(100)));
     }
 
     #[test]
     fn rto_backs_off_exponentially_and_halves_the_window() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut s = sender(t0);
         for _ in 0..8 {
             block(s.poll_transmit(t0));
@@ -1745,7 +1745,7 @@ mod tests {
                 s.handle_timeout(k);
                 assert!(matches!(
                     s.poll_transmit(k),
-                    Some(Transmit::Ack {
+                    Some(Segment::Ack {
                         keepalive: true,
                         ..
                     })
@@ -1754,10 +1754,10 @@ mod tests {
             s.handle_timeout(at);
             t = at;
             assert_eq!(s.stats().cwnd, cwnd);
-            assert_eq!(s.stats().rto, ms(gap * 2));
+            assert_eq!(s.stats().rto, dur(gap * 2));
             // Retransmissions are paced by the halved window.
             let mut n = 0;
-            while let Some(Transmit::Block { retry: true, .. }) = s.poll_transmit(t) {
+            while let Some(Segment::Block { retry: true, .. }) = s.poll_transmit(t) {
                 n += 1;
             }
             assert_eq!(n, cwnd);
@@ -1768,7 +1768,7 @@ mod tests {
 
     #[test]
     fn window_grows_per_acked_block_up_to_max() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut s = ReliableStream::new(
             ReliableConfig {
                 block_size: 1,
@@ -1785,7 +1785,7 @@ mod tests {
         let mut windows = Vec::new();
         for _ in 0..8 {
             let mut sent = 0;
-            while let Some(Transmit::Block { seq, .. }) = s.poll_transmit(t) {
+            while let Some(Segment::Block { seq, .. }) = s.poll_transmit(t) {
                 acked = seq;
                 sent += 1;
             }
@@ -1798,28 +1798,28 @@ mod tests {
 
     #[test]
     fn keepalive_when_idle() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut s = ReliableStream::new(cfg(), t0);
         assert_eq!(s.poll_transmit(t0), None);
-        assert_eq!(s.poll_timeout(), Some(t0 + Duration::from_secs(2)));
+        assert_eq!(s.poll_timeout(), Some(t0 + 2_000));
         assert_eq!(s.poll_transmit(t0 + ms(1999)), None);
-        let t1 = t0 + Duration::from_secs(2);
+        let t1 = t0 + 2_000;
         s.handle_timeout(t1);
         assert_eq!(ack(s.poll_transmit(t1)), (0, vec![], true));
         assert_eq!(s.poll_transmit(t1), None);
-        assert_eq!(s.poll_timeout(), Some(t1 + Duration::from_secs(2)));
+        assert_eq!(s.poll_timeout(), Some(t1 + 2_000));
         assert_eq!(s.stats().keepalives_sent, 1);
     }
 
     #[test]
     fn dead_peer_when_outstanding_data_is_never_acked() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut s = sender(t0);
         block(s.poll_transmit(t0));
         let mut t;
         loop {
             let next = s.poll_timeout().unwrap();
-            assert!(next <= t0 + Duration::from_secs(10));
+            assert!(next <= t0 + 10_000);
             t = next;
             s.handle_timeout(t);
             while s.poll_transmit(t).is_some() {}
@@ -1827,7 +1827,7 @@ mod tests {
                 break;
             }
         }
-        assert_eq!(t, t0 + Duration::from_secs(10));
+        assert_eq!(t, t0 + 10_000);
         assert_eq!(
             s.error(),
             Some(&ReliableError::DeadPeer(DeadPeerCause::NoAckProgress))
@@ -1841,41 +1841,33 @@ mod tests {
 
     #[test]
     fn ack_progress_postpones_dead_peer() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut s = sender(t0);
         block(s.poll_transmit(t0));
         block(s.poll_transmit(t0));
-        s.handle_ack(t0 + Duration::from_secs(9), 1, &[]);
-        s.handle_timeout(t0 + Duration::from_secs(10));
+        s.handle_ack(t0 + 9_000, 1, &[]);
+        s.handle_timeout(t0 + 10_000);
         assert_eq!(s.error(), None);
-        assert_eq!(
-            s.poll_timeout().map(|t| t <= t0 + Duration::from_secs(19)),
-            Some(true)
-        );
+        assert_eq!(s.poll_timeout().map(|t| t <= t0 + 19_000), Some(true));
         // A duplicate ack is no progress.
-        s.handle_ack(t0 + Duration::from_secs(15), 1, &[]);
-        s.handle_timeout(t0 + Duration::from_secs(19));
+        s.handle_ack(t0 + 15_000, 1, &[]);
+        s.handle_timeout(t0 + 19_000);
         assert!(s.error().is_some());
     }
 
     #[test]
     fn silence_kills_only_when_the_peer_sends_keepalives() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut s = ReliableStream::new(cfg(), t0);
-        let late = t0 + Duration::from_secs(60);
+        let late = t0 + 60_000;
         s.handle_timeout(late);
         assert_eq!(s.error(), None);
         s.handle_keepalive(late);
         assert!(s.peer_sends_keepalives());
-        s.handle_block(
-            late + Duration::from_secs(5),
-            1,
-            Bytes::from_static(b"abcd"),
-            false,
-        );
-        s.handle_timeout(late + Duration::from_secs(14));
+        s.handle_block(late + 5_000, 1, Bytes::from_static(b"abcd"), false);
+        s.handle_timeout(late + 14_000);
         assert_eq!(s.error(), None);
-        s.handle_timeout(late + Duration::from_secs(15));
+        s.handle_timeout(late + 15_000);
         assert_eq!(
             s.error(),
             Some(&ReliableError::DeadPeer(DeadPeerCause::Silent))
@@ -1892,28 +1884,28 @@ mod tests {
     fn held_data_is_not_a_dead_peer() {
         // The receiver holds (SACKs) everything but its application does not
         // read: the sender stops at max_window and waits without failing.
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut s = sender(t0);
         let mut sent = vec![];
-        while let Some(Transmit::Block { seq, .. }) = s.poll_transmit(t0) {
+        while let Some(Segment::Block { seq, .. }) = s.poll_transmit(t0) {
             sent.push(seq);
         }
         s.handle_ack(t0 + ms(10), 0, &sent);
-        while let Some(Transmit::Block { seq, .. }) = s.poll_transmit(t0 + ms(10)) {
+        while let Some(Segment::Block { seq, .. }) = s.poll_transmit(t0 + ms(10)) {
             sent.push(seq);
         }
         s.handle_ack(t0 + ms(20), 0, &sent);
         assert_eq!(s.in_flight(), 16);
         assert!(s.all_acked() || s.writable() < 64);
         assert_eq!(s.poll_transmit(t0 + ms(20)), None);
-        let t = t0 + Duration::from_secs(100);
+        let t = t0 + 100_000;
         s.handle_timeout(t);
         assert_eq!(s.error(), None);
     }
 
     #[test]
     fn invalid_acks_are_ignored() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut s = sender(t0);
         block(s.poll_transmit(t0));
         s.handle_ack(t0, 5, &[]);
@@ -1925,7 +1917,7 @@ mod tests {
 
     #[test]
     fn all_acked_tracks_unflushed_and_outstanding_data() {
-        let t0 = Instant::now();
+        let t0: Millis = 1_000;
         let mut s = ReliableStream::new(cfg(), t0);
         assert!(s.all_acked());
         s.write(b"ab");

@@ -54,9 +54,9 @@ use crate::endpoint::ServiceAddress;
 use crate::id::PeerId;
 use crate::message::Message;
 use crate::rendezvous::messages::BusyNotice;
+use crate::resolver::{query_queue, response_queue, srdi_queue, ResolverQuery, RESOLVER_SERVICE};
 use crate::time::Millis;
 use crate::transmit::Transmit;
-use crate::resolver::{query_queue, response_queue, srdi_queue, ResolverQuery, RESOLVER_SERVICE};
 
 use super::flow::{Admission, AdmissionConfig, Admit};
 use super::index::{AddOutcome, SrdiIndex};
@@ -854,9 +854,7 @@ mod tests {
             1,
         );
         assert_eq!(plan, Some(QueryPlan::Forward(vec![peer(50)])));
-        let Some(t) = n.poll_transmit() else {
-            panic!()
-        };
+        let Some(t) = n.poll_transmit() else { panic!() };
         assert_eq!(t.to, peer(50));
         assert_eq!(
             ResolverQuery::from_message(&t.message, "g")
@@ -874,9 +872,7 @@ mod tests {
             1,
         );
         assert_eq!(plan, None);
-        let Some(t) = n.poll_transmit() else {
-            panic!()
-        };
+        let Some(t) = n.poll_transmit() else { panic!() };
         assert_eq!(t.to, peer(60));
         assert_eq!(
             BusyNotice::from_message(&t.message).unwrap(),
@@ -919,9 +915,7 @@ mod tests {
         n.handle_srdi(&peer(50), &publish(peer(50), &["a"]), &view, 0)
             .unwrap();
         assert!(n.index().is_empty());
-        let Some(t) = n.poll_transmit() else {
-            panic!()
-        };
+        let Some(t) = n.poll_transmit() else { panic!() };
         assert_eq!(t.to, peer(2));
         let plan = n.handle_query(
             &query(peer(60), 0, "a"),

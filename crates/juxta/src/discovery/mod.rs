@@ -41,11 +41,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use juxta_proto::advertisement::{AdvError, AdvKind, Advertisement, MAX_XML_LEN};
+use juxta_proto::discovery::search::{SearchEvent, Searches};
 use juxta_proto::discovery::{
     peer_adv_text, DiscoveryEntry, DiscoveryQuery, DiscoveryResponse, Lifetimes,
     DEFAULT_LIFETIME_MS, MAX_RESPONSES,
 };
-use juxta_proto::discovery::search::{SearchEvent, Searches};
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
 use juxta_proto::resolver::{query_queue, response_queue, RESOLVER_SERVICE};
@@ -226,7 +226,14 @@ impl RemoteSearches {
             let Some(m) = inner.messenger(p) else {
                 continue;
             };
-            if post(scope.as_ref(), &m, &query_queue(&group), rq.to_element(&group)).is_ok() {
+            if post(
+                scope.as_ref(),
+                &m,
+                &query_queue(&group),
+                rq.to_element(&group),
+            )
+            .is_ok()
+            {
                 asked += 1;
             }
         }
@@ -246,7 +253,13 @@ impl RemoteSearches {
     }
 
     /// An answer arrived, with the advertisements kept from it.
-    fn answered(&mut self, now: Millis, query_id: i32, group: &str, advs: Vec<Advertisement>) -> bool {
+    fn answered(
+        &mut self,
+        now: Millis,
+        query_id: i32,
+        group: &str,
+        advs: Vec<Advertisement>,
+    ) -> bool {
         let taken = self.searches.handle_answer(now, query_id, group, advs);
         self.run();
         taken

@@ -245,10 +245,12 @@ impl Bindings {
             let outcome = match ev {
                 BindEvent::Bound { peer, .. } => Ok(peer),
                 BindEvent::NotFound { .. } => Err(PipeError::NotFound(w.pipe.to_string())),
-                BindEvent::Query(_) | BindEvent::TimedOut { .. } => Err(PipeError::ResolveTimeout {
-                    pipe: w.pipe.to_string(),
-                    timeout: w.timeout,
-                }),
+                BindEvent::Query(_) | BindEvent::TimedOut { .. } => {
+                    Err(PipeError::ResolveTimeout {
+                        pipe: w.pipe.to_string(),
+                        timeout: w.timeout,
+                    })
+                }
             };
             let _ = w.reply.send(outcome);
         }
@@ -336,11 +338,7 @@ pub(crate) async fn resolve(
 
 /// Sends one binding query to each of its peers (through the router, as JXSE
 /// expects; a direct send on compact connections).
-fn send_query(
-    inner: &Arc<Inner>,
-    scope: Option<&Arc<crate::group::GroupCtx>>,
-    q: &OutgoingQuery,
-) {
+fn send_query(inner: &Arc<Inner>, scope: Option<&Arc<crate::group::GroupCtx>>, q: &OutgoingQuery) {
     let g = match scope {
         Some(c) => c.unique.clone(),
         None => inner.group_unique().to_string(),

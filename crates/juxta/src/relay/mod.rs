@@ -41,7 +41,7 @@ pub(crate) mod route;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use juxta_proto::endpoint::forward::{FingerprintVerifier, DEFAULT_MAX_FORWARD_HOPS};
@@ -50,7 +50,7 @@ use juxta_proto::endpoint::route_query::{RouteResolver, RouteResolverConfig};
 use juxta_proto::endpoint::route_trust::RouteTrust;
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
-use juxta_proto::relay::client::{ClientAction, ClientConfig, ClientState, RelayClient};
+use juxta_proto::relay::client::{ClientConfig, ClientEvent, RelayClient};
 use juxta_proto::relay::server::{RelayServer, ServerConfig, ServerCounters};
 use juxta_proto::relay::{Control, Refusal, RelayRequest, RelayResponse, RELAY_SERVICE};
 use tokio::sync::{mpsc, watch, Notify};
@@ -331,7 +331,7 @@ pub(crate) struct ServerRuntime {
 
 /// Router state every peer has.
 pub(crate) struct Router {
-    epoch: Instant,
+    clock: juxta_proto::time::Clock,
     pub(crate) cache: Mutex<RouteCache>,
     pub(crate) resolver: Mutex<RouteResolver>,
     pub(crate) verifier: Mutex<FingerprintVerifier>,
@@ -360,7 +360,11 @@ pub(crate) struct Router {
 }
 
 impl Router {
-    pub(crate) fn new(local: PeerId, cfg: Option<&RelayConfig>) -> Router {
+    pub(crate) fn new(
+        local: PeerId,
+        cfg: Option<&RelayConfig>,
+        clock: juxta_proto::time::Clock,
+    ) -> Router {
         let server = cfg.filter(|c| c.role == RelayRole::Server).map(|c| {
             Arc::new(ServerRuntime {
                 state: Mutex::new(RelayServer::new(local, c.server)),
@@ -377,7 +381,7 @@ impl Router {
             _ => (None, None),
         };
         Router {
-            epoch: Instant::now(),
+            clock,
             cache: Mutex::new(RouteCache::new(local, 4096, 20 * 60 * 1000)),
             resolver: Mutex::new(RouteResolver::new(RouteResolverConfig::default())),
             verifier: Mutex::new(FingerprintVerifier::new(1024)),
@@ -404,9 +408,9 @@ impl Router {
         self.client_stopped.load(Ordering::Acquire)
     }
 
-    /// Milliseconds since the router started (its clock).
+    /// The peer's clock ([`juxta_proto::time`]).
     pub(crate) fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+        self.clock.now()
     }
 
     /// The endpoint router's wire address in this peer's group (mangled
@@ -804,16 +808,7 @@ async fn client_task(
         let wait = {
             let Some(inner) = weak.upgrade() else { return };
             let now = inner.router.now_ms();
-            let at = match *sm.state() {
-                ClientState::Idle { until_ms } => until_ms,
-                ClientState::Connecting { deadline_ms, .. }
-                | ClientState::Requested { deadline_ms, .. } => deadline_ms,
-                ClientState::Leased {
-                    renew_ms,
-                    expires_ms,
-                    ..
-                } => renew_ms.min(expires_ms),
-            };
+            let at = sm.poll_timeout().unwrap_or(u64::MAX);
             Duration::from_millis(at.saturating_sub(now).min(3_600_000))
         };
         let event = tokio::select! {
@@ -840,25 +835,23 @@ async fn client_task(
                 return;
             }
         }
-        let mut actions = match event {
-            Some((from, resp)) => sm.on_response(from, &resp, now),
+        match event {
+            Some((from, resp)) => sm.handle_response(from, &resp, now),
             None => {
-                let mut a = Vec::new();
                 if let Some(relay) = sm.relay() {
                     if inner.connection(&relay).is_none() {
-                        a.extend(sm.on_disconnected(relay, now));
+                        sm.handle_link_down(relay, now);
                     }
                 }
-                a.extend(sm.tick(now));
-                a
+                sm.handle_timeout(now);
             }
-        };
-        while let Some(action) = (!actions.is_empty()).then(|| actions.remove(0)) {
+        }
+        while let Some(ev) = sm.poll_event() {
             if inner.router.client_stopped() {
                 return;
             }
-            match action {
-                ClientAction::Connect { seed } => {
+            match ev {
+                ClientEvent::Connect { seed } => {
                     let addr = seeds[seed];
                     let c = if http {
                         crate::transport::http::connect(&inner, addr, inner.cfg.http.clone())
@@ -870,23 +863,23 @@ async fn client_task(
                     match c {
                         Ok(m) => {
                             let now = inner.router.now_ms();
-                            actions.extend(sm.on_connected(seed, m.remote(), now));
+                            sm.handle_connected(seed, m.remote(), now);
                         }
                         Err(e) => {
                             tracing::debug!(%addr, error = %e, "relay seed unreachable");
                             let now = inner.router.now_ms();
-                            actions.extend(sm.on_connect_failed(seed, now));
+                            sm.handle_connect_failed(seed, now);
                         }
                     }
                 }
-                ClientAction::Send { relay, request } => {
+                ClientEvent::Send { relay, request } => {
                     send_request(&inner, relay, request).await;
                 }
-                ClientAction::LeaseGained { relay } => {
+                ClientEvent::LeaseGained { relay } => {
                     tracing::info!(%relay, "relay lease gained");
                     inner.router.leased.send_replace(Some(relay));
                 }
-                ClientAction::LeaseLost { relay } => {
+                ClientEvent::LeaseLost { relay } => {
                     tracing::info!(%relay, "relay lease lost");
                     inner.router.leased.send_replace(None);
                 }

@@ -85,7 +85,6 @@ use juxta_proto::resolver::node::{Refusal, ResolverStats};
 use juxta_proto::resolver::{srdi_queue, ResolverQuery, RESOLVER_SERVICE};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::peer::{Inner, PeerError};
 
@@ -515,7 +514,7 @@ pub(crate) fn spawn_in(
         g: g.clone(),
         inner: Arc::downgrade(inner),
         srdi_addr: Arc::new(ServiceAddress::new(RESOLVER_SERVICE, Some(&srdi_queue(&g)))),
-        t0: Instant::now(),
+        clock: inner.clock,
         node,
         lookups: HashMap::new(),
         status: status_tx,
@@ -568,7 +567,7 @@ struct Task {
     g: String,
     inner: std::sync::Weak<Inner>,
     srdi_addr: Arc<ServiceAddress>,
-    t0: Instant,
+    clock: juxta_proto::time::Clock,
     /// The group's node (its rendezvous part replaced on a role switch).
     node: Node<crate::resolver::Service>,
     /// Callers of lookups the machine has outstanding (as many as it
@@ -582,7 +581,7 @@ struct Task {
 
 impl Task {
     fn now(&self) -> u64 {
-        self.t0.elapsed().as_millis() as u64
+        self.clock.now()
     }
 
     async fn run(
@@ -611,7 +610,7 @@ impl Task {
                 .poll_timeout()
                 .unwrap_or(u64::MAX)
                 .min(now.saturating_add(3_600_000));
-            let at = self.t0 + Duration::from_millis(next);
+            let at: tokio::time::Instant = self.clock.instant(next).into();
             tokio::select! {
                 c = cmds.recv() => match c {
                     Some(Cmd::Shutdown { reply }) => {

@@ -75,12 +75,12 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
-use juxta_proto::socket::reliable::{self, Incoming, ReliableConfig, ReliableStream, Transmit};
+use juxta_proto::socket::reliable::{self, Incoming, ReliableConfig, ReliableStream, Segment};
 use juxta_proto::socket::setup::{
     classify, CloseSignal, ConnectRequest, ConnectResponse, SetupKind, SetupMessage,
 };
@@ -411,6 +411,8 @@ impl JxtaServerSocket {
 
 struct State {
     engine: ReliableStream,
+    /// The peer's clock, the engine's time.
+    clock: juxta_proto::time::Clock,
     read_waker: Option<Waker>,
     write_waker: Option<Waker>,
     close_waker: Option<Waker>,
@@ -467,7 +469,7 @@ impl Shared {
     /// Takes up to `max` transmits from the engine as messages.
     fn take_messages(&self, max: usize) -> Vec<Message> {
         let mut st = self.state.lock().expect("socket lock");
-        let now = Instant::now();
+        let now = st.clock.now();
         let mut out: Vec<Message> = Vec::new();
         let mut pending_ack: Option<Message> = None;
         while out.len() < max {
@@ -475,7 +477,7 @@ impl Shared {
                 break;
             };
             match t {
-                Transmit::Block { seq, data, retry } => {
+                Segment::Block { seq, data, retry } => {
                     let mut m = pending_ack
                         .take()
                         .filter(|_| self.combine)
@@ -493,7 +495,7 @@ impl Shared {
                     }
                     out.push(m);
                 }
-                Transmit::Ack {
+                Segment::Ack {
                     cumulative, sacks, ..
                 } => {
                     if let Some(a) = pending_ack.take() {
@@ -603,7 +605,7 @@ impl Shared {
     fn on_message(&self, message: &Message) {
         {
             let mut st = self.state.lock().expect("socket lock");
-            let now = Instant::now();
+            let now = st.clock.now();
             match classify(message) {
                 Some(SetupMessage::Close(CloseSignal::Close)) => {
                     // The driver answers with a closeACK (also when we are
@@ -1038,7 +1040,8 @@ impl JxtaSocket {
         let remote = messenger.remote();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                engine: ReliableStream::new(rcfg, Instant::now()),
+                engine: ReliableStream::new(rcfg, inner.clock.now()),
+                clock: inner.clock,
                 read_waker: None,
                 write_waker: None,
                 close_waker: None,
@@ -1154,7 +1157,7 @@ async fn drive(
                 send_close,
                 send_close_ack,
                 done,
-                st.engine.poll_timeout(),
+                st.engine.poll_timeout().map(|t| st.clock.instant(t)),
                 !all_acked,
             )
         };
@@ -1248,7 +1251,8 @@ async fn drive(
             _ = sleep => {
                 let now = tokio::time::Instant::now();
                 let mut st = shared.state.lock().expect("socket lock");
-                st.engine.handle_timeout(Instant::now());
+                let engine_now = st.clock.now();
+                st.engine.handle_timeout(engine_now);
                 let received = st.engine.stats().blocks_received;
                 if received != last_received || st.engine.readable() > 0 {
                     // The peer is still sending, or the application has

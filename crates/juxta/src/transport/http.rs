@@ -34,7 +34,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use juxta_proto::endpoint::ServiceAddress;
@@ -548,17 +548,16 @@ struct Session {
     conn: Arc<Connection>,
     queue: tokio::sync::Mutex<Queue>,
     verifier: std::sync::Mutex<CbjxVerifier>,
-    /// The server's clock when it was last used (ms since `t0`).
+    /// The peer's clock when it was last used.
     last_seen: AtomicU64,
-    t0: Instant,
+    clock: juxta_proto::time::Clock,
     polling: AtomicUsize,
     _slot: OwnedSemaphorePermit,
 }
 
 impl Session {
     fn touch(&self) {
-        self.last_seen
-            .store(millis_since(self.t0), Ordering::Release);
+        self.last_seen.store(self.clock.now(), Ordering::Release);
     }
 }
 
@@ -574,11 +573,6 @@ impl SessionState for Session {
     fn last_seen(&self) -> u64 {
         self.last_seen.load(Ordering::Acquire)
     }
-}
-
-/// Milliseconds since `t0` (the server's clock).
-fn millis_since(t0: Instant) -> u64 {
-    u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 impl From<SessionRefusal> for HttpRefusal {
@@ -617,8 +611,8 @@ pub struct HttpServer {
     local: SocketAddr,
     /// Sessions and challenges, and the rules for them.
     table: std::sync::Mutex<Sessions<Arc<Session>>>,
-    /// The start of the server's clock.
-    t0: Instant,
+    /// The peer's clock.
+    clock: juxta_proto::time::Clock,
     clients: Arc<Semaphore>,
     stats: HttpCounters,
     /// Woken when a session opens (a tokenless poll may be waiting for its
@@ -676,7 +670,7 @@ impl HttpServer {
     }
 
     fn now(&self) -> u64 {
-        millis_since(self.t0)
+        self.clock.now()
     }
 
     /// Messages queued for `peer`'s session (0 without a session, and
@@ -931,7 +925,7 @@ impl HttpServer {
             queue: tokio::sync::Mutex::new(Queue { rx, pending: None }),
             verifier: std::sync::Mutex::new(verifier),
             last_seen: AtomicU64::new(self.now()),
-            t0: self.t0,
+            clock: self.clock,
             polling: AtomicUsize::new(0),
             _slot: slot,
         });
@@ -996,7 +990,7 @@ pub(crate) async fn listen(
         cfg,
         local,
         table: std::sync::Mutex::new(Sessions::new(rules)),
-        t0: Instant::now(),
+        clock: inner.clock,
         stats: HttpCounters::default(),
         opened: tokio::sync::Notify::new(),
     });

@@ -25,7 +25,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use juxta_proto::id::PeerId;
@@ -176,7 +176,8 @@ impl ReliableBidi {
             remote: messenger.remote(),
             messenger,
             remote_pipe,
-            engine: ReliableStream::new(cfg, Instant::now()),
+            engine: ReliableStream::new(cfg, inner.clock.now()),
+            clock: inner.clock,
             verifier: CbjxVerifier::new(),
             require_cbjx: inner.cfg.connection.cbjx,
             max_block,
@@ -272,6 +273,8 @@ struct Driver {
     messenger: Messenger,
     remote_pipe: String,
     engine: ReliableStream,
+    /// The peer's clock, the engine's time.
+    clock: juxta_proto::time::Clock,
     verifier: CbjxVerifier,
     require_cbjx: bool,
     max_block: usize,
@@ -319,7 +322,7 @@ impl Driver {
             Ok(items) => items,
             Err(e) => return self.malformed(&e),
         };
-        let now = Instant::now();
+        let now = self.clock.now();
         for item in items {
             match item {
                 Incoming::Block { seq, data, retry } => {
@@ -394,7 +397,7 @@ impl Driver {
     fn pump(&mut self, out: &mpsc::Sender<Message>) -> bool {
         // The driver is the only producer: room seen here stays.
         while out.capacity() > 0 {
-            let Some(t) = self.engine.poll_transmit(Instant::now()) else {
+            let Some(t) = self.engine.poll_transmit(self.clock.now()) else {
                 return false;
             };
             if out.try_send(t.into_message()).is_err() {
@@ -500,7 +503,7 @@ impl Driver {
             let timer = self
                 .engine
                 .poll_timeout()
-                .map(tokio::time::Instant::from_std);
+                .map(|t| tokio::time::Instant::from_std(self.clock.instant(t)));
             let wake_at = [timer, closing_at, linger_until]
                 .into_iter()
                 .flatten()
@@ -548,7 +551,7 @@ impl Driver {
                         Some(at) => tokio::time::sleep_until(at).await,
                         None => std::future::pending().await,
                     }
-                } => self.engine.handle_timeout(Instant::now()),
+                } => self.engine.handle_timeout(self.clock.now()),
             }
         };
         if let Some((_, Some(r))) = pending.take() {
