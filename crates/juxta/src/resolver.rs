@@ -219,6 +219,8 @@ pub(crate) enum Command {
     Bind(crate::pipe::registry::BindRequest),
     /// Ask peers a discovery query and gather their answers.
     Search(crate::discovery::SearchRequest),
+    /// Find a route to a peer this peer has no connection to.
+    FindRoute(crate::relay::route::RouteRequest),
 }
 
 /// The services' way to the resolver task: commands over a bounded
@@ -250,6 +252,15 @@ impl Commands {
     pub(crate) async fn search(&self, req: crate::discovery::SearchRequest) -> Result<(), ()> {
         self.0.send(Command::Search(req)).await.map_err(|_| ())
     }
+
+    /// Asks for a route search (its outcome comes on the request's reply
+    /// channel); `Err` when the task is gone.
+    pub(crate) async fn find_route(
+        &self,
+        req: crate::relay::route::RouteRequest,
+    ) -> Result<(), ()> {
+        self.0.send(Command::FindRoute(req)).await.map_err(|_| ())
+    }
 }
 
 /// What the resolver task owns besides the groups' nodes.
@@ -257,20 +268,26 @@ struct Services {
     nodes: Nodes,
     binds: crate::pipe::registry::Bindings,
     searches: crate::discovery::RemoteSearches,
+    routes: crate::relay::route::RouteSearches,
 }
 
 impl Services {
     /// The earliest deadline of the state held here.
     fn poll_timeout(&self) -> Option<u64> {
-        match (self.binds.poll_timeout(), self.searches.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.binds.poll_timeout(),
+            self.searches.poll_timeout(),
+            self.routes.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn handle_timeout(&mut self, inner: &Arc<Inner>, now: u64) {
         self.binds.handle_timeout(inner, now);
         self.searches.handle_timeout(now);
+        self.routes.handle_timeout(inner, false);
     }
 
     fn command(&mut self, inner: &Arc<Inner>, c: Command) {
@@ -278,6 +295,7 @@ impl Services {
         match c {
             Command::Bind(req) => self.binds.start(inner, req, now),
             Command::Search(req) => self.searches.start(inner, req, now),
+            Command::FindRoute(req) => self.routes.start(inner, req),
         }
     }
 }
@@ -350,6 +368,9 @@ pub(crate) fn spawn(
     let weak = Arc::downgrade(inner);
     let clock = inner.clock;
     let max_searches = inner.cfg.discovery.max_pending;
+    // Routes learned anywhere (a routed message, a configured route):
+    // this peer's own route searches look again at once.
+    let learned = inner.router.learned.clone();
     Ok(tokio::spawn(async move {
         // The nodes of the groups served here (no rendezvous task of
         // their own), by unique value, and the services' state.
@@ -357,12 +378,14 @@ pub(crate) fn spawn(
             nodes: Nodes::default(),
             binds: crate::pipe::registry::Bindings::new(),
             searches: crate::discovery::RemoteSearches::new(max_searches),
+            routes: crate::relay::route::RouteSearches::new(),
         };
         enum Input {
             Message(Delivery),
             Admitted(Admitted),
             Command(Command),
             Timer,
+            RouteLearned,
         }
         loop {
             let deadline = svc.poll_timeout();
@@ -372,6 +395,7 @@ pub(crate) fn spawn(
                     None => std::future::pending().await,
                 }
             };
+            let searching = svc.routes.searching();
             let input = tokio::select! {
                 d = recv_opt(&mut queries) => d.map(Input::Message),
                 d = recv_opt(&mut responses) => d.map(Input::Message),
@@ -379,6 +403,7 @@ pub(crate) fn spawn(
                 a = admitted.recv() => a.map(Input::Admitted),
                 c = commands.recv() => c.map(Input::Command),
                 _ = timer => Some(Input::Timer),
+                _ = learned.notified(), if searching => Some(Input::RouteLearned),
             };
             let (Some(input), Some(inner)) = (input, weak.upgrade()) else {
                 return;
@@ -392,6 +417,10 @@ pub(crate) fn spawn(
                 }
                 Input::Timer => {
                     svc.handle_timeout(&inner, clock.now());
+                    Ok(())
+                }
+                Input::RouteLearned => {
+                    svc.routes.handle_timeout(&inner, true);
                     Ok(())
                 }
             };
@@ -575,6 +604,7 @@ async fn execute(inner: &Arc<Inner>, svc: &mut Services, a: Admitted) -> Result<
         } => {
             on_query(
                 inner,
+                svc,
                 ctx.as_ref(),
                 &group,
                 key,
@@ -618,8 +648,10 @@ pub(crate) fn cache_of(
 }
 
 /// An admitted query for `key`'s service (see [`Machine`]).
+#[allow(clippy::too_many_arguments)]
 async fn on_query(
     inner: &Arc<Inner>,
+    svc: &mut Services,
     ctx: Option<&Arc<crate::group::GroupCtx>>,
     g: &str,
     key: Service,
@@ -660,7 +692,8 @@ async fn on_query(
             }
             Ok(())
         }
-        Service::Route => match crate::relay::route::on_query(inner, g, &q, from).await? {
+        Service::Route => match crate::relay::route::on_query(inner, &mut svc.routes, g, &q, from)?
+        {
             Some(resp) => send_response(inner, ctx, g, &q, from, resp).await,
             None => Ok(()),
         },
@@ -857,8 +890,8 @@ async fn on_response(
             )
             .await;
         }
-        Service::Route => crate::relay::route::on_response(inner, g, &r, from).await?,
-        Service::NoRoute => crate::relay::route::on_no_route(inner, g, &r, from)?,
+        Service::Route => crate::relay::route::on_response(inner, &mut svc.routes, g, &r, from)?,
+        Service::NoRoute => crate::relay::route::on_no_route(inner, &mut svc.routes, g, &r, from)?,
         Service::PipeBinding => {
             let msg = PipeResolverMsg::parse(&r.response)?;
             svc.binds

@@ -46,7 +46,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use juxta_proto::endpoint::forward::{FingerprintVerifier, DEFAULT_MAX_FORWARD_HOPS};
 use juxta_proto::endpoint::route_cache::RouteCache;
-use juxta_proto::endpoint::route_query::{RouteResolver, RouteResolverConfig};
 use juxta_proto::endpoint::route_trust::RouteTrust;
 use juxta_proto::id::PeerId;
 use juxta_proto::message::Message;
@@ -333,14 +332,13 @@ pub(crate) struct ServerRuntime {
 pub(crate) struct Router {
     clock: juxta_proto::time::Clock,
     pub(crate) cache: Mutex<RouteCache>,
-    pub(crate) resolver: Mutex<RouteResolver>,
     pub(crate) verifier: Mutex<FingerprintVerifier>,
     fingerprint: OnceLock<Bytes>,
     /// The group-mangled wire address of the endpoint router (what every
     /// forwarded message is sent to), built once.
     wire_address: OnceLock<Arc<juxta_proto::endpoint::ServiceAddress>>,
     /// Notified whenever a route is learned.
-    pub(crate) learned: Notify,
+    pub(crate) learned: Arc<Notify>,
     pub(crate) max_hops: usize,
     pub(crate) server: Option<Arc<ServerRuntime>>,
     /// The relay this edge leases (edge role).
@@ -383,11 +381,10 @@ impl Router {
         Router {
             clock,
             cache: Mutex::new(RouteCache::new(local, 4096, 20 * 60 * 1000)),
-            resolver: Mutex::new(RouteResolver::new(RouteResolverConfig::default())),
             verifier: Mutex::new(FingerprintVerifier::new(1024)),
             fingerprint: OnceLock::new(),
             wire_address: OnceLock::new(),
-            learned: Notify::new(),
+            learned: Arc::new(Notify::new()),
             max_hops: DEFAULT_MAX_FORWARD_HOPS,
             server,
             leased: watch::channel(None).0,

@@ -1,10 +1,19 @@
 //! The router's run-time paths: routed messages received on a connection
 //! (checked, delivered here or forwarded), route queries and answers
 //! (resolver handler `EndpointRouter`), and finding a route for a send.
+//!
+//! Route queries in flight ([`RouteSearches`]: the sans-IO
+//! `RouteResolver` and this peer's own searches) belong to the resolver
+//! task, where the answers arrive; [`find_route`] sends it a command and
+//! awaits the outcome.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+
+use juxta_proto::endpoint::route_query::{RouteResolver, RouteResolverConfig};
+use juxta_proto::time::{later, Millis};
+use tokio::sync::oneshot;
 
 use juxta_proto::advertisement::tree::XmlElement;
 use juxta_proto::advertisement::RouteAdvertisement;
@@ -483,8 +492,9 @@ pub(crate) enum RouteFault {
 /// A route query (`EndpointRouter` handler) from `q.src_peer`: the answer
 /// if this peer knows a route; a relay that does not asks its own
 /// neighbours and answers later.
-pub(crate) async fn on_query(
+pub(crate) fn on_query(
     inner: &Arc<Inner>,
+    routes: &mut RouteSearches,
     g: &str,
     q: &ResolverQuery,
     from: Option<PeerId>,
@@ -512,12 +522,7 @@ pub(crate) async fn on_query(
         peer: q.src_peer,
         query_id: q.query_id,
     };
-    let r = inner.router.resolver.lock().expect("route lock").request(
-        rq.dest,
-        waiter,
-        q.hop_count,
-        now,
-    );
+    let r = routes.resolver.request(rq.dest, waiter, q.hop_count, now);
     if let Ok(Requested::Send {
         query_id,
         hop_count,
@@ -525,11 +530,10 @@ pub(crate) async fn on_query(
     }) = r
     {
         let skip = [Some(q.src_peer), from];
-        let sent = send_queries(inner, g, query_id, hop_count, &query, &skip).await;
+        let sent = send_queries(inner, routes, g, query_id, hop_count, &query, &skip);
         if sent.is_empty() {
             // Nobody else to ask: the query ends here.
-            let mut resolver = inner.router.resolver.lock().expect("route lock");
-            resolver.abandon(query_id);
+            routes.resolver.abandon(query_id);
             return Ok(tell_no.then(no_route));
         }
     }
@@ -542,6 +546,7 @@ pub(crate) async fn on_query(
 /// peers are told no in turn.
 pub(crate) fn on_no_route(
     inner: &Arc<Inner>,
+    routes: &mut RouteSearches,
     g: &str,
     r: &ResolverResponse,
     from: Option<PeerId>,
@@ -550,12 +555,7 @@ pub(crate) fn on_no_route(
     let Some(from) = from else {
         return Ok(());
     };
-    let outcome = inner
-        .router
-        .resolver
-        .lock()
-        .expect("route lock")
-        .on_no_route(r.query_id, &dest, &from);
+    let outcome = routes.resolver.on_no_route(r.query_id, &dest, &from);
     let (answered, denied) = match outcome {
         NoRouteOutcome::Ignored => return Err(RouteFault::Late),
         NoRouteOutcome::Noted => return Ok(()),
@@ -563,15 +563,7 @@ pub(crate) fn on_no_route(
     };
     for w in answered.waiters {
         match w {
-            Waiter::Local => {
-                inner
-                    .router
-                    .trust
-                    .lock()
-                    .expect("route lock")
-                    .deny(dest, denied.clone());
-                inner.router.learned.notify_waiters();
-            }
+            Waiter::Local => routes.denied(inner, g, dest, &denied),
             Waiter::Remote { peer, query_id } => {
                 let Some(m) = inner.messenger(&peer).filter(|m| m.is_compact()) else {
                     continue;
@@ -591,8 +583,9 @@ pub(crate) fn on_no_route(
     Ok(())
 }
 
-async fn send_queries(
+fn send_queries(
     inner: &Arc<Inner>,
+    routes: &mut RouteSearches,
     g: &str,
     query_id: i32,
     hop_count: u32,
@@ -624,12 +617,7 @@ async fn send_queries(
     // before this function returns. A peer the query then fails to reach
     // never answers, so the query waits for its timeout as before.
     let peers: Vec<PeerId> = targets.iter().map(|(p, _)| *p).collect();
-    inner
-        .router
-        .resolver
-        .lock()
-        .expect("route lock")
-        .asked(query_id, &peers);
+    routes.resolver.asked(query_id, &peers);
     for (p, conn) in targets {
         let msg = Message::new().with(doc.to_element(g));
         let m = crate::Messenger::new(conn, inner.clone());
@@ -643,19 +631,17 @@ async fn send_queries(
 
 /// A route answer from `from`: caches the route and answers the peers
 /// that asked us.
-pub(crate) async fn on_response(
+pub(crate) fn on_response(
     inner: &Arc<Inner>,
+    routes: &mut RouteSearches,
     g: &str,
     r: &ResolverResponse,
     from: Option<PeerId>,
 ) -> Result<(), RouteFault> {
     let rr = RouteResponse::parse(&r.response)?;
     let dest = rr.dest_route.dest_peer.ok_or(RouteFault::Late)?;
-    let answered = inner
-        .router
+    let answered = routes
         .resolver
-        .lock()
-        .expect("route lock")
         .on_answer(r.query_id, &dest)
         .ok_or(RouteFault::Late)?;
     let local = *inner.identity.peer_id();
@@ -700,6 +686,8 @@ pub(crate) async fn on_response(
         .is_ok()
     {
         inner.router.learned.notify_waiters();
+        // Our own searches for `dest` end here.
+        routes.step(inner, g, Some(dest));
     }
     for w in answered.waiters {
         if let Waiter::Remote { peer, query_id } = w {
@@ -726,86 +714,232 @@ pub(crate) async fn on_response(
 /// A messenger to `peer`: direct, through a cached route, or through a
 /// route found by asking the connected peers. Gives up after `timeout`, or
 /// after `route_query_timeout` without a usable answer, or at once with
-/// nobody to ask; the error lists what was tried.
+/// nobody to ask; the error lists what was tried. The search runs in the
+/// resolver task ([`RouteSearches`]).
 pub(crate) async fn find_route(
     inner: &Arc<Inner>,
     peer: &PeerId,
     timeout: Duration,
 ) -> Result<crate::Messenger, super::NoRoute> {
-    use super::RouteAttempt;
-    let start = tokio::time::Instant::now();
-    let deadline = start + timeout.min(inner.cfg.route_query_timeout);
-    let g = inner.group_unique().to_string();
-    let unverified_before = inner.stats.routes_unverified.load(Ordering::Relaxed);
-    let mut asked: Vec<PeerId> = Vec::new();
-    take_denied(inner, peer);
-    loop {
-        let learned = inner.router.learned.notified();
-        if let Some(m) = inner.messenger(peer) {
-            return Ok(m);
+    if let Some(m) = inner.messenger(peer) {
+        return Ok(m);
+    }
+    let stopped = || super::NoRoute {
+        peer: *peer,
+        tried: vec![super::RouteAttempt::NoConnection],
+    };
+    let (reply, rx) = oneshot::channel();
+    let req = RouteRequest {
+        peer: *peer,
+        timeout,
+        reply,
+    };
+    if inner.commands.find_route(req).await.is_err() {
+        return Err(stopped());
+    }
+    rx.await.unwrap_or_else(|_| Err(stopped()))
+}
+
+/// A route search [`find_route`] asks the resolver task for.
+pub(crate) struct RouteRequest {
+    peer: PeerId,
+    timeout: Duration,
+    reply: oneshot::Sender<Result<crate::Messenger, super::NoRoute>>,
+}
+
+/// One of this peer's own searches for a route.
+struct LocalSearch {
+    peer: PeerId,
+    deadline: Millis,
+    /// When to look again (a route can also come from a new connection
+    /// or lease, which no answer announces).
+    next_check: Millis,
+    asked: Vec<PeerId>,
+    unverified_before: u64,
+    /// Every peer asked said no (these).
+    denied: Option<Vec<PeerId>>,
+    reply: oneshot::Sender<Result<crate::Messenger, super::NoRoute>>,
+}
+
+/// How often a search looks again without news (as before: at most
+/// 250 ms between looks).
+const LOOK_AGAIN_MS: Millis = 250;
+
+/// Most of this peer's own route searches at once (a caller past this
+/// is told at once that nothing was found).
+pub(crate) const MAX_LOCAL_SEARCHES: usize = 1024;
+
+/// Route queries in flight and this peer's own searches: the resolver
+/// task's.
+pub(crate) struct RouteSearches {
+    resolver: RouteResolver,
+    local: Vec<LocalSearch>,
+}
+
+impl RouteSearches {
+    pub(crate) fn new() -> RouteSearches {
+        RouteSearches {
+            resolver: RouteResolver::new(RouteResolverConfig::default()),
+            local: Vec::new(),
         }
-        let denied = take_denied(inner, peer);
-        if let Some(denied) = denied {
-            // Every peer asked answered that it knows no route.
-            let mut tried = vec![RouteAttempt::NoConnection, RouteAttempt::NoCachedRoute];
+    }
+
+    /// Starts a search for a route to `req.peer`.
+    pub(crate) fn start(&mut self, inner: &Arc<Inner>, req: RouteRequest) {
+        let RouteRequest {
+            peer,
+            timeout,
+            reply,
+        } = req;
+        if self.local.len() >= MAX_LOCAL_SEARCHES {
+            let mut tried = vec![
+                super::RouteAttempt::NoConnection,
+                super::RouteAttempt::NoCachedRoute,
+            ];
             if inner.router.leased.borrow().is_none() {
-                tried.push(RouteAttempt::NoRelayLease);
+                tried.push(super::RouteAttempt::NoRelayLease);
             }
-            tried.extend(denied.into_iter().map(RouteAttempt::Denied));
-            return Err(super::NoRoute { peer: *peer, tried });
+            let _ = reply.send(Err(super::NoRoute { peer, tried }));
+            return;
         }
         let now = inner.router.now_ms();
-        let r =
-            inner
-                .router
-                .resolver
-                .lock()
-                .expect("route lock")
-                .request(*peer, Waiter::Local, 0, now);
+        self.local.push(LocalSearch {
+            peer,
+            deadline: later(now, timeout.min(inner.cfg.route_query_timeout)),
+            next_check: now,
+            asked: Vec::new(),
+            unverified_before: inner.stats.routes_unverified.load(Ordering::Relaxed),
+            denied: None,
+            reply,
+        });
+        let g = inner.group_unique().to_string();
+        self.step(inner, &g, Some(peer));
+    }
+
+    /// Every peer asked for a route to `dest` said no.
+    fn denied(&mut self, inner: &Arc<Inner>, g: &str, dest: PeerId, denied: &[PeerId]) {
+        for s in self.local.iter_mut().filter(|s| s.peer == dest) {
+            s.denied = Some(denied.to_vec());
+        }
+        self.step(inner, g, Some(dest));
+    }
+
+    /// When [`RouteSearches::handle_timeout`] is next due.
+    pub(crate) fn poll_timeout(&self) -> Option<Millis> {
+        self.local
+            .iter()
+            .map(|s| s.next_check.min(s.deadline))
+            .min()
+    }
+
+    /// Whether a search of this peer's own is in progress.
+    pub(crate) fn searching(&self) -> bool {
+        !self.local.is_empty()
+    }
+
+    /// Looks again at the searches due (time passed), or at every search
+    /// (`all`: a route was learned somewhere).
+    pub(crate) fn handle_timeout(&mut self, inner: &Arc<Inner>, all: bool) {
+        let g = inner.group_unique().to_string();
+        if all {
+            for s in &mut self.local {
+                s.next_check = 0;
+            }
+        }
+        self.step(inner, &g, None);
+    }
+
+    /// Looks at the searches for `only` (those due: `None`): ends those
+    /// that found a route, were denied, have nobody to ask or ran out of
+    /// time; asks (again) for the others. Drops those whose caller
+    /// stopped waiting.
+    fn step(&mut self, inner: &Arc<Inner>, g: &str, only: Option<PeerId>) {
+        let now = inner.router.now_ms();
+        let mut i = 0;
+        while i < self.local.len() {
+            let s = &self.local[i];
+            if s.reply.is_closed() {
+                self.local.swap_remove(i);
+                continue;
+            }
+            let look = match only {
+                Some(p) => p == s.peer,
+                None => now >= s.next_check || now >= s.deadline,
+            };
+            if !look {
+                i += 1;
+                continue;
+            }
+            match self.look(inner, g, i, now) {
+                Some(outcome) => {
+                    let s = self.local.swap_remove(i);
+                    let _ = s.reply.send(outcome);
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// One look at search `i` (the loop body `find_route` ran every
+    /// 250 ms before it moved here): its outcome if it is over.
+    fn look(
+        &mut self,
+        inner: &Arc<Inner>,
+        g: &str,
+        i: usize,
+        now: Millis,
+    ) -> Option<Result<crate::Messenger, super::NoRoute>> {
+        use super::RouteAttempt;
+        let peer = self.local[i].peer;
+        if let Some(m) = inner.messenger(&peer) {
+            return Some(Ok(m));
+        }
+        let mut tried = vec![RouteAttempt::NoConnection, RouteAttempt::NoCachedRoute];
+        if inner.router.leased.borrow().is_none() {
+            tried.push(RouteAttempt::NoRelayLease);
+        }
+        if let Some(denied) = self.local[i].denied.take() {
+            // Every peer asked answered that it knows no route.
+            tried.extend(denied.into_iter().map(RouteAttempt::Denied));
+            return Some(Err(super::NoRoute { peer, tried }));
+        }
+        let r = self.resolver.request(peer, Waiter::Local, 0, now);
         if let Ok(Requested::Send {
             query_id,
             hop_count,
             query,
         }) = r
         {
-            for p in send_queries(inner, &g, query_id, hop_count, &query, &[]).await {
+            for p in send_queries(inner, self, g, query_id, hop_count, &query, &[]) {
+                let asked = &mut self.local[i].asked;
                 if !asked.contains(&p) {
                     asked.push(p);
                 }
             }
         }
-        let nobody = asked.is_empty()
+        let s = &mut self.local[i];
+        let nobody = s.asked.is_empty()
             && !inner
                 .connected_peers()
                 .iter()
-                .any(|p| p != peer && inner.connection(p).is_some());
-        if nobody || tokio::time::Instant::now() >= deadline {
-            let mut tried = vec![RouteAttempt::NoConnection, RouteAttempt::NoCachedRoute];
-            if inner.router.leased.borrow().is_none() {
-                tried.push(RouteAttempt::NoRelayLease);
-            }
+                .any(|p| *p != peer && inner.connection(p).is_some());
+        if nobody || now >= s.deadline {
             if nobody {
                 tried.push(RouteAttempt::NobodyToAsk);
             }
-            tried.extend(asked.into_iter().map(RouteAttempt::Asked));
-            if inner.stats.routes_unverified.load(Ordering::Relaxed) != unverified_before {
+            tried.extend(
+                std::mem::take(&mut s.asked)
+                    .into_iter()
+                    .map(RouteAttempt::Asked),
+            );
+            if inner.stats.routes_unverified.load(Ordering::Relaxed) != s.unverified_before {
                 tried.push(RouteAttempt::AnswerNotVouched);
             }
-            return Err(super::NoRoute { peer: *peer, tried });
+            return Some(Err(super::NoRoute { peer, tried }));
         }
-        let wait = (deadline - tokio::time::Instant::now()).min(Duration::from_millis(250));
-        let _ = tokio::time::timeout(wait, learned).await;
+        s.next_check = now.saturating_add(LOOK_AGAIN_MS);
+        None
     }
-}
-
-/// The peers that said no to this peer's search for `peer`, if it ended so.
-fn take_denied(inner: &Inner, peer: &PeerId) -> Option<Vec<PeerId>> {
-    inner
-        .router
-        .trust
-        .lock()
-        .expect("route lock")
-        .take_denied(peer)
 }
 
 /// A messenger to `peer` after a binding named it: as [`find_route`].
