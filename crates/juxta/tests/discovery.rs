@@ -258,6 +258,85 @@ async fn search_tells_nothing_found_from_nobody_answered() {
         .contains("none of the 1 peers asked answered"));
 }
 
+/// A search its caller gave up on frees its place at once (the resolver
+/// task owns the searches; the caller only awaits an answer): with room
+/// for two searches, two abandoned ones do not refuse a third, and two
+/// live ones do.
+#[tokio::test]
+async fn abandoned_searches_free_their_place() {
+    use juxta::discovery::DiscoveryError;
+    use juxta::rendezvous::RendezvousConfig;
+    let dir = tempfile::tempdir().unwrap();
+    // A rendezvous holding nothing stays silent.
+    let r = Peer::start(cfg(&dir, "r", true).rendezvous(RendezvousConfig::rendezvous()))
+        .await
+        .unwrap();
+    let e = Peer::start(
+        cfg(&dir, "e", false)
+            .rendezvous(RendezvousConfig::edge(vec![r.local_addr().unwrap()]))
+            .discovery(DiscoveryConfig {
+                max_pending: 2,
+                ..DiscoveryConfig::default()
+            }),
+    )
+    .await
+    .unwrap();
+    assert!(e.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    let search = |timeout: Duration| {
+        let d = e.discovery();
+        async move {
+            d.search(AdvKind::Adv)
+                .matching("Name", "nothing-here")
+                .timeout(timeout)
+                .remote()
+                .await
+        }
+    };
+    for _ in 0..2 {
+        let abandoned =
+            tokio::time::timeout(Duration::from_millis(200), search(Duration::from_secs(60))).await;
+        assert!(abandoned.is_err(), "nobody answers: still waiting");
+    }
+    let err = search(Duration::from_millis(300)).await.unwrap_err();
+    assert!(
+        matches!(err, DiscoveryError::NoAnswer { asked: 1, .. }),
+        "the third search ran: {err:?}"
+    );
+    // Two searches still waited for fill the table. (A probe can take a
+    // place before a live search does: that one is refused and started
+    // again.)
+    let mut live: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(search(Duration::from_secs(60))))
+        .collect();
+    let end = tokio::time::Instant::now() + WAIT;
+    loop {
+        for t in &mut live {
+            if t.is_finished() {
+                let r = (&mut *t).await.unwrap();
+                assert!(
+                    matches!(r, Err(DiscoveryError::TooManyQueries(2))),
+                    "a live search ended: {r:?}"
+                );
+                *t = tokio::spawn(search(Duration::from_secs(60)));
+            }
+        }
+        // The live searches send their commands first (this test's
+        // runtime has one thread: they run before it continues).
+        tokio::task::yield_now().await;
+        match search(Duration::from_millis(50)).await {
+            Err(DiscoveryError::TooManyQueries(2)) => break,
+            other => assert!(
+                matches!(other, Err(DiscoveryError::NoAnswer { .. })),
+                "{other:?}"
+            ),
+        }
+        assert!(tokio::time::Instant::now() < end, "never full");
+    }
+    for t in live {
+        t.abort();
+    }
+}
+
 #[tokio::test]
 async fn expired_advertisements_are_never_returned() {
     let dir = tempfile::tempdir().unwrap();

@@ -211,6 +211,10 @@ impl RemoteSearches {
             reply,
         } = req;
         let want = (query.threshold as usize).max(1);
+        if self.searches.len() >= inner.discovery.cfg.max_pending {
+            // Make room first: searches whose caller stopped waiting.
+            self.reap();
+        }
         let id = match self.searches.start(now, &group, want, timeout) {
             Ok(id) => id,
             Err(_) => {
@@ -273,6 +277,13 @@ impl RemoteSearches {
     /// Ends the searches past their deadline, and forgets those whose
     /// caller stopped waiting.
     pub(crate) fn handle_timeout(&mut self, now: Millis) {
+        self.reap();
+        self.searches.handle_timeout(now);
+        self.run();
+    }
+
+    /// Forgets the searches whose caller stopped waiting.
+    fn reap(&mut self) {
         self.waiting.retain(|id, w| {
             let open = !w.is_closed();
             if !open {
@@ -280,8 +291,6 @@ impl RemoteSearches {
             }
             open
         });
-        self.searches.handle_timeout(now);
-        self.run();
     }
 
     fn run(&mut self) {

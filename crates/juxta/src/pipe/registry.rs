@@ -166,6 +166,10 @@ impl Bindings {
             timeout,
             reply,
         } = req;
+        if self.binder.len() >= MAX_BINDS {
+            // Make room first: resolutions whose caller stopped waiting.
+            self.reap();
+        }
         let bind = match self
             .binder
             .start(now, pipe.id, pipe.pipe_type, candidates, timeout)
@@ -214,18 +218,21 @@ impl Bindings {
     /// Re-sends due queries, ends resolutions past their deadline, and
     /// drops those whose caller stopped waiting.
     pub(crate) fn handle_timeout(&mut self, inner: &Arc<Inner>, now: Millis) {
-        let gone: Vec<BindId> = self
-            .waiting
-            .iter()
-            .filter(|(_, w)| w.reply.is_closed())
-            .map(|(b, _)| *b)
-            .collect();
-        for b in gone {
-            self.waiting.remove(&b);
-            self.binder.cancel(b);
-        }
+        self.reap();
         self.binder.handle_timeout(now);
         self.run(inner);
+    }
+
+    /// Forgets the resolutions whose caller stopped waiting.
+    fn reap(&mut self) {
+        let binder = &mut self.binder;
+        self.waiting.retain(|b, w| {
+            let open = !w.reply.is_closed();
+            if !open {
+                binder.cancel(*b);
+            }
+            open
+        });
     }
 
     /// Carries out the binder's events: queries out, outcomes to their

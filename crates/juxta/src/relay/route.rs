@@ -792,6 +792,10 @@ impl RouteSearches {
             reply,
         } = req;
         if self.local.len() >= MAX_LOCAL_SEARCHES {
+            // Make room first: searches whose caller stopped waiting.
+            self.local.retain(|s| !s.reply.is_closed());
+        }
+        if self.local.len() >= MAX_LOCAL_SEARCHES {
             let mut tried = vec![
                 super::RouteAttempt::NoConnection,
                 super::RouteAttempt::NoCachedRoute,
