@@ -31,6 +31,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use crate::advertisement::Advertisement;
+use crate::resolver::QueryIds;
 use crate::time::{later, Millis};
 
 /// What a search gathered.
@@ -80,7 +81,7 @@ struct Search {
 /// The searches in progress (see the module comment).
 #[derive(Debug)]
 pub struct Searches {
-    next_id: i32,
+    next_id: QueryIds,
     max: usize,
     pending: BTreeMap<i32, Search>,
     events: VecDeque<SearchEvent>,
@@ -92,7 +93,7 @@ impl Searches {
     /// randomly), at most `max` at once.
     pub fn new(first_id: i32, max: usize) -> Searches {
         Searches {
-            next_id: first_id.max(1),
+            next_id: QueryIds::new(first_id),
             max,
             pending: BTreeMap::new(),
             events: VecDeque::new(),
@@ -109,16 +110,6 @@ impl Searches {
         self.pending.is_empty()
     }
 
-    fn alloc_id(&mut self) -> i32 {
-        loop {
-            let id = self.next_id;
-            self.next_id = if id >= i32::MAX - 1 { 1 } else { id + 1 };
-            if !self.pending.contains_key(&id) {
-                return id;
-            }
-        }
-    }
-
     /// Starts a search in group `group` (its unique value) for `want`
     /// advertisements (at least 1), ending at `now + timeout` at the
     /// latest. Returns its query ID; tell it how many peers were asked
@@ -133,7 +124,8 @@ impl Searches {
         if self.pending.len() >= self.max {
             return Err(SearchError::Full(self.max));
         }
-        let id = self.alloc_id();
+        let pending = &self.pending;
+        let id = self.next_id.next(|id| pending.contains_key(&id));
         self.pending.insert(
             id,
             Search {
@@ -330,7 +322,7 @@ mod tests {
         // IDs in use are skipped.
         let mut s = Searches::new(1, 4);
         let x = s.start(0, "g", 1, Duration::MAX).unwrap();
-        s.next_id = x;
+        s.next_id = QueryIds::new(x);
         let y = s.start(0, "g", 1, Duration::MAX).unwrap();
         assert_eq!((x, y), (1, 2));
     }

@@ -438,7 +438,7 @@ impl Pending {
 /// ```
 #[derive(Debug)]
 pub struct Binder {
-    next_query_id: i32,
+    next_query_id: crate::resolver::QueryIds,
     next_bind: u64,
     max_binds: usize,
     retry: Duration,
@@ -454,7 +454,7 @@ impl Binder {
     /// `max_binds` resolutions, re-sending every [`DEFAULT_RETRY`].
     pub fn new(first_query_id: i32, max_binds: usize) -> Binder {
         Binder {
-            next_query_id: first_query_id.max(1),
+            next_query_id: crate::resolver::QueryIds::new(first_query_id),
             next_bind: 0,
             max_binds,
             retry: DEFAULT_RETRY,
@@ -516,13 +516,8 @@ impl Binder {
     /// Like JXSE's `getNextQueryID`: positive, wraps to 1 before
     /// `i32::MAX`, and skips IDs still in use.
     fn alloc_query_id(&mut self) -> i32 {
-        loop {
-            let id = self.next_query_id;
-            self.next_query_id = if id >= i32::MAX - 1 { 1 } else { id + 1 };
-            if !self.by_query.contains_key(&id) {
-                return id;
-            }
-        }
+        let by_query = &self.by_query;
+        self.next_query_id.next(|id| by_query.contains_key(&id))
     }
 
     /// Starts resolving `pipe_id`: returns the bind; its first query to
@@ -1073,7 +1068,7 @@ mod tests {
         // IDs in use are skipped after wrapping.
         let mut bd = Binder::new(1, 8);
         let (_, q1) = start(&mut bd, t0, vec![], Duration::from_secs(1)).unwrap();
-        bd.next_query_id = 1;
+        bd.next_query_id = crate::resolver::QueryIds::new(1);
         let (_, q2) = start(&mut bd, t0, vec![], Duration::from_secs(1)).unwrap();
         assert_eq!((q1.query_id, q2.query_id), (1, 2));
     }

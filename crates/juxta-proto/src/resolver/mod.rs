@@ -54,6 +54,38 @@ pub fn response_queue(group_unique: &str) -> String {
     format!("{group_unique}IRes")
 }
 
+/// Resolver query IDs as JXSE's `getNextQueryID` gives them: positive,
+/// wrapping to 1 before `i32::MAX`, skipping IDs still in use (0 is the
+/// remote publish's ID).
+///
+/// ```
+/// use juxta_proto::resolver::QueryIds;
+/// let mut ids = QueryIds::new(i32::MAX - 1);
+/// assert_eq!(ids.next(|_| false), i32::MAX - 1);
+/// assert_eq!(ids.next(|id| id == 1), 2, "wraps to 1, which is in use");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryIds(i32);
+
+impl QueryIds {
+    /// IDs from `first` (values below 1 start at 1).
+    pub fn new(first: i32) -> QueryIds {
+        QueryIds(first.max(1))
+    }
+
+    /// The next ID for which `in_use` is false. The caller's table must
+    /// leave IDs free (every table here is bounded far below `i32::MAX`).
+    pub fn next(&mut self, in_use: impl Fn(i32) -> bool) -> i32 {
+        loop {
+            let id = self.0;
+            self.0 = if id >= i32::MAX - 1 { 1 } else { id + 1 };
+            if !in_use(id) {
+                return id;
+            }
+        }
+    }
+}
+
 /// The queue for SRDI messages in a group, e.g. `jxta-NetGroupSrdi`.
 pub fn srdi_queue(group_unique: &str) -> String {
     format!("{group_unique}Srdi")
