@@ -191,9 +191,26 @@ impl<K: Clone> Node<K> {
         message: Message,
         now: Millis,
     ) -> Result<(), InputError> {
+        self.handle_message_in(from, proven, None, dest, message, now)
+    }
+
+    /// [`Node::handle_message`] for a message whose wire address named a
+    /// group (`addressed`, its unique value: the group the sender mangled
+    /// the address with): a resolver message addressed in one group for
+    /// another group's queue is refused ([`Refusal::NotMember`]), as the
+    /// resolver's scoping rules say.
+    pub fn handle_message_in(
+        &mut self,
+        from: PeerId,
+        proven: bool,
+        addressed: Option<&str>,
+        dest: &ServiceAddress,
+        message: Message,
+        now: Millis,
+    ) -> Result<(), InputError> {
         self.now = self.now.max(now);
         if dest.service == RESOLVER_SERVICE && classify(dest.param.as_deref()).is_some() {
-            return Ok(self.on_resolver(from, proven, dest, message, now)?);
+            return Ok(self.on_resolver(from, proven, addressed, dest, message, now)?);
         }
         Ok(self.rdv.handle_message(from, proven, dest, message, now)?)
     }
@@ -202,11 +219,12 @@ impl<K: Clone> Node<K> {
         &mut self,
         from: PeerId,
         proven: bool,
+        addressed: Option<&str>,
         dest: &ServiceAddress,
         message: Message,
         now: Millis,
     ) -> Result<(), Refusal> {
-        let s = self.resolver.accept(dest.param.as_deref(), None)?;
+        let s = self.resolver.accept(dest.param.as_deref(), addressed)?;
         match s.direction {
             Direction::Query => {
                 let fwd = self.rdv.is_forwarder(&from);
@@ -319,7 +337,7 @@ impl<K: Clone> Node<K> {
                     && classify(dest.param.as_deref()).is_some() =>
                 {
                     let now = self.now;
-                    if let Err(r) = self.on_resolver(from, false, &dest, message, now) {
+                    if let Err(r) = self.on_resolver(from, false, None, &dest, message, now) {
                         self.push(Event::Refused(r));
                     }
                 }

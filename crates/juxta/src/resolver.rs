@@ -95,8 +95,10 @@ pub(crate) enum Service {
 
 /// The peer's resolver machine for step one (which group and queue a
 /// message is for, joined groups) and for answers (their paths and the
-/// bounds on answer dials). Step two, parsing and admission, is a group
-/// node's.
+/// bounds on answer dials): the resolver task's (the Net group's
+/// rendezvous task scopes the Net group's queues in its own node, with
+/// `Node::handle_message_in`). Step two, parsing and admission, is a
+/// group node's.
 pub(crate) type Machine = ResolverNode<Service>;
 
 /// The resolver settings of a peer whose Net group (or, for a group's
@@ -455,18 +457,6 @@ pub(crate) async fn recv_opt(l: &mut Option<crate::Listener>) -> Option<Delivery
     match l {
         Some(l) => l.recv_delivery().await,
         None => std::future::pending().await,
-    }
-}
-
-/// Step one for a message on one of the Net group's own queues, read by
-/// its rendezvous task: which queue and group it is for; refused (and the
-/// refusal returned to be counted) unless it is the open Net group's.
-pub(crate) fn accept_net(inner: &Inner, d: &Delivery) -> Result<(), Refusal> {
-    let s = lock(inner).accept(d.to.param.as_deref(), d.group.as_deref())?;
-    if s.open {
-        Ok(())
-    } else {
-        Err(Refusal::NotMember(s.group))
     }
 }
 

@@ -495,3 +495,26 @@ fn a_node_without_a_rendezvous_only_admits_and_routes() {
     ));
     assert!(n.poll_transmit().is_none());
 }
+
+#[test]
+fn a_resolver_message_addressed_in_another_group_is_refused() {
+    let mut t = Trio::new();
+    let from = t.nodes[1].me();
+    let to = ServiceAddress::new(RESOLVER_SERVICE, Some(&query_queue(G)));
+    let now = t.now;
+    // Mangled with another group's ID but for this group's queue.
+    let r = t.nodes[0].handle_message_in(from, true, Some("other-group"), &to, Message::new(), now);
+    assert!(
+        matches!(r, Err(InputError::Resolver(Refusal::NotMember(ref g))) if g == G),
+        "{r:?}"
+    );
+    // Addressed in this group, or in none: scoped in, then refused only
+    // for what it is (an empty message carries no query).
+    for addressed in [Some(G), None] {
+        let r = t.nodes[0].handle_message_in(from, true, addressed, &to, Message::new(), now);
+        assert!(
+            !matches!(r, Err(InputError::Resolver(Refusal::NotMember(_)))),
+            "{addressed:?}: {r:?}"
+        );
+    }
+}

@@ -759,23 +759,20 @@ impl Task {
         self.on_refused(&from, r);
     }
 
-    /// A message on one of the Net group's resolver queues: scoped by the
-    /// peer's resolver machine, then into the group's node (as the
-    /// resolver task hands a group's messages in, [`Cmd::Resolver`]).
+    /// A message on one of the Net group's resolver queues: into the
+    /// group's node, whose resolver scopes it (a message addressed in
+    /// another group is refused there), as the resolver task hands a
+    /// subgroup's messages in ([`Cmd::Resolver`]).
     fn on_resolver(&mut self, inner: &Inner, d: Delivery) {
-        if let Err(r) = crate::resolver::accept_net(inner, &d) {
-            crate::resolver::count(inner, &r);
-            return;
-        }
         let Some(from) = d.from else {
             crate::resolver::count(inner, &Refusal::Anonymous);
             return;
         };
         let now = self.now();
         let proven = d.proven();
-        let r = self
-            .node
-            .handle_message(from, proven, &d.to, d.message, now);
+        let r =
+            self.node
+                .handle_message_in(from, proven, d.group.as_deref(), &d.to, d.message, now);
         self.on_refused(&from, r);
     }
 
