@@ -337,6 +337,50 @@ async fn abandoned_searches_free_their_place() {
     }
 }
 
+/// A search waiting for answers when its peer closes ends at once with
+/// `Stopped` (its state was the resolver task's, which ended), not at its
+/// timeout.
+#[tokio::test]
+async fn a_search_in_progress_ends_when_its_peer_closes() {
+    use juxta::discovery::DiscoveryError;
+    use juxta::rendezvous::RendezvousConfig;
+    let dir = tempfile::tempdir().unwrap();
+    // A rendezvous holding nothing stays silent.
+    let r = Peer::start(cfg(&dir, "r", true).rendezvous(RendezvousConfig::rendezvous()))
+        .await
+        .unwrap();
+    let e = Peer::start(
+        cfg(&dir, "e", false).rendezvous(RendezvousConfig::edge(vec![r.local_addr().unwrap()])),
+    )
+    .await
+    .unwrap();
+    assert!(e.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    let d = e.discovery();
+    let search = tokio::spawn(async move {
+        d.search(AdvKind::Adv)
+            .matching("Name", "nothing-here")
+            .timeout(Duration::from_secs(3600))
+            .remote()
+            .await
+    });
+    // Let it start (however far it got, closing must end it).
+    tokio::task::yield_now().await;
+    e.close().await.unwrap();
+    let r = tokio::time::timeout(WAIT, search)
+        .await
+        .expect("the search ended with its peer")
+        .unwrap();
+    // Stopped; or, if the connections closed before the query went out,
+    // nobody to ask.
+    assert!(
+        matches!(
+            r,
+            Err(DiscoveryError::Stopped) | Err(DiscoveryError::NotConnected(_))
+        ),
+        "{r:?}"
+    );
+}
+
 #[tokio::test]
 async fn expired_advertisements_are_never_returned() {
     let dir = tempfile::tempdir().unwrap();
