@@ -228,13 +228,23 @@ async fn b_main(
         .unwrap()
         .unwrap();
     let mut buf = vec![0u8; SOCKET_BYTES];
-    s.read_exact(&mut buf).await.unwrap();
+    tokio::time::timeout(WAIT, s.read_exact(&mut buf))
+        .await
+        .expect("A's stream arrived at B")
+        .unwrap();
     assert!(buf == up_data(), "socket data intact at B");
     s.write_all(&down_data()).await.unwrap();
     s.flush().await.unwrap();
     let mut rest = Vec::new();
-    s.read_to_end(&mut rest).await.unwrap();
+    tokio::time::timeout(WAIT, s.read_to_end(&mut rest))
+        .await
+        .expect("A's end of stream arrived at B")
+        .unwrap();
     s.shutdown().await.unwrap();
+    drop(s);
+    // Closed, not dropped: what B wrote last is on its way before its
+    // connections go (a dropped peer's socket can reset with data unsent).
+    b.close().await.unwrap();
     got
 }
 
@@ -278,11 +288,18 @@ async fn a_main(
     c.write_all(&up_data()).await.unwrap();
     c.flush().await.unwrap();
     let mut got = vec![0u8; SOCKET_BYTES];
-    c.read_exact(&mut got).await.unwrap();
+    tokio::time::timeout(WAIT, c.read_exact(&mut got))
+        .await
+        .expect("B's stream arrived at A")
+        .unwrap();
     assert_eq!(Sha256::digest(&got), Sha256::digest(down_data()));
     c.shutdown().await.unwrap();
+    drop(c);
     assert_eq!(a.stats().route_spoofed, 0);
-    a.is_connected_to(&b)
+    let direct = a.is_connected_to(&b);
+    // Closed, not dropped (see `b_main`).
+    a.close().await.unwrap();
+    direct
 }
 
 /// Skips (or, with env `CI=true`, fails) a test that cannot make its
@@ -473,7 +490,10 @@ async fn nu_a_main(
     let mut buf = vec![0u8; 1 << 16];
     let mut got = 0u64;
     loop {
-        let n = s.read(&mut buf).await.unwrap();
+        let n = tokio::time::timeout(WAIT, s.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("B's stream stalled at A after {got} bytes"))
+            .unwrap();
         if n == 0 {
             break;
         }
@@ -481,6 +501,8 @@ async fn nu_a_main(
         got += n as u64;
     }
     let connected = from.is_some_and(|b| a.is_connected_to(&b));
+    drop(s);
+    a.close().await.unwrap();
     (h.finalize().to_vec(), got, connected, from)
 }
 
@@ -548,8 +570,14 @@ async fn nu_b_main(
         sent += n as u64;
     }
     s.shutdown().await.unwrap();
+    drop(s);
     assert!(!b.is_connected_to(&a_id), "B never connected to A");
-    (h.finalize().to_vec(), b.peer_id())
+    let id = b.peer_id();
+    // Closed, not dropped: the end of the stream is still in this peer's
+    // socket (its kernel buffer) when `shutdown` returns; a dropped peer's
+    // socket can reset and lose it, and A would wait for it forever.
+    b.close().await.unwrap();
+    (h.finalize().to_vec(), id)
 }
 
 #[test]
