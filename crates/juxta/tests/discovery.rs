@@ -37,6 +37,26 @@ fn pipe(name: &str) -> Advertisement {
     Advertisement::Pipe(a)
 }
 
+/// A rendezvous holding nothing (it stays silent to searches for what
+/// nobody published) and an edge leasing it, the edge configured by
+/// `edge`.
+async fn silent_rendezvous_and_edge(
+    dir: &tempfile::TempDir,
+    edge: impl FnOnce(PeerConfig) -> PeerConfig,
+) -> (Peer, Peer) {
+    use juxta::rendezvous::RendezvousConfig;
+    let r = Peer::start(cfg(dir, "r", true).rendezvous(RendezvousConfig::rendezvous()))
+        .await
+        .unwrap();
+    let e = Peer::start(edge(
+        cfg(dir, "e", false).rendezvous(RendezvousConfig::edge(vec![r.local_addr().unwrap()])),
+    ))
+    .await
+    .unwrap();
+    assert!(e.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    (r, e)
+}
+
 async fn until(what: &str, f: impl Fn() -> bool) {
     let end = tokio::time::Instant::now() + WAIT;
     while !f() {
@@ -185,7 +205,6 @@ async fn remote_discovery_of_pipe_and_peer_advertisements() {
 #[tokio::test]
 async fn search_tells_nothing_found_from_nobody_answered() {
     use juxta::discovery::DiscoveryError;
-    use juxta::rendezvous::RendezvousConfig;
     let dir = tempfile::tempdir().unwrap();
     let a = Peer::start(cfg(&dir, "a", true)).await.unwrap();
     let b = Peer::start(cfg(&dir, "b", false)).await.unwrap();
@@ -232,15 +251,7 @@ async fn search_tells_nothing_found_from_nobody_answered() {
 
     // A rendezvous holding nothing stays silent: NoAnswer, after the
     // timeout, naming how many peers were asked.
-    let r = Peer::start(cfg(&dir, "r", true).rendezvous(RendezvousConfig::rendezvous()))
-        .await
-        .unwrap();
-    let e = Peer::start(
-        cfg(&dir, "e", false).rendezvous(RendezvousConfig::edge(vec![r.local_addr().unwrap()])),
-    )
-    .await
-    .unwrap();
-    assert!(e.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    let (_r, e) = silent_rendezvous_and_edge(&dir, |c| c).await;
     let err = e
         .discovery()
         .search(AdvKind::Adv)
@@ -265,23 +276,14 @@ async fn search_tells_nothing_found_from_nobody_answered() {
 #[tokio::test]
 async fn abandoned_searches_free_their_place() {
     use juxta::discovery::DiscoveryError;
-    use juxta::rendezvous::RendezvousConfig;
     let dir = tempfile::tempdir().unwrap();
-    // A rendezvous holding nothing stays silent.
-    let r = Peer::start(cfg(&dir, "r", true).rendezvous(RendezvousConfig::rendezvous()))
-        .await
-        .unwrap();
-    let e = Peer::start(
-        cfg(&dir, "e", false)
-            .rendezvous(RendezvousConfig::edge(vec![r.local_addr().unwrap()]))
-            .discovery(DiscoveryConfig {
-                max_pending: 2,
-                ..DiscoveryConfig::default()
-            }),
-    )
-    .await
-    .unwrap();
-    assert!(e.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    let (_r, e) = silent_rendezvous_and_edge(&dir, |c| {
+        c.discovery(DiscoveryConfig {
+            max_pending: 2,
+            ..DiscoveryConfig::default()
+        })
+    })
+    .await;
     let search = |timeout: Duration| {
         let d = e.discovery();
         async move {
@@ -343,18 +345,8 @@ async fn abandoned_searches_free_their_place() {
 #[tokio::test]
 async fn a_search_in_progress_ends_when_its_peer_closes() {
     use juxta::discovery::DiscoveryError;
-    use juxta::rendezvous::RendezvousConfig;
     let dir = tempfile::tempdir().unwrap();
-    // A rendezvous holding nothing stays silent.
-    let r = Peer::start(cfg(&dir, "r", true).rendezvous(RendezvousConfig::rendezvous()))
-        .await
-        .unwrap();
-    let e = Peer::start(
-        cfg(&dir, "e", false).rendezvous(RendezvousConfig::edge(vec![r.local_addr().unwrap()])),
-    )
-    .await
-    .unwrap();
-    assert!(e.rendezvous().unwrap().wait_leased(WAIT).await.is_some());
+    let (_r, e) = silent_rendezvous_and_edge(&dir, |c| c).await;
     let d = e.discovery();
     let search = tokio::spawn(async move {
         d.search(AdvKind::Adv)
