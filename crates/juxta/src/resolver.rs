@@ -237,31 +237,11 @@ impl Commands {
         (Commands(tx), rx)
     }
 
-    /// Asks for a pipe resolution (its outcome comes on the request's
-    /// reply channel).
-    pub(crate) async fn bind(
-        &self,
-        req: crate::pipe::registry::BindRequest,
-    ) -> Result<(), crate::pipe::PipeError> {
-        self.0
-            .send(Command::Bind(req))
-            .await
-            .map_err(|_| crate::pipe::PipeError::Stopped)
-    }
-
-    /// Asks for a remote search (its outcome comes on the request's reply
-    /// channel); `Err` when the task is gone.
-    pub(crate) async fn search(&self, req: crate::discovery::SearchRequest) -> Result<(), ()> {
-        self.0.send(Command::Search(req)).await.map_err(|_| ())
-    }
-
-    /// Asks for a route search (its outcome comes on the request's reply
-    /// channel); `Err` when the task is gone.
-    pub(crate) async fn find_route(
-        &self,
-        req: crate::relay::route::RouteRequest,
-    ) -> Result<(), ()> {
-        self.0.send(Command::FindRoute(req)).await.map_err(|_| ())
+    /// Hands `c` to the task, waiting for room (its outcome comes on the
+    /// request's reply channel); `false` when the task is gone (the peer
+    /// stopped).
+    pub(crate) async fn send(&self, c: Command) -> bool {
+        self.0.send(c).await.is_ok()
     }
 }
 

@@ -591,11 +591,14 @@ impl DiscoveryService {
         // The resolver task owns the search: it sends the query, takes the
         // answers and ends it (enough found, everyone answered, or the
         // timeout). Dropping this future abandons it.
-        self.inner
+        if !self
+            .inner
             .commands
-            .search(req)
+            .send(crate::resolver::Command::Search(req))
             .await
-            .map_err(|_| DiscoveryError::Stopped)?;
+        {
+            return Err(DiscoveryError::Stopped);
+        }
         rx.await.map_err(|_| DiscoveryError::Stopped)?
     }
 }

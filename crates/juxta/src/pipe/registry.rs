@@ -339,7 +339,13 @@ pub(crate) async fn resolve(
     // The resolver task owns the resolutions: it sends the queries, feeds
     // the answers and runs the timer. Dropping this future drops `rx`; the
     // task then forgets the resolution at its next timer.
-    inner.commands.bind(req).await?;
+    if !inner
+        .commands
+        .send(crate::resolver::Command::Bind(req))
+        .await
+    {
+        return Err(PipeError::Stopped);
+    }
     rx.await.map_err(|_| PipeError::Stopped)?
 }
 

@@ -734,7 +734,11 @@ pub(crate) async fn find_route(
         timeout,
         reply,
     };
-    if inner.commands.find_route(req).await.is_err() {
+    if !inner
+        .commands
+        .send(crate::resolver::Command::FindRoute(req))
+        .await
+    {
         return Err(stopped());
     }
     rx.await.unwrap_or_else(|_| Err(stopped()))
