@@ -357,9 +357,9 @@ pub(crate) struct Inner {
     /// else (compact connections, local services) instead of holding the
     /// runtime's workers for a scheduling budget's worth of signatures.
     pub(crate) crypto: Semaphore,
-    /// The resolver's rules (scoping, handlers, admission, answer dials):
-    /// the sans-IO machine the resolver task drives.
-    pub(crate) resolver: std::sync::Mutex<crate::resolver::Machine>,
+    /// Joins, leaves and answer dial ends for the resolver task, whose
+    /// machine (scoping, answer dials) is its own.
+    pub(crate) notices: crate::resolver::Notices,
     /// Queries and responses a group's node (its rendezvous task) admitted
     /// for the services the resolver task runs.
     pub(crate) admitted: tokio::sync::mpsc::Sender<crate::resolver::Admitted>,
@@ -1158,9 +1158,9 @@ impl Peer {
             1024,
         )?;
         let discovery = crate::discovery::State::new(cache.clone(), cfg.discovery);
-        let resolver = crate::resolver::machine(&cfg.connection.group_unique, &cfg.discovery);
         let (admitted, admitted_rx) = tokio::sync::mpsc::channel(crate::resolver::ADMITTED_QUEUE);
         let (commands, commands_rx) = crate::resolver::Commands::channel();
+        let (notices, notices_rx) = crate::resolver::Notices::channel();
         let clock = juxta_proto::time::Clock::new();
         let listener = match cfg.listen {
             Some(addr) => Some(
@@ -1205,7 +1205,7 @@ impl Peer {
             links: tokio::sync::broadcast::channel(LINK_EVENTS).0,
             router: crate::relay::Router::new(local_peer, cfg_relay.as_ref(), clock),
             crypto: Semaphore::new(crypto_permits()),
-            resolver: std::sync::Mutex::new(resolver),
+            notices,
             admitted,
             commands,
             clock,
@@ -1223,7 +1223,12 @@ impl Peer {
             inner.tasks.adopt(t);
         }
         let tasks = &inner.tasks;
-        tasks.adopt(crate::resolver::spawn(&inner, admitted_rx, commands_rx)?);
+        tasks.adopt(crate::resolver::spawn(
+            &inner,
+            admitted_rx,
+            commands_rx,
+            notices_rx,
+        )?);
         tasks.adopt(crate::pipe::secure::spawn(&inner)?);
         if let Some(t) = crate::transport::multicast::spawn(&inner) {
             tasks.adopt(t);

@@ -50,7 +50,7 @@ use juxta_proto::resolver::node::{
 use juxta_proto::resolver::{
     query_queue, response_queue, ResolverError, ResolverQuery, ResolverResponse, RESOLVER_SERVICE,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::peer::{Inner, PeerError};
@@ -200,10 +200,6 @@ pub(crate) struct Admitted {
     pub(crate) event: Event<Service>,
 }
 
-fn lock(inner: &Inner) -> std::sync::MutexGuard<'_, Machine> {
-    inner.resolver.lock().expect("resolver lock")
-}
-
 /// The resolver's clock: the peer's.
 fn now_ms(inner: &Inner) -> u64 {
     inner.clock.now()
@@ -245,8 +241,69 @@ impl Commands {
     }
 }
 
+/// Room for notices: a leave is sent once per group left, and a join
+/// waits for its answer, which the task gives after every notice before
+/// it, so at most [`juxta_proto::group::MAX_MEMBERSHIPS`] leaves wait at
+/// once per join in progress; dial ends are at most
+/// [`juxta_proto::resolver::node::MAX_ANSWER_DIALS`] (one per dial in
+/// progress). Twice the memberships and the dials leave room for joins
+/// racing leaves.
+pub(crate) const NOTICE_QUEUE: usize =
+    2 * juxta_proto::group::MAX_MEMBERSHIPS + juxta_proto::resolver::node::MAX_ANSWER_DIALS;
+
+/// What the resolver task's machine must learn of the peer's groups and
+/// answer dials. One channel, so that a leave and a later join of the
+/// same group arrive in the order they were made.
+pub(crate) enum Notice {
+    /// The group (unique value) was joined: its traffic is served once the
+    /// reply comes (refused: too many groups).
+    Join(
+        String,
+        oneshot::Sender<Result<(), crate::group::GroupError>>,
+    ),
+    /// The group was left: its traffic is refused.
+    Leave(String),
+    /// An answer dial to this peer ended (delivered or not).
+    DialFinished(PeerId),
+}
+
+/// The way to tell the resolver task of memberships and dial ends (see
+/// [`Notice`]): joins wait for their answer; leaves and dial ends, sent
+/// from code that cannot wait (a group closed under its registry's lock, a
+/// dial ticket dropped), never wait.
+#[derive(Clone)]
+pub(crate) struct Notices(mpsc::Sender<Notice>);
+
+impl Notices {
+    /// A handle and the task's end of its channel.
+    pub(crate) fn channel() -> (Notices, mpsc::Receiver<Notice>) {
+        let (tx, rx) = mpsc::channel(NOTICE_QUEUE);
+        (Notices(tx), rx)
+    }
+
+    /// Tells the task without waiting. The queue is sized so that this
+    /// finds room ([`NOTICE_QUEUE`]); if it ever does not, the notice is
+    /// sent from a task of its own (its order against later joins is then
+    /// not kept) and counted in [`crate::Stats::resolver_errors`].
+    fn post(&self, inner: &Inner, n: Notice) {
+        match self.0.try_send(n) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(n)) => {
+                inner.stats.resolver_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("resolver notices full: one sent late");
+                let tx = self.0.clone();
+                inner.tasks.spawn(async move {
+                    let _ = tx.send(n).await;
+                });
+            }
+        }
+    }
+}
+
 /// What the resolver task owns besides the groups' nodes.
 struct Services {
+    /// Step one and answer paths (see [`Machine`]).
+    machine: Machine,
     nodes: Nodes,
     binds: crate::pipe::registry::Bindings,
     searches: crate::discovery::RemoteSearches,
@@ -282,16 +339,46 @@ impl Services {
     }
 }
 
-/// The group `unique` was joined: its resolver traffic is served.
-pub(crate) fn join(inner: &Inner, unique: &str) -> Result<(), crate::group::GroupError> {
-    lock(inner)
-        .join(unique)
-        .map_err(|_| crate::group::GroupError::TooManyGroups)
+/// The group `unique` was joined: its resolver traffic is served once
+/// this returns. [`crate::group::GroupError::TooManyGroups`] past
+/// [`juxta_proto::group::MAX_MEMBERSHIPS`];
+/// [`crate::group::GroupError::Stopped`] when the peer is closing.
+pub(crate) async fn join(inner: &Inner, unique: &str) -> Result<(), crate::group::GroupError> {
+    let (tx, rx) = oneshot::channel();
+    if inner
+        .notices
+        .0
+        .send(Notice::Join(unique.to_string(), tx))
+        .await
+        .is_err()
+    {
+        return Err(crate::group::GroupError::Stopped);
+    }
+    rx.await.unwrap_or(Err(crate::group::GroupError::Stopped))
 }
 
-/// The group `unique` was left: its resolver traffic is refused.
+/// The group `unique` was left: its resolver traffic is refused (the
+/// task learns it without this call waiting; a later [`join`] of the same
+/// group comes after it).
 pub(crate) fn leave(inner: &Inner, unique: &str) {
-    lock(inner).leave(unique);
+    inner.notices.post(inner, Notice::Leave(unique.to_string()));
+}
+
+impl Services {
+    fn notice(&mut self, n: Notice) {
+        match n {
+            Notice::Join(unique, reply) => {
+                let r = self
+                    .machine
+                    .join(&unique)
+                    .map_err(|_| crate::group::GroupError::TooManyGroups);
+                // A joiner that gave up: nothing to tell.
+                let _ = reply.send(r);
+            }
+            Notice::Leave(unique) => self.machine.leave(&unique),
+            Notice::DialFinished(to) => self.machine.dial_finished(&to),
+        }
+    }
 }
 
 /// Counts a refusal in the peer's statistics (as the runtime always has).
@@ -335,6 +422,7 @@ pub(crate) fn spawn(
     inner: &Arc<Inner>,
     mut admitted: mpsc::Receiver<Admitted>,
     mut commands: mpsc::Receiver<Command>,
+    mut notices: mpsc::Receiver<Notice>,
 ) -> Result<JoinHandle<()>, PeerError> {
     // With a rendezvous service, the Net group's queues are read by its
     // task, which runs the group's node ([`net_queues`]): a
@@ -353,10 +441,12 @@ pub(crate) fn spawn(
     // Routes learned anywhere (a routed message, a configured route):
     // this peer's own route searches look again at once.
     let learned = inner.router.learned.clone();
+    let machine = machine(inner.group_unique(), &inner.cfg.discovery);
     Ok(tokio::spawn(async move {
         // The nodes of the groups served here (no rendezvous task of
         // their own), by unique value, and the services' state.
         let mut svc = Services {
+            machine,
             nodes: Nodes::default(),
             binds: crate::pipe::registry::Bindings::new(),
             searches: crate::discovery::RemoteSearches::new(max_searches),
@@ -366,6 +456,7 @@ pub(crate) fn spawn(
             Message(Delivery),
             Admitted(Admitted),
             Command(Command),
+            Notice(Notice),
             Timer,
             RouteLearned,
         }
@@ -384,6 +475,7 @@ pub(crate) fn spawn(
                 d = others.recv_delivery() => d.map(Input::Message),
                 a = admitted.recv() => a.map(Input::Admitted),
                 c = commands.recv() => c.map(Input::Command),
+                n = notices.recv() => n.map(Input::Notice),
                 _ = timer => Some(Input::Timer),
                 _ = learned.notified(), if searching => Some(Input::RouteLearned),
             };
@@ -395,6 +487,10 @@ pub(crate) fn spawn(
                 Input::Admitted(a) => execute(&inner, &mut svc, a).await,
                 Input::Command(c) => {
                     svc.command(&inner, c);
+                    Ok(())
+                }
+                Input::Notice(n) => {
+                    svc.notice(n);
                     Ok(())
                 }
                 Input::Timer => {
@@ -481,7 +577,9 @@ impl Nodes {
 
 async fn handle(inner: &Arc<Inner>, svc: &mut Services, mut d: Delivery) -> Result<(), Fault> {
     // Step one: the machine scopes the message (its queue, its group).
-    let s = lock(inner).accept(d.to.param.as_deref(), d.group.as_deref())?;
+    let s = svc
+        .machine
+        .accept(d.to.param.as_deref(), d.group.as_deref())?;
     // The Net group is the only open one here; any other is a joined
     // group whose context holds its key material and services.
     let ctx = if s.open {
@@ -654,7 +752,7 @@ async fn on_query(
                 asked_directly,
             ) {
                 let resp = q.response(r.to_xml());
-                send_response(inner, ctx, g, &q, from, resp).await?;
+                send_response(inner, &mut svc.machine, ctx, g, &q, from, resp).await?;
             }
             if let Some(h) = on_rdv {
                 let key = dq.srdi_key();
@@ -664,7 +762,7 @@ async fn on_query(
         }
         Service::Route => match crate::relay::route::on_query(inner, &mut svc.routes, g, &q, from)?
         {
-            Some(resp) => send_response(inner, ctx, g, &q, from, resp).await,
+            Some(resp) => send_response(inner, &mut svc.machine, ctx, g, &q, from, resp).await,
             None => Ok(()),
         },
         Service::PeerInfo => {
@@ -677,9 +775,9 @@ async fn on_query(
                 .answer(uptime, crate::cache::unix_now_ms(), None)
                 .to_resolver_response(q.query_id);
             resp.handler = q.handler.clone();
-            send_response(inner, ctx, g, &q, from, resp).await
+            send_response(inner, &mut svc.machine, ctx, g, &q, from, resp).await
         }
-        Service::PipeBinding => on_pipe_query(inner, ctx, g, from, q).await,
+        Service::PipeBinding => on_pipe_query(inner, svc, ctx, g, from, q).await,
         // Registered for responses only.
         Service::NoRoute => Ok(()),
     }
@@ -687,6 +785,7 @@ async fn on_query(
 
 async fn on_pipe_query(
     inner: &Arc<Inner>,
+    svc: &mut Services,
     ctx: Option<&Arc<crate::group::GroupCtx>>,
     g: &str,
     from: Option<PeerId>,
@@ -717,7 +816,7 @@ async fn on_pipe_query(
         query_id: q.query_id,
         response: answer.to_xml(),
     };
-    send_response(inner, ctx, g, &q, from, resp).await
+    send_response(inner, &mut svc.machine, ctx, g, &q, from, resp).await
 }
 
 /// Most time spent dialling a querier's route to answer it.
@@ -732,9 +831,9 @@ struct DialTicket {
 
 impl Drop for DialTicket {
     fn drop(&mut self) {
-        if let Ok(mut m) = self.inner.resolver.lock() {
-            m.dial_finished(&self.to);
-        }
+        self.inner
+            .notices
+            .post(&self.inner, Notice::DialFinished(self.to));
     }
 }
 
@@ -745,6 +844,7 @@ impl Drop for DialTicket {
 /// Never through `via`, the peer the query came from.
 async fn send_response(
     inner: &Arc<Inner>,
+    machine: &mut Machine,
     ctx: Option<&Arc<crate::group::GroupCtx>>,
     g: &str,
     q: &ResolverQuery,
@@ -757,7 +857,7 @@ async fn send_response(
         None => Message::new().with(resp.to_element(g)),
     };
     let linked = inner.messenger(&q.src_peer);
-    let path = lock(inner).answer_path(q, via, linked.is_some(), now_ms(inner))?;
+    let path = machine.answer_path(q, via, linked.is_some(), now_ms(inner))?;
     let (to, dial) = match (path, linked) {
         // Answers are posted (written now or queued on the connection,
         // never awaited): one querier that stops reading cannot stall the

@@ -168,6 +168,74 @@ async fn discovery_in_a_group_answers_only_from_that_group() {
     assert!(matches!(r, Err(DiscoveryError::NoAnswer { .. })), "{r:?}");
 }
 
+/// Memberships reach the resolver task in the order they were made: a
+/// group left and joined again at once is served, joining a group again
+/// while in it (a new credential) keeps it served, and leaving it refuses
+/// its traffic.
+#[tokio::test]
+async fn a_group_left_and_joined_again_at_once_is_served_in_the_order_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Peer::start(cfg(&dir, "a", true)).await.unwrap();
+    let b = Peer::start(cfg(&dir, "b", false)).await.unwrap();
+    b.connect(a.local_addr().unwrap()).await.unwrap();
+    until("a to see b", || a.connection_count() == 1).await;
+    let ag = a.groups().create("g", Some("pw")).await.unwrap();
+    let ask_b = |name: &'static str| {
+        let d = ag.discovery();
+        let who = b.peer_id();
+        async move {
+            let found = d
+                .search(AdvKind::Adv)
+                .matching("Name", name)
+                .ask(who)
+                .timeout(WAIT)
+                .remote()
+                .await
+                .unwrap();
+            names(&found.advertisements)
+        }
+    };
+
+    // Left and joined again twenty times in a row, without a pause: the
+    // last join is served (each leave came before the join after it).
+    let mut bg = b.groups().join(&ag.adv, Some("pw")).await.unwrap();
+    for _ in 0..20 {
+        bg.leave().unwrap();
+        bg = b.groups().join(&ag.adv, Some("pw")).await.unwrap();
+    }
+    bg.discovery()
+        .publish(&Advertisement::Pipe(pipe_adv("y-1")))
+        .await
+        .unwrap();
+    assert_eq!(ask_b("y-1").await, vec!["y-1"]);
+
+    // Joined again while in it: the old handle's services close, the
+    // group stays served, from the new partition.
+    let again = b.groups().join(&ag.adv, Some("pw")).await.unwrap();
+    assert!(!bg.is_joined());
+    assert!(again.is_joined());
+    again
+        .discovery()
+        .publish(&Advertisement::Pipe(pipe_adv("y-2")))
+        .await
+        .unwrap();
+    assert_eq!(ask_b("y-*").await, vec!["y-2"]);
+
+    // Left: b refuses the group's queries (counted), a hears nothing.
+    again.leave().unwrap();
+    let refused_before = b.stats().group_refused;
+    let r = ag
+        .discovery()
+        .search(AdvKind::Adv)
+        .matching("Name", "y-*")
+        .ask(b.peer_id())
+        .timeout(SHORT)
+        .remote()
+        .await;
+    assert!(matches!(r, Err(DiscoveryError::NoAnswer { .. })), "{r:?}");
+    assert!(b.stats().group_refused > refused_before);
+}
+
 #[tokio::test]
 async fn pipes_resolve_only_in_their_group_and_close_on_leave() {
     let dir = tempfile::tempdir().unwrap();

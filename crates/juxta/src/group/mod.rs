@@ -111,6 +111,9 @@ pub enum GroupError {
     /// Already a member of [`group::MAX_MEMBERSHIPS`] groups.
     #[error("already a member of {} groups", group::MAX_MEMBERSHIPS)]
     TooManyGroups,
+    /// The peer is closing: nothing can be joined.
+    #[error("the peer is closing")]
+    Stopped,
     /// This peer holds neither the group key nor a certificate allowing it
     /// to issue (or revoke).
     #[error("not allowed to issue or revoke in group {0}")]
@@ -904,7 +907,7 @@ impl GroupService {
         self.discovery()
             .publish(&Advertisement::Group(adv.clone()))
             .await?;
-        self.join_adv(&adv, password.unwrap_or(""))
+        self.join_adv(&adv, password.unwrap_or("")).await
     }
 
     /// Creates a subgroup named `name` with certificate membership: makes
@@ -967,20 +970,41 @@ impl GroupService {
             key: member,
             secret,
         };
-        self.join_cert(&adv, &cred, Some(key))
+        self.join_cert(&adv, &cred, Some(key)).await
     }
 
-    fn insert(&self, ctx: GroupCtx) -> Result<Group, GroupError> {
+    async fn insert(&self, ctx: GroupCtx) -> Result<Group, GroupError> {
         let ctx = Arc::new(ctx);
-        let mut j = self.inner.groups.joined.write().expect("groups lock");
-        if let Some(old) = j.get(&ctx.unique) {
-            // Joining again replaces the credential; services start over.
-            close(&self.inner, old);
-        } else if j.len() >= group::MAX_MEMBERSHIPS {
-            return Err(GroupError::TooManyGroups);
+        let replaced = {
+            let mut j = self.inner.groups.joined.write().expect("groups lock");
+            let old = j.remove(&ctx.unique);
+            if old.is_none() && j.len() >= group::MAX_MEMBERSHIPS {
+                return Err(GroupError::TooManyGroups);
+            }
+            old
+        };
+        // Joining again replaces the credential; services start over. The
+        // resolver keeps serving the group (it is joined again below).
+        if let Some(old) = replaced {
+            close_services(&self.inner, &old);
         }
-        crate::resolver::join(&self.inner, &ctx.unique)?;
-        j.insert(ctx.unique.clone(), ctx.clone());
+        // The resolver task serves the group's traffic from its answer on
+        // (the group is not in the registry before: nothing of it is
+        // delivered yet).
+        crate::resolver::join(&self.inner, &ctx.unique).await?;
+        let mut j = self.inner.groups.joined.write().expect("groups lock");
+        match j.insert(ctx.unique.clone(), ctx.clone()) {
+            // The same group joined at once by another caller: its
+            // services close, the resolver's membership stays.
+            Some(raced) => close_services(&self.inner, &raced),
+            None if j.len() > group::MAX_MEMBERSHIPS => {
+                // Other groups joined meanwhile filled the registry.
+                j.remove(&ctx.unique);
+                close(&self.inner, &ctx);
+                return Err(GroupError::TooManyGroups);
+            }
+            None => {}
+        }
         Ok(Group::new(&self.inner, ctx))
     }
 
@@ -1015,16 +1039,20 @@ impl GroupService {
         })
     }
 
-    fn join_adv(&self, adv: &PeerGroupAdvertisement, password: &str) -> Result<Group, GroupError> {
+    async fn join_adv(
+        &self,
+        adv: &PeerGroupAdvertisement,
+        password: &str,
+    ) -> Result<Group, GroupError> {
         if group::is_public_group(&adv.group_id) {
             return Err(GroupError::UnknownGroup(adv.group_id.to_string()));
         }
         let cred = PasswdMembership::from_group(adv)?.join(DEFAULT_LOGIN, password, self.me())?;
         let ctx = self.new_ctx(adv, Credential::Passwd(cred), None)?;
-        self.insert(ctx)
+        self.insert(ctx).await
     }
 
-    fn join_cert(
+    async fn join_cert(
         &self,
         adv: &PeerGroupAdvertisement,
         cred: &CertCredential,
@@ -1063,7 +1091,7 @@ impl GroupService {
             next_serial: 1,
         };
         let ctx = self.new_ctx(adv, Credential::Cert(Box::new(cred.clone())), Some(state))?;
-        self.insert(ctx)
+        self.insert(ctx).await
     }
 
     async fn resolve_ref(&self, group: GroupRef) -> Result<PeerGroupAdvertisement, GroupError> {
@@ -1083,7 +1111,7 @@ impl GroupService {
         password: Option<&str>,
     ) -> Result<Group, GroupError> {
         let adv = self.resolve_ref(group.into()).await?;
-        self.join_adv(&adv, password.unwrap_or(""))
+        self.join_adv(&adv, password.unwrap_or("")).await
     }
 
     /// Joins a certificate group with a credential issued by its creator
@@ -1098,7 +1126,7 @@ impl GroupService {
         credential: &CertCredential,
     ) -> Result<Group, GroupError> {
         let adv = self.resolve_ref(group.into()).await?;
-        let g = self.join_cert(&adv, credential, None)?;
+        let g = self.join_cert(&adv, credential, None).await?;
         // The list in force may be newer than the one persisted here (or
         // there may be none yet): ask the members connected; the group's
         // rendezvous also sends it when it grants a lease.
@@ -1188,8 +1216,14 @@ impl GroupService {
 /// Closes a group's services: marks it left, drops its cache partition,
 /// closes its input pipes.
 fn close(inner: &Inner, ctx: &GroupCtx) {
-    ctx.closed.store(true, Ordering::Release);
     crate::resolver::leave(inner, &ctx.unique);
+    close_services(inner, ctx);
+}
+
+/// Closes a group's services as [`close`] does, but leaves the resolver
+/// serving the group (it was joined again with another credential).
+fn close_services(inner: &Inner, ctx: &GroupCtx) {
+    ctx.closed.store(true, Ordering::Release);
     // The group's rendezvous: an edge ends its lease politely (the
     // rendezvous drops its SRDI entries at once), then the service stops.
     if let Some(r) = ctx.rendezvous.lock().expect("group rendezvous lock").take() {
