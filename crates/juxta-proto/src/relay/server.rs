@@ -8,7 +8,7 @@
 //! its connection for a while) and then refuse it, counted. Messages still
 //! queued when a lease ends are counted in [`ServerCounters::dropped`].
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use super::{Refusal, RelayRequest, RelayResponse};
 use crate::id::{PeerId, PeerMap};
@@ -119,6 +119,9 @@ pub enum Offered<T> {
 struct Lease<T> {
     conn: u64,
     expires_ms: u64,
+    /// Its key in the expiry index beside `expires_ms` (grants and
+    /// renewals in order).
+    serial: u64,
     queue: VecDeque<Queued<T>>,
     bytes: usize,
 }
@@ -140,6 +143,14 @@ pub struct RelayServer<T> {
     local: PeerId,
     cfg: ServerConfig,
     leases: PeerMap<Lease<T>>,
+    /// Every lease's expiry, earliest first (one entry per lease, kept in
+    /// step with `leases`): expiring finds the due leases without looking
+    /// at the others, so a relay holding many leases pays for the ones
+    /// that end, not for all of them, each time it checks.
+    /// Keyed by expiry and the grant's serial (which orders leases that
+    /// expire together by when they were granted or renewed).
+    deadlines: BTreeMap<(u64, u64), PeerId>,
+    next_serial: u64,
     senders: PeerMap<(usize, usize)>,
     counters: ServerCounters,
 }
@@ -151,6 +162,8 @@ impl<T> RelayServer<T> {
             local,
             cfg,
             leases: PeerMap::default(),
+            deadlines: BTreeMap::new(),
+            next_serial: 0,
             senders: PeerMap::default(),
             counters: ServerCounters::default(),
         }
@@ -187,19 +200,28 @@ impl<T> RelayServer<T> {
                 let granted = lease_ms
                     .unwrap_or(self.cfg.lease_ms)
                     .clamp(1, self.cfg.lease_ms);
+                let expires_ms = now_ms.saturating_add(granted);
+                let serial = self.next_serial;
                 if let Some(l) = self.leases.get_mut(&from) {
-                    l.expires_ms = now_ms.saturating_add(granted);
+                    self.next_serial += 1;
+                    self.deadlines.remove(&(l.expires_ms, l.serial));
+                    self.deadlines.insert((expires_ms, serial), from);
+                    l.expires_ms = expires_ms;
+                    l.serial = serial;
                     l.conn = conn;
                 } else {
                     if self.leases.len() >= self.cfg.max_clients {
                         self.counters.refused_full += 1;
                         return RelayResponse::Refused(Refusal::Full);
                     }
+                    self.next_serial += 1;
+                    self.deadlines.insert((expires_ms, serial), from);
                     self.leases.insert(
                         from,
                         Lease {
                             conn,
-                            expires_ms: now_ms.saturating_add(granted),
+                            expires_ms,
+                            serial,
                             queue: VecDeque::new(),
                             bytes: 0,
                         },
@@ -433,6 +455,7 @@ impl<T> RelayServer<T> {
         let Some(mut l) = self.leases.remove(edge) else {
             return false;
         };
+        self.deadlines.remove(&(l.expires_ms, l.serial));
         while let Some(q) = l.queue.pop_front() {
             self.release(&q);
             self.counters.dropped += 1;
@@ -451,18 +474,26 @@ impl<T> RelayServer<T> {
         }
     }
 
-    /// Ends the expired leases; returns their edges.
+    /// Ends the expired leases; returns their edges (earliest expiry
+    /// first). Looks only at the leases that are due.
     pub fn expire(&mut self, now_ms: u64) -> Vec<PeerId> {
-        let gone: Vec<PeerId> = self
-            .leases
-            .iter()
-            .filter(|(_, l)| l.expires_ms <= now_ms)
-            .map(|(p, _)| *p)
-            .collect();
-        for p in &gone {
-            self.end(p);
+        let mut gone = Vec::new();
+        while let Some((&(at, _), &edge)) = self.deadlines.first_key_value() {
+            if at > now_ms {
+                break;
+            }
+            self.deadlines.pop_first();
+            if self.end(&edge) {
+                gone.push(edge);
+            }
         }
         gone
+    }
+
+    /// When the next lease expires ([`RelayServer::expire`] then has
+    /// something to do).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.deadlines.first_key_value().map(|(&(at, _), _)| at)
     }
 }
 
@@ -527,6 +558,81 @@ mod tests {
             s.on_request(p(1), true, 1, &RelayRequest::Pid, 0),
             RelayResponse::Pid(p(0))
         );
+    }
+
+    /// The expiry index against a model: after any mix of grants,
+    /// renewals, disconnects and closed connections, `expire` ends
+    /// exactly the leases due (earliest first) and `poll_timeout` is the
+    /// earliest expiry left.
+    #[test]
+    fn expiry_follows_renewals_and_ends_like_a_scan_of_every_lease() {
+        let cfg = ServerConfig {
+            max_clients: 64,
+            lease_ms: 10_000,
+            ..ServerConfig::default()
+        };
+        let mut s: RelayServer<u32> = RelayServer::new(p(0), cfg);
+        // edge -> (expiry, connection): what a scan of every lease gives.
+        let mut model: std::collections::BTreeMap<u8, (u64, u64)> = Default::default();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut now = 0u64;
+        for step in 0..5_000u64 {
+            now += next(50);
+            let e = 1 + next(40) as u8;
+            match next(4) {
+                0 | 1 => {
+                    let lease = 1 + next(2_000);
+                    let conn = step;
+                    let r = s.on_request(
+                        p(e),
+                        true,
+                        conn,
+                        &RelayRequest::Connect {
+                            lease_ms: Some(lease),
+                        },
+                        now,
+                    );
+                    // Expired leases went first, so there is always room.
+                    model.retain(|_, (at, _)| *at > now);
+                    assert!(matches!(r, RelayResponse::Connected { .. }), "{r:?}");
+                    model.insert(e, (now + lease, conn));
+                }
+                2 => {
+                    s.on_request(p(e), true, 0, &RelayRequest::Disconnect, now);
+                    model.remove(&e);
+                }
+                _ => {
+                    let conn = model.get(&e).map_or(u64::MAX, |(_, c)| *c);
+                    if s.connection_closed(&p(e), conn) {
+                        model.remove(&e);
+                    }
+                }
+            }
+            if step % 7 == 0 {
+                // Earliest first; together, in the order granted.
+                let mut due: Vec<(u64, u64, u8)> = model
+                    .iter()
+                    .filter(|(_, (at, _))| *at <= now)
+                    .map(|(e, (at, conn))| (*at, *conn, *e))
+                    .collect();
+                due.sort();
+                let want: Vec<PeerId> = due.iter().map(|(_, _, e)| p(*e)).collect();
+                assert_eq!(s.expire(now), want, "step {step}");
+                model.retain(|_, (at, _)| *at > now);
+            }
+            assert_eq!(
+                s.poll_timeout(),
+                model.values().map(|(at, _)| *at).min(),
+                "step {step}"
+            );
+            assert_eq!(s.clients(), model.len(), "step {step}");
+        }
     }
 
     #[test]
