@@ -551,9 +551,16 @@ impl Inner {
             // A full queue makes this connection stop reading: back-pressure
             // to the sender, nothing dropped.
             Some(tx) => {
-                if let Err(back) = tx.send(d).await {
+                // Room in the queue (the usual case): handed over without
+                // an await; else wait for room.
+                let gone = match tx.try_send(d) {
+                    Ok(()) => None,
+                    Err(mpsc::error::TrySendError::Full(d)) => tx.send(d).await.err().map(|b| b.0),
+                    Err(mpsc::error::TrySendError::Closed(d)) => Some(d),
+                };
+                if let Some(d) = gone {
                     self.stats.unroutable.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(to = ?back.0.to, "listener gone; message dropped");
+                    tracing::debug!(to = ?d.to, "listener gone; message dropped");
                 }
             }
             None if d.to.service == crate::pipe::PIPE_SERVICE => {

@@ -208,3 +208,50 @@ async fn traffic_counters_and_the_connection_list() {
     assert_eq!(bc[0].addr, a.local_addr().unwrap());
     assert!(bc[0].bytes_out >= c.bytes_in, "{bc:?} {c:?}");
 }
+
+/// A listener that does not read fills its queue (4 here); the
+/// connection then waits for room instead of reading on, and nothing is
+/// lost: every message arrives, in order, once the listener reads.
+#[tokio::test]
+async fn a_full_listener_queue_pushes_back_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ca = PeerConfig::new(dir.path().join("a")).listen("127.0.0.1:0".parse().unwrap());
+    ca.key_bits = 1024;
+    ca.listener_queue = 4;
+    let mut cb = PeerConfig::new(dir.path().join("b"));
+    cb.key_bits = 1024;
+    let a = Peer::start(ca).await.unwrap();
+    let b = Peer::start(cb).await.unwrap();
+    let mut inbox = a.listen("test", Some("slow")).unwrap();
+    let to_a = b.connect(a.local_addr().unwrap()).await.unwrap();
+    const N: u32 = 300;
+    let sender = tokio::spawn(async move {
+        for i in 0..N {
+            let m = Message::new().with(Element::bytes(
+                "juxta",
+                "n",
+                Bytes::copy_from_slice(&i.to_be_bytes()),
+            ));
+            to_a.send("test", Some("slow"), m).await.unwrap();
+        }
+        to_a
+    });
+    // Not reading until the queue is surely full and the connection
+    // waits on it.
+    let filled = a.stats().messages_in;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        a.stats().messages_in - filled < u64::from(N),
+        "the connection should be held back"
+    );
+    for i in 0..N {
+        let got = tokio::time::timeout(Duration::from_secs(10), inbox.recv())
+            .await
+            .expect("no message lost")
+            .unwrap();
+        let n = got.message.get("juxta", "n").unwrap().data.clone();
+        assert_eq!(u32::from_be_bytes(n[..].try_into().unwrap()), i, "in order");
+    }
+    sender.await.unwrap();
+    assert_eq!(a.stats().unroutable, 0);
+}
