@@ -8,7 +8,7 @@
 //! is refused with [`IndexError`] (the caller can count or report it);
 //! renewing an entry that is already there always succeeds.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::id::{IdHashState, PeerId, PeerMap};
 
@@ -62,7 +62,12 @@ type Attr = (String, String); // (primary key, attribute)
 #[derive(Debug, Clone)]
 pub struct SrdiIndex {
     map: BTreeMap<Attr, HashMap<String, PeerMap<u64>, IdHashState>>,
-    per_peer: PeerMap<usize>,
+    /// Each publisher's entries, `(key, attribute)` and value: the count
+    /// its quota is checked against, and what [`SrdiIndex::remove_peer`]
+    /// visits, so a departing edge costs its own entries, not a pass over
+    /// the whole index (the strings are held twice; both copies are
+    /// within `max_entries`).
+    per_peer: PeerMap<HashSet<(Attr, String), IdHashState>>,
     len: usize,
     max_entries: usize,
     max_per_peer: usize,
@@ -112,7 +117,7 @@ impl SrdiIndex {
 
     /// Entries held for one publisher.
     pub fn peer_len(&self, peer: &PeerId) -> usize {
-        self.per_peer.get(peer).copied().unwrap_or(0)
+        self.per_peer.get(peer).map_or(0, HashSet::len)
     }
 
     /// Adds or renews one entry, valid until `expires_at`.
@@ -137,11 +142,11 @@ impl SrdiIndex {
         if self.len >= self.max_entries {
             return Err(IndexError::Full(self.max_entries));
         }
-        let n = self.per_peer.entry(peer).or_insert(0);
-        if *n >= self.max_per_peer {
+        let mine = self.per_peer.entry(peer).or_default();
+        if mine.len() >= self.max_per_peer {
             return Err(IndexError::PeerQuota(self.max_per_peer));
         }
-        *n += 1;
+        mine.insert((attr_key.clone(), value.to_string()));
         self.len += 1;
         self.map
             .entry(attr_key)
@@ -171,14 +176,15 @@ impl SrdiIndex {
             self.map.remove(&attr_key);
         }
         self.len -= 1;
-        self.dec_peer(peer, 1);
+        self.forget(peer, attr_key, value.to_string());
         true
     }
 
-    fn dec_peer(&mut self, peer: &PeerId, by: usize) {
-        if let Some(n) = self.per_peer.get_mut(peer) {
-            *n = n.saturating_sub(by);
-            if *n == 0 {
+    /// Takes one entry out of its publisher's set.
+    fn forget(&mut self, peer: &PeerId, attr: Attr, value: String) {
+        if let Some(mine) = self.per_peer.get_mut(peer) {
+            mine.remove(&(attr, value));
+            if mine.is_empty() {
                 self.per_peer.remove(peer);
             }
         }
@@ -280,33 +286,39 @@ impl SrdiIndex {
     /// Removes every entry of a peer (it left, or its lease ended); returns
     /// how many were removed.
     pub fn remove_peer(&mut self, peer: &PeerId) -> usize {
-        if !self.per_peer.contains_key(peer) {
+        let Some(mine) = self.per_peer.remove(peer) else {
             return 0;
-        }
+        };
         let mut removed = 0;
-        self.map.retain(|_, values| {
-            values.retain(|_, peers| {
+        for (attr, value) in mine {
+            let Some(values) = self.map.get_mut(&attr) else {
+                continue;
+            };
+            if let Some(peers) = values.get_mut(&value) {
                 if peers.remove(peer).is_some() {
                     removed += 1;
                 }
-                !peers.is_empty()
-            });
-            !values.is_empty()
-        });
+                if peers.is_empty() {
+                    values.remove(&value);
+                }
+            }
+            if values.is_empty() {
+                self.map.remove(&attr);
+            }
+        }
         self.len -= removed;
-        self.per_peer.remove(peer);
         removed
     }
 
     /// Drops every entry expired at `now`; returns how many.
     pub fn expire(&mut self, now: u64) -> usize {
-        let mut gone: HashMap<PeerId, usize> = HashMap::new();
-        self.map.retain(|_, values| {
-            values.retain(|_, peers| {
+        let mut gone: Vec<(PeerId, Attr, String)> = Vec::new();
+        self.map.retain(|attr, values| {
+            values.retain(|value, peers| {
                 peers.retain(|p, exp| {
                     let keep = *exp > now;
                     if !keep {
-                        *gone.entry(*p).or_insert(0) += 1;
+                        gone.push((*p, attr.clone(), value.clone()));
                     }
                     keep
                 });
@@ -314,10 +326,9 @@ impl SrdiIndex {
             });
             !values.is_empty()
         });
-        let mut total = 0;
-        for (p, n) in gone {
-            self.dec_peer(&p, n);
-            total += n;
+        let total = gone.len();
+        for (p, attr, value) in gone {
+            self.forget(&p, attr, value);
         }
         self.len -= total;
         total
@@ -385,6 +396,90 @@ mod tests {
         JxtaId::from_parts(IdFormat::Cbid, [1; 16], [n; 16], IdType::Peer)
             .try_into()
             .unwrap()
+    }
+
+    /// The index against a model of every (key, attribute, value, peer)
+    /// entry: after any mix of adds, renewals, zero-lifetime removals,
+    /// departures and expiry sweeps, the counts per peer and in all, the
+    /// quota and what queries find agree with the model.
+    #[test]
+    fn departures_removals_and_expiry_agree_with_a_model() {
+        use std::collections::BTreeMap;
+        let attrs = [("Adv", "Name"), ("Adv", "Id"), ("Peers", "Name")];
+        let mut ix = SrdiIndex::new(400, 12);
+        let mut model: BTreeMap<(usize, String, u8), u64> = BTreeMap::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut now = 0u64;
+        for step in 0..20_000u64 {
+            now += next(5);
+            let p = next(20) as u8;
+            let a = next(3) as usize;
+            let v = format!("v{}", next(15));
+            let (pk, at) = attrs[a];
+            match next(10) {
+                0..=5 => {
+                    let exp = now + 1 + next(400);
+                    let key = (a, v.clone(), p);
+                    let live_total = model.len();
+                    let mine = model.keys().filter(|k| k.2 == p).count();
+                    let r = ix.add(pk, at, &v, peer(p), exp);
+                    let known = model.contains_key(&key);
+                    let expected = if known {
+                        Ok(())
+                    } else if live_total >= 400 {
+                        Err(IndexError::Full(400))
+                    } else if mine >= 12 {
+                        Err(IndexError::PeerQuota(12))
+                    } else {
+                        Ok(())
+                    };
+                    assert_eq!(r, expected, "step {step} (a renewal always succeeds)");
+                    if r.is_ok() {
+                        model.insert(key, exp);
+                    }
+                }
+                6 => {
+                    let was = model.remove(&(a, v.clone(), p)).is_some();
+                    assert_eq!(ix.remove(pk, at, &v, &peer(p)), was, "step {step}");
+                }
+                7 => {
+                    let n = model.keys().filter(|k| k.2 == p).count();
+                    model.retain(|k, _| k.2 != p);
+                    assert_eq!(ix.remove_peer(&peer(p)), n, "step {step}");
+                }
+                8 => {
+                    let n = model.values().filter(|&&e| e <= now).count();
+                    model.retain(|_, e| *e > now);
+                    assert_eq!(ix.expire(now), n, "step {step}");
+                }
+                _ => {
+                    let mut want: Vec<PeerId> = model
+                        .iter()
+                        .filter(|((ka, kv, _), e)| *ka == a && *kv == v && **e > now)
+                        .map(|((_, _, kp), _)| peer(*kp))
+                        .collect();
+                    want.sort_by_cached_key(|p| p.to_string());
+                    assert_eq!(
+                        ix.query(pk, Some(at), Some(&v), now, 100),
+                        want,
+                        "step {step}"
+                    );
+                }
+            }
+            assert_eq!(ix.len(), model.len(), "step {step}");
+            let q = next(20) as u8;
+            assert_eq!(
+                ix.peer_len(&peer(q)),
+                model.keys().filter(|k| k.2 == q).count(),
+                "step {step}"
+            );
+        }
     }
 
     #[test]
