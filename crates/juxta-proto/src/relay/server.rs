@@ -574,13 +574,9 @@ mod tests {
         let mut s: RelayServer<u32> = RelayServer::new(p(0), cfg);
         // edge -> (expiry, connection): what a scan of every lease gives.
         let mut model: std::collections::BTreeMap<u8, (u64, u64)> = Default::default();
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x2545_f491_4f6c_dd1du64);
+        let mut next = |n: u64| rng.gen_range(0..n);
         let mut now = 0u64;
         for step in 0..5_000u64 {
             now += next(50);

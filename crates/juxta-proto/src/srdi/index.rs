@@ -408,13 +408,9 @@ mod tests {
         let attrs = [("Adv", "Name"), ("Adv", "Id"), ("Peers", "Name")];
         let mut ix = SrdiIndex::new(400, 12);
         let mut model: BTreeMap<(usize, String, u8), u64> = BTreeMap::new();
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15u64);
+        let mut next = |n: u64| rng.gen_range(0..n);
         let mut now = 0u64;
         for step in 0..20_000u64 {
             now += next(5);
