@@ -1166,8 +1166,10 @@ impl Peer {
         )?;
         let discovery = crate::discovery::State::new(cache.clone(), cfg.discovery);
         let (admitted, admitted_rx) = tokio::sync::mpsc::channel(crate::resolver::ADMITTED_QUEUE);
-        let (commands, commands_rx) = crate::resolver::Commands::channel();
-        let (notices, notices_rx) = crate::resolver::Notices::channel();
+        let (commands, commands_rx) =
+            crate::resolver::Commands::channel(crate::resolver::COMMAND_QUEUE);
+        let (notices, notices_rx) =
+            crate::resolver::Notices::channel(crate::resolver::NOTICE_QUEUE);
         let clock = juxta_proto::time::Clock::new();
         let listener = match cfg.listen {
             Some(addr) => Some(

@@ -221,25 +221,51 @@ pub(crate) enum Command {
     FindRoute(crate::relay::route::RouteRequest),
 }
 
-/// The services' way to the resolver task: commands over a bounded
-/// channel.
-#[derive(Clone)]
-pub(crate) struct Commands(mpsc::Sender<Command>);
+/// A way to the resolver task: one bounded channel of `T` (the services'
+/// [`Commands`], the peer's [`Notices`]).
+pub(crate) struct ToTask<T>(mpsc::Sender<T>);
 
-impl Commands {
-    /// A handle and the task's end of its channel.
-    pub(crate) fn channel() -> (Commands, mpsc::Receiver<Command>) {
-        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
-        (Commands(tx), rx)
-    }
-
-    /// Hands `c` to the task, waiting for room (its outcome comes on the
-    /// request's reply channel); `false` when the task is gone (the peer
-    /// stopped).
-    pub(crate) async fn send(&self, c: Command) -> bool {
-        self.0.send(c).await.is_ok()
+impl<T> Clone for ToTask<T> {
+    fn clone(&self) -> Self {
+        ToTask(self.0.clone())
     }
 }
+
+impl<T: Send + 'static> ToTask<T> {
+    /// A handle and the task's end of a channel of `capacity`.
+    pub(crate) fn channel(capacity: usize) -> (ToTask<T>, mpsc::Receiver<T>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        (ToTask(tx), rx)
+    }
+
+    /// Hands `t` to the task, waiting for room (an outcome comes on the
+    /// request's reply channel); `false` when the task is gone (the peer
+    /// stopped).
+    pub(crate) async fn send(&self, t: T) -> bool {
+        self.0.send(t).await.is_ok()
+    }
+
+    /// Hands `t` to the task without waiting. The queues this is used on
+    /// are sized so that it finds room; if it ever does not, `t` is sent
+    /// from a task of its own (its order against later items is then not
+    /// kept) and counted in [`crate::Stats::resolver_errors`].
+    fn post(&self, inner: &Inner, t: T) {
+        match self.0.try_send(t) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(t)) => {
+                inner.stats.resolver_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("resolver task queue full: one item sent late");
+                let tx = self.0.clone();
+                inner.tasks.spawn(async move {
+                    let _ = tx.send(t).await;
+                });
+            }
+        }
+    }
+}
+
+/// The services' commands to the resolver task ([`COMMAND_QUEUE`]).
+pub(crate) type Commands = ToTask<Command>;
 
 /// Room for notices: a leave is sent once per group left, and a join
 /// waits for its answer, which the task gives after every notice before
@@ -268,37 +294,10 @@ pub(crate) enum Notice {
 }
 
 /// The way to tell the resolver task of memberships and dial ends (see
-/// [`Notice`]): joins wait for their answer; leaves and dial ends, sent
-/// from code that cannot wait (a group closed under its registry's lock, a
-/// dial ticket dropped), never wait.
-#[derive(Clone)]
-pub(crate) struct Notices(mpsc::Sender<Notice>);
-
-impl Notices {
-    /// A handle and the task's end of its channel.
-    pub(crate) fn channel() -> (Notices, mpsc::Receiver<Notice>) {
-        let (tx, rx) = mpsc::channel(NOTICE_QUEUE);
-        (Notices(tx), rx)
-    }
-
-    /// Tells the task without waiting. The queue is sized so that this
-    /// finds room ([`NOTICE_QUEUE`]); if it ever does not, the notice is
-    /// sent from a task of its own (its order against later joins is then
-    /// not kept) and counted in [`crate::Stats::resolver_errors`].
-    fn post(&self, inner: &Inner, n: Notice) {
-        match self.0.try_send(n) {
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
-            Err(mpsc::error::TrySendError::Full(n)) => {
-                inner.stats.resolver_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("resolver notices full: one sent late");
-                let tx = self.0.clone();
-                inner.tasks.spawn(async move {
-                    let _ = tx.send(n).await;
-                });
-            }
-        }
-    }
-}
+/// [`Notice`], [`NOTICE_QUEUE`]): joins wait for their answer; leaves and
+/// dial ends, sent from code that cannot wait (a group closed under its
+/// registry's lock, a dial ticket dropped), are posted.
+pub(crate) type Notices = ToTask<Notice>;
 
 /// What the resolver task owns besides the groups' nodes.
 struct Services {
@@ -345,12 +344,10 @@ impl Services {
 /// [`crate::group::GroupError::Stopped`] when the peer is closing.
 pub(crate) async fn join(inner: &Inner, unique: &str) -> Result<(), crate::group::GroupError> {
     let (tx, rx) = oneshot::channel();
-    if inner
+    if !inner
         .notices
-        .0
         .send(Notice::Join(unique.to_string(), tx))
         .await
-        .is_err()
     {
         return Err(crate::group::GroupError::Stopped);
     }
