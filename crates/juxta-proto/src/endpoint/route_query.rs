@@ -10,13 +10,14 @@
 //! answer when they do, which is how a chain of relays is discovered.
 //! Everything is bounded: queries in flight, waiters per query, hops.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use super::route_cache::check_route;
 use super::signed_route::SignedRoute;
 use crate::advertisement::tree::XmlElement;
 use crate::advertisement::{parse_xml, AccessPointAdvertisement, AdvError, RouteAdvertisement};
 use crate::id::PeerId;
+use crate::time::Millis;
 
 /// The resolver handler name of route queries.
 pub const ROUTER_HANDLER: &str = "EndpointRouter";
@@ -47,6 +48,10 @@ pub enum RouteQueryError {
     /// The query has travelled too far already.
     #[error("route query hop count {0} exceeds the limit")]
     HopLimit(u32),
+    /// An answer for no query in flight (late, for another destination,
+    /// or from a peer the query did not go to).
+    #[error("route answer for no query in flight")]
+    Late,
 }
 
 /// A route query (`jxta:ERQ`): who is asked for, the asker's own route,
@@ -326,30 +331,27 @@ pub const MAX_ASKED: usize = 64;
 /// [`RouteQuery`] naming the destination.
 pub const NO_ROUTE_HANDLER: &str = "JuxtaNoRoute";
 
-/// What a negative answer did ([`RouteResolver::on_no_route`]).
+/// Why a query ended without a route ([`RouteEvent::Unanswered`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NoRouteOutcome {
-    /// No such query in flight, another destination, or a peer it was not
-    /// sent to: ignored.
-    Ignored,
-    /// Recorded; other asked peers may still answer.
-    Noted,
-    /// Every asked peer said no: the query is over, its waiters get a
-    /// negative answer; `denied` lists who said no.
-    Exhausted {
-        /// The query's destination and waiters.
-        answered: Answered,
-        /// The peers that answered no (all that were asked).
-        denied: Vec<PeerId>,
-    },
+pub enum NoAnswer {
+    /// The driver found nobody to ask ([`RouteResolver::abandon`]).
+    NobodyAsked,
+    /// Every peer the query went to answered that it knows no route
+    /// (these peers).
+    Denied(Vec<PeerId>),
+    /// Nobody answered within [`RouteResolverConfig::timeout_ms`].
+    TimedOut,
 }
 
-/// What [`RouteResolver::request`] decided.
+/// What the [`RouteResolver`] asks its driver to do
+/// ([`RouteResolver::poll_event`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Requested {
+pub enum RouteEvent {
     /// A new query: send it (resolver query ID `query_id`, hop count
-    /// `hop_count`) to the peers to ask.
-    Send {
+    /// `hop_count`) to the peers to ask, then report them with
+    /// [`RouteResolver::asked`], or call [`RouteResolver::abandon`] if
+    /// there was nobody to ask.
+    Ask {
         /// The resolver query ID.
         query_id: i32,
         /// The resolver hop count to send.
@@ -357,11 +359,18 @@ pub enum Requested {
         /// The document.
         query: Box<RouteQuery>,
     },
-    /// A query for that destination is in flight; the waiter was added.
-    Joined,
+    /// A route answer matched its query: tell its waiters.
+    Answered(Answered),
+    /// The query ended without a route: tell its waiters.
+    Unanswered {
+        /// The query's destination and waiters.
+        answered: Answered,
+        /// Why.
+        why: NoAnswer,
+    },
 }
 
-/// An answer matched to its query.
+/// A query's destination and the waiters to tell how it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answered {
     /// The destination.
@@ -370,17 +379,34 @@ pub struct Answered {
     pub waiters: Vec<Waiter>,
 }
 
-/// Route queries in flight (see the module comment).
+/// Route queries in flight (see the module comment), as a sans-IO machine
+/// of the crate's one contract: inputs are calls ([`request`], answers,
+/// [`handle_timeout`]), outputs come from [`poll_event`], and
+/// [`poll_timeout`] says when the next query times out.
+///
+/// [`request`]: RouteResolver::request
+/// [`handle_timeout`]: RouteResolver::handle_timeout
+/// [`poll_event`]: RouteResolver::poll_event
+/// [`poll_timeout`]: RouteResolver::poll_timeout
 ///
 /// ```
 /// use juxta_proto::endpoint::route_query::*;
 /// use juxta_proto::id::PeerId;
-/// let b = PeerId::from_public_key_spki(b"b");
+/// let (b, r1) = (PeerId::from_public_key_spki(b"b"), PeerId::from_public_key_spki(b"r1"));
 /// let mut r = RouteResolver::new(RouteResolverConfig::default());
-/// let Requested::Send { query_id, .. } = r.request(b, Waiter::Local, 0, 0).unwrap() else { panic!() };
-/// assert_eq!(r.request(b, Waiter::Local, 0, 10).unwrap(), Requested::Joined);
-/// let a = r.on_answer(query_id, &b).unwrap();
-/// assert_eq!(a.waiters, vec![Waiter::Local]);
+/// r.request(b, Waiter::Local, 0, 0).unwrap();
+/// let Some(RouteEvent::Ask { query_id, .. }) = r.poll_event() else { panic!() };
+/// r.asked(query_id, &[r1]);
+/// // A second waiter joins the query in flight: nothing new to send.
+/// let remote = Waiter::Remote { peer: r1, query_id: 7 };
+/// r.request(b, remote, 0, 10).unwrap();
+/// assert_eq!(r.poll_event(), None);
+/// r.on_answer(query_id, &b).unwrap();
+/// assert_eq!(
+///     r.poll_event(),
+///     Some(RouteEvent::Answered(Answered { dest: b, waiters: vec![Waiter::Local, remote] }))
+/// );
+/// assert_eq!(r.poll_timeout(), None);
 /// ```
 #[derive(Debug, Clone)]
 pub struct RouteResolver {
@@ -388,6 +414,11 @@ pub struct RouteResolver {
     next_id: i32,
     pending: HashMap<i32, Pending>,
     by_dest: HashMap<PeerId, i32>,
+    /// The queries in flight by expiry: [`RouteResolver::handle_timeout`]
+    /// visits only those due.
+    expiries: BTreeSet<(Millis, i32)>,
+    events: VecDeque<RouteEvent>,
+    dropped_events: u64,
 }
 
 impl RouteResolver {
@@ -398,6 +429,9 @@ impl RouteResolver {
             next_id: 1,
             pending: HashMap::new(),
             by_dest: HashMap::new(),
+            expiries: BTreeSet::new(),
+            events: VecDeque::new(),
+            dropped_events: 0,
         }
     }
 
@@ -407,67 +441,74 @@ impl RouteResolver {
     }
 
     /// `waiter` wants a route to `dest`; `hop_count` is the incoming
-    /// query's `HC` (0 for a local request).
+    /// query's `HC` (0 for a local request). A new query comes out as
+    /// [`RouteEvent::Ask`]; a waiter for a destination already asked
+    /// for joins that query.
     pub fn request(
         &mut self,
         dest: PeerId,
         waiter: Waiter,
         hop_count: u32,
-        now_ms: u64,
-    ) -> Result<Requested, RouteQueryError> {
-        self.expire(now_ms);
+        now: Millis,
+    ) -> Result<(), RouteQueryError> {
+        self.handle_timeout(now);
         if hop_count >= self.cfg.max_hop_count {
             return Err(RouteQueryError::HopLimit(hop_count));
         }
-        if let Some(id) = self.by_dest.get(&dest) {
-            let p = self.pending.get_mut(id).expect("indexed query");
+        if let Some(p) = self
+            .by_dest
+            .get(&dest)
+            .and_then(|id| self.pending.get_mut(id))
+        {
             if !p.waiters.contains(&waiter) {
                 if p.waiters.len() >= self.cfg.max_waiters {
                     return Err(RouteQueryError::TooManyWaiters);
                 }
                 p.waiters.push(waiter);
             }
-            return Ok(Requested::Joined);
+            return Ok(());
         }
         if self.pending.len() >= self.cfg.max_pending {
             return Err(RouteQueryError::TooManyPending(self.pending.len()));
         }
         let query_id = self.next_id;
         self.next_id = self.next_id.checked_add(1).unwrap_or(1);
+        let expires = now.saturating_add(self.cfg.timeout_ms);
         self.pending.insert(
             query_id,
             Pending {
                 dest,
                 waiters: vec![waiter],
-                expires_ms: now_ms.saturating_add(self.cfg.timeout_ms),
+                expires_ms: expires,
                 asked: Vec::new(),
                 denied: Vec::new(),
             },
         );
         self.by_dest.insert(dest, query_id);
-        Ok(Requested::Send {
+        self.expiries.insert((expires, query_id));
+        self.push(RouteEvent::Ask {
             query_id,
             hop_count: match waiter {
                 Waiter::Local => 0,
-                Waiter::Remote { .. } => hop_count + 1,
+                Waiter::Remote { .. } => hop_count.saturating_add(1),
             },
             query: Box::new(RouteQuery::new(dest)),
-        })
+        });
+        Ok(())
     }
 
-    /// An answer to query `query_id` naming a route to `dest`: `None` if
-    /// no such query is in flight (late, or for another destination).
-    pub fn on_answer(&mut self, query_id: i32, dest: &PeerId) -> Option<Answered> {
+    /// An answer to query `query_id` naming a route to `dest`: the query
+    /// ends ([`RouteEvent::Answered`]). [`RouteQueryError::Late`] if no
+    /// such query is in flight (late, or for another destination).
+    pub fn on_answer(&mut self, query_id: i32, dest: &PeerId) -> Result<(), RouteQueryError> {
         match self.pending.get(&query_id) {
             Some(p) if p.dest == *dest => {}
-            _ => return None,
+            _ => return Err(RouteQueryError::Late),
         }
-        let p = self.pending.remove(&query_id)?;
-        self.by_dest.remove(&p.dest);
-        Some(Answered {
-            dest: p.dest,
-            waiters: p.waiters,
-        })
+        if let Some(answered) = self.end(query_id) {
+            self.push(RouteEvent::Answered(answered));
+        }
+        Ok(())
     }
 
     /// Records that query `query_id` went to `peers` (negative answers
@@ -487,18 +528,22 @@ impl RouteResolver {
         }
     }
 
-    /// Ends query `query_id` at once (nobody could be asked): its waiters.
-    pub fn abandon(&mut self, query_id: i32) -> Option<Answered> {
-        let p = self.pending.remove(&query_id)?;
-        self.by_dest.remove(&p.dest);
-        Some(Answered {
-            dest: p.dest,
-            waiters: p.waiters,
-        })
+    /// Ends query `query_id` at once: nobody could be asked
+    /// ([`NoAnswer::NobodyAsked`]). Nothing if it is not in flight.
+    pub fn abandon(&mut self, query_id: i32) {
+        if let Some(answered) = self.end(query_id) {
+            self.push(RouteEvent::Unanswered {
+                answered,
+                why: NoAnswer::NobodyAsked,
+            });
+        }
     }
 
     /// `from` answered query `query_id` that it knows no route to `dest`.
-    /// When every peer the query went to said so, the query ends.
+    /// When every peer the query went to said so, the query ends
+    /// ([`NoAnswer::Denied`]). [`RouteQueryError::Late`] if no such query
+    /// is in flight, it is for another destination, or it did not go to
+    /// `from`.
     ///
     /// ```
     /// use juxta_proto::endpoint::route_query::*;
@@ -506,30 +551,44 @@ impl RouteResolver {
     /// let (b, r1, r2) = (PeerId::from_public_key_spki(b"b"), PeerId::from_public_key_spki(b"r1"),
     ///     PeerId::from_public_key_spki(b"r2"));
     /// let mut r = RouteResolver::new(RouteResolverConfig::default());
-    /// let Requested::Send { query_id, .. } = r.request(b, Waiter::Local, 0, 0).unwrap() else { panic!() };
+    /// r.request(b, Waiter::Local, 0, 0).unwrap();
+    /// let Some(RouteEvent::Ask { query_id, .. }) = r.poll_event() else { panic!() };
     /// r.asked(query_id, &[r1, r2]);
-    /// assert_eq!(r.on_no_route(query_id, &b, &r1), NoRouteOutcome::Noted);
-    /// assert!(matches!(r.on_no_route(query_id, &b, &r2), NoRouteOutcome::Exhausted { .. }));
+    /// r.on_no_route(query_id, &b, &r1).unwrap();
+    /// assert_eq!(r.poll_event(), None);
+    /// r.on_no_route(query_id, &b, &r2).unwrap();
+    /// assert!(matches!(
+    ///     r.poll_event(),
+    ///     Some(RouteEvent::Unanswered { why: NoAnswer::Denied(_), .. })
+    /// ));
     /// assert!(!r.is_pending(&b));
     /// ```
-    pub fn on_no_route(&mut self, query_id: i32, dest: &PeerId, from: &PeerId) -> NoRouteOutcome {
+    pub fn on_no_route(
+        &mut self,
+        query_id: i32,
+        dest: &PeerId,
+        from: &PeerId,
+    ) -> Result<(), RouteQueryError> {
         let Some(p) = self.pending.get_mut(&query_id) else {
-            return NoRouteOutcome::Ignored;
+            return Err(RouteQueryError::Late);
         };
         if p.dest != *dest || !p.asked.contains(from) {
-            return NoRouteOutcome::Ignored;
+            return Err(RouteQueryError::Late);
         }
         if !p.denied.contains(from) {
             p.denied.push(*from);
         }
         if p.denied.len() < p.asked.len() {
-            return NoRouteOutcome::Noted;
+            return Ok(());
         }
         let denied = std::mem::take(&mut p.denied);
-        match self.abandon(query_id) {
-            Some(answered) => NoRouteOutcome::Exhausted { answered, denied },
-            None => NoRouteOutcome::Ignored,
+        if let Some(answered) = self.end(query_id) {
+            self.push(RouteEvent::Unanswered {
+                answered,
+                why: NoAnswer::Denied(denied),
+            });
         }
+        Ok(())
     }
 
     /// Whether a query for `dest` is in flight.
@@ -537,29 +596,69 @@ impl RouteResolver {
         self.by_dest.contains_key(dest)
     }
 
-    /// Drops the queries that timed out; returns them.
-    pub fn expire(&mut self, now_ms: u64) -> Vec<Answered> {
-        let gone: Vec<i32> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| p.expires_ms <= now_ms)
-            .map(|(id, _)| *id)
-            .collect();
-        gone.into_iter()
-            .filter_map(|id| {
-                let p = self.pending.remove(&id)?;
-                self.by_dest.remove(&p.dest);
-                Some(Answered {
-                    dest: p.dest,
-                    waiters: p.waiters,
-                })
-            })
-            .collect()
+    /// Ends the queries due at `now` ([`NoAnswer::TimedOut`]), earliest
+    /// first.
+    pub fn handle_timeout(&mut self, now: Millis) {
+        while let Some(&(at, id)) = self.expiries.first() {
+            if at > now {
+                break;
+            }
+            if let Some(answered) = self.end(id) {
+                self.push(RouteEvent::Unanswered {
+                    answered,
+                    why: NoAnswer::TimedOut,
+                });
+            } else {
+                self.expiries.pop_first();
+            }
+        }
+    }
+
+    /// When the next query times out.
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        self.expiries.first().map(|(at, _)| *at)
+    }
+
+    /// The next thing to do, oldest first.
+    pub fn poll_event(&mut self) -> Option<RouteEvent> {
+        self.events.pop_front()
     }
 
     /// Queries in flight.
     pub fn pending(&self) -> usize {
         self.pending.len()
+    }
+
+    /// Events dropped because the driver left more than
+    /// [`RouteResolver::max_events`] unpolled (oldest first).
+    pub fn dropped_events(&self) -> u64 {
+        self.dropped_events
+    }
+
+    /// Most events held for the driver: two per query in flight (its
+    /// `Ask` and its end), which a driver that polls after every input
+    /// never reaches.
+    pub fn max_events(&self) -> usize {
+        self.cfg.max_pending.saturating_mul(2).max(1)
+    }
+
+    fn push(&mut self, e: RouteEvent) {
+        if self.events.len() >= self.max_events() {
+            self.events.pop_front();
+            self.dropped_events = self.dropped_events.saturating_add(1);
+        }
+        self.events.push_back(e);
+    }
+
+    /// Removes query `query_id` from every table: its waiters.
+    fn end(&mut self, query_id: i32) -> Option<Answered> {
+        let p = self.pending.remove(&query_id)?;
+        self.by_dest.remove(&p.dest);
+        self.expiries.remove(&(p.expires_ms, query_id));
+        Some(Answered {
+            dest: p.dest,
+            waiters: p.waiters,
+        })
     }
 }
 
@@ -632,6 +731,21 @@ mod tests {
         );
     }
 
+    /// The `Ask` a request made: its query ID and hop count.
+    fn asked_for(r: &mut RouteResolver, dest: PeerId) -> (i32, u32) {
+        match r.poll_event() {
+            Some(RouteEvent::Ask {
+                query_id,
+                hop_count,
+                query,
+            }) => {
+                assert_eq!(query.dest, dest);
+                (query_id, hop_count)
+            }
+            other => panic!("an Ask for {dest} expected, got {other:?}"),
+        }
+    }
+
     #[test]
     fn resolver_bounds_dedup_and_timeouts() {
         let cfg = RouteResolverConfig {
@@ -641,20 +755,16 @@ mod tests {
             max_hop_count: 2,
         };
         let mut r = RouteResolver::new(cfg);
-        let Requested::Send {
-            query_id,
-            hop_count,
-            ..
-        } = r.request(p(1), Waiter::Local, 0, 0).unwrap()
-        else {
-            panic!("new query expected")
-        };
+        r.request(p(1), Waiter::Local, 0, 0).unwrap();
+        let (query_id, hop_count) = asked_for(&mut r, p(1));
         assert_eq!(hop_count, 0);
+        assert_eq!(r.poll_timeout(), Some(100));
         let remote = Waiter::Remote {
             peer: p(7),
             query_id: 44,
         };
-        assert_eq!(r.request(p(1), remote, 0, 1).unwrap(), Requested::Joined);
+        r.request(p(1), remote, 0, 1).unwrap();
+        assert_eq!(r.poll_event(), None, "joined: nothing new to send");
         let third = Waiter::Remote {
             peer: p(8),
             query_id: 45,
@@ -663,9 +773,8 @@ mod tests {
             r.request(p(1), third, 0, 1),
             Err(RouteQueryError::TooManyWaiters)
         );
-        let Requested::Send { hop_count, .. } = r.request(p(2), third, 1, 2).unwrap() else {
-            panic!()
-        };
+        r.request(p(2), third, 1, 2).unwrap();
+        let (_, hop_count) = asked_for(&mut r, p(2));
         assert_eq!(hop_count, 2, "forwarded one hop further");
         assert_eq!(
             r.request(p(3), Waiter::Local, 0, 3),
@@ -675,14 +784,43 @@ mod tests {
             r.request(p(4), third, 2, 3),
             Err(RouteQueryError::HopLimit(2))
         );
-        assert!(r.on_answer(query_id, &p(9)).is_none(), "wrong destination");
-        let a = r.on_answer(query_id, &p(1)).unwrap();
-        assert_eq!(a.waiters, vec![Waiter::Local, remote]);
-        assert!(r.on_answer(query_id, &p(1)).is_none(), "answered once");
-        let timed_out = r.expire(1_000);
-        assert_eq!(timed_out.len(), 1);
-        assert_eq!(timed_out[0].dest, p(2));
+        assert_eq!(r.poll_event(), None, "refused requests send nothing");
+        assert_eq!(
+            r.on_answer(query_id, &p(9)),
+            Err(RouteQueryError::Late),
+            "wrong destination"
+        );
+        r.on_answer(query_id, &p(1)).unwrap();
+        assert_eq!(
+            r.poll_event(),
+            Some(RouteEvent::Answered(Answered {
+                dest: p(1),
+                waiters: vec![Waiter::Local, remote]
+            }))
+        );
+        assert_eq!(
+            r.on_answer(query_id, &p(1)),
+            Err(RouteQueryError::Late),
+            "answered once"
+        );
+        // The answered query's expiry is gone with it: the next is p(2)'s.
+        assert_eq!(r.poll_timeout(), Some(102));
+        r.handle_timeout(101);
+        assert_eq!(r.poll_event(), None, "not due yet");
+        r.handle_timeout(1_000);
+        assert_eq!(
+            r.poll_event(),
+            Some(RouteEvent::Unanswered {
+                answered: Answered {
+                    dest: p(2),
+                    waiters: vec![third]
+                },
+                why: NoAnswer::TimedOut
+            })
+        );
         assert_eq!(r.pending(), 0);
+        assert_eq!(r.poll_timeout(), None);
+        assert_eq!(r.dropped_events(), 0);
     }
 
     #[test]
@@ -690,48 +828,255 @@ mod tests {
         let id = |s: &[u8]| PeerId::from_public_key_spki(s);
         let (b, r1, r2, stranger) = (id(b"b"), id(b"r1"), id(b"r2"), id(b"x"));
         let mut r = RouteResolver::new(RouteResolverConfig::default());
-        let Requested::Send { query_id, .. } = r.request(b, Waiter::Local, 0, 0).unwrap() else {
-            panic!("a new query")
-        };
+        r.request(b, Waiter::Local, 0, 0).unwrap();
+        let (query_id, _) = asked_for(&mut r, b);
+        let late = Err(RouteQueryError::Late);
         // Nothing recorded as asked: no answer can end it.
-        assert_eq!(r.on_no_route(query_id, &b, &r1), NoRouteOutcome::Ignored);
+        assert_eq!(r.on_no_route(query_id, &b, &r1), late);
         r.asked(query_id, &[r1, r2]);
         // A stranger, another destination, an unknown query: ignored.
-        assert_eq!(
-            r.on_no_route(query_id, &b, &stranger),
-            NoRouteOutcome::Ignored
-        );
-        assert_eq!(r.on_no_route(query_id, &r2, &r1), NoRouteOutcome::Ignored);
-        assert_eq!(
-            r.on_no_route(query_id + 1, &b, &r1),
-            NoRouteOutcome::Ignored
-        );
-        assert_eq!(r.on_no_route(query_id, &b, &r1), NoRouteOutcome::Noted);
+        assert_eq!(r.on_no_route(query_id, &b, &stranger), late);
+        assert_eq!(r.on_no_route(query_id, &r2, &r1), late);
+        assert_eq!(r.on_no_route(query_id + 1, &b, &r1), late);
+        assert_eq!(r.on_no_route(query_id, &b, &r1), Ok(()));
         // The same peer twice does not count twice.
-        assert_eq!(r.on_no_route(query_id, &b, &r1), NoRouteOutcome::Noted);
+        assert_eq!(r.on_no_route(query_id, &b, &r1), Ok(()));
         assert!(r.is_pending(&b));
-        match r.on_no_route(query_id, &b, &r2) {
-            NoRouteOutcome::Exhausted { answered, denied } => {
-                assert_eq!(answered.dest, b);
-                assert_eq!(answered.waiters, vec![Waiter::Local]);
-                assert_eq!(denied, vec![r1, r2]);
-            }
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(r.poll_event(), None);
+        r.on_no_route(query_id, &b, &r2).unwrap();
+        assert_eq!(
+            r.poll_event(),
+            Some(RouteEvent::Unanswered {
+                answered: Answered {
+                    dest: b,
+                    waiters: vec![Waiter::Local]
+                },
+                why: NoAnswer::Denied(vec![r1, r2])
+            })
+        );
         assert!(!r.is_pending(&b));
+        assert_eq!(r.poll_timeout(), None, "its expiry went with it");
         // Too many asked to track: negative answers are not believed.
-        let Requested::Send { query_id, .. } = r.request(b, Waiter::Local, 0, 0).unwrap() else {
-            panic!("a new query")
-        };
+        r.request(b, Waiter::Local, 0, 0).unwrap();
+        let (query_id, _) = asked_for(&mut r, b);
         let many: Vec<PeerId> = (0..=MAX_ASKED as u32)
             .map(|i| id(&i.to_be_bytes()))
             .collect();
         r.asked(query_id, &many);
-        assert_eq!(
-            r.on_no_route(query_id, &b, &many[0]),
-            NoRouteOutcome::Ignored
-        );
-        assert!(r.abandon(query_id).is_some());
+        assert_eq!(r.on_no_route(query_id, &b, &many[0]), late);
+        r.abandon(query_id);
+        assert!(matches!(
+            r.poll_event(),
+            Some(RouteEvent::Unanswered {
+                why: NoAnswer::NobodyAsked,
+                ..
+            })
+        ));
         assert!(!r.is_pending(&b));
+        r.abandon(query_id);
+        assert_eq!(r.poll_event(), None, "abandoned once");
+    }
+
+    /// Random requests, answers, denials, abandons and timeouts against a
+    /// model that keeps every query with its waiters and scans for
+    /// expiries: each query ends exactly once, with the waiters it had,
+    /// in the way the model says, and the deadline is the earliest.
+    #[test]
+    fn every_query_ends_once_as_a_model_of_its_waiters_says() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(16);
+        let cfg = RouteResolverConfig {
+            max_pending: 8,
+            max_waiters: 3,
+            timeout_ms: 50,
+            max_hop_count: 3,
+        };
+        let mut r = RouteResolver::new(cfg);
+        // query id -> (dest, waiters, expiry, asked)
+        let mut model: HashMap<i32, (PeerId, Vec<Waiter>, Millis, Vec<PeerId>)> = HashMap::new();
+        let mut now: Millis = 0;
+        let mut ended = 0;
+        for step in 0..20_000 {
+            now += rng.gen_range(0..4);
+            let dest = p(rng.gen_range(0..12));
+            match rng.gen_range(0..10) {
+                0..=3 => {
+                    let waiter = if rng.gen_bool(0.3) {
+                        Waiter::Local
+                    } else {
+                        Waiter::Remote {
+                            peer: p(rng.gen_range(100..104)),
+                            query_id: rng.gen_range(0..3),
+                        }
+                    };
+                    // Expiries first, as the machine does.
+                    let mut due: Vec<(Millis, i32)> = model
+                        .iter()
+                        .filter(|(_, q)| q.2 <= now)
+                        .map(|(id, q)| (q.2, *id))
+                        .collect();
+                    due.sort();
+                    let got = r.request(dest, waiter, 0, now);
+                    for (_, id) in due {
+                        let (d, w, _, _) = model.remove(&id).unwrap();
+                        let e = r.poll_event();
+                        assert_eq!(
+                            e,
+                            Some(RouteEvent::Unanswered {
+                                answered: Answered {
+                                    dest: d,
+                                    waiters: w
+                                },
+                                why: NoAnswer::TimedOut
+                            }),
+                            "step {step}"
+                        );
+                        ended += 1;
+                    }
+                    let full = model.len() >= 8;
+                    let open = model.iter_mut().find(|(_, q)| q.0 == dest);
+                    match open {
+                        Some((_, q)) if q.1.contains(&waiter) => assert_eq!(got, Ok(())),
+                        Some((_, q)) if q.1.len() >= 3 => {
+                            assert_eq!(got, Err(RouteQueryError::TooManyWaiters))
+                        }
+                        Some((_, q)) => {
+                            assert_eq!(got, Ok(()));
+                            q.1.push(waiter);
+                        }
+                        None if full => {
+                            assert_eq!(got, Err(RouteQueryError::TooManyPending(8)))
+                        }
+                        None => {
+                            assert_eq!(got, Ok(()));
+                            let (id, _) = asked_for(&mut r, dest);
+                            let asked: Vec<PeerId> =
+                                (0..rng.gen_range(0..3)).map(|i| p(200 + i)).collect();
+                            r.asked(id, &asked);
+                            model.insert(id, (dest, vec![waiter], now + 50, asked));
+                        }
+                    }
+                    assert_eq!(r.poll_event(), None, "step {step}");
+                }
+                4 | 5 => {
+                    let Some((&id, _)) = model.iter().find(|(_, q)| q.0 == dest) else {
+                        continue;
+                    };
+                    if model[&id].2 <= now {
+                        continue; // due: the timeout path takes it
+                    }
+                    r.on_answer(id, &dest).unwrap();
+                    let (d, w, _, _) = model.remove(&id).unwrap();
+                    let a = Answered {
+                        dest: d,
+                        waiters: w,
+                    };
+                    assert_eq!(r.poll_event(), Some(RouteEvent::Answered(a)));
+                    assert_eq!(r.on_answer(id, &dest), Err(RouteQueryError::Late));
+                    ended += 1;
+                }
+                6 | 7 => {
+                    let Some((&id, q)) = model.iter().find(|(_, q)| q.0 == dest) else {
+                        continue;
+                    };
+                    if q.2 <= now || q.3.is_empty() {
+                        continue;
+                    }
+                    let asked = q.3.clone();
+                    for (i, from) in asked.iter().enumerate() {
+                        r.on_no_route(id, &dest, from).unwrap();
+                        if i + 1 < asked.len() {
+                            assert_eq!(r.poll_event(), None);
+                        }
+                    }
+                    let (d, w, _, _) = model.remove(&id).unwrap();
+                    assert_eq!(
+                        r.poll_event(),
+                        Some(RouteEvent::Unanswered {
+                            answered: Answered {
+                                dest: d,
+                                waiters: w
+                            },
+                            why: NoAnswer::Denied(asked)
+                        })
+                    );
+                    ended += 1;
+                }
+                8 => {
+                    let Some((&id, q)) = model.iter().find(|(_, q)| q.0 == dest) else {
+                        continue;
+                    };
+                    if q.2 <= now {
+                        continue;
+                    }
+                    r.abandon(id);
+                    let (d, w, _, _) = model.remove(&id).unwrap();
+                    assert_eq!(
+                        r.poll_event(),
+                        Some(RouteEvent::Unanswered {
+                            answered: Answered {
+                                dest: d,
+                                waiters: w
+                            },
+                            why: NoAnswer::NobodyAsked
+                        })
+                    );
+                    ended += 1;
+                }
+                _ => {
+                    let want = model.values().map(|q| q.2).min();
+                    assert_eq!(r.poll_timeout(), want, "step {step}");
+                    if let Some(t) = want {
+                        r.handle_timeout(t);
+                        let mut due: Vec<(Millis, i32)> = model
+                            .iter()
+                            .filter(|(_, q)| q.2 <= t)
+                            .map(|(id, q)| (q.2, *id))
+                            .collect();
+                        due.sort();
+                        for (_, id) in due {
+                            let (d, w, _, _) = model.remove(&id).unwrap();
+                            assert_eq!(
+                                r.poll_event(),
+                                Some(RouteEvent::Unanswered {
+                                    answered: Answered {
+                                        dest: d,
+                                        waiters: w
+                                    },
+                                    why: NoAnswer::TimedOut
+                                })
+                            );
+                            ended += 1;
+                        }
+                        now = now.max(t);
+                    }
+                }
+            }
+            assert_eq!(r.pending(), model.len(), "step {step}");
+            assert_eq!(r.poll_event(), None, "step {step}");
+        }
+        assert!(ended > 2_000, "only {ended} queries ended");
+        assert_eq!(r.dropped_events(), 0);
+    }
+
+    #[test]
+    fn an_unpolled_event_queue_stays_bounded_and_counts_what_it_drops() {
+        let cfg = RouteResolverConfig {
+            max_pending: 2,
+            ..RouteResolverConfig::default()
+        };
+        let mut r = RouteResolver::new(cfg);
+        for i in 0..10 {
+            r.request(p(i), Waiter::Local, 0, 0).unwrap();
+            // Never polled: the Ask and the end of each query pile up.
+            let _ = r.on_answer(i32::from(i) + 1, &p(i));
+        }
+        assert_eq!(r.pending(), 0);
+        let mut n = 0;
+        while r.poll_event().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, r.max_events());
+        assert_eq!(r.dropped_events(), 20 - n as u64);
     }
 }

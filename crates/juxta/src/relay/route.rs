@@ -19,7 +19,7 @@ use juxta_proto::advertisement::tree::XmlElement;
 use juxta_proto::advertisement::RouteAdvertisement;
 use juxta_proto::endpoint::forward::{self, ForwardError, Inspected};
 use juxta_proto::endpoint::route_query::{
-    route_from_answer, route_through, NoRouteOutcome, Requested, RouteQuery, RouteResponse, Waiter,
+    route_from_answer, route_through, NoAnswer, RouteEvent, RouteQuery, RouteResponse, Waiter,
     NO_ROUTE_HANDLER, ROUTER_HANDLER,
 };
 use juxta_proto::endpoint::route_trust::{self, AnswerFacts, BackFacts, Reach, Unvouched};
@@ -483,10 +483,9 @@ fn known_route_adv(inner: &Inner, dest: &PeerId) -> Option<RouteAdvertisement> {
 /// Errors of route queries and answers (counted as resolver errors).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RouteFault {
+    /// A malformed document, or an answer for no query in flight.
     #[error(transparent)]
     Doc(#[from] juxta_proto::endpoint::route_query::RouteQueryError),
-    #[error("route answer for no query in flight")]
-    Late,
 }
 
 /// A route query (`EndpointRouter` handler) from `q.src_peer`: the answer
@@ -523,19 +522,12 @@ pub(crate) fn on_query(
         query_id: q.query_id,
     };
     let r = routes.resolver.request(rq.dest, waiter, q.hop_count, now);
-    if let Ok(Requested::Send {
-        query_id,
-        hop_count,
-        query,
-    }) = r
-    {
-        let skip = [Some(q.src_peer), from];
-        let sent = send_queries(inner, routes, g, query_id, hop_count, &query, &skip);
-        if sent.is_empty() {
-            // Nobody else to ask: the query ends here.
-            routes.resolver.abandon(query_id);
-            return Ok(tell_no.then(no_route));
-        }
+    // A new query goes to the other connected peers; with nobody else to
+    // ask it ends here, and a Juxta asker is told no at once.
+    routes.settle(inner, g, &[Some(q.src_peer), from]);
+    if let Err(e) = r {
+        tracing::debug!(dest = %rq.dest, error = %e, "route query not asked further");
+        return Ok(tell_no.then(no_route));
     }
     Ok(None)
 }
@@ -555,37 +547,52 @@ pub(crate) fn on_no_route(
     let Some(from) = from else {
         return Ok(());
     };
-    let outcome = routes.resolver.on_no_route(r.query_id, &dest, &from);
-    let (answered, denied) = match outcome {
-        NoRouteOutcome::Ignored => return Err(RouteFault::Late),
-        NoRouteOutcome::Noted => return Ok(()),
-        NoRouteOutcome::Exhausted { answered, denied } => (answered, denied),
-    };
-    for w in answered.waiters {
-        match w {
-            Waiter::Local => routes.denied(inner, g, dest, &denied),
-            Waiter::Remote { peer, query_id } => {
-                let Some(m) = inner.messenger(&peer).filter(|m| m.is_compact()) else {
-                    continue;
-                };
-                let resp = ResolverResponse {
-                    handler: NO_ROUTE_HANDLER.to_string(),
-                    query_id,
-                    response: RouteQuery::new(dest).to_xml(),
-                };
-                let msg = Message::new().with(resp.to_element(g));
-                if let Err(e) = m.post_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg) {
-                    tracing::debug!(%peer, error = %e, "negative route answer not sent");
-                }
-            }
-        }
-    }
+    routes.resolver.on_no_route(r.query_id, &dest, &from)?;
+    routes.settle(inner, g, &[]);
     Ok(())
+}
+
+/// Tells `peer`, a Juxta peer that asked us for a route to `dest` (its
+/// query `query_id`), that none was found. JXSE peers are not told: they
+/// know no such answer and wait out their timeout.
+fn tell_no(inner: &Arc<Inner>, g: &str, peer: PeerId, query_id: i32, dest: PeerId) {
+    let Some(m) = inner.messenger(&peer).filter(|m| m.is_compact()) else {
+        return;
+    };
+    let resp = ResolverResponse {
+        handler: NO_ROUTE_HANDLER.to_string(),
+        query_id,
+        response: RouteQuery::new(dest).to_xml(),
+    };
+    let msg = Message::new().with(resp.to_element(g));
+    if let Err(e) = m.post_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg) {
+        tracing::debug!(%peer, error = %e, "negative route answer not sent");
+    }
+}
+
+/// Answers `peer`, which asked us for a route to `dest` (its query
+/// `query_id`), with the route now known, if one is.
+fn tell_route(inner: &Arc<Inner>, g: &str, peer: PeerId, query_id: i32, dest: &PeerId) {
+    let Some(rr) = known_route(inner, dest) else {
+        return;
+    };
+    let resp = ResolverResponse {
+        handler: ROUTER_HANDLER.to_string(),
+        query_id,
+        response: rr.to_xml(),
+    };
+    let Some(m) = inner.messenger(&peer) else {
+        return;
+    };
+    let msg = Message::new().with(resp.to_element(g));
+    if let Err(e) = m.post_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg) {
+        tracing::debug!(%peer, error = %e, "route answer not sent");
+    }
 }
 
 fn send_queries(
     inner: &Arc<Inner>,
-    routes: &mut RouteSearches,
+    resolver: &mut RouteResolver,
     g: &str,
     query_id: i32,
     hop_count: u32,
@@ -617,7 +624,7 @@ fn send_queries(
     // before this function returns. A peer the query then fails to reach
     // never answers, so the query waits for its timeout as before.
     let peers: Vec<PeerId> = targets.iter().map(|(p, _)| *p).collect();
-    routes.resolver.asked(query_id, &peers);
+    resolver.asked(query_id, &peers);
     for (p, conn) in targets {
         let msg = Message::new().with(doc.to_element(g));
         let m = crate::Messenger::new(conn, inner.clone());
@@ -639,19 +646,34 @@ pub(crate) fn on_response(
     from: Option<PeerId>,
 ) -> Result<(), RouteFault> {
     let rr = RouteResponse::parse(&r.response)?;
-    let dest = rr.dest_route.dest_peer.ok_or(RouteFault::Late)?;
-    let answered = routes
-        .resolver
-        .on_answer(r.query_id, &dest)
-        .ok_or(RouteFault::Late)?;
+    let dest = rr
+        .dest_route
+        .dest_peer
+        .ok_or(juxta_proto::endpoint::route_query::RouteQueryError::Missing("Dst"))?;
+    routes.resolver.on_answer(r.query_id, &dest)?;
+    learn(inner, routes, g, &rr, dest, from);
+    // The peers that asked us are answered from what was learned.
+    routes.settle(inner, g, &[]);
+    Ok(())
+}
+
+/// Keeps the route a matched answer names, if it is usable and believed.
+fn learn(
+    inner: &Arc<Inner>,
+    routes: &mut RouteSearches,
+    g: &str,
+    rr: &RouteResponse,
+    dest: PeerId,
+    from: Option<PeerId>,
+) {
     let local = *inner.identity.peer_id();
     let Some(answering) = from else {
-        return Ok(());
+        return;
     };
     // The destination's own signed route, when the answer carries a
     // valid one: its hops (its relays) are what it vouches for.
     let unix_now = crate::cache::unix_now_ms();
-    let signed = route_trust::answer_proof(&rr, &dest, unix_now).unwrap_or_else(|e| {
+    let signed = route_trust::answer_proof(rr, &dest, unix_now).unwrap_or_else(|e| {
         tracing::debug!(%dest, error = %e, "signed route in a route answer refused");
         None
     });
@@ -659,7 +681,7 @@ pub(crate) fn on_response(
     let hops = route_from_answer(&local, ra, &answering, |p| inner.connection(p).is_some());
     let Some(hops) = hops else {
         tracing::debug!(%dest, "route answer with no usable route");
-        return Ok(());
+        return;
     };
     let believed = route_trust::believe_answer(&AnswerFacts {
         hops: &hops,
@@ -670,7 +692,7 @@ pub(crate) fn on_response(
     });
     if let Err(why) = believed {
         count_unverified(inner, &dest, why);
-        return Ok(());
+        return;
     }
     if let Some(s) = signed {
         let mut t = inner.router.trust.lock().expect("route lock");
@@ -689,26 +711,6 @@ pub(crate) fn on_response(
         // Our own searches for `dest` end here.
         routes.step(inner, g, Some(dest));
     }
-    for w in answered.waiters {
-        if let Waiter::Remote { peer, query_id } = w {
-            let Some(rr) = known_route(inner, &dest) else {
-                continue;
-            };
-            let resp = ResolverResponse {
-                handler: ROUTER_HANDLER.to_string(),
-                query_id,
-                response: rr.to_xml(),
-            };
-            let Some(m) = inner.messenger(&peer) else {
-                continue;
-            };
-            let msg = Message::new().with(resp.to_element(g));
-            if let Err(e) = m.post_routed(RESOLVER_SERVICE, Some(&response_queue(g)), msg) {
-                tracing::debug!(%peer, error = %e, "route answer not sent");
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A messenger to `peer`: direct, through a cached route, or through a
@@ -778,6 +780,8 @@ pub(crate) const MAX_LOCAL_SEARCHES: usize = 1024;
 pub(crate) struct RouteSearches {
     resolver: RouteResolver,
     local: Vec<LocalSearch>,
+    /// The resolver's dropped events already counted.
+    dropped_seen: u64,
 }
 
 impl RouteSearches {
@@ -785,6 +789,7 @@ impl RouteSearches {
         RouteSearches {
             resolver: RouteResolver::new(RouteResolverConfig::default()),
             local: Vec::new(),
+            dropped_seen: 0,
         }
     }
 
@@ -824,19 +829,98 @@ impl RouteSearches {
         self.step(inner, &g, Some(peer));
     }
 
-    /// Every peer asked for a route to `dest` said no.
-    fn denied(&mut self, inner: &Arc<Inner>, g: &str, dest: PeerId, denied: &[PeerId]) {
-        for s in self.local.iter_mut().filter(|s| s.peer == dest) {
-            s.denied = Some(denied.to_vec());
+    /// Carries out what the route resolver decided: sends each new query
+    /// to the connected peers but `skip` (the asker and the link it came
+    /// by), ending it at once if nobody could be asked; answers the peers
+    /// that asked us when a query ends; marks this peer's own searches
+    /// that every asked peer denied. The peers the new queries went to
+    /// and the destinations of the denied searches ([`Self::settle`]
+    /// looks at those again).
+    fn drain(
+        &mut self,
+        inner: &Arc<Inner>,
+        g: &str,
+        skip: &[Option<PeerId>],
+    ) -> (Vec<PeerId>, Vec<PeerId>) {
+        let mut asked = Vec::new();
+        let mut denied_dests = Vec::new();
+        while let Some(e) = self.resolver.poll_event() {
+            match e {
+                RouteEvent::Ask {
+                    query_id,
+                    hop_count,
+                    query,
+                } => {
+                    let sent = send_queries(
+                        inner,
+                        &mut self.resolver,
+                        g,
+                        query_id,
+                        hop_count,
+                        &query,
+                        skip,
+                    );
+                    if sent.is_empty() {
+                        self.resolver.abandon(query_id);
+                    }
+                    asked.extend(sent);
+                }
+                RouteEvent::Answered(a) => {
+                    // Our own searches look at the route cache, which the
+                    // answer filled if it was believed.
+                    for w in a.waiters {
+                        if let Waiter::Remote { peer, query_id } = w {
+                            tell_route(inner, g, peer, query_id, &a.dest);
+                        }
+                    }
+                }
+                RouteEvent::Unanswered { answered, why } => {
+                    let dest = answered.dest;
+                    for w in answered.waiters {
+                        match (w, &why) {
+                            (Waiter::Remote { peer, query_id }, _) => {
+                                tell_no(inner, g, peer, query_id, dest)
+                            }
+                            (Waiter::Local, NoAnswer::Denied(denied)) => {
+                                for s in self.local.iter_mut().filter(|s| s.peer == dest) {
+                                    s.denied = Some(denied.clone());
+                                }
+                                denied_dests.push(dest);
+                            }
+                            // A search with nobody to ask finds that out
+                            // itself; one that timed out asks again at
+                            // its next look, until its own deadline.
+                            (Waiter::Local, NoAnswer::NobodyAsked | NoAnswer::TimedOut) => {}
+                        }
+                    }
+                }
+            }
         }
-        self.step(inner, g, Some(dest));
+        let dropped = self.resolver.dropped_events();
+        if dropped != self.dropped_seen {
+            let n = dropped.saturating_sub(self.dropped_seen);
+            self.dropped_seen = dropped;
+            inner.stats.resolver_errors.fetch_add(n, Ordering::Relaxed);
+            tracing::warn!(n, "route resolver events dropped");
+        }
+        (asked, denied_dests)
     }
 
-    /// When [`RouteSearches::handle_timeout`] is next due.
+    /// [`Self::drain`], then ends the searches every asked peer denied.
+    fn settle(&mut self, inner: &Arc<Inner>, g: &str, skip: &[Option<PeerId>]) {
+        let (_, denied) = self.drain(inner, g, skip);
+        for dest in denied {
+            self.step(inner, g, Some(dest));
+        }
+    }
+
+    /// When [`RouteSearches::handle_timeout`] is next due: a search to
+    /// look at again or a route query that times out.
     pub(crate) fn poll_timeout(&self) -> Option<Millis> {
         self.local
             .iter()
             .map(|s| s.next_check.min(s.deadline))
+            .chain(self.resolver.poll_timeout())
             .min()
     }
 
@@ -849,6 +933,8 @@ impl RouteSearches {
     /// (`all`: a route was learned somewhere).
     pub(crate) fn handle_timeout(&mut self, inner: &Arc<Inner>, all: bool) {
         let g = inner.group_unique().to_string();
+        self.resolver.handle_timeout(inner.router.now_ms());
+        self.settle(inner, &g, &[]);
         if all {
             for s in &mut self.local {
                 s.next_check = 0;
@@ -911,18 +997,17 @@ impl RouteSearches {
             tried.extend(denied.into_iter().map(RouteAttempt::Denied));
             return Some(Err(super::NoRoute { peer, tried }));
         }
-        let r = self.resolver.request(peer, Waiter::Local, 0, now);
-        if let Ok(Requested::Send {
-            query_id,
-            hop_count,
-            query,
-        }) = r
-        {
-            for p in send_queries(inner, self, g, query_id, hop_count, &query, &[]) {
-                let asked = &mut self.local[i].asked;
-                if !asked.contains(&p) {
-                    asked.push(p);
-                }
+        if let Err(e) = self.resolver.request(peer, Waiter::Local, 0, now) {
+            tracing::debug!(%peer, error = %e, "route query not sent");
+        }
+        // No search is looked at (and so none removed) while draining
+        // here, so `i` stays valid. A denial drained here (none can be:
+        // they are drained where they arrive) ends its search at its
+        // next look.
+        for p in self.drain(inner, g, &[]).0 {
+            let asked = &mut self.local[i].asked;
+            if !asked.contains(&p) {
+                asked.push(p);
             }
         }
         let s = &mut self.local[i];
