@@ -64,6 +64,53 @@ pub const MAX_TABLE: usize = 1024;
 /// interning (and sends literals) before it would pass this; the decoder
 /// refuses a definition that passes it.
 pub const MAX_TABLE_BYTES: usize = 256 * 1024;
+
+/// The bounds of one intern table (channels or names), per direction. A
+/// connection's tables use [`TableLimits::CONNECTION`]; a stream of
+/// messages inside another channel (a secure pipe's TLS session) may agree
+/// on smaller ones, so that many of them fit in bounded memory. Both ends
+/// must use the same limits: the encoder stops interning before it would
+/// pass them, and the decoder refuses a definition that passes them.
+///
+/// ```
+/// use juxta_proto::endpoint::ServiceAddress;
+/// use juxta_proto::message::{codec::EncodedMessage, Element, Message};
+/// use juxta_proto::wire::compact::{CompactDecoder, CompactEncoder, TableLimits};
+/// let small = TableLimits { entries: 2, bytes: 64 };
+/// let mut enc = CompactEncoder::new().with_limits(small);
+/// let mut dec = CompactDecoder::new().with_limits(small);
+/// let to = ServiceAddress::new("S", None);
+/// // Three names: the third does not fit the table and is written out.
+/// let m = Message::new()
+///     .with(Element::bytes("", "a", &b"1"[..]))
+///     .with(Element::bytes("", "b", &b"2"[..]))
+///     .with(Element::bytes("", "c", &b"3"[..]));
+/// let mut out = EncodedMessage::default();
+/// enc.encode(&to, &m, &mut out);
+/// let (_, got) = dec.decode_frame(out.to_bytes(), 1 << 20).unwrap();
+/// assert_eq!(got, m);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableLimits {
+    /// Most entries per table.
+    pub entries: usize,
+    /// Most bytes of strings per table.
+    pub bytes: usize,
+}
+
+impl TableLimits {
+    /// A connection's tables: [`MAX_TABLE`] entries, [`MAX_TABLE_BYTES`].
+    pub const CONNECTION: TableLimits = TableLimits {
+        entries: MAX_TABLE,
+        bytes: MAX_TABLE_BYTES,
+    };
+}
+
+impl Default for TableLimits {
+    fn default() -> TableLimits {
+        TableLimits::CONNECTION
+    }
+}
 /// While a frame is incomplete, buffer space is reserved for at most this
 /// much more than twice what has arrived (never for the announced length
 /// at once).
@@ -131,7 +178,8 @@ pub enum CompactError {
         /// the cap
         max: usize,
     },
-    /// A definition would take an intern table past [`MAX_TABLE_BYTES`].
+    /// A definition would take an intern table past its byte limit
+    /// ([`TableLimits`]; [`MAX_TABLE_BYTES`] on a connection).
     #[error("compact intern table over {max} bytes")]
     TableTooLarge {
         /// the cap
@@ -218,6 +266,7 @@ pub struct CompactEncoder {
     frames: BytesMut,
     /// The value table, when the connection agreed on values.
     values: Option<ValueTable>,
+    limits: TableLimits,
 }
 
 /// The sender's value table: its own copy of each value, found by content.
@@ -355,6 +404,13 @@ impl CompactEncoder {
             values: Some(ValueTable::default()),
             ..CompactEncoder::default()
         }
+    }
+
+    /// This encoder with intern tables bounded by `limits` (the remote
+    /// decodes with [`CompactDecoder::with_limits`] and the same limits).
+    pub fn with_limits(mut self, limits: TableLimits) -> CompactEncoder {
+        self.limits = limits;
+        self
     }
 
     /// Whether a [`CompactDecoder`] accepts `msg`: at least one and at most
@@ -645,8 +701,8 @@ impl CompactEncoder {
     fn channel_id(&mut self, to: &ServiceAddress, body: &mut BytesMut) -> u64 {
         match self.channels.get(to) {
             Some(&id) => id,
-            None if self.channels.len() < MAX_TABLE
-                && self.channel_bytes + channel_cost(to) <= MAX_TABLE_BYTES =>
+            None if self.channels.len() < self.limits.entries
+                && self.channel_bytes + channel_cost(to) <= self.limits.bytes =>
             {
                 let id = self.channels.len() as u64 + 1;
                 self.channel_bytes += channel_cost(to);
@@ -674,8 +730,8 @@ impl CompactEncoder {
         self.scratch.push_str(e.mime.as_deref().unwrap_or(""));
         match self.names.get(self.scratch.as_str()) {
             Some(&id) => id,
-            None if self.names.len() < MAX_TABLE
-                && self.name_bytes + name_cost(e) <= MAX_TABLE_BYTES =>
+            None if self.names.len() < self.limits.entries
+                && self.name_bytes + name_cost(e) <= self.limits.bytes =>
             {
                 let id = self.names.len() as u64 + 1;
                 self.name_bytes += name_cost(e);
@@ -720,6 +776,7 @@ pub struct CompactDecoder {
     /// values.
     values: Option<Vec<Bytes>>,
     value_bytes: usize,
+    limits: TableLimits,
 }
 
 struct Cursor {
@@ -795,6 +852,13 @@ impl CompactDecoder {
         }
     }
 
+    /// This decoder with intern tables bounded by `limits` (the remote
+    /// encodes with [`CompactEncoder::with_limits`] and the same limits).
+    pub fn with_limits(mut self, limits: TableLimits) -> CompactDecoder {
+        self.limits = limits;
+        self
+    }
+
     /// Whether this decoder reads interned values.
     pub fn has_values(&self) -> bool {
         self.values.is_some()
@@ -858,33 +922,79 @@ impl CompactDecoder {
         }
         rx.advance(n);
         let body = rx.split_to(len as usize).freeze();
+        let (to, msg) = self.decode_body(body)?;
+        Ok(Some((to, msg, total)))
+    }
+
+    /// Decodes `frame`, which must hold exactly one whole frame (its
+    /// length prefix included), as a message inside another framed channel
+    /// arrives: slices of `frame` become the message's payloads, nothing is
+    /// copied into a buffer of the decoder's. An incomplete frame is
+    /// [`CompactError::Truncated`], bytes after it [`CompactError::Trailing`].
+    ///
+    /// ```
+    /// use juxta_proto::endpoint::ServiceAddress;
+    /// use juxta_proto::message::{codec::EncodedMessage, Element, Message};
+    /// use juxta_proto::wire::compact::{CompactDecoder, CompactEncoder, CompactError};
+    /// let (mut enc, mut dec) = (CompactEncoder::new(), CompactDecoder::new());
+    /// let m = Message::new().with(Element::bytes("", "x", &b"1"[..]));
+    /// let mut out = EncodedMessage::default();
+    /// enc.encode(&ServiceAddress::new("S", None), &m, &mut out);
+    /// let frame = out.to_bytes();
+    /// let short = frame.slice(..frame.len() - 1);
+    /// assert_eq!(dec.decode_frame(short, 1 << 20).unwrap_err(), CompactError::Truncated);
+    /// let (to, got) = dec.decode_frame(frame, 1 << 20).unwrap();
+    /// assert_eq!((to.service.as_str(), got), ("S", m));
+    /// ```
+    pub fn decode_frame(
+        &mut self,
+        mut frame: Bytes,
+        max: u64,
+    ) -> Result<(Arc<ServiceAddress>, Message), CompactError> {
+        let (len, n) = get_varint(&frame)?.ok_or(CompactError::Truncated)?;
+        if len > max {
+            return Err(CompactError::TooLarge { len, max });
+        }
+        frame.advance(n);
+        match (frame.len() as u64).cmp(&len) {
+            std::cmp::Ordering::Less => Err(CompactError::Truncated),
+            std::cmp::Ordering::Greater => Err(CompactError::Trailing),
+            std::cmp::Ordering::Equal => self.decode_body(frame),
+        }
+    }
+
+    /// Decodes one frame's body (after its length prefix).
+    fn decode_body(&mut self, body: Bytes) -> Result<(Arc<ServiceAddress>, Message), CompactError> {
         let mut c = Cursor { body };
         loop {
             match c.u8()? {
                 TAG_CHANNEL => {
                     let id = c.varint()?;
-                    if id != self.channels.len() as u64 + 1 || self.channels.len() >= MAX_TABLE {
+                    if id != self.channels.len() as u64 + 1
+                        || self.channels.len() >= self.limits.entries
+                    {
                         return Err(CompactError::BadId(id));
                     }
                     let ch = c.channel()?;
                     self.channel_bytes += channel_cost(&ch);
-                    if self.channel_bytes > MAX_TABLE_BYTES {
+                    if self.channel_bytes > self.limits.bytes {
                         return Err(CompactError::TableTooLarge {
-                            max: MAX_TABLE_BYTES,
+                            max: self.limits.bytes,
                         });
                     }
                     self.channels.push(Arc::new(ch));
                 }
                 TAG_NAME => {
                     let id = c.varint()?;
-                    if id != self.names.len() as u64 + 1 || self.names.len() >= MAX_TABLE {
+                    if id != self.names.len() as u64 + 1 || self.names.len() >= self.limits.entries
+                    {
                         return Err(CompactError::BadId(id));
                     }
                     let (ns, name, mime) = c.name()?;
                     self.name_bytes += ns.len() + name.len() + mime.as_ref().map_or(0, |m| m.len());
-                    if self.name_bytes > MAX_TABLE_BYTES {
+                    if self.name_bytes > self.limits.bytes {
                         return Err(CompactError::TableTooLarge {
-                            max: MAX_TABLE_BYTES,
+                            max: self.limits.bytes,
                         });
                     }
                     // Copied: a table entry lives as long as the connection
@@ -962,7 +1072,7 @@ impl CompactDecoder {
         if !c.body.is_empty() {
             return Err(CompactError::Trailing);
         }
-        Ok(Some((to, Message { elements }, total)))
+        Ok((to, Message { elements }))
     }
 }
 
@@ -990,6 +1100,76 @@ mod tests {
         assert_eq!(second.len(), 7);
         let (_, got, n) = dec.decode(&mut second, 1 << 20).unwrap().unwrap();
         assert_eq!((got, n), (m, 7));
+    }
+
+    /// Small tables on both ends: names past the limits go out literally
+    /// and decode the same; a decoder with small limits refuses the
+    /// definitions of an encoder that does not keep to them.
+    #[test]
+    fn table_limits_bound_both_ends() {
+        let small = TableLimits {
+            entries: 3,
+            bytes: 40,
+        };
+        let mut enc = CompactEncoder::new().with_limits(small);
+        let mut dec = CompactDecoder::new().with_limits(small);
+        let to = ServiceAddress::new("S", Some("p"));
+        for round in 0..3 {
+            let mut m = Message::new();
+            for i in 0..8 {
+                m.push(Element::bytes(
+                    "ns",
+                    &format!("name-{round}-{i}"),
+                    vec![i as u8],
+                ));
+            }
+            let mut out = EncodedMessage::default();
+            enc.encode(&to, &m, &mut out);
+            let (t, got) = dec.decode_frame(out.to_bytes(), 1 << 20).unwrap();
+            assert_eq!((&*t, got), (&to, m));
+            assert!(dec.names.len() + dec.channels.len() <= 6);
+            assert!(dec.name_bytes <= small.bytes && enc.name_bytes <= small.bytes);
+        }
+        // An encoder with the connection's limits defines more than the
+        // small decoder takes.
+        let mut big = CompactEncoder::new();
+        let mut dec = CompactDecoder::new().with_limits(small);
+        let mut m = Message::new();
+        for i in 0..8 {
+            m.push(Element::bytes("", &format!("n{i}"), vec![1]));
+        }
+        let mut out = EncodedMessage::default();
+        big.encode(&to, &m, &mut out);
+        assert_eq!(
+            dec.decode_frame(out.to_bytes(), 1 << 20).unwrap_err(),
+            CompactError::BadId(4)
+        );
+    }
+
+    /// `decode_frame` takes exactly one whole frame.
+    #[test]
+    fn decode_frame_wants_exactly_one_frame() {
+        let mut enc = CompactEncoder::new();
+        let mut dec = CompactDecoder::new();
+        let to = ServiceAddress::new("S", None);
+        let m = Message::new().with(Element::bytes("", "x", &b"abc"[..]));
+        let mut out = EncodedMessage::default();
+        enc.encode(&to, &m, &mut out);
+        let frame = out.to_bytes();
+        let mut two = BytesMut::from(&frame[..]);
+        two.extend_from_slice(&frame);
+        assert_eq!(
+            dec.decode_frame(two.freeze(), 1 << 20).unwrap_err(),
+            CompactError::Trailing
+        );
+        assert_eq!(
+            dec.decode_frame(Bytes::new(), 1 << 20).unwrap_err(),
+            CompactError::Truncated
+        );
+        assert!(matches!(
+            dec.decode_frame(frame.clone(), 2),
+            Err(CompactError::TooLarge { .. })
+        ));
     }
 
     /// Found by the `compact` fuzz target: names containing NUL made two

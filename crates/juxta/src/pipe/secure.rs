@@ -8,7 +8,20 @@
 //! Session messages: `JuxtaTls/<session id>` with element `juxta:tls`
 //! (TLS bytes); the client's first message also names the pipe
 //! (`juxta:pipe`). Inside the session, each application message is a
-//! 4-byte big-endian length and the message in binary format v0.
+//! 4-byte big-endian length and the message: in binary format v0, or in
+//! the compact framing when both ends agreed on it (below).
+//!
+//! Inner encoding: the client's first message offers the compact framing
+//! (`juxta:inner` = [`INNER_COMPACT`]) and a server that knows it echoes
+//! the element in its reply to that message (the one carrying the
+//! ServerHello); the client encodes compactly only once it saw the echo
+//! (application data waits for the handshake, so the echo always comes
+//! first), and a server that never echoed decodes binary v0. The compact
+//! framing ([`juxta_proto::wire::compact`]) interns element names once per
+//! session, with small tables ([`INNER_LIMITS`]): a 1-byte message is a
+//! few bytes instead of v0's header, namespace table and element header,
+//! and encoding and decoding it cost a fraction of v0's. An older Juxta
+//! peer neither offers nor echoes, and speaks v0 as before.
 //!
 //! Data path: an application message is encrypted into 16 KiB records
 //! straight from its encoded buffers ([`SecureChannel::seal_into`], into a
@@ -31,9 +44,11 @@ use bytes::{Buf, Bytes, BytesMut};
 use juxta_proto::advertisement::PipeAdvertisement;
 use juxta_proto::endpoint::{Delivery, ServiceAddress};
 use juxta_proto::id::{PeerId, PipeId};
+use juxta_proto::message::codec::EncodedMessage;
 use juxta_proto::message::namespace_order::JavaHashOrder;
 use juxta_proto::message::{decode_v0, encode_v0, Element, Message};
-use tokio::sync::Notify;
+use juxta_proto::wire::compact::{CompactDecoder, CompactEncoder, TableLimits};
+use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
 use super::output::NS_JUXTA;
@@ -46,6 +61,18 @@ use crate::peer::{Inner, PeerError};
 pub const TLS_SERVICE: &str = "JuxtaTls";
 const ELEM_TLS: &str = "tls";
 const ELEM_PIPE: &str = "pipe";
+/// Offered by the client, echoed by the server: the inner messages are
+/// compact frames (value [`INNER_COMPACT`]).
+const ELEM_INNER: &str = "inner";
+/// The inner encoding offered: the compact framing with [`INNER_LIMITS`].
+pub const INNER_COMPACT: &str = "compact-1";
+/// The intern tables of a session's inner compact framing, per direction:
+/// small, so a full session table costs tens of KiB, not the MiB a
+/// connection's may (a peer holds up to [`MAX_SESSIONS`] sessions).
+pub const INNER_LIMITS: TableLimits = TableLimits {
+    entries: 64,
+    bytes: 8 * 1024,
+};
 /// Sent by the client when its output pipe closes: the server forgets the
 /// session.
 const ELEM_CLOSE: &str = "close";
@@ -73,7 +100,16 @@ enum Role {
         pipe: PipeId,
         plain: BytesMut,
         /// The pipe's delivery address, built once.
-        to: ServiceAddress,
+        to: Arc<ServiceAddress>,
+        /// The input pipe's queue, found when the session began (looked up
+        /// again only when it has closed: the pipe may have been opened
+        /// anew).
+        sink: mpsc::Sender<Delivery>,
+        /// The inner messages' decoder, when the client offered compact
+        /// frames (and so was told we accept them); binary v0 otherwise.
+        compact: Option<Box<CompactDecoder>>,
+        /// The echo of the offer is still to be sent (with the first reply).
+        echo: bool,
     },
 }
 
@@ -83,15 +119,34 @@ struct Session {
     failed: Option<String>,
     /// Client: the handshake is done and our last flight has been sent.
     established: bool,
+    /// Client: the server echoed our offer of compact inner frames.
+    compact_accepted: bool,
 }
 
 /// The per-peer table of TLS sessions and the task that feeds them.
 #[derive(Default)]
 pub(crate) struct Sessions {
-    map: Mutex<HashMap<Key, Arc<Mutex<Session>>>>,
+    /// Keyed by the proven peer and a session id it chose: a randomly
+    /// keyed hash (ahash), so chosen ids cannot be made to collide.
+    map: Mutex<HashMap<Key, Arc<Mutex<Session>>, juxta_proto::id::IdHashState>>,
     /// This peer's TLS configurations, built on first use.
     client_cfg: OnceLock<Arc<rustls::ClientConfig>>,
     server_cfg: OnceLock<Arc<rustls::ServerConfig>>,
+    /// Tests: behave as a peer from before compact inner frames (neither
+    /// offer them nor echo an offer).
+    #[cfg(test)]
+    v0_only: std::sync::atomic::AtomicBool,
+}
+
+impl Sessions {
+    /// Whether this peer offers and accepts compact inner frames.
+    fn compact_inner(&self) -> bool {
+        #[cfg(test)]
+        if self.v0_only.load(std::sync::atomic::Ordering::Relaxed) {
+            return false;
+        }
+        true
+    }
 }
 
 pub(crate) fn client_cfg(inner: &Inner) -> Result<Arc<rustls::ClientConfig>, TlsError> {
@@ -118,11 +173,19 @@ pub struct SecureSession {
     session: Arc<Mutex<Session>>,
     messenger: Messenger,
     param: String,
-    /// Held while sending, so messages go out in order; the buffer their
-    /// records are sealed into, kept at its full length (every byte
-    /// initialized) and reused once the connection let go of the slice it
-    /// sent (no fresh memory, so no page faults, per message).
-    send_lock: tokio::sync::Mutex<Bytes>,
+    /// Held while sending, so messages go out in order.
+    send_lock: tokio::sync::Mutex<SendState>,
+}
+
+/// What a client session keeps from one message to the next.
+struct SendState {
+    /// The buffer records are sealed into, kept at its full length (every
+    /// byte initialized) and reused once the connection let go of the
+    /// slice it sent (no fresh memory, so no page faults, per message).
+    pool: Bytes,
+    /// The inner messages' encoder, once the server accepted compact
+    /// frames, and the address it encodes for (the input pipe's).
+    compact: Option<(CompactEncoder, ServiceAddress)>,
 }
 
 impl Drop for SecureSession {
@@ -189,6 +252,7 @@ impl SecureSession {
             },
             failed: None,
             established: false,
+            compact_accepted: false,
         }));
         inner.secure.insert(inner, key, session.clone())?;
         let s = Arc::new(SecureSession {
@@ -197,17 +261,23 @@ impl SecureSession {
             session,
             messenger,
             param: format!("{id:016x}"),
-            send_lock: tokio::sync::Mutex::new(Bytes::new()),
+            send_lock: tokio::sync::Mutex::new(SendState {
+                pool: Bytes::new(),
+                compact: None,
+            }),
         });
         let hello = s.take_outgoing()?;
         let mut first = Message::new();
         first.push(Element::text(NS_JUXTA, ELEM_PIPE, &adv.id.to_string()));
+        if inner.secure.compact_inner() {
+            first.push(Element::text(NS_JUXTA, ELEM_INNER, INNER_COMPACT));
+        }
         for b in hello {
             first.push(Element::bytes_static(NS_JUXTA, ELEM_TLS, b));
         }
         s.messenger.send(TLS_SERVICE, Some(&s.param), first).await?;
         let deadline = tokio::time::Instant::now() + timeout;
-        loop {
+        let compact = loop {
             let notified = ready.notified();
             {
                 let g = s.session.lock().expect("session lock");
@@ -215,7 +285,7 @@ impl SecureSession {
                     return Err(PipeError::Tls(TlsError::Failed(f.clone())));
                 }
                 if g.established {
-                    break;
+                    break g.compact_accepted;
                 }
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
@@ -224,8 +294,21 @@ impl SecureSession {
                     timeout,
                 });
             }
+        };
+        if compact {
+            s.send_lock.lock().await.compact = Some((
+                CompactEncoder::new().with_limits(INNER_LIMITS),
+                ServiceAddress::new(PIPE_SERVICE, Some(&adv.id.to_string())),
+            ));
         }
         Ok(s)
+    }
+
+    /// Whether this session's inner messages are compact frames (the
+    /// server accepted the offer).
+    #[cfg(test)]
+    async fn is_compact(&self) -> bool {
+        self.send_lock.lock().await.compact.is_some()
     }
 
     /// The peer at the other end, proven by its certificate.
@@ -248,8 +331,28 @@ impl SecureSession {
     /// one `JuxtaTls` message per [`WIRE_PLAIN`] bytes of plaintext: a
     /// message of up to 4 MiB is one endpoint message.
     pub(crate) async fn send(&self, msg: Message) -> Result<usize, PipeError> {
-        let enc = encode_v0(&msg, JavaHashOrder::Java8)
-            .map_err(|e| PipeError::Tls(TlsError::Failed(format!("cannot encode message: {e}"))))?;
+        let mut state = self.send_lock.lock().await;
+        let enc = match &mut state.compact {
+            Some((enc, to)) => {
+                CompactEncoder::check(&msg).map_err(|e| {
+                    PipeError::Tls(TlsError::Failed(format!("cannot encode message: {e}")))
+                })?;
+                // Refused before encoding: the encoder's tables must not
+                // learn a name from a frame that is never sent.
+                let bound = compact_bound(&msg);
+                if bound > MAX_INNER {
+                    return Err(PipeError::Tls(TlsError::Failed(format!(
+                        "message of up to {bound} bytes exceeds {MAX_INNER}"
+                    ))));
+                }
+                let mut out = EncodedMessage::default();
+                enc.encode(to, &msg, &mut out);
+                out
+            }
+            None => encode_v0(&msg, JavaHashOrder::Java8).map_err(|e| {
+                PipeError::Tls(TlsError::Failed(format!("cannot encode message: {e}")))
+            })?,
+        };
         if enc.len > MAX_INNER {
             return Err(PipeError::Tls(TlsError::Failed(format!(
                 "message of {} bytes exceeds {MAX_INNER}",
@@ -260,7 +363,7 @@ impl SecureSession {
         let mut parts: Vec<&[u8]> = Vec::with_capacity(enc.chunks.len() + 1);
         parts.push(&len);
         parts.extend(enc.chunks.iter().map(|c| &c[..]));
-        let mut pool = self.send_lock.lock().await;
+        let pool = &mut state.pool;
         let mut wire = 0;
         // Split only messages over WIRE_PLAIN (no allocation for the rest).
         let total: usize = parts.iter().map(|p| p.len()).sum();
@@ -276,7 +379,7 @@ impl SecureSession {
                     return Err(PipeError::Tls(TlsError::Failed(f.clone())));
                 }
                 let size = tls::sealed_len(group) + g.chan.pending_tls();
-                let mut buf = match std::mem::take(&mut *pool).try_into_mut() {
+                let mut buf = match std::mem::take(pool).try_into_mut() {
                     Ok(b) if b.len() >= size => b,
                     _ => BytesMut::zeroed(size),
                 };
@@ -294,6 +397,17 @@ impl SecureSession {
         }
         Ok(wire)
     }
+}
+
+/// An upper bound on a message's compact encoding: per element its
+/// payload, its names and at most 64 bytes of tags, ids, lengths and
+/// definition headers; 256 bytes for the frame's prefix and its channel.
+fn compact_bound(msg: &Message) -> usize {
+    msg.elements.iter().fold(256usize, |n, e| {
+        n.saturating_add(e.data.len())
+            .saturating_add(e.namespace.len() + e.name.len())
+            .saturating_add(e.mime.as_ref().map_or(0, |m| m.len()) + 64)
+    })
 }
 
 /// Splits `parts` into consecutive groups of at most `max` bytes each.
@@ -375,24 +489,41 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
                 .and_then(|e| e.as_str())
                 .and_then(|s| s.parse().ok())
                 .ok_or_else(|| TlsError::Failed("new session without a pipe".into()))?;
-            if inner.pipes.secure_sink(&pipe).is_none() {
-                return Err(TlsError::Failed(format!("no secure input pipe {pipe}")));
-            }
+            let sink = inner
+                .pipes
+                .secure_sink(&pipe)
+                .ok_or_else(|| TlsError::Failed(format!("no secure input pipe {pipe}")))?;
+            let offered = d
+                .message
+                .get(NS_JUXTA, ELEM_INNER)
+                .and_then(|e| e.as_str())
+                .is_some_and(|v| v == INNER_COMPACT)
+                && inner.secure.compact_inner();
             let s = Arc::new(Mutex::new(Session {
                 chan: SecureChannel::server(server_cfg(inner)?)?,
                 role: Role::Server {
-                    to: ServiceAddress::new(PIPE_SERVICE, Some(&pipe.to_string())),
+                    to: Arc::new(ServiceAddress::new(PIPE_SERVICE, Some(&pipe.to_string()))),
                     pipe,
                     plain: BytesMut::new(),
+                    sink,
+                    compact: offered
+                        .then(|| Box::new(CompactDecoder::new().with_limits(INNER_LIMITS))),
+                    echo: offered,
                 },
                 failed: None,
                 established: false,
+                compact_accepted: false,
             }));
             inner.secure.insert(inner, key, s.clone())?;
             s
         }
     };
-    let (replies, messages, pipe, notify) = {
+    let echoed = d
+        .message
+        .get(NS_JUXTA, ELEM_INNER)
+        .and_then(|e| e.as_str())
+        .is_some_and(|v| v == INNER_COMPACT);
+    let (replies, echo, messages, pipe, notify) = {
         let mut g = session.lock().expect("session lock");
         let mut res = Ok(());
         for e in std::mem::take(&mut d.message.elements)
@@ -430,12 +561,24 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
                 presented: Box::new(p),
             });
         }
-        let Session { chan, role, .. } = &mut *g;
+        let Session {
+            chan,
+            role,
+            compact_accepted,
+            established,
+            ..
+        } = &mut *g;
         let mut messages = Vec::new();
         let mut pipe = None;
         let mut notify = None;
+        let mut echo = false;
         match role {
             Role::Client { ready } => {
+                // Only before the session is established: application
+                // data never changes its encoding.
+                if echoed && !*established {
+                    *compact_accepted = true;
+                }
                 if !handshaking {
                     // Woken after our last handshake flight is on the wire:
                     // application records must not overtake it.
@@ -444,7 +587,18 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
                 // Nothing travels server → client but handshake data.
                 while chan.take_plaintext().is_some() {}
             }
-            Role::Server { pipe: p, plain, to } => {
+            Role::Server {
+                pipe: p,
+                plain,
+                to,
+                sink,
+                compact,
+                echo: pending_echo,
+            } => {
+                if *pending_echo && !replies.is_empty() {
+                    echo = true;
+                    *pending_echo = false;
+                }
                 while let Some(mut b) = chan.take_plaintext() {
                     if plain.is_empty() {
                         // The usual case: whole messages, decoded from
@@ -460,9 +614,7 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
                                 break;
                             }
                             b.advance(4);
-                            let m = decode_v0(b.split_to(n))
-                                .map_err(|e| TlsError::Failed(format!("bad inner message: {e}")))?;
-                            messages.push(m.message);
+                            messages.push(decode_inner(compact, b.split_to(n))?);
                         }
                     }
                     plain.extend_from_slice(&b);
@@ -478,21 +630,24 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
                     }
                     plain.advance(4);
                     let body = plain.split_to(n).freeze();
-                    let m = decode_v0(body)
-                        .map_err(|e| TlsError::Failed(format!("bad inner message: {e}")))?;
-                    messages.push(m.message);
+                    messages.push(decode_inner(compact, body)?);
                 }
-                pipe = Some((*p, peer, to.clone()));
+                if !messages.is_empty() {
+                    pipe = Some((*p, peer, to.clone(), sink.clone()));
+                }
             }
         }
-        (replies, messages, pipe, notify)
+        (replies, echo, messages, pipe, notify)
     };
     // Client: established once our last flight is on the wire (or handed
     // to the task writing it): application records must not overtake it.
-    let established = move || {
-        if let Some(ready) = notify {
-            session.lock().expect("session lock").established = true;
-            ready.notify_waiters();
+    let established = {
+        let waiter = notify.map(|ready| (ready, session.clone()));
+        move || {
+            if let Some((ready, session)) = waiter {
+                session.lock().expect("session lock").established = true;
+                ready.notify_waiters();
+            }
         }
     };
     match (!replies.is_empty())
@@ -501,6 +656,9 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
     {
         Some(m) => {
             let mut msg = Message::new();
+            if echo {
+                msg.push(Element::text(NS_JUXTA, ELEM_INNER, INNER_COMPACT));
+            }
             for b in replies {
                 msg.push(Element::bytes_static(NS_JUXTA, ELEM_TLS, b));
             }
@@ -517,37 +675,66 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
         }
         None => established(),
     }
-    if let Some((pipe, peer, to)) = pipe {
-        if messages.is_empty() {
-            return Ok(());
-        }
-        let sink = inner
-            .pipes
-            .secure_sink(&pipe)
-            .ok_or_else(|| TlsError::Failed(format!("secure input pipe {pipe} closed")))?;
-        let to = Arc::new(to);
-        for message in messages {
-            let d = Delivery {
-                vouched_in: None,
-                group: None,
-                to: to.clone(),
-                from: peer,
-                message,
-                routed: false,
-                // The TLS handshake verified a certificate deriving `peer`
-                // (the input pipe reports it as `Verified::Certificate`).
-                proof: if peer.is_some() {
-                    juxta_proto::wire::connection::Proof::Handshake
-                } else {
-                    juxta_proto::wire::connection::Proof::Claimed
-                },
-            };
-            if sink.send(d).await.is_err() {
-                break;
+    let Some((pipe, peer, to, mut sink)) = pipe else {
+        return Ok(());
+    };
+    for message in messages {
+        let mut d = Delivery {
+            vouched_in: None,
+            group: None,
+            to: to.clone(),
+            from: peer,
+            message,
+            routed: false,
+            // The TLS handshake verified a certificate deriving `peer`
+            // (the input pipe reports it as `Verified::Certificate`).
+            proof: if peer.is_some() {
+                juxta_proto::wire::connection::Proof::Handshake
+            } else {
+                juxta_proto::wire::connection::Proof::Claimed
+            },
+        };
+        loop {
+            match sink.send(d).await {
+                Ok(()) => break,
+                // The pipe closed: it may have been opened again since.
+                Err(mpsc::error::SendError(back)) => {
+                    let fresh = inner
+                        .pipes
+                        .secure_sink(&pipe)
+                        .filter(|s| !s.same_channel(&sink))
+                        .ok_or_else(|| {
+                            TlsError::Failed(format!("secure input pipe {pipe} closed"))
+                        })?;
+                    if let Role::Server { sink: kept, .. } =
+                        &mut session.lock().expect("session lock").role
+                    {
+                        *kept = fresh.clone();
+                    }
+                    sink = fresh;
+                    d = back;
+                }
             }
         }
     }
     Ok(())
+}
+
+/// Decodes one inner message: a compact frame when the session agreed on
+/// them, binary v0 otherwise.
+fn decode_inner(
+    compact: &mut Option<Box<CompactDecoder>>,
+    body: Bytes,
+) -> Result<Message, TlsError> {
+    match compact {
+        Some(dec) => dec
+            .decode_frame(body, MAX_INNER as u64)
+            .map(|(_, m)| m)
+            .map_err(|e| TlsError::Failed(format!("bad inner message: {e}"))),
+        None => decode_v0(body)
+            .map(|m| m.message)
+            .map_err(|e| TlsError::Failed(format!("bad inner message: {e}"))),
+    }
 }
 
 #[cfg(test)]
@@ -655,6 +842,111 @@ mod tests {
             .unwrap();
         assert_eq!(d.message.get("test", "big").unwrap().data, big);
         assert_eq!(d.from, Some(b.peer_id()));
+    }
+
+    fn shape(m: &Message) -> Vec<(String, String, Bytes)> {
+        m.elements
+            .iter()
+            .map(|e| (e.namespace.to_string(), e.name.to_string(), e.data.clone()))
+            .collect()
+    }
+
+    /// Compact inner frames when both peers know them, binary v0 when
+    /// either is older; either way every message arrives as sent: small
+    /// ones, one with more names than the session's tables hold, and one
+    /// split over several `JuxtaTls` messages.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn inner_encoding_is_agreed_and_older_peers_keep_v0() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = tokio::join!(peer(&dir, "a", true), peer(&dir, "b", false));
+        let ad = PipeAdvertisement::new(PipeId::new_random(), PipeType::UnicastSecure);
+        let mut input = a.pipes().create_input_pipe(&ad).unwrap();
+        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
+        assert!(m.wait_compact(WAIT).await);
+        let many = (0..INNER_LIMITS.entries + 10).fold(Message::new(), |m, i| {
+            m.with(Element::bytes(
+                "test",
+                &format!("name-{i}"),
+                vec![i as u8; i],
+            ))
+        });
+        let big = Message::new()
+            .with(Element::text("test", "data", "big"))
+            .with(Element::bytes("test", "big", vec![9u8; WIRE_PLAIN + 1000]));
+        for (server_old, client_old) in [(false, false), (true, false), (false, true)] {
+            a.inner.secure.v0_only.store(server_old, Relaxed);
+            b.inner.secure.v0_only.store(client_old, Relaxed);
+            let s = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
+                .await
+                .unwrap();
+            assert_eq!(s.is_compact().await, !server_old && !client_old);
+            for msg in [
+                text("one"),
+                many.clone(),
+                text("two"),
+                big.clone(),
+                many.clone(),
+            ] {
+                s.send(msg.clone()).await.unwrap();
+                let d = tokio::time::timeout(WAIT, input.recv())
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(shape(&d.message), shape(&msg));
+                assert_eq!(d.from, Some(b.peer_id()));
+            }
+        }
+    }
+
+    /// A message refused for its size leaves the session's compact tables
+    /// as they were: the next message, with the same new name, decodes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_message_teaches_the_encoder_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = tokio::join!(peer(&dir, "a", true), peer(&dir, "b", false));
+        let ad = PipeAdvertisement::new(PipeId::new_random(), PipeType::UnicastSecure);
+        let mut input = a.pipes().create_input_pipe(&ad).unwrap();
+        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
+        assert!(m.wait_compact(WAIT).await);
+        let s = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
+            .await
+            .unwrap();
+        assert!(s.is_compact().await);
+        let huge = Message::new().with(Element::bytes("test", "fresh", vec![0u8; MAX_INNER]));
+        assert!(matches!(
+            s.send(huge).await,
+            Err(PipeError::Tls(TlsError::Failed(_)))
+        ));
+        let ok = Message::new().with(Element::bytes("test", "fresh", &b"x"[..]));
+        s.send(ok.clone()).await.unwrap();
+        let d = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(shape(&d.message), shape(&ok));
+    }
+
+    /// The session keeps the input pipe's queue it found; when that pipe
+    /// closes and is opened again, the session's next message goes to the
+    /// new one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reopened_input_pipe_gets_the_sessions_messages() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = tokio::join!(peer(&dir, "a", true), peer(&dir, "b", false));
+        let ad = PipeAdvertisement::new(PipeId::new_random(), PipeType::UnicastSecure);
+        let mut input = a.pipes().create_input_pipe(&ad).unwrap();
+        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
+        assert!(m.wait_compact(WAIT).await);
+        let s = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
+            .await
+            .unwrap();
+        s.send(text("one")).await.unwrap();
+        assert_eq!(recv(&mut input).await, "one");
+        drop(input);
+        let mut input = a.pipes().create_input_pipe(&ad).unwrap();
+        s.send(text("two")).await.unwrap();
+        assert_eq!(recv(&mut input).await, "two");
     }
 
     #[test]
