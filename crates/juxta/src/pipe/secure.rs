@@ -695,10 +695,19 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
             },
         };
         loop {
-            match sink.send(d).await {
+            // Without an await when the queue has room; waiting for room
+            // when it is full (back-pressure, nothing dropped).
+            let sent = match sink.try_send(d) {
+                Ok(()) => Ok(()),
+                Err(mpsc::error::TrySendError::Full(back)) => {
+                    sink.send(back).await.map_err(|mpsc::error::SendError(m)| m)
+                }
+                Err(mpsc::error::TrySendError::Closed(back)) => Err(back),
+            };
+            match sent {
                 Ok(()) => break,
                 // The pipe closed: it may have been opened again since.
-                Err(mpsc::error::SendError(back)) => {
+                Err(back) => {
                     let fresh = inner
                         .pipes
                         .secure_sink(&pipe)
@@ -925,6 +934,34 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(shape(&d.message), shape(&ok));
+    }
+
+    /// A secure input pipe whose queue is full makes the session wait
+    /// (the connection's reader pushes back): every message arrives, in
+    /// order, once the application reads.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_secure_input_queue_pushes_back_and_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = PeerConfig::new(dir.path().join("a")).listen("127.0.0.1:0".parse().unwrap());
+        c.key_bits = 2048;
+        c.listener_queue = 4;
+        let (a, b) = tokio::join!(
+            async { Peer::start(c).await.unwrap() },
+            peer(&dir, "b", false)
+        );
+        let ad = PipeAdvertisement::new(PipeId::new_random(), PipeType::UnicastSecure);
+        let mut input = a.pipes().create_input_pipe(&ad).unwrap();
+        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
+        assert!(m.wait_compact(WAIT).await);
+        let s = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
+            .await
+            .unwrap();
+        for i in 0..300 {
+            s.send(text(&i.to_string())).await.unwrap();
+        }
+        for i in 0..300 {
+            assert_eq!(recv(&mut input).await, i.to_string());
+        }
     }
 
     /// The session keeps the input pipe's queue it found; when that pipe
