@@ -746,15 +746,33 @@ mod tests {
         }
     }
 
+    /// The event that ends a query without an answer.
+    fn unanswered(dest: PeerId, waiters: Vec<Waiter>, why: NoAnswer) -> RouteEvent {
+        RouteEvent::Unanswered {
+            answered: Answered { dest, waiters },
+            why,
+        }
+    }
+
+    /// A resolver with these bounds: pending queries, waiters per query,
+    /// timeout (ms) and hop count.
+    fn resolver(
+        max_pending: usize,
+        max_waiters: usize,
+        timeout_ms: u64,
+        max_hop_count: u32,
+    ) -> RouteResolver {
+        RouteResolver::new(RouteResolverConfig {
+            max_pending,
+            max_waiters,
+            timeout_ms,
+            max_hop_count,
+        })
+    }
+
     #[test]
     fn resolver_bounds_dedup_and_timeouts() {
-        let cfg = RouteResolverConfig {
-            max_pending: 2,
-            max_waiters: 2,
-            timeout_ms: 100,
-            max_hop_count: 2,
-        };
-        let mut r = RouteResolver::new(cfg);
+        let mut r = resolver(2, 2, 100, 2);
         r.request(p(1), Waiter::Local, 0, 0).unwrap();
         let (query_id, hop_count) = asked_for(&mut r, p(1));
         assert_eq!(hop_count, 0);
@@ -810,13 +828,7 @@ mod tests {
         r.handle_timeout(1_000);
         assert_eq!(
             r.poll_event(),
-            Some(RouteEvent::Unanswered {
-                answered: Answered {
-                    dest: p(2),
-                    waiters: vec![third]
-                },
-                why: NoAnswer::TimedOut
-            })
+            Some(unanswered(p(2), vec![third], NoAnswer::TimedOut))
         );
         assert_eq!(r.pending(), 0);
         assert_eq!(r.poll_timeout(), None);
@@ -846,13 +858,11 @@ mod tests {
         r.on_no_route(query_id, &b, &r2).unwrap();
         assert_eq!(
             r.poll_event(),
-            Some(RouteEvent::Unanswered {
-                answered: Answered {
-                    dest: b,
-                    waiters: vec![Waiter::Local]
-                },
-                why: NoAnswer::Denied(vec![r1, r2])
-            })
+            Some(unanswered(
+                b,
+                vec![Waiter::Local],
+                NoAnswer::Denied(vec![r1, r2])
+            ))
         );
         assert!(!r.is_pending(&b));
         assert_eq!(r.poll_timeout(), None, "its expiry went with it");
@@ -885,13 +895,7 @@ mod tests {
     fn every_query_ends_once_as_a_model_of_its_waiters_says() {
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(16);
-        let cfg = RouteResolverConfig {
-            max_pending: 8,
-            max_waiters: 3,
-            timeout_ms: 50,
-            max_hop_count: 3,
-        };
-        let mut r = RouteResolver::new(cfg);
+        let mut r = resolver(8, 3, 50, 3);
         // query id -> (dest, waiters, expiry, asked)
         let mut model: HashMap<i32, (PeerId, Vec<Waiter>, Millis, Vec<PeerId>)> = HashMap::new();
         let mut now: Millis = 0;
@@ -920,17 +924,7 @@ mod tests {
                     for (_, id) in due {
                         let (d, w, _, _) = model.remove(&id).unwrap();
                         let e = r.poll_event();
-                        assert_eq!(
-                            e,
-                            Some(RouteEvent::Unanswered {
-                                answered: Answered {
-                                    dest: d,
-                                    waiters: w
-                                },
-                                why: NoAnswer::TimedOut
-                            }),
-                            "step {step}"
-                        );
+                        assert_eq!(e, Some(unanswered(d, w, NoAnswer::TimedOut)), "step {step}");
                         ended += 1;
                     }
                     let full = model.len() >= 8;
@@ -992,13 +986,7 @@ mod tests {
                     let (d, w, _, _) = model.remove(&id).unwrap();
                     assert_eq!(
                         r.poll_event(),
-                        Some(RouteEvent::Unanswered {
-                            answered: Answered {
-                                dest: d,
-                                waiters: w
-                            },
-                            why: NoAnswer::Denied(asked)
-                        })
+                        Some(unanswered(d, w, NoAnswer::Denied(asked)))
                     );
                     ended += 1;
                 }
@@ -1013,13 +1001,7 @@ mod tests {
                     let (d, w, _, _) = model.remove(&id).unwrap();
                     assert_eq!(
                         r.poll_event(),
-                        Some(RouteEvent::Unanswered {
-                            answered: Answered {
-                                dest: d,
-                                waiters: w
-                            },
-                            why: NoAnswer::NobodyAsked
-                        })
+                        Some(unanswered(d, w, NoAnswer::NobodyAsked))
                     );
                     ended += 1;
                 }
@@ -1036,16 +1018,7 @@ mod tests {
                         due.sort();
                         for (_, id) in due {
                             let (d, w, _, _) = model.remove(&id).unwrap();
-                            assert_eq!(
-                                r.poll_event(),
-                                Some(RouteEvent::Unanswered {
-                                    answered: Answered {
-                                        dest: d,
-                                        waiters: w
-                                    },
-                                    why: NoAnswer::TimedOut
-                                })
-                            );
+                            assert_eq!(r.poll_event(), Some(unanswered(d, w, NoAnswer::TimedOut)));
                             ended += 1;
                         }
                         now = now.max(t);

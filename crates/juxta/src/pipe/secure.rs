@@ -754,12 +754,15 @@ mod tests {
 
     const WAIT: Duration = Duration::from_secs(60);
 
-    async fn peer(dir: &tempfile::TempDir, name: &str, listen: bool) -> Peer {
+    /// A peer with a 2048-bit key (TLS needs one), listening on loopback
+    /// or not, its input queues holding `queue` deliveries.
+    async fn peer(dir: &tempfile::TempDir, name: &str, listen: bool, queue: usize) -> Peer {
         let mut c = PeerConfig::new(dir.path().join(name));
         if listen {
             c = c.listen("127.0.0.1:0".parse().unwrap());
         }
         c.key_bits = 2048;
+        c.listener_queue = queue;
         Peer::start(c).await.unwrap()
     }
 
@@ -779,23 +782,54 @@ mod tests {
         Message::new().with(Element::text("test", "data", t))
     }
 
+    /// Peer `a` (listening, input queue of `queue`) with a secure input
+    /// pipe, peer `b` connected to it on a compact connection, and one
+    /// session from `b` to that pipe.
+    struct Setup {
+        a: Peer,
+        b: Peer,
+        ad: PipeAdvertisement,
+        input: crate::pipe::InputPipe,
+        session: Arc<SecureSession>,
+    }
+
+    async fn setup(dir: &tempfile::TempDir, queue: usize) -> Setup {
+        let (a, b) = tokio::join!(peer(dir, "a", true, queue), peer(dir, "b", false, 1024));
+        let ad = PipeAdvertisement::new(PipeId::new_random(), PipeType::UnicastSecure);
+        let input = a.pipes().create_input_pipe(&ad).unwrap();
+        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
+        assert!(m.wait_compact(WAIT).await);
+        let session = session(&b, &ad, &a).await;
+        Setup {
+            a,
+            b,
+            ad,
+            input,
+            session,
+        }
+    }
+
+    /// A new session from `b` to `a`'s pipe `ad`.
+    async fn session(b: &Peer, ad: &PipeAdvertisement, a: &Peer) -> Arc<SecureSession> {
+        SecureSession::connect(&b.inner, ad, a.peer_id(), WAIT)
+            .await
+            .unwrap()
+    }
+
     /// A record that fails authentication ends that session on the
     /// receiving peer; other sessions on the same connection, to the same
     /// input pipe, and new ones keep working.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tampered_record_closes_that_session_only() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b) = tokio::join!(peer(&dir, "a", true), peer(&dir, "b", false));
-        let ad = PipeAdvertisement::new(PipeId::new_random(), PipeType::UnicastSecure);
-        let mut input = a.pipes().create_input_pipe(&ad).unwrap();
-        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
-        assert!(m.wait_compact(WAIT).await);
-        let s1 = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
-            .await
-            .unwrap();
-        let s2 = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
-            .await
-            .unwrap();
+        let Setup {
+            a,
+            b,
+            ad,
+            mut input,
+            session: s1,
+        } = setup(&dir, 1024).await;
+        let s2 = session(&b, &ad, &a).await;
         s1.send(text("one")).await.unwrap();
         assert_eq!(recv(&mut input).await, "one");
         // A real record of s1's session, one bit of its tag flipped.
@@ -835,9 +869,7 @@ mod tests {
             .unwrap()
             .contains_key(&(b.peer_id(), s2.key.1)));
         // New sessions are accepted.
-        let s3 = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
-            .await
-            .unwrap();
+        let s3 = session(&b, &ad, &a).await;
         s3.send(text("three")).await.unwrap();
         assert_eq!(recv(&mut input).await, "three");
         // And large messages still cross on the surviving session.
@@ -868,11 +900,13 @@ mod tests {
     async fn inner_encoding_is_agreed_and_older_peers_keep_v0() {
         use std::sync::atomic::Ordering::Relaxed;
         let dir = tempfile::tempdir().unwrap();
-        let (a, b) = tokio::join!(peer(&dir, "a", true), peer(&dir, "b", false));
-        let ad = PipeAdvertisement::new(PipeId::new_random(), PipeType::UnicastSecure);
-        let mut input = a.pipes().create_input_pipe(&ad).unwrap();
-        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
-        assert!(m.wait_compact(WAIT).await);
+        let Setup {
+            a,
+            b,
+            ad,
+            mut input,
+            ..
+        } = setup(&dir, 1024).await;
         let many = (0..INNER_LIMITS.entries + 10).fold(Message::new(), |m, i| {
             m.with(Element::bytes(
                 "test",
@@ -886,9 +920,7 @@ mod tests {
         for (server_old, client_old) in [(false, false), (true, false), (false, true)] {
             a.inner.secure.v0_only.store(server_old, Relaxed);
             b.inner.secure.v0_only.store(client_old, Relaxed);
-            let s = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
-                .await
-                .unwrap();
+            let s = session(&b, &ad, &a).await;
             assert_eq!(s.is_compact().await, !server_old && !client_old);
             for msg in [
                 text("one"),
@@ -913,14 +945,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_refused_message_teaches_the_encoder_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b) = tokio::join!(peer(&dir, "a", true), peer(&dir, "b", false));
-        let ad = PipeAdvertisement::new(PipeId::new_random(), PipeType::UnicastSecure);
-        let mut input = a.pipes().create_input_pipe(&ad).unwrap();
-        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
-        assert!(m.wait_compact(WAIT).await);
-        let s = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
-            .await
-            .unwrap();
+        let Setup {
+            a: _a,
+            b: _b,
+            mut input,
+            session: s,
+            ..
+        } = setup(&dir, 1024).await;
         assert!(s.is_compact().await);
         let huge = Message::new().with(Element::bytes("test", "fresh", vec![0u8; MAX_INNER]));
         assert!(matches!(
@@ -942,20 +973,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_full_secure_input_queue_pushes_back_and_loses_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = PeerConfig::new(dir.path().join("a")).listen("127.0.0.1:0".parse().unwrap());
-        c.key_bits = 2048;
-        c.listener_queue = 4;
-        let (a, b) = tokio::join!(
-            async { Peer::start(c).await.unwrap() },
-            peer(&dir, "b", false)
-        );
-        let ad = PipeAdvertisement::new(PipeId::new_random(), PipeType::UnicastSecure);
-        let mut input = a.pipes().create_input_pipe(&ad).unwrap();
-        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
-        assert!(m.wait_compact(WAIT).await);
-        let s = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
-            .await
-            .unwrap();
+        let Setup {
+            a: _a,
+            b: _b,
+            mut input,
+            session: s,
+            ..
+        } = setup(&dir, 4).await;
         for i in 0..300 {
             s.send(text(&i.to_string())).await.unwrap();
         }
@@ -970,14 +994,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_reopened_input_pipe_gets_the_sessions_messages() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b) = tokio::join!(peer(&dir, "a", true), peer(&dir, "b", false));
-        let ad = PipeAdvertisement::new(PipeId::new_random(), PipeType::UnicastSecure);
-        let mut input = a.pipes().create_input_pipe(&ad).unwrap();
-        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
-        assert!(m.wait_compact(WAIT).await);
-        let s = SecureSession::connect(&b.inner, &ad, a.peer_id(), WAIT)
-            .await
-            .unwrap();
+        let Setup {
+            a,
+            b: _b,
+            ad,
+            mut input,
+            session: s,
+        } = setup(&dir, 1024).await;
         s.send(text("one")).await.unwrap();
         assert_eq!(recv(&mut input).await, "one");
         drop(input);
