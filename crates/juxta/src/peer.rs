@@ -553,12 +553,7 @@ impl Inner {
             Some(tx) => {
                 // Room in the queue (the usual case): handed over without
                 // an await; else wait for room.
-                let gone = match tx.try_send(d) {
-                    Ok(()) => None,
-                    Err(mpsc::error::TrySendError::Full(d)) => tx.send(d).await.err().map(|b| b.0),
-                    Err(mpsc::error::TrySendError::Closed(d)) => Some(d),
-                };
-                if let Some(d) = gone {
+                if let Err(d) = hand_to(&tx, d).await {
                     self.stats.unroutable.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(to = ?d.to, "listener gone; message dropped");
                 }
@@ -1626,4 +1621,15 @@ async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
 /// it.
 fn track_connection(inner: &Inner, t: JoinHandle<()>) {
     inner.tasks.adopt(t);
+}
+
+/// Puts `v` on a bounded queue: without an await when it has room (the
+/// usual case), else waiting for room (back-pressure, nothing dropped).
+/// `Err(v)` when the receiver is gone.
+pub(crate) async fn hand_to<T>(tx: &mpsc::Sender<T>, v: T) -> Result<(), T> {
+    match tx.try_send(v) {
+        Ok(()) => Ok(()),
+        Err(mpsc::error::TrySendError::Full(v)) => tx.send(v).await.map_err(|e| e.0),
+        Err(mpsc::error::TrySendError::Closed(v)) => Err(v),
+    }
 }

@@ -472,6 +472,8 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
         inner.secure.map.lock().expect("sessions lock").remove(&key);
         return Ok(());
     }
+    // The client's offer, or the server's echo of it.
+    let echoed = inner_compact(&d.message);
     let existing = inner
         .secure
         .map
@@ -493,12 +495,7 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
                 .pipes
                 .secure_sink(&pipe)
                 .ok_or_else(|| TlsError::Failed(format!("no secure input pipe {pipe}")))?;
-            let offered = d
-                .message
-                .get(NS_JUXTA, ELEM_INNER)
-                .and_then(|e| e.as_str())
-                .is_some_and(|v| v == INNER_COMPACT)
-                && inner.secure.compact_inner();
+            let offered = echoed && inner.secure.compact_inner();
             let s = Arc::new(Mutex::new(Session {
                 chan: SecureChannel::server(server_cfg(inner)?)?,
                 role: Role::Server {
@@ -518,11 +515,6 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
             s
         }
     };
-    let echoed = d
-        .message
-        .get(NS_JUXTA, ELEM_INNER)
-        .and_then(|e| e.as_str())
-        .is_some_and(|v| v == INNER_COMPACT);
     let (replies, echo, messages, pipe, notify) = {
         let mut g = session.lock().expect("session lock");
         let mut res = Ok(());
@@ -695,16 +687,7 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
             },
         };
         loop {
-            // Without an await when the queue has room; waiting for room
-            // when it is full (back-pressure, nothing dropped).
-            let sent = match sink.try_send(d) {
-                Ok(()) => Ok(()),
-                Err(mpsc::error::TrySendError::Full(back)) => {
-                    sink.send(back).await.map_err(|mpsc::error::SendError(m)| m)
-                }
-                Err(mpsc::error::TrySendError::Closed(back)) => Err(back),
-            };
-            match sent {
+            match crate::peer::hand_to(&sink, d).await {
                 Ok(()) => break,
                 // The pipe closed: it may have been opened again since.
                 Err(back) => {
@@ -727,6 +710,13 @@ async fn on_records(inner: &Inner, mut d: Delivery) -> Result<(), TlsError> {
         }
     }
     Ok(())
+}
+
+/// Whether `m` offers (client) or accepts (server) compact inner frames.
+fn inner_compact(m: &Message) -> bool {
+    m.get(NS_JUXTA, ELEM_INNER)
+        .and_then(|e| e.as_str())
+        .is_some_and(|v| v == INNER_COMPACT)
 }
 
 /// Decodes one inner message: a compact frame when the session agreed on
