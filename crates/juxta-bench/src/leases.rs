@@ -608,7 +608,7 @@ async fn open(ctx: &Ctx, id: &Arc<Identity>, src: IpAddr) -> Result<Conn, Client
                         return Ok(c);
                     }
                 }
-                InboundEvent::Message(_) => {
+                InboundEvent::Message(_) | InboundEvent::Stream { .. } => {
                     ctx.shared.other_messages.fetch_add(1, Ordering::Relaxed);
                 }
             }

@@ -742,6 +742,62 @@ impl Messenger {
         }))))
     }
 
+    /// Writes `payload` as stream `stream`'s data in a compact stream frame
+    /// ([`juxta_proto::wire::compact::stream_frame_header`]), straight from
+    /// the caller's buffer, if the connection is free now: a direct
+    /// compact TCP connection with nothing queued. `Ok(Err(()))`: not now
+    /// (busy, routed, or not a compact TCP link): send the data as a
+    /// message. When the socket took only part of the frame, the rest is
+    /// copied and written by a task whose handle comes back (see
+    /// [`Messenger::try_send_borrowed`]).
+    pub(crate) fn try_send_stream(
+        &self,
+        stream: u32,
+        payload: &[u8],
+        scratch: &mut bytes::BytesMut,
+    ) -> Result<Result<Option<tokio::task::JoinHandle<()>>, ()>, SendError> {
+        if self.conn.is_closed() {
+            return Err(SendError::Closed(self.conn.remote));
+        }
+        if self.via.is_some() {
+            return Ok(Err(()));
+        }
+        let Ok(mut w) = self.conn.writer.try_lock() else {
+            return Ok(Err(()));
+        };
+        if !w.backlog.is_empty() {
+            return Ok(Err(()));
+        }
+        let mut header = [0u8; juxta_proto::wire::compact::STREAM_HEADER_MAX];
+        let Ok(h) = w.out.stream_header(stream, payload.len(), &mut header) else {
+            return Ok(Err(()));
+        };
+        let io = |source| SendError::Io {
+            peer: self.conn.remote,
+            source,
+        };
+        let Some(whole) = w
+            .try_write_stream(&header[..h], payload, scratch)
+            .map_err(io)?
+        else {
+            return Ok(Err(()));
+        };
+        drop(w);
+        let len = h + payload.len();
+        self.conn.bytes_out.fetch_add(len as u64, Ordering::Relaxed);
+        self.inner.stats.count_out(len);
+        if whole {
+            return Ok(Ok(None));
+        }
+        let conn = self.conn.clone();
+        Ok(Ok(Some(tokio::spawn(async move {
+            let mut w = conn.writer.lock().await;
+            if let Err(e) = w.drain_backlog().await {
+                tracing::debug!(remote = %conn.remote, error = %e, "write failed");
+            }
+        }))))
+    }
+
     /// [`Messenger::try_send`] of `msg` as it is, to the wire service
     /// address `to` (mangled).
     pub(crate) fn try_send_raw(

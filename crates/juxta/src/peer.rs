@@ -328,6 +328,9 @@ pub(crate) struct Inner {
     pub(crate) pipes: crate::pipe::registry::PipeRegistry,
     pub(crate) secure: crate::pipe::secure::Sessions,
     pub(crate) direct: RwLock<HashMap<String, Arc<dyn crate::pipe::DirectSink>, IdHashState>>,
+    /// Stream sockets that take their data in compact stream frames, by
+    /// number (the connection's reader hands each frame over).
+    pub(crate) stream_frames: crate::socket::stream::FrameTable,
     pub(crate) self_ref: Weak<Inner>,
     /// The multicast transport, when configured.
     pub(crate) multicast: Option<Arc<crate::transport::multicast::Multicast>>,
@@ -1200,6 +1203,7 @@ impl Peer {
             pipes: crate::pipe::registry::PipeRegistry::new(),
             secure: Default::default(),
             direct: RwLock::new(HashMap::default()),
+            stream_frames: Default::default(),
             self_ref: w.clone(),
             multicast,
             discovery,

@@ -66,6 +66,12 @@ async fn transfer(a: &Peer, b: &Peer, up: usize, down: usize, cfg: SocketConfig,
         let mut got = vec![0u8; up];
         s.read_exact(&mut got).await.unwrap();
         assert!(got == pattern(up, 1), "server got corrupted data");
+        // The client announced its stream frames ahead of its data.
+        assert_eq!(
+            s.sends_stream_frames(),
+            want == SocketMode::Stream,
+            "server sends stream frames"
+        );
         s.write_all(&pattern(down, 2)).await.unwrap();
         s.flush().await.unwrap();
         let mut rest = Vec::new();
@@ -78,6 +84,11 @@ async fn transfer(a: &Peer, b: &Peer, up: usize, down: usize, cfg: SocketConfig,
         .await
         .unwrap();
     assert_eq!(c.mode(), want, "client mode");
+    assert_eq!(
+        c.sends_stream_frames(),
+        want == SocketMode::Stream,
+        "client sends stream frames"
+    );
     let data = pattern(up, 1);
     c.write_all(&data).await.unwrap();
     c.flush().await.unwrap();
@@ -627,4 +638,140 @@ async fn abort_and_closed_connection_surface_as_connection_reset() {
         .unwrap()
         .unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset);
+}
+
+/// A Juxta server from before stream frames: its set-up response accepts
+/// stream mode but announces no frame number (played here by hand on A's
+/// pipes). The client then sends its data as data messages (which such a
+/// server reads), announces no number of its own, and reads the server's
+/// data messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_stream_frames_gets_and_sends_data_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, _m) = pair(&dir, true).await;
+    let ad = adv("old-server");
+    let mut listening = a.pipes().create_input_pipe(&ad).unwrap();
+    let local = adv("old-server-socket");
+    let mut input = a.pipes().create_input_pipe(&local).unwrap();
+    let (pipes, server_id, ad2) = (b.pipes(), a.peer_id(), ad.clone());
+    let client = tokio::spawn(async move {
+        let mut c = JxtaSocket::connect(&pipes, &ad2, server_id, SocketConfig::default())
+            .await
+            .unwrap();
+        assert_eq!(c.mode(), SocketMode::Stream);
+        assert!(
+            !c.sends_stream_frames(),
+            "no frames to a server that announced none"
+        );
+        c.write_all(&pattern(70_000, 1)).await.unwrap();
+        c.write_all(b"!").await.unwrap();
+        c.flush().await.unwrap();
+        let mut back = vec![0u8; 5000];
+        c.read_exact(&mut back).await.unwrap();
+        assert!(back == pattern(5000, 2), "client got corrupted data");
+        c
+    });
+    // The request, answered as a server before stream frames would.
+    let req = tokio::time::timeout(WAIT, listening.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let req = ConnectRequest::from_message(&req.message).unwrap();
+    let me = PeerAdvertisement {
+        peer_id: a.peer_id(),
+        group_id: PeerGroupId::NET,
+        name: "old".into(),
+        desc: None,
+        route: None,
+    };
+    let mut resp = ConnectResponse {
+        kind: req.kind,
+        rem_pipe: local.clone(),
+        rem_peer: me,
+        reliable: Some(true),
+        encrypt: Some(false),
+    }
+    .to_message();
+    resp.push(st::offer_element(st::DEFAULT_WINDOW));
+    let to_b = a.messenger(&b.peer_id()).unwrap();
+    let client_pipe = req.req_pipe.id.to_string();
+    to_b.send(PIPE_SERVICE, Some(&client_pipe), resp)
+        .await
+        .unwrap();
+    // Everything the client sends comes as stream messages: data elements,
+    // no frame number.
+    let mut got = Vec::new();
+    while got.len() < 70_001 {
+        let m = tokio::time::timeout(WAIT, input.recv())
+            .await
+            .expect("client's data message")
+            .unwrap();
+        for it in st::items(&m.message) {
+            match it.unwrap() {
+                st::Item::Data(d) => got.extend_from_slice(&d),
+                st::Item::Frames(n) => panic!("client announced frames {n} to an old server"),
+                _ => {}
+            }
+        }
+    }
+    let mut want = pattern(70_000, 1);
+    want.push(b'!');
+    assert!(got == want, "server got corrupted data");
+    let data = Bytes::from(pattern(5000, 2));
+    to_b.send(
+        PIPE_SERVICE,
+        Some(&client_pipe),
+        Message::new().with(st::data_element(data)),
+    )
+    .await
+    .unwrap();
+    let c = tokio::time::timeout(WAIT, client).await.unwrap().unwrap();
+    assert_eq!(c.stream_stats().unwrap().violations, 0);
+}
+
+/// Stream frames between two Juxta peers: both sockets of a pair send
+/// frames, the bytes arrive in order whatever the write sizes (frames the
+/// kernel takes only in part included), and closing the sockets frees
+/// their numbers (a frame for a number no socket holds is counted, never
+/// delivered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_frames_carry_writes_of_every_size_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, _m) = pair(&dir, true).await;
+    let ad = adv("frames");
+    let mut server = JxtaServerSocket::bind(&a, &ad, SocketConfig::default()).unwrap();
+    let sizes: Vec<usize> = vec![1, 2, 100, 4096, 4097, 65_536, 300_000, 4 << 20, 3, 9 << 20];
+    let total: usize = sizes.iter().sum();
+    let srv = tokio::spawn(async move {
+        let mut s = server.accept().await.unwrap();
+        let mut got = Vec::with_capacity(total);
+        s.read_to_end(&mut got).await.unwrap();
+        assert!(s.sends_stream_frames());
+        // Echo a digest, in frames.
+        s.write_all(&Sha256::digest(&got)).await.unwrap();
+        s.shutdown().await.unwrap();
+        (got.len(), s.stream_stats().unwrap())
+    });
+    let mut c = JxtaSocket::connect(&b.pipes(), &ad, a.peer_id(), SocketConfig::default())
+        .await
+        .unwrap();
+    assert!(c.sends_stream_frames());
+    let mut want = Sha256::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let chunk = pattern(n, i as u8);
+        want.update(&chunk);
+        c.write_all(&chunk).await.unwrap();
+    }
+    c.shutdown().await.unwrap();
+    let mut digest = Vec::new();
+    tokio::time::timeout(WAIT, c.read_to_end(&mut digest))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(digest, want.finalize().to_vec());
+    let (n, stats) = tokio::time::timeout(WAIT, srv).await.unwrap().unwrap();
+    assert_eq!(n, total);
+    assert_eq!(stats.violations, 0);
+    let before = a.stats().unknown_pipe;
+    assert_eq!(before, 0, "every frame found its socket");
 }

@@ -72,6 +72,13 @@ pub const ELEM_OFFER: &str = "sockStream";
 /// Set-up element (request and response, beside [`ELEM_OFFER`]): the
 /// path is relayed, data elements carry their offsets ([`ELEM_OFFSET`]).
 pub const ELEM_RELAYED: &str = "sockStreamRelayed";
+/// Stream frames: the number (decimal text, a `u32`) the sender gave the
+/// stream and wants its data to carry in compact stream frames
+/// ([`crate::wire::compact::stream_frame_header`]) instead of data
+/// elements. In the server's set-up response, and in the client's first
+/// stream message once the response had it; a peer that never sends it
+/// gets data elements. Direct streams only (relayed data needs offsets).
+pub const ELEM_FRAMES: &str = "sockFrames";
 /// Byte offset (8 bytes big-endian) of the data element that follows.
 pub const ELEM_OFFSET: &str = "so";
 /// Data element.
@@ -228,6 +235,9 @@ pub enum Item {
     Reset(ResetCode),
     /// Relayed streams: the byte offset of the next data item.
     Offset(u64),
+    /// The peer takes this stream's data in stream frames numbered so
+    /// ([`ELEM_FRAMES`]).
+    Frames(u32),
 }
 
 /// Counters of a stream (refusals are what a misbehaving peer causes).
@@ -271,6 +281,8 @@ pub struct StreamState {
     offsets: bool,
     /// The offset announced for the next data item.
     next_offset: Option<u64>,
+    /// The number the peer wants our data's stream frames to carry.
+    peer_frames: Option<u32>,
 }
 
 /// Clamps a window offered in a set-up to [`MIN_WINDOW`]..=[`MAX_WINDOW`].
@@ -298,6 +310,7 @@ impl StreamState {
             reset: None,
             offsets: false,
             next_offset: None,
+            peer_frames: None,
             stats: StreamStats::default(),
         }
     }
@@ -314,6 +327,20 @@ impl StreamState {
     /// Whether this is a relayed stream (see [`StreamState::with_offsets`]).
     pub fn has_offsets(&self) -> bool {
         self.offsets
+    }
+
+    /// Records that the peer takes our data in stream frames numbered
+    /// `n` (its set-up response said so). Ignored on a relayed stream.
+    pub fn set_peer_frames(&mut self, n: u32) {
+        if !self.offsets {
+            self.peer_frames = Some(n);
+        }
+    }
+
+    /// The number our data's stream frames carry, when the peer asked
+    /// for them ([`ELEM_FRAMES`]); `None`: send data elements.
+    pub fn peer_frames(&self) -> Option<u32> {
+        self.peer_frames
     }
 
     /// Counters.
@@ -468,6 +495,10 @@ impl StreamState {
                 self.next_offset = Some(o);
                 Ok(())
             }
+            Item::Frames(n) => {
+                self.set_peer_frames(n);
+                Ok(())
+            }
             Item::Reset(code) => {
                 self.reset = Some(StreamError::ResetByPeer(code));
                 self.buf.clear();
@@ -565,6 +596,22 @@ pub fn offered_window(msg: &Message) -> Option<u64> {
     Some(clamp_window(v))
 }
 
+/// The element announcing that this end takes the stream's data in
+/// stream frames numbered `n` ([`ELEM_FRAMES`]).
+pub fn frames_element(n: u32) -> Element {
+    Element::text(NS_STREAM, ELEM_FRAMES, &n.to_string())
+}
+
+/// The stream-frame number a set-up message announces, if any (an
+/// unparsable value counts as none).
+pub fn frames_of(msg: &Message) -> Option<u32> {
+    msg.get(NS_STREAM, ELEM_FRAMES)?
+        .as_str()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// A data element (no copy of `data`).
 pub fn data_element(data: Bytes) -> Element {
     Element::bytes_static(NS_STREAM, ELEM_DATA, data)
@@ -626,6 +673,11 @@ pub fn items(msg: &Message) -> impl Iterator<Item = Result<Item, StreamError>> +
             ELEM_CREDIT => u64_of(e, ELEM_CREDIT).map(Item::Credit),
             ELEM_FIN => u64_of(e, ELEM_FIN).map(Item::Fin),
             ELEM_OFFSET => u64_of(e, ELEM_OFFSET).map(Item::Offset),
+            ELEM_FRAMES => e
+                .as_str()
+                .and_then(|t| t.trim().parse().ok())
+                .map(Item::Frames)
+                .ok_or(StreamError::Malformed(ELEM_FRAMES)),
             ELEM_STOP => Ok(Item::Stop),
             ELEM_RESET => match e.data.first() {
                 Some(&c) if e.data.len() == 1 => Ok(Item::Reset(ResetCode::from_u8(c))),
@@ -793,6 +845,33 @@ mod tests {
         assert!(!is_stream_message(
             &Message::new().with(Element::text("jxtarel", "x", ""))
         ));
+    }
+
+    #[test]
+    fn frame_numbers_are_announced_and_kept_off_relayed_streams() {
+        let m = Message::new().with(frames_element(u32::MAX));
+        assert_eq!(frames_of(&m), Some(u32::MAX));
+        assert_eq!(
+            items(&m).collect::<Vec<_>>(),
+            vec![Ok(Item::Frames(u32::MAX))]
+        );
+        for bad in ["", "-1", "4294967296", "many"] {
+            let m = Message::new().with(Element::text(NS_STREAM, ELEM_FRAMES, bad));
+            assert_eq!(frames_of(&m), None, "{bad:?}");
+            assert_eq!(
+                items(&m).collect::<Vec<_>>(),
+                vec![Err(StreamError::Malformed(ELEM_FRAMES))]
+            );
+        }
+        let mut direct = StreamState::new(MIN_WINDOW, MIN_WINDOW);
+        assert_eq!(direct.peer_frames(), None);
+        direct.handle(Item::Frames(7)).unwrap();
+        assert_eq!(direct.peer_frames(), Some(7));
+        // Relayed data needs its offsets: never frames.
+        let mut relayed = StreamState::new(MIN_WINDOW, MIN_WINDOW).with_offsets();
+        relayed.handle(Item::Frames(7)).unwrap();
+        relayed.set_peer_frames(8);
+        assert_eq!(relayed.peer_frames(), None);
     }
 
     #[test]

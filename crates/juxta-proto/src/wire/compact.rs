@@ -121,6 +121,91 @@ const TAG_CHANNEL: u8 = 0x01;
 const TAG_NAME: u8 = 0x02;
 const TAG_MESSAGE: u8 = 0x03;
 const TAG_VALUE: u8 = 0x04;
+const TAG_STREAM: u8 = 0x05;
+
+/// Most bytes of a stream frame's header ([`stream_frame_header`]): the
+/// body length (up to 10 bytes), the tag and the stream (up to 5).
+pub const STREAM_HEADER_MAX: usize = 16;
+
+/// Writes the header of a stream frame carrying `len` bytes of stream
+/// `stream`'s data into `out`; returns its length. The data follows the
+/// header on the wire as it is (no copy into a frame):
+///
+/// ```text
+/// frame := varint bodyLen  0x05  varint stream  data      ; bodyLen covers tag, stream, data
+/// ```
+///
+/// A stream frame touches no intern table. It is sent only to a peer that
+/// asked for it (a Juxta socket in stream mode announced `stream` as the
+/// number its data should carry, [`crate::socket::stream::ELEM_FRAMES`]);
+/// [`CompactDecoder::decode_next`] reads it, [`CompactDecoder::decode`]
+/// refuses it.
+///
+/// ```
+/// use bytes::BytesMut;
+/// use juxta_proto::wire::compact::{stream_frame_header, CompactDecoder, CompactFrame, STREAM_HEADER_MAX};
+/// let mut h = [0u8; STREAM_HEADER_MAX];
+/// let n = stream_frame_header(7, 5, &mut h);
+/// let mut rx = BytesMut::from(&h[..n]);
+/// rx.extend_from_slice(b"hello");
+/// match CompactDecoder::new().decode_next(&mut rx, 1 << 20).unwrap() {
+///     Some(CompactFrame::Stream { stream, data, wire_len }) => {
+///         assert_eq!((stream, &data[..], wire_len), (7, &b"hello"[..], n + 5));
+///     }
+///     _ => unreachable!(),
+/// }
+/// ```
+pub fn stream_frame_header(stream: u32, len: usize, out: &mut [u8; STREAM_HEADER_MAX]) -> usize {
+    let id_len = varint_len(u64::from(stream));
+    let body = (len as u64).saturating_add(1 + id_len as u64);
+    let mut at = put_varint_into(out, 0, body);
+    out[at] = TAG_STREAM;
+    at += 1;
+    put_varint_into(out, at, u64::from(stream))
+}
+
+fn varint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
+}
+
+/// Writes `v` as a varint at `out[at..]`; returns the index after it.
+fn put_varint_into(out: &mut [u8], mut at: usize, mut v: u64) -> usize {
+    while v >= 0x80 {
+        out[at] = (v as u8) | 0x80;
+        v >>= 7;
+        at += 1;
+    }
+    out[at] = v as u8;
+    at + 1
+}
+
+/// One frame read by [`CompactDecoder::decode_next`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum CompactFrame {
+    /// A message to a service address.
+    Message {
+        /// Its service address (shared with the channel table).
+        to: Arc<ServiceAddress>,
+        /// The message.
+        message: Message,
+        /// Bytes the frame took on the wire.
+        wire_len: usize,
+    },
+    /// Data of a stream ([`stream_frame_header`]).
+    Stream {
+        /// The number the receiver gave the stream.
+        stream: u32,
+        /// The data (a slice of the receive buffer, not a copy).
+        data: Bytes,
+        /// Bytes the frame took on the wire.
+        wire_len: usize,
+    },
+}
 /// Most values per value table, per direction.
 pub const MAX_VALUES: usize = 64;
 /// Longest value interned; longer ones are written out.
@@ -904,6 +989,25 @@ impl CompactDecoder {
         rx: &mut BytesMut,
         max: u64,
     ) -> Result<Option<(Arc<ServiceAddress>, Message, usize)>, CompactError> {
+        match self.decode_next(rx, max)? {
+            None => Ok(None),
+            Some(CompactFrame::Message {
+                to,
+                message,
+                wire_len,
+            }) => Ok(Some((to, message, wire_len))),
+            Some(CompactFrame::Stream { .. }) => Err(CompactError::BadTag(TAG_STREAM)),
+        }
+    }
+
+    /// Like [`CompactDecoder::decode`], and also reads stream frames
+    /// ([`stream_frame_header`]): a connection's reader, which hands a
+    /// stream's data to the socket that asked for it.
+    pub fn decode_next(
+        &mut self,
+        rx: &mut BytesMut,
+        max: u64,
+    ) -> Result<Option<CompactFrame>, CompactError> {
         let Some((len, n)) = get_varint(rx)? else {
             return Ok(None);
         };
@@ -922,8 +1026,26 @@ impl CompactDecoder {
         }
         rx.advance(n);
         let body = rx.split_to(len as usize).freeze();
-        let (to, msg) = self.decode_body(body)?;
-        Ok(Some((to, msg, total)))
+        if body.first() == Some(&TAG_STREAM) {
+            let mut c = Cursor { body };
+            c.body.advance(1);
+            let stream = c.varint()?;
+            let stream = u32::try_from(stream).map_err(|_| CompactError::BadId(stream))?;
+            if c.body.is_empty() {
+                return Err(CompactError::Empty);
+            }
+            return Ok(Some(CompactFrame::Stream {
+                stream,
+                data: c.body,
+                wire_len: total,
+            }));
+        }
+        let (to, message) = self.decode_body(body)?;
+        Ok(Some(CompactFrame::Message {
+            to,
+            message,
+            wire_len: total,
+        }))
     }
 
     /// Decodes `frame`, which must hold exactly one whole frame (its
@@ -1735,12 +1857,181 @@ mod tests {
         );
     }
 
+    fn stream_frame(stream: u32, data: &[u8]) -> Vec<u8> {
+        let mut h = [0u8; STREAM_HEADER_MAX];
+        let n = stream_frame_header(stream, data.len(), &mut h);
+        let mut f = h[..n].to_vec();
+        f.extend_from_slice(data);
+        f
+    }
+
+    #[test]
+    fn stream_frames_carry_any_number_and_length_between_messages() {
+        let (mut enc, mut dec) = (CompactEncoder::new(), CompactDecoder::new());
+        let to = ServiceAddress::new("S", Some("p"));
+        let m = Message::new().with(Element::bytes("ns", "x", &b"msg"[..]));
+        let mut wire = BytesMut::new();
+        let mut want = Vec::new();
+        for (i, stream) in [0, 1, 127, 128, 16_383, 16_384, u32::MAX]
+            .into_iter()
+            .enumerate()
+        {
+            for len in [1, 127, 128, 300, 70_000] {
+                let data: Vec<u8> = (0..len).map(|k| (k * 7 + i) as u8).collect();
+                let f = stream_frame(stream, &data);
+                assert!(f.len() - data.len() <= STREAM_HEADER_MAX);
+                wire.extend_from_slice(&f);
+                want.push(Some((stream, data, f.len())));
+                // A message between stream frames keeps its tables.
+                wire.extend_from_slice(&frame(&mut enc, &to, &m));
+                want.push(None);
+            }
+        }
+        for w in want {
+            match (dec.decode_next(&mut wire, 1 << 20).unwrap().unwrap(), w) {
+                (
+                    CompactFrame::Stream {
+                        stream,
+                        data,
+                        wire_len,
+                    },
+                    Some((s, d, l)),
+                ) => {
+                    assert_eq!((stream, &data[..], wire_len), (s, &d[..], l));
+                }
+                (
+                    CompactFrame::Message {
+                        to: got_to,
+                        message,
+                        ..
+                    },
+                    None,
+                ) => {
+                    assert_eq!((&*got_to, message), (&to, m.clone()));
+                }
+                (got, w) => panic!("got {got:?}, wanted {w:?}"),
+            }
+        }
+        assert!(wire.is_empty());
+    }
+
+    #[test]
+    fn stream_frames_are_refused_where_only_messages_are_read() {
+        let f = stream_frame(3, b"data");
+        let mut rx = BytesMut::from(&f[..]);
+        assert_eq!(
+            CompactDecoder::new().decode(&mut rx, 1 << 20).unwrap_err(),
+            CompactError::BadTag(TAG_STREAM)
+        );
+        // A secure pipe's inner messages, say.
+        assert_eq!(
+            CompactDecoder::new()
+                .decode_frame(Bytes::from(f), 1 << 20)
+                .unwrap_err(),
+            CompactError::BadTag(TAG_STREAM)
+        );
+    }
+
+    #[test]
+    fn bad_stream_frames_are_typed_errors() {
+        let decode = |body: &[u8]| {
+            let mut rx = BytesMut::new();
+            put_varint(&mut rx, body.len() as u64);
+            rx.extend_from_slice(body);
+            CompactDecoder::new().decode_next(&mut rx, 1 << 20)
+        };
+        // A number past u32.
+        let mut body = BytesMut::new();
+        body.put_u8(TAG_STREAM);
+        put_varint(&mut body, u64::from(u32::MAX) + 1);
+        body.put_u8(1);
+        assert_eq!(
+            decode(&body).unwrap_err(),
+            CompactError::BadId(u64::from(u32::MAX) + 1)
+        );
+        // No data.
+        assert_eq!(decode(&[TAG_STREAM, 5]).unwrap_err(), CompactError::Empty);
+        // The number cut off by the frame's end.
+        assert_eq!(
+            decode(&[TAG_STREAM, 0x80]).unwrap_err(),
+            CompactError::Truncated
+        );
+        // Too large for the limit: refused before anything is reserved.
+        let f = stream_frame(1, &vec![0; 5000]);
+        let mut rx = BytesMut::from(&f[..4]);
+        assert!(matches!(
+            CompactDecoder::new().decode_next(&mut rx, 4096),
+            Err(CompactError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn a_partial_stream_frame_waits_and_reserves_in_step() {
+        let data = vec![9u8; 3 << 20];
+        let f = stream_frame(42, &data);
+        let mut dec = CompactDecoder::new();
+        let mut rx = BytesMut::new();
+        for chunk in f.chunks(100_000) {
+            assert!(dec.decode_next(&mut rx, 8 << 20).unwrap().is_none());
+            rx.extend_from_slice(chunk);
+        }
+        match dec.decode_next(&mut rx, 8 << 20).unwrap().unwrap() {
+            CompactFrame::Stream {
+                stream, data: got, ..
+            } => {
+                assert_eq!(stream, 42);
+                assert!(got == data);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A header alone announcing a gigabyte reserves one step.
+        let mut h = [0u8; STREAM_HEADER_MAX];
+        let n = stream_frame_header(1, 1 << 30, &mut h);
+        let mut rx = BytesMut::from(&h[..n]);
+        assert_eq!(dec.decode_next(&mut rx, 1 << 31).unwrap(), None);
+        assert!(rx.capacity() <= 2 * RESERVE_STEP, "{}", rx.capacity());
+    }
+
     proptest::proptest! {
         #[test]
         fn decoder_never_panics(data in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
             for mut dec in [CompactDecoder::new(), CompactDecoder::with_values()] {
                 let mut rx = BytesMut::from(&data[..]);
                 while let Ok(Some(_)) = dec.decode(&mut rx, 1 << 16) {}
+                let mut rx = BytesMut::from(&data[..]);
+                while let Ok(Some(_)) = dec.decode_next(&mut rx, 1 << 16) {}
+            }
+        }
+
+        /// Stream frames of any number and length, cut anywhere on the
+        /// way, decode to what was sent.
+        #[test]
+        fn stream_frames_round_trip_cut_anywhere(
+            frames in proptest::collection::vec((proptest::num::u32::ANY, 1usize..3000), 1..20),
+            cut in 1usize..5000,
+        ) {
+            let mut wire = Vec::new();
+            for (i, &(stream, len)) in frames.iter().enumerate() {
+                wire.extend_from_slice(&stream_frame(stream, &vec![i as u8; len]));
+            }
+            let mut dec = CompactDecoder::new();
+            let mut rx = BytesMut::new();
+            let mut got = Vec::new();
+            for chunk in wire.chunks(cut) {
+                rx.extend_from_slice(chunk);
+                while let Some(f) = dec.decode_next(&mut rx, 1 << 20).unwrap() {
+                    got.push(f);
+                }
+            }
+            proptest::prop_assert_eq!(got.len(), frames.len());
+            for (i, (f, &(s, len))) in got.into_iter().zip(&frames).enumerate() {
+                match f {
+                    CompactFrame::Stream { stream, data, .. } => {
+                        proptest::prop_assert_eq!(stream, s);
+                        proptest::prop_assert!(data.len() == len && data.iter().all(|&b| b == i as u8));
+                    }
+                    other => proptest::prop_assert!(false, "{:?}", other),
+                }
             }
         }
 

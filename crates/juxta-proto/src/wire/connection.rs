@@ -18,7 +18,7 @@ use crate::message::cbjx::Sha256;
 use bytes::{Buf, Bytes, BytesMut};
 use rand::RngCore;
 
-use super::compact::{CompactDecoder, CompactEncoder, CompactError};
+use super::compact::{self, CompactDecoder, CompactEncoder, CompactError, CompactFrame};
 use super::frame::{self, FrameError};
 use super::handshake::{self, HandshakeError, HandshakeMsg, HANDSHAKE_SERVICE, NONCE_LEN};
 use super::welcome::{Welcome, WelcomeError};
@@ -236,6 +236,18 @@ pub enum InboundEvent {
     Message(Received),
     /// A compact-handshake step: pass it to [`Outbound::handle_handshake`].
     Handshake(HandshakeMsg),
+    /// Data of a stream, in a compact stream frame
+    /// ([`compact::stream_frame_header`]); compact framing only. Which
+    /// stream `stream` is, and whether this peer may send to it, is the
+    /// receiver's to check.
+    Stream {
+        /// The number the receiver gave the stream.
+        stream: u32,
+        /// The data (a slice of the receive buffer).
+        data: Bytes,
+        /// Bytes the frame took on the wire.
+        wire_len: usize,
+    },
 }
 
 /// The SHA-256 of the frame being received, over the bytes that arrived.
@@ -450,21 +462,35 @@ impl Inbound {
                 self.mode = RxMode::Jxta;
                 Ok(Some(InboundEvent::Welcome(w)))
             }
-            RxMode::Compact => {
-                let Some((to, message, wire_len)) =
-                    self.compact.decode(rx, self.cfg.max_message)?
-                else {
-                    return Ok(None);
-                };
-                self.received += 1;
-                Ok(Some(InboundEvent::Message(Received {
+            RxMode::Compact => match self.compact.decode_next(rx, self.cfg.max_message)? {
+                None => Ok(None),
+                Some(CompactFrame::Message {
                     to,
-                    source: None,
                     message,
                     wire_len,
-                    signed: None,
-                })))
-            }
+                }) => {
+                    self.received += 1;
+                    Ok(Some(InboundEvent::Message(Received {
+                        to,
+                        source: None,
+                        message,
+                        wire_len,
+                        signed: None,
+                    })))
+                }
+                Some(CompactFrame::Stream {
+                    stream,
+                    data,
+                    wire_len,
+                }) => {
+                    self.received += 1;
+                    Ok(Some(InboundEvent::Stream {
+                        stream,
+                        data,
+                        wire_len,
+                    }))
+                }
+            },
             RxMode::Jxta => self.poll_jxta(rx),
         }
     }
@@ -877,6 +903,23 @@ impl Outbound {
         self.encode_jxta(to, msg)
     }
 
+    /// The header of a compact stream frame carrying `len` bytes of stream
+    /// `stream` ([`compact::stream_frame_header`]) into `out`, its length
+    /// returned; the data is written after it as it is. Only on a compact
+    /// connection ([`ConnectionError::NotEstablished`] otherwise: JXTA
+    /// framing has no stream frames).
+    pub fn stream_header(
+        &self,
+        stream: u32,
+        len: usize,
+        out: &mut [u8; compact::STREAM_HEADER_MAX],
+    ) -> Result<usize, ConnectionError> {
+        if self.remote.is_none() || self.compact.is_none() {
+            return Err(ConnectionError::NotEstablished);
+        }
+        Ok(compact::stream_frame_header(stream, len, out))
+    }
+
     /// [`Outbound::encode`], except that a CBJX-signed JXTA frame whose
     /// message is at least `stream_min` bytes comes back unsigned
     /// ([`Framed::Streamed`]): its writer hashes each byte as it writes it
@@ -1036,6 +1079,8 @@ mod tests {
         /// Bytes this side wrote, not yet delivered.
         tx: Vec<u8>,
         got: Vec<Received>,
+        /// Stream frames received: stream, data, bytes on the wire.
+        streams: Vec<(u32, Bytes, usize)>,
         rng: StdRng,
     }
 
@@ -1047,6 +1092,7 @@ mod tests {
                 rx: BytesMut::new(),
                 tx: Vec::new(),
                 got: Vec::new(),
+                streams: Vec::new(),
                 rng: StdRng::seed_from_u64(seed),
             }
         }
@@ -1079,6 +1125,11 @@ mod tests {
                             }
                         }
                         InboundEvent::Message(m) => self.got.push(m),
+                        InboundEvent::Stream {
+                            stream,
+                            data,
+                            wire_len,
+                        } => self.streams.push((stream, data, wire_len)),
                     }
                 }
             }
@@ -1223,6 +1274,36 @@ mod tests {
             assert_eq!(got.source, None);
             assert_eq!(p.a.inb.received(), 4);
             assert_eq!(p.i.inb.received(), 3);
+        }
+    }
+
+    #[test]
+    fn stream_frames_flow_on_compact_connections_only() {
+        let mut h = [0u8; compact::STREAM_HEADER_MAX];
+        // JXTA framing (and before the welcome): no stream frames.
+        let mut p = Pair::new(cfg(false), cfg(false), usize::MAX);
+        assert!(p.i.out.stream_header(1, 1, &mut h).is_err());
+        p.pump().unwrap();
+        assert!(matches!(
+            p.i.out.stream_header(1, 1, &mut h),
+            Err(ConnectionError::NotEstablished)
+        ));
+        for chunk in [usize::MAX, 1] {
+            let mut p = Pair::new(cfg(true), cfg(true), chunk);
+            p.pump().unwrap();
+            exchange(&mut p);
+            for (stream, data) in [(9u32, &b"x"[..]), (300, &[7u8; 5000][..])] {
+                let n = p.a.out.stream_header(stream, data.len(), &mut h).unwrap();
+                let mut wire = h[..n].to_vec();
+                wire.extend_from_slice(data);
+                p.i.receive(&wire, chunk).unwrap();
+                let (s, d, len) = p.i.streams.pop().expect("a stream frame arrived");
+                assert_eq!((s, &d[..], len), (stream, data, wire.len()));
+                assert!(p.i.rx.is_empty());
+            }
+            // Messages still flow after them.
+            let (got, _) = p.send(false, &to(), payload_message(2));
+            assert_eq!(got.message, payload_message(2));
         }
     }
 

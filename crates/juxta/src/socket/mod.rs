@@ -93,7 +93,7 @@ use crate::pipe::{InputPipe, PipeError, PipeService, PIPE_SERVICE};
 use crate::Peer;
 
 mod secure;
-mod stream;
+pub(crate) mod stream;
 mod unreliable;
 
 pub use secure::MAX_WRITE as SECURE_MAX_WRITE;
@@ -380,7 +380,8 @@ impl JxtaServerSocket {
             if secure {
                 answer.push(secure::secure_element());
             }
-            // Ready to receive before the client hears of our pipe.
+            // Ready to receive before the client hears of our pipe (and of
+            // the number our stream frames carry).
             let socket = JxtaSocket::start(
                 &self.inner,
                 messenger.clone(),
@@ -388,8 +389,11 @@ impl JxtaServerSocket {
                 &local,
                 input,
                 &self.cfg,
-                stream_window.map(|w| (w, relayed)),
+                stream_window.map(|w| (w, relayed, stream::Frames::Offer)),
             );
+            if let Some(n) = socket.stream_frames() {
+                answer.push(juxta_proto::socket::stream::frames_element(n));
+            }
             if let Err(e) = messenger
                 .send(PIPE_SERVICE, Some(&remote_pipe), answer)
                 .await
@@ -820,7 +824,13 @@ impl JxtaSocket {
                         .map(|w| {
                             let relayed = messenger.is_routed()
                                 || juxta_proto::socket::stream::is_relayed(&m.message);
-                            (w, relayed)
+                            // A server that numbered its socket takes
+                            // stream frames (and so understands ours).
+                            let frames = match juxta_proto::socket::stream::frames_of(&m.message) {
+                                Some(n) => stream::Frames::Peer(n),
+                                None => stream::Frames::Off,
+                            };
+                            (w, relayed, frames)
                         });
                     break (
                         ConnectResponse::from_message(&m.message)?,
@@ -968,6 +978,25 @@ impl JxtaSocket {
         }
     }
 
+    /// The number this socket's stream frames carry here, when it takes
+    /// them (stream mode, direct).
+    fn stream_frames(&self) -> Option<u32> {
+        match &self.imp {
+            Imp::Stream(s) => s.frames(),
+            _ => None,
+        }
+    }
+
+    /// Stream mode: whether this socket's data goes out in compact stream
+    /// frames (both ends are Juxta peers that agreed on them on a direct
+    /// connection); `false` for data messages or in `jxtarel` mode.
+    pub fn sends_stream_frames(&self) -> bool {
+        match &self.plain().map(|p| &p.imp) {
+            Some(Imp::Stream(s)) => s.sends_frames(),
+            _ => false,
+        }
+    }
+
     /// Stream mode: messages for this socket refused because they did not
     /// come straight from its peer; `None` in `jxtarel` mode.
     pub fn stream_foreign(&self) -> Option<u64> {
@@ -996,10 +1025,10 @@ impl JxtaSocket {
         local: &PipeAdvertisement,
         input: InputPipe,
         cfg: &SocketConfig,
-        stream_window: Option<(u64, bool)>,
+        stream_window: Option<(u64, bool, stream::Frames)>,
     ) -> JxtaSocket {
         let remote = messenger.remote();
-        if let Some((peer_window, relayed)) = stream_window {
+        if let Some((peer_window, relayed, frames)) = stream_window {
             let s = stream::StreamSocket::start(
                 inner,
                 messenger,
@@ -1009,6 +1038,7 @@ impl JxtaSocket {
                 cfg.stream_window,
                 peer_window,
                 relayed,
+                frames,
             );
             return JxtaSocket {
                 imp: Imp::Stream(s),

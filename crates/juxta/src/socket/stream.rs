@@ -19,6 +19,17 @@
 //! `Bytes` the decoder produced; `poll_read` copies them into the caller's
 //! buffer.
 //!
+//! Stream frames: on a direct stream, each end gives its socket a number
+//! in this peer's [`FrameTable`] and tells the other (the server in its
+//! set-up response, the client in a stream message once the response had
+//! one). Data then goes as a compact stream frame (a 3-byte header and
+//! the bytes: no message, no address, no element) that the connection's
+//! reader hands to the socket by that number, checking that the
+//! connection's (proven) peer is the socket's. A peer that never
+//! announces a number (an older Juxta) gets data messages, and a frame
+//! that cannot be written now goes as a data message too: the receiver
+//! takes both, in the connection's order.
+//!
 //! Errors: a reset by the peer, or the connection closing, fail reads and
 //! writes with [`io::ErrorKind::ConnectionReset`]; a peer protocol error
 //! (sending past its credit, data after its FIN) resets the stream and
@@ -26,10 +37,12 @@
 //! `shutdown`, or after the peer closed its socket, fail with
 //! [`io::ErrorKind::BrokenPipe`].
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::task::{Context, Poll, Waker};
 
 use bytes::{Bytes, BytesMut};
@@ -73,6 +86,13 @@ struct State {
     /// Stream messages refused because they did not come straight from the
     /// socket's peer.
     foreign: u64,
+    /// The socket's number in this peer's [`FrameTable`], when it takes
+    /// stream frames.
+    frames: Option<u32>,
+    /// Our frame number, still to be announced to the peer: the direct
+    /// send at the start found the connection busy, so the next data (or
+    /// FIN) message carries it, ahead of its data on the connection.
+    pending_frames: Option<u32>,
 }
 
 impl State {
@@ -174,8 +194,31 @@ impl Shared {
             tracing::debug!(from = ?d.from, "stream socket message not from the socket's peer ignored");
             return;
         }
+        self.apply(st, proto::items(&d.message));
+    }
+
+    /// Handles the data of a stream frame from `from` (a connection's
+    /// proven peer; on the connection's reader task).
+    fn on_frame(&self, from: PeerId, data: Bytes) {
+        let mut st = self.lock();
+        if from != self.remote {
+            st.foreign += 1;
+            tracing::debug!(%from, "stream frame not from the socket's peer ignored");
+            return;
+        }
+        self.apply(st, std::iter::once(Ok(proto::Item::Data(data))));
+    }
+
+    /// Applies received items to the stream, wakes the reader and writer
+    /// as they can go on, and resets the stream when the peer broke the
+    /// protocol.
+    fn apply(
+        &self,
+        mut st: std::sync::MutexGuard<'_, State>,
+        items: impl Iterator<Item = Result<proto::Item, StreamError>>,
+    ) {
         let mut reset = None;
-        for it in proto::items(&d.message) {
+        for it in items {
             let r = it.and_then(|item| st.s.handle(item));
             match r {
                 Ok(()) => {}
@@ -207,6 +250,80 @@ impl Shared {
             self.send_reset(code);
         }
     }
+}
+
+/// The sockets that take their data in compact stream frames, by the
+/// number this peer gave each (announced to the peer in
+/// [`proto::ELEM_FRAMES`]), with the peer each belongs to: a frame counts
+/// only from that peer. Bounded ([`FrameTable::MAX`]); when full, new
+/// sockets take data messages.
+#[derive(Default)]
+pub(crate) struct FrameTable {
+    next: AtomicU32,
+    map: RwLock<HashMap<u32, (PeerId, Weak<Shared>)>>,
+}
+
+impl FrameTable {
+    /// Most sockets numbered at once.
+    pub(crate) const MAX: usize = 1 << 16;
+
+    /// Numbers `sh`, a socket with `remote`; `None` when the table is full.
+    fn register(&self, remote: PeerId, sh: &Arc<Shared>) -> Option<u32> {
+        let mut map = self.map.write().expect("frame table lock");
+        if map.len() >= Self::MAX {
+            return None;
+        }
+        // Fewer than MAX numbers are taken: a free one is found within
+        // MAX + 1 tries.
+        loop {
+            let n = self.next.fetch_add(1, Ordering::Relaxed);
+            if let std::collections::hash_map::Entry::Vacant(v) = map.entry(n) {
+                v.insert((remote, Arc::downgrade(sh)));
+                return Some(n);
+            }
+        }
+    }
+
+    fn remove(&self, n: u32) {
+        self.map.write().expect("frame table lock").remove(&n);
+    }
+
+    /// Hands a stream frame's data from `from` to socket `n`; `false` if no
+    /// live socket has that number.
+    pub(crate) fn deliver(&self, from: PeerId, n: u32, data: Bytes) -> bool {
+        let sh = {
+            let map = self.map.read().expect("frame table lock");
+            map.get(&n).and_then(|(_, sh)| sh.upgrade())
+        };
+        match sh {
+            Some(sh) => {
+                sh.on_frame(from, data);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+impl FrameTable {
+    fn contains(&self, n: u32) -> bool {
+        self.map.read().expect("frame table lock").contains_key(&n)
+    }
+}
+
+/// How a stream socket takes part in stream frames
+/// ([`StreamSocket::start`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Frames {
+    /// Neither way (a relayed stream, or a server that did not offer).
+    Off,
+    /// The server: number the socket, to be announced in the set-up
+    /// response ([`StreamSocket::frames`]).
+    Offer,
+    /// The client of a server that announced `n`: send our data in frames
+    /// `n`, number the socket and announce its number.
+    Peer(u32),
 }
 
 struct Sink(Arc<Shared>);
@@ -244,9 +361,11 @@ impl StreamSocket {
         local_window: u64,
         peer_window: u64,
         relayed: bool,
+        frames: Frames,
     ) -> StreamSocket {
         let remote = messenger.remote();
         let s = StreamState::new(local_window, peer_window);
+        let frames = if relayed { Frames::Off } else { frames };
         let shared = Arc::new(Shared {
             st: Mutex::new(State {
                 s: if relayed { s.with_offsets() } else { s },
@@ -260,6 +379,8 @@ impl StreamSocket {
                 dropped: false,
                 fin_queued: false,
                 foreign: 0,
+                frames: None,
+                pending_frames: None,
             }),
             messenger,
             remote_pipe,
@@ -272,6 +393,14 @@ impl StreamSocket {
             .write()
             .expect("direct lock")
             .insert(urn.clone(), Arc::new(Sink(shared.clone())));
+        if frames != Frames::Off {
+            let n = inner.stream_frames.register(remote, &shared);
+            let mut st = shared.lock();
+            st.frames = n;
+            if let Frames::Peer(theirs) = frames {
+                st.s.set_peer_frames(theirs);
+            }
+        }
         while let Some(m) = input.try_recv() {
             shared.on_message(juxta_proto::endpoint::Delivery {
                 vouched_in: None,
@@ -288,6 +417,18 @@ impl StreamSocket {
                 proof: juxta_proto::wire::connection::Proof::Handshake,
             });
         }
+        let announce = shared
+            .lock()
+            .frames
+            .filter(|_| matches!(frames, Frames::Peer(_)));
+        if let Some(n) = announce {
+            // Ahead of any data if the connection is free now; else with
+            // the first data (or FIN) message. A socket that never writes
+            // then gets data messages, not frames.
+            shared.send_control(Message::new().with(proto::frames_element(n)), |st| {
+                st.pending_frames = Some(n)
+            });
+        }
         inner
             .tasks
             .spawn(drive(Arc::downgrade(inner), shared.clone(), urn, input));
@@ -300,6 +441,17 @@ impl StreamSocket {
                 .saturating_sub(64 * 1024)
                 .clamp(proto::MAX_RELAYED_CHUNK, MAX_DATA_CHUNK),
         }
+    }
+
+    /// The socket's number for stream frames, when it takes them.
+    pub(super) fn frames(&self) -> Option<u32> {
+        self.shared.lock().frames
+    }
+
+    /// Whether this socket's data goes out in stream frames (the peer
+    /// announced a number).
+    pub(super) fn sends_frames(&self) -> bool {
+        self.shared.lock().s.peer_frames().is_some()
     }
 
     /// Counters of the stream.
@@ -458,9 +610,31 @@ impl StreamSocket {
         }
         let offset = st.s.sent();
         st.s.on_sent(n);
+        let frames = st.s.peer_frames();
+        let announce = st.pending_frames.take();
         drop(st);
         let sh = &self.shared;
-        if n > crate::endpoint::BORROW_MIN && !relayed {
+        if announce.is_some() {
+            // The message path below, with the announcement.
+        } else if let Some(f) = frames {
+            // A stream frame straight from the caller's buffer when the
+            // connection is free.
+            match sh
+                .messenger
+                .try_send_stream(f, &data[..n], &mut self.scratch)
+            {
+                Ok(Ok(drain)) => {
+                    self.inflight = drain;
+                    return Poll::Ready(Ok(n));
+                }
+                Ok(Err(())) => {}
+                Err(e) => {
+                    let mut st = sh.lock();
+                    st.fail_conn(io::ErrorKind::ConnectionReset, e.to_string());
+                    return Poll::Ready(Err(st.write_err().expect("failed above")));
+                }
+            }
+        } else if n > crate::endpoint::BORROW_MIN && !relayed {
             // Straight from the caller's buffer when the connection is free.
             let ph = placeholder(n);
             let msg = Message::new().with(proto::data_element(Bytes::from_static(ph)));
@@ -494,6 +668,9 @@ impl StreamSocket {
         }
         self.scratch.extend_from_slice(chunk);
         let mut msg = Message::new();
+        if let Some(n) = announce {
+            msg.push(proto::frames_element(n));
+        }
         if relayed {
             msg.push(proto::offset_element(offset));
         }
@@ -528,8 +705,13 @@ impl StreamSocket {
             return Poll::Ready(Ok(()));
         };
         st.fin_queued = true;
+        let mut msg = Message::new();
+        if let Some(n) = st.pending_frames.take() {
+            msg.push(proto::frames_element(n));
+        }
         drop(st);
-        self.send(Message::new().with(proto::fin_element(total)))?;
+        msg.push(proto::fin_element(total));
+        self.send(msg)?;
         if self.poll_inflight(cx).is_pending() {
             return Poll::Pending;
         }
@@ -619,5 +801,89 @@ async fn drive(inner: Weak<Inner>, shared: Arc<Shared>, urn: String, _input: Inp
     }
     if let Some(inner) = inner.upgrade() {
         inner.direct.write().expect("direct lock").remove(&urn);
+        if let Some(n) = shared.lock().frames {
+            inner.stream_frames.remove(n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::socket::{JxtaServerSocket, JxtaSocket, SocketConfig};
+    use crate::{Peer, PeerConfig};
+    use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
+    use juxta_proto::id::PipeId;
+
+    const WAIT: Duration = Duration::from_secs(60);
+
+    async fn peer(dir: &tempfile::TempDir, name: &str, listen: bool) -> Peer {
+        let mut c = PeerConfig::new(dir.path().join(name));
+        if listen {
+            c = c.listen("127.0.0.1:0".parse().unwrap());
+        }
+        c.key_bits = 1024;
+        Peer::start(c).await.unwrap()
+    }
+
+    /// What a connection's reader does with a stream frame from its
+    /// (proven) peer: only the socket's own peer reaches the socket; a
+    /// number nobody holds is refused; a socket's number ends with it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_frame_counts_only_from_its_sockets_peer_and_numbers_end_with_the_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, c) = tokio::join!(
+            peer(&dir, "a", true),
+            peer(&dir, "b", false),
+            peer(&dir, "c", false)
+        );
+        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
+        assert!(m.wait_compact(WAIT).await);
+        let ad = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
+        let mut server = JxtaServerSocket::bind(&a, &ad, SocketConfig::default()).unwrap();
+        let accept = tokio::spawn(async move { server.accept().await.unwrap() });
+        let mut client = JxtaSocket::connect(&b.pipes(), &ad, a.peer_id(), SocketConfig::default())
+            .await
+            .unwrap();
+        let mut s = tokio::time::timeout(WAIT, accept).await.unwrap().unwrap();
+        let n = s.stream_frames().expect("the server's socket takes frames");
+        let table = &a.inner.stream_frames;
+
+        // Another peer naming the socket's number: counted, not delivered.
+        assert!(table.deliver(c.peer_id(), n, Bytes::from_static(b"evil")));
+        assert_eq!(s.stream_foreign(), Some(1));
+        // A number no socket holds.
+        assert!(!table.deliver(b.peer_id(), n.wrapping_add(1000), Bytes::from_static(b"x")));
+
+        // The socket's own peer, through its connection: only its bytes.
+        client.write_all(b"ok").await.unwrap();
+        let mut got = [0u8; 2];
+        tokio::time::timeout(WAIT, s.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got, b"ok");
+        assert_eq!(s.stream_stats().unwrap().violations, 0);
+
+        // Closed: its number goes once its driver has sent the FIN.
+        drop(s);
+        tokio::time::timeout(WAIT, async {
+            while table.contains(n) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the closed socket's number is freed");
+        assert!(!table.deliver(b.peer_id(), n, Bytes::from_static(b"late")));
+        let mut rest = Vec::new();
+        tokio::time::timeout(WAIT, client.read_to_end(&mut rest))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(rest.is_empty());
     }
 }

@@ -450,6 +450,54 @@ impl WriterSide {
         }
         Ok(true)
     }
+
+    /// Writes a compact stream frame, `header` then `payload`, straight
+    /// from the caller's memory with one `writev` (TCP only: `Ok(None)`
+    /// on an HTTP link, which sends messages instead). `Ok(Some(true))`:
+    /// all written; `Ok(Some(false))`: the socket took part of it, and the
+    /// rest is copied into the backlog (`payload`'s rest through
+    /// `scratch`), to be drained before anything else is written.
+    pub(crate) fn try_write_stream(
+        &mut self,
+        header: &[u8],
+        payload: &[u8],
+        scratch: &mut BytesMut,
+    ) -> io::Result<Option<bool>> {
+        debug_assert!(self.backlog.is_empty());
+        let Sink::Tcp(half) = &mut self.half else {
+            return Ok(None);
+        };
+        let slices = [header, payload];
+        let mut idx = 0;
+        let mut off = 0;
+        while idx < slices.len() {
+            let r = {
+                let iov = io_slices(&slices, idx, off);
+                half.try_write_vectored(&iov)
+            };
+            let n = match r {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if idx == 0 {
+                        self.backlog
+                            .push(bytes::Bytes::copy_from_slice(&header[off..]));
+                    }
+                    let rest = if idx == 0 { payload } else { &payload[off..] };
+                    scratch.clear();
+                    if !scratch.try_reclaim(rest.len()) {
+                        *scratch = BytesMut::with_capacity(rest.len());
+                    }
+                    scratch.extend_from_slice(rest);
+                    self.backlog.push(scratch.split().freeze());
+                    return Ok(Some(false));
+                }
+                Err(e) => return Err(e),
+            };
+            advance(&slices, &mut idx, &mut off, n);
+        }
+        Ok(Some(true))
+    }
 }
 
 /// A live connection to a remote peer.
@@ -1016,11 +1064,7 @@ async fn read_loop(
                     Ok(Admit::Held) => continue,
                     Err(Backlog) => return CloseReason::HandshakeBacklog,
                 };
-                frame_hint = m.wire_len.clamp(READ_RESERVE, READ_RESERVE_MAX);
-                if frame_hint == READ_RESERVE && !spare.is_empty() && rx.is_empty() {
-                    // Small frames again: let the large buffers go.
-                    spare.clear();
-                }
+                frame_hint = next_hint(m.wire_len, &mut spare, rx);
                 if proved {
                     conn.set_proof(Proof::Signature);
                     tracing::debug!(remote = %conn.remote, "peer ID proven by signature");
@@ -1075,6 +1119,28 @@ async fn read_loop(
                 }
             }
             Ok(Some(InboundEvent::Welcome(_))) => {}
+            Ok(Some(InboundEvent::Stream {
+                stream,
+                data,
+                wire_len,
+            })) => {
+                frame_hint = next_hint(wire_len, &mut spare, rx);
+                conn.bytes_in.fetch_add(wire_len as u64, Ordering::Relaxed);
+                inner.stats.count_in(wire_len);
+                // Compact framing starts only after the handshake proved
+                // the peer's ID; the stream must be one this peer opened
+                // with that peer.
+                let taken = conn.proof().is_proven()
+                    && inner.stream_frames.deliver(conn.remote, stream, data);
+                if !taken {
+                    let n = inner.stats.unknown_pipe.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n.is_power_of_two() {
+                        tracing::info!(remote = %conn.remote, stream, dropped = n, "stream frame for no stream of this peer dropped");
+                    } else {
+                        tracing::debug!(remote = %conn.remote, stream, "stream frame for no stream of this peer dropped");
+                    }
+                }
+            }
             Ok(None) => {
                 // Only after large frames: small ones keep reading into
                 // the rest of the buffer (reserved below when it runs
@@ -1123,6 +1189,17 @@ async fn read_loop(
             }
         }
     }
+}
+
+/// The buffer to reserve for the next frame after one of `wire_len`
+/// bytes (see `frame_hint` in the reader); after small frames again, the
+/// spare large buffers are let go.
+fn next_hint(wire_len: usize, spare: &mut Spares, rx: &BytesMut) -> usize {
+    let hint = wire_len.clamp(READ_RESERVE, READ_RESERVE_MAX);
+    if hint == READ_RESERVE && !spare.is_empty() && rx.is_empty() {
+        spare.clear();
+    }
+    hint
 }
 
 /// Dispatch target for a received message.
