@@ -260,7 +260,7 @@ impl Shared {
 #[derive(Default)]
 pub(crate) struct FrameTable {
     next: AtomicU32,
-    map: RwLock<HashMap<u32, (PeerId, Weak<Shared>)>>,
+    map: RwLock<HashMap<u32, (PeerId, Weak<Shared>), juxta_proto::id::IdHashState>>,
 }
 
 impl FrameTable {
