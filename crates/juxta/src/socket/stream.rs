@@ -886,4 +886,60 @@ mod tests {
             .unwrap();
         assert!(rest.is_empty());
     }
+
+    /// Frames past the credit granted reset that socket only (as data
+    /// messages do): its reads fail with `InvalidData`, the peer's with
+    /// `ConnectionReset`, and another socket between the same peers goes on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn frames_past_the_credit_reset_only_their_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = tokio::join!(peer(&dir, "a", true), peer(&dir, "b", false));
+        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
+        assert!(m.wait_compact(WAIT).await);
+        let cfg = SocketConfig {
+            stream_window: proto::MIN_WINDOW,
+            ..SocketConfig::default()
+        };
+        let mut pairs = Vec::new();
+        for _ in 0..2 {
+            let ad = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
+            let mut server = JxtaServerSocket::bind(&a, &ad, cfg.clone()).unwrap();
+            let accept = tokio::spawn(async move { server.accept().await.unwrap() });
+            let client = JxtaSocket::connect(&b.pipes(), &ad, a.peer_id(), cfg.clone())
+                .await
+                .unwrap();
+            let s = tokio::time::timeout(WAIT, accept).await.unwrap().unwrap();
+            pairs.push((s, client));
+        }
+        let (mut other, mut other_client) = pairs.pop().unwrap();
+        let (mut victim, mut victim_client) = pairs.pop().unwrap();
+        let n = victim.stream_frames().unwrap();
+        // What a connection's reader hands over from B: more than granted.
+        let over = Bytes::from(vec![1u8; proto::MIN_WINDOW as usize + 1]);
+        assert!(a.inner.stream_frames.deliver(b.peer_id(), n, over));
+        let mut buf = [0u8; 8];
+        let e = victim.read(&mut buf).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert_eq!(victim.stream_stats().unwrap().violations, 1);
+        let e = tokio::time::timeout(WAIT, victim_client.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionReset);
+        // The other socket carries on, both ways.
+        other_client.write_all(b"still").await.unwrap();
+        let mut got = [0u8; 5];
+        tokio::time::timeout(WAIT, other.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got, b"still");
+        other.write_all(b"here").await.unwrap();
+        let mut got = [0u8; 4];
+        tokio::time::timeout(WAIT, other_client.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got, b"here");
+    }
 }
