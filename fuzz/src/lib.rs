@@ -21,7 +21,9 @@ use juxta_proto::id::JxtaId;
 use juxta_proto::message::codec::{decode_v0, encode_v0, EncodedMessage};
 use juxta_proto::message::namespace_order::JavaHashOrder;
 use juxta_proto::message::{cbjx, Element, Message};
-use juxta_proto::wire::compact::{CompactDecoder, CompactEncoder};
+use juxta_proto::wire::compact::{
+    stream_frame_header, CompactDecoder, CompactEncoder, CompactFrame, STREAM_HEADER_MAX,
+};
 use juxta_proto::wire::connection::{ConnectionConfig, Inbound, InboundEvent};
 use juxta_proto::wire::frame;
 use juxta_proto::wire::welcome::Welcome;
@@ -97,25 +99,63 @@ fn signature_in_parent_namespace(e: &mut Element) {
     }
 }
 
-/// `CompactDecoder::decode` in a loop over one receive buffer, by a
-/// decoder without and with interned values; every decoded frame
+/// `CompactDecoder::decode_next` in a loop over one receive buffer, by a
+/// decoder without and with interned values; every decoded message
 /// re-encodes (fresh tables, the same mode) and decodes to an equal
-/// message.
+/// message, every stream frame re-encodes to a frame that decodes equal;
+/// `CompactDecoder::decode` refuses stream frames and reads the same
+/// messages.
 pub fn compact(data: &[u8]) {
     for values in [false, true] {
         let mut rx = BytesMut::from(data);
+        let mut plain = BytesMut::from(data);
         // What the decoder keeps between frames (its tables) counts too.
         let base = current();
         let mut dec = compact_decoder(values);
+        let mut dec_plain = compact_decoder(values);
+        // Until the first stream frame, which `decode` refuses.
+        let mut plain_live = true;
         for _ in 0..=data.len() {
             let before = rx.len();
-            let r = check_since(base, "CompactDecoder::decode", data.len(), || {
-                dec.decode(&mut rx, FUZZ_MAX_MESSAGE)
+            let r = check_since(base, "CompactDecoder::decode_next", data.len(), || {
+                dec.decode_next(&mut rx, FUZZ_MAX_MESSAGE)
             });
+            let p = plain_live.then(|| dec_plain.decode(&mut plain, FUZZ_MAX_MESSAGE));
             match r {
-                Ok(Some((to, msg, used))) => {
-                    assert_eq!(before - rx.len(), used);
-                    check_compact_round_trip(&to, &msg, values);
+                Ok(Some(CompactFrame::Message {
+                    to,
+                    message,
+                    wire_len,
+                })) => {
+                    assert_eq!(before - rx.len(), wire_len);
+                    if let Some(p) = p {
+                        let (pt, pm, pl) = p.expect("decode reads what decode_next read").unwrap();
+                        assert_eq!((&*pt, &pm, pl), (&*to, &message, wire_len));
+                    }
+                    check_compact_round_trip(&to, &message, values);
+                }
+                Ok(Some(CompactFrame::Stream {
+                    stream,
+                    data: bytes,
+                    wire_len,
+                })) => {
+                    assert_eq!(before - rx.len(), wire_len);
+                    if let Some(p) = p {
+                        assert!(p.is_err(), "decode refuses a stream frame");
+                        plain_live = false;
+                    }
+                    let mut h = [0u8; STREAM_HEADER_MAX];
+                    let n = stream_frame_header(stream, bytes.len(), &mut h);
+                    let mut again = BytesMut::from(&h[..n]);
+                    again.extend_from_slice(&bytes);
+                    match compact_decoder(values).decode_next(&mut again, u64::MAX) {
+                        Ok(Some(CompactFrame::Stream {
+                            stream: s, data: d, ..
+                        })) => {
+                            assert_eq!((s, &d), (stream, &bytes));
+                        }
+                        other => panic!("re-encoded stream frame: {other:?}"),
+                    }
                 }
                 Ok(None) => {
                     assert_eq!(rx.len(), before, "Ok(None) must leave the buffer alone");

@@ -251,6 +251,21 @@ fn generate_seeds() {
     ce.encode(&to, &one, &mut out);
     ce.encode(&ServiceAddress::new("S", None), &rich, &mut out);
     write("compact", "gen_three_frames", &out.to_bytes());
+    // compact: stream frames (a socket's data) between two messages.
+    let mut ce = CompactEncoder::new();
+    let mut out = EncodedMessage::default();
+    ce.encode(&to, &one, &mut out);
+    let mut wire = out.to_bytes().to_vec();
+    for (stream, len) in [(7u32, 5usize), (300, 200)] {
+        let mut h = [0u8; juxta_proto::wire::compact::STREAM_HEADER_MAX];
+        let n = juxta_proto::wire::compact::stream_frame_header(stream, len, &mut h);
+        wire.extend_from_slice(&h[..n]);
+        wire.extend((0..len).map(|i| i as u8));
+    }
+    let mut out = EncodedMessage::default();
+    ce.encode(&to, &one, &mut out);
+    wire.extend_from_slice(&out.to_bytes());
+    write("compact", "gen_stream_frames", &wire);
     // compact with interned values: a routed message's fingerprint and
     // header defined, then referred to, then the table's first slot
     // replaced.
