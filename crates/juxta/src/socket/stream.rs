@@ -254,21 +254,21 @@ impl Shared {
 
 /// The sockets that take their data in compact stream frames, by the
 /// number this peer gave each (announced to the peer in
-/// [`proto::ELEM_FRAMES`]), with the peer each belongs to: a frame counts
-/// only from that peer. Bounded ([`FrameTable::MAX`]); when full, new
+/// [`proto::ELEM_FRAMES`]); a frame counts only from the socket's peer
+/// ([`Shared::on_frame`]). Bounded ([`FrameTable::MAX`]); when full, new
 /// sockets take data messages.
 #[derive(Default)]
 pub(crate) struct FrameTable {
     next: AtomicU32,
-    map: RwLock<HashMap<u32, (PeerId, Weak<Shared>), juxta_proto::id::IdHashState>>,
+    map: RwLock<HashMap<u32, Weak<Shared>, juxta_proto::id::IdHashState>>,
 }
 
 impl FrameTable {
     /// Most sockets numbered at once.
     pub(crate) const MAX: usize = 1 << 16;
 
-    /// Numbers `sh`, a socket with `remote`; `None` when the table is full.
-    fn register(&self, remote: PeerId, sh: &Arc<Shared>) -> Option<u32> {
+    /// Numbers `sh`; `None` when the table is full.
+    fn register(&self, sh: &Arc<Shared>) -> Option<u32> {
         let mut map = self.map.write().expect("frame table lock");
         if map.len() >= Self::MAX {
             return None;
@@ -278,7 +278,7 @@ impl FrameTable {
         loop {
             let n = self.next.fetch_add(1, Ordering::Relaxed);
             if let std::collections::hash_map::Entry::Vacant(v) = map.entry(n) {
-                v.insert((remote, Arc::downgrade(sh)));
+                v.insert(Arc::downgrade(sh));
                 return Some(n);
             }
         }
@@ -293,7 +293,7 @@ impl FrameTable {
     pub(crate) fn deliver(&self, from: PeerId, n: u32, data: Bytes) -> bool {
         let sh = {
             let map = self.map.read().expect("frame table lock");
-            map.get(&n).and_then(|(_, sh)| sh.upgrade())
+            map.get(&n).and_then(Weak::upgrade)
         };
         match sh {
             Some(sh) => {
@@ -394,7 +394,7 @@ impl StreamSocket {
             .expect("direct lock")
             .insert(urn.clone(), Arc::new(Sink(shared.clone())));
         if frames != Frames::Off {
-            let n = inner.stream_frames.register(remote, &shared);
+            let n = inner.stream_frames.register(&shared);
             let mut st = shared.lock();
             st.frames = n;
             if let Frames::Peer(theirs) = frames {
