@@ -726,20 +726,7 @@ impl Messenger {
                 source,
             })?;
         drop(w);
-        self.conn
-            .bytes_out
-            .fetch_add(enc.len as u64, Ordering::Relaxed);
-        self.inner.stats.count_out(enc.len);
-        if whole {
-            return Ok(Ok(None));
-        }
-        let conn = self.conn.clone();
-        Ok(Ok(Some(tokio::spawn(async move {
-            let mut w = conn.writer.lock().await;
-            if let Err(e) = w.drain_backlog().await {
-                tracing::debug!(remote = %conn.remote, error = %e, "write failed");
-            }
-        }))))
+        Ok(Ok(self.wrote_directly(enc.len, whole)))
     }
 
     /// Writes `payload` as stream `stream`'s data in a compact stream frame
@@ -783,19 +770,25 @@ impl Messenger {
             return Ok(Err(()));
         };
         drop(w);
-        let len = h + payload.len();
+        Ok(Ok(self.wrote_directly(h + payload.len(), whole)))
+    }
+
+    /// Counts a frame of `len` bytes written from the caller's buffer; when
+    /// the socket took only part of it (`whole` false), a task drains the
+    /// backlog, and its handle comes back for the next send to wait on.
+    fn wrote_directly(&self, len: usize, whole: bool) -> Option<tokio::task::JoinHandle<()>> {
         self.conn.bytes_out.fetch_add(len as u64, Ordering::Relaxed);
         self.inner.stats.count_out(len);
         if whole {
-            return Ok(Ok(None));
+            return None;
         }
         let conn = self.conn.clone();
-        Ok(Ok(Some(tokio::spawn(async move {
+        Some(tokio::spawn(async move {
             let mut w = conn.writer.lock().await;
             if let Err(e) = w.drain_backlog().await {
                 tracing::debug!(remote = %conn.remote, error = %e, "write failed");
             }
-        }))))
+        }))
     }
 
     /// [`Messenger::try_send`] of `msg` as it is, to the wire service

@@ -1452,3 +1452,38 @@ impl AsyncWrite for JxtaSocket {
         }
     }
 }
+
+/// Peers for the socket modules' tests.
+#[cfg(test)]
+pub(crate) mod test_peers {
+    use std::time::Duration;
+
+    use crate::{Peer, PeerConfig};
+
+    /// A peer with a `key_bits` RSA key (TLS needs 2048), listening on
+    /// loopback or not.
+    pub(crate) async fn peer(
+        dir: &tempfile::TempDir,
+        name: &str,
+        listen: bool,
+        key_bits: usize,
+    ) -> Peer {
+        let mut c = PeerConfig::new(dir.path().join(name));
+        if listen {
+            c = c.listen("127.0.0.1:0".parse().unwrap());
+        }
+        c.key_bits = key_bits;
+        Peer::start(c).await.unwrap()
+    }
+
+    /// A listening peer A and a peer B connected to it on compact framing.
+    pub(crate) async fn pair(dir: &tempfile::TempDir, key_bits: usize) -> (Peer, Peer) {
+        let (a, b) = tokio::join!(
+            peer(dir, "a", true, key_bits),
+            peer(dir, "b", false, key_bits)
+        );
+        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
+        assert!(m.wait_compact(Duration::from_secs(60)).await);
+        (a, b)
+    }
+}

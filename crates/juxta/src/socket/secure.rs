@@ -395,27 +395,15 @@ impl Drop for SecureSocket {
 mod tests {
     use super::*;
     use crate::socket::{Imp, JxtaServerSocket, SocketConfig};
-    use crate::{Peer, PeerConfig};
+    use crate::Peer;
     use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
     use juxta_proto::id::PipeId;
 
     const WAIT: Duration = Duration::from_secs(60);
 
-    async fn peer(dir: &tempfile::TempDir, name: &str, listen: bool) -> Peer {
-        let mut c = PeerConfig::new(dir.path().join(name));
-        if listen {
-            c = c.listen("127.0.0.1:0".parse().unwrap());
-        }
-        c.key_bits = 2048;
-        Peer::start(c).await.unwrap()
-    }
-
     /// A listening peer A and a peer B connected to it on compact framing.
     async fn pair(dir: &tempfile::TempDir) -> (Peer, Peer) {
-        let (a, b) = tokio::join!(peer(dir, "a", true), peer(dir, "b", false));
-        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
-        assert!(m.wait_compact(WAIT).await);
-        (a, b)
+        crate::socket::test_peers::pair(dir, 2048).await
     }
 
     fn adv() -> PipeAdvertisement {

@@ -814,21 +814,12 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+    use crate::socket::test_peers::{pair, peer};
     use crate::socket::{JxtaServerSocket, JxtaSocket, SocketConfig};
-    use crate::{Peer, PeerConfig};
     use juxta_proto::advertisement::{PipeAdvertisement, PipeType};
     use juxta_proto::id::PipeId;
 
     const WAIT: Duration = Duration::from_secs(60);
-
-    async fn peer(dir: &tempfile::TempDir, name: &str, listen: bool) -> Peer {
-        let mut c = PeerConfig::new(dir.path().join(name));
-        if listen {
-            c = c.listen("127.0.0.1:0".parse().unwrap());
-        }
-        c.key_bits = 1024;
-        Peer::start(c).await.unwrap()
-    }
 
     /// What a connection's reader does with a stream frame from its
     /// (proven) peer: only the socket's own peer reaches the socket; a
@@ -836,13 +827,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_frame_counts_only_from_its_sockets_peer_and_numbers_end_with_the_socket() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b, c) = tokio::join!(
-            peer(&dir, "a", true),
-            peer(&dir, "b", false),
-            peer(&dir, "c", false)
-        );
-        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
-        assert!(m.wait_compact(WAIT).await);
+        let ((a, b), c) = tokio::join!(pair(&dir, 1024), peer(&dir, "c", false, 1024));
         let ad = PipeAdvertisement::new(PipeId::new_random(), PipeType::Unicast);
         let mut server = JxtaServerSocket::bind(&a, &ad, SocketConfig::default()).unwrap();
         let accept = tokio::spawn(async move { server.accept().await.unwrap() });
@@ -893,9 +878,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn frames_past_the_credit_reset_only_their_socket() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b) = tokio::join!(peer(&dir, "a", true), peer(&dir, "b", false));
-        let m = b.connect(a.local_addr().unwrap()).await.unwrap();
-        assert!(m.wait_compact(WAIT).await);
+        let (a, b) = pair(&dir, 1024).await;
         let cfg = SocketConfig {
             stream_window: proto::MIN_WINDOW,
             ..SocketConfig::default()

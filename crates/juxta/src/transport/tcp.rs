@@ -417,38 +417,18 @@ impl WriterSide {
             .iter()
             .map(|c| if is_ph(c) { payload } else { &c[..] })
             .collect();
-        let mut idx = 0;
-        let mut off = 0;
-        while idx < slices.len() {
-            let r = {
-                let iov = io_slices(&slices, idx, off);
-                half.try_write_vectored(&iov)
-            };
-            let n = match r {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    for (i, c) in enc.chunks.iter().enumerate().skip(idx) {
-                        let from = if i == idx { off } else { 0 };
-                        self.backlog.push(if is_ph(c) {
-                            let rest = &payload[from..];
-                            scratch.clear();
-                            if !scratch.try_reclaim(rest.len()) {
-                                *scratch = BytesMut::with_capacity(rest.len());
-                            }
-                            scratch.extend_from_slice(rest);
-                            scratch.split().freeze()
-                        } else {
-                            c.slice(from..)
-                        });
-                    }
-                    return Ok(false);
-                }
-                Err(e) => return Err(e),
-            };
-            advance(&slices, &mut idx, &mut off, n);
+        let Some((idx, off)) = try_write_slices(half, &slices)? else {
+            return Ok(true);
+        };
+        for (i, c) in enc.chunks.iter().enumerate().skip(idx) {
+            let from = if i == idx { off } else { 0 };
+            self.backlog.push(if is_ph(c) {
+                copy_rest(scratch, &payload[from..])
+            } else {
+                c.slice(from..)
+            });
         }
-        Ok(true)
+        Ok(false)
     }
 
     /// Writes a compact stream frame, `header` then `payload`, straight
@@ -467,37 +447,55 @@ impl WriterSide {
         let Sink::Tcp(half) = &mut self.half else {
             return Ok(None);
         };
-        let slices = [header, payload];
-        let mut idx = 0;
-        let mut off = 0;
-        while idx < slices.len() {
-            let r = {
-                let iov = io_slices(&slices, idx, off);
-                half.try_write_vectored(&iov)
-            };
-            let n = match r {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if idx == 0 {
-                        self.backlog
-                            .push(bytes::Bytes::copy_from_slice(&header[off..]));
-                    }
-                    let rest = if idx == 0 { payload } else { &payload[off..] };
-                    scratch.clear();
-                    if !scratch.try_reclaim(rest.len()) {
-                        *scratch = BytesMut::with_capacity(rest.len());
-                    }
-                    scratch.extend_from_slice(rest);
-                    self.backlog.push(scratch.split().freeze());
-                    return Ok(Some(false));
-                }
-                Err(e) => return Err(e),
-            };
-            advance(&slices, &mut idx, &mut off, n);
-        }
-        Ok(Some(true))
+        let Some((idx, off)) = try_write_slices(half, &[header, payload])? else {
+            return Ok(Some(true));
+        };
+        let rest = if idx == 0 {
+            self.backlog
+                .push(bytes::Bytes::copy_from_slice(&header[off..]));
+            payload
+        } else {
+            &payload[off..]
+        };
+        self.backlog.push(copy_rest(scratch, rest));
+        Ok(Some(false))
     }
+}
+
+/// Writes `slices` to the socket with `writev` until all are written
+/// (`None`) or it would block: then where the unwritten bytes start, as
+/// (slice, offset in it).
+fn try_write_slices(
+    half: &mut OwnedWriteHalf,
+    slices: &[&[u8]],
+) -> io::Result<Option<(usize, usize)>> {
+    let mut idx = 0;
+    let mut off = 0;
+    while idx < slices.len() {
+        let r = {
+            let iov = io_slices(slices, idx, off);
+            half.try_write_vectored(&iov)
+        };
+        let n = match r {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some((idx, off))),
+            Err(e) => return Err(e),
+        };
+        advance(slices, &mut idx, &mut off, n);
+    }
+    Ok(None)
+}
+
+/// A copy of `rest` (the caller's bytes the socket did not take) in
+/// `scratch`'s memory when it can be reused, for the backlog.
+fn copy_rest(scratch: &mut BytesMut, rest: &[u8]) -> bytes::Bytes {
+    scratch.clear();
+    if !scratch.try_reclaim(rest.len()) {
+        *scratch = BytesMut::with_capacity(rest.len());
+    }
+    scratch.extend_from_slice(rest);
+    scratch.split().freeze()
 }
 
 /// A live connection to a remote peer.
