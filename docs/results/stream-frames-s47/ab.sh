@@ -4,17 +4,14 @@
 # one --pin split run each. JSON beside this script.
 set -euo pipefail
 d=$(dirname "$0")
+run() { # run BIN TAG PIN
+  "$1" bench pingpong --layers tcp,unicast-pipe,socket,socket-chunk,secure-socket \
+    --sizes 1,65536,1048576,4194304 --pin "$3" --runs 10 --pairs 300 --json "$d/$2.json" \
+    2>&1 | grep -E "^(tcp|juxta) " | sed "s/^/$2 /"
+}
 for r in $(seq 1 "$3"); do
-  for b in A B; do
-    bin=$1; [ $b = B ] && bin=$2
-    $bin bench pingpong --layers tcp,unicast-pipe,socket,socket-chunk,secure-socket \
-      --sizes 1,65536,1048576,4194304 --pin same --runs 10 --pairs 300 --json "$d/$b-$r.json" \
-      2>&1 | grep -E "^(tcp|juxta) " | sed "s/^/$b-$r /"
-  done
+  run "$1" "A-$r" same
+  run "$2" "B-$r" same
 done
-for b in A B; do
-  bin=$1; [ $b = B ] && bin=$2
-  $bin bench pingpong --layers tcp,unicast-pipe,socket,socket-chunk,secure-socket \
-    --sizes 1,65536,1048576,4194304 --pin split --runs 10 --pairs 300 --json "$d/$b-split.json" \
-    2>&1 | grep -E "^(tcp|juxta) " | sed "s/^/$b-split /"
-done
+run "$1" A-split split
+run "$2" B-split split

@@ -285,12 +285,10 @@ pub enum CompactError {
 }
 
 /// Appends a LEB128 varint.
-pub fn put_varint(buf: &mut BytesMut, mut v: u64) {
-    while v >= 0x80 {
-        buf.put_u8((v as u8) | 0x80);
-        v >>= 7;
-    }
-    buf.put_u8(v as u8);
+pub fn put_varint(buf: &mut BytesMut, v: u64) {
+    let mut b = [0u8; 10];
+    let n = put_varint_into(&mut b, 0, v);
+    buf.put_slice(&b[..n]);
 }
 
 /// Reads a LEB128 varint from the start of `buf`: `Ok(None)` if incomplete,

@@ -206,26 +206,13 @@ pub(crate) async fn write_all_deadline<B: AsRef<[u8]>>(
     chunks: &[B],
     timeout: Duration,
 ) -> io::Result<()> {
-    let mut idx = 0;
-    let mut off = 0;
-    while idx < chunks.len() {
-        let r = {
-            let iov = io_slices(chunks, idx, off);
-            half.try_write_vectored(&iov)
-        };
-        let n = match r {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                match tokio::time::timeout(timeout, half.writable()).await {
-                    Ok(r) => r?,
-                    Err(_) => return Err(io::ErrorKind::TimedOut.into()),
-                }
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        advance(chunks, &mut idx, &mut off, n);
+    let mut at = (0, 0);
+    while let Some(blocked) = try_write_slices(half, chunks, at)? {
+        match tokio::time::timeout(timeout, half.writable()).await {
+            Ok(r) => r?,
+            Err(_) => return Err(io::ErrorKind::TimedOut.into()),
+        }
+        at = blocked;
     }
     Ok(())
 }
@@ -417,7 +404,7 @@ impl WriterSide {
             .iter()
             .map(|c| if is_ph(c) { payload } else { &c[..] })
             .collect();
-        let Some((idx, off)) = try_write_slices(half, &slices)? else {
+        let Some((idx, off)) = try_write_slices(half, &slices, (0, 0))? else {
             return Ok(true);
         };
         for (i, c) in enc.chunks.iter().enumerate().skip(idx) {
@@ -447,7 +434,7 @@ impl WriterSide {
         let Sink::Tcp(half) = &mut self.half else {
             return Ok(None);
         };
-        let Some((idx, off)) = try_write_slices(half, &[header, payload])? else {
+        let Some((idx, off)) = try_write_slices(half, &[header, payload], (0, 0))? else {
             return Ok(Some(true));
         };
         let rest = if idx == 0 {
@@ -462,15 +449,14 @@ impl WriterSide {
     }
 }
 
-/// Writes `slices` to the socket with `writev` until all are written
-/// (`None`) or it would block: then where the unwritten bytes start, as
-/// (slice, offset in it).
-fn try_write_slices(
-    half: &mut OwnedWriteHalf,
-    slices: &[&[u8]],
+/// Writes `slices` from `(slice, offset)` `from` on to the socket with
+/// `writev` until all are written (`None`) or it would block: then where
+/// the unwritten bytes start.
+fn try_write_slices<B: AsRef<[u8]>>(
+    half: &OwnedWriteHalf,
+    slices: &[B],
+    (mut idx, mut off): (usize, usize),
 ) -> io::Result<Option<(usize, usize)>> {
-    let mut idx = 0;
-    let mut off = 0;
     while idx < slices.len() {
         let r = {
             let iov = io_slices(slices, idx, off);
