@@ -705,7 +705,7 @@ impl CompactEncoder {
             }
             // The length prefix, right-aligned in the room left for it.
             let mut len = [0u8; PREFIX_ROOM];
-            let n = varint_into(&mut len, (body.len() - PREFIX_ROOM) as u64);
+            let n = put_varint_into(&mut len, 0, (body.len() - PREFIX_ROOM) as u64);
             body[PREFIX_ROOM - n..PREFIX_ROOM].copy_from_slice(&len[..n]);
             let mut frame = body.split();
             if pooled {
@@ -754,7 +754,7 @@ impl CompactEncoder {
         let mut first = first.expect("a frame that is not whole has a large payload");
         let total = first.len() - PREFIX_ROOM + rest;
         let mut len = [0u8; PREFIX_ROOM];
-        let n = varint_into(&mut len, total as u64);
+        let n = put_varint_into(&mut len, 0, total as u64);
         first[PREFIX_ROOM - n..PREFIX_ROOM].copy_from_slice(&len[..n]);
         first.advance(PREFIX_ROOM - n);
         out.len += first.len();
@@ -764,19 +764,6 @@ impl CompactEncoder {
 
 /// Room for a varint length prefix (a `u64` takes at most 10 bytes).
 const PREFIX_ROOM: usize = 10;
-
-/// Writes `v` as a varint into `buf` (as [`put_varint`] does); returns
-/// how many bytes it took.
-fn varint_into(buf: &mut [u8; PREFIX_ROOM], mut v: u64) -> usize {
-    let mut i = 0;
-    while v >= 0x80 {
-        buf[i] = (v as u8) | 0x80;
-        v >>= 7;
-        i += 1;
-    }
-    buf[i] = v as u8;
-    i + 1
-}
 
 impl CompactEncoder {
     /// The ID of channel `to`, defined in `body` if new; 0 when the table
