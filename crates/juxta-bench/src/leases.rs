@@ -657,6 +657,14 @@ async fn client(
         .to_xml()
         .into();
     let mut edge = EdgeClient::new(me, PeerGroupId::NET, pa, [ctx.rdv_peer], ctx.edge);
+    // This client's queries, printed once (with --query-rate).
+    let mut template: Option<crate::lease_queries::QueryTemplate> = None;
+    // The last wire address received and what it demangles to: the
+    // compact decoder hands out one shared address per channel.
+    let mut last_to: Option<(
+        std::sync::Arc<juxta::proto::endpoint::ServiceAddress>,
+        juxta::proto::endpoint::ServiceAddress,
+    )> = None;
     let mut ever_leased = false;
     let mut renew_sent: Option<Instant> = None;
     let setup_deadline = tokio::time::Instant::from_std(t0 + ctx.setup_timeout);
@@ -734,9 +742,12 @@ async fn client(
                         let InboundEvent::Message(m) = ev else {
                             continue;
                         };
-                        let (_, real) = demangle((*m.to).clone());
+                        if !last_to.as_ref().is_some_and(|(w, _)| std::sync::Arc::ptr_eq(w, &m.to)) {
+                            last_to = Some((m.to.clone(), demangle((*m.to).clone()).1));
+                        }
+                        let real = &last_to.as_ref().expect("set above").1;
                         if let Some((_, table)) = &ctx.queries {
-                            match crate::lease_queries::forwarded_query_id(&real, &m.message) {
+                            match crate::lease_queries::forwarded_query_id(real, &m.message) {
                                 Some(Some(id)) => {
                                     table.arrived(id);
                                     continue;
@@ -793,7 +804,9 @@ async fn client(
                         if let Some((_, table)) = &ctx.queries {
                             table.sent(o.seq);
                         }
-                        let msg = crate::lease_queries::query_message(me, &o);
+                        let msg = template
+                            .get_or_insert_with(|| crate::lease_queries::QueryTemplate::new(me))
+                            .message(&o);
                         let enc = c.out.encode(&ctx.query_to, msg)?;
                         for ch in &enc.chunks {
                             buf.extend_from_slice(ch);
