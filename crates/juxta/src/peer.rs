@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use juxta_proto::endpoint::{self, Delivery, ServiceAddress};
-use juxta_proto::id::{IdHashState, PeerId};
+use juxta_proto::id::PeerId;
 use juxta_proto::identity::{Identity, IdentityError};
 use juxta_proto::wire::connection::{Proof, Role};
 use tokio::net::{TcpListener, TcpStream};
@@ -321,16 +321,11 @@ pub(crate) struct Inner {
     /// lives only while someone dials or waits, so the map is bounded by
     /// the callers.
     dialing: std::sync::Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<()>>>>,
-    listeners: RwLock<HashMap<ServiceAddress, mpsc::Sender<Delivery>, IdHashState>>,
-    /// Communicators' receive queues: their messages go from the
-    /// connection's reader straight in (see `crate::mp::Inbox`).
-    mp_inboxes: RwLock<Vec<Arc<crate::mp::Inbox>>>,
+    /// Who takes received messages: listeners, communicators' inboxes,
+    /// pipe sinks, stream sockets by frame number.
+    pub(crate) receivers: crate::endpoint::receivers::Receivers,
     pub(crate) pipes: crate::pipe::registry::PipeRegistry,
     pub(crate) secure: crate::pipe::secure::Sessions,
-    pub(crate) direct: RwLock<HashMap<String, Arc<dyn crate::pipe::DirectSink>, IdHashState>>,
-    /// Stream sockets that take their data in compact stream frames, by
-    /// number (the connection's reader hands each frame over).
-    pub(crate) stream_frames: crate::socket::stream::FrameTable,
     pub(crate) self_ref: Weak<Inner>,
     /// The multicast transport, when configured.
     pub(crate) multicast: Option<Arc<crate::transport::multicast::Multicast>>,
@@ -472,7 +467,7 @@ impl Inner {
         // goes straight into its queue, as its address is on the wire:
         // what `on_link_message` would deliver, without rewriting the
         // address or passing through a listener's channel.
-        if let Some(inbox) = self.mp_inbox(|i| i.wire_to == *m.to) {
+        if let Some(inbox) = self.receivers.inbox(|i| i.wire_to == *m.to) {
             inbox
                 .deliver(
                     Some(conn.remote),
@@ -483,11 +478,20 @@ impl Inner {
                 .await;
             return;
         }
+        let to = conn.addresses.demangled(m.to);
+        if !crate::relay::route::is_router_or_relay(&to.1) {
+            // The usual case (a listener's or a pipe's message), handed
+            // over without an await unless its queue is full.
+            let d = crate::relay::route::link_delivery(conn, to, m.message);
+            if let Some(wait) = self.try_hand_over(conn.remote, d) {
+                self.hand_over_waiting(wait).await;
+            }
+            return;
+        }
         let Some(me) = self.self_ref.upgrade() else {
             return;
         };
         // Router and relay traffic is checked (and maybe forwarded) first.
-        let to = conn.addresses.demangled(m.to);
         if let Some(d) = crate::relay::route::on_link_message(&me, conn, to, m.message).await {
             self.hand_over(conn.remote, d).await;
         }
@@ -516,51 +520,46 @@ impl Inner {
 
     /// Hands a delivery to its listener (or pipe sink).
     async fn hand_over(&self, remote: PeerId, d: Delivery) {
+        if let Some(wait) = self.try_hand_over(remote, d) {
+            self.hand_over_waiting(wait).await;
+        }
+    }
+
+    /// Hands a delivery to its listener (or pipe sink) without waiting:
+    /// the usual case, kept out of any future (a delivery moved through
+    /// the states of an async hand-over was copied several times per
+    /// message). What has to wait comes back.
+    fn try_hand_over(&self, remote: PeerId, d: Delivery) -> Option<HandOver> {
         if d.to.service == crate::pipe::secure::TLS_SERVICE {
-            // Secure pipe records are decrypted here, on the connection's
+            // Secure pipe records are decrypted on the connection's
             // reader: one task switch less per message.
-            crate::pipe::secure::on_records_direct(self, d).await;
-            return;
+            return Some(HandOver::Records(d));
         }
         if d.to.service == crate::pipe::PIPE_SERVICE {
             // Sockets take their messages straight from the connection's
             // reader: no queue and no task switch on the data path.
-            let sink =
-                d.to.param
-                    .as_ref()
-                    .and_then(|p| self.direct.read().expect("direct lock").get(p).cloned());
+            let sink = d.to.param.as_ref().and_then(|p| self.receivers.sink(p));
             if let Some(sink) = sink {
                 sink.deliver(d);
-                return;
+                return None;
             }
         }
-        if let Some(inbox) = self.mp_inbox(|i| i.to == *d.to) {
+        if let Some(inbox) = self.receivers.inbox(|i| i.to == *d.to) {
             // A communicator's message that came another way (a route).
-            inbox.deliver(d.from, d.proven(), d.routed, d.message).await;
-            return;
+            return Some(HandOver::Inbox(inbox, d));
         }
-        let tx = {
-            let l = self.listeners.read().expect("listeners lock");
-            l.get(&d.to)
-                .or_else(|| {
-                    l.get(&ServiceAddress {
-                        service: d.to.service.clone(),
-                        param: None,
-                    })
-                })
-                .cloned()
-        };
-        match tx {
-            // A full queue makes this connection stop reading: back-pressure
-            // to the sender, nothing dropped.
-            Some(tx) => {
-                // Room in the queue (the usual case): handed over without
-                // an await; else wait for room.
-                if let Err(d) = hand_to(&tx, d).await {
+        match self.receivers.listener(&d.to) {
+            Some(tx) => match tx.try_send(d) {
+                Ok(()) => None,
+                // A full queue makes this connection stop reading:
+                // back-pressure to the sender, nothing dropped.
+                Err(mpsc::error::TrySendError::Full(d)) => Some(HandOver::Full(tx, d)),
+                Err(mpsc::error::TrySendError::Closed(d)) => {
                     self.stats.unroutable.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(to = ?d.to, "listener gone; message dropped");
+                    None
                 }
-            }
+            },
             None if d.to.service == crate::pipe::PIPE_SERVICE => {
                 let n = self.stats.unknown_pipe.fetch_add(1, Ordering::Relaxed) + 1;
                 // Logged at info for the 1st, 2nd, 4th, 8th, ... so a flood
@@ -570,10 +569,29 @@ impl Inner {
                 } else {
                     tracing::debug!(%remote, pipe = ?d.to.param, "message for an unknown pipe dropped");
                 }
+                None
             }
             None => {
                 self.stats.unroutable.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(%remote, to = ?d.to, "no listener; message dropped");
+                None
+            }
+        }
+    }
+
+    /// The rest of a hand-over that has to wait (see
+    /// [`Inner::try_hand_over`]).
+    async fn hand_over_waiting(&self, wait: HandOver) {
+        match wait {
+            HandOver::Records(d) => crate::pipe::secure::on_records_direct(self, d).await,
+            HandOver::Inbox(inbox, d) => {
+                inbox.deliver(d.from, d.proven(), d.routed, d.message).await
+            }
+            HandOver::Full(tx, d) => {
+                if let Err(e) = tx.send(d).await {
+                    self.stats.unroutable.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(to = ?e.0.to, "listener gone; message dropped");
+                }
             }
         }
     }
@@ -591,24 +609,14 @@ impl Inner {
         message: juxta_proto::message::Message,
         vouched_in: Option<String>,
     ) {
-        if let Some(inbox) = self.mp_inbox(|i| i.to == to) {
+        if let Some(inbox) = self.receivers.inbox(|i| i.to == to) {
             if !inbox.try_deliver(Some(from), message) {
                 self.stats.unroutable.fetch_add(1, Ordering::Relaxed);
             }
             return;
         }
         let to = Arc::new(to);
-        let tx = {
-            let l = self.listeners.read().expect("listeners lock");
-            l.get(&*to)
-                .or_else(|| {
-                    l.get(&ServiceAddress {
-                        service: to.service.clone(),
-                        param: None,
-                    })
-                })
-                .cloned()
-        };
+        let tx = self.receivers.listener(&to);
         let d = Delivery {
             group: None,
             to: to.clone(),
@@ -626,48 +634,25 @@ impl Inner {
         }
     }
 
-    /// Registers a listener for `to` (not mangled).
-    /// The communicator inbox `f` picks, if any (none registered: one
-    /// uncontended read lock).
-    fn mp_inbox(&self, f: impl Fn(&crate::mp::Inbox) -> bool) -> Option<Arc<crate::mp::Inbox>> {
-        let v = self.mp_inboxes.read().expect("mp inboxes lock");
-        v.iter().find(|i| f(i)).cloned()
-    }
-
     /// Registers a communicator's inbox (its address must be free).
     pub(crate) fn add_mp_inbox(&self, inbox: Arc<crate::mp::Inbox>) -> Result<(), PeerError> {
-        let l = self.listeners.read().expect("listeners lock");
-        let mut v = self.mp_inboxes.write().expect("mp inboxes lock");
-        if l.contains_key(&inbox.to) || v.iter().any(|i| i.to == inbox.to) {
-            return Err(PeerError::ListenerExists(inbox.to.clone()));
-        }
-        v.push(inbox);
-        Ok(())
+        let to = inbox.to.clone();
+        self.receivers
+            .add_inbox(inbox)
+            .map_err(|_| PeerError::ListenerExists(to))
     }
 
     /// Unregisters a communicator's inbox.
     pub(crate) fn remove_mp_inbox(&self, inbox: &Arc<crate::mp::Inbox>) {
-        self.mp_inboxes
-            .write()
-            .expect("mp inboxes lock")
-            .retain(|i| !Arc::ptr_eq(i, inbox));
+        self.receivers.remove_inbox(inbox);
     }
 
+    /// Registers a listener for `to` (not mangled).
     pub(crate) fn add_listener(&self, to: ServiceAddress) -> Result<Listener, PeerError> {
-        let mut l = self.listeners.write().expect("listeners lock");
-        if l.contains_key(&to)
-            || self
-                .mp_inboxes
-                .read()
-                .expect("mp inboxes lock")
-                .iter()
-                .any(|i| i.to == to)
-        {
-            return Err(PeerError::ListenerExists(to));
+        match self.receivers.add_listener(&to, self.cfg.listener_queue) {
+            Ok(rx) => Ok(Listener::new(to, rx, self.self_ref.clone())),
+            Err(_) => Err(PeerError::ListenerExists(to)),
         }
-        let (tx, rx) = mpsc::channel(self.cfg.listener_queue);
-        l.insert(to.clone(), tx);
-        Ok(Listener::new(to, rx, self.self_ref.clone()))
     }
 
     /// The live connection to `peer`, if there is one.
@@ -716,7 +701,7 @@ impl Inner {
     }
 
     pub(crate) fn remove_listener(&self, to: &ServiceAddress) {
-        self.listeners.write().expect("listeners lock").remove(to);
+        self.receivers.remove_listener(to);
     }
 }
 
@@ -1198,12 +1183,9 @@ impl Peer {
             connections: RwLock::new(Default::default()),
             by_addr: RwLock::new(HashMap::new()),
             dialing: std::sync::Mutex::new(HashMap::new()),
-            listeners: RwLock::new(HashMap::default()),
-            mp_inboxes: RwLock::new(Vec::new()),
+            receivers: Default::default(),
             pipes: crate::pipe::registry::PipeRegistry::new(),
             secure: Default::default(),
-            direct: RwLock::new(HashMap::default()),
-            stream_frames: Default::default(),
             self_ref: w.clone(),
             multicast,
             discovery,
@@ -1625,6 +1607,16 @@ async fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
 /// it.
 fn track_connection(inner: &Inner, t: JoinHandle<()>) {
     inner.tasks.adopt(t);
+}
+
+/// A hand-over that has to wait (see [`Inner::try_hand_over`]).
+enum HandOver {
+    /// Secure pipe records, decrypted on the connection's reader.
+    Records(Delivery),
+    /// A communicator's message, into its inbox.
+    Inbox(Arc<crate::mp::Inbox>, Delivery),
+    /// A listener whose queue is full: waits for room.
+    Full(mpsc::Sender<Delivery>, Delivery),
 }
 
 /// Puts `v` on a bounded queue: without an await when it has room (the

@@ -51,16 +51,8 @@ pub(crate) async fn on_link_message(
         super::on_control(inner, conn, message).await;
         return None;
     }
-    if real.service != ROUTER_SERVICE {
-        return Some(Delivery {
-            vouched_in: None,
-            group,
-            to: real,
-            from: Some(conn.remote),
-            message,
-            routed: false,
-            proof: conn.proof(),
-        });
+    if !is_router_or_relay(&real) {
+        return Some(link_delivery(conn, (group, real), message));
     }
     let link = conn.remote;
     let local = *inner.identity.peer_id();
@@ -115,6 +107,33 @@ pub(crate) async fn on_link_message(
         refused(inner, &link, &e);
     }
     None
+}
+
+/// Whether a message to `to` is router or relay traffic, which
+/// [`on_link_message`] checks (and may forward) before any listener sees
+/// it; everything else goes straight to its listener
+/// ([`link_delivery`]).
+pub(crate) fn is_router_or_relay(to: &ServiceAddress) -> bool {
+    to.service == ROUTER_SERVICE || to.service == RELAY_SERVICE
+}
+
+/// The delivery of a message received on `conn` for a listener here
+/// (neither router nor relay traffic): from the connection's peer, as
+/// proven as the connection.
+pub(crate) fn link_delivery(
+    conn: &Connection,
+    (group, to): (Option<Arc<str>>, Arc<ServiceAddress>),
+    message: Message,
+) -> Delivery {
+    Delivery {
+        vouched_in: None,
+        group,
+        to,
+        from: Some(conn.remote),
+        message,
+        routed: false,
+        proof: conn.proof(),
+    }
 }
 
 /// [`forward::rewrite_forwarded`] with the router's memory of the headers

@@ -1094,10 +1094,8 @@ impl JxtaSocket {
         // straight to the engine; take over any that queued before.
         let urn = local.id.to_string();
         inner
-            .direct
-            .write()
-            .expect("direct lock")
-            .insert(urn.clone(), Arc::new(Sink(shared.clone())));
+            .receivers
+            .add_sink(urn.clone(), Arc::new(Sink(shared.clone())));
         while let Some(m) = input.try_recv() {
             shared.on_message(&m.message);
         }
@@ -1235,7 +1233,7 @@ async fn drive(
         }
         if done {
             if let Some(inner) = inner.upgrade() {
-                inner.direct.write().expect("direct lock").remove(&urn);
+                inner.receivers.remove_sink(&urn);
             }
             return;
         }
@@ -1274,7 +1272,7 @@ async fn drive(
                 }
                 drop(st);
                 if let Some(inner) = inner.upgrade() {
-                    inner.direct.write().expect("direct lock").remove(&urn);
+                    inner.receivers.remove_sink(&urn);
                 }
                 return;
             }

@@ -389,12 +389,10 @@ impl StreamSocket {
         });
         let urn = local.id.to_string();
         inner
-            .direct
-            .write()
-            .expect("direct lock")
-            .insert(urn.clone(), Arc::new(Sink(shared.clone())));
+            .receivers
+            .add_sink(urn.clone(), Arc::new(Sink(shared.clone())));
         if frames != Frames::Off {
-            let n = inner.stream_frames.register(&shared);
+            let n = inner.receivers.frames().register(&shared);
             let mut st = shared.lock();
             st.frames = n;
             if let Frames::Peer(theirs) = frames {
@@ -800,9 +798,9 @@ async fn drive(inner: Weak<Inner>, shared: Arc<Shared>, urn: String, _input: Inp
         }
     }
     if let Some(inner) = inner.upgrade() {
-        inner.direct.write().expect("direct lock").remove(&urn);
+        inner.receivers.remove_sink(&urn);
         if let Some(n) = shared.lock().frames {
-            inner.stream_frames.remove(n);
+            inner.receivers.frames().remove(n);
         }
     }
 }
@@ -836,7 +834,7 @@ mod tests {
             .unwrap();
         let mut s = tokio::time::timeout(WAIT, accept).await.unwrap().unwrap();
         let n = s.stream_frames().expect("the server's socket takes frames");
-        let table = &a.inner.stream_frames;
+        let table = a.inner.receivers.frames();
 
         // Another peer naming the socket's number: counted, not delivered.
         assert!(table.deliver(c.peer_id(), n, Bytes::from_static(b"evil")));
@@ -899,7 +897,7 @@ mod tests {
         let n = victim.stream_frames().unwrap();
         // What a connection's reader hands over from B: more than granted.
         let over = Bytes::from(vec![1u8; proto::MIN_WINDOW as usize + 1]);
-        assert!(a.inner.stream_frames.deliver(b.peer_id(), n, over));
+        assert!(a.inner.receivers.frames().deliver(b.peer_id(), n, over));
         let mut buf = [0u8; 8];
         let e = victim.read(&mut buf).await.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);

@@ -1115,7 +1115,7 @@ async fn read_loop(
                 // the peer's ID; the stream must be one this peer opened
                 // with that peer.
                 let taken = conn.proof().is_proven()
-                    && inner.stream_frames.deliver(conn.remote, stream, data);
+                    && inner.receivers.frames().deliver(conn.remote, stream, data);
                 if !taken {
                     let n = inner.stats.unknown_pipe.fetch_add(1, Ordering::Relaxed) + 1;
                     if n.is_power_of_two() {

@@ -14,6 +14,8 @@ use tokio::sync::mpsc;
 use crate::peer::Inner;
 use crate::transport::tcp::Connection;
 
+pub(crate) mod receivers;
+
 /// Errors sending a message.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
