@@ -130,6 +130,9 @@ pub struct LeasesOptions {
     pub names_per_edge: usize,
     /// A query not at its publisher after this long counts as lost.
     pub query_timeout: Duration,
+    /// With queries: after each rate, the same rate through the plain-TCP
+    /// forwarder ([`crate::query_forward`]), the floor of this machine.
+    pub query_baseline: bool,
 }
 
 impl Default for LeasesOptions {
@@ -152,6 +155,7 @@ impl Default for LeasesOptions {
             positive_pct: 50,
             names_per_edge: 1,
             query_timeout: crate::rendezvous::LOOKUP_TIMEOUT,
+            query_baseline: true,
         }
     }
 }
@@ -984,6 +988,12 @@ pub struct LeasesRow {
     pub duration_s: f64,
     /// Discovery queries, one row per offered rate (`--query-rate`).
     pub queries: Vec<QueryRow>,
+    /// The same rates through the plain-TCP forwarder, each offered right
+    /// after the rendezvous' (its `rdv_*` figures are the forwarder
+    /// process'; empty without queries or with `--no-query-baseline`).
+    pub query_baseline: Vec<QueryRow>,
+    /// The forwarder's process ID (killed before the run returns).
+    pub query_forward_pid: Option<u32>,
 }
 
 /// Runs the scenario; `log` gets progress lines. The rendezvous process
@@ -991,8 +1001,14 @@ pub struct LeasesRow {
 pub async fn run(o: &LeasesOptions, log: impl Fn(String)) -> Result<LeasesRow, BenchError> {
     o.validate()?;
     let started = Instant::now();
-    let limit = raise_nofile(o.edges as u64 + 512)?;
-    if limit < o.edges as u64 + 64 {
+    // With the baseline, its raw clients and the forwarder's ends too.
+    let fds = if o.query_baseline && !o.query_rates.is_empty() {
+        3 * o.edges as u64
+    } else {
+        o.edges as u64
+    };
+    let limit = raise_nofile(fds + 512)?;
+    if limit < fds + 64 {
         return Err(BenchError::BadOption(format!(
             "--edges {}: the descriptor limit is {limit} (raise `ulimit -n`)",
             o.edges
@@ -1093,6 +1109,18 @@ async fn measure(
     )
     .await;
 
+    // The size of a query document, which the plain-TCP baseline's frames
+    // carry as padding.
+    let query_pad = ids.first().map_or(0, |id| {
+        let m = crate::lease_queries::query_message(
+            *id.peer_id(),
+            &crate::lease_queries::QueryOrder {
+                seq: 1_000_000,
+                name: published_name(o.edges.saturating_sub(1), 0),
+            },
+        );
+        m.elements.first().map_or(0, |e| e.data.len())
+    });
     // The clients.
     let ctx = Arc::new(Ctx {
         rdv_addr: rdv.addr,
@@ -1178,6 +1206,8 @@ async fn measure(
 
     // Discovery queries, rate after rate.
     let mut queries = Vec::new();
+    let mut query_baseline = Vec::new();
+    let mut query_forward_pid = None;
     if let Some((k, table)) = &ctx.queries {
         // Until the last client's entries are indexed.
         let last = published_name(o.edges - 1, 0);
@@ -1191,6 +1221,40 @@ async fn measure(
                 _ => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
+        // The plain-TCP floor: a forwarder process and as many raw
+        // clients, each rate offered to it right after the rendezvous.
+        let mut baseline = if o.query_baseline {
+            let fwd = crate::query_forward::ForwardProcess::spawn(&o.exe, o.edges).await?;
+            log(format!(
+                "leases: plain-TCP forwarder {} (pid {}), {} raw clients, frames of {} B",
+                fwd.addr,
+                fwd.pid,
+                o.edges,
+                4 + crate::query_forward::FRAME_HEAD + query_pad
+            ));
+            let btable = Arc::new(QueryTable::new(o.total_queries()));
+            let addrs = o.source_addrs();
+            let started = crate::query_forward::start_clients(
+                o.edges,
+                fwd.addr,
+                |i| source_addr(i % addrs),
+                (btable.clone(), query_pad),
+                stop_rx.clone(),
+                Duration::from_secs(60),
+            )
+            .await;
+            let mut fwd = fwd;
+            query_forward_pid = Some(fwd.pid);
+            match started {
+                Ok((orders, tasks)) => Some((fwd, btable, orders, tasks, 0usize)),
+                Err(e) => {
+                    fwd.kill().await;
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
         let mut next_seq = 0;
         for &rate in &o.query_rates {
             log(format!(
@@ -1215,6 +1279,28 @@ async fn measure(
             if proc_usage(rdv.pid).is_none() {
                 return Err(gone());
             }
+            if let Some((fwd, btable, borders, _, bseq)) = baseline.as_mut() {
+                let r = crate::lease_queries::offer(
+                    btable,
+                    borders,
+                    *k,
+                    (rate, o.query_duration, o.positive_pct, o.query_timeout),
+                    bseq,
+                    fwd.pid,
+                )
+                .await;
+                log(format!(
+                    "leases: {rate}/s plain TCP: {} sent, {} not sent, {:.0} forwarded/s, loss {:.2} %, p50 {:.2} ms, p99 {:.2} ms, forwarder {:.0} % CPU, {:.1} us/query, bench {:.0} % CPU",
+                    r.sent, r.not_sent, r.forwarded_per_s, r.loss_pct, r.p50_ms, r.p99_ms,
+                    r.rdv_cpu_pct, r.rdv_us_per_query, r.bench_cpu_pct
+                ));
+                query_baseline.push(r);
+            }
+        }
+        if let Some((mut fwd, _, borders, mut tasks, _)) = baseline.take() {
+            drop(borders);
+            fwd.kill().await;
+            tasks.abort_all();
         }
     }
     drop(orders);
@@ -1329,5 +1415,7 @@ async fn measure(
         rdv_pid: rdv.pid,
         duration_s: started.elapsed().as_secs_f64(),
         queries,
+        query_baseline,
+        query_forward_pid,
     })
 }

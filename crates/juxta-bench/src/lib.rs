@@ -30,6 +30,7 @@ pub mod mp;
 pub mod net;
 pub mod ops;
 pub mod pingpong;
+pub mod query_forward;
 pub mod recovery;
 pub mod relay;
 pub mod remote;

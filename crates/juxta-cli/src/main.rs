@@ -122,6 +122,15 @@ enum Cmd {
     /// recovery benchmarks); prints `READY <addr> <peer id>`.
     #[command(hide = true)]
     RdvServe(RdvServeArgs),
+    /// Internal: the plain-TCP forwarder the leases benchmark measures its
+    /// query rates against; prints `READY <addr>`.
+    #[command(hide = true)]
+    QueryForward {
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        #[arg(long, default_value_t = 1024)]
+        max_connections: usize,
+    },
     /// Internal: a relay peer as its own process (relay benchmark);
     /// prints `READY <addr> <peer id> [<http addr>]`.
     #[command(hide = true)]
@@ -833,6 +842,11 @@ struct LeasesArgs {
     /// A query not at its publisher after this long counts as lost, ms.
     #[arg(long, default_value_t = 2_000)]
     query_timeout_ms: u64,
+    /// Skip the plain-TCP baseline: by default each query rate is offered
+    /// again, right after, to a forwarder that only moves the same frames
+    /// between as many connections (the floor of this machine).
+    #[arg(long)]
+    no_query_baseline: bool,
     /// Write the results here as JSON (`command`, `machine`, `results`).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -1085,6 +1099,15 @@ fn main() -> ExitCode {
         Cmd::Sim(a) => run_sim(a),
         Cmd::RdvServe(a) => run_rdv_serve_in_ns(a),
         Cmd::RelayServe(a) => run_relay_serve_in_ns(a),
+        Cmd::QueryForward {
+            listen,
+            max_connections,
+        } => multi_thread()
+            .block_on(juxta_bench::query_forward::run_process(
+                listen,
+                max_connections,
+            ))
+            .map_err(CliError::from),
         Cmd::SoakWorker { spec } => return juxta_bench::worker::main_json(&spec),
         Cmd::BenchResponder {
             layer,
@@ -2345,6 +2368,7 @@ fn run_leases(a: LeasesArgs) -> Result<(), CliError> {
         positive_pct: a.positive_pct,
         names_per_edge: a.names_per_edge,
         query_timeout: Duration::from_millis(a.query_timeout_ms),
+        query_baseline: !a.no_query_baseline,
         ..Default::default()
     };
     opts.validate()?;

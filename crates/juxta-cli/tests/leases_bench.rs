@@ -126,7 +126,10 @@ fn forty_edges_over_three_addresses_all_lease_and_the_rendezvous_is_stopped() {
     assert_eq!(r["identities"]["generated"], 0, "{r}");
     let q = r["queries"].as_array().unwrap();
     assert_eq!(q.len(), 2, "{r}");
-    for (row, rate) in q.iter().zip([100, 300]) {
+    // The same rates through the plain-TCP forwarder, in the same run.
+    let b = r["query_baseline"].as_array().unwrap();
+    assert_eq!(b.len(), 2, "{r}");
+    for (row, rate) in q.iter().zip([100, 300]).chain(b.iter().zip([100, 300])) {
         assert_eq!(row["offered_per_s"], rate, "{row}");
         assert_eq!(row["not_sent"], 0, "{row}");
         let sent = row["sent"].as_u64().unwrap();
@@ -143,6 +146,7 @@ fn forty_edges_over_three_addresses_all_lease_and_the_rendezvous_is_stopped() {
         assert!(row["rdv_us_per_query"].is_number(), "{row}");
     }
     assert!(!running(r["rdv_pid"].as_u64().unwrap()));
+    assert!(!running(r["query_forward_pid"].as_u64().unwrap()));
 }
 
 #[test]
