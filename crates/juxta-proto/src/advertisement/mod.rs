@@ -18,6 +18,7 @@
 //! share (crate-private).
 
 pub mod any;
+mod flat;
 pub mod group;
 pub mod module;
 pub mod peer;

@@ -59,6 +59,20 @@ pub(crate) fn parse_shallow<'a, const N: usize>(
     if xml.len() > max_len {
         return Err(XmlError::TooLarge(xml.len()));
     }
+    // Most protocol documents are flat: read without the XML reader.
+    if let Some(kept) = super::flat::read(xml, root, wanted, deep) {
+        return Ok(kept);
+    }
+    by_reader(xml, root, wanted, deep)
+}
+
+/// [`parse_shallow`] with quick-xml's reader, for any document.
+fn by_reader<'a, const N: usize>(
+    xml: &'a str,
+    root: &'static str,
+    wanted: [&str; N],
+    deep: [bool; N],
+) -> Result<[Option<Kept<'a>>; N], XmlError> {
     let mut reader = Reader::from_str(xml);
     let mut kept: [Option<Kept<'a>>; N] = std::array::from_fn(|_| None);
     // Open elements (the tree parser's stack height).
@@ -302,9 +316,105 @@ mod tests {
             .collect())
     }
 
+    fn shape<'a>(kept: Result<[Option<Kept<'a>>; 3], XmlError>) -> Read {
+        Ok(kept?
+            .into_iter()
+            .map(|k| k.map(|k| (k.text.into_owned(), k.node)))
+            .collect())
+    }
+
+    /// The flat reader's answer, where it takes the document.
+    fn by_flat(xml: &str) -> Option<Read> {
+        super::super::flat::read(xml, "r", WANTED, DEEP).map(|k| shape(Ok(k)))
+    }
+
+    /// The tree parser, [`parse_shallow`] and its XML reader alone give
+    /// the same answer, and so does the flat reader where it takes `xml`.
     fn same(xml: &str) {
-        let (t, s) = (by_tree(xml), by_shallow(xml));
-        assert_eq!(format!("{t:?}"), format!("{s:?}"), "{xml:?}");
+        let t = format!("{:?}", by_tree(xml));
+        assert_eq!(t, format!("{:?}", by_shallow(xml)), "{xml:?}");
+        let r = shape(by_reader(xml, "r", WANTED, DEEP));
+        assert_eq!(t, format!("{r:?}"), "{xml:?}");
+        if let Some(f) = by_flat(xml) {
+            assert_eq!(t, format!("{f:?}"), "flat: {xml:?}");
+        }
+    }
+
+    #[test]
+    fn flat_documents_skip_the_xml_reader() {
+        for xml in [
+            "<r><A> a </A><C>x&amp;y &lt;q&gt; &#65;</C></r>",
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<!DOCTYPE r>\n\
+             <r xml:space=\"preserve\" xmlns:jxta=\"http://jxta.org\">\n\t\n\
+             \t<A>\n\t\t1\n\t</A>\n\t<x>y</x>\n\t<C/>\n</r>\n",
+            "<?xml version=\"1.0\"?><r><A>1</A><A>2</A><x/><C></C></r>",
+            "<r ><A>caf\u{e9} > ]]></A></r> \n",
+        ] {
+            assert!(by_flat(xml).is_some(), "{xml:?}");
+            same(xml);
+        }
+        // Outside the subset: the XML reader answers (or refuses).
+        for xml in [
+            "<r><A>1</A>\r\n</r>",
+            "<r><A>1\r\n</A></r>",
+            "<r><!-- c --><A>1</A></r>",
+            "<r><A><![CDATA[c]]></A></r>",
+            "<r><A>1<y/></A></r>",
+            "<r><B>deep</B></r>",
+            "<q><A>1</A></q>",
+            "<r a=\"1\" a=\"2\"><A>1</A></r>",
+            "<r a='1'><A>1</A></r>",
+            "<r a=\"&amp;\"><A>1</A></r>",
+            "<r><x>&amp;</x></r>",
+            "<r><A>&bad;</A></r>",
+            "<r><A>1</A><A>&bad;</A></r>",
+            "<r><A >1</A></r>",
+            "<r><A>1</A ></r>",
+            "<r><A>1</A></r>x",
+            "<r><A>1</A></r><r/>",
+            "<r><\u{e9}>1</\u{e9}></r>",
+            "<r><A>1</A>",
+            "<r/>",
+            " <?xml version=\"1.0\"?><r/>",
+            "<!DOCTYPE r [<!ENTITY e \"x\">]><r><A>&e;</A></r>",
+        ] {
+            assert!(by_flat(xml).is_none(), "{xml:?}");
+            same(xml);
+        }
+        let attrs: String = (0..16).map(|i| format!(" a{i}=\"1\"")).collect();
+        assert!(by_flat(&format!("<r{attrs}><A>1</A></r>")).is_some());
+        let attrs: String = (0..17).map(|i| format!(" a{i}=\"1\"")).collect();
+        assert!(by_flat(&format!("<r{attrs}><A>1</A></r>")).is_none());
+        let many = format!("<r>{}</r>", "<x/>".repeat(MAX_XML_ELEMENTS));
+        assert!(super::super::flat::read(&many, "r", WANTED, DEEP).is_none());
+    }
+
+    /// Every document JXSE 2.7 wrote for the tests: where the flat reader
+    /// takes one, its answer is the XML reader's, and JXSE's discovery
+    /// query is one it takes.
+    #[test]
+    fn flat_reader_answers_as_the_xml_reader_on_jxse_documents() {
+        let text = include_str!("../../tests/jxse_docs/jxse-2.7-documents.txt");
+        let mut flat = Vec::new();
+        for doc in text.split("=====END\n") {
+            let Some(body) = doc.split_once('\n').map(|(_, b)| b) else {
+                continue;
+            };
+            let Ok(tree) = parse_xml_limited(body, 1 << 20) else {
+                continue;
+            };
+            let root: &'static str = Box::leak(tree.name.clone().into_boxed_str());
+            let names: Vec<&str> = tree.children.iter().map(|c| c.name.as_str()).collect();
+            let wanted: [&str; 5] =
+                std::array::from_fn(|i| names.get(i).copied().unwrap_or("none"));
+            let reader = by_reader(body, root, wanted, [false; 5]).expect("JXSE's document");
+            if let Some(f) = super::super::flat::read(body, root, wanted, [false; 5]) {
+                let strip = |k: [Option<Kept>; 5]| k.map(|k| k.map(|k| k.text.into_owned()));
+                assert_eq!(strip(f), strip(reader), "{body}");
+                flat.push(root);
+            }
+        }
+        assert!(flat.contains(&"jxta:DiscoveryQuery"), "{flat:?}");
     }
 
     #[test]
@@ -378,11 +488,74 @@ mod tests {
         ]
     }
 
+    /// Documents near the flat subset's edges: prologs, root attributes,
+    /// children of wanted and other names, texts with entities, `>`,
+    /// `]]>`, `\r` and non-ASCII, empty children, trailing matter.
+    fn near_flat() -> impl Strategy<Value = String> {
+        let prolog = prop_oneof![
+            Just(""),
+            Just("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"),
+            Just("<?xml version=\"1.0\"?>"),
+            Just("<?xml version='1.0'?>"),
+            Just("<!DOCTYPE r>\n"),
+            Just("<?xml version=\"1.0\"?>\n<!DOCTYPE r>\n\t"),
+            Just("\n"),
+        ];
+        let attr = (
+            prop_oneof![Just("a"), Just("b"), Just("xml:space"), Just("1x")],
+            "[a-z&<>\"\r ]{0,3}",
+        )
+            .prop_map(|(k, v)| format!(" {k}=\"{v}\""));
+        let text = proptest::collection::vec(
+            prop_oneof![
+                Just("&amp;"),
+                Just("&bad;"),
+                Just("&#65;"),
+                Just(">"),
+                Just("]]>"),
+                Just("\r"),
+                Just(" "),
+                Just("\n\t"),
+                Just("z"),
+                Just("\u{e9}"),
+            ],
+            0..4,
+        )
+        .prop_map(|t| t.concat());
+        let child = (
+            prop_oneof![Just("A"), Just("B"), Just("C"), Just("x"), Just("\u{e9}")],
+            text,
+            0..4u8,
+        )
+            .prop_map(|(n, t, form)| match form {
+                0 => format!("<{n}/>"),
+                1 => format!("<{n}></{n}>"),
+                _ => format!("<{n}>{t}</{n}>"),
+            });
+        let sep = prop_oneof![Just(""), Just(" "), Just("\n\t"), Just("\r\n"), Just("q")];
+        let tail = prop_oneof![Just(""), Just("\n"), Just(" x"), Just("<!-- c -->")];
+        (
+            prolog,
+            proptest::collection::vec(attr, 0..3),
+            proptest::collection::vec((sep, child), 0..6),
+            tail,
+        )
+            .prop_map(|(p, attrs, kids, t)| {
+                let kids: String = kids.into_iter().map(|(s, c)| format!("{s}{c}")).collect();
+                format!("{p}<r{}>{kids}</r>{t}", attrs.concat())
+            })
+    }
+
     proptest! {
         #[test]
         fn reads_as_the_tree_parser(body in proptest::collection::vec(piece(), 0..24)) {
             same(&format!("<r>{}</r>", body.concat()));
             same(&body.concat());
+        }
+
+        #[test]
+        fn flat_reader_answers_as_the_xml_reader(xml in near_flat()) {
+            same(&xml);
         }
     }
 }
