@@ -998,6 +998,28 @@ pub struct LeasesRow {
 
 /// Runs the scenario; `log` gets progress lines. The rendezvous process
 /// is killed by PID before this returns, whatever happened.
+/// Offers one rate of discovery queries (`plan`: rate, duration, positive
+/// share, time-out) to the process `at.0` and logs its row, labelled
+/// `at.1` after the rate and naming that process `at.2`.
+async fn offer_logged(
+    table: &crate::lease_queries::QueryTable,
+    orders: &[Option<tokio::sync::mpsc::Sender<crate::lease_queries::QueryOrder>>],
+    names_per_edge: usize,
+    plan: (u32, Duration, u32, Duration),
+    next_seq: &mut usize,
+    at: (u32, &str, &str),
+    log: &impl Fn(String),
+) -> QueryRow {
+    let r = crate::lease_queries::offer(table, orders, names_per_edge, plan, next_seq, at.0).await;
+    let (rate, label, who) = (plan.0, at.1, at.2);
+    log(format!(
+        "leases: {rate}/s{label}: {} sent, {} not sent, {:.0} forwarded/s, loss {:.2} %, p50 {:.2} ms, p99 {:.2} ms, {who} {:.0} % CPU, {:.1} us/query, bench {:.0} % CPU",
+        r.sent, r.not_sent, r.forwarded_per_s, r.loss_pct, r.p50_ms, r.p99_ms,
+        r.rdv_cpu_pct, r.rdv_us_per_query, r.bench_cpu_pct
+    ));
+    r
+}
+
 pub async fn run(o: &LeasesOptions, log: impl Fn(String)) -> Result<LeasesRow, BenchError> {
     o.validate()?;
     let started = Instant::now();
@@ -1261,39 +1283,16 @@ async fn measure(
                 "leases: {rate} discovery queries/s for {:.1} s",
                 o.query_duration.as_secs_f64()
             ));
-            let r = crate::lease_queries::offer(
-                table,
-                &orders,
-                *k,
-                (rate, o.query_duration, o.positive_pct, o.query_timeout),
-                &mut next_seq,
-                rdv.pid,
-            )
-            .await;
-            log(format!(
-                "leases: {rate}/s: {} sent, {} not sent, {:.0} forwarded/s, loss {:.2} %, p50 {:.2} ms, p99 {:.2} ms, rendezvous {:.0} % CPU, {:.1} us/query, bench {:.0} % CPU",
-                r.sent, r.not_sent, r.forwarded_per_s, r.loss_pct, r.p50_ms, r.p99_ms,
-                r.rdv_cpu_pct, r.rdv_us_per_query, r.bench_cpu_pct
-            ));
+            let plan = (rate, o.query_duration, o.positive_pct, o.query_timeout);
+            let at = (rdv.pid, "", "rendezvous");
+            let r = offer_logged(table, &orders, *k, plan, &mut next_seq, at, log).await;
             queries.push(r);
             if proc_usage(rdv.pid).is_none() {
                 return Err(gone());
             }
             if let Some((fwd, btable, borders, _, bseq)) = baseline.as_mut() {
-                let r = crate::lease_queries::offer(
-                    btable,
-                    borders,
-                    *k,
-                    (rate, o.query_duration, o.positive_pct, o.query_timeout),
-                    bseq,
-                    fwd.pid,
-                )
-                .await;
-                log(format!(
-                    "leases: {rate}/s plain TCP: {} sent, {} not sent, {:.0} forwarded/s, loss {:.2} %, p50 {:.2} ms, p99 {:.2} ms, forwarder {:.0} % CPU, {:.1} us/query, bench {:.0} % CPU",
-                    r.sent, r.not_sent, r.forwarded_per_s, r.loss_pct, r.p50_ms, r.p99_ms,
-                    r.rdv_cpu_pct, r.rdv_us_per_query, r.bench_cpu_pct
-                ));
+                let at = (fwd.pid, " plain TCP", "forwarder");
+                let r = offer_logged(btable, borders, *k, plan, bseq, at, log).await;
                 query_baseline.push(r);
             }
         }
