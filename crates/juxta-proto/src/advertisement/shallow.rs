@@ -492,38 +492,46 @@ mod tests {
     /// children of wanted and other names, texts with entities, `>`,
     /// `]]>`, `\r` and non-ASCII, empty children, trailing matter.
     fn near_flat() -> impl Strategy<Value = String> {
+        // Weighted so that about two fifths of the documents are inside
+        // the subset (the flat reader answers) and the rest just outside.
         let prolog = prop_oneof![
-            Just(""),
-            Just("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"),
-            Just("<?xml version=\"1.0\"?>"),
-            Just("<?xml version='1.0'?>"),
-            Just("<!DOCTYPE r>\n"),
-            Just("<?xml version=\"1.0\"?>\n<!DOCTYPE r>\n\t"),
-            Just("\n"),
+            3 => Just(""),
+            3 => Just("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"),
+            3 => Just("<?xml version=\"1.0\"?>"),
+            1 => Just("<?xml version='1.0'?>"),
+            3 => Just("<!DOCTYPE r>\n"),
+            3 => Just("<?xml version=\"1.0\"?>\n<!DOCTYPE r>\n\t"),
+            3 => Just("\n"),
         ];
         let attr = (
-            prop_oneof![Just("a"), Just("b"), Just("xml:space"), Just("1x")],
-            "[a-z&<>\"\r ]{0,3}",
+            prop_oneof![4 => Just("a"), 4 => Just("b"), 4 => Just("xml:space"), 1 => Just("1x")],
+            prop_oneof![8 => "[a-z:/. ]{0,3}", 1 => "[a-z&<>\"\r ]{0,3}"],
         )
             .prop_map(|(k, v)| format!(" {k}=\"{v}\""));
         let text = proptest::collection::vec(
             prop_oneof![
-                Just("&amp;"),
-                Just("&bad;"),
-                Just("&#65;"),
-                Just(">"),
-                Just("]]>"),
-                Just("\r"),
-                Just(" "),
-                Just("\n\t"),
-                Just("z"),
-                Just("\u{e9}"),
+                3 => Just("&amp;"),
+                1 => Just("&bad;"),
+                1 => Just("&#65;"),
+                3 => Just(">"),
+                3 => Just("]]>"),
+                1 => Just("\r"),
+                6 => Just(" "),
+                6 => Just("\n\t"),
+                6 => Just("z"),
+                6 => Just("\u{e9}"),
             ],
             0..4,
         )
         .prop_map(|t| t.concat());
         let child = (
-            prop_oneof![Just("A"), Just("B"), Just("C"), Just("x"), Just("\u{e9}")],
+            prop_oneof![
+                8 => Just("A"),
+                1 => Just("B"),
+                8 => Just("C"),
+                8 => Just("x"),
+                1 => Just("\u{e9}")
+            ],
             text,
             0..4u8,
         )
@@ -532,8 +540,15 @@ mod tests {
                 1 => format!("<{n}></{n}>"),
                 _ => format!("<{n}>{t}</{n}>"),
             });
-        let sep = prop_oneof![Just(""), Just(" "), Just("\n\t"), Just("\r\n"), Just("q")];
-        let tail = prop_oneof![Just(""), Just("\n"), Just(" x"), Just("<!-- c -->")];
+        let sep = prop_oneof![
+            8 => Just(""),
+            8 => Just(" "),
+            8 => Just("\n\t"),
+            1 => Just("\r\n"),
+            1 => Just("q")
+        ];
+        let tail =
+            prop_oneof![8 => Just(""), 8 => Just("\n"), 1 => Just(" x"), 1 => Just("<!-- c -->")];
         (
             prolog,
             proptest::collection::vec(attr, 0..3),
@@ -552,7 +567,10 @@ mod tests {
             same(&format!("<r>{}</r>", body.concat()));
             same(&body.concat());
         }
+    }
 
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
         #[test]
         fn flat_reader_answers_as_the_xml_reader(xml in near_flat()) {
             same(&xml);
