@@ -87,11 +87,24 @@ impl Pin {
 }
 
 /// Pins the calling thread (and threads it creates later) to `core`.
+/// Best effort: a core this machine does not have leaves the thread as
+/// it is (logged).
+///
+/// The mask is set directly, whatever the thread's current mask: a
+/// responder process starts with the mask of the client that spawned it
+/// (pinned to core 0), and choosing among the cores of that inherited
+/// mask (as `core_affinity::get_core_ids` does) left every `--pin split`
+/// responder on core 0 beside the client.
 pub fn pin_current(core: Option<usize>) {
+    use nix::sched::{sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
     if let Some(c) = core {
-        let ids = core_affinity::get_core_ids().unwrap_or_default();
-        if let Some(id) = ids.into_iter().find(|i| i.id == c) {
-            core_affinity::set_for_current(id);
+        let mut set = CpuSet::new();
+        let r = set
+            .set(c)
+            .and_then(|()| sched_setaffinity(Pid::from_raw(0), &set));
+        if let Err(e) = r {
+            tracing::warn!(core = c, error = %e, "could not pin to this core");
         }
     }
 }
@@ -443,6 +456,46 @@ pub fn proc_usage(pid: u32) -> Option<ProcUsage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The CPUs the calling thread may run on.
+    fn allowed() -> Vec<usize> {
+        use nix::sched::{sched_getaffinity, CpuSet};
+        let set = sched_getaffinity(nix::unistd::Pid::from_raw(0)).expect("affinity");
+        (0..CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect()
+    }
+
+    #[test]
+    fn a_thread_pinned_to_one_core_can_be_pinned_to_another() {
+        // As a `--pin split` responder: spawned by a client pinned to core
+        // 0, it must still get core 1 (the highest core this test may use
+        // here; the same core on a one-CPU machine).
+        let last = *allowed().last().expect("some CPU");
+        let first = *allowed().first().expect("some CPU");
+        let got = std::thread::spawn(move || {
+            pin_current(Some(first));
+            let pinned_first = allowed();
+            pin_current(Some(last));
+            (pinned_first, allowed())
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(got, (vec![first], vec![last]));
+    }
+
+    #[test]
+    fn pinning_to_a_core_the_machine_lacks_changes_nothing() {
+        let before = allowed();
+        let got = std::thread::spawn(|| {
+            pin_current(Some(nix::sched::CpuSet::count() + 1));
+            pin_current(None);
+            allowed()
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(got, before);
+    }
 
     #[test]
     fn sizes_parse_with_suffixes() {
