@@ -294,3 +294,41 @@ async fn silent_peer_fails_reads_and_writes_in_bounded_time() {
     assert_ne!(kind, std::io::ErrorKind::UnexpectedEof);
     eprintln!("failed after {:?}", started.elapsed());
 }
+
+/// Towards a JXTA-framed peer with CBJX on, every message is signed, so a
+/// direct socket sends its data in 256 KiB blocks, not JxtaSocket's 64
+/// KiB: a megabyte takes 4 data messages, not 16.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_connections_carry_quarter_megabyte_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = peer(&dir, "a", true, false).await;
+    let b = peer(&dir, "b", false, false).await;
+    let ad = adv();
+    let mut server = JxtaServerSocket::bind(&a, &ad, SocketConfig::default()).unwrap();
+    b.connect(a.local_addr().unwrap()).await.unwrap();
+    let n = 1 << 20;
+    let srv = tokio::spawn(async move {
+        let mut s = server.accept().await.unwrap();
+        let mut got = vec![0u8; n];
+        s.read_exact(&mut got).await.unwrap();
+        assert!(got == pattern(n, 3), "server got corrupted data");
+        s.write_all(&[1]).await.unwrap();
+        s.flush().await.unwrap();
+        s
+    });
+    let mut c = JxtaSocket::connect(&b.pipes(), &ad, a.peer_id(), SocketConfig::default())
+        .await
+        .unwrap();
+    let before = b.stats().messages_out;
+    c.write_all(&pattern(n, 3)).await.unwrap();
+    c.flush().await.unwrap();
+    let mut ack = [0u8; 1];
+    tokio::time::timeout(WAIT, c.read_exact(&mut ack))
+        .await
+        .unwrap()
+        .unwrap();
+    let sent = b.stats().messages_out - before;
+    // 4 blocks, plus acks of the server's one byte (64 KiB blocks: 16+).
+    assert!((4..16).contains(&sent), "{sent} messages for 1 MiB");
+    let _server_socket = tokio::time::timeout(WAIT, srv).await.unwrap().unwrap();
+}
