@@ -61,6 +61,10 @@ pub const MAX_SEQ: u32 = i32::MAX as u32;
 /// acknowledged anyway (see `ReliableStream::poll_transmit`).
 pub const ARRIVAL_ACK_DELAY: Duration = Duration::from_millis(5);
 
+/// Acknowledged full-block buffers kept for the next full blocks (see
+/// `ReliableStream::recycle`).
+const SPARE_BLOCKS: usize = 4;
+
 /// The data element for block `seq` (`jxtarel:<seq>`, [`MIME_BLOCK`]).
 /// The payload is not copied.
 ///
@@ -453,6 +457,12 @@ pub struct ReliableStream {
     flight: VecDeque<Slot>,
     /// Slots in flight that are not `delivered`.
     undelivered: u32,
+    /// Buffers of full blocks the peer acknowledged, reused for the next
+    /// full blocks (at most [`SPARE_BLOCKS`]): a block freshly allocated
+    /// for each write lands in memory the allocator has just handed back
+    /// to the kernel (256 KiB blocks: glibc trimmed and grew its heap
+    /// around every 1 MiB write, and each block's pages faulted in again).
+    spare: Vec<BytesMut>,
     /// Slots in flight that are `lost` (and not delivered).
     lost: u32,
     cwnd: u32,
@@ -524,6 +534,7 @@ impl ReliableStream {
             next_seq: 1,
             flight: VecDeque::new(),
             undelivered: 0,
+            spare: Vec::new(),
             lost: 0,
             cwnd: cfg.initial_window,
             ssthresh: cfg.max_window,
@@ -771,6 +782,7 @@ impl ReliableStream {
             if slot.lost {
                 self.lost -= 1;
             }
+            self.recycle(slot.data);
         }
         for &s in sacks.iter().take(MAX_SACKS) {
             if s < self.base || s >= self.next_seq {
@@ -961,10 +973,26 @@ impl ReliableStream {
     // internals
     // ------------------------------------------------------------------
 
+    /// Keeps the buffer of an acknowledged full block for reuse when
+    /// nothing else holds it any more.
+    fn recycle(&mut self, data: Bytes) {
+        if self.spare.len() >= SPARE_BLOCKS || data.len() != self.cfg.block_size {
+            return;
+        }
+        if let Ok(mut m) = data.try_into_mut() {
+            m.clear();
+            self.spare.push(m);
+        }
+    }
+
     fn building(&mut self, hint: usize) -> &mut BytesMut {
         let cap = self.cfg.block_size.min(hint.max(4096));
         let cur = std::mem::replace(&mut self.current, Partial::Empty);
         self.current = Partial::Building(match cur {
+            Partial::Empty if hint >= self.cfg.block_size => self
+                .spare
+                .pop()
+                .unwrap_or_else(|| BytesMut::with_capacity(cap)),
             Partial::Empty => BytesMut::with_capacity(cap),
             Partial::Shared(b) => {
                 let mut m = BytesMut::with_capacity((b.len() + hint).min(self.cfg.block_size));
@@ -1540,6 +1568,43 @@ mod tests {
         assert_eq!(s.poll_transmit(now), None);
         assert_eq!(s.writable(), 16);
         assert_eq!(s.in_flight(), 4);
+    }
+
+    #[test]
+    fn acknowledged_full_blocks_are_reused() {
+        let now: Millis = 1_000;
+        let mut s = ReliableStream::new(cfg(), now);
+        assert_eq!(s.write(b"abcdefgh"), 8);
+        let mut sent = Vec::new();
+        while let Some(Segment::Block { data, .. }) = s.poll_transmit(now) {
+            sent.push(data.as_ptr());
+        }
+        assert_eq!(sent.len(), 2);
+        // Before the ack the blocks are still held: a fresh buffer.
+        assert_eq!(s.write(b"ijkl"), 4);
+        let Some(Segment::Block { data, .. }) = s.poll_transmit(now) else {
+            panic!("a block")
+        };
+        assert!(!sent.contains(&data.as_ptr()));
+        sent.push(data.as_ptr());
+        drop(data);
+        assert!(s.spare.is_empty());
+        s.handle_ack(now + 1, 3, &[]);
+        assert_eq!(s.spare.len(), 3);
+        // Acked: the next full block is written into one of their buffers,
+        // a partial one is not.
+        assert_eq!(s.write(b"mnopq"), 5);
+        s.flush();
+        let Some(Segment::Block { data, .. }) = s.poll_transmit(now + 1) else {
+            panic!("a block")
+        };
+        assert_eq!(&data[..], b"mnop");
+        assert!(sent.contains(&data.as_ptr()), "a fresh buffer after acks");
+        assert_eq!(s.spare.len(), 2);
+        let Some(Segment::Block { data: tail, .. }) = s.poll_transmit(now + 1) else {
+            panic!("a block")
+        };
+        assert_eq!(&tail[..], b"q");
     }
 
     #[test]
