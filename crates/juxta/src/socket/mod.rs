@@ -1064,7 +1064,8 @@ impl JxtaSocket {
                 // Possibly a JXSE peer: stay within its window and queue.
                 let mut r = ReliableConfig::jxse_peer();
                 if inner.cfg.connection.cbjx && !messenger.is_routed() {
-                    r.block_size = signed_block(inner.cfg.connection.max_message);
+                    r.block_size =
+                        data_piece(inner.cfg.connection.max_message, 64 * 1024, SIGNED_BLOCK);
                 }
                 r
             };
@@ -1148,20 +1149,22 @@ const PARK_AFTER: Duration = Duration::from_secs(1);
 /// on: every message there costs an RSA signature and its check (about
 /// 90 µs and 6 µs at 1,024 bits on the development host, the time loopback
 /// TCP takes to carry several hundred KiB), so a socket sends blocks of
-/// 256 KiB instead of JxtaSocket's 64 KiB: a quarter of the signatures per
-/// byte. JXSE 2.7's receiver takes blocks of any size (its
-/// `ReliableInputStream` queues each block element whole, and its TCP
-/// transport has no message size limit; see docs/benchmarks.md).
+/// 256 KiB instead of JxtaSocket's 64 KiB (less where `max_message` is
+/// small, see [`data_piece`]): a quarter of the signatures per byte. JXSE
+/// 2.7's receiver takes blocks of any size (its `ReliableInputStream`
+/// queues each block element whole, and its TCP transport has no message
+/// size limit; see docs/benchmarks.md).
 const SIGNED_BLOCK: usize = 256 * 1024;
 
-/// [`SIGNED_BLOCK`], less where this peer's `max_message` (which bounds
-/// what it sends, less room for the message's other elements) is smaller;
-/// never below JxtaSocket's 64 KiB.
-fn signed_block(max_message: u64) -> usize {
-    let limit = usize::try_from(max_message).unwrap_or(usize::MAX);
-    limit
+/// The largest data piece a socket sends in one message: `most`, less
+/// where this peer's `max_message` (which bounds what it sends, less 64
+/// KiB of room for the message's other elements) is smaller; never below
+/// `least`.
+pub(super) fn data_piece(max_message: u64, least: usize, most: usize) -> usize {
+    usize::try_from(max_message)
+        .unwrap_or(usize::MAX)
         .saturating_sub(64 * 1024)
-        .clamp(64 * 1024, SIGNED_BLOCK)
+        .clamp(least, most)
 }
 
 /// The socket's driver task: sends what could not be sent at once, runs

@@ -430,14 +430,15 @@ impl StreamSocket {
         inner
             .tasks
             .spawn(drive(Arc::downgrade(inner), shared.clone(), urn, input));
-        let limit = usize::try_from(inner.cfg.connection.max_message).unwrap_or(usize::MAX);
         StreamSocket {
             shared,
             inflight: None,
             scratch: BytesMut::new(),
-            chunk: limit
-                .saturating_sub(64 * 1024)
-                .clamp(proto::MAX_RELAYED_CHUNK, MAX_DATA_CHUNK),
+            chunk: super::data_piece(
+                inner.cfg.connection.max_message,
+                proto::MAX_RELAYED_CHUNK,
+                MAX_DATA_CHUNK,
+            ),
         }
     }
 
