@@ -123,13 +123,14 @@ const TAG_MESSAGE: u8 = 0x03;
 const TAG_VALUE: u8 = 0x04;
 const TAG_STREAM: u8 = 0x05;
 
-/// Most bytes of a stream frame's header ([`stream_frame_header`]): the
-/// body length (up to 10 bytes), the tag and the stream (up to 5).
-pub const STREAM_HEADER_MAX: usize = 16;
+/// Most bytes of a stream frame's header ([`stream_frame_header`],
+/// [`stream_frame_header_for`]): the body length and the stream number,
+/// up to 10 bytes each (a padded header), and the tag.
+pub const STREAM_HEADER_MAX: usize = 21;
 
-/// Writes the header of a stream frame carrying `len` bytes of stream
-/// `stream`'s data into `out`; returns its length. The data follows the
-/// header on the wire as it is (no copy into a frame):
+/// Writes the shortest header of a stream frame carrying `len` bytes of
+/// stream `stream`'s data into `out`; returns its length. The data
+/// follows the header on the wire as it is (no copy into a frame):
 ///
 /// ```text
 /// frame := varint bodyLen  0x05  varint stream  data      ; bodyLen covers tag, stream, data
@@ -139,7 +140,8 @@ pub const STREAM_HEADER_MAX: usize = 16;
 /// asked for it (a Juxta socket in stream mode announced `stream` as the
 /// number its data should carry, [`crate::socket::stream::ELEM_FRAMES`]);
 /// [`CompactDecoder::decode_next`] reads it, [`CompactDecoder::decode`]
-/// refuses it.
+/// refuses it. A sender writing the data from its own buffer uses
+/// [`stream_frame_header_for`].
 ///
 /// ```
 /// use bytes::BytesMut;
@@ -156,39 +158,76 @@ pub const STREAM_HEADER_MAX: usize = 16;
 /// }
 /// ```
 pub fn stream_frame_header(stream: u32, len: usize, out: &mut [u8; STREAM_HEADER_MAX]) -> usize {
-    let least = varint_len(u64::from(stream));
-    let mut id_len = least;
-    if len >= LARGE_STREAM_FRAME {
-        // Padded up to the large header's length; one byte longer where
-        // the padding carries the body length past a power of 128, and
-        // never past STREAM_HEADER_MAX (the padding shrinks as the length
-        // grows).
-        let len_len = varint_len((len as u64).saturating_add(1 + least as u64));
-        id_len = LARGE_STREAM_HEADER
-            .saturating_sub(len_len + 1)
-            .clamp(least, MAX_PADDED_ID);
-    }
-    let body = (len as u64).saturating_add(1 + id_len as u64);
-    let mut at = put_varint_into(out, 0, body);
-    out[at] = TAG_STREAM;
-    at += 1;
-    put_varint_padded(out, at, u64::from(stream), id_len)
+    put_stream_header(stream, len, varint_len(u64::from(stream)), None, out)
 }
 
-/// Data of this many bytes or more goes in a stream frame whose header is
-/// [`LARGE_STREAM_HEADER`] bytes long (the stream number padded).
+/// The header of a stream frame carrying `data` ([`stream_frame_header`]),
+/// for a sender that writes `data` from where it lies right after the
+/// header (one `writev`). From [`LARGE_STREAM_FRAME`] bytes on, the header
+/// is padded (the stream number, then the length, written as longer
+/// varints, which read as the same values) so that its length is
+/// congruent to `data`'s address modulo 16: the kernel's copy of the
+/// frame into its socket buffers, which starts a frame at a 16-byte
+/// boundary when the connection was idle (request and response), then
+/// copies between mutually aligned addresses. Measured on this project's
+/// AMD EPYC host with the peers on two cores, a socket's 1 MiB round trip
+/// went from 0.49-0.67x `tcp`'s bandwidth (5-byte header) to 0.87-1.02x
+/// (aligned); docs/benchmarks.md, "A large stream frame's header".
+///
+/// ```
+/// use juxta_proto::wire::compact::{stream_frame_header_for, LARGE_STREAM_FRAME, STREAM_HEADER_MAX};
+/// let data = vec![7u8; LARGE_STREAM_FRAME + 1];
+/// let mut h = [0u8; STREAM_HEADER_MAX];
+/// let n = stream_frame_header_for(3, &data[1..], &mut h);
+/// assert_eq!(n % 16, (data[1..].as_ptr() as usize) % 16);
+/// assert_eq!(stream_frame_header_for(3, &data[..1], &mut h), 3);
+/// ```
+pub fn stream_frame_header_for(
+    stream: u32,
+    data: &[u8],
+    out: &mut [u8; STREAM_HEADER_MAX],
+) -> usize {
+    let least = varint_len(u64::from(stream));
+    let align = (data.len() >= LARGE_STREAM_FRAME).then_some(data.as_ptr() as usize % 16);
+    put_stream_header(stream, data.len(), least, align, out)
+}
+
+/// Data of this many bytes or more goes in a stream frame whose header
+/// [`stream_frame_header_for`] aligns to the data's address.
 pub const LARGE_STREAM_FRAME: usize = 64 * 1024;
-/// Header length of a large stream frame. Measured, not derived: with the
-/// minimal 5-byte header of a 1 MiB frame, a socket's 1 MiB round trips
-/// between two cores of this project's AMD EPYC host took 0.56-0.66x
-/// `tcp`'s bandwidth; with the number padded to make 11 bytes, 0.73-0.88x,
-/// five alternated rounds each (docs/benchmarks.md, "A large stream
-/// frame's header"). Same-core runs did not move. What in the receiver's
-/// or sender's copy depends on it was not found.
-pub const LARGE_STREAM_HEADER: usize = 11;
-/// Longest padded stream number written (a u32 needs at most 5 bytes; a
-/// decoder reads up to 10).
-const MAX_PADDED_ID: usize = 7;
+/// Longest varint written (what [`get_varint`] reads).
+const MAX_VARINT: usize = 10;
+
+/// Writes a stream frame's header; with `align`, padded to a length
+/// congruent to it modulo 16 where the two varints can take the padding
+/// (else the shortest).
+fn put_stream_header(
+    stream: u32,
+    len: usize,
+    least: usize,
+    align: Option<usize>,
+    out: &mut [u8; STREAM_HEADER_MAX],
+) -> usize {
+    let body_for = |id_w: usize| (len as u64).saturating_add(1 + id_w as u64);
+    let mut id_w = least;
+    let mut len_w = varint_len(body_for(least));
+    if let Some(align) = align {
+        let shortest = len_w + 1 + least;
+        let target = shortest + (align + 16 - shortest % 16) % 16;
+        // The stream number takes the padding first, the length the rest.
+        let split = (least..=MAX_VARINT).rev().find_map(|id| {
+            let rest = target.checked_sub(1 + id)?;
+            (rest >= varint_len(body_for(id)) && rest <= MAX_VARINT).then_some((id, rest))
+        });
+        if let Some((id, l)) = split {
+            (id_w, len_w) = (id, l);
+        }
+    }
+    let mut at = put_varint_padded(out, 0, body_for(id_w), len_w);
+    out[at] = TAG_STREAM;
+    at += 1;
+    put_varint_padded(out, at, u64::from(stream), id_w)
+}
 
 /// Writes `v` as a varint of exactly `width` bytes (at least its minimal
 /// length) at `out[at..]`: the groups past the value are zero groups with
@@ -1882,38 +1921,62 @@ mod tests {
 
     fn stream_frame(stream: u32, data: &[u8]) -> Vec<u8> {
         let mut h = [0u8; STREAM_HEADER_MAX];
-        let n = stream_frame_header(stream, data.len(), &mut h);
+        let n = stream_frame_header_for(stream, data, &mut h);
         let mut f = h[..n].to_vec();
         f.extend_from_slice(data);
         f
     }
 
     #[test]
-    fn large_stream_frames_carry_a_padded_number_small_ones_the_shortest() {
+    fn large_stream_frame_headers_align_to_their_data_small_ones_are_shortest() {
         let mut h = [0u8; STREAM_HEADER_MAX];
         // A 1-byte write: length, tag, number, nothing more.
         assert_eq!(stream_frame_header(0, 1, &mut h), 3);
-        assert_eq!(stream_frame_header(0, LARGE_STREAM_FRAME - 1, &mut h), 5);
+        let small = [1u8; 100];
+        assert_eq!(stream_frame_header_for(0, &small[1..], &mut h), 3);
         for stream in [0, 1, 127, 128, 16_384, 1 << 28, u32::MAX] {
             for len in [
                 LARGE_STREAM_FRAME,
                 1 << 20,
                 (1 << 21) - 3,
+                (1 << 21) - 12,
                 4 << 20,
                 1 << 30,
                 usize::MAX / 2,
                 usize::MAX,
             ] {
-                let n = stream_frame_header(stream, len, &mut h);
-                assert!(n <= STREAM_HEADER_MAX, "{stream} {len}: {n}");
-                assert!(n >= LARGE_STREAM_HEADER, "{stream} {len}: {n}");
-                // The header reads back as the stream and the length.
-                let (body, a) = get_varint(&h[..n]).unwrap().unwrap();
-                assert_eq!(h[a], TAG_STREAM);
-                let (id, b) = get_varint(&h[a + 1..n]).unwrap().unwrap();
-                assert_eq!((id, a + 1 + b), (u64::from(stream), n));
-                assert_eq!(body, (len as u64).saturating_add((n - a) as u64));
+                let least = varint_len(u64::from(stream));
+                let shortest = put_stream_header(stream, len, least, None, &mut h);
+                for align in 0..16 {
+                    let n = put_stream_header(stream, len, least, Some(align), &mut h);
+                    assert!(n <= STREAM_HEADER_MAX, "{stream} {len}: {n}");
+                    assert!(n >= shortest && n < shortest + 16, "{stream} {len}: {n}");
+                    if n != shortest {
+                        assert_eq!(n % 16, align, "{stream} {len} {align}");
+                    } else {
+                        // Aligned already, or only where the two varints
+                        // cannot take the padding.
+                        let target = shortest + (align + 16 - shortest % 16) % 16;
+                        assert!(
+                            target == shortest || target > STREAM_HEADER_MAX,
+                            "{stream} {len} {align}"
+                        );
+                    }
+                    // The header reads back as the stream and the length.
+                    let (body, a) = get_varint(&h[..n]).unwrap().unwrap();
+                    assert_eq!(h[a], TAG_STREAM);
+                    let (id, b) = get_varint(&h[a + 1..n]).unwrap().unwrap();
+                    assert_eq!((id, a + 1 + b), (u64::from(stream), n));
+                    assert_eq!(body, (len as u64).saturating_add((n - a) as u64));
+                }
             }
+        }
+        // The common case, a 1 MiB write to a low-numbered stream, always
+        // aligns.
+        let big = vec![0u8; (1 << 20) + 16];
+        for off in 0..16 {
+            let n = stream_frame_header_for(3, &big[off..off + (1 << 20)], &mut h);
+            assert_eq!(n % 16, (big[off..].as_ptr() as usize) % 16);
         }
     }
 
@@ -1932,9 +1995,7 @@ mod tests {
                 let data: Vec<u8> = (0..len).map(|k| (k * 7 + i) as u8).collect();
                 let f = stream_frame(stream, &data);
                 assert!(f.len() - data.len() <= STREAM_HEADER_MAX);
-                if len >= LARGE_STREAM_FRAME {
-                    assert_eq!(f.len() - data.len(), LARGE_STREAM_HEADER, "stream {stream}");
-                }
+
                 wire.extend_from_slice(&f);
                 want.push(Some((stream, data, f.len())));
                 // A message between stream frames keeps its tables.

@@ -903,21 +903,22 @@ impl Outbound {
         self.encode_jxta(to, msg)
     }
 
-    /// The header of a compact stream frame carrying `len` bytes of stream
-    /// `stream` ([`compact::stream_frame_header`]) into `out`, its length
-    /// returned; the data is written after it as it is. Only on a compact
-    /// connection ([`ConnectionError::NotEstablished`] otherwise: JXTA
-    /// framing has no stream frames).
+    /// The header of a compact stream frame carrying `data` for stream
+    /// `stream` ([`compact::stream_frame_header_for`]: a large frame's
+    /// header aligned to `data`) into `out`, its length returned; `data` is
+    /// written after it from where it lies. Only on a compact connection
+    /// ([`ConnectionError::NotEstablished`] otherwise: JXTA framing has no
+    /// stream frames).
     pub fn stream_header(
         &self,
         stream: u32,
-        len: usize,
+        data: &[u8],
         out: &mut [u8; compact::STREAM_HEADER_MAX],
     ) -> Result<usize, ConnectionError> {
         if self.remote.is_none() || self.compact.is_none() {
             return Err(ConnectionError::NotEstablished);
         }
-        Ok(compact::stream_frame_header(stream, len, out))
+        Ok(compact::stream_frame_header_for(stream, data, out))
     }
 
     /// [`Outbound::encode`], except that a CBJX-signed JXTA frame whose
@@ -1282,18 +1283,22 @@ mod tests {
         let mut h = [0u8; compact::STREAM_HEADER_MAX];
         // JXTA framing (and before the welcome): no stream frames.
         let mut p = Pair::new(cfg(false), cfg(false), usize::MAX);
-        assert!(p.i.out.stream_header(1, 1, &mut h).is_err());
+        assert!(p.i.out.stream_header(1, b"x", &mut h).is_err());
         p.pump().unwrap();
         assert!(matches!(
-            p.i.out.stream_header(1, 1, &mut h),
+            p.i.out.stream_header(1, b"x", &mut h),
             Err(ConnectionError::NotEstablished)
         ));
         for chunk in [usize::MAX, 1] {
             let mut p = Pair::new(cfg(true), cfg(true), chunk);
             p.pump().unwrap();
             exchange(&mut p);
-            for (stream, data) in [(9u32, &b"x"[..]), (300, &[7u8; 5000][..])] {
-                let n = p.a.out.stream_header(stream, data.len(), &mut h).unwrap();
+            for (stream, data) in [
+                (9u32, &b"x"[..]),
+                (300, &[7u8; 5000][..]),
+                (5, &[9u8; 70_000][..]),
+            ] {
+                let n = p.a.out.stream_header(stream, data, &mut h).unwrap();
                 let mut wire = h[..n].to_vec();
                 wire.extend_from_slice(data);
                 p.i.receive(&wire, chunk).unwrap();

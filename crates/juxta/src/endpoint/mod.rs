@@ -758,7 +758,7 @@ impl Messenger {
             return Ok(Err(()));
         }
         let mut header = [0u8; juxta_proto::wire::compact::STREAM_HEADER_MAX];
-        let Ok(h) = w.out.stream_header(stream, payload.len(), &mut header) else {
+        let Ok(h) = w.out.stream_header(stream, payload, &mut header) else {
             return Ok(Err(()));
         };
         let io = |source| SendError::Io {
