@@ -158,7 +158,7 @@ pub const STREAM_HEADER_MAX: usize = 21;
 /// }
 /// ```
 pub fn stream_frame_header(stream: u32, len: usize, out: &mut [u8; STREAM_HEADER_MAX]) -> usize {
-    put_stream_header(stream, len, varint_len(u64::from(stream)), None, out)
+    put_stream_header(stream, len, None, out)
 }
 
 /// The header of a stream frame carrying `data` ([`stream_frame_header`]),
@@ -187,9 +187,8 @@ pub fn stream_frame_header_for(
     data: &[u8],
     out: &mut [u8; STREAM_HEADER_MAX],
 ) -> usize {
-    let least = varint_len(u64::from(stream));
     let align = (data.len() >= LARGE_STREAM_FRAME).then_some(data.as_ptr() as usize % 16);
-    put_stream_header(stream, data.len(), least, align, out)
+    put_stream_header(stream, data.len(), align, out)
 }
 
 /// Data of this many bytes or more goes in a stream frame whose header
@@ -204,10 +203,10 @@ const MAX_VARINT: usize = 10;
 fn put_stream_header(
     stream: u32,
     len: usize,
-    least: usize,
     align: Option<usize>,
     out: &mut [u8; STREAM_HEADER_MAX],
 ) -> usize {
+    let least = varint_len(u64::from(stream));
     let body_for = |id_w: usize| (len as u64).saturating_add(1 + id_w as u64);
     let mut id_w = least;
     let mut len_w = varint_len(body_for(least));
@@ -1945,10 +1944,9 @@ mod tests {
                 usize::MAX / 2,
                 usize::MAX,
             ] {
-                let least = varint_len(u64::from(stream));
-                let shortest = put_stream_header(stream, len, least, None, &mut h);
+                let shortest = put_stream_header(stream, len, None, &mut h);
                 for align in 0..16 {
-                    let n = put_stream_header(stream, len, least, Some(align), &mut h);
+                    let n = put_stream_header(stream, len, Some(align), &mut h);
                     assert!(n <= STREAM_HEADER_MAX, "{stream} {len}: {n}");
                     assert!(n >= shortest && n < shortest + 16, "{stream} {len}: {n}");
                     if n != shortest {
@@ -1995,7 +1993,6 @@ mod tests {
                 let data: Vec<u8> = (0..len).map(|k| (k * 7 + i) as u8).collect();
                 let f = stream_frame(stream, &data);
                 assert!(f.len() - data.len() <= STREAM_HEADER_MAX);
-
                 wire.extend_from_slice(&f);
                 want.push(Some((stream, data, f.len())));
                 // A message between stream frames keeps its tables.
