@@ -530,7 +530,8 @@ impl Shared {
     /// Sends what the engine has ready from the calling (synchronous)
     /// context, without waiting: the application's task in `poll_write`,
     /// or the connection's reader. Whatever cannot be written now is left
-    /// to the driver.
+    /// to the driver, and so is a large signed block ([`STREAMED_BLOCK`])
+    /// and what follows it.
     fn pump_now(&self) {
         let mut q = self.sendq.lock().expect("send queue lock");
         if q.driver_draining || !q.deferred.is_empty() {
@@ -545,6 +546,13 @@ impl Shared {
             }
             let mut it = msgs.into_iter();
             while let Some(m) = it.next() {
+                if !self.combine && m.elements.iter().any(|e| e.data.len() >= STREAMED_BLOCK) {
+                    q.deferred.push_back(m);
+                    q.deferred.extend(it);
+                    drop(q);
+                    self.wake_driver.notify_one();
+                    return;
+                }
                 match self
                     .messenger
                     .try_send(PIPE_SERVICE, Some(&self.remote_pipe), m)
@@ -1066,6 +1074,11 @@ impl JxtaSocket {
                 if inner.cfg.connection.cbjx && !messenger.is_routed() {
                     r.block_size =
                         data_piece(inner.cfg.connection.max_message, 64 * 1024, SIGNED_BLOCK);
+                    // No more in flight than JxtaSocket's 20 blocks of
+                    // 256 KiB.
+                    r.max_window = u32::try_from(SIGNED_IN_FLIGHT / r.block_size)
+                        .unwrap_or(u32::MAX)
+                        .clamp(4, r.max_window);
                 }
                 r
             };
@@ -1148,13 +1161,28 @@ const PARK_AFTER: Duration = Duration::from_secs(1);
 /// The jxtarel block size on a direct JXTA-framed connection with CBJX
 /// on: every message there costs an RSA signature and its check (about
 /// 90 µs and 6 µs at 1,024 bits on the development host, the time loopback
-/// TCP takes to carry several hundred KiB), so a socket sends blocks of
-/// 256 KiB instead of JxtaSocket's 64 KiB (less where `max_message` is
-/// small, see [`data_piece`]): a quarter of the signatures per byte. JXSE
-/// 2.7's receiver takes blocks of any size (its `ReliableInputStream`
-/// queues each block element whole, and its TCP transport has no message
-/// size limit; see docs/benchmarks.md).
-const SIGNED_BLOCK: usize = 256 * 1024;
+/// TCP takes to carry several hundred KiB), and the receiver signs an ack
+/// for each, so a socket sends blocks of 1 MiB instead of JxtaSocket's 64
+/// KiB (less where `max_message` is small, see [`data_piece`]): a
+/// sixteenth of the signatures per byte. A block that large is hashed
+/// piece by piece as it is written (the driver sends it, see
+/// [`Shared::pump_now`]) and as it is read, so the signature's hash
+/// overlaps the transfer as smaller blocks would. JXSE 2.7's receiver
+/// takes blocks of any size (its `ReliableInputStream` queues each block
+/// element whole, and its TCP transport has no message size limit; see
+/// docs/benchmarks.md).
+const SIGNED_BLOCK: usize = 1024 * 1024;
+
+/// Most bytes of signed blocks in flight ([`SIGNED_BLOCK`]): the window
+/// in blocks is cut to hold no more (at least 4 blocks), what JxtaSocket's
+/// 20 blocks of 256 KiB hold.
+const SIGNED_IN_FLIGHT: usize = 5 * 1024 * 1024;
+
+/// A block message at least this large goes to the driver, which writes
+/// it hashing piece by piece (`Messenger::send`), where a CBJX signature
+/// is due (JXTA framing): the application's task would hash it whole
+/// before writing its first byte.
+const STREAMED_BLOCK: usize = 2 * crate::transport::tcp::STREAM_PIECE;
 
 /// The largest data piece a socket sends in one message: `most`, less
 /// where this peer's `max_message` (which bounds what it sends, less 64
