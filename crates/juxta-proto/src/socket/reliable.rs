@@ -58,7 +58,8 @@ pub const MAX_SACKS: usize = 100;
 /// Highest sequence number (JXSE's sequence numbers are Java `int`s).
 pub const MAX_SEQ: u32 = i32::MAX as u32;
 /// How long an in-order block may wait for the application before it is
-/// acknowledged anyway (see `ReliableStream::poll_transmit`).
+/// acknowledged anyway, and how long the ack of one consumed block may
+/// wait for a block of ours to carry it (see `ReliableStream::poll_transmit`).
 pub const ARRIVAL_ACK_DELAY: Duration = Duration::from_millis(5);
 
 /// Acknowledged full-block buffers kept for the next full blocks (see
@@ -253,6 +254,13 @@ pub struct ReliableConfig {
     pub keepalive: Duration,
     /// Bytes accepted from the application and not yet sent.
     pub max_send_buffer: usize,
+    /// Hold the ack of one consumed block back for the next block sent
+    /// (the runtime puts both in one message) or until
+    /// [`ARRIVAL_ACK_DELAY`] after the block arrived; two or more
+    /// consumed blocks are acked at once. For a runtime that sends the
+    /// two together and wakes at [`ReliableStream::poll_timeout`]. Off by
+    /// default: each consumption is acked at once.
+    pub ack_with_next_block: bool,
 }
 
 impl Default for ReliableConfig {
@@ -268,6 +276,7 @@ impl Default for ReliableConfig {
             dead_peer_timeout: Duration::from_secs(10),
             keepalive: Duration::from_secs(2),
             max_send_buffer: 4 * 1024 * 1024,
+            ack_with_next_block: false,
         }
     }
 }
@@ -495,6 +504,11 @@ pub struct ReliableStream {
     /// (as a SACK) at this time unless the application consumes it first,
     /// whose ack then covers it. Saves one ack per block on the fast path.
     arrival_ack_at: Option<Millis>,
+    /// Blocks the application consumed since our last ack. One is acked
+    /// with the next block we send (the runtime puts both in one message),
+    /// or at `arrival_ack_at`; two or more at once, so a sender streaming
+    /// at us gets its window back without delay.
+    consumed_unacked: u32,
     /// The last [`MAX_SACKS`] distinct blocks that arrived, oldest first:
     /// the SACKs, when more blocks are held than one ack can list. Every
     /// block is then reported by the acks of the next arrivals too, so a
@@ -554,6 +568,7 @@ impl ReliableStream {
             readable: 0,
             ack_dirty: false,
             arrival_ack_at: None,
+            consumed_unacked: 0,
             recent: VecDeque::with_capacity(MAX_SACKS),
             cfg,
         };
@@ -836,17 +851,62 @@ impl ReliableStream {
         self.peer_keepalives
     }
 
+    /// Whether an ack is owed and waiting for its time (or for a block of
+    /// ours to ride on): [`ReliableStream::poll_timeout`] has its deadline.
+    pub fn ack_owed(&self) -> bool {
+        self.ack_dirty || self.consumed_unacked > 0 || self.arrival_ack_at.is_some()
+    }
+
     /// The next thing to send, if any: a pending ack first (one per call,
     /// covering everything received so far), then retransmissions, then new
-    /// blocks as the window allows, then a keepalive when idle.
+    /// blocks as the window allows, then a keepalive when idle. With
+    /// [`ReliableConfig::ack_with_next_block`], the ack of one block the
+    /// application consumed goes just before the next block (so one
+    /// message carries both) or [`ARRIVAL_ACK_DELAY`] after it arrived,
+    /// whichever is first; once two are consumed it goes at once.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use juxta_proto::socket::reliable::{ReliableConfig, ReliableStream, Segment, ARRIVAL_ACK_DELAY};
+    /// let cfg = ReliableConfig { ack_with_next_block: true, ..ReliableConfig::default() };
+    /// let mut r = ReliableStream::new(cfg, 0);
+    /// r.handle_block(0, 1, Bytes::from_static(b"ping"), false);
+    /// let mut buf = [0u8; 4];
+    /// assert_eq!(r.read(&mut buf), 4);
+    /// // Nothing to carry the ack yet: it waits.
+    /// assert_eq!(r.poll_transmit(0), None);
+    /// // The reply: the ack first, then the block it rides on.
+    /// r.write(b"pong");
+    /// r.flush();
+    /// assert!(matches!(r.poll_transmit(0), Some(Segment::Ack { cumulative: 1, .. })));
+    /// assert!(matches!(r.poll_transmit(0), Some(Segment::Block { seq: 1, .. })));
+    /// // Had nothing come to carry it, it would have gone at its delay.
+    /// assert_eq!(r.poll_transmit(ARRIVAL_ACK_DELAY.as_millis() as u64), None);
+    /// ```
     pub fn poll_transmit(&mut self, now: Millis) -> Option<Segment> {
         if self.error.is_some() {
             return None;
         }
-        if self.ack_dirty || self.arrival_ack_at.is_some_and(|t| now >= t) {
+        if self.ack_dirty
+            || self.consumed_unacked >= 2
+            || self.arrival_ack_at.is_some_and(|t| now >= t)
+        {
             return Some(self.make_ack(now, false));
         }
         let pipe = self.undelivered - self.lost;
+        if self.consumed_unacked > 0 {
+            let block_next = (self.lost > 0 && pipe < self.cwnd)
+                || (pipe < self.cwnd
+                    && (self.flight.len() as u32) < self.cfg.max_window
+                    && !self.pending.is_empty());
+            if block_next {
+                // Rides on the block that follows.
+                return Some(self.make_ack(now, false));
+            }
+            if self.arrival_ack_at.is_none() {
+                self.arrival_ack_at = Some(later(now, ARRIVAL_ACK_DELAY));
+            }
+        }
         if self.lost > 0 && pipe < self.cwnd {
             if let Some(i) = self.flight.iter().position(|s| s.lost) {
                 self.xmit_counter += 1;
@@ -1040,7 +1100,11 @@ impl ReliableStream {
         self.front_off = 0;
         self.contig -= 1;
         self.consumed += 1;
-        self.ack_dirty = true;
+        if self.cfg.ack_with_next_block {
+            self.consumed_unacked = self.consumed_unacked.saturating_add(1);
+        } else {
+            self.ack_dirty = true;
+        }
     }
 
     /// Zero-length blocks (never sent by JXSE) are consumed on arrival.
@@ -1090,6 +1154,7 @@ impl ReliableStream {
         sacks.sort_unstable();
         self.ack_dirty = false;
         self.arrival_ack_at = None;
+        self.consumed_unacked = 0;
         self.last_sent = now;
         self.stats.acks_sent += 1;
         if keepalive {
@@ -1635,6 +1700,50 @@ mod tests {
         assert_eq!(all, [3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5]);
         assert_eq!(ack(r.poll_transmit(now)), (5, vec![], false));
         assert_eq!(r.poll_transmit(now), None);
+    }
+
+    #[test]
+    fn a_consumed_blocks_ack_rides_on_the_next_block_or_waits_its_delay() {
+        let now: Millis = 1_000;
+        let with = ReliableConfig {
+            ack_with_next_block: true,
+            ..cfg()
+        };
+        let mut r = ReliableStream::new(with, now);
+        // Ping-pong: the ack of the ping goes just before the pong.
+        r.handle_block(now, 1, Bytes::from_static(b"ping"), false);
+        let mut buf = [0u8; 4];
+        assert_eq!(r.read(&mut buf), 4);
+        assert_eq!(r.poll_transmit(now), None);
+        assert!(r.ack_owed());
+        assert_eq!(r.write(b"pong"), 4);
+        assert_eq!(ack(r.poll_transmit(now)), (1, vec![], false));
+        assert_eq!(block(r.poll_transmit(now)).0, 1);
+        assert_eq!(r.poll_transmit(now), None);
+        assert!(!r.ack_owed());
+        // Two consumed blocks are acked at once (a sender streaming at us
+        // gets its window back).
+        for seq in [2, 3] {
+            r.handle_block(now, seq, Bytes::from_static(b"data"), false);
+        }
+        let mut buf = [0u8; 8];
+        assert_eq!(r.read(&mut buf), 8);
+        assert_eq!(ack(r.poll_transmit(now)), (3, vec![], false));
+        // One consumed block with nothing to send: acked at its delay,
+        // counted from when it was consumed if its arrival was acked.
+        r.handle_block(now, 4, Bytes::from_static(b"more"), false);
+        let t = later(now, ARRIVAL_ACK_DELAY);
+        assert_eq!(ack(r.poll_transmit(t)), (3, vec![4], false));
+        let mut buf = [0u8; 4];
+        assert_eq!(r.read(&mut buf), 4);
+        assert_eq!(r.poll_transmit(t), None);
+        assert_eq!(r.poll_timeout(), Some(later(t, ARRIVAL_ACK_DELAY)));
+        assert_eq!(r.poll_transmit(later(t, ARRIVAL_ACK_DELAY) - 1), None);
+        assert_eq!(
+            ack(r.poll_transmit(later(t, ARRIVAL_ACK_DELAY))),
+            (4, vec![], false)
+        );
+        assert_eq!(r.stats().acks_sent, 4);
     }
 
     #[test]

@@ -453,9 +453,9 @@ struct Shared {
     wake_driver: Notify,
     messenger: Messenger,
     remote_pipe: String,
-    /// Ack and block may share a message (between Juxta peers only; JXSE
-    /// gets them separately, as it sends them).
-    combine: bool,
+    /// The link frames messages as JXTA does (towards a possibly-JXSE
+    /// peer; each message CBJX-signed when CBJX is on), not compactly.
+    jxta_framed: bool,
     sendq: Mutex<SendQueue>,
     /// The driver sleeps without watching the timers (the socket has been
     /// idle a while): a write must wake it.
@@ -482,10 +482,10 @@ impl Shared {
             };
             match t {
                 Segment::Block { seq, data, retry } => {
-                    let mut m = pending_ack
-                        .take()
-                        .filter(|_| self.combine)
-                        .unwrap_or_default();
+                    // An ack and the block after it share one message
+                    // (JXSE's JxtaSocket reads both from one message): one
+                    // signature instead of two on a signed link.
+                    let mut m = pending_ack.take().unwrap_or_default();
                     m.push(reliable::block_element(seq, data));
                     if retry {
                         m.push(reliable::retry_element());
@@ -493,9 +493,6 @@ impl Shared {
                     if !st.marked {
                         m.push(reliable::keepalive_element());
                         st.marked = true;
-                    }
-                    if let Some(a) = pending_ack.take() {
-                        out.push(a);
                     }
                     out.push(m);
                 }
@@ -524,6 +521,13 @@ impl Shared {
             let why = e.to_string();
             fail(&mut st, io::ErrorKind::TimedOut, why);
         }
+        // An ack the engine holds back for a block of ours to carry is
+        // due on its timer: a parked driver must be watching it.
+        let owed = st.engine.ack_owed();
+        drop(st);
+        if owed {
+            self.unpark_driver();
+        }
         out
     }
 
@@ -546,7 +550,7 @@ impl Shared {
             }
             let mut it = msgs.into_iter();
             while let Some(m) = it.next() {
-                if !self.combine && m.elements.iter().any(|e| e.data.len() >= STREAMED_BLOCK) {
+                if self.jxta_framed && m.elements.iter().any(|e| e.data.len() >= STREAMED_BLOCK) {
                     q.deferred.push_back(m);
                     q.deferred.extend(it);
                     drop(q);
@@ -1083,6 +1087,10 @@ impl JxtaSocket {
                 r
             };
             r.dead_peer_timeout = cfg.dead_peer_timeout;
+            // The driver wakes for the engine's deadlines and an ack rides
+            // on the block after it: one message (one CBJX signature on a
+            // signed link) instead of two per round trip.
+            r.ack_with_next_block = true;
             r
         });
         let remote = messenger.remote();
@@ -1104,7 +1112,7 @@ impl JxtaSocket {
             wake_driver: Notify::new(),
             messenger,
             remote_pipe,
-            combine: compact,
+            jxta_framed: !compact,
             sendq: Mutex::new(SendQueue::default()),
             driver_parked: AtomicBool::new(false),
         });
