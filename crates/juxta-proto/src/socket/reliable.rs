@@ -688,9 +688,11 @@ impl ReliableStream {
     /// True when everything written (and flushed) has been sent and the peer
     /// acknowledged it, cumulatively or selectively: the condition for
     /// starting or answering the close handshake (digest §9.4). Unflushed
-    /// bytes count as not acknowledged.
+    /// bytes count as not acknowledged, and a failed stream has not had
+    /// everything acknowledged (its unacknowledged data is dropped, not
+    /// delivered).
     pub fn all_acked(&self) -> bool {
-        self.pending_bytes == 0 && self.undelivered == 0
+        self.error.is_none() && self.pending_bytes == 0 && self.undelivered == 0
     }
 
     /// Blocks sent and not yet consumed by the peer's application.
@@ -2010,6 +2012,9 @@ mod tests {
         assert_eq!(s.writable(), 0);
         assert!(s.write_bytes(Bytes::from_static(b"x")).is_err());
         assert_eq!(s.poll_transmit(t), None);
+        // What was outstanding was never acknowledged: no close handshake
+        // may start as if it had been.
+        assert!(!s.all_acked());
         assert_eq!(s.poll_timeout(), None);
     }
 
