@@ -78,8 +78,12 @@ pub const INNER_LIMITS: TableLimits = TableLimits {
 const ELEM_CLOSE: &str = "close";
 /// TLS bytes taken from a session at once during the handshake.
 const CHUNK: usize = 256 * 1024;
-/// Most plaintext sealed into one `JuxtaTls` message.
-const WIRE_PLAIN: usize = 4 * 1024 * 1024;
+/// Most plaintext sealed into one `JuxtaTls` message: 16 records (256
+/// KiB). A larger message goes as several, each sent as soon as it is
+/// sealed, so that on two cores the receiver decrypts one while the next
+/// is sealed (encryption, the transfer and decryption overlap instead of
+/// running one after the other for the whole message).
+const WIRE_PLAIN: usize = 16 * tls::MAX_RECORD_PLAINTEXT;
 /// Largest application message inside a session.
 const MAX_INNER: usize = 64 * 1024 * 1024;
 /// Most TLS sessions a peer keeps.
@@ -328,8 +332,8 @@ impl SecureSession {
     /// Encrypts and sends one message: the length prefix and the encoded
     /// message are encrypted straight from the message's buffers into one
     /// outgoing buffer (records of 16 KiB, [`SecureChannel::seal_into`]) and sent as
-    /// one `JuxtaTls` message per [`WIRE_PLAIN`] bytes of plaintext: a
-    /// message of up to 4 MiB is one endpoint message.
+    /// one `JuxtaTls` message per [`WIRE_PLAIN`] bytes of plaintext (256
+    /// KiB), each sent before the next is sealed.
     pub(crate) async fn send(&self, msg: Message) -> Result<usize, PipeError> {
         let mut state = self.send_lock.lock().await;
         let enc = match &mut state.compact {
@@ -906,7 +910,11 @@ mod tests {
         });
         let big = Message::new()
             .with(Element::text("test", "data", "big"))
-            .with(Element::bytes("test", "big", vec![9u8; WIRE_PLAIN + 1000]));
+            .with(Element::bytes(
+                "test",
+                "big",
+                vec![9u8; 4 * WIRE_PLAIN + 1000],
+            ));
         for (server_old, client_old) in [(false, false), (true, false), (false, true)] {
             a.inner.secure.v0_only.store(server_old, Relaxed);
             b.inner.secure.v0_only.store(client_old, Relaxed);

@@ -96,7 +96,7 @@ mod secure;
 pub(crate) mod stream;
 mod unreliable;
 
-pub use secure::MAX_WRITE as SECURE_MAX_WRITE;
+pub use secure::{MAX_WRITE as SECURE_MAX_WRITE, PIPELINED_WRITE as SECURE_PIPELINED_WRITE};
 
 pub use juxta_proto::socket::stream::StreamStats;
 

@@ -14,9 +14,12 @@
 //! [`SocketConfig::connect_timeout`](super::SocketConfig::connect_timeout)
 //! ([`SocketError::HandshakeTimeout`]).
 //!
-//! Data: each write seals up to [`MAX_WRITE`] bytes into records whose
-//! bytes go to the plain socket as one write (framed straight from that
-//! buffer in stream mode). When the plain socket
+//! Data: each write seals up to [`PIPELINED_WRITE`] bytes (32 records)
+//! after a read, twice as much with each further write up to
+//! [`MAX_WRITE`], into records whose bytes go to the plain socket as one
+//! write (framed straight from that buffer in stream mode), so a large
+//! write is sealed, carried and opened piece by piece, the three
+//! overlapping. When the plain socket
 //! cannot take them at once (its previous write still going out, or no
 //! credit), they wait in the socket and go on with the next write, read,
 //! `flush` or `shutdown`: call `flush` after the last write of a burst
@@ -57,10 +60,19 @@ use crate::pipe::tls::{
 const NS_JUXTA: &str = "juxta";
 /// The set-up element asking for (request) and agreeing to (answer) TLS.
 const ELEM_SECURE: &str = "secure";
-/// Most plaintext sealed per write: its 64 records fill exactly one
+/// The bound on plaintext sealed per write: 64 records fill exactly one
 /// stream mode data message of 1 MiB (the most a relayed stream carries,
-/// so a secure socket's writes are never split, relayed or not).
+/// so a secure socket's writes are never split, relayed or not). Writes
+/// seal [`PIPELINED_WRITE`] (half of it) first after a read.
 pub const MAX_WRITE: usize = juxta_proto::socket::stream::MAX_RELAYED_CHUNK - 64 * RECORD_OVERHEAD;
+/// Most plaintext the first write after a read seals: 32 records (512
+/// KiB) go out as one frame (or data message), and the receiver decrypts
+/// them while the next are sealed here, so that on two cores encryption,
+/// the transfer and decryption overlap instead of running one after the
+/// other for a whole [`MAX_WRITE`]. Each further write seals twice as
+/// much, up to [`MAX_WRITE`].
+pub const PIPELINED_WRITE: usize = 32 * MAX_RECORD_PLAINTEXT;
+const _: () = assert!(PIPELINED_WRITE <= MAX_WRITE);
 /// Most ciphertext taken from the plain socket per read.
 const READ_CHUNK: usize = 1024 * 1024 + 64 * 1024;
 /// Handshake bytes read at once.
@@ -151,6 +163,7 @@ pub(super) async fn handshake(
             plain_in: early,
             failed: None,
             close_sent: false,
+            piece: PIPELINED_WRITE,
         })),
     })
 }
@@ -171,6 +184,11 @@ pub(super) struct SecureSocket {
     plain_in: Bytes,
     failed: Option<(io::ErrorKind, String)>,
     close_sent: bool,
+    /// Plaintext the next write seals at most: [`PIPELINED_WRITE`] after a
+    /// read (a request's or a response's first piece, so its receiver
+    /// starts decrypting early), doubling with each write after that up
+    /// to [`MAX_WRITE`] (fewer, larger frames once the pipeline runs).
+    piece: usize,
 }
 
 impl SecureSocket {
@@ -244,6 +262,7 @@ impl SecureSocket {
                 let n = self.plain_in.len().min(buf.remaining());
                 buf.put_slice(&self.plain_in[..n]);
                 self.plain_in.advance(n);
+                self.piece = PIPELINED_WRITE;
                 return Poll::Ready(Ok(()));
             }
             if let Some(e) = self.err() {
@@ -279,6 +298,7 @@ impl SecureSocket {
                 Ok(0) => {}
                 Ok(n) => {
                     buf.advance(n);
+                    self.piece = PIPELINED_WRITE;
                     return Poll::Ready(Ok(()));
                 }
                 Err(e) => {
@@ -301,7 +321,8 @@ impl SecureSocket {
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        let take = data.len().min(MAX_WRITE);
+        let take = data.len().min(self.piece);
+        self.piece = self.piece.saturating_mul(2).min(MAX_WRITE);
         let parts: [&[u8]; 1] = [&data[..take]];
         let need = sealed_len(&parts) + self.chan.pending_tls();
         if self.out.len() < need {
@@ -451,6 +472,29 @@ mod tests {
         let p = secure_mut(s).plain.as_mut().unwrap();
         p.write_all(raw).await.unwrap();
         p.flush().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_write_is_sealed_in_pieces_and_arrives_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = pair(&dir).await;
+        let (mut s, mut c) = sockets(&a, &b, true).await;
+        let big: Vec<u8> = (0..(1usize << 20) + 5)
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        // One write seals one piece: the receiver can open it while the
+        // next is sealed.
+        let n = c.write(&big).await.unwrap();
+        assert_eq!(n, PIPELINED_WRITE);
+        c.write_all(&big[n..]).await.unwrap();
+        c.flush().await.unwrap();
+        let mut got = vec![0u8; big.len()];
+        tokio::time::timeout(WAIT, s.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(got == big, "the data arrived changed");
+        ping(&mut s, &mut c, b"and back").await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
