@@ -295,17 +295,24 @@ async fn silent_peer_fails_reads_and_writes_in_bounded_time() {
     eprintln!("failed after {:?}", started.elapsed());
 }
 
+/// Two peers on a JXTA-framed connection with CBJX on (every message
+/// signed), a server socket bound on the listening one (`a`).
+async fn signed_pair(dir: &tempfile::TempDir) -> (Peer, Peer, PipeAdvertisement, JxtaServerSocket) {
+    let a = peer(dir, "a", true, false).await;
+    let b = peer(dir, "b", false, false).await;
+    let ad = adv();
+    let server = JxtaServerSocket::bind(&a, &ad, SocketConfig::default()).unwrap();
+    b.connect(a.local_addr().unwrap()).await.unwrap();
+    (a, b, ad, server)
+}
+
 /// Towards a JXTA-framed peer with CBJX on, every message is signed, so a
-/// direct socket sends its data in 256 KiB blocks, not JxtaSocket's 64
-/// KiB: a megabyte takes 4 data messages, not 16.
+/// direct socket sends its data in 1 MiB blocks, not JxtaSocket's 64 KiB:
+/// a megabyte takes 1 data message, not 16.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signed_connections_carry_megabyte_blocks() {
     let dir = tempfile::tempdir().unwrap();
-    let a = peer(&dir, "a", true, false).await;
-    let b = peer(&dir, "b", false, false).await;
-    let ad = adv();
-    let mut server = JxtaServerSocket::bind(&a, &ad, SocketConfig::default()).unwrap();
-    b.connect(a.local_addr().unwrap()).await.unwrap();
+    let (a, b, ad, mut server) = signed_pair(&dir).await;
     let n = 1 << 20;
     let srv = tokio::spawn(async move {
         let mut s = server.accept().await.unwrap();
@@ -340,11 +347,7 @@ async fn signed_connections_carry_megabyte_blocks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ping_pongs_acks_ride_on_the_replies() {
     let dir = tempfile::tempdir().unwrap();
-    let a = peer(&dir, "a", true, false).await;
-    let b = peer(&dir, "b", false, false).await;
-    let ad = adv();
-    let mut server = JxtaServerSocket::bind(&a, &ad, SocketConfig::default()).unwrap();
-    b.connect(a.local_addr().unwrap()).await.unwrap();
+    let (a, b, ad, mut server) = signed_pair(&dir).await;
     let rounds = 50u64;
     let srv = tokio::spawn(async move {
         let mut s = server.accept().await.unwrap();
