@@ -853,6 +853,17 @@ impl ReliableStream {
         self.peer_keepalives
     }
 
+    /// Whether a lost block may go again now (`pipe`: blocks in flight
+    /// and not lost).
+    fn may_retransmit(&self, pipe: u32) -> bool {
+        self.lost > 0 && pipe < self.cwnd
+    }
+
+    /// Whether the window has room for a new block now.
+    fn may_send_new(&self, pipe: u32) -> bool {
+        pipe < self.cwnd && (self.flight.len() as u32) < self.cfg.max_window
+    }
+
     /// Whether an ack is owed and waiting for its time (or for a block of
     /// ours to ride on): [`ReliableStream::poll_timeout`] has its deadline.
     pub fn ack_owed(&self) -> bool {
@@ -897,10 +908,8 @@ impl ReliableStream {
         }
         let pipe = self.undelivered - self.lost;
         if self.consumed_unacked > 0 {
-            let block_next = (self.lost > 0 && pipe < self.cwnd)
-                || (pipe < self.cwnd
-                    && (self.flight.len() as u32) < self.cfg.max_window
-                    && !self.pending.is_empty());
+            let block_next =
+                self.may_retransmit(pipe) || (self.may_send_new(pipe) && !self.pending.is_empty());
             if block_next {
                 // Rides on the block that follows.
                 return Some(self.make_ack(now, false));
@@ -909,7 +918,7 @@ impl ReliableStream {
                 self.arrival_ack_at = Some(later(now, ARRIVAL_ACK_DELAY));
             }
         }
-        if self.lost > 0 && pipe < self.cwnd {
+        if self.may_retransmit(pipe) {
             if let Some(i) = self.flight.iter().position(|s| s.lost) {
                 self.xmit_counter += 1;
                 let slot = &mut self.flight[i];
@@ -928,7 +937,7 @@ impl ReliableStream {
                 });
             }
         }
-        if pipe < self.cwnd && (self.flight.len() as u32) < self.cfg.max_window {
+        if self.may_send_new(pipe) {
             if let Some(data) = self.pending.pop_front() {
                 if self.next_seq > MAX_SEQ {
                     self.pending.push_front(data);
