@@ -346,4 +346,6 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("reliable", proto::reliable),
     ("socket_setup", proto::socket_setup),
     ("pipe", proto::pipe),
+    ("stream", proto::stream),
+    ("node", proto::node),
 ];

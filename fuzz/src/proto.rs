@@ -565,3 +565,277 @@ pub fn pipe(data: &[u8]) {
         assert_eq!(JxtaWireHeader::from_message(&m), Ok(h));
     }
 }
+
+/// The stream channel of sockets between Juxta peers
+/// (`socket::stream`): [`stream::items`] on a message built from the input,
+/// the items re-encoded (data, credit, FIN, offset, frames, STOP, RESET
+/// elements) to a message that parses to the same items; then a
+/// [`StreamState`] with the smallest window (relayed, with offsets, when
+/// the first item is an offset) is fed the items as a hostile peer would
+/// send them, the reader taking a few bytes after each. Checked after every
+/// step:
+/// - the bytes buffered never pass the receive window, and reads return
+///   exactly the data accepted, in order;
+/// - credit never lets this end send more than [`stream::MAX_WINDOW`]
+///   beyond what it sent;
+/// - a refused item that is a protocol violation resets the stream (typed
+///   error, nothing left to read, later items refused), any other refusal
+///   leaves it as it was; grants only grow and never pass the bytes read
+///   plus the window.
+pub fn stream(data: &[u8]) {
+    use juxta_proto::socket::stream::{
+        self as st, credit_element, data_element, fin_element, frames_element, offset_element,
+        reset_element, stop_element, Item, StreamState, MAX_WINDOW, MIN_WINDOW,
+    };
+    let n = data.len();
+    let msg = check("message_from_fuzz", n, || message_from_fuzz(data));
+    let items: Vec<_> = check("stream::items", n, || st::items(&msg).collect());
+    let parsed: Vec<Item> = items.iter().filter_map(|i| i.clone().ok()).collect();
+    let relayed = matches!(parsed.first(), Some(Item::Offset(_)));
+    let mut again = Message::new();
+    for it in &parsed {
+        again.push(match it {
+            Item::Data(d) => data_element(d.clone()),
+            Item::Credit(c) => credit_element(*c),
+            Item::Fin(t) => fin_element(*t),
+            Item::Stop => stop_element(),
+            Item::Reset(code) => reset_element(*code),
+            Item::Offset(o) => offset_element(*o),
+            Item::Frames(f) => frames_element(*f),
+        });
+    }
+    let back: Vec<Item> = st::items(&again)
+        .map(|i| i.expect("a re-encoded item parses"))
+        .collect();
+    assert_eq!(back, parsed, "items re-encode to the same items");
+
+    let mut s = StreamState::new(MIN_WINDOW, MIN_WINDOW);
+    if relayed {
+        s = s.with_offsets();
+    }
+    // What the reader must get: the data accepted, in order.
+    let mut accepted: Vec<u8> = Vec::new();
+    let mut read: Vec<u8> = Vec::new();
+    let mut last_grant = MIN_WINDOW;
+    let mut buf = [0u8; 4096];
+    for (k, it) in parsed.into_iter().enumerate() {
+        let was_reset = s.is_reset();
+        let (buffered, sent) = (s.readable(), s.sent());
+        let payload = match &it {
+            Item::Data(d) => Some(d.clone()),
+            _ => None,
+        };
+        match check("StreamState::handle", n, || s.handle(it)) {
+            Ok(()) => {
+                assert!(!was_reset, "an item was taken after a reset");
+                if let Some(d) = payload {
+                    accepted.extend_from_slice(&d);
+                }
+            }
+            Err(e) if was_reset => {
+                assert_eq!(e, st::StreamError::AfterReset);
+            }
+            Err(e) if e.is_protocol() => {
+                assert!(s.is_reset(), "a violation ({e}) resets the stream");
+                assert_eq!(s.readable(), 0, "a reset stream holds nothing");
+                assert_eq!(s.read_error(), Some(e));
+                assert_eq!(s.writable(), 0);
+            }
+            Err(e) => {
+                // A refusal: the stream is as it was.
+                assert!(!s.is_reset(), "a refusal ({e}) reset the stream");
+                assert_eq!((s.readable(), s.sent()), (buffered, sent));
+            }
+        }
+        assert!(
+            s.readable() as u64 <= MIN_WINDOW,
+            "more buffered than the window"
+        );
+        assert!(s.writable() as u64 <= MAX_WINDOW, "credit past the cap");
+        // The reader takes a little (sometimes nothing), then maybe grants.
+        let want = k % 3 * 1500;
+        let take = want.min(buf.len());
+        let got = s.read(&mut buf[..take]);
+        read.extend_from_slice(&buf[..got]);
+        if let Some(g) = s.poll_grant() {
+            assert!(g > last_grant, "grants only grow");
+            assert!(g <= read.len() as u64 + MIN_WINDOW, "grant past the window");
+            last_grant = g;
+        }
+        // This end sends what it may (the credit the peer gave).
+        let w = s.writable().min(1 << 20);
+        s.on_sent(w);
+    }
+    if !s.is_reset() {
+        while let Some(b) = s.read_bytes(1000) {
+            read.extend_from_slice(&b);
+        }
+        assert_eq!(read, accepted, "reads return the accepted data in order");
+        assert_eq!(s.at_eof(), s.fin_received());
+    } else {
+        assert!(
+            accepted.starts_with(&read),
+            "reads are a prefix of the data"
+        );
+    }
+}
+
+/// One peer's composed control plane ([`juxta_proto::node::Node`], the
+/// machine the runtime and the simulator run) fed a hostile link. The
+/// input's first byte picks the role (even: a rendezvous, odd: an edge of
+/// one seed); then operations, each led by one byte `op`:
+/// - `op % 4 == 0`: a message (`[len u16 BE][message_from_fuzz record
+///   bytes]`) from one of four peers (`op >> 2 & 3`; peer 3 is the node
+///   itself), proven when `op & 0x10`, to one of eight listeners
+///   (`op >> 5`: the resolver's query, response and SRDI queues, RVP,
+///   propagation, peer view, the walker, an unknown service);
+/// - `1`: time passes (`[ms u16 BE]` × 16) and the timers run;
+/// - `2`: the link to a peer goes down;
+/// - `3`: a dial the node asked for ends (connected to a peer, or failed).
+///
+/// After each operation every transmit and event is taken; a query for the
+/// owner's handler is handed to the rendezvous' index
+/// ([`Node::forward_query`], as the runtime does with discovery queries)
+/// or answered ([`Node::respond`]). Checked: nothing panics, and what the
+/// node holds beyond its start never passes the memory bound of the whole
+/// input (its tables are bounded; the bound counts every message given).
+pub fn node(data: &[u8]) {
+    use std::net::SocketAddr;
+
+    use juxta_proto::id::PeerGroupId;
+    use juxta_proto::node::{Event, Node};
+    use juxta_proto::rendezvous::messages::{
+        walk_address, PEERVIEW_SERVICE, PROPAGATE_SERVICE, RDV_SERVICE,
+    };
+    use juxta_proto::rendezvous::node::{RendezvousConfig, RendezvousNode};
+    use juxta_proto::resolver::node::{Handler, ResolverConfig};
+    use juxta_proto::resolver::{query_queue, response_queue, srdi_queue, RESOLVER_SERVICE};
+
+    use juxta_proto::discovery::DISCOVERY_HANDLER;
+    use juxta_proto::endpoint::ServiceAddress;
+
+    let Some((&role, mut rest)) = data.split_first() else {
+        return;
+    };
+    let pid = node_peer;
+    let g = FUZZ_GROUP;
+    let me = pid(0xAA);
+    let seed: SocketAddr = ([127, 0, 0, 1], 9701).into();
+    let cfg = if role & 1 == 0 {
+        RendezvousConfig::rendezvous()
+    } else {
+        RendezvousConfig::edge(vec![seed])
+    };
+    let pa: Bytes = PeerAdvertisement::new(me, PeerGroupId::NET, "fuzz")
+        .to_xml()
+        .into();
+    let mut node: Node<u8> = Node::new(
+        RendezvousNode::new(cfg, me, g, pa, "fuzz", 1),
+        ResolverConfig::new(g),
+    )
+    .expect("a node");
+    node.register(Handler::exact(1, DISCOVERY_HANDLER))
+        .expect("a handler");
+    node.register(Handler::exact(2, "fuzz-app").own_admission())
+        .expect("a handler");
+    let peers = [pid(1), pid(2), pid(3), me];
+    let dests = [
+        ServiceAddress::new(RESOLVER_SERVICE, Some(&query_queue(g))),
+        ServiceAddress::new(RESOLVER_SERVICE, Some(&response_queue(g))),
+        ServiceAddress::new(RESOLVER_SERVICE, Some(&srdi_queue(g))),
+        ServiceAddress::new(RDV_SERVICE, Some(g)),
+        ServiceAddress::new(PROPAGATE_SERVICE, Some(g)),
+        ServiceAddress::new(PEERVIEW_SERVICE, Some(g)),
+        walk_address(&PeerGroupId::NET),
+        ServiceAddress::new("fuzz-service", None),
+    ];
+    let n = data.len();
+    let base = super::counting_alloc::current();
+    let mut now: u64 = 1_000;
+    let take = |node: &mut Node<u8>, now: u64| {
+        for _ in 0..100_000 {
+            let mut more = false;
+            while node.poll_transmit().is_some() {
+                more = true;
+            }
+            while let Some(ev) = node.poll_event() {
+                more = true;
+                if let Event::Query {
+                    key,
+                    from,
+                    query,
+                    message,
+                } = ev
+                {
+                    if key == 1 {
+                        node.forward_query(Some(from), *query, message, None, now);
+                    } else {
+                        node.respond(&query, "<r/>".into());
+                    }
+                }
+            }
+            if !more {
+                return;
+            }
+        }
+        panic!("the node kept producing output");
+    };
+    super::counting_alloc::check_since(base, "Node", n, || {
+        take(&mut node, now);
+        while let Some((&op, r)) = rest.split_first() {
+            rest = r;
+            let two = |rest: &mut &[u8]| -> u16 {
+                let v = match rest {
+                    [a, b, ..] => u16::from_be_bytes([*a, *b]),
+                    [a] => u16::from(*a),
+                    [] => 0,
+                };
+                *rest = &rest[rest.len().min(2)..];
+                v
+            };
+            let who = peers[usize::from(op >> 2 & 3)];
+            match op % 4 {
+                0 => {
+                    let len = usize::from(two(&mut rest)).min(rest.len());
+                    let (body, r) = rest.split_at(len);
+                    rest = r;
+                    let msg = message_from_fuzz(body);
+                    let dest = &dests[usize::from(op >> 5)];
+                    let _ = node.handle_message(who, op & 0x10 != 0, dest, msg, now);
+                }
+                1 => {
+                    now = now.saturating_add(u64::from(two(&mut rest)) * 16);
+                    node.handle_timeout(now);
+                }
+                2 => node.handle_link_down(&who, now),
+                _ => {
+                    let ok = op & 0x10 != 0;
+                    node.handle_dialed(seed, ok.then_some(who), now);
+                }
+            }
+            take(&mut node, now);
+        }
+    });
+}
+
+/// The peers of the [`node`] target: `node_peer(1..=3)` send, `0xAA` is
+/// the node.
+pub fn node_peer(n: u8) -> PeerId {
+    use juxta_proto::id::{IdFormat, IdType, JxtaId};
+    let mut u = [0u8; 16];
+    u[0] = n;
+    JxtaId::from_parts(IdFormat::Cbid, [0x42; 16], u, IdType::Peer)
+        .try_into()
+        .expect("a peer ID")
+}
+
+/// A [`node`] operation handing `m` from peer `peer` (0..=3), `proven` or
+/// not, to listener `dest` (0..=7), for the seeds.
+pub fn node_message_op(peer: u8, proven: bool, dest: u8, m: &Message) -> Vec<u8> {
+    let body = message_to_fuzz(m);
+    let len = u16::try_from(body.len()).expect("a seed message under 64 KiB");
+    let mut v = vec![dest << 5 | u8::from(proven) << 4 | (peer & 3) << 2];
+    v.extend_from_slice(&len.to_be_bytes());
+    v.extend_from_slice(&body);
+    v
+}

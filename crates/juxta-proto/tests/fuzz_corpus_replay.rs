@@ -706,6 +706,73 @@ fn generate_proto_seeds() {
     );
     put("rendezvous", "gen_walk_propagate_busy".into(), msg(&walk));
 
+    // node: a rendezvous leasing an edge, indexing its SRDI and taking a
+    // query for it; an edge leased by its seed and sent a propagation.
+    {
+        use targets::proto::{node_message_op, node_peer};
+        let (p1, p2) = (node_peer(1), node_peer(2));
+        let p1_xml = bytes::Bytes::from(PeerAdvertisement::new(p1, net, "e1").to_xml());
+        let mut rdv = vec![0u8];
+        rdv.extend(node_message_op(
+            0,
+            true,
+            3,
+            &LeaseMessage::Request {
+                peer: p1,
+                peer_adv: p1_xml.clone(),
+            }
+            .to_message(),
+        ));
+        let srdi = SrdiMessage {
+            peer: p1,
+            ..sm.clone()
+        };
+        let rs1 = ResolverSrdi {
+            handler: rs.handler.clone(),
+            payload: srdi.to_xml(),
+        };
+        rdv.extend(node_message_op(
+            0,
+            true,
+            2,
+            &Message::new().with(rs1.to_element(FUZZ_GROUP)),
+        ));
+        let q = ResolverQuery {
+            src_peer: p2,
+            query: DiscoveryQuery::new(juxta_proto::advertisement::AdvKind::Adv, 5)
+                .matching("Name", "chat")
+                .to_xml(),
+            src_route: None,
+            ..rq.clone()
+        };
+        rdv.extend(node_message_op(
+            1,
+            true,
+            0,
+            &Message::new().with(q.to_element(FUZZ_GROUP)),
+        ));
+        rdv.extend([1, 0x10, 0x00]); // 65 s pass
+        rdv.push(2); // peer 1's link goes down
+        put("node", "gen_rdv_lease_srdi_query".into(), rdv);
+
+        let mut edge = vec![1u8, 3 | 0x10]; // the seed dial reached peer 1
+        edge.extend(node_message_op(
+            0,
+            true,
+            3,
+            &LeaseMessage::Granted {
+                rdv: p1,
+                rdv_adv: p1_xml.clone(),
+                lease_ms: 1_200_000,
+                refuse_reason: None,
+            }
+            .to_message(),
+        ));
+        edge.extend(node_message_op(0, true, 4, &walk));
+        edge.extend([1, 0xff, 0xff]);
+        put("node", "gen_edge_leased".into(), edge);
+    }
+
     // relay
     for (name, c) in [
         (
@@ -789,6 +856,37 @@ fn generate_proto_seeds() {
     ack.push(ack_element(1, &[3, 4, 9]))
         .push(keepalive_element());
     put("reliable", "gen_ack_sacks".into(), msg(&ack));
+
+    // stream (a relayed stream when the first item is an offset)
+    {
+        use juxta_proto::socket::stream::{
+            credit_element, data_element, fin_element, frames_element, offset_element,
+            reset_element, stop_element, ResetCode,
+        };
+        let d = |s: &'static [u8]| data_element(bytes::Bytes::from_static(s));
+        let mut plain = Message::new();
+        plain
+            .push(frames_element(7))
+            .push(credit_element(1 << 20))
+            .push(d(b"hello "))
+            .push(d(b"world"))
+            .push(fin_element(11));
+        put("stream", "gen_data_fin".into(), msg(&plain));
+        let mut relayed = Message::new();
+        relayed
+            .push(offset_element(0))
+            .push(d(b"abc"))
+            .push(offset_element(3))
+            .push(d(b"de"))
+            .push(stop_element());
+        put("stream", "gen_relayed".into(), msg(&relayed));
+        let mut hostile = Message::new();
+        hostile
+            .push(credit_element(u64::MAX))
+            .push(data_element(bytes::Bytes::from(vec![1u8; 20_000])))
+            .push(reset_element(ResetCode::Other(9)));
+        put("stream", "gen_over_credit".into(), msg(&hostile));
+    }
 
     // socket setup
     let setup_msgs = [
